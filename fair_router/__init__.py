@@ -1,0 +1,25 @@
+"""fair-router: fair multi-tenant background jobs for RQ on Redis.
+
+Public API (documented in the README):
+
+- :class:`FairRouter` — records enqueues per tenant and routes jobs to throttled queues.
+- :class:`Rule` — one throttle rule: more than ``threshold`` enqueues ``per`` window -> ``queue``.
+- :func:`fair_job` — decorator adding tenant-routed ``delay``/``enqueue*`` to a job function.
+- :class:`Settings`, :func:`load_settings` — YAML + environment configuration.
+- :class:`SettingsError` — raised for invalid settings, naming file, key path and reason.
+"""
+
+from fair_router.decorator import FairJob, fair_job
+from fair_router.router import FairRouter
+from fair_router.rules import Rule
+from fair_router.settings import Settings, SettingsError, load_settings
+
+__all__ = [
+    "FairJob",
+    "FairRouter",
+    "Rule",
+    "Settings",
+    "SettingsError",
+    "fair_job",
+    "load_settings",
+]

@@ -1,0 +1,80 @@
+"""The ``fair-router`` command: check settings, inspect tenant windows, run the demo."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from redis import Redis
+
+from fair_router.durations import format_duration
+from fair_router.router import FairRouter, Route
+from fair_router.settings import Settings, SettingsError, load_settings
+
+
+def _settings(config: Path | None) -> Settings:
+    try:
+        return load_settings(config)
+    except SettingsError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(2)
+
+
+@click.group()
+def main() -> None:
+    """fair-router: fair multi-tenant background jobs for RQ."""
+
+
+@main.command()
+@click.argument("config", required=False, type=click.Path(path_type=Path))
+def check(config: Path | None) -> None:
+    """Validate settings (CONFIG, else $FAIR_ROUTER_CONFIG / ./fair_router.yaml) and print the rules."""
+    settings = _settings(config)
+    click.echo(f"redis_url: {settings.redis_url}\nprefix:    {settings.prefix}\n")
+    rows = [("job key", "base queue", "#", "threshold", "per", "-> queue")]
+    for job_key, job in settings.jobs.items():
+        base = job.queue or "(decorator's)"
+        if not job.rules:
+            rows.append((job_key, base, "-", "", "", "(no rules)"))
+        for i, rule in enumerate(job.rules, 1):
+            rows.append((job_key if i == 1 else "", base if i == 1 else "", str(i), f"> {rule.threshold}",
+                         format_duration(rule.per), rule.queue))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    if settings.queues:
+        click.echo("\nqueue weights (strict first, in order; others by weight; unlisted = 1):")
+        for name, weight in settings.queues.items():
+            click.echo(f"  {name}: {weight if weight == 'strict' else f'{weight:g}'}")
+    click.echo("\nsettings OK")
+
+
+@main.command()
+@click.argument("job_key")
+@click.argument("tenant")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def stats(job_key: str, tenant: str, config: Path | None) -> None:
+    """Window counts of TENANT for JOB_KEY and where its next job would go (read-only)."""
+    settings = _settings(config)
+    job = settings.job(job_key)
+    route = Route(job_key, job.queue or "default", tuple(job.rules))
+    router = FairRouter(Redis.from_url(settings.redis_url), prefix=settings.prefix)
+    view = router.peek(route, tenant)
+    click.echo(f"job key {job_key}, tenant {tenant!r}, base queue {route.queue}")
+    if not route.rules:
+        click.echo("no rules configured for this job key")
+    for rule, count in zip(route.rules, view.counts):
+        state = "MATCHES" if count + 1 > rule.threshold else "ok"
+        click.echo(f"  {count:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
+    reason = f" (rule: {view.next_rule.describe()})" if view.next_rule else ""
+    click.echo(f"next job would go to: {view.next_queue}{reason}")
+
+
+@main.command()
+def demo() -> None:
+    """Run the demo on $REDIS_URL, else on a private redis-server."""
+    from fair_router.demo import demo_redis, print_routing, run_routing_demo
+
+    with demo_redis() as connection:
+        print_routing(run_routing_demo(connection))

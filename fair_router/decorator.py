@@ -1,0 +1,156 @@
+"""``@fair_job``: an rq job function whose enqueues are routed by tenant.
+
+The decorated object is still callable (workers import it by its dotted path and call it), and adds
+``delay`` / ``enqueue`` / ``enqueue_in`` / ``enqueue_at`` / ``enqueue_many`` that go through
+:class:`~fair_router.router.FairRouter`. Rules and the base queue come from the decorator, else from
+settings under the job key (``module.qualname`` unless ``job_key=`` says otherwise).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from redis import Redis
+from rq import Queue
+from rq.job import Job
+from rq.queue import EnqueueArgs
+
+from fair_router.router import FairRouter, Route
+from fair_router.rules import Rule
+from fair_router.settings import Settings, load_settings
+from fair_router.tenancy import TenantFunc, TenantResolver
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class FairJob(Generic[P, R]):
+    """A job function with tenant-routed enqueue methods; call it to run the function directly."""
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        queue: str | None,
+        rules: Sequence[Rule | Mapping[str, Any]] | None,
+        tenant: TenantFunc | None,
+        connection: Redis | None,
+        router: FairRouter | None,
+        settings: Settings | None,
+        job_key: str | None,
+        options: dict[str, Any],
+    ) -> None:
+        functools.update_wrapper(self, func)
+        self.func = func
+        self.job_key = job_key or f"{func.__module__}.{func.__qualname__}"
+        self.options = options
+        self._queue = queue
+        self._rules = None if rules is None else tuple(r if isinstance(r, Rule) else Rule(**r) for r in rules)
+        self._connection = connection
+        self._router = router
+        self._settings = settings
+        self._route: Route | None = None
+        self.tenants = TenantResolver(self.job_key, tenant)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    # -- lazily bound, so importing a module of jobs needs neither settings nor Redis ---------------
+
+    @property
+    def settings(self) -> Settings:
+        """Settings used for rules, base queue and connection (loaded on first use)."""
+        if self._settings is None:
+            self._settings = load_settings()
+        return self._settings
+
+    @property
+    def router(self) -> FairRouter:
+        """The router this job enqueues through."""
+        if self._router is None:
+            connection = self._connection or Redis.from_url(self.settings.redis_url)
+            self._router = FairRouter(connection, prefix=self.settings.prefix)
+        return self._router
+
+    @property
+    def route(self) -> Route:
+        """Job key, base queue and rules: the decorator's, else the settings' for this job key."""
+        if self._route is None:
+            configured = self.settings.job(self.job_key) if self._rules is None or self._queue is None else None
+            queue = self._queue or (configured.queue if configured else None) or "default"
+            rules = self._rules if self._rules is not None else tuple(configured.rules if configured else ())
+            self._route = Route(self.job_key, queue, rules)
+        return self._route
+
+    # -- enqueueing -------------------------------------------------------------------------------
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Enqueue with the decorator's rq options; every argument goes to the function."""
+        return self._enqueue(self._call(args=args, kwargs=kwargs), None, None, None)
+
+    def enqueue(self, *args: Any, fair_tenant: object = None, queue: str | None = None, **kwargs: Any) -> Job:
+        """Like ``rq.Queue.enqueue``: rq options (job_timeout, retry, meta, ...) mix with the function's
+        arguments. ``fair_tenant=`` overrides the tenant callable; ``queue=`` is recorded, not rerouted."""
+        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, None)
+
+    def enqueue_at(
+        self, when: datetime, *args: Any, fair_tenant: object = None, queue: str | None = None, **kwargs: Any
+    ) -> Job:
+        """Schedule for ``when``; counted in the tenant window now, when it is scheduled."""
+        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, when)
+
+    def enqueue_in(
+        self, delay: timedelta, *args: Any, fair_tenant: object = None, queue: str | None = None, **kwargs: Any
+    ) -> Job:
+        """Schedule after ``delay``; counted in the tenant window now, when it is scheduled."""
+        return self.enqueue_at(datetime.now(timezone.utc) + delay, *args, fair_tenant=fair_tenant, queue=queue,
+                               **kwargs)
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
+        """Enqueue ``[(args, kwargs), ...]`` with the decorator's options; one Lua call routes the batch.
+        A ``fair_tenant`` key in an item's kwargs sets that item's tenant."""
+        batch = []
+        for item in calls:
+            if not (isinstance(item, tuple) and len(item) == 2):
+                raise TypeError(f"enqueue_many takes (args, kwargs) pairs, got {item!r}")
+            args, kwargs = item
+            kwargs = dict(kwargs)
+            explicit = kwargs.pop("fair_tenant", None)
+            batch.append((self._call(args=tuple(args), kwargs=kwargs), self.tenants.resolve(explicit, args, kwargs)))
+        return self.router.enqueue_many(self.route, batch)
+
+    def _call(self, *args: Any, **kwargs: Any) -> EnqueueArgs:
+        """rq's own parsing of enqueue arguments, over the decorator's defaults."""
+        return Queue.parse_args(self.func, *args, **{**self.options, **kwargs})
+
+    def _enqueue(self, call: EnqueueArgs, explicit: object, queue: str | None, at: datetime | None) -> Job:
+        tenant = self.tenants.resolve(explicit, call.args or (), call.kwargs or {})
+        return self.router.enqueue(self.route, call, tenant, queue=queue, at=at)
+
+
+def fair_job(
+    queue: str | None = None,
+    *,
+    rules: Sequence[Rule | Mapping[str, Any]] | None = None,
+    tenant: TenantFunc | None = None,
+    connection: Redis | None = None,
+    router: FairRouter | None = None,
+    settings: Settings | None = None,
+    job_key: str | None = None,
+    **rq_options: Any,
+) -> Callable[[Callable[P, R]], FairJob[P, R]]:
+    """Decorate a job function for tenant-routed enqueueing.
+
+    ``queue``: base queue (else settings ``jobs.<job key>.queue``, else ``default``).
+    ``rules``: throttle rules, least to most restrictive (else settings ``jobs.<job key>.rules``).
+    ``tenant``: called with the job's arguments, returns the tenant id.
+    ``connection`` / ``router``: where to enqueue (else ``settings.redis_url``).
+    ``rq_options``: defaults for rq (``job_timeout``, ``retry``, ``result_ttl``, ...).
+    """
+
+    def decorate(func: Callable[P, R]) -> FairJob[P, R]:
+        return FairJob(func, queue, rules, tenant, connection, router, settings, job_key, rq_options)
+
+    return decorate

@@ -1,0 +1,52 @@
+"""Durations as users write them: ``30``, ``2.5``, ``timedelta(hours=1)``, ``"250ms"``, ``"1h"``.
+
+Every window, lease and snooze in fair-router is a duration; parsing them in one place keeps the
+YAML, the environment and the Python API in agreement about what ``"5m"`` means.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def parse_duration(value: object) -> float:
+    """Return ``value`` in seconds; raise ValueError naming the value when it is not a positive duration."""
+    if isinstance(value, bool):
+        raise ValueError(f"duration must be a number of seconds or a string like '30s', got {value!r}")
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        match = _PATTERN.match(value)
+        if match is None:
+            raise ValueError(
+                f"invalid duration {value!r}: use seconds or a number with a unit ms, s, m, h or d ('250ms', '1h')"
+            )
+        seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    else:
+        raise ValueError(f"duration must be seconds, a timedelta or a string like '5m', got {value!r}")
+    if not seconds >= 0.001:  # also rejects NaN
+        raise ValueError(f"duration must be at least 1ms, got {value!r}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Shortest exact spelling of ``seconds`` in the units parse_duration reads (for tables and logs)."""
+    for unit in ("d", "h", "m", "s"):
+        size = _UNITS[unit]
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{int(seconds / size)}{unit}"
+    ms = seconds * 1000
+    return f"{ms:g}ms" if seconds < 1 else f"{seconds:g}s"
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+"""A pydantic field type: a positive duration in seconds, parsed by :func:`parse_duration`."""

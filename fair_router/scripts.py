@@ -1,0 +1,71 @@
+"""Typed wrappers around the Lua scripts in ``fair_router/lua``: one class per script.
+
+Each script file is read once per wrapper with importlib.resources and registered on the client
+(redis-py sends EVALSHA and reloads on NOSCRIPT). The wrapper's signature names the script's KEYS
+and ARGV, so the Lua side never assembles key names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from importlib.resources import files
+from typing import Any
+
+from redis import Redis
+from redis.commands.core import Script
+
+from fair_router.rules import Rule
+
+Clock = Callable[[], float]
+"""Returns epoch seconds. ``None`` in its place means Redis server ``TIME``."""
+
+
+def load_script(connection: Redis, name: str) -> Script:
+    """Register ``fair_router/lua/<name>.lua`` on ``connection``."""
+    source = files("fair_router").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    return connection.register_script(source)
+
+
+def now_arg(clock: Clock | None) -> str:
+    """The ``now_ms`` ARGV slot: the injected clock in ms, or '' for server TIME."""
+    return "" if clock is None else str(int(clock() * 1000))
+
+
+class RouteScript:
+    """route.lua: record each job in its tenant window and return the matching rule per job."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "route")
+
+    def __call__(
+        self,
+        windows: Sequence[str],
+        jobs: Sequence[tuple[int, str]],
+        rules: Sequence[Rule],
+        now_ms: str,
+        client: Any = None,
+    ) -> list[int]:
+        """KEYS = ``windows``; ``jobs`` = (index into windows, job id). Returns 0 or 1-based rule index."""
+        args: list[str | int] = [
+            now_ms,
+            max(rule.per_ms for rule in rules),
+            max(rule.threshold for rule in rules) + 1,
+            len(rules),
+        ]
+        for rule in rules:
+            args += (rule.per_ms, rule.threshold)
+        for index, job_id in jobs:
+            args += (index + 1, job_id)
+        return [int(x) for x in self._script(keys=list(windows), args=args, client=client)]
+
+
+class PeekScript:
+    """peek.lua: read-only count of one window for each rule's period."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "peek")
+
+    def __call__(self, window: str, rules: Sequence[Rule], now_ms: str) -> tuple[int, list[int]]:
+        """Returns (now in ms, [count within each rule's period])."""
+        result = self._script(keys=[window], args=[now_ms, *(rule.per_ms for rule in rules)])
+        return int(result[0]), [int(x) for x in result[1:]]

@@ -1,0 +1,150 @@
+"""Settings: a YAML file plus ``FAIR_ROUTER_*`` environment overrides, validated by pydantic-settings.
+
+The file comes from ``FAIR_ROUTER_CONFIG`` (default ``./fair_router.yaml`` when present); every key
+can be overridden by ``FAIR_ROUTER_<KEY>`` with ``__`` for nesting and JSON for complex values.
+Settings are validated whole at load, so a typo fails at start-up with the file, key path and reason
+rather than silently routing nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from fair_router.rules import QueueName, Rule
+
+CONFIG_ENV = "FAIR_ROUTER_CONFIG"
+DEFAULT_CONFIG = Path("fair_router.yaml")
+
+
+def _weight(value: object) -> object:
+    """Queue weights are positive finite numbers or the word ``strict`` (bools are not numbers here)."""
+    if value == "strict":
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}") from None
+    if not (number > 0 and math.isfinite(number)):
+        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}")
+    return number
+
+
+Weight = Annotated[float | Literal["strict"], BeforeValidator(_weight)]
+"""A queue's fetch weight: a positive number, or ``"strict"`` (always polled first, in listed order)."""
+
+Prefix = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+
+
+class JobConfig(BaseModel):
+    """Routing of one job function, keyed by its dotted path (``module.qualname``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue: QueueName | None = None
+    rules: list[Rule] = Field(default_factory=list)
+
+
+def default_config_path() -> Path | None:
+    """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else ``./fair_router.yaml`` if it exists."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        return Path(named)
+    return DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
+
+
+class Settings(BaseSettings):
+    """All fair-router settings. Build with :func:`load_settings` to get file-aware error messages."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="FAIR_ROUTER_", env_nested_delimiter="__", extra="forbid", yaml_file=None
+    )
+
+    redis_url: str = "redis://localhost:6379/0"
+    prefix: Prefix = "fair_router"
+    jobs: dict[str, JobConfig] = Field(default_factory=dict)
+    queues: dict[QueueName, Weight] = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Precedence: explicit arguments, then the environment, then the YAML file."""
+        yaml_file = settings_cls.model_config.get("yaml_file") or default_config_path()
+        return init_settings, env_settings, YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file)
+
+    def job(self, job_key: str) -> JobConfig:
+        """Settings for one job key; an unconfigured job has no rules."""
+        return self.jobs.get(job_key) or JobConfig()
+
+    def weight(self, queue: str) -> float | Literal["strict"]:
+        """Fetch weight of ``queue``; queues not listed get 1."""
+        return self.queues.get(queue, 1.0)
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message names the file, the key path and the reason."""
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif "." in part or not part:
+            path += f"[{part!r}]"
+        else:
+            path += f".{part}" if path else part
+    return path or "(top level)"
+
+
+def describe_errors(error: ValidationError, source: str) -> str:
+    """Render a pydantic ValidationError as ``source: key.path: reason (got value)`` lines."""
+    lines = [f"invalid fair-router settings in {source}:"]
+    for item in error.errors():
+        where = _location(tuple(p for p in item["loc"] if p not in ("function-after", "function-before")))
+        reason = item["msg"].removeprefix("Value error, ")
+        got = "" if item["type"] in ("missing", "value_error") else f" (got {item['input']!r})"
+        lines.append(f"  {where}: {reason}{got}")
+    return "\n".join(lines)
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``) and the environment.
+
+    Raises SettingsError naming the file, key path and reason when anything is invalid.
+    """
+    file = Path(path) if path is not None else default_config_path()
+    if file is not None and not file.is_file():
+        raise SettingsError(f"fair-router settings file not found: {file}")
+    source = f"{file} (or its FAIR_ROUTER_* environment override)" if file else "FAIR_ROUTER_* environment"
+
+    class FileSettings(Settings):
+        model_config = SettingsConfigDict(yaml_file=file)
+
+    try:
+        return FileSettings(**overrides)
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{file}: malformed YAML: {exc}") from None
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, source)) from None
+    except (TypeError, AttributeError) as exc:  # e.g. a YAML list or scalar where a mapping belongs
+        raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None

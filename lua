@@ -1,0 +1,1 @@
+fair_router/lua
