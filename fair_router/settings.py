@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -46,6 +47,20 @@ def _weight(value: object) -> object:
 Weight = Annotated[float | Literal["strict"], BeforeValidator(_weight)]
 """A queue's fetch weight: a positive number, or ``"strict"`` (always polled first, in listed order)."""
 
+def _queue_group(value: object) -> object:
+    """A pool entry's key: one queue name or several joined by commas (``"default,default_throttled"``)."""
+    if not isinstance(value, str):
+        return value
+    names = [name.strip() for name in value.split(",")]
+    if not all(_QUEUE_NAME.match(name) for name in names):
+        raise ValueError(f"pool key {value!r} must be queue names (letters, digits, '_', '-', '.') joined by ','")
+    return ",".join(names)
+
+
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+QueueGroup = Annotated[str, BeforeValidator(_queue_group)]
+"""Queues one pooled worker listens on, comma-separated, e.g. ``analysis_priority`` or ``a,b``."""
+
 Prefix = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 
 
@@ -77,6 +92,7 @@ class Settings(BaseSettings):
     prefix: Prefix = "fair_router"
     jobs: dict[str, JobConfig] = Field(default_factory=dict)
     queues: dict[QueueName, Weight] = Field(default_factory=dict)
+    pool: dict[QueueGroup, Annotated[int, Field(gt=0)]] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(
@@ -109,7 +125,9 @@ def _location(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif "." in part or not part:
+        elif part == "[key]":
+            path += " (the key)"
+        elif not re.fullmatch(r"[A-Za-z0-9_\-]+", part):
             path += f"[{part!r}]"
         else:
             path += f".{part}" if path else part
