@@ -42,7 +42,7 @@ def check(config: Path | None) -> None:
                          format_duration(rule.per), rule.queue))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
     if settings.queues:
         click.echo("\nqueue weights (strict first, in order; others by weight; unlisted = 1):")
         for name, weight in settings.queues.items():
@@ -64,7 +64,7 @@ def stats(job_key: str, tenant: str, config: Path | None) -> None:
     click.echo(f"job key {job_key}, tenant {tenant!r}, base queue {route.queue}")
     if not route.rules:
         click.echo("no rules configured for this job key")
-    for rule, count in zip(route.rules, view.counts):
+    for rule, count in zip(route.rules, view.counts, strict=True):
         state = "MATCHES" if count + 1 > rule.threshold else "ok"
         click.echo(f"  {count:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
     reason = f" (rule: {view.next_rule.describe()})" if view.next_rule else ""
@@ -78,3 +78,52 @@ def demo() -> None:
 
     with demo_redis() as connection:
         print_routing(run_routing_demo(connection))
+
+
+@main.command()
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file; `pool:` is the allocation.")
+@click.option("--url", help="Redis URL.  [default: redis_url from settings]")
+@click.option("--worker-class", default="fair_router.WeightedWorker", show_default=True,
+              help="rq worker class every worker runs (dotted path).")
+@click.option("--logging-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
+@click.option("--with-scheduler", is_flag=True, help="Run rq's scheduler in exactly one of the workers.")
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds a stopping worker may finish its job before it is cold-stopped.")
+def pool(config: Path | None, url: str | None, worker_class: str, logging_level: str, with_scheduler: bool,
+         grace: float) -> None:
+    """Run the workers per queue group set in `pool:`; restart dead ones; stop all on SIGINT/SIGTERM.
+
+    Unlike `rq worker-pool` (N identical workers on the same queues), each queue group gets its own
+    number of workers, e.g. `pool: {analysis_priority: 5, analysis_default: 3, "scheduled,maint": 2}`.
+    """
+    import logging
+
+    from redis.exceptions import RedisError
+    from rq.utils import import_worker_class
+
+    from fair_router.pool import WorkerPool, redact_url
+
+    settings = _settings(config)
+    if not settings.pool:
+        click.echo("error: no workers to run: `pool:` is empty. Set it in the settings file, e.g.\n"
+                   "  pool:\n    default: 2\n    default_throttled,default_superslow: 1\n"
+                   "or in the environment: FAIR_ROUTER_POOL='{\"default\": 2}'", err=True)
+        sys.exit(2)
+    url = url or settings.redis_url
+    try:
+        import_worker_class(worker_class)
+    except (ImportError, ValueError) as exc:
+        click.echo(f"error: cannot use worker class {worker_class!r}: {exc}", err=True)
+        sys.exit(2)
+    try:
+        Redis.from_url(url, socket_connect_timeout=5).ping()
+    except (RedisError, ValueError) as exc:
+        click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
+        sys.exit(2)
+    logging.basicConfig(level=logging_level.upper(), format="%(asctime)s fair-router pool: %(message)s",
+                        datefmt="%H:%M:%S")
+    workers = WorkerPool(settings.pool, url, worker_class=worker_class, logging_level=logging_level.upper(),
+                         with_scheduler=with_scheduler, grace=grace)
+    click.echo(workers.describe())
+    sys.exit(workers.run())

@@ -123,7 +123,8 @@ class FairJob(Generic[P, R]):
 
     def _call(self, *args: Any, **kwargs: Any) -> EnqueueArgs:
         """rq's own parsing of enqueue arguments, over the decorator's defaults."""
-        return Queue.parse_args(self.func, *args, **{**self.options, **kwargs})
+        parsed: EnqueueArgs = Queue.parse_args(self.func, *args, **{**self.options, **kwargs})
+        return parsed
 
     def _enqueue(self, call: EnqueueArgs, explicit: object, queue: str | None, at: datetime | None) -> Job:
         tenant = self.tenants.resolve(explicit, call.args or (), call.kwargs or {})

@@ -86,7 +86,7 @@ class FairRouter:
             return WindowView([], route.queue, None)
         _, counts = self._peek(self.keys.window(route.job_key, tenant), route.rules, now_arg(self.clock))
         rule = None
-        for candidate, count in zip(route.rules, counts):
+        for candidate, count in zip(route.rules, counts, strict=True):
             if count + 1 > candidate.threshold:
                 rule = candidate
         return WindowView(counts, rule.queue if rule else route.queue, rule)
@@ -114,11 +114,12 @@ class FairRouter:
         if queue is not None:
             rule = None
         target = self.queue(queue or (rule.queue if rule else route.queue))
+        func, timeout = _rq_loose(call)
         job = target.create_job(
-            call.func,
+            func,
             args=call.args,
             kwargs=call.kwargs,
-            timeout=call.timeout,
+            timeout=timeout,
             result_ttl=call.result_ttl,
             ttl=call.ttl,
             failure_ttl=call.failure_ttl,
@@ -155,11 +156,12 @@ class FairRouter:
         by_queue: dict[str, list[Any]] = {}
         for call, tenant, job_id in batch:
             rule = next(rules) if tenant is not None else None
+            func, timeout = _rq_loose(call)
             data = Queue.prepare_data(
-                call.func,
+                func,
                 args=call.args,
                 kwargs=call.kwargs,
-                timeout=call.timeout,
+                timeout=timeout,
                 result_ttl=call.result_ttl,
                 ttl=call.ttl,
                 failure_ttl=call.failure_ttl,
@@ -182,6 +184,11 @@ class FairRouter:
                 jobs.update((job.id, job) for job in self.queue(name).enqueue_many(datas, pipeline=pipe))
             pipe.execute()
         return [jobs[job_id] for _, _, job_id in batch]
+
+
+def _rq_loose(call: EnqueueArgs) -> tuple[Any, Any]:
+    """``func`` and ``timeout`` as rq accepts them at run time (a dotted path; ``"1h"``), wider than its hints."""
+    return call.func, call.timeout
 
 
 def _meta(meta: dict[str, Any] | None, tenant: str | None, rule: Rule | None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 from redis import Redis
 from redis.commands.core import Script
 
+from fair_router.keys import Keys
 from fair_router.rules import Rule
 
 Clock = Callable[[], float]
@@ -22,13 +23,13 @@ Clock = Callable[[], float]
 
 def load_script(connection: Redis, name: str) -> Script:
     """Register ``fair_router/lua/<name>.lua`` on ``connection``."""
-    source = files("fair_router").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    source = files("fair_router").joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
     return connection.register_script(source)
 
 
 def now_arg(clock: Clock | None) -> str:
     """The ``now_ms`` ARGV slot: the injected clock in ms, or '' for server TIME."""
-    return "" if clock is None else str(int(clock() * 1000))
+    return "" if clock is None else str(round(clock() * 1000))
 
 
 class RouteScript:
@@ -46,7 +47,7 @@ class RouteScript:
         client: Any = None,
     ) -> list[int]:
         """KEYS = ``windows``; ``jobs`` = (index into windows, job id). Returns 0 or 1-based rule index."""
-        args: list[str | int] = [
+        args: list[str | int | bytes] = [
             now_ms,
             max(rule.per_ms for rule in rules),
             max(rule.threshold for rule in rules) + 1,
@@ -55,7 +56,7 @@ class RouteScript:
         for rule in rules:
             args += (rule.per_ms, rule.threshold)
         for index, job_id in jobs:
-            args += (index + 1, job_id)
+            args += (index + 1, Keys.member(job_id))
         return [int(x) for x in self._script(keys=list(windows), args=args, client=client)]
 
 

@@ -164,5 +164,5 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise SettingsError(f"{file}: malformed YAML: {exc}") from None
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc, source)) from None
-    except (TypeError, AttributeError) as exc:  # e.g. a YAML list or scalar where a mapping belongs
+    except (TypeError, AttributeError, ValueError) as exc:  # a YAML list or scalar where a mapping belongs
         raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None

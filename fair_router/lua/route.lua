@@ -1,5 +1,5 @@
 -- route.lua: record enqueues in per-tenant sliding windows and pick each job's throttle rule.
--- KEYS[k]  window sorted set of one (job key, tenant): member = job id, score = enqueue time (ms).
+-- KEYS[k]  window sorted set of one (job key, tenant): member = job id digest, score = enqueue time (ms).
 --          All KEYS share one hash tag (the job key).
 -- ARGV     now_ms ('' = server TIME), ttl_ms (longest window), cap (newest entries kept),
 --          n_rules, then n_rules pairs (per_ms, threshold) in rule order,
@@ -27,6 +27,9 @@ for i = first_job, #ARGV, 2 do
   end
   -- NX: a job id already recorded keeps its first time and counts once.
   redis.call('ZADD', key, 'NX', now_ms, ARGV[i + 1])
+  -- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly.
+  -- Trimming on every add keeps small windows in Redis' compact listpack encoding.
+  redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
   local rule = 0
   for r = 1, n_rules do
     local per_ms = tonumber(ARGV[3 + 2 * r])
@@ -38,9 +41,7 @@ for i = first_job, #ARGV, 2 do
   chosen[#chosen + 1] = rule
 end
 
--- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly.
 for key in pairs(touched) do
-  redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
   redis.call('PEXPIRE', key, ttl_ms)
 end
 return chosen

@@ -1,0 +1,101 @@
+from pathlib import Path
+
+import pytest
+
+from fair_router import Settings, SettingsError, load_settings
+
+GOOD = """
+redis_url: redis://localhost:6379/3
+prefix: myapp
+jobs:
+  myapp.tasks.process:
+    queue: default
+    rules:
+      - {queue: default_throttled, threshold: 100, per: 1h}
+      - {queue: default_superslow, threshold: 10, per: 1m}
+queues:
+  critical: strict
+  default: 6
+  default_throttled: 3
+  default_superslow: 0.5
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "fair_router.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_loads_yaml(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, GOOD))
+    assert isinstance(settings, Settings)
+    assert settings.redis_url.endswith("/3") and settings.prefix == "myapp"
+    job = settings.job("myapp.tasks.process")
+    assert [r.queue for r in job.rules] == ["default_throttled", "default_superslow"]
+    assert job.rules[1].per == 60
+    assert settings.queues == {"critical": "strict", "default": 6, "default_throttled": 3, "default_superslow": 0.5}
+    assert settings.weight("unlisted") == 1
+    assert settings.job("not.configured").rules == []
+
+
+def test_config_env_and_default_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, GOOD, "elsewhere.yaml")
+    monkeypatch.setenv("FAIR_ROUTER_CONFIG", str(path))
+    assert load_settings().prefix == "myapp"
+    monkeypatch.delenv("FAIR_ROUTER_CONFIG")
+    monkeypatch.chdir(tmp_path)
+    assert load_settings().prefix == "fair_router"  # no ./fair_router.yaml: defaults
+    write(tmp_path, "prefix: fromcwd\n")
+    assert load_settings().prefix == "fromcwd"
+
+
+def test_environment_overrides_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAIR_ROUTER_PREFIX", "envprefix")
+    monkeypatch.setenv("FAIR_ROUTER_REDIS_URL", "redis://example:1/0")
+    monkeypatch.setenv("FAIR_ROUTER_QUEUES__default", "2")
+    monkeypatch.setenv("FAIR_ROUTER_JOBS", '{"a.b": {"rules": [{"queue": "slow", "threshold": 5, "per": "10s"}]}}')
+    settings = load_settings(write(tmp_path, GOOD))
+    assert settings.prefix == "envprefix" and settings.redis_url == "redis://example:1/0"
+    assert settings.queues["default"] == 2 and settings.queues["critical"] == "strict"
+    assert settings.job("a.b").rules[0].threshold == 5
+
+
+BAD = [
+    ("jobs: {a.b: {rules: [{queue: q, threshold: -1, per: 1h}]}}", "jobs['a.b'].rules[0].threshold"),
+    ("jobs: {a.b: {rules: [{queue: q, threshold: 0, per: 1h}]}}", "jobs['a.b'].rules[0].threshold"),
+    ("jobs: {a.b: {rules: [{queue: q, threshold: 1, per: 0s}]}}", "jobs['a.b'].rules[0].per"),
+    ("jobs: {a.b: {rules: [{queue: q, threshold: 1, per: -5m}]}}", "jobs['a.b'].rules[0].per"),
+    ("jobs: {a.b: {rules: [{queue: q, threshold: 1, per: soon}]}}", "jobs['a.b'].rules[0].per"),
+    ("jobs: {a.b: {rules: [{queue: '', threshold: 1, per: 1h}]}}", "jobs['a.b'].rules[0].queue"),
+    ("jobs: {a.b: {queue: ''}}", "jobs['a.b'].queue"),
+    ("jobs: {a.b: {rules: [{queue: q, threshold: 1, per: 1h, color: red}]}}", "jobs['a.b'].rules[0].color"),
+    ("unknown_key: 1", "unknown_key"),
+    ("queues: {default: 0}", "queues.default"),
+    ("queues: {default: -2}", "queues.default"),
+    ("queues: {default: fast}", "queues.default"),
+    ("queues: {default: true}", "queues.default"),
+    ("prefix: 'a{b}'", "prefix"),
+]
+
+
+@pytest.mark.parametrize(("text", "where"), BAD)
+def test_bad_settings_name_file_key_and_reason(tmp_path: Path, text: str, where: str) -> None:
+    path = write(tmp_path, text + "\n")
+    with pytest.raises(SettingsError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert where in message, message
+
+
+@pytest.mark.parametrize("text", ["jobs: [unclosed\n", "key: : value\n  - bad\n", "- just\n- a list\n"])
+def test_malformed_yaml_names_the_file(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(SettingsError, match=str(path)):
+        load_settings(path)
+
+
+def test_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="not found"):
+        load_settings(tmp_path / "nope.yaml")
