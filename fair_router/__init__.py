@@ -7,12 +7,14 @@ Public API (documented in the README):
 - :func:`fair_job` — decorator adding tenant-routed ``delay``/``enqueue*`` to a job function.
 - :class:`Settings`, :func:`load_settings` — YAML + environment configuration.
 - :class:`SettingsError` — raised for invalid settings, naming file, key path and reason.
+- :class:`WeightedWorker`, :class:`WeightedSimpleWorker` — rq workers with weighted fetch order.
 """
 
 from fair_router.decorator import FairJob, fair_job
 from fair_router.router import FairRouter
 from fair_router.rules import Rule
 from fair_router.settings import Settings, SettingsError, load_settings
+from fair_router.worker import WeightedSimpleWorker, WeightedWorker
 
 __all__ = [
     "FairJob",
@@ -20,6 +22,8 @@ __all__ = [
     "Rule",
     "Settings",
     "SettingsError",
+    "WeightedSimpleWorker",
+    "WeightedWorker",
     "fair_job",
     "load_settings",
 ]

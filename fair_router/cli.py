@@ -72,18 +72,70 @@ def stats(job_key: str, tenant: str, config: Path | None) -> None:
 
 
 @main.command()
-def demo() -> None:
-    """Run the demo on $REDIS_URL, else on a private redis-server."""
-    from fair_router.demo import demo_redis, print_routing, run_routing_demo
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also draw per-tenant wait distributions to this PNG (needs matplotlib).")
+@click.option("--quick", is_flag=True, help="A smaller flood (500 greedy jobs, 10 small tenants).")
+def demo(plot: Path | None, quick: bool) -> None:
+    """Routing, then the flood scenario (FIFO vs fair-router) on real workers.
 
-    with demo_redis() as connection:
+    Uses $REDIS_URL / $FAIR_ROUTER_REDIS_URL, else a private redis-server.
+    """
+    from fair_router.demo import demo_redis, print_flood, print_routing, run_flood_demo, run_routing_demo
+    from fair_router.flood import MODES, FloodParams
+
+    params = FloodParams(greedy_jobs=500, small_tenants=10) if quick else FloodParams()
+    with demo_redis() as (connection, url):
         print_routing(run_routing_demo(connection))
+        report = run_flood_demo(connection, url, params, MODES)
+    print_flood(report)
+    if plot is not None:
+        from fair_router.plot import plot_waits
+
+        plot_waits(report, plot)
+        click.echo(f"\nplot written to {plot}")
 
 
 @main.command()
-@click.option("--config", type=click.Path(path_type=Path), help="Settings file; `pool:` is the allocation.")
+@click.argument("queues", nargs=-1)
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file; `queues:` holds the weights.")
 @click.option("--url", help="Redis URL.  [default: redis_url from settings]")
-@click.option("--worker-class", default="fair_router.WeightedWorker", show_default=True,
+@click.option("--burst", is_flag=True, help="Quit when the queues are empty.")
+@click.option("--name", help="Worker name.  [default: random]")
+@click.option("--logging-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
+@click.option("--max-jobs", type=click.IntRange(min=1), help="Quit after this many jobs.")
+@click.option("--with-scheduler/--without-scheduler", default=True, show_default=True,
+              help="Also run rq's scheduler, so enqueue_in/enqueue_at jobs are moved to their queues.")
+def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst: bool, name: str | None,
+           logging_level: str, max_jobs: int | None, with_scheduler: bool) -> None:
+    """Run one weighted worker on QUEUES (default: every queue listed under `queues:` in the settings).
+
+    The same as `rq worker -w fair_router.WeightedWorker QUEUES`, with URL and weights from the settings.
+    """
+    from redis.exceptions import RedisError
+
+    from fair_router.worker import WeightedWorker
+
+    settings = _settings(config)
+    names = list(queues) or list(settings.queues)
+    if not names:
+        click.echo("error: no queues to work on: name them (fair-router worker default low) or list them "
+                   "under `queues:` in the settings", err=True)
+        sys.exit(2)
+    try:
+        connection = Redis.from_url(url or settings.redis_url)
+        rq_worker = WeightedWorker(names, connection=connection, name=name, weights=settings.queues)
+    except (RedisError, ValueError) as exc:
+        click.echo(f"error: cannot start the worker: {exc}", err=True)
+        sys.exit(2)
+    rq_worker.work(burst=burst, logging_level=logging_level.upper(), max_jobs=max_jobs,
+                   with_scheduler=with_scheduler)
+
+
+@main.command()
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file (`pool:`); workers get it too.")
+@click.option("--url", help="Redis URL.  [default: redis_url from settings]")
+@click.option("--worker-class", "-w", default="fair_router.WeightedWorker", show_default=True,
               help="rq worker class every worker runs (dotted path).")
 @click.option("--logging-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
@@ -124,6 +176,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     logging.basicConfig(level=logging_level.upper(), format="%(asctime)s fair-router pool: %(message)s",
                         datefmt="%H:%M:%S")
     workers = WorkerPool(settings.pool, url, worker_class=worker_class, logging_level=logging_level.upper(),
-                         with_scheduler=with_scheduler, grace=grace)
+                         with_scheduler=with_scheduler, grace=grace,
+                         env={"FAIR_ROUTER_CONFIG": str(config.resolve())} if config else None)
     click.echo(workers.describe())
     sys.exit(workers.run())

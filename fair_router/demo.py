@@ -1,4 +1,4 @@
-"""``fair-router demo``: a greedy tenant and two small ones enqueue; see where each job went.
+"""``fair-router demo``: where jobs are routed, then the flood scenario drained by real workers.
 
 Runs on ``$REDIS_URL`` / ``$FAIR_ROUTER_REDIS_URL`` when set, else on a private redis-server.
 """
@@ -14,6 +14,7 @@ import click
 from redis import Redis
 
 from fair_router.decorator import fair_job
+from fair_router.flood import FloodParams, run_scenario, total_jobs
 from fair_router.redis_server import RedisServer
 from fair_router.router import FairRouter
 from fair_router.rules import Rule
@@ -32,16 +33,16 @@ def work(account: str, item: int) -> int:
 
 
 @contextmanager
-def demo_redis() -> Iterator[Redis]:
-    """The user's Redis if REDIS_URL/FAIR_ROUTER_REDIS_URL is set, else a private redis-server."""
+def demo_redis() -> Iterator[tuple[Redis, str]]:
+    """(client, url) of the user's Redis if REDIS_URL/FAIR_ROUTER_REDIS_URL is set, else of a private one."""
     url = os.environ.get("FAIR_ROUTER_REDIS_URL") or os.environ.get("REDIS_URL")
     if url:
         click.echo(f"using Redis at {url}")
-        yield Redis.from_url(url)
+        yield Redis.from_url(url), url
         return
     with RedisServer() as server:
         click.echo(f"started redis-server {server.binary} on port {server.port}")
-        yield server.client()
+        yield server.client(), server.url
 
 
 def run_routing_demo(connection: Redis) -> dict[str, Counter[str]]:
@@ -65,3 +66,31 @@ def print_routing(placed: dict[str, Counter[str]]) -> None:
     click.echo("-" * len(header))
     for tenant, counts in placed.items():
         click.echo(f"{tenant:<12}" + "".join(f"{counts[q]:>16}" for q in DEMO_QUEUES))
+
+
+def run_flood_demo(connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...]) -> dict[str, object]:
+    """Run the flood scenario in every mode with a progress bar; return the report."""
+    click.echo(f"\nflood: {params.greedy_tenants} greedy tenant(s) x {params.greedy_jobs} jobs at once, "
+               f"{params.small_tenants} small tenants x {params.small_jobs} jobs over "
+               f"{params.arrival_spread:.1f}s, {params.job_ms:g} ms jobs, {params.workers} workers; "
+               "each mode also runs once without the flood")
+    with click.progressbar(length=total_jobs(params, modes), label="running", show_pos=True) as bar:
+        return run_scenario(connection, url, params, modes, progress=bar.update)
+
+
+def print_flood(report: dict[str, object]) -> None:
+    """One table per mode: per-class p50/p95 wait, then makespan, throughput, Jain, isolation."""
+    modes = report["modes"]
+    assert isinstance(modes, dict)
+    for name, entry in modes.items():
+        s = entry["summary"]
+        click.echo(f"\n== {name} ==")
+        click.echo(f"  {'tenant class':<14}{'p50 wait':>12}{'p95 wait':>12}")
+        for kind in ("greedy", "small"):
+            click.echo(f"  {kind:<14}{s[kind + '_p50']:>11.3f}s{s[kind + '_p95']:>11.3f}s")
+        click.echo(f"  makespan {s['makespan']:.2f}s ({s.get('makespan_vs_fifo', 1):.3f}x FIFO), "
+                   f"throughput {s['throughput']:.0f} jobs/s")
+        click.echo(f"  Jain's index over per-tenant slowdown: {s['jain_slowdown']:.3f}")
+        click.echo(f"  isolation (small p95 with flood / without): {s['isolation']:.1f}x "
+                   f"(without flood p95 {s['calm_small_p95']:.3f}s); small p95 vs FIFO "
+                   f"{100 * s.get('small_p95_vs_fifo', 1):.1f}%")

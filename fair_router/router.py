@@ -60,6 +60,7 @@ class FairRouter:
         self._route = RouteScript(connection)
         self._peek = PeekScript(connection)
         self._queues: dict[str, Queue] = {}
+        self._rule_meta: dict[Rule, dict[str, Any]] = {}
 
     # -- deciding ------------------------------------------------------------------------------
 
@@ -72,12 +73,10 @@ class FairRouter:
         """Record (tenant, job id) enqueues in order, in one Lua call; return each one's matching rule."""
         if not route.rules or not jobs:
             return [None] * len(jobs)
-        windows: dict[str, int] = {}
-        entries = [
-            (windows.setdefault(self.keys.window(route.job_key, tenant), len(windows)), job_id)
-            for tenant, job_id in jobs
-        ]
-        picks = self._route(list(windows), entries, route.rules, now_arg(self.clock))
+        tenants: dict[str, int] = {}
+        entries = [(tenants.setdefault(tenant, len(tenants)), job_id) for tenant, job_id in jobs]
+        windows = [self.keys.window(route.job_key, tenant) for tenant in tenants]
+        picks = self._route(windows, entries, route.rules, now_arg(self.clock))
         return [route.rules[pick - 1] if pick else None for pick in picks]
 
     def peek(self, route: Route, tenant: str) -> WindowView:
@@ -126,7 +125,7 @@ class FairRouter:
             description=call.description,
             depends_on=call.depends_on,
             job_id=job_id,
-            meta=_meta(call.meta, tenant, rule),
+            meta=self._meta(call.meta, tenant, rule),
             status=JobStatus.SCHEDULED if at is not None else JobStatus.QUEUED,
             retry=call.retry,
             repeat=call.repeat,
@@ -169,7 +168,7 @@ class FairRouter:
                 depends_on=call.depends_on,
                 job_id=job_id,
                 at_front=call.at_front,
-                meta=_meta(call.meta, tenant, rule),
+                meta=self._meta(call.meta, tenant, rule),
                 retry=call.retry,
                 on_success=call.on_success,
                 on_failure=call.on_failure,
@@ -186,10 +185,18 @@ class FairRouter:
         return [jobs[job_id] for _, _, job_id in batch]
 
 
+    def _meta(self, meta: dict[str, Any] | None, tenant: str | None, rule: Rule | None) -> dict[str, Any]:
+        """The job's meta plus ``fair_tenant`` and ``fair_rule`` (the rule as a dict, or None)."""
+        described = None
+        if rule is not None:
+            if rule not in self._rule_meta:
+                self._rule_meta[rule] = rule.model_dump()
+            described = dict(self._rule_meta[rule])
+        return {**(meta or {}), META_TENANT: tenant, META_RULE: described}
+
+
 def _rq_loose(call: EnqueueArgs) -> tuple[Any, Any]:
     """``func`` and ``timeout`` as rq accepts them at run time (a dotted path; ``"1h"``), wider than its hints."""
     return call.func, call.timeout
 
 
-def _meta(meta: dict[str, Any] | None, tenant: str | None, rule: Rule | None) -> dict[str, Any]:
-    return {**(meta or {}), META_TENANT: tenant, META_RULE: rule.model_dump() if rule else None}

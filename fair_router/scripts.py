@@ -37,27 +37,31 @@ class RouteScript:
 
     def __init__(self, connection: Redis) -> None:
         self._script = load_script(connection, "route")
+        self._headers: dict[tuple[Rule, ...], list[int]] = {}
 
     def __call__(
         self,
         windows: Sequence[str],
         jobs: Sequence[tuple[int, str]],
-        rules: Sequence[Rule],
+        rules: tuple[Rule, ...],
         now_ms: str,
         client: Any = None,
     ) -> list[int]:
         """KEYS = ``windows``; ``jobs`` = (index into windows, job id). Returns 0 or 1-based rule index."""
-        args: list[str | int | bytes] = [
-            now_ms,
-            max(rule.per_ms for rule in rules),
-            max(rule.threshold for rule in rules) + 1,
-            len(rules),
-        ]
-        for rule in rules:
-            args += (rule.per_ms, rule.threshold)
+        args: list[str | int | bytes] = [now_ms, *self._header(rules)]
         for index, job_id in jobs:
             args += (index + 1, Keys.member(job_id))
         return [int(x) for x in self._script(keys=list(windows), args=args, client=client)]
+
+    def _header(self, rules: tuple[Rule, ...]) -> list[int]:
+        """ARGV after now_ms: ttl_ms, cap, n_rules, (per_ms, threshold)...; built once per rule set."""
+        header = self._headers.get(rules)
+        if header is None:
+            header = [max(r.per_ms for r in rules), max(r.threshold for r in rules) + 1, len(rules)]
+            for rule in rules:
+                header += (rule.per_ms, rule.threshold)
+            self._headers[rules] = header
+        return header
 
 
 class PeekScript:

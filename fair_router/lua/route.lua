@@ -17,30 +17,36 @@ if not now_ms then
   now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A window counts enqueues with time in (now - per, now].
+local lower, threshold = {}, {}
+for r = 1, n_rules do
+  lower[r] = '(' .. (now_ms - tonumber(ARGV[3 + 2 * r]))
+  threshold[r] = tonumber(ARGV[4 + 2 * r])
+end
+local keep_from = -(cap + 1)
+
 local chosen = {}
 local touched = {}
 for i = first_job, #ARGV, 2 do
   local key = KEYS[tonumber(ARGV[i])]
-  if not touched[key] then
-    touched[key] = true
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', now_ms - ttl_ms)
-  end
+  touched[key] = true
   -- NX: a job id already recorded keeps its first time and counts once.
-  redis.call('ZADD', key, 'NX', now_ms, ARGV[i + 1])
-  -- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly.
-  -- Trimming on every add keeps small windows in Redis' compact listpack encoding.
-  redis.call('ZREMRANGEBYRANK', key, 0, -(cap + 1))
+  if redis.call('ZADD', key, 'NX', now_ms, ARGV[i + 1]) == 1 then
+    -- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly;
+    -- trimming on every add keeps small windows in Redis' compact listpack encoding.
+    redis.call('ZREMRANGEBYRANK', key, 0, keep_from)
+  end
   local rule = 0
-  for r = 1, n_rules do
-    local per_ms = tonumber(ARGV[3 + 2 * r])
-    local threshold = tonumber(ARGV[4 + 2 * r])
-    if redis.call('ZCOUNT', key, '(' .. (now_ms - per_ms), now_ms) > threshold then
+  for r = n_rules, 1, -1 do  -- the last matching rule wins: look from the end
+    if redis.call('ZCOUNT', key, lower[r], now_ms) > threshold[r] then
       rule = r
+      break
     end
   end
   chosen[#chosen + 1] = rule
 end
 
+-- Entries older than the longest window are never counted; an idle window expires whole.
 for key in pairs(touched) do
   redis.call('PEXPIRE', key, ttl_ms)
 end

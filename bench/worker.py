@@ -1,0 +1,190 @@
+"""Drain throughput of WeightedSimpleWorker against plain rq SimpleWorker, side by side in one run.
+
+Each round enqueues the same backlog twice (``--jobs`` no-op jobs spread evenly over 3 queues, weights
+6/3/1 for the weighted side) and times ``work(burst=True)`` of each worker until its copy is drained.
+Rounds alternate which side goes first, so machine noise and warm caches hit both alike. Reported:
+median jobs/s of each side and their ratio (goal: weighted >= 0.95x plain, i.e. re-sampling the queue
+order before every fetch costs at most 5%), and Redis commands per job, which CPU noise cannot move.
+
+Runs against a private redis-server, or against ``$REDIS_URL`` when set: then it only touches its own
+uniquely named queues, jobs and workers, deletes them at the end, and never flushes.
+
+    .venv/bin/python bench/worker.py [--jobs 2000] [--rounds 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import secrets
+import statistics
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from rq import Queue, SimpleWorker
+from rq.registry import FailedJobRegistry
+
+from fair_router import WeightedSimpleWorker
+from fair_router.redis_server import RedisServer
+from fair_router.sampling import weighted_order
+
+# rq stores a job's function by dotted path and refuses functions defined in __main__.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs import noop
+
+GOAL = 0.95
+WEIGHTS = (6.0, 3.0, 1.0)
+SIDES: dict[str, type[SimpleWorker]] = {"plain": SimpleWorker, "weighted": WeightedSimpleWorker}
+
+
+def commands_so_far(conn: Redis) -> int:
+    """Commands the server has executed (all clients): a noise-free cost measure next to jobs/s."""
+    return sum(int(stat["calls"]) for stat in conn.info("commandstats").values())
+
+
+def drain(conn: Redis, run: str, label: str, side: str, jobs: int) -> tuple[float, float]:
+    """Enqueue ``jobs`` no-ops over 3 fresh queues; one burst worker drains them: (jobs/s, commands/job)."""
+    names = [f"{run}.{label}.{side}.q{i}" for i in range(len(WEIGHTS))]
+    for i, name in enumerate(names):
+        share = jobs // len(names) + (1 if i < jobs % len(names) else 0)
+        # rq's default result_ttl, as in production; ids carry the run tag so clean_up finds every key.
+        Queue(name, connection=conn).enqueue_many(
+            [Queue.prepare_data(noop, job_id=f"{run}-{label}-{side}-{i}-{k}") for k in range(share)]
+        )
+    options: dict[str, Any] = {"weights": dict(zip(names, WEIGHTS, strict=True))} if side == "weighted" else {}
+    worker = SIDES[side](names, connection=conn, name=f"{run}-{label}-{side}", **options)
+    gc.collect()
+    commands = commands_so_far(conn)
+    start = time.perf_counter()
+    worker.work(burst=True, logging_level="WARNING")
+    elapsed = time.perf_counter() - start
+    commands = commands_so_far(conn) - commands - 1
+    left = sum(Queue(name, connection=conn).count for name in names)
+    failed = sum(FailedJobRegistry(name, connection=conn).count for name in names)
+    if left or failed:
+        raise RuntimeError(f"{side} worker left {left} of {jobs} jobs queued, {failed} failed")
+    return jobs / elapsed, commands / jobs
+
+
+def clean_up(conn: Redis, run: str) -> None:
+    """Delete every key carrying this run's tag (queues, jobs, registries, workers) and its set entries."""
+    keys = list(conn.scan_iter(match=f"*{run}*", count=1000))
+    for start in range(0, len(keys), 1000):
+        conn.unlink(*keys[start : start + 1000])
+    for members_of in ("rq:queues", "rq:workers"):
+        ours = [member for member in conn.smembers(members_of) if run.encode() in member]
+        if ours:
+            conn.srem(members_of, *ours)
+
+
+def sampling_us_per_fetch(calls: int = 20_000) -> float:
+    """CPU time of the per-fetch re-sampling alone (3 queues), in microseconds: what the weighted side adds."""
+    items = list(zip(["q0", "q1", "q2"], WEIGHTS, strict=True))
+    start = time.perf_counter()
+    for _ in range(calls):
+        weighted_order(items)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
+    """Warm up both sides, then ``rounds`` rounds of one drain per side, alternating who goes first."""
+    run = f"fair_bench_worker_{secrets.token_hex(3)}"
+    rates: dict[str, list[float]] = {side: [] for side in SIDES}
+    costs: dict[str, list[float]] = {side: [] for side in SIDES}
+    firsts = []
+    try:
+        for side in SIDES:  # warm-up: imports, rq's cached server version, connection pools
+            drain(conn, run, "warmup", side, min(jobs, 200))
+        for rnd in range(rounds):
+            order = list(SIDES) if rnd % 2 == 0 else list(SIDES)[::-1]
+            firsts.append(order[0])
+            for side in order:
+                rate, cost = drain(conn, run, f"r{rnd}", side, jobs)
+                rates[side].append(rate)
+                costs[side].append(cost)
+    finally:
+        clean_up(conn, run)
+    medians = {side: statistics.median(got) for side, got in rates.items()}
+    ratio = medians["weighted"] / medians["plain"]
+    return {
+        "jobs": jobs,
+        "rounds": rounds,
+        "weights": list(WEIGHTS),
+        "first_each_round": firsts,
+        "jobs_per_s": rates,
+        "redis_commands_per_job": costs,
+        "median_jobs_per_s": medians,
+        "median_redis_commands_per_job": {side: statistics.median(got) for side, got in costs.items()},
+        "ratio": ratio,
+        "sampling_us_per_fetch": sampling_us_per_fetch(),
+        "goal": GOAL,
+        "ok": ratio >= GOAL,
+    }
+
+
+def print_report(report: dict[str, Any]) -> None:
+    rows = [("round", "first", "SimpleWorker jobs/s", "cmds/job", "WeightedSimpleWorker jobs/s", "cmds/job",
+             "ratio")]
+    rates, costs = report["jobs_per_s"], report["redis_commands_per_job"]
+    for rnd, first in enumerate(report["first_each_round"]):
+        plain, weighted = rates["plain"][rnd], rates["weighted"][rnd]
+        rows.append((str(rnd + 1), first, f"{plain:,.0f}", f"{costs['plain'][rnd]:.1f}", f"{weighted:,.0f}",
+                     f"{costs['weighted'][rnd]:.1f}", f"{weighted / plain:.3f}x"))
+    medians, median_costs = report["median_jobs_per_s"], report["median_redis_commands_per_job"]
+    rows.append(("median", "", f"{medians['plain']:,.0f}", f"{median_costs['plain']:.1f}",
+                 f"{medians['weighted']:,.0f}", f"{median_costs['weighted']:.1f}", f"{report['ratio']:.3f}x"))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    line = "-" * (sum(widths) + 2 * (len(widths) - 1))
+    for k, row in enumerate(rows):
+        if k in (1, len(rows) - 1):
+            print(line)
+        print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    verdict = "OK" if report["ok"] else "BELOW GOAL"
+    print(f"\nweighted / plain median throughput: {report['ratio']:.3f}x (goal >= {GOAL:.2f}x): {verdict}")
+    print("cmds/job counts every client's commands: exact on the private server, approximate on a shared one.")
+    job_us = 1e6 / medians["plain"]
+    print(f"re-sampling the order costs {report['sampling_us_per_fetch']:.1f} us per fetch, "
+          f"{report['sampling_us_per_fetch'] / job_us:.2%} of the {job_us:,.0f} us a plain job takes here.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=2000, help="jobs per drain (spread over 3 queues)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds; each drains once per side")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.rounds < 1:
+        parser.error("--jobs and --rounds must be at least 1")
+
+    url = os.environ.get("REDIS_URL")
+    server = None if url else RedisServer().start()
+    conn = Redis.from_url(url or server.url)  # type: ignore[union-attr]
+    try:
+        redis_version = conn.info("server")["redis_version"]
+        where = "$REDIS_URL" if url else "private server"
+        print(f"fair-router worker bench: redis {redis_version} ({where}), python {platform.python_version()}, "
+              f"rq {version('rq')}; {args.rounds} rounds x {args.jobs:,} no-op jobs over {len(WEIGHTS)} queues, "
+              "SimpleWorker in-process, burst\n", flush=True)
+        report = measure(conn, args.jobs, args.rounds)
+    finally:
+        conn.close()
+        if server is not None:
+            server.stop()
+    report |= {"redis": redis_version, "python": platform.python_version(), "rq": version("rq")}
+    print_report(report)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""The flood scenario: one greedy tenant enqueues thousands of jobs at once while small tenants keep
+arriving; real rq workers drain it. Shared by ``fair-router demo`` and ``bench/fairness.py``.
+
+Each mode runs the same arrivals twice, with and without the flood, so that the report can say how
+visible the flood is to small tenants (design.md, "Fairness metrics"):
+
+- **isolation**: small tenants' p95 queue wait under the flood / their p95 wait without it;
+- **makespan ratio**: makespan / FIFO's makespan for the same jobs (work conservation, goal <= 1.05);
+- **Jain's index** over per-tenant mean slowdown (wait / service time), as asked for by issue 3,
+  with the caveat from design.md that FIFO scores well on it when everybody waits equally long.
+
+Modes: ``fifo`` is plain rq (one queue, rq's SimpleWorker); ``router`` is fair-router (throttle
+rules at enqueue, WeightedSimpleWorker over the base and throttled queues).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from rq import Queue, get_current_job
+from rq.job import Job
+
+from fair_router.decorator import fair_job
+from fair_router.router import FairRouter
+from fair_router.rules import Rule
+
+MODES = ("fifo", "router")
+RQ_OVERHEAD_MS = 3.0  # rough per-job cost of rq itself, used only to size the arrival spread
+PREFIX = "fair_router_flood"
+
+
+def timed_job(tenant: str, ms: float, done_key: str) -> None:
+    """The scenario's job: sleeps ``ms`` (an I/O-bound task), then counts itself done."""
+    time.sleep(ms / 1000)
+    job = get_current_job()
+    if job is not None:
+        job.connection.incr(done_key)
+
+
+@dataclass(frozen=True)
+class FloodParams:
+    """Scenario parameters; defaults are issue 3's: 2,000 greedy jobs, 40 small tenants x 3, 5 ms, 2 workers."""
+
+    greedy_tenants: int = 1
+    greedy_jobs: int = 2000
+    small_tenants: int = 40
+    small_jobs: int = 3
+    spread: float | None = None
+    job_ms: float = 5.0
+    workers: int = 2
+    seed: int = 1
+
+    @property
+    def total_jobs(self) -> int:
+        return self.greedy_tenants * self.greedy_jobs + self.small_tenants * self.small_jobs
+
+    @property
+    def arrival_spread(self) -> float:
+        """Seconds over which small jobs arrive: by default the expected drain time of the flood."""
+        if self.spread is not None:
+            return self.spread
+        return self.total_jobs * (self.job_ms + RQ_OVERHEAD_MS) / 1000 / self.workers
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Queues, worker class, weights and how jobs are enqueued in one mode."""
+
+    name: str
+    queues: tuple[str, ...]
+    worker_class: str
+    weights: dict[str, float] = field(default_factory=dict)
+    rules: tuple[Rule, ...] = ()
+
+
+def mode(name: str, run: str) -> Mode:
+    """The named mode with queue names unique to ``run``."""
+    if name == "fifo":
+        return Mode(name, (f"{run}_fifo",), "rq.SimpleWorker")
+    if name == "router":
+        base = f"{run}_routed"
+        return Mode(
+            name,
+            (base, f"{base}_throttled", f"{base}_superslow"),
+            "fair_router.WeightedSimpleWorker",
+            weights={base: 6, f"{base}_throttled": 3, f"{base}_superslow": 1},
+            rules=(Rule(queue=f"{base}_throttled", threshold=20, per="1m"),
+                   Rule(queue=f"{base}_superslow", threshold=100, per="1m")),
+        )
+    raise ValueError(f"unknown mode {name!r}: choose from {', '.join(MODES)}")
+
+
+@dataclass
+class JobTiming:
+    """One finished job: tenant, tenant class and its rq timestamps (epoch seconds)."""
+
+    tenant: str
+    kind: str
+    enqueued: float
+    started: float
+    ended: float
+
+    @property
+    def wait(self) -> float:
+        return self.started - self.enqueued
+
+    @property
+    def service(self) -> float:
+        return max(self.ended - self.started, 1e-6)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def jain(values: Sequence[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one tenant takes everything."""
+    total, squares = sum(values), sum(v * v for v in values)
+    return total * total / (len(values) * squares) if squares else 1.0
+
+
+def summarize(timings: Sequence[JobTiming]) -> dict[str, float]:
+    """Per-class p50/p95 wait, makespan, throughput and Jain's index over per-tenant slowdown."""
+    result: dict[str, float] = {}
+    for kind in ("greedy", "small"):
+        waits = [t.wait for t in timings if t.kind == kind]
+        result[f"{kind}_p50"] = percentile(waits, 0.50)
+        result[f"{kind}_p95"] = percentile(waits, 0.95)
+    makespan = max(t.ended for t in timings) - min(t.enqueued for t in timings)
+    result["makespan"] = makespan
+    result["throughput"] = len(timings) / makespan
+    per_tenant: dict[str, list[float]] = {}
+    for t in timings:
+        per_tenant.setdefault(t.tenant, []).append(t.wait / t.service)
+    result["jain_slowdown"] = jain([statistics.fmean(v) for v in per_tenant.values()])
+    return result
+
+
+def arrivals(params: FloodParams, flood: bool) -> list[tuple[float, str, str]]:
+    """(offset seconds, tenant, kind) for every job: the flood at 0, small jobs spread at random."""
+    rng = random.Random(params.seed)
+    plan = [(0.0, f"greedy-{g}", "greedy") for g in range(params.greedy_tenants)
+            for _ in range(params.greedy_jobs)] if flood else []
+    plan += [(rng.uniform(0, params.arrival_spread), f"small-{s}", "small")
+             for s in range(params.small_tenants) for _ in range(params.small_jobs)]
+    return sorted(plan, key=lambda item: item[0])
+
+
+@contextmanager
+def workers(url: str, chosen: Mode, count: int) -> Iterator[None]:
+    """``count`` real ``rq worker`` processes of the mode's class, stopped (SIGTERM) on exit."""
+    with tempfile.TemporaryDirectory(prefix="fair-router-flood-") as tmp:
+        config = Path(tmp) / "fair_router.yaml"
+        config.write_text("queues:\n" + "".join(f"  {q}: {w}\n" for q, w in chosen.weights.items()))
+        env = {**os.environ, "FAIR_ROUTER_CONFIG": str(config)}
+        command = [sys.executable, "-m", "rq.cli", "worker", "-w", chosen.worker_class, "--url", url,
+                   "--logging_level", "WARNING", *chosen.queues]
+        procs = [subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for _ in range(count)]
+        try:
+            yield
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                if proc.stderr:
+                    proc.stderr.close()
+
+
+def run_once(
+    connection: Redis,
+    url: str,
+    mode_name: str,
+    params: FloodParams,
+    flood: bool,
+    progress: Callable[[int], None] | None = None,
+) -> list[JobTiming]:
+    """Run one mode once (with or without the flood) on real workers; return every job's timing."""
+    run = f"fr{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    chosen = mode(mode_name, run)
+    done_key = f"{PREFIX}:{run}:done"
+    plan = arrivals(params, flood)
+    enqueue = _enqueuer(connection, chosen)
+    kinds: dict[str, tuple[str, str]] = {}
+    with workers(url, chosen, params.workers):
+        _wait_for_workers(connection, chosen.queues, params.workers)
+        start = time.monotonic()
+        greedy = [(tenant, kind) for offset, tenant, kind in plan if kind == "greedy"]
+        for job in enqueue.bulk([(tenant, params.job_ms, done_key) for tenant, _ in greedy]):
+            kinds[job.id] = (job.args[0], "greedy")
+        reported = 0
+        for offset, tenant, kind in (item for item in plan if item[2] != "greedy"):
+            while (delay := start + offset - time.monotonic()) > 0:
+                time.sleep(min(delay, 0.05))
+                reported = _report(connection, done_key, reported, progress)
+            kinds[enqueue.one(tenant, params.job_ms, done_key).id] = (tenant, kind)
+        deadline = time.monotonic() + 120 + params.total_jobs * params.job_ms / 1000
+        while reported < len(plan):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{mode_name}: only {reported} of {len(plan)} jobs finished in time")
+            time.sleep(0.05)
+            reported = _report(connection, done_key, reported, progress)
+    jobs = Job.fetch_many(list(kinds), connection=connection)
+    for name in chosen.queues:
+        Queue(name, connection=connection).delete(delete_jobs=True)
+    connection.delete(done_key)
+    return [_timing(job, *kinds[job.id]) for job in jobs if job is not None]
+
+
+def _timing(job: Job, tenant: str, kind: str) -> JobTiming:
+    if job.enqueued_at is None or job.started_at is None or job.ended_at is None:
+        raise RuntimeError(f"job {job.id} of {tenant} finished without rq timestamps")
+    return JobTiming(tenant, kind, job.enqueued_at.timestamp(), job.started_at.timestamp(),
+                     job.ended_at.timestamp())
+
+
+def _report(connection: Redis, done_key: str, reported: int, progress: Callable[[int], None] | None) -> int:
+    done = int(connection.get(done_key) or 0)
+    if progress is not None and done > reported:
+        progress(done - reported)
+    return max(done, reported)
+
+
+def _wait_for_workers(connection: Redis, queues: Sequence[str], count: int) -> None:
+    """Block until ``count`` workers listen on these queues, so start-up is not counted as wait."""
+    from rq import Worker
+
+    deadline = time.monotonic() + 60
+    while len(Worker.all(queue=Queue(queues[0], connection=connection))) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError("rq workers did not start within 60 s")
+        time.sleep(0.05)
+
+
+@dataclass
+class _Enqueuer:
+    one: Callable[[str, float, str], Job]
+    bulk: Callable[[list[tuple[str, float, str]]], list[Job]]
+
+
+def _enqueuer(connection: Redis, chosen: Mode) -> _Enqueuer:
+    """How the mode enqueues: plain rq for FIFO, ``@fair_job`` for the router."""
+    if not chosen.rules:
+        queue = Queue(chosen.queues[0], connection=connection)
+        return _Enqueuer(
+            one=lambda *args: queue.enqueue(timed_job, *args, result_ttl=600),
+            bulk=lambda items: queue.enqueue_many(
+                [Queue.prepare_data(timed_job, args, result_ttl=600) for args in items]),
+        )
+    router = FairRouter(connection, prefix=PREFIX)
+    job = fair_job(chosen.queues[0], rules=chosen.rules, tenant=lambda tenant, *_: tenant, router=router,
+                   job_key=f"{PREFIX}.{chosen.queues[0]}", result_ttl=600)(timed_job)
+    return _Enqueuer(one=job.delay, bulk=lambda items: job.enqueue_many([(args, {}) for args in items]))
+
+
+def run_scenario(
+    connection: Redis,
+    url: str,
+    params: FloodParams,
+    modes: Sequence[str] = MODES,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Every mode without and with the flood; returns params, per-mode summaries and raw waits."""
+    report: dict[str, Any] = {"params": asdict(params), "modes": {}}
+    for name in modes:
+        calm = run_once(connection, url, name, params, flood=False, progress=progress)
+        flooded = run_once(connection, url, name, params, flood=True, progress=progress)
+        summary = summarize(flooded)
+        summary["calm_small_p95"] = summarize(calm)["small_p95"]
+        summary["isolation"] = summary["small_p95"] / max(summary["calm_small_p95"], 1e-6)
+        report["modes"][name] = {
+            "summary": summary,
+            "waits": {kind: [t.wait for t in flooded if t.kind == kind] for kind in ("greedy", "small")},
+        }
+    fifo = report["modes"].get("fifo")
+    for entry in report["modes"].values():
+        if fifo:
+            entry["summary"]["makespan_vs_fifo"] = entry["summary"]["makespan"] / fifo["summary"]["makespan"]
+            entry["summary"]["small_p95_vs_fifo"] = entry["summary"]["small_p95"] / fifo["summary"]["small_p95"]
+    return report
+
+
+def total_jobs(params: FloodParams, modes: Sequence[str]) -> int:
+    """Jobs run by run_scenario (for a progress bar)."""
+    return len(modes) * (params.total_jobs + params.small_tenants * params.small_jobs)

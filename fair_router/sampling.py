@@ -1,0 +1,54 @@
+"""Weighted queue order: strict queues first, then weighted sampling without replacement.
+
+Why this distribution: a worker polls its queues in order and takes the first job it finds, so only
+the *order* matters. Drawing the order by successive sampling (pick the first queue with probability
+``w / W``, the next among the rest with ``w / (W - w_first)``, and so on) is the distribution of
+Sidekiq's weighted fetch (each queue repeated ``w`` times, shuffled, duplicates dropped), which users
+already reason about: while every queue is backlogged, a queue gets exactly its ``w / W`` share of
+fetches, and when some are empty the rest keep their proportions among themselves, because an
+empty queue is simply skipped. Unlike Sidekiq's list it needs no integer weights and no list of
+``sum(w)`` entries.
+
+How: Efraimidis-Spirakis keys. Each item draws ``-log(u) / w`` with ``u`` uniform in (0, 1], i.e. an
+exponential variate of rate ``w``, and items are sorted by key. The minimum of independent exponentials
+is item ``i`` with probability ``w_i / W``, and by memorylessness the remaining keys order the rest by
+the same rule, which is exactly successive sampling. Cost O(n log n), fractional weights welcome.
+The tempting ``max(random() * w)`` is *not* this distribution (it over-favours heavy items).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+from typing import Literal, TypeVar
+
+T = TypeVar("T")
+
+STRICT = "strict"
+
+
+def weighted_order(
+    items: Iterable[tuple[T, float | Literal["strict"]]], rng: random.Random | None = None
+) -> list[T]:
+    """Strict items first in their given order, then the weighted ones by successive weighted sampling.
+
+    ``rng`` makes the draw reproducible (tests); by default the ``random`` module's generator is used.
+    Raises ValueError for a weight that is neither ``"strict"`` nor a positive finite number.
+    """
+    expovariate = (rng or random).expovariate
+    strict: list[T] = []
+    keyed: list[tuple[float, int, T]] = []
+    for index, (item, weight) in enumerate(items):
+        if weight == STRICT:
+            strict.append(item)
+            continue
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (
+            weight > 0 and math.isfinite(weight)
+        ):
+            raise ValueError(f"weight of {item!r} must be a positive number or 'strict', got {weight!r}")
+        # expovariate(w) is -log(1 - random()) / w: the Efraimidis-Spirakis key, u = 1 - random() in (0, 1].
+        # The index breaks (practically impossible) ties by given order and keeps items uncompared.
+        keyed.append((expovariate(weight), index, item))
+    keyed.sort(key=lambda entry: (entry[0], entry[1]))
+    return strict + [item for _, _, item in keyed]

@@ -1,0 +1,79 @@
+"""rq workers that poll their queues in a freshly weighted random order before every fetch.
+
+``rq worker -w fair_router.WeightedWorker default default_throttled default_superslow`` works with
+the unchanged rq CLI. Weights come from settings (``queues:``; an unlisted queue weighs 1), or from
+``weights=`` when the worker is built in code. Before each fetch the order is drawn by
+:func:`fair_router.sampling.weighted_order`: ``"strict"`` queues first, in the worker's listed order,
+then the rest so that a queue is polled first with probability ``w / W``. rq pops from the first
+non-empty queue in that order, so an empty queue is skipped and the others keep their proportions.
+A worker none of whose queues has a configured weight keeps rq's own order (and ``--dequeue-strategy``,
+which has no effect once weights apply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import TypeAdapter, ValidationError
+from rq import Queue, SimpleWorker, Worker
+from rq.job import Job
+from rq.worker import BaseWorker
+
+from fair_router.rules import QueueName
+from fair_router.sampling import weighted_order
+from fair_router.settings import SettingsError, Weight, describe_errors, load_settings
+
+QueueWeight = float | Literal["strict"]
+
+_WEIGHTS: TypeAdapter[dict[str, QueueWeight]] = TypeAdapter(dict[QueueName, Weight])
+
+
+def validate_weights(weights: Mapping[str, object], source: str = "weights=") -> dict[str, QueueWeight]:
+    """Check an explicit queue -> weight mapping with the same rules as the ``queues:`` setting.
+
+    Raises SettingsError naming each bad queue, its value and the reason.
+    """
+    try:
+        return _WEIGHTS.validate_python(dict(weights))
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, source)) from None
+
+
+class WeightedFetchMixin(BaseWorker):
+    """Re-samples the queue order by weight before every fetch; shared by both weighted workers."""
+
+    def __init__(
+        self, queues: Any, *args: Any, weights: Mapping[str, object] | None = None, **kwargs: Any
+    ) -> None:
+        """Takes rq's arguments plus ``weights`` (queue -> weight); without it, settings' ``queues:``."""
+        # Checked before rq connects, so a bad weight is reported even while Redis is down.
+        if weights is None:
+            configured = load_settings().queues  # validated at load: errors name the file and queue
+        else:
+            configured = validate_weights(weights, f"{type(self).__name__}(weights=...)")
+        super().__init__(queues, *args, **kwargs)
+        # None means "no queue of this worker is weighted": leave rq's order alone, as documented.
+        self.fetch_weights: list[tuple[Queue, QueueWeight]] | None = (
+            [(queue, configured.get(queue.name, 1.0)) for queue in self.queues]
+            if any(queue.name in configured for queue in self.queues)
+            else None
+        )
+
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
+        """Draw a new order before each fetch; rq's ``reorder_queues`` only runs after one (not the first)."""
+        # Blocking fetches that time out idle are re-issued by rq with this same order; harmless, as every
+        # queue was empty until then.
+        if self.fetch_weights is not None:
+            self._ordered_queues = weighted_order(self.fetch_weights)
+        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+
+
+class WeightedWorker(WeightedFetchMixin, Worker):
+    """rq's forking Worker with weighted fetch order (``rq worker -w fair_router.WeightedWorker``)."""
+
+
+class WeightedSimpleWorker(WeightedFetchMixin, SimpleWorker):
+    """rq's SimpleWorker (jobs run in the worker process) with weighted fetch order."""

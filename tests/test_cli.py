@@ -1,0 +1,59 @@
+"""The fair-router command: check, stats, demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+from redis import Redis
+
+from fair_router import FairRouter, load_settings
+from fair_router.cli import main
+from fair_router.redis_server import RedisServer
+
+CONFIG = """
+prefix: clitest
+jobs:
+  app.tasks.sync:
+    queue: default
+    rules:
+      - {queue: default_throttled, threshold: 2, per: 1h}
+      - {queue: default_superslow, threshold: 3, per: 90s}
+queues: {critical: strict, default: 6, default_throttled: 3, default_superslow: 1}
+"""
+
+
+def test_check_prints_the_rules_table(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(CONFIG)
+    result = CliRunner().invoke(main, ["check", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "app.tasks.sync" in result.output and "default_superslow" in result.output
+    assert "> 3" in result.output and "90s" in result.output and "critical: strict" in result.output
+    assert "settings OK" in result.output
+
+
+def test_check_fails_with_file_key_and_reason(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("jobs: {a.b: {rules: [{queue: q, threshold: 0, per: 1h}]}}\n")
+    result = CliRunner().invoke(main, ["check", str(path)])
+    assert result.exit_code == 2
+    assert str(path) in result.output and "jobs['a.b'].rules[0].threshold" in result.output
+
+
+def test_stats_is_read_only_and_predicts_the_next_queue(tmp_path: Path, conn: Redis,
+                                                        redis_server: RedisServer) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(CONFIG + f"redis_url: {redis_server.url}\n")
+    settings = load_settings(path)
+    router = FairRouter(conn, prefix=settings.prefix)
+    rules = settings.job("app.tasks.sync").rules
+    for i in range(2):
+        router.route("app.tasks.sync", "acme:{1}", f"j{i}", "default", rules)
+    before = conn.zcard(router.keys.window("app.tasks.sync", "acme:{1}"))
+    result = CliRunner().invoke(main, ["stats", "app.tasks.sync", "acme:{1}", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "next job would go to: default_throttled" in result.output
+    assert conn.zcard(router.keys.window("app.tasks.sync", "acme:{1}")) == before == 2
+    result = CliRunner().invoke(main, ["stats", "app.tasks.sync", "nobody", "--config", str(path)])
+    assert "next job would go to: default\n" in result.output
