@@ -51,15 +51,21 @@ def check(config: Path | None) -> None:
 
 
 @main.command()
-@click.argument("job_key")
-@click.argument("tenant")
+@click.argument("job_key", required=False)
+@click.argument("tenant", required=False)
+@click.option("--limits", is_flag=True, help="Show per-tier concurrency counters and tier limits instead.")
 @click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
-def stats(job_key: str, tenant: str, config: Path | None) -> None:
-    """Window counts of TENANT for JOB_KEY and where its next job would go (read-only)."""
+def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | None) -> None:
+    """Window counts of TENANT for JOB_KEY and where its next job would go (read-only); or --limits."""
     settings = _settings(config)
+    router = _router(settings)
+    if limits:
+        _print_limits(settings, router)
+        return
+    if job_key is None or tenant is None:
+        raise click.UsageError("give JOB_KEY and TENANT, or --limits")
     job = settings.job(job_key)
     route = Route(job_key, job.queue or "default", tuple(job.rules))
-    router = FairRouter(Redis.from_url(settings.redis_url), prefix=settings.prefix)
     view = router.peek(route, tenant)
     click.echo(f"job key {job_key}, tenant {tenant!r}, base queue {route.queue}")
     if not route.rules:
@@ -69,6 +75,58 @@ def stats(job_key: str, tenant: str, config: Path | None) -> None:
         click.echo(f"  {count:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
     reason = f" (rule: {view.next_rule.describe()})" if view.next_rule else ""
     click.echo(f"next job would go to: {view.next_queue}{reason}")
+
+
+def _router(settings: Settings) -> FairRouter:
+    return FairRouter(Redis.from_url(settings.redis_url), prefix=settings.prefix, tiers=settings.tiers)
+
+
+def _print_limits(settings: Settings, router: FairRouter) -> None:
+    from fair_router.limits import COUNTERS, ConcurrencyLimiter
+
+    limiter = ConcurrencyLimiter(router.connection, router.keys, router.tiers, settings.concurrency)
+    counters = limiter.counters()
+    state = "enabled" if settings.concurrency.enabled else "disabled (concurrency.enabled: false)"
+    click.echo(f"concurrency limits: {state}; lease_ttl {format_duration(settings.concurrency.lease_ttl)}, "
+               f"snooze {format_duration(settings.concurrency.snooze)} + up to "
+               f"{format_duration(settings.concurrency.jitter)} jitter")
+    click.echo(f"  {'tier':<14}{'limit':>6}{'priority':>10}" + "".join(f"{name:>11}" for name in COUNTERS))
+    for tier in sorted({*settings.tiers.concurrency, *counters}):
+        row = counters.get(tier, dict.fromkeys(COUNTERS, 0))
+        priority = "yes" if tier in settings.tiers.priority else ""
+        click.echo(f"  {tier:<14}{settings.tiers.limit(tier):>6}{priority:>10}"
+                   + "".join(f"{row[name]:>11}" for name in COUNTERS))
+
+
+@main.group()
+def tier() -> None:
+    """Read or set a tenant's plan tier (stored in Redis; used when no tiers.resolver is set)."""
+
+
+@tier.command("set")
+@click.argument("tenant")
+@click.argument("tier_name", metavar="TIER")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def tier_set(tenant: str, tier_name: str, config: Path | None) -> None:
+    """Put TENANT on TIER."""
+    router = _router(_settings(config))
+    try:
+        router.set_tier(tenant, tier_name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="TIER") from None
+    click.echo(f"{tenant}: {tier_name}")
+
+
+@tier.command("get")
+@click.argument("tenant")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def tier_get(tenant: str, config: Path | None) -> None:
+    """Print TENANT's tier and what it means."""
+    settings = _settings(config)
+    router = _router(settings)
+    name = router.get_tier(tenant)
+    kind = "priority" if name in settings.tiers.priority else "default"
+    click.echo(f"{tenant}: {name} (queue class {kind}, {settings.tiers.limit(name)} at once)")
 
 
 @main.command()

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, ParamSpec, TypeVar
+from uuid import uuid4
 
 from redis import Redis
 from rq import Queue
@@ -41,6 +42,7 @@ class FairJob(Generic[P, R]):
         settings: Settings | None,
         job_key: str | None,
         options: dict[str, Any],
+        tier_routing: bool = False,
     ) -> None:
         functools.update_wrapper(self, func)
         self.func = func
@@ -52,6 +54,7 @@ class FairJob(Generic[P, R]):
         self._router = router
         self._settings = settings
         self._route: Route | None = None
+        self.tier_routing = tier_routing
         self.tenants = TenantResolver(self.job_key, tenant)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -71,7 +74,7 @@ class FairJob(Generic[P, R]):
         """The router this job enqueues through."""
         if self._router is None:
             connection = self._connection or Redis.from_url(self.settings.redis_url)
-            self._router = FairRouter(connection, prefix=self.settings.prefix)
+            self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers)
         return self._router
 
     @property
@@ -81,6 +84,8 @@ class FairJob(Generic[P, R]):
             configured = self.settings.job(self.job_key) if self._rules is None or self._queue is None else None
             queue = self._queue or (configured.queue if configured else None) or "default"
             rules = self._rules if self._rules is not None else tuple(configured.rules if configured else ())
+            if not self.tier_routing:  # with tier routing, `{queue}` follows each call's tier queue instead
+                rules = tuple(rule.for_base(queue) for rule in rules)
             self._route = Route(self.job_key, queue, rules)
         return self._route
 
@@ -88,25 +93,40 @@ class FairJob(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue with the decorator's rq options; every argument goes to the function."""
-        return self._enqueue(self._call(args=args, kwargs=kwargs), None, None, None)
+        return self._enqueue(self._call(args=args, kwargs=kwargs), None, None, None, False)
 
-    def enqueue(self, *args: Any, fair_tenant: object = None, queue: str | None = None, **kwargs: Any) -> Job:
+    def enqueue(
+        self, *args: Any, fair_tenant: object = None, queue: str | None = None, system: bool = False, **kwargs: Any
+    ) -> Job:
         """Like ``rq.Queue.enqueue``: rq options (job_timeout, retry, meta, ...) mix with the function's
-        arguments. ``fair_tenant=`` overrides the tenant callable; ``queue=`` is recorded, not rerouted."""
-        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, None)
+        arguments. ``fair_tenant=`` overrides the tenant callable; ``queue=`` is recorded, not rerouted;
+        ``system=True`` marks a system job (scheduled queue with tier routing; never throttled or limited)."""
+        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, None, system)
 
     def enqueue_at(
-        self, when: datetime, *args: Any, fair_tenant: object = None, queue: str | None = None, **kwargs: Any
+        self,
+        when: datetime,
+        *args: Any,
+        fair_tenant: object = None,
+        queue: str | None = None,
+        system: bool = False,
+        **kwargs: Any,
     ) -> Job:
         """Schedule for ``when``; counted in the tenant window now, when it is scheduled."""
-        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, when)
+        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, when, system)
 
     def enqueue_in(
-        self, delay: timedelta, *args: Any, fair_tenant: object = None, queue: str | None = None, **kwargs: Any
+        self,
+        delay: timedelta,
+        *args: Any,
+        fair_tenant: object = None,
+        queue: str | None = None,
+        system: bool = False,
+        **kwargs: Any,
     ) -> Job:
         """Schedule after ``delay``; counted in the tenant window now, when it is scheduled."""
-        return self.enqueue_at(datetime.now(timezone.utc) + delay, *args, fair_tenant=fair_tenant, queue=queue,
-                               **kwargs)
+        when = datetime.now(timezone.utc) + delay
+        return self.enqueue_at(when, *args, fair_tenant=fair_tenant, queue=queue, system=system, **kwargs)
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
         """Enqueue ``[(args, kwargs), ...]`` with the decorator's options; one Lua call routes the batch.
@@ -119,16 +139,26 @@ class FairJob(Generic[P, R]):
             kwargs = dict(kwargs)
             explicit = kwargs.pop("fair_tenant", None)
             batch.append((self._call(args=tuple(args), kwargs=kwargs), self.tenants.resolve(explicit, args, kwargs)))
-        return self.router.enqueue_many(self.route, batch)
+        if not self.tier_routing:
+            return self.router.enqueue_many(self.route, batch)
+        batch = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
+        by_class: dict[Route, list[tuple[EnqueueArgs, str | None]]] = {}
+        for call, tenant in batch:  # one routed batch per tier queue class
+            by_class.setdefault(self.router.tier_route(self.route, tenant), []).append((call, tenant))
+        jobs = {job.id: job for route, part in by_class.items() for job in self.router.enqueue_many(route, part)}
+        return [jobs[str(call.job_id)] for call, _ in batch]
 
     def _call(self, *args: Any, **kwargs: Any) -> EnqueueArgs:
         """rq's own parsing of enqueue arguments, over the decorator's defaults."""
         parsed: EnqueueArgs = Queue.parse_args(self.func, *args, **{**self.options, **kwargs})
         return parsed
 
-    def _enqueue(self, call: EnqueueArgs, explicit: object, queue: str | None, at: datetime | None) -> Job:
+    def _enqueue(
+        self, call: EnqueueArgs, explicit: object, queue: str | None, at: datetime | None, system: bool
+    ) -> Job:
         tenant = self.tenants.resolve(explicit, call.args or (), call.kwargs or {})
-        return self.router.enqueue(self.route, call, tenant, queue=queue, at=at)
+        route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
+        return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system)
 
 
 def fair_job(
@@ -140,6 +170,7 @@ def fair_job(
     router: FairRouter | None = None,
     settings: Settings | None = None,
     job_key: str | None = None,
+    tier_routing: bool = False,
     **rq_options: Any,
 ) -> Callable[[Callable[P, R]], FairJob[P, R]]:
     """Decorate a job function for tenant-routed enqueueing.
@@ -148,10 +179,11 @@ def fair_job(
     ``rules``: throttle rules, least to most restrictive (else settings ``jobs.<job key>.rules``).
     ``tenant``: called with the job's arguments, returns the tenant id.
     ``connection`` / ``router``: where to enqueue (else ``settings.redis_url``).
+    ``tier_routing``: base queue becomes ``<queue>_priority`` / ``_default`` / ``_scheduled`` by tier.
     ``rq_options``: defaults for rq (``job_timeout``, ``retry``, ``result_ttl``, ...).
     """
 
     def decorate(func: Callable[P, R]) -> FairJob[P, R]:
-        return FairJob(func, queue, rules, tenant, connection, router, settings, job_key, rq_options)
+        return FairJob(func, queue, rules, tenant, connection, router, settings, job_key, rq_options, tier_routing)
 
     return decorate

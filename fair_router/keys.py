@@ -45,3 +45,16 @@ class Keys:
         """Sorted set of (job id -> enqueue time ms) for one (job key, tenant); tagged by job key so a
         batch of one job function for many tenants is one script call on one cluster slot."""
         return f"{self.prefix}:{{{encode(job_key)}}}:win:{encode(tenant)}"
+
+    def tiers(self) -> str:
+        """Hash tenant -> tier name, written by ``FairRouter.set_tier`` / ``fair-router tier set``."""
+        return f"{self.prefix}:{{tiers}}:map"
+
+    def leases(self, tenant: str) -> str:
+        """Sorted set of the tenant's running jobs: job id -> lease expiry (ms). Own tag per tenant, so
+        each acquire/release touches one slot."""
+        return f"{self.prefix}:{{lease:{encode(tenant)}}}"
+
+    def limit_stats(self) -> str:
+        """Hash of per-tier counters: ``<tier>:acquired|snoozed|released|reclaimed``."""
+        return f"{self.prefix}:{{stats}}:limits"

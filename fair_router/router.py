@@ -24,9 +24,12 @@ from rq.queue import EnqueueArgs
 from fair_router.keys import Keys
 from fair_router.rules import Rule
 from fair_router.scripts import Clock, PeekScript, RouteScript, now_arg
+from fair_router.settings import TiersConfig
+from fair_router.tiers import TierBook
 
 META_TENANT = "fair_tenant"
 META_RULE = "fair_rule"
+META_SYSTEM = "fair_system"
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
 
@@ -51,12 +54,19 @@ class WindowView:
 class FairRouter:
     """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection."""
 
-    def __init__(self, connection: Redis, prefix: str = "fair_router", clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        connection: Redis,
+        prefix: str = "fair_router",
+        clock: Clock | None = None,
+        tiers: TiersConfig | None = None,
+    ) -> None:
         if not _PREFIX.match(prefix):
             raise ValueError(f"invalid prefix {prefix!r}: 1-100 of letters, digits, '_', '.', ':', '-'")
         self.connection = connection
         self.keys = Keys(prefix)
         self.clock = clock
+        self.tiers = TierBook(connection, self.keys, tiers)
         self._route = RouteScript(connection)
         self._peek = PeekScript(connection)
         self._queues: dict[str, Queue] = {}
@@ -90,6 +100,22 @@ class FairRouter:
                 rule = candidate
         return WindowView(counts, rule.queue if rule else route.queue, rule)
 
+    # -- tiers ---------------------------------------------------------------------------------
+
+    def set_tier(self, tenant: str, tier: str) -> None:
+        """Put ``tenant`` on ``tier`` (stored in Redis; used when no tier resolver is configured)."""
+        self.tiers.set(tenant, tier)
+
+    def get_tier(self, tenant: str) -> str:
+        """``tenant``'s tier (``tiers.default`` when unknown)."""
+        return self.tiers.tier(tenant)
+
+    def tier_route(self, route: Route, tenant: str | None, system: bool = False) -> Route:
+        """``route`` with its base queue moved to ``<queue>_priority`` / ``_default`` / ``_scheduled`` by
+        the tenant's tier (ADR-16); rules saying ``{queue}`` follow the new base."""
+        base = f"{route.queue}_{self.tiers.queue_class(tenant, system)}"
+        return Route(route.job_key, base, tuple(rule.for_base(base) for rule in route.rules))
+
     # -- enqueueing ----------------------------------------------------------------------------
 
     def queue(self, name: str) -> Queue:
@@ -105,11 +131,12 @@ class FairRouter:
         tenant: str | None,
         queue: str | None = None,
         at: datetime | None = None,
+        system: bool = False,
     ) -> Job:
         """Route and enqueue one job (scheduled for ``at`` when given). An explicit ``queue`` is
-        recorded in the window but never rerouted."""
+        recorded in the window but never rerouted; a ``system`` job is neither throttled nor limited."""
         job_id = call.job_id or str(uuid4())
-        rule = self.decide(route, [(tenant, job_id)])[0] if tenant is not None else None
+        rule = self.decide(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
         if queue is not None:
             rule = None
         target = self.queue(queue or (rule.queue if rule else route.queue))
@@ -125,7 +152,7 @@ class FairRouter:
             description=call.description,
             depends_on=call.depends_on,
             job_id=job_id,
-            meta=self._meta(call.meta, tenant, rule),
+            meta=self._meta(call.meta, tenant, rule, system),
             status=JobStatus.SCHEDULED if at is not None else JobStatus.QUEUED,
             retry=call.retry,
             repeat=call.repeat,
@@ -185,14 +212,18 @@ class FairRouter:
         return [jobs[job_id] for _, _, job_id in batch]
 
 
-    def _meta(self, meta: dict[str, Any] | None, tenant: str | None, rule: Rule | None) -> dict[str, Any]:
-        """The job's meta plus ``fair_tenant`` and ``fair_rule`` (the rule as a dict, or None)."""
+    def _meta(
+        self, meta: dict[str, Any] | None, tenant: str | None, rule: Rule | None, system: bool = False
+    ) -> dict[str, Any]:
+        """The job's meta plus ``fair_tenant``, ``fair_rule`` (the rule as a dict, or None) and, for
+        system jobs, ``fair_system``."""
         described = None
         if rule is not None:
             if rule not in self._rule_meta:
                 self._rule_meta[rule] = rule.model_dump()
             described = dict(self._rule_meta[rule])
-        return {**(meta or {}), META_TENANT: tenant, META_RULE: described}
+        extra = {META_SYSTEM: True} if system else {}
+        return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}
 
 
 def _rq_loose(call: EnqueueArgs) -> tuple[Any, Any]:

@@ -13,6 +13,11 @@ QueueName = Annotated[
 ]
 """An rq queue name: letters, digits, ``_``, ``-`` and ``.`` (safe in keys, logs and the rq CLI)."""
 
+RuleQueue = Annotated[
+    str, StringConstraints(min_length=1, max_length=200, pattern=r"^(?:[A-Za-z0-9_.\-]|\{queue\})+$")
+]
+"""A rule's target queue: a queue name that may say ``{queue}`` for the job's (tier) base queue."""
+
 
 class Rule(BaseModel):
     """Route a tenant's jobs to ``queue`` once it enqueued more than ``threshold`` jobs within ``per``.
@@ -23,9 +28,15 @@ class Rule(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    queue: QueueName
+    queue: RuleQueue
     threshold: Annotated[int, Field(gt=0, strict=False)]
     per: Duration
+
+    def for_base(self, base: str) -> Rule:
+        """This rule with ``{queue}`` in its target replaced by ``base`` (tier routing)."""
+        if "{queue}" not in self.queue:
+            return self
+        return self.model_copy(update={"queue": self.queue.replace("{queue}", base)})
 
     @property
     def per_ms(self) -> int:

@@ -74,3 +74,15 @@ class PeekScript:
         """Returns (now in ms, [count within each rule's period])."""
         result = self._script(keys=[window], args=[now_ms, *(rule.per_ms for rule in rules)])
         return int(result[0]), [int(x) for x in result[1:]]
+
+
+class AcquireScript:
+    """acquire.lua: take or extend a tenant's concurrency slot for one job."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "acquire")
+
+    def __call__(self, leases: str, job_id: str, limit: int, lease_ms: int, now_ms: str) -> tuple[int, int]:
+        """KEYS = [leases]. Returns (status: 0 refused / 1 granted / 2 already held, leases reclaimed)."""
+        status, reclaimed = self._script(keys=[leases], args=[now_ms, job_id, limit, lease_ms])
+        return int(status), int(reclaimed)

@@ -8,6 +8,7 @@ rather than silently routing nothing.
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,6 +24,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from fair_router.durations import Duration
 from fair_router.rules import QueueName, Rule
 
 CONFIG_ENV = "FAIR_ROUTER_CONFIG"
@@ -73,6 +75,70 @@ class JobConfig(BaseModel):
     rules: list[Rule] = Field(default_factory=list)
 
 
+TierName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")]
+
+ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}
+
+
+def _resolver_path(value: object) -> object:
+    """``package.module:function``, importable now, so a typo fails at load rather than per job."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.count(":") != 1:
+        raise ValueError(f"resolver must be 'package.module:function', got {value!r}")
+    module_name, _, attribute = value.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ValueError(f"resolver {value!r}: cannot import {module_name!r} ({exc})") from None
+    if not callable(getattr(module, attribute, None)):
+        raise ValueError(f"resolver {value!r}: {module_name} has no callable {attribute!r}")
+    return value
+
+
+class TiersConfig(BaseModel):
+    """Plan tiers (Specvital ADR-10/16): which tiers get priority queues, how many jobs each may run
+    at once, and their fair-queue weight. Built-in defaults are the ADR's own values."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    default: TierName = "free"
+    resolver: Annotated[str | None, BeforeValidator(_resolver_path)] = None
+    priority: list[TierName] = Field(default_factory=lambda: ["pro", "pro_plus", "enterprise"])
+    concurrency: dict[TierName, Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: dict(ADR_LIMITS))
+    weights: dict[TierName, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known_tiers(self) -> TiersConfig:
+        known = set(self.concurrency)
+        unknown = sorted({*self.priority, *self.weights, self.default} - known)
+        if unknown:
+            raise ValueError(
+                f"unknown tier(s) {', '.join(map(repr, unknown))}: tiers are the keys of tiers.concurrency "
+                f"({', '.join(sorted(known))})"
+            )
+        return self
+
+    def limit(self, tier: str) -> int:
+        """Concurrent jobs allowed for ``tier`` (an unknown tier counts as the default tier)."""
+        return self.concurrency.get(tier, self.concurrency[self.default])
+
+    def weight(self, tier: str) -> float:
+        """Fair-queue weight of ``tier`` (default 1)."""
+        return self.weights.get(tier, 1.0)
+
+
+class ConcurrencyConfig(BaseModel):
+    """Fleet-wide per-tenant concurrency limits enforced by the weighted workers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    lease_ttl: Duration = 60.0
+    snooze: Duration = 30.0
+    jitter: Duration = 10.0
+
+
 def default_config_path() -> Path | None:
     """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else ``./fair_router.yaml`` if it exists."""
     named = os.environ.get(CONFIG_ENV)
@@ -93,6 +159,8 @@ class Settings(BaseSettings):
     jobs: dict[str, JobConfig] = Field(default_factory=dict)
     queues: dict[QueueName, Weight] = Field(default_factory=dict)
     pool: dict[QueueGroup, Annotated[int, Field(gt=0)]] = Field(default_factory=dict)
+    tiers: TiersConfig = Field(default_factory=TiersConfig)
+    concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
 
     @classmethod
     def settings_customise_sources(

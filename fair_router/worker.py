@@ -16,13 +16,18 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
+from redis import ConnectionPool, Redis
 from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
 from rq.worker import BaseWorker
 
+from fair_router.keys import Keys
+from fair_router.limits import ConcurrencyLimiter
+from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.rules import QueueName
 from fair_router.sampling import weighted_order
-from fair_router.settings import SettingsError, Weight, describe_errors, load_settings
+from fair_router.settings import Settings, SettingsError, Weight, describe_errors, load_settings
+from fair_router.tiers import TierBook
 
 QueueWeight = float | Literal["strict"]
 
@@ -41,15 +46,23 @@ def validate_weights(weights: Mapping[str, object], source: str = "weights=") ->
 
 
 class WeightedFetchMixin(BaseWorker):
-    """Re-samples the queue order by weight before every fetch; shared by both weighted workers."""
+    """Re-samples the queue order by weight before every fetch, and (when ``concurrency.enabled``) runs
+    each tenant's job inside a fleet-wide concurrency slot; shared by both weighted workers."""
 
     def __init__(
-        self, queues: Any, *args: Any, weights: Mapping[str, object] | None = None, **kwargs: Any
+        self,
+        queues: Any,
+        *args: Any,
+        weights: Mapping[str, object] | None = None,
+        settings: Settings | None = None,
+        **kwargs: Any,
     ) -> None:
-        """Takes rq's arguments plus ``weights`` (queue -> weight); without it, settings' ``queues:``."""
+        """Takes rq's arguments plus ``weights`` (queue -> weight, else settings' ``queues:``) and
+        ``settings`` (else loaded from the file and environment)."""
         # Checked before rq connects, so a bad weight is reported even while Redis is down.
+        settings = settings or load_settings()  # validated at load: errors name the file and key
         if weights is None:
-            configured = load_settings().queues  # validated at load: errors name the file and queue
+            configured = settings.queues
         else:
             configured = validate_weights(weights, f"{type(self).__name__}(weights=...)")
         super().__init__(queues, *args, **kwargs)
@@ -59,6 +72,27 @@ class WeightedFetchMixin(BaseWorker):
             if any(queue.name in configured for queue in self.queues)
             else None
         )
+        self.limiter = build_limiter(self.connection, settings) if settings.concurrency.enabled else None
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """Run the job inside its tenant's slot; a tenant at its limit has the job snoozed instead."""
+        tenant = job.meta.get(META_TENANT)
+        if self.limiter is None or not tenant or job.meta.get(META_SYSTEM):
+            super().execute_job(job, queue)  # no limiter, or a system job: limits do not apply
+            return
+        lease = self.limiter.acquire(tenant, job.id)
+        if lease is None:
+            when = self.limiter.snooze(job, queue, self.limiter.tiers.tier(tenant))
+            self.log.info("Worker %s: %s is at its limit; job %s snoozed until %s", self.name, tenant, job.id, when)
+            return
+        with self.limiter.keep_alive(lease):
+            super().execute_job(job, queue)
+
+    def teardown(self) -> None:
+        """Write the limiter's pending counters before the worker goes."""
+        if self.limiter is not None and not self.is_horse:
+            self.limiter.flush()
+        super().teardown()  # type: ignore[no-untyped-call]
 
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
@@ -77,3 +111,11 @@ class WeightedWorker(WeightedFetchMixin, Worker):
 
 class WeightedSimpleWorker(WeightedFetchMixin, SimpleWorker):
     """rq's SimpleWorker (jobs run in the worker process) with weighted fetch order."""
+
+
+def build_limiter(connection: Redis, settings: Settings) -> ConcurrencyLimiter:
+    """A limiter on its own connection pool: its lease-refresh thread never shares a socket (or a
+    pool lock, across the work-horse fork) with rq's own use of the worker's connection."""
+    own = Redis(connection_pool=ConnectionPool(**connection.connection_pool.connection_kwargs))
+    keys = Keys(settings.prefix)
+    return ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)

@@ -1,0 +1,156 @@
+"""Fleet-wide per-tenant concurrency limits (Specvital ADR-10, made distributed).
+
+Before a job with a tenant runs, its worker takes a slot in Redis (``lua/acquire.lua``): expired
+leases are dropped, and the job is admitted if it already holds a slot or fewer than its tier's
+limit are held. So the limit holds across every worker process and machine sharing the Redis, which
+the ADR's in-memory limiter could not do. A slot is a *lease*: it is refreshed while the job runs and
+expires ``lease_ttl`` after the last refresh, so a SIGKILLed worker's slot comes back by itself.
+
+A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a
+uniform jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
+
+Counters per tier (acquired, snoozed, released, reclaimed) are plain increments; they ride along in
+the release and snooze pipelines rather than costing a round trip of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from redis import Redis
+from redis.client import Pipeline
+from rq import Queue
+from rq.job import Job
+
+from fair_router.keys import Keys
+from fair_router.scripts import AcquireScript, Clock, now_arg
+from fair_router.settings import ConcurrencyConfig
+from fair_router.tiers import TierBook
+
+logger = logging.getLogger("fair_router")
+COUNTERS = ("acquired", "snoozed", "released", "reclaimed")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A held slot: whose, on which tier, for which job."""
+
+    tenant: str
+    tier: str
+    job_id: str
+
+
+class ConcurrencyLimiter:
+    """acquire / release / keep_alive / snooze for per-tenant concurrency slots."""
+
+    def __init__(
+        self,
+        connection: Redis,
+        keys: Keys,
+        tiers: TierBook,
+        config: ConcurrencyConfig,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.connection = connection
+        self.keys = keys
+        self.tiers = tiers
+        self.config = config
+        self.clock = clock
+        self._rng = rng or random.Random()
+        self._acquire = AcquireScript(connection)
+        self._pending: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @property
+    def lease_ms(self) -> int:
+        return max(1, round(self.config.lease_ttl * 1000))
+
+    def acquire(self, tenant: str, job_id: str) -> Lease | None:
+        """Take a slot for ``job_id`` (idempotent); None when the tenant is at its tier's limit."""
+        tier = self.tiers.tier(tenant)
+        status, reclaimed = self._acquire(
+            self.keys.leases(tenant), job_id, self.tiers.limit(tier), self.lease_ms, now_arg(self.clock)
+        )
+        with self._lock:
+            self._pending[f"{tier}:reclaimed"] += reclaimed
+            self._pending[f"{tier}:acquired"] += status == 1
+        return Lease(tenant, tier, job_id) if status else None
+
+    def release(self, lease: Lease) -> None:
+        """Give the slot back (idempotent); flushes pending counters in the same round trip."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.zrem(self.keys.leases(lease.tenant), lease.job_id)
+            self._flush(pipe)
+            removed = pipe.execute()[0]
+        with self._lock:  # counted with the next round trip (or flush())
+            self._pending[f"{lease.tier}:released"] += removed
+
+    def snooze(self, job: Job, queue: Queue, lease_tier: str) -> datetime:
+        """Reschedule ``job`` to its own queue after snooze + U(0, jitter); not a failure."""
+        delay = self.config.snooze + self._rng.uniform(0, self.config.jitter)
+        when = datetime.now(timezone.utc) + timedelta(seconds=delay)
+        with job.connection.pipeline() as pipe:
+            pipe.lrem(queue.intermediate_queue_key, 1, job.id)  # rq parks single-queue fetches there
+            queue.schedule_job(job, when, pipeline=pipe)
+            with self._lock:
+                self._pending[f"{lease_tier}:snoozed"] += 1
+            self._flush(pipe)
+            pipe.execute()
+        return when
+
+    @contextmanager
+    def keep_alive(self, lease: Lease) -> Iterator[None]:
+        """Refresh the lease every lease_ttl / 3 while the block runs, then release it, however it ends."""
+        stop = threading.Event()
+
+        def refresh() -> None:
+            while not stop.wait(self.config.lease_ttl / 3):
+                try:
+                    if self.acquire(lease.tenant, lease.job_id) is None:
+                        logger.warning("job %s lost its %s slot (lease expired and was taken)",
+                                       lease.job_id, lease.tenant)
+                except Exception:  # a Redis blip must not kill the job; the next tick retries
+                    logger.exception("refreshing the lease of job %s failed", lease.job_id)
+
+        thread = threading.Thread(target=refresh, name=f"lease-{lease.job_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+            self.release(lease)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """tier -> {acquired, snoozed, released, reclaimed} from Redis."""
+        raw = self.connection.hgetall(self.keys.limit_stats())
+        table: dict[str, dict[str, int]] = {}
+        for field, value in raw.items():
+            tier, _, name = (field.decode() if isinstance(field, bytes) else field).rpartition(":")
+            table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[name] = int(value)
+        return table
+
+    def flush(self) -> None:
+        """Write pending counter increments now (the worker calls this when it stops)."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            if self._flush(pipe):
+                pipe.execute()
+
+    def _flush(self, pipe: Pipeline) -> int:
+        """Queue pending counter increments on ``pipe``; returns how many fields."""
+        with self._lock:
+            pending, self._pending = self._pending, Counter()
+        fields = 0
+        for field, amount in pending.items():
+            if amount:
+                pipe.hincrby(self.keys.limit_stats(), field, amount)
+                fields += 1
+        return fields
