@@ -1,10 +1,13 @@
 """Drain throughput of WeightedSimpleWorker against plain rq SimpleWorker, side by side in one run.
 
-Each round enqueues the same backlog twice (``--jobs`` no-op jobs spread evenly over 3 queues, weights
-6/3/1 for the weighted side) and times ``work(burst=True)`` of each worker until its copy is drained.
-Rounds alternate which side goes first, so machine noise and warm caches hit both alike. Reported:
-median jobs/s of each side and their ratio (goal: weighted >= 0.95x plain, i.e. re-sampling the queue
-order before every fetch costs at most 5%), and Redis commands per job, which CPU noise cannot move.
+Each round enqueues the same backlog three times (``--jobs`` no-op jobs of 50 tenants spread evenly
+over 3 queues, weights 6/3/1 for the weighted sides) and times ``work(burst=True)`` of each worker
+until its copy is drained: plain SimpleWorker, WeightedSimpleWorker, and WeightedSimpleWorker with
+concurrency limits enabled (every tenant under its limit, so each job takes and releases a lease).
+Rounds rotate which side goes first, so machine noise and warm caches hit all alike. Reported: median
+jobs/s of each side and the ratios (goals: weighted >= 0.95x plain, i.e. re-sampling the queue order
+before every fetch costs at most 5%; limited >= 0.90x weighted), and Redis commands per job, which CPU
+noise cannot move.
 
 Runs against a private redis-server, or against ``$REDIS_URL`` when set: then it only touches its own
 uniquely named queues, jobs and workers, deletes them at the end, and never flushes.
@@ -34,14 +37,19 @@ from rq.registry import FailedJobRegistry
 from fair_router import WeightedSimpleWorker
 from fair_router.redis_server import RedisServer
 from fair_router.sampling import weighted_order
+from fair_router.settings import ConcurrencyConfig, Settings
 
 # rq stores a job's function by dotted path and refuses functions defined in __main__.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs import noop
 
 GOAL = 0.95
+LIMITS_GOAL = 0.90
 WEIGHTS = (6.0, 3.0, 1.0)
-SIDES: dict[str, type[SimpleWorker]] = {"plain": SimpleWorker, "weighted": WeightedSimpleWorker}
+TENANTS = 50
+SIDES: dict[str, type[SimpleWorker]] = {
+    "plain": SimpleWorker, "weighted": WeightedSimpleWorker, "limited": WeightedSimpleWorker,
+}
 
 
 def commands_so_far(conn: Redis) -> int:
@@ -56,9 +64,14 @@ def drain(conn: Redis, run: str, label: str, side: str, jobs: int) -> tuple[floa
         share = jobs // len(names) + (1 if i < jobs % len(names) else 0)
         # rq's default result_ttl, as in production; ids carry the run tag so clean_up finds every key.
         Queue(name, connection=conn).enqueue_many(
-            [Queue.prepare_data(noop, job_id=f"{run}-{label}-{side}-{i}-{k}") for k in range(share)]
+            [Queue.prepare_data(noop, job_id=f"{run}-{label}-{side}-{i}-{k}",
+                                meta={"fair_tenant": f"tenant-{k % TENANTS}"}) for k in range(share)]
         )
-    options: dict[str, Any] = {"weights": dict(zip(names, WEIGHTS, strict=True))} if side == "weighted" else {}
+    options: dict[str, Any] = {}
+    if side != "plain":
+        limits = ConcurrencyConfig(enabled=side == "limited")
+        options = {"weights": dict(zip(names, WEIGHTS, strict=True)),
+                   "settings": Settings(prefix=run, concurrency=limits)}
     worker = SIDES[side](names, connection=conn, name=f"{run}-{label}-{side}", **options)
     gc.collect()
     commands = commands_so_far(conn)
@@ -103,7 +116,7 @@ def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
         for side in SIDES:  # warm-up: imports, rq's cached server version, connection pools
             drain(conn, run, "warmup", side, min(jobs, 200))
         for rnd in range(rounds):
-            order = list(SIDES) if rnd % 2 == 0 else list(SIDES)[::-1]
+            order = list(SIDES)[rnd % len(SIDES):] + list(SIDES)[: rnd % len(SIDES)]
             firsts.append(order[0])
             for side in order:
                 rate, cost = drain(conn, run, f"r{rnd}", side, jobs)
@@ -113,6 +126,7 @@ def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
         clean_up(conn, run)
     medians = {side: statistics.median(got) for side, got in rates.items()}
     ratio = medians["weighted"] / medians["plain"]
+    limits_ratio = medians["limited"] / medians["weighted"]
     return {
         "jobs": jobs,
         "rounds": rounds,
@@ -125,29 +139,38 @@ def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
         "ratio": ratio,
         "sampling_us_per_fetch": sampling_us_per_fetch(),
         "goal": GOAL,
-        "ok": ratio >= GOAL,
+        "limits_ratio": limits_ratio,
+        "limits_goal": LIMITS_GOAL,
+        "ok": ratio >= GOAL and limits_ratio >= LIMITS_GOAL,
     }
 
 
 def print_report(report: dict[str, Any]) -> None:
-    rows = [("round", "first", "SimpleWorker jobs/s", "cmds/job", "WeightedSimpleWorker jobs/s", "cmds/job",
-             "ratio")]
+    rows = [("round", "first", *(f"{side} jobs/s" for side in SIDES), *(f"{side} cmds/job" for side in SIDES),
+             "weighted/plain", "limited/weighted")]
     rates, costs = report["jobs_per_s"], report["redis_commands_per_job"]
     for rnd, first in enumerate(report["first_each_round"]):
-        plain, weighted = rates["plain"][rnd], rates["weighted"][rnd]
-        rows.append((str(rnd + 1), first, f"{plain:,.0f}", f"{costs['plain'][rnd]:.1f}", f"{weighted:,.0f}",
-                     f"{costs['weighted'][rnd]:.1f}", f"{weighted / plain:.3f}x"))
+        rows.append((str(rnd + 1), first, *(f"{rates[side][rnd]:,.0f}" for side in SIDES),
+                     *(f"{costs[side][rnd]:.1f}" for side in SIDES),
+                     f"{rates['weighted'][rnd] / rates['plain'][rnd]:.3f}x",
+                     f"{rates['limited'][rnd] / rates['weighted'][rnd]:.3f}x"))
     medians, median_costs = report["median_jobs_per_s"], report["median_redis_commands_per_job"]
-    rows.append(("median", "", f"{medians['plain']:,.0f}", f"{median_costs['plain']:.1f}",
-                 f"{medians['weighted']:,.0f}", f"{median_costs['weighted']:.1f}", f"{report['ratio']:.3f}x"))
+    rows.append(("median", "", *(f"{medians[side]:,.0f}" for side in SIDES),
+                 *(f"{median_costs[side]:.1f}" for side in SIDES),
+                 f"{report['ratio']:.3f}x", f"{report['limits_ratio']:.3f}x"))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     line = "-" * (sum(widths) + 2 * (len(widths) - 1))
     for k, row in enumerate(rows):
         if k in (1, len(rows) - 1):
             print(line)
         print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
-    verdict = "OK" if report["ok"] else "BELOW GOAL"
-    print(f"\nweighted / plain median throughput: {report['ratio']:.3f}x (goal >= {GOAL:.2f}x): {verdict}")
+    ratios = [w / p for w, p in zip(rates["weighted"], rates["plain"], strict=True)]
+    verdict = "OK" if report["ratio"] >= GOAL else "BELOW GOAL"
+    print(f"\nweighted / plain median throughput: {report['ratio']:.3f}x (goal >= {GOAL:.2f}x): {verdict}; "
+          f"per-round ratios {min(ratios):.2f}x..{max(ratios):.2f}x (a wide range means a noisy machine)")
+    verdict = "OK" if report["limits_ratio"] >= LIMITS_GOAL else "BELOW GOAL"
+    print(f"limits on / off median throughput: {report['limits_ratio']:.3f}x (goal >= {LIMITS_GOAL:.2f}x): "
+          f"{verdict}")
     print("cmds/job counts every client's commands: exact on the private server, approximate on a shared one.")
     job_us = 1e6 / medians["plain"]
     print(f"re-sampling the order costs {report['sampling_us_per_fetch']:.1f} us per fetch, "

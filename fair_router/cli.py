@@ -182,7 +182,7 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
         sys.exit(2)
     try:
         connection = Redis.from_url(url or settings.redis_url)
-        rq_worker = WeightedWorker(names, connection=connection, name=name, weights=settings.queues)
+        rq_worker = WeightedWorker(names, connection=connection, name=name, settings=settings)  # --config's
     except (RedisError, ValueError) as exc:
         click.echo(f"error: cannot start the worker: {exc}", err=True)
         sys.exit(2)
