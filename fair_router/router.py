@@ -140,27 +140,9 @@ class FairRouter:
         if queue is not None:
             rule = None
         target = self.queue(queue or (rule.queue if rule else route.queue))
-        func, timeout = _rq_loose(call)
-        job = target.create_job(
-            func,
-            args=call.args,
-            kwargs=call.kwargs,
-            timeout=timeout,
-            result_ttl=call.result_ttl,
-            ttl=call.ttl,
-            failure_ttl=call.failure_ttl,
-            description=call.description,
-            depends_on=call.depends_on,
-            job_id=job_id,
-            meta=self._meta(call.meta, tenant, rule, system),
-            status=JobStatus.SCHEDULED if at is not None else JobStatus.QUEUED,
-            retry=call.retry,
-            repeat=call.repeat,
-            on_success=call.on_success,
-            on_failure=call.on_failure,
-            on_stopped=call.on_stopped,
-            webhooks=call.webhooks,
-        )
+        status = JobStatus.SCHEDULED if at is not None else JobStatus.QUEUED
+        fields = _job_fields(call, job_id, self._meta(call.meta, tenant, rule, system))
+        job = target.create_job(status=status, **fields)
         if at is None and call.depends_on and call.pipeline is None:
             # rq retries its WATCH on the dependencies only with a pipeline of its own.
             return target.enqueue_job(job, at_front=call.at_front, unique=call.unique)
@@ -182,27 +164,8 @@ class FairRouter:
         by_queue: dict[str, list[Any]] = {}
         for call, tenant, job_id in batch:
             rule = next(rules) if tenant is not None else None
-            func, timeout = _rq_loose(call)
-            data = Queue.prepare_data(
-                func,
-                args=call.args,
-                kwargs=call.kwargs,
-                timeout=timeout,
-                result_ttl=call.result_ttl,
-                ttl=call.ttl,
-                failure_ttl=call.failure_ttl,
-                description=call.description,
-                depends_on=call.depends_on,
-                job_id=job_id,
-                at_front=call.at_front,
-                meta=self._meta(call.meta, tenant, rule),
-                retry=call.retry,
-                on_success=call.on_success,
-                on_failure=call.on_failure,
-                on_stopped=call.on_stopped,
-                repeat=call.repeat,
-                webhooks=call.webhooks,
-            )
+            fields = _job_fields(call, job_id, self._meta(call.meta, tenant, rule))
+            data = Queue.prepare_data(at_front=call.at_front, **fields)
             by_queue.setdefault(rule.queue if rule else route.queue, []).append(data)
         jobs: dict[str, Job] = {}
         with self.connection.pipeline() as pipe:
@@ -226,8 +189,16 @@ class FairRouter:
         return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}
 
 
-def _rq_loose(call: EnqueueArgs) -> tuple[Any, Any]:
-    """``func`` and ``timeout`` as rq accepts them at run time (a dotted path; ``"1h"``), wider than its hints."""
-    return call.func, call.timeout
+def _job_fields(call: EnqueueArgs, job_id: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """The rq job options of ``call`` as keywords for both ``Queue.create_job`` and ``Queue.prepare_data``
+    (a ``timeout`` may be a string such as ``"1h"``: rq parses it, wider than its type hints)."""
+    return {
+        "func": call.func, "args": call.args, "kwargs": call.kwargs, "timeout": call.timeout,
+        "result_ttl": call.result_ttl,
+        "ttl": call.ttl, "failure_ttl": call.failure_ttl, "description": call.description,
+        "depends_on": call.depends_on, "job_id": job_id, "meta": meta, "retry": call.retry,
+        "repeat": call.repeat, "on_success": call.on_success, "on_failure": call.on_failure,
+        "on_stopped": call.on_stopped, "webhooks": call.webhooks,
+    }
 
 
