@@ -19,7 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 from redis import ConnectionPool, Redis
 from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
-from rq.worker import BaseWorker
+from rq.worker import BaseWorker, WorkerStatus
 
 from fair_router.keys import Keys
 from fair_router.limits import ConcurrencyLimiter
@@ -80,6 +80,9 @@ class WeightedFetchMixin(BaseWorker):
         if self.limiter is None or not tenant or job.meta.get(META_SYSTEM):
             super().execute_job(job, queue)  # no limiter, or a system job: limits do not apply
             return
+        # Busy from here: the job has left its queue, so a SIGTERM while we take the slot or snooze must
+        # wait for us (warm shutdown) rather than raise StopRequested midway and strand the job.
+        self.set_state(WorkerStatus.BUSY)
         lease = self.limiter.acquire(tenant, job.id)
         if lease is None:
             when = self.limiter.snooze(job, queue, self.limiter.tiers.tier(tenant))

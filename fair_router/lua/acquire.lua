@@ -23,9 +23,13 @@ elseif redis.call('ZCARD', KEYS[1]) < limit then
 end
 if status > 0 then
   redis.call('ZADD', KEYS[1], now_ms + lease_ms, job_id)
-  -- Every lease ends within lease_ms of its last refresh, so the key can end then too.
-  if redis.call('PTTL', KEYS[1]) < lease_ms then
-    redis.call('PEXPIRE', KEYS[1], lease_ms)
+  -- Every lease ends within lease_ms of its last refresh, but the key outlives it by a day: a lease
+  -- whose worker died must still be here for the next acquire to drop *and count* as reclaimed (a key
+  -- expiring with its last lease took that lease away uncounted). Expired leases never count toward
+  -- the limit, so the longer life costs only the memory of an idle tenant's small set.
+  local keep_ms = lease_ms + 86400000
+  if redis.call('PTTL', KEYS[1]) < keep_ms then
+    redis.call('PEXPIRE', KEYS[1], keep_ms)
   end
 end
 return {status, reclaimed}
