@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,7 +68,9 @@ class ConcurrencyLimiter:
         self._rng = rng or random.Random()
         self._acquire = AcquireScript(connection)
         self._pending: Counter[str] = Counter()
-        self._lock = threading.Lock()
+        self._held: dict[str, Lease] = {}
+        self._refresher: threading.Thread | None = None
+        self._lock = threading.RLock()
 
     @property
     def lease_ms(self) -> int:
@@ -108,26 +111,38 @@ class ConcurrencyLimiter:
 
     @contextmanager
     def keep_alive(self, lease: Lease) -> Iterator[None]:
-        """Refresh the lease every lease_ttl / 3 while the block runs, then release it, however it ends."""
-        stop = threading.Event()
-
-        def refresh() -> None:
-            while not stop.wait(self.config.lease_ttl / 3):
-                try:
-                    if self.acquire(lease.tenant, lease.job_id) is None:
-                        logger.warning("job %s lost its %s slot (lease expired and was taken)",
-                                       lease.job_id, lease.tenant)
-                except Exception:  # a Redis blip must not kill the job; the next tick retries
-                    logger.exception("refreshing the lease of job %s failed", lease.job_id)
-
-        thread = threading.Thread(target=refresh, name=f"lease-{lease.job_id}", daemon=True)
-        thread.start()
+        """Keep the lease refreshed (every lease_ttl / 3) while the block runs, then release it, however
+        the block ends. One refresher thread per limiter serves every lease, so a job costs no thread."""
+        with self._lock:
+            self._held[lease.job_id] = lease
+            if self._refresher is None:
+                self._refresher = threading.Thread(target=self._refresh_forever, name="fair-router-leases",
+                                                   daemon=True)
+                self._refresher.start()
         try:
             yield
         finally:
-            stop.set()
-            thread.join()
+            with self._lock:
+                self._held.pop(lease.job_id, None)
             self.release(lease)
+
+    def _refresh_forever(self) -> None:
+        """Extend every held lease each lease_ttl / 3; a lost slot is logged, a Redis blip retried."""
+        while True:
+            time.sleep(self.config.lease_ttl / 3)
+            with self._lock:
+                held = list(self._held.values())
+            for lease in held:
+                try:
+                    with self._lock:  # still held? (else a refresh would re-take a just-released slot)
+                        if lease.job_id not in self._held:
+                            continue
+                        kept = self.acquire(lease.tenant, lease.job_id)
+                    if kept is None:
+                        logger.warning("job %s lost its %s slot (lease expired and was taken)",
+                                       lease.job_id, lease.tenant)
+                except Exception:
+                    logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
     def counters(self) -> dict[str, dict[str, int]]:
         """tier -> {acquired, snoozed, released, reclaimed} from Redis."""

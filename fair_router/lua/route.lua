@@ -23,7 +23,6 @@ for r = 1, n_rules do
   lower[r] = '(' .. (now_ms - tonumber(ARGV[3 + 2 * r]))
   threshold[r] = tonumber(ARGV[4 + 2 * r])
 end
-local keep_from = -(cap + 1)
 
 local chosen = {}
 local touched = {}
@@ -31,14 +30,18 @@ for i = first_job, #ARGV, 2 do
   local key = KEYS[tonumber(ARGV[i])]
   touched[key] = true
   -- NX: a job id already recorded keeps its first time and counts once.
-  if redis.call('ZADD', key, 'NX', now_ms, ARGV[i + 1]) == 1 then
+  redis.call('ZADD', key, 'NX', now_ms, ARGV[i + 1])
+  local size = redis.call('ZCARD', key)
+  if size > cap then
     -- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly;
     -- trimming on every add keeps small windows in Redis' compact listpack encoding.
-    redis.call('ZREMRANGEBYRANK', key, 0, keep_from)
+    redis.call('ZREMRANGEBYRANK', key, 0, size - cap - 1)
+    size = cap
   end
   local rule = 0
   for r = n_rules, 1, -1 do  -- the last matching rule wins: look from the end
-    if redis.call('ZCOUNT', key, lower[r], now_ms) > threshold[r] then
+    -- A window can only exceed a threshold the whole set exceeds (ZCARD is O(1), ZCOUNT is not).
+    if size > threshold[r] and redis.call('ZCOUNT', key, lower[r], now_ms) > threshold[r] then
       rule = r
       break
     end
