@@ -7,10 +7,12 @@ Public API (documented in the README):
 - :func:`fair_job` — decorator adding tenant-routed ``delay``/``enqueue*`` to a job function.
 - :class:`Settings`, :func:`load_settings` — YAML + environment configuration.
 - :class:`SettingsError` — raised for invalid settings, naming file, key path and reason.
+- :class:`FairQueue` — an rq Queue that serves tenants by weighted fair share.
 - :class:`WeightedWorker`, :class:`WeightedSimpleWorker` — rq workers with weighted fetch order.
 """
 
 from fair_router.decorator import FairJob, fair_job
+from fair_router.fairqueue import FairQueue
 from fair_router.router import FairRouter
 from fair_router.rules import Rule
 from fair_router.settings import Settings, SettingsError, load_settings
@@ -18,6 +20,7 @@ from fair_router.worker import WeightedSimpleWorker, WeightedWorker
 
 __all__ = [
     "FairJob",
+    "FairQueue",
     "FairRouter",
     "Rule",
     "Settings",

@@ -134,7 +134,7 @@ def tier_get(tenant: str, config: Path | None) -> None:
               help="Also draw per-tenant wait distributions to this PNG (needs matplotlib).")
 @click.option("--quick", is_flag=True, help="A smaller flood (500 greedy jobs, 10 small tenants).")
 def demo(plot: Path | None, quick: bool) -> None:
-    """Routing, then the flood scenario (FIFO vs fair-router) on real workers.
+    """Routing, then the flood scenario (FIFO, router, fair queue) on real workers.
 
     Uses $REDIS_URL / $FAIR_ROUTER_REDIS_URL, else a private redis-server.
     """

@@ -43,6 +43,7 @@ class FairJob(Generic[P, R]):
         job_key: str | None,
         options: dict[str, Any],
         tier_routing: bool = False,
+        fair: bool = False,
     ) -> None:
         functools.update_wrapper(self, func)
         self.func = func
@@ -55,6 +56,7 @@ class FairJob(Generic[P, R]):
         self._settings = settings
         self._route: Route | None = None
         self.tier_routing = tier_routing
+        self.fair = fair
         self.tenants = TenantResolver(self.job_key, tenant)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -140,12 +142,14 @@ class FairJob(Generic[P, R]):
             explicit = kwargs.pop("fair_tenant", None)
             batch.append((self._call(args=tuple(args), kwargs=kwargs), self.tenants.resolve(explicit, args, kwargs)))
         if not self.tier_routing:
-            return self.router.enqueue_many(self.route, batch)
+            return self.router.enqueue_many(self.route, batch, self.fair)
         batch = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
         by_class: dict[Route, list[tuple[EnqueueArgs, str | None]]] = {}
         for call, tenant in batch:  # one routed batch per tier queue class
             by_class.setdefault(self.router.tier_route(self.route, tenant), []).append((call, tenant))
-        jobs = {job.id: job for route, part in by_class.items() for job in self.router.enqueue_many(route, part)}
+        jobs = {
+            job.id: job for route, part in by_class.items() for job in self.router.enqueue_many(route, part, self.fair)
+        }
         return [jobs[str(call.job_id)] for call, _ in batch]
 
     def _call(self, *args: Any, **kwargs: Any) -> EnqueueArgs:
@@ -158,7 +162,7 @@ class FairJob(Generic[P, R]):
     ) -> Job:
         tenant = self.tenants.resolve(explicit, call.args or (), call.kwargs or {})
         route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
-        return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system)
+        return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system, fair=self.fair)
 
 
 def fair_job(
@@ -171,6 +175,7 @@ def fair_job(
     settings: Settings | None = None,
     job_key: str | None = None,
     tier_routing: bool = False,
+    fair: bool = False,
     **rq_options: Any,
 ) -> Callable[[Callable[P, R]], FairJob[P, R]]:
     """Decorate a job function for tenant-routed enqueueing.
@@ -180,10 +185,13 @@ def fair_job(
     ``tenant``: called with the job's arguments, returns the tenant id.
     ``connection`` / ``router``: where to enqueue (else ``settings.redis_url``).
     ``tier_routing``: base queue becomes ``<queue>_priority`` / ``_default`` / ``_scheduled`` by tier.
+    ``fair``: enqueue into a FairQueue (per-tenant FIFOs, weighted fair share at dequeue).
     ``rq_options``: defaults for rq (``job_timeout``, ``retry``, ``result_ttl``, ...).
     """
 
     def decorate(func: Callable[P, R]) -> FairJob[P, R]:
-        return FairJob(func, queue, rules, tenant, connection, router, settings, job_key, rq_options, tier_routing)
+        return FairJob(
+            func, queue, rules, tenant, connection, router, settings, job_key, rq_options, tier_routing, fair
+        )
 
     return decorate

@@ -9,8 +9,9 @@ visible the flood is to small tenants (design.md, "Fairness metrics"):
 - **Jain's index** over per-tenant mean slowdown (wait / service time), as asked for by issue 3,
   with the caveat from design.md that FIFO scores well on it when everybody waits equally long.
 
-Modes: ``fifo`` is plain rq (one queue, rq's SimpleWorker); ``router`` is fair-router (throttle
-rules at enqueue, WeightedSimpleWorker over the base and throttled queues).
+Modes: ``fifo`` is plain rq (one queue, rq's SimpleWorker); ``router`` is fair-router's enqueue-time
+router (throttle rules at enqueue, WeightedSimpleWorker over the base and throttled queues); ``fair``
+is one FairQueue (weighted fair share across tenants at dequeue, WeightedSimpleWorker).
 """
 
 from __future__ import annotations
@@ -29,15 +30,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from redis import Redis
-from rq import Queue, get_current_job
+from rq import Queue, Worker, get_current_job
 from rq.job import Job
 
 from fair_router.decorator import fair_job
+from fair_router.fairqueue import FairQueue
 from fair_router.router import FairRouter
 from fair_router.rules import Rule
 
-MODES = ("fifo", "router")
+MODES = ("fifo", "router", "fair")
 RQ_OVERHEAD_MS = 3.0  # rough per-job cost of rq itself, used only to size the arrival spread
 PREFIX = "fair_router_flood"
 
@@ -84,6 +87,7 @@ class Mode:
     worker_class: str
     weights: dict[str, float] = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()
+    fair: bool = False
 
 
 def mode(name: str, run: str) -> Mode:
@@ -100,6 +104,8 @@ def mode(name: str, run: str) -> Mode:
             rules=(Rule(queue=f"{base}_throttled", threshold=20, per="1m"),
                    Rule(queue=f"{base}_superslow", threshold=100, per="1m")),
         )
+    if name == "fair":
+        return Mode(name, (f"{run}_fair",), "fair_router.WeightedSimpleWorker", fair=True)
     raise ValueError(f"unknown mode {name!r}: choose from {', '.join(MODES)}")
 
 
@@ -168,7 +174,9 @@ def workers(url: str, chosen: Mode, count: int) -> Iterator[None]:
     """``count`` real ``rq worker`` processes of the mode's class, stopped (SIGTERM) on exit."""
     with tempfile.TemporaryDirectory(prefix="fair-router-flood-") as tmp:
         config = Path(tmp) / "fair_router.yaml"
-        config.write_text("queues:\n" + "".join(f"  {q}: {w}\n" for q, w in chosen.weights.items()))
+        fair_queues = list(chosen.queues) if chosen.fair else []
+        settings = {"prefix": PREFIX, "queues": chosen.weights, "fair_queues": fair_queues}
+        config.write_text(yaml.safe_dump(settings))
         env = {**os.environ, "FAIR_ROUTER_CONFIG": str(config)}
         command = [sys.executable, "-m", "rq.cli", "worker", "-w", chosen.worker_class, "--url", url,
                    "--logging_level", "WARNING", *chosen.queues]
@@ -245,8 +253,6 @@ def _report(connection: Redis, done_key: str, reported: int, progress: Callable[
 
 def _wait_for_workers(connection: Redis, queues: Sequence[str], count: int) -> None:
     """Block until ``count`` workers listen on these queues, so start-up is not counted as wait."""
-    from rq import Worker
-
     deadline = time.monotonic() + 60
     while len(Worker.all(queue=Queue(queues[0], connection=connection))) < count:
         if time.monotonic() > deadline:
@@ -261,7 +267,15 @@ class _Enqueuer:
 
 
 def _enqueuer(connection: Redis, chosen: Mode) -> _Enqueuer:
-    """How the mode enqueues: plain rq for FIFO, ``@fair_job`` for the router."""
+    """How the mode enqueues: plain rq for FIFO, ``@fair_job`` for the router, FairQueue for fair."""
+    if chosen.fair:
+        fair = FairQueue(chosen.queues[0], connection=connection, prefix=PREFIX)
+        return _Enqueuer(
+            one=lambda tenant, *rest: fair.enqueue(timed_job, tenant, *rest, fair_tenant=tenant, result_ttl=600),
+            bulk=lambda items: fair.enqueue_many(
+                [Queue.prepare_data(timed_job, args, result_ttl=600, meta={"fair_tenant": args[0]})
+                 for args in items]),
+        )
     if not chosen.rules:
         queue = Queue(chosen.queues[0], connection=connection)
         return _Enqueuer(

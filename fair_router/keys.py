@@ -30,6 +30,36 @@ def encode(part: str) -> str:
 
 
 @dataclass(frozen=True)
+class FairQueueKeys:
+    """Key names of one fair queue. ``rq_list`` is rq's own list; every other key carries the hash tag
+    ``{rq:queue:<name>}``, whose slot is the slot of rq's untagged list key, so one Lua call may touch
+    rq's list and all the fair state on one Redis Cluster slot."""
+
+    rq_list: str
+    tokens: str  # HASH job id -> how many of the list's entries with that id are fair tokens
+    members: str  # HASH job id -> "<encoded tenant>:<seq>" for every fair job waiting in the queue
+    fifo: str  # HASH "<encoded tenant>:<seq>" -> job id (per-tenant FIFO, seq grows at the tail)
+    head: str  # HASH tenant -> seq of its oldest waiting job
+    tail: str  # HASH tenant -> seq of its newest waiting job
+    backlog: str  # HASH tenant -> number of its waiting jobs
+    active: str  # ZSET tenant -> pass (stride scheduling), tenants that may be served now
+    lastpass: str  # HASH tenant -> pass when it went idle or was parked (no banked credit on return)
+    weights: str  # HASH tenant -> weight, set at each push from the tenant's tier
+    parked: str  # ZSET tenant -> until (ms): tenants at their concurrency limit, skipped by pops
+    state: str  # HASH vtime | held | stale (token accounting, see fairqueue.py)
+    inflight: str  # ZSET job id -> pop time (ms): popped, not yet known to have started
+
+    def all_for_scripts(self) -> list[str]:
+        """KEYS of every fair_*.lua script, in this order: rq's list first, then the fair keys."""
+        return [self.rq_list, *self.all()]
+
+    def all(self) -> list[str]:
+        """Every fair key (not rq's list), for ``empty``/``delete``."""
+        return [self.tokens, self.members, self.fifo, self.head, self.tail, self.backlog, self.active,
+                self.lastpass, self.weights, self.parked, self.state, self.inflight]
+
+
+@dataclass(frozen=True)
 class Keys:
     """Key names under one prefix. The prefix is validated by Settings/FairRouter (no braces)."""
 
@@ -58,3 +88,14 @@ class Keys:
     def limit_stats(self) -> str:
         """Hash of per-tier counters: ``<tier>:acquired|snoozed|released|reclaimed``."""
         return f"{self.prefix}:{{stats}}:limits"
+
+    def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
+        """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``; rq validates queue
+        names, so the key holds no braces). The tag ``{rq:queue:<name>}`` hashes like rq's own key."""
+        base = f"{self.prefix}:{{{rq_list_key}}}:fq"
+        return FairQueueKeys(
+            rq_list=rq_list_key,
+            **{name: f"{base}:{name}" for name in (
+                "tokens", "members", "fifo", "head", "tail", "backlog", "active", "lastpass", "weights",
+                "parked", "state", "inflight")},
+        )

@@ -118,11 +118,19 @@ class FairRouter:
 
     # -- enqueueing ----------------------------------------------------------------------------
 
-    def queue(self, name: str) -> Queue:
-        """The rq Queue ``name`` on this router's connection (kept, so rq caches its server version)."""
-        if name not in self._queues:
-            self._queues[name] = Queue(name, connection=self.connection)
-        return self._queues[name]
+    def queue(self, name: str, fair: bool = False) -> Queue:
+        """The rq Queue ``name`` on this router's connection (kept, so rq caches its server version); with
+        ``fair`` a FairQueue (per-tenant FIFOs served by weighted fair share) on this router's prefix/tiers."""
+        key = f"fair:{name}" if fair else name
+        if key not in self._queues:
+            if fair:
+                from fair_router.fairqueue import FairQueue  # fairqueue imports this module
+
+                self._queues[key] = FairQueue(name, connection=self.connection, prefix=self.keys.prefix,
+                                              tiers=self.tiers.config)
+            else:
+                self._queues[key] = Queue(name, connection=self.connection)
+        return self._queues[key]
 
     def enqueue(
         self,
@@ -132,14 +140,16 @@ class FairRouter:
         queue: str | None = None,
         at: datetime | None = None,
         system: bool = False,
+        fair: bool = False,
     ) -> Job:
         """Route and enqueue one job (scheduled for ``at`` when given). An explicit ``queue`` is
-        recorded in the window but never rerouted; a ``system`` job is neither throttled nor limited."""
+        recorded in the window but never rerouted; a ``system`` job is neither throttled nor limited;
+        ``fair`` enqueues into a FairQueue."""
         job_id = call.job_id or str(uuid4())
         rule = self.decide(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
         if queue is not None:
             rule = None
-        target = self.queue(queue or (rule.queue if rule else route.queue))
+        target = self.queue(queue or (rule.queue if rule else route.queue), fair)
         status = JobStatus.SCHEDULED if at is not None else JobStatus.QUEUED
         fields = _job_fields(call, job_id, self._meta(call.meta, tenant, rule, system))
         job = target.create_job(status=status, **fields)
@@ -156,7 +166,9 @@ class FairRouter:
             pipe.execute()
         return job
 
-    def enqueue_many(self, route: Route, calls: Iterable[tuple[EnqueueArgs, str | None]]) -> list[Job]:
+    def enqueue_many(
+        self, route: Route, calls: Iterable[tuple[EnqueueArgs, str | None]], fair: bool = False
+    ) -> list[Job]:
         """Route a batch with one Lua call and enqueue it with one pipeline; jobs return in input order."""
         batch = [(call, tenant, call.job_id or str(uuid4())) for call, tenant in calls]
         tenanted = [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]
@@ -170,7 +182,7 @@ class FairRouter:
         jobs: dict[str, Job] = {}
         with self.connection.pipeline() as pipe:
             for name, datas in by_queue.items():
-                jobs.update((job.id, job) for job in self.queue(name).enqueue_many(datas, pipeline=pipe))
+                jobs.update((job.id, job) for job in self.queue(name, fair).enqueue_many(datas, pipeline=pipe))
             pipe.execute()
         return [jobs[job_id] for _, _, job_id in batch]
 

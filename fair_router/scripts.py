@@ -14,7 +14,7 @@ from typing import Any
 from redis import Redis
 from redis.commands.core import Script
 
-from fair_router.keys import Keys
+from fair_router.keys import FairQueueKeys, Keys
 from fair_router.rules import Rule
 
 Clock = Callable[[], float]
@@ -86,3 +86,62 @@ class AcquireScript:
         """KEYS = [leases]. Returns (status: 0 refused / 1 granted / 2 already held, leases reclaimed)."""
         status, reclaimed = self._script(keys=[leases], args=[now_ms, job_id, limit, lease_ms])
         return int(status), int(reclaimed)
+
+
+class FairPushScript:
+    """fair_push.lua: add jobs to a fair queue (or put popped ones back after a dead worker)."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "fair_push")
+
+    def __call__(
+        self, keys: FairQueueKeys, jobs: Sequence[tuple[str, str, float, bool, bool]], client: Any = None
+    ) -> Any:
+        """``jobs`` = (job id, encoded tenant, weight, at_front, from_inflight). Returns how many were added
+        (the redis-py pipeline itself when ``client`` is one)."""
+        args: list[str | float | int] = []
+        for job_id, tenant, weight, at_front, from_inflight in jobs:
+            args += (job_id, tenant, repr(float(weight)), int(at_front), int(from_inflight))
+        return self._script(keys=keys.all_for_scripts(), args=args, client=client)
+
+
+class FairPopScript:
+    """fair_pop.lua: the next job of a fair queue, plain entries first-come, fair tokens by stride."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "fair_pop")
+
+    def __call__(self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str) -> tuple[int, str, int]:
+        """Returns (kind: 0 nothing / 1 plain / 2 fair, job id, wake_ms: first park end or -1)."""
+        kind, job_id, wake = self._script(keys=keys.all_for_scripts(), args=[now_ms, given, len(acks), *acks])
+        return int(kind), job_id.decode() if isinstance(job_id, bytes) else str(job_id), int(wake)
+
+
+class FairParkScript:
+    """fair_park.lua: put a refused job back at its tenant's front and park the tenant."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "fair_park")
+
+    def __call__(self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int) -> int:
+        return int(self._script(keys=keys.all_for_scripts(), args=[job_id, tenant, repr(float(weight)), until_ms]))
+
+
+class FairUnparkScript:
+    """fair_unpark.lua: a tenant's slot was released; make it eligible and wake one worker if needed."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "fair_unpark")
+
+    def __call__(self, keys: FairQueueKeys, tenant: str, client: Any = None) -> Any:
+        return self._script(keys=keys.all_for_scripts(), args=[tenant], client=client)
+
+
+class FairRemoveScript:
+    """fair_remove.lua: take one job out of a fair queue, keeping the token accounting exact."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "fair_remove")
+
+    def __call__(self, keys: FairQueueKeys, job_id: str, client: Any = None) -> Any:
+        return self._script(keys=keys.all_for_scripts(), args=[job_id], client=client)

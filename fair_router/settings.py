@@ -158,6 +158,7 @@ class Settings(BaseSettings):
     prefix: Prefix = "fair_router"
     jobs: dict[str, JobConfig] = Field(default_factory=dict)
     queues: dict[QueueName, Weight] = Field(default_factory=dict)
+    fair_queues: list[QueueName] = Field(default_factory=list)  # served as FairQueue by weighted workers
     pool: dict[QueueGroup, Annotated[int, Field(gt=0)]] = Field(default_factory=dict)
     tiers: TiersConfig = Field(default_factory=TiersConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)

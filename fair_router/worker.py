@@ -8,6 +8,11 @@ then the rest so that a queue is polled first with probability ``w / W``. rq pop
 non-empty queue in that order, so an empty queue is skipped and the others keep their proportions.
 A worker none of whose queues has a configured weight keeps rq's own order (and ``--dequeue-strategy``,
 which has no effect once weights apply).
+
+Queues named in ``fair_queues`` (or built by ``--queue-class fair_router.FairQueue``) are
+:class:`~fair_router.fairqueue.FairQueue`: the worker then dequeues through ``FairQueue.dequeue_any``,
+which serves fair and plain queues alike, and a tenant at its concurrency limit is parked in its fair
+queue (skipped by pops until one of its slots frees) instead of having its job snoozed.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
 from rq.worker import BaseWorker, WorkerStatus
 
+from fair_router.fairqueue import FairQueue
 from fair_router.keys import Keys
 from fair_router.limits import ConcurrencyLimiter
 from fair_router.router import META_SYSTEM, META_TENANT
@@ -65,7 +71,15 @@ class WeightedFetchMixin(BaseWorker):
             configured = settings.queues
         else:
             configured = validate_weights(weights, f"{type(self).__name__}(weights=...)")
+        if settings.fair_queues:
+            queues = _with_fair_queues(queues, settings, kwargs)
         super().__init__(queues, *args, **kwargs)
+        fair = [queue for queue in self.queues if isinstance(queue, FairQueue)]
+        for queue in fair:  # also those rq built from names with --queue-class: same prefix and tiers
+            queue.use_settings(settings)
+        if fair and not issubclass(self.queue_class, FairQueue):
+            self.queue_class = FairQueue  # its dequeue_any serves fair and plain queues alike
+        self.fair_queues: list[FairQueue] = fair
         # None means "no queue of this worker is weighted": leave rq's order alone, as documented.
         self.fetch_weights: list[tuple[Queue, QueueWeight]] | None = (
             [(queue, configured.get(queue.name, 1.0)) for queue in self.queues]
@@ -84,12 +98,31 @@ class WeightedFetchMixin(BaseWorker):
         # wait for us (warm shutdown) rather than raise StopRequested midway and strand the job.
         self.set_state(WorkerStatus.BUSY)
         lease = self.limiter.acquire(tenant, job.id)
+        if lease is None and isinstance(queue, FairQueue):
+            # Claim-time limit: back to the front of its tenant's FIFO, tenant skipped until a slot frees
+            # (or lease_ttl at most); no trip through the scheduler.
+            queue.park(job, tenant, self.limiter.config.lease_ttl)
+            self.log.info("Worker %s: %s is at its limit; job %s back in %s, tenant parked",
+                          self.name, tenant, job.id, queue.name)
+            return
         if lease is None:
             when = self.limiter.snooze(job, queue, self.limiter.tiers.tier(tenant))
             self.log.info("Worker %s: %s is at its limit; job %s snoozed until %s", self.name, tenant, job.id, when)
             return
-        with self.limiter.keep_alive(lease):
-            super().execute_job(job, queue)
+        try:
+            with self.limiter.keep_alive(lease):
+                super().execute_job(job, queue)
+        finally:
+            self._slot_freed(tenant)
+
+    def _slot_freed(self, tenant: str) -> None:
+        """Unpark ``tenant`` in this worker's fair queues now that one of its slots is free (one round trip)."""
+        if not self.fair_queues:
+            return
+        with self.connection.pipeline(transaction=False) as pipe:
+            for queue in self.fair_queues:
+                queue.unpark(tenant, pipeline=pipe)
+            pipe.execute()
 
     def teardown(self) -> None:
         """Write the limiter's pending counters before the worker goes."""
@@ -114,6 +147,23 @@ class WeightedWorker(WeightedFetchMixin, Worker):
 
 class WeightedSimpleWorker(WeightedFetchMixin, SimpleWorker):
     """rq's SimpleWorker (jobs run in the worker process) with weighted fetch order."""
+
+
+def _with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
+    """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and the
+    plain Queue objects the rq CLI builds from names before it creates the worker)."""
+    items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
+    built: list[Any] = []
+    for item in items:
+        if isinstance(item, str) and item in settings.fair_queues:
+            item = FairQueue(item, connection=kwargs.get("connection"), serializer=kwargs.get("serializer"),
+                             settings=settings)
+        elif type(item) is Queue and item.name in settings.fair_queues:
+            item = FairQueue(item.name, connection=item.connection, serializer=item.serializer,
+                             job_class=item.job_class, death_penalty_class=item.death_penalty_class,
+                             default_timeout=item._default_timeout, settings=settings)
+        built.append(item)
+    return built
 
 
 def build_limiter(connection: Redis, settings: Settings) -> ConcurrencyLimiter:

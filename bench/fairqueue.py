@@ -1,0 +1,114 @@
+"""Drain speed of a FairQueue against a plain rq Queue, in the same run, interleaved.
+
+For each number of active tenants (10, 1,000, 10,000 by default) and each round, both sides are filled
+with the same backlog (every tenant keeps at least two jobs waiting, so all stay active for the whole
+drain), then one in-process rq SimpleWorker drains ``--jobs`` jobs of ``bench.jobs.noop`` in burst mode
+and the drain is timed. Which side goes first alternates by round, so machine noise hits both. The
+ratio is fair jobs/s over plain jobs/s (goal >= 0.80, and flat as tenants grow: a fair pop is
+O(log tenants)). Filling is not timed.
+
+Runs against a private redis-server, or against ``$REDIS_URL`` when set (it then FLUSHES that
+database: point it at a scratch one).
+
+    .venv/bin/python bench/fairqueue.py [--jobs 2000] [--rounds 3] [--tenants 10,1000,10000] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from rq import Queue, SimpleWorker
+from rq.registry import FinishedJobRegistry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.jobs import noop
+from fair_router import FairQueue, Settings
+from fair_router.redis_server import RedisServer
+
+
+def fill(queue: Queue, tenants: int, total: int) -> None:
+    """``total`` jobs round-robin over ``tenants`` tenants, enqueued in pipelined batches of 1,000."""
+    batch = []
+    for i in range(total):
+        tenant = f"tenant-{i % tenants}"
+        batch.append(Queue.prepare_data(noop, (i,), meta={"fair_tenant": tenant}, result_ttl=60))
+        if len(batch) == 1000:
+            queue.enqueue_many(batch)
+            batch = []
+    if batch:
+        queue.enqueue_many(batch)
+
+
+def drain(conn: Redis, fair: bool, tenants: int, jobs: int) -> float:
+    """Fill, then time one burst worker taking ``jobs`` jobs; returns jobs/s."""
+    conn.flushdb()
+    settings = Settings(prefix="bench")
+    queue = FairQueue("bench", connection=conn, settings=settings) if fair else Queue("bench", connection=conn)
+    fill(queue, tenants, max(jobs * 3 // 2, 2 * tenants))
+    worker = SimpleWorker([queue], connection=conn)
+    if fair:
+        worker.queue_class = FairQueue  # as `rq worker --queue-class fair_router.FairQueue`
+    start = time.perf_counter()
+    worker.work(burst=True, max_jobs=jobs, logging_level="WARNING")
+    elapsed = time.perf_counter() - start
+    done = FinishedJobRegistry("bench", connection=conn).count
+    assert done == jobs, f"drained {done} of {jobs}"
+    return jobs / elapsed
+
+
+def run(conn: Redis, tenant_counts: list[int], jobs: int, rounds: int) -> list[dict[str, Any]]:
+    rows = []
+    for tenants in tenant_counts:
+        plain_rates, fair_rates, ratios = [], [], []
+        for r in range(rounds):
+            order = (False, True) if r % 2 == 0 else (True, False)
+            rate = {fair: drain(conn, fair, tenants, jobs) for fair in order}
+            plain_rates.append(rate[False])
+            fair_rates.append(rate[True])
+            ratios.append(rate[True] / rate[False])
+        rows.append({
+            "tenants": tenants, "jobs": jobs, "rounds": rounds,
+            "plain_jobs_per_s": statistics.median(plain_rates), "fair_jobs_per_s": statistics.median(fair_rates),
+            "ratio": statistics.median(ratios), "ratios": ratios,
+        })
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=2000, help="jobs drained per timed run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tenants", default="10,1000,10000", help="comma-separated active tenant counts")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    args = parser.parse_args()
+    logging.getLogger("rq").setLevel(logging.WARNING)
+    counts = [int(x) for x in args.tenants.split(",")]
+    url = os.environ.get("REDIS_URL")
+    if url:
+        rows = run(Redis.from_url(url), counts, args.jobs, args.rounds)
+    else:
+        with RedisServer() as server:
+            rows = run(server.client(), counts, args.jobs, args.rounds)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"{'tenants':>8} {'plain jobs/s':>13} {'fair jobs/s':>12} {'fair/plain':>11}  per round")
+    for row in rows:
+        per_round = " ".join(f"{x:.2f}" for x in row["ratios"])
+        print(f"{row['tenants']:>8} {row['plain_jobs_per_s']:>13.0f} {row['fair_jobs_per_s']:>12.0f} "
+              f"{row['ratio']:>10.2f}x  {per_round}")
+    print(f"({args.jobs} jobs per drain, median of {args.rounds} interleaved rounds; goal >= 0.80x and flat)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+-- fair_pop.lua: take the next job of a fair queue: rq's list head if rq's internals pushed it, else the
+-- stride scheduler's choice (the min-pass active tenant's oldest job). O(log tenants) per call.
+-- KEYS     rq_list, tokens, members, fifo, head, tail, backlog, active, lastpass, weights, parked, state,
+--          inflight (FairQueueKeys order; one cluster slot).
+-- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
+--          BLPOP), n_acks, then n_acks job ids this caller handed out earlier (they have run: forget them).
+-- Returns  {kind, job_id, wake_ms}: kind 1 = a plain entry, 2 = a fair choice, 0 = nothing to serve now
+--          (wake_ms: when the first parked tenant becomes eligible again, -1 if none).
+local rq_list, tokens, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local backlog, active, lastpass, weights, parked, state = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local inflight = KEYS[13]
+local now_ms = tonumber(ARGV[1])
+local given = ARGV[2]
+local n_acks = tonumber(ARGV[3])
+
+if not now_ms then
+  local t = redis.call('TIME')
+  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+for i = 4, 3 + n_acks do
+  redis.call('ZREM', inflight, ARGV[i])
+end
+
+local function activate(tenant)
+  if redis.call('ZSCORE', active, tenant) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('HGET', lastpass, tenant) or '')
+  if last and last > start then start = last end
+  redis.call('HDEL', lastpass, tenant)
+  redis.call('ZADD', active, start, tenant)
+end
+
+local function idle(tenant, pass)
+  redis.call('ZREM', active, tenant)
+  redis.call('HDEL', head, tenant)
+  redis.call('HDEL', tail, tenant)
+  redis.call('HDEL', backlog, tenant)
+  redis.call('HDEL', weights, tenant)
+  if pass then redis.call('HSET', lastpass, tenant, pass) end
+end
+
+-- Parks end by themselves after their bound (a slot may have freed where we could not see it).
+local due = redis.call('ZRANGEBYSCORE', parked, '-inf', now_ms, 'LIMIT', 0, 64)
+for _, tenant in ipairs(due) do
+  redis.call('ZREM', parked, tenant)
+  if redis.call('HEXISTS', backlog, tenant) == 1 then activate(tenant) end
+end
+
+local function wake()
+  local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
+-- The stride scheduler: serve the active tenant with the smallest pass, advance it by 1 / weight.
+local function serve()
+  while true do
+    local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+    if #top == 0 then return false end
+    local tenant, pass = top[1], tonumber(top[2])
+    local h = tonumber(redis.call('HGET', head, tenant) or '1')
+    local t = tonumber(redis.call('HGET', tail, tenant) or '0')
+    local job_id = false
+    while h <= t and not job_id do  -- skips holes left by FairQueue.remove
+      local field = tenant .. ':' .. h
+      job_id = redis.call('HGET', fifo, field)
+      if job_id then redis.call('HDEL', fifo, field) end
+      h = h + 1
+    end
+    if not job_id then
+      idle(tenant, false)
+    else
+      local next_pass = pass + 1 / tonumber(redis.call('HGET', weights, tenant) or '1')
+      redis.call('HSET', state, 'vtime', pass)
+      if h > t or redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
+        idle(tenant, next_pass)
+      else
+        redis.call('HSET', head, tenant, h)
+        redis.call('ZADD', active, next_pass, tenant)
+      end
+      redis.call('HDEL', members, job_id)
+      redis.call('ZADD', inflight, now_ms, job_id)
+      return job_id
+    end
+  end
+end
+
+local entry = false
+if given ~= '' then entry = given end
+for _ = 1, 1000 do
+  if not entry then entry = redis.call('LPOP', rq_list) end
+  if not entry then
+    -- Nothing on the list, but fair jobs may still wait without a token (held, or a token an outside
+    -- LREM took, e.g. rq's Job.cancel on a plain Queue): serve them rather than strand them.
+    local job_id = serve()
+    if not job_id then return {0, '', wake()} end
+    if tonumber(redis.call('HGET', state, 'held') or '0') > 0 then redis.call('HINCRBY', state, 'held', -1) end
+    return {2, job_id, -1}
+  end
+  local n = tonumber(redis.call('HGET', tokens, entry) or '0')
+  if n == 0 then
+    -- Pushed by rq's internals (scheduler, plain Queue, registry requeue): serve it as it is.
+    local field = redis.call('HGET', members, entry)
+    if field then
+      -- Also waiting in a tenant FIFO: take it out there, and settle the token it leaves behind.
+      local tenant = string.match(field, '^(.*):[^:]*$')
+      redis.call('HDEL', members, entry)
+      redis.call('HDEL', fifo, field)
+      if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
+        local pass = redis.call('ZSCORE', active, tenant)
+        redis.call('ZREM', parked, tenant)
+        idle(tenant, pass)
+      end
+      if tonumber(redis.call('HGET', state, 'held') or '0') > 0 then
+        redis.call('HINCRBY', state, 'held', -1)
+      else
+        redis.call('HINCRBY', state, 'stale', 1)
+      end
+    end
+    redis.call('ZADD', inflight, now_ms, entry)
+    return {1, entry, -1}
+  end
+  if n == 1 then redis.call('HDEL', tokens, entry) else redis.call('HINCRBY', tokens, entry, -1) end
+  if tonumber(redis.call('HGET', state, 'stale') or '0') > 0 then
+    redis.call('HINCRBY', state, 'stale', -1)  -- a token whose job left another way: drop it
+  else
+    local job_id = serve()
+    if job_id then return {2, job_id, -1} end
+    if redis.call('ZCARD', parked) > 0 then
+      -- Only parked tenants wait: hold the token (counted, not on the list) so no worker spins on it.
+      redis.call('HINCRBY', state, 'held', 1)
+      return {0, '', wake()}
+    end
+    -- A token and no fair job at all: it is stale, drop it and look at the next entry.
+  end
+  entry = false
+end
+return {0, '', wake()}

@@ -1,0 +1,342 @@
+"""FairQueue: weighted fair share across tenants inside one rq queue, on a real redis-server with real rq
+workers (in-process SimpleWorkers where processes do not matter; `rq worker` subprocesses for the rq CLI,
+SIGKILL, blocking and concurrency-limit cases)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import fair_jobs
+import pytest
+import yaml
+from redis import Redis
+from rq import Queue, Retry, SimpleWorker, Worker
+from rq.job import Job, JobStatus
+from rq.registry import FinishedJobRegistry, ScheduledJobRegistry
+from rq.scheduler import RQScheduler
+
+from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker, fair_job
+from fair_router.redis_server import RedisServer
+from fair_router.settings import TiersConfig
+
+TESTS = Path(__file__).resolve().parent
+PREFIX = "fq_test"
+WEIGHTED_TIERS = TiersConfig(weights={"free": 1, "pro": 3, "enterprise": 5})
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    for key in list(os.environ):
+        if key.startswith("FAIR_ROUTER_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
+def settings(**extra: Any) -> Settings:
+    return Settings(prefix=PREFIX, **extra)
+
+
+def fair(conn: Redis, name: str = "default", **extra: Any) -> FairQueue:
+    return FairQueue(name, connection=conn, settings=settings(**extra))
+
+
+def fill(queue: Queue, tenant: str, n: int, func: Callable[..., Any] = fair_jobs.log, **options: Any) -> list[Job]:
+    """``n`` jobs of ``tenant`` in one pipeline (rq's enqueue_many goes through push_job_id too)."""
+    datas = [Queue.prepare_data(func, (tenant, i), meta={"fair_tenant": tenant}, result_ttl=600, **options)
+             for i in range(n)]
+    jobs: list[Job] = queue.enqueue_many(datas)
+    return jobs
+
+
+def ran(conn: Redis) -> list[tuple[str, int]]:
+    """(tenant, n) of every logged job, in the order the jobs ran."""
+    return [(t, int(n)) for t, n in (raw.decode().rsplit(":", 1) for raw in conn.lrange(fair_jobs.LOG, 0, -1))]
+
+
+def pop_ids(queue: FairQueue, n: int, tenant_of: dict[str, str]) -> list[str]:
+    """Tenant of each of ``n`` pops by the fair queue's pop script alone (the dequeue hot path, without
+    the ~1 ms of rq worker bookkeeping per fetch: keeps 9,000-pop tests fast)."""
+    tenants = []
+    for _ in range(n):
+        job_id = queue.pop_job_id()
+        assert job_id is not None, "the backlog ran dry"
+        tenants.append(tenant_of[job_id])
+    return tenants
+
+
+def pop_tenants(worker: Worker, n: int) -> list[str]:
+    """Tenant of each of ``n`` fetches through the worker's real dequeue (non-blocking)."""
+    tenants = []
+    for _ in range(n):
+        result = worker.dequeue_job_and_maintain_ttl(timeout=None)
+        assert result is not None, "the backlog ran dry"
+        tenants.append(result[0].meta["fair_tenant"])
+    return tenants
+
+
+# -- fair order --------------------------------------------------------------------------------------
+
+
+def flood_then_small(queue: Queue) -> None:
+    fill(queue, "G", 500)
+    for k in range(10):
+        fill(queue, f"small{k}", 5)
+
+
+def test_small_tenants_are_done_within_the_first_60_dequeues_and_each_tenant_stays_fifo(conn: Redis) -> None:
+    queue = fair(conn)
+    flood_then_small(queue)
+    assert len(queue) == queue.count == 550
+    WeightedSimpleWorker([queue], connection=conn, settings=settings()).work(burst=True)
+    order = ran(conn)
+    assert len(order) == 550 and len(queue) == 0
+    small = [i for i, (tenant, _) in enumerate(order) if tenant != "G"]
+    assert len(small) == 50 and max(small) < 60, max(small)
+    for tenant in {t for t, _ in order}:
+        assert [n for t, n in order if t == tenant] == sorted(n for t, n in order if t == tenant), tenant
+
+
+def test_the_same_scenario_on_a_plain_queue_fails_the_fairness_check(conn: Redis) -> None:
+    # The check above discriminates: plain FIFO runs every small job after the 500 big ones.
+    queue = Queue("default", connection=conn)
+    flood_then_small(queue)
+    SimpleWorker([queue], connection=conn).work(burst=True)
+    assert min(i for i, (tenant, _) in enumerate(ran(conn)) if tenant != "G") == 500
+
+
+def test_weights_1_3_5_get_shares_within_2_points_over_9000_pops(conn: Redis) -> None:
+    router = FairRouter(conn, prefix=PREFIX)
+    router.set_tier("f", "free")
+    router.set_tier("p", "pro")
+    router.set_tier("e", "enterprise")
+    sets = settings(tiers=WEIGHTED_TIERS, fair_queues=["default"])
+    plain = Queue("default", connection=conn)  # producers may use FairQueue: here through the worker's
+    queue = FairQueue("default", connection=conn, settings=sets)
+    owner = {}
+    for tenant, n in (("f", 1300), ("p", 3300), ("e", 5300)):  # all stay backlogged for 9,000 pops
+        owner |= {job.id: tenant for job in fill(queue, tenant, n)}
+    assert plain.count == 9900
+    worker = WeightedSimpleWorker(["default"], connection=conn, settings=sets)  # FairQueue via fair_queues
+    assert isinstance(worker.queues[0], FairQueue)
+    head = Counter(pop_tenants(worker, 90))  # the worker's own dequeue path agrees
+    assert head == {"f": 10, "p": 30, "e": 50}, head
+    shares = Counter(pop_ids(queue, 9000, owner))
+    for tenant, weight in (("f", 1), ("p", 3), ("e", 5)):
+        assert shares[tenant] / 9000 == pytest.approx(weight / 9, abs=0.02), shares
+    # Stride scheduling interleaves rather than batches: every window of 9 pops is 1 / 3 / 5 up to +-1.
+    assert plain.count == 9900 - 90 - 9000
+
+
+def test_a_tenant_idle_for_a_while_gets_no_more_than_its_share_when_it_floods(conn: Redis) -> None:
+    queue = fair(conn)
+    owner = {job.id: "late" for job in fill(queue, "late", 10)}
+    owner |= {job.id: "a" for job in fill(queue, "a", 2000)}
+    owner |= {job.id: "b" for job in fill(queue, "b", 2000)}
+    first = pop_ids(queue, 1030, owner)
+    assert first.count("late") == 10  # served, then idle for ~1000 pops while a and b ran
+    owner |= {job.id: "late" for job in fill(queue, "late", 2000)}
+    shares = Counter(pop_ids(queue, 900, owner))
+    # Banking its idle time would give `late` the next ~1000 pops; fair share is one third.
+    assert shares["late"] / 900 == pytest.approx(1 / 3, abs=0.01), shares
+    assert shares["a"] / 900 == pytest.approx(1 / 3, abs=0.01), shares
+
+
+def test_fair_job_decorator_with_fair_true_enqueues_fairly(conn: Redis) -> None:
+    router = FairRouter(conn, prefix=PREFIX)
+    logged = fair_job("default", rules=[], router=router, fair=True, result_ttl=600)(fair_jobs.log)
+    for i in range(30):
+        logged.enqueue("G", i, fair_tenant="G")
+    logged.enqueue_many([(("s", i), {"fair_tenant": "s"}) for i in range(3)])
+    queue = fair(conn)
+    assert queue.count == 33
+    worker = SimpleWorker([queue], connection=conn)
+    worker.queue_class = FairQueue
+    assert pop_tenants(worker, 6) == ["G", "s", "G", "s", "G", "s"]
+
+
+# -- rq compatibility --------------------------------------------------------------------------------
+
+
+def test_counts_job_ids_remove_and_empty_show_the_true_backlog(conn: Redis, redis_server: RedisServer) -> None:
+    queue = fair(conn)
+    jobs = fill(queue, "G", 4) + fill(queue, "s", 2)
+    plain = Queue("default", connection=conn).enqueue(fair_jobs.log, "plain", 0)  # rq internals: plain push
+    assert len(queue) == queue.count == Queue("default", connection=conn).count == 7
+    assert sorted(queue.job_ids) == sorted([j.id for j in jobs] + [plain.id])
+    assert queue.job_ids[0] == plain.id
+    queue.remove(jobs[1])
+    assert queue.count == 6 and jobs[1].id not in queue.job_ids
+    counts = {q.name: q.count for q in Queue.all(connection=conn)}
+    assert counts == {"default": 6}
+    info = subprocess.run([str(Path(sys.executable).parent / "rq"), "info", "--url", redis_server.url, "-Q", "-r"],
+                          capture_output=True, text=True, timeout=30)
+    assert re.search(r"queue default 6\b", info.stdout), info.stdout
+    worker = SimpleWorker([queue], connection=conn)
+    worker.queue_class = FairQueue
+    pop_tenants(worker, 2)
+    assert queue.count == 4 == len(queue.job_ids)
+    queue.empty()
+    assert queue.count == 0 and queue.job_ids == []
+    assert not conn.keys(f"{PREFIX}:*:fq:members")
+
+
+def test_jobs_pushed_by_the_scheduler_and_by_retries_come_back_and_run(conn: Redis) -> None:
+    queue = fair(conn)
+    retried = queue.enqueue(fair_jobs.fail_once, "test:runs:retry", fair_tenant="acme", retry=Retry(max=1))
+    due = queue.enqueue_at(datetime.now(timezone.utc) - timedelta(seconds=1), fair_jobs.log, "sched", 0,
+                           fair_tenant="acme")
+    assert ScheduledJobRegistry("default", connection=conn).count == 1
+    scheduler = RQScheduler(["default"], connection=conn)
+    scheduler.acquire_locks()
+    scheduler.enqueue_scheduled_jobs()  # rq's own scheduler: pushes with a plain Queue
+    scheduler.release_locks()
+    assert queue.count == 2
+    WeightedSimpleWorker([queue], connection=conn, settings=settings()).work(burst=True)
+    assert due.get_status(refresh=True) == JobStatus.FINISHED
+    assert retried.get_status(refresh=True) == JobStatus.FINISHED
+    assert conn.get("test:runs:retry") == b"2"
+    assert queue.count == 0
+
+
+def test_canceled_and_deleted_jobs_are_skipped(conn: Redis) -> None:
+    queue = fair(conn)
+    jobs = fill(queue, "t", 3)
+    jobs[0].cancel()  # rq cancels through a plain Queue: only an LREM of the id
+    jobs[1].delete()
+    WeightedSimpleWorker([queue], connection=conn, settings=settings()).work(burst=True)
+    assert ran(conn) == [("t", 2)]
+    assert queue.count == 0
+
+
+def test_a_weighted_worker_mixes_fair_and_plain_queues(conn: Redis) -> None:
+    sets = settings(fair_queues=["fq"], queues={"fq": 1, "pq": 1})
+    fill(FairQueue("fq", connection=conn, settings=sets), "G", 20)
+    fill(Queue("pq", connection=conn), "plain", 20)
+    worker = WeightedSimpleWorker(["fq", "pq"], connection=conn, settings=sets)
+    assert [type(q) for q in worker.queues] == [FairQueue, Queue]
+    worker.work(burst=True)
+    assert Counter(t for t, _ in ran(conn)) == {"G": 20, "plain": 20}
+
+
+# -- processes: rq CLI, blocking, SIGKILL, limits ------------------------------------------------------
+
+
+def rq_worker(url: str, queue_class: str, *args: str, config: Path | None = None,
+              log: Path | None = None) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIR_ROUTER_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
+    env["FAIR_ROUTER_PREFIX"] = PREFIX
+    if config is not None:
+        env["FAIR_ROUTER_CONFIG"] = str(config)
+    out = log.open("wb") if log else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, "-m", "rq.cli", "worker", "--url", url, "--queue-class", queue_class,
+                             *args], env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads CPU time from /proc")
+def test_rq_cli_worker_blocks_idle_and_wakes_within_100ms(conn: Redis, redis_server: RedisServer) -> None:
+    queue = fair(conn)
+    proc = rq_worker(redis_server.url, "fair_router.FairQueue", "-w", "rq.SimpleWorker", "default")
+    try:
+        wait_for(lambda: Worker.count(connection=conn) == 1, 20, "the worker to register")
+        time.sleep(0.5)
+        before = cpu_seconds(proc.pid)
+        time.sleep(1.5)
+        assert cpu_seconds(proc.pid) - before < 0.1  # blocked in BLPOP, not polling
+        for i in range(5):
+            job = queue.enqueue(fair_jobs.log, "t", i, fair_tenant="t")
+            wait_for(lambda j=job: j.get_status(refresh=True) == JobStatus.FINISHED, 10, "the job")  # type: ignore[misc]
+            job.refresh()
+            assert job.started_at is not None and job.enqueued_at is not None
+            assert (job.started_at - job.enqueued_at).total_seconds() < 0.1
+            time.sleep(0.2)
+    finally:
+        stop(proc)
+
+
+def test_a_worker_sigkilled_between_pop_and_start_loses_no_job(
+    conn: Redis, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    queue = fair(conn)
+    jobs = fill(queue, "t", 3)
+    dying = rq_worker(redis_server.url, "fair_jobs.QuickRecoverFairQueue", "-w", "fair_jobs.DiesAfterPopWorker",
+                      "--burst", "default", log=tmp_path / "dying.log")
+    assert dying.wait(30) == -signal.SIGKILL
+    assert queue.count == 2  # one job left the queue with the dead worker
+    assert jobs[0].get_status(refresh=True) == JobStatus.QUEUED
+    time.sleep(0.6)  # QuickRecoverFairQueue.recover_after
+    survivor = rq_worker(redis_server.url, "fair_jobs.QuickRecoverFairQueue", "--burst", "default",
+                         log=tmp_path / "survivor.log")
+    assert survivor.wait(30) == 0, (tmp_path / "survivor.log").read_text()
+    assert sorted(n for _, n in ran(conn)) == [0, 1, 2]
+    assert [j.get_status(refresh=True) for j in jobs] == [JobStatus.FINISHED] * 3
+    assert FinishedJobRegistry("default", connection=conn).count == 3
+
+
+def test_limit_1_per_tenant_two_workers_never_overlap_and_others_pass(
+    conn: Redis, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "fair_router.yaml"
+    config.write_text(yaml.safe_dump({
+        "prefix": PREFIX, "fair_queues": ["default"],
+        "concurrency": {"enabled": True, "lease_ttl": "10s", "snooze": "30s", "jitter": "1s"},
+    }))
+    queue = fair(conn)
+    procs = [rq_worker(redis_server.url, "rq.Queue", "-w", "fair_router.WeightedWorker", "default",
+                       config=config, log=tmp_path / f"w{i}.log") for i in range(2)]
+    try:
+        wait_for(lambda: Worker.count(connection=conn) == 2, 20, "two workers")
+        big = [queue.enqueue(fair_jobs.span, "big", 0.3, fair_tenant="big") for _ in range(5)]
+        time.sleep(0.1)
+        small = [queue.enqueue(fair_jobs.span, "small", 0.05, fair_tenant="small") for _ in range(3)]
+        wait_for(lambda: conn.llen("test:fair:spans") == 8, 30, "all eight jobs")
+    finally:
+        for proc in procs:
+            stop(proc)
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for raw in conn.lrange("test:fair:spans", 0, -1):
+        tenant, start, end = raw.decode().split()
+        spans.setdefault(tenant, []).append((float(start), float(end)))
+    ordered = sorted(spans["big"])
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ordered)), ordered  # never two at once
+    # small is not stuck behind big's five sequential jobs: all done before big's third finishes.
+    assert max(end for _, end in spans["small"]) < ordered[2][1], (spans, ordered)
+    assert ScheduledJobRegistry("default", connection=conn).count == 0  # parked, never snoozed
+    assert all(j.get_status(refresh=True) == JobStatus.FINISHED for j in big + small)
