@@ -7,10 +7,10 @@ and the drain is timed. Which side goes first alternates by round, so machine no
 ratio is fair jobs/s over plain jobs/s (goal >= 0.80, and flat as tenants grow: a fair pop is
 O(log tenants)). Filling is not timed.
 
-Runs against a private redis-server, or against ``$REDIS_URL`` when set (it then FLUSHES that
-database: point it at a scratch one).
+Always runs on a private redis-server (it empties the database between drains, so it never touches
+a server of yours).
 
-    .venv/bin/python bench/fairqueue.py [--jobs 2000] [--rounds 3] [--tenants 10,1000,10000] [--json]
+    .venv/bin/python bench/fairqueue.py [--jobs 2000] [--rounds 3] [--tenants 10,1000,10000] [--json PATH]
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import statistics
 import sys
 import time
@@ -89,19 +88,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000, help="jobs drained per timed run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tenants", default="10,1000,10000", help="comma-separated active tenant counts")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     logging.getLogger("rq").setLevel(logging.WARNING)
     counts = [int(x) for x in args.tenants.split(",")]
-    url = os.environ.get("REDIS_URL")
-    if url:
-        rows = run(Redis.from_url(url), counts, args.jobs, args.rounds)
-    else:
-        with RedisServer() as server:
-            rows = run(server.client(), counts, args.jobs, args.rounds)
+    with RedisServer() as server:
+        rows = run(server.client(), counts, args.jobs, args.rounds)
     if args.json:
-        print(json.dumps(rows, indent=1))
-        return
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
     print(f"{'tenants':>8} {'plain jobs/s':>13} {'fair jobs/s':>12} {'fair/plain':>11}  per round")
     for row in rows:
         per_round = " ".join(f"{x:.2f}" for x in row["ratios"])

@@ -90,7 +90,8 @@ def print_flood(report: dict[str, object]) -> None:
             click.echo(f"  {kind:<14}{s[kind + '_p50']:>11.3f}s{s[kind + '_p95']:>11.3f}s")
         click.echo(f"  makespan {s['makespan']:.2f}s ({s.get('makespan_vs_fifo', 1):.3f}x FIFO), "
                    f"throughput {s['throughput']:.0f} jobs/s")
-        click.echo(f"  Jain's index over per-tenant slowdown: {s['jain_slowdown']:.3f}")
+        click.echo(f"  Jain's index over per-tenant slowdown: {s['jain_slowdown']:.3f}; "
+                   f"share accuracy (all backlogged): {s['share_jain']:.3f}")
         click.echo(f"  isolation (small p95 with flood / without): {s['isolation']:.1f}x "
                    f"(without flood p95 {s['calm_small_p95']:.3f}s); small p95 vs FIFO "
                    f"{100 * s.get('small_p95_vs_fifo', 1):.1f}%")

@@ -6,6 +6,8 @@ visible the flood is to small tenants (design.md, "Fairness metrics"):
 
 - **isolation**: small tenants' p95 queue wait under the flood / their p95 wait without it;
 - **makespan ratio**: makespan / FIFO's makespan for the same jobs (work conservation, goal <= 1.05);
+- **share accuracy**: every tenant backlogged (each enqueues a batch, one after another); Jain's index
+  over each tenant's share of the first half of the dequeues divided by its fair share (FIFO ~ 1/n);
 - **Jain's index** over per-tenant mean slowdown (wait / service time), as asked for by issue 3,
   with the caveat from design.md that FIFO scores well on it when everybody waits equally long.
 
@@ -65,6 +67,8 @@ class FloodParams:
     job_ms: float = 5.0
     workers: int = 2
     seed: int = 1
+    share_tenants: int = 5
+    share_jobs: int = 100
 
     @property
     def total_jobs(self) -> int:
@@ -206,28 +210,68 @@ def run_once(
     progress: Callable[[int], None] | None = None,
 ) -> list[JobTiming]:
     """Run one mode once (with or without the flood) on real workers; return every job's timing."""
+    plan = arrivals(params, flood)
+    bursts = [[tenant for _, tenant, kind in plan if kind == "greedy"]] if flood else []
+    trickle = [item for item in plan if item[2] != "greedy"]
+    return _drain(connection, url, mode_name, params, bursts, "greedy", trickle, progress)
+
+
+def run_backlogged(
+    connection: Redis,
+    url: str,
+    mode_name: str,
+    params: FloodParams,
+    progress: Callable[[int], None] | None = None,
+) -> list[JobTiming]:
+    """Every tenant backlogged: ``share_tenants`` tenants each enqueue ``share_jobs`` jobs at once, one
+    tenant after another (design.md's share-accuracy scenario)."""
+    bursts = [[f"tenant-{i}"] * params.share_jobs for i in range(params.share_tenants)]
+    return _drain(connection, url, mode_name, params, bursts, "backlogged", [], progress)
+
+
+def share_accuracy(timings: Sequence[JobTiming]) -> float:
+    """Jain's index over x_i = (tenant i's share of the first half of all dequeues) / (its fair share,
+    1/n with equal weights): 1.0 is a perfect fair share; FIFO, which serves one tenant after another,
+    scores about 1/n."""
+    tenants = sorted({t.tenant for t in timings})
+    first = sorted(timings, key=lambda t: t.started)[: len(timings) // 2]
+    return jain([sum(t.tenant == tenant for t in first) / len(first) * len(tenants) for tenant in tenants])
+
+
+def _drain(
+    connection: Redis,
+    url: str,
+    mode_name: str,
+    params: FloodParams,
+    bursts: Sequence[Sequence[str]],
+    burst_kind: str,
+    trickle: Sequence[tuple[float, str, str]],
+    progress: Callable[[int], None] | None,
+) -> list[JobTiming]:
+    """Start the mode's workers, enqueue each burst at once (in order), then the trickle at its offsets;
+    wait until every job ran and return their timings."""
     run = f"fr{os.getpid()}_{time.monotonic_ns() % 10**9}"
     chosen = mode(mode_name, run)
     done_key = f"{PREFIX}:{run}:done"
-    plan = arrivals(params, flood)
     enqueue = _enqueuer(connection, chosen)
+    total = sum(len(burst) for burst in bursts) + len(trickle)
     kinds: dict[str, tuple[str, str]] = {}
     with workers(url, chosen, params.workers):
         _wait_for_workers(connection, chosen.queues, params.workers)
         start = time.monotonic()
-        greedy = [(tenant, kind) for offset, tenant, kind in plan if kind == "greedy"]
-        for job in enqueue.bulk([(tenant, params.job_ms, done_key) for tenant, _ in greedy]):
-            kinds[job.id] = (job.args[0], "greedy")
+        for burst in bursts:
+            for job in enqueue.bulk([(tenant, params.job_ms, done_key) for tenant in burst]):
+                kinds[job.id] = (job.args[0], burst_kind)
         reported = 0
-        for offset, tenant, kind in (item for item in plan if item[2] != "greedy"):
+        for offset, tenant, kind in trickle:
             while (delay := start + offset - time.monotonic()) > 0:
                 time.sleep(min(delay, 0.05))
                 reported = _report(connection, done_key, reported, progress)
             kinds[enqueue.one(tenant, params.job_ms, done_key).id] = (tenant, kind)
-        deadline = time.monotonic() + 120 + params.total_jobs * params.job_ms / 1000
-        while reported < len(plan):
+        deadline = time.monotonic() + 120 + total * params.job_ms / 1000
+        while reported < total:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{mode_name}: only {reported} of {len(plan)} jobs finished in time")
+                raise RuntimeError(f"{mode_name}: only {reported} of {total} jobs finished in time")
             time.sleep(0.05)
             reported = _report(connection, done_key, reported, progress)
     jobs = Job.fetch_many(list(kinds), connection=connection)
@@ -304,6 +348,7 @@ def run_scenario(
         summary = summarize(flooded)
         summary["calm_small_p95"] = summarize(calm)["small_p95"]
         summary["isolation"] = summary["small_p95"] / max(summary["calm_small_p95"], 1e-6)
+        summary["share_jain"] = share_accuracy(run_backlogged(connection, url, name, params, progress=progress))
         report["modes"][name] = {
             "summary": summary,
             "waits": {kind: [t.wait for t in flooded if t.kind == kind] for kind in ("greedy", "small")},
@@ -318,4 +363,5 @@ def run_scenario(
 
 def total_jobs(params: FloodParams, modes: Sequence[str]) -> int:
     """Jobs run by run_scenario (for a progress bar)."""
-    return len(modes) * (params.total_jobs + params.small_tenants * params.small_jobs)
+    per_mode = params.total_jobs + params.small_tenants * params.small_jobs + params.share_tenants * params.share_jobs
+    return len(modes) * per_mode
