@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from redis import Redis
@@ -22,3 +25,16 @@ def conn(redis_server: RedisServer) -> Iterator[Redis]:
     client.flushall()
     yield client
     client.close()
+
+
+@pytest.fixture
+def isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No settings leak in from the shell or cwd; in-process workers' signal handlers are undone after."""
+    for key in list(os.environ):
+        if key.startswith("FAIR_ROUTER_"):
+            monkeypatch.delenv(key)
+    monkeypatch.chdir(tmp_path)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)

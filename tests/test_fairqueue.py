@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -35,16 +35,7 @@ PREFIX = "fq_test"
 WEIGHTED_TIERS = TiersConfig(weights={"free": 1, "pro": 3, "enterprise": 5})
 
 
-@pytest.fixture(autouse=True)
-def no_ambient_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    for key in list(os.environ):
-        if key.startswith("FAIR_ROUTER_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
+pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 
 def settings(**extra: Any) -> Settings:

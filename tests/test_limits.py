@@ -46,17 +46,7 @@ FAST = {"enabled": True, "lease_ttl": "5s", "snooze": "200ms", "jitter": "300ms"
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True)
-def no_ambient_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """No settings leak in from the shell or cwd; in-process workers' signal handlers are undone after."""
-    for key in list(os.environ):
-        if key.startswith("FAIR_ROUTER_"):
-            monkeypatch.delenv(key)
-    monkeypatch.chdir(tmp_path)
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
+pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 
 def write_config(tmp_path: Path, **extra: Any) -> Path:
