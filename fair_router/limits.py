@@ -76,11 +76,12 @@ class ConcurrencyLimiter:
     def lease_ms(self) -> int:
         return max(1, round(self.config.lease_ttl * 1000))
 
-    def acquire(self, tenant: str, job_id: str) -> Lease | None:
-        """Take a slot for ``job_id`` (idempotent); None when the tenant is at its tier's limit."""
+    def acquire(self, tenant: str, job_id: str, pipeline: Pipeline | None = None) -> Lease | None:
+        """Take a slot for ``job_id`` (idempotent); None when the tenant is at its tier's limit. With
+        ``pipeline``, the call rides in the same round trip as the commands queued there."""
         tier = self.tiers.tier(tenant)
         status, reclaimed = self._acquire(
-            self.keys.leases(tenant), job_id, self.tiers.limit(tier), self.lease_ms, now_arg(self.clock)
+            self.keys.leases(tenant), job_id, self.tiers.limit(tier), self.lease_ms, now_arg(self.clock), pipeline
         )
         with self._lock:
             self._pending[f"{tier}:reclaimed"] += reclaimed

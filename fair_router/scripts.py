@@ -12,7 +12,9 @@ from importlib.resources import files
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from fair_router.keys import FairQueueKeys, Keys
 from fair_router.rules import Rule
@@ -82,9 +84,21 @@ class AcquireScript:
     def __init__(self, connection: Redis) -> None:
         self._script = load_script(connection, "acquire")
 
-    def __call__(self, leases: str, job_id: str, limit: int, lease_ms: int, now_ms: str) -> tuple[int, int]:
-        """KEYS = [leases]. Returns (status: 0 refused / 1 granted / 2 already held, leases reclaimed)."""
-        status, reclaimed = self._script(keys=[leases], args=[now_ms, job_id, limit, lease_ms])
+    def __call__(
+        self, leases: str, job_id: str, limit: int, lease_ms: int, now_ms: str, pipeline: Pipeline | None = None
+    ) -> tuple[int, int]:
+        """KEYS = [leases]. Returns (status: 0 refused / 1 granted / 2 already held, leases reclaimed).
+        With ``pipeline``, the call joins the commands already queued there and runs with them."""
+        args: list[str | int] = [now_ms, job_id, limit, lease_ms]
+        if pipeline is None:
+            status, reclaimed = self._script(keys=[leases], args=args)
+            return int(status), int(reclaimed)
+        # A plain EVALSHA: redis-py would first ask SCRIPT EXISTS for a registered script, a round trip.
+        pipeline.evalsha(self._script.sha, 1, leases, *args)
+        try:
+            status, reclaimed = pipeline.execute()[-1]
+        except NoScriptError:  # the server lost its script cache: load it with a direct call
+            status, reclaimed = self._script(keys=[leases], args=args)
         return int(status), int(reclaimed)
 
 

@@ -96,8 +96,9 @@ class WeightedFetchMixin(BaseWorker):
             return
         # Busy from here: the job has left its queue, so a SIGTERM while we take the slot or snooze must
         # wait for us (warm shutdown) rather than raise StopRequested midway and strand the job.
-        self.set_state(WorkerStatus.BUSY)
-        lease = self.limiter.acquire(tenant, job.id)
+        with self.connection.pipeline(transaction=False) as pipe:  # state and slot: one round trip
+            self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            lease = self.limiter.acquire(tenant, job.id, pipeline=pipe)
         if lease is None and isinstance(queue, FairQueue):
             # Claim-time limit: back to the front of its tenant's FIFO, tenant skipped until a slot frees
             # (or lease_ttl at most); no trip through the scheduler.

@@ -448,3 +448,22 @@ def test_sigterm_while_taking_a_slot_finishes_the_job(conn: Redis, fleet: Fleet,
     assert conn.get("test:ran") == b"1", fleet.logs()
     assert status(conn, job.id) == JobStatus.FINISHED
     assert conn.exists(KEYS.leases("doomed")) == 0
+
+
+# -- 7. acquire riding in another pipeline -----------------------------------------------------------
+
+
+def test_acquire_in_a_pipeline_runs_with_its_commands_and_survives_a_script_flush(conn: Redis) -> None:
+    slots = limiter(conn)
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.set("test:before", 1)
+        assert slots.acquire("acme", "j1", pipeline=pipe) is not None
+    assert conn.get("test:before") == b"1"
+    conn.script_flush()  # e.g. a Redis restart: EVALSHA answers NOSCRIPT
+    with conn.pipeline(transaction=False) as pipe:
+        pipe.set("test:after", 1)
+        assert slots.acquire("acme", "j1", pipeline=pipe) is not None  # already held: kept
+        assert conn.get("test:after") == b"1"
+    with conn.pipeline(transaction=False) as pipe:
+        assert slots.acquire("acme", "j2", pipeline=pipe) is None  # free tier: one slot
+    assert conn.zrange(KEYS.leases("acme"), 0, -1) == [b"j1"]
