@@ -331,3 +331,51 @@ def test_limit_1_per_tenant_two_workers_never_overlap_and_others_pass(
     assert max(end for _, end in spans["small"]) < ordered[2][1], (spans, ordered)
     assert ScheduledJobRegistry("default", connection=conn).count == 0  # parked, never snoozed
     assert all(j.get_status(refresh=True) == JobStatus.FINISHED for j in big + small)
+
+
+# -- parking and deletion ------------------------------------------------------------------------------
+
+
+def test_a_parked_tenant_is_skipped_until_its_park_ends_and_keeps_its_fifo(conn: Redis) -> None:
+    queue = fair(conn)
+    a_jobs, b_jobs = fill(queue, "A", 3), fill(queue, "B", 2)
+    first = queue.pop_job_id()
+    assert first == a_jobs[0].id
+    queue.park(a_jobs[0], "A", seconds=0.4)  # A at its limit: back to the front of A's FIFO
+    assert queue.count == 5
+    assert [queue.pop_job_id() for _ in range(2)] == [b.id for b in b_jobs]
+    popped, wake_ms = queue.pop_fair()
+    assert popped is None and wake_ms > 0  # only the parked tenant waits: nothing to serve yet
+    assert queue.count == 3
+    deadline = time.monotonic() + 5
+    while (popped := queue.pop_job_id()) is None:
+        assert time.monotonic() < deadline, "the park never ended"
+        time.sleep(0.05)
+    assert [popped, queue.pop_job_id(), queue.pop_job_id()] == [j.id for j in a_jobs]
+    assert queue.count == 0 and queue.pop_job_id() is None
+
+
+def test_unpark_makes_the_tenant_eligible_at_once(conn: Redis) -> None:
+    queue = fair(conn)
+    a_jobs, b_jobs = fill(queue, "A", 2), fill(queue, "B", 1)
+    queue.park(conn_job(conn, queue.pop_job_id()), "A", seconds=60)
+    assert queue.pop_job_id() == b_jobs[0].id
+    assert queue.pop_job_id() is None  # A parked for a minute
+    queue.unpark("A")  # one of A's slots was released
+    assert [queue.pop_job_id(), queue.pop_job_id()] == [j.id for j in a_jobs]
+
+
+def test_delete_and_empty_leave_no_fair_state_behind(conn: Redis) -> None:
+    queue = fair(conn)
+    fill(queue, "A", 3)
+    fill(queue, "B", 3)
+    queue.empty()
+    assert queue.count == 0 and conn.keys(f"{PREFIX}:*") == []
+    fill(queue, "C", 2)
+    queue.delete()
+    assert conn.keys(f"{PREFIX}:*") == [] and not conn.exists(queue.key)
+
+
+def conn_job(conn: Redis, job_id: str | None) -> Job:
+    assert job_id is not None
+    return Job.fetch(job_id, connection=conn)
