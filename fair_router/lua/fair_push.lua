@@ -1,13 +1,9 @@
 -- fair_push.lua: add jobs to a fair queue (a tenant's FIFO + one token on rq's list), or put popped
 -- jobs back (recovery after a dead worker).
--- KEYS     the fair queue's keys in FairQueueKeys order: rq_list, tokens, members, fifo, head, tail,
---          backlog, active, lastpass, weights, parked, state, inflight (one cluster slot).
+-- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     then one group of five per job: job_id, tenant (encoded), weight, at_front ('1'/'0'),
 --          from_inflight ('1' = only if still recorded as popped-not-started, which is then cleared).
 -- Returns  how many jobs were added (a job already waiting is left where it is).
-local rq_list, tokens, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local backlog, active, lastpass, weights, parked, state = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local inflight = KEYS[13]
 
 local added = 0
 for i = 1, #ARGV, 5 do
@@ -40,15 +36,7 @@ for i = 1, #ARGV, 5 do
       -- counted as held instead (FairQueue.count = LLEN + held - stale).
       redis.call('HINCRBY', state, 'held', 1)
     else
-      if not redis.call('ZSCORE', active, tenant) then
-        -- (Re)activation: start at the virtual time, or at the pass it had when it went idle if that is
-        -- later. Idle time earns nothing, and a tenant that just used its turn cannot reset it.
-        local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
-        local last = tonumber(redis.call('HGET', lastpass, tenant) or '')
-        if last and last > start then start = last end
-        redis.call('HDEL', lastpass, tenant)
-        redis.call('ZADD', active, start, tenant)
-      end
+      activate(tenant)
       if at_front then
         redis.call('LPUSH', rq_list, job_id)
       else

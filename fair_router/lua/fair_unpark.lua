@@ -1,22 +1,13 @@
 -- fair_unpark.lua: one of a tenant's concurrency slots was released. Make the tenant eligible again
 -- in this queue and, if jobs wait without a token, put one token back on rq's list to wake a worker.
--- KEYS     rq_list, tokens, members, fifo, head, tail, backlog, active, lastpass, weights, parked, state,
---          inflight (FairQueueKeys order; one cluster slot).
+-- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     tenant (encoded)
 -- Returns  1 if a token was pushed, else 0.
-local rq_list, tokens, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local backlog, active, lastpass, weights, parked, state = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local tenant = ARGV[1]
 
 redis.call('ZREM', parked, tenant)
 if redis.call('HEXISTS', backlog, tenant) == 0 then return 0 end
-if not redis.call('ZSCORE', active, tenant) then
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  local last = tonumber(redis.call('HGET', lastpass, tenant) or '')
-  if last and last > start then start = last end
-  redis.call('HDEL', lastpass, tenant)
-  redis.call('ZADD', active, start, tenant)
-end
+activate(tenant)
 if tonumber(redis.call('HGET', state, 'held') or '0') <= 0 then return 0 end
 -- One freed slot lets one more job run: release one held token (any waiting id serves as the token).
 local h = redis.call('HGET', head, tenant)
