@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,3 +39,14 @@ def isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterat
     yield
     for sig, handler in handlers.items():
         signal.signal(sig, handler)
+
+
+def terminate(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """Warm shutdown of a worker process (SIGTERM), escalating to SIGKILL after ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

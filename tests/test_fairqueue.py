@@ -20,6 +20,7 @@ from typing import Any
 import fair_jobs
 import pytest
 import yaml
+from conftest import terminate
 from redis import Redis
 from rq import Queue, Retry, SimpleWorker, Worker
 from rq.job import Job, JobStatus
@@ -240,13 +241,7 @@ def rq_worker(url: str, queue_class: str, *args: str, config: Path | None = None
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    terminate(proc, grace=10)
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:

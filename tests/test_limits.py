@@ -24,6 +24,7 @@ from typing import Any
 import limit_jobs
 import pytest
 import yaml
+from conftest import terminate
 from redis import Redis
 from rq import Queue, Retry, Worker
 from rq.job import Job, JobStatus
@@ -110,13 +111,7 @@ class Fleet:
 
     def stop(self, proc: subprocess.Popen[bytes]) -> None:
         """Warm shutdown (SIGTERM), escalating to SIGKILL after 15 s; then clear the worker's process group."""
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc, grace=15)
         with suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # a scheduler child left behind, if any
 
