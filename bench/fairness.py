@@ -1,6 +1,6 @@
 """Flood scenario benchmark: FIFO vs fair-router on real rq workers; prints tables, writes JSON.
 
-    .venv/bin/python bench/fairness.py [--greedy-jobs 2000] [--small-tenants 40] ... [--json out.json]
+    .venv/bin/python bench/fairness.py [--rounds 3] [--greedy-jobs 2000] [--small-tenants 40] ... [--json out.json]
 
 Uses $REDIS_URL when set, else a private redis-server. The scenario itself lives in
 fair_router/flood.py (shared with `fair-router demo`).
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from redis import Redis
 
-from fair_router.demo import print_flood
-from fair_router.flood import MODES, FloodParams, run_scenario
+from fair_router.demo import print_flood, run_flood_demo
+from fair_router.flood import MODES, FloodParams
 from fair_router.redis_server import RedisServer
 
 
@@ -31,6 +31,8 @@ def main() -> None:
     parser.add_argument("--job-ms", type=float, default=defaults.job_ms)
     parser.add_argument("--workers", type=int, default=defaults.workers)
     parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="repeat calm + flood runs (modes interleaved); waits pooled, makespan ratio median")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
     parser.add_argument("--json", type=Path, help="write the full report (summaries and raw waits) here")
     parser.add_argument("--plot", type=Path, help="draw wait distributions to this PNG")
@@ -40,10 +42,10 @@ def main() -> None:
     modes = tuple(args.modes.split(","))
     url = os.environ.get("REDIS_URL")
     if url:
-        report = run_scenario(Redis.from_url(url), url, params, modes)
+        report = run_flood_demo(Redis.from_url(url), url, params, modes, args.rounds)
     else:
         with RedisServer() as server:
-            report = run_scenario(server.client(), server.url, params, modes)
+            report = run_flood_demo(server.client(), server.url, params, modes, args.rounds)
     print_flood(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))

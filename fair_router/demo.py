@@ -68,14 +68,16 @@ def print_routing(placed: dict[str, Counter[str]]) -> None:
         click.echo(f"{tenant:<12}" + "".join(f"{counts[q]:>16}" for q in DEMO_QUEUES))
 
 
-def run_flood_demo(connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...]) -> dict[str, object]:
-    """Run the flood scenario in every mode with a progress bar; return the report."""
+def run_flood_demo(
+    connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...], rounds: int = 1
+) -> dict[str, object]:
+    """Run the flood scenario in every mode (``rounds`` times) with a progress bar; return the report."""
     click.echo(f"\nflood: {params.greedy_tenants} greedy tenant(s) x {params.greedy_jobs} jobs at once, "
                f"{params.small_tenants} small tenants x {params.small_jobs} jobs over "
                f"{params.arrival_spread:.1f}s, {params.job_ms:g} ms jobs, {params.workers} workers; "
-               "each mode also runs once without the flood")
-    with click.progressbar(length=total_jobs(params, modes), label="running", show_pos=True) as bar:
-        return run_scenario(connection, url, params, modes, progress=bar.update)
+               "each mode also runs without the flood" + (f"; {rounds} rounds" if rounds > 1 else ""))
+    with click.progressbar(length=total_jobs(params, modes, rounds), label="running", show_pos=True) as bar:
+        return run_scenario(connection, url, params, modes, progress=bar.update, rounds=rounds)
 
 
 def print_flood(report: dict[str, object]) -> None:
@@ -95,3 +97,4 @@ def print_flood(report: dict[str, object]) -> None:
         click.echo(f"  isolation (small p95 with flood / without): {s['isolation']:.1f}x "
                    f"(without flood p95 {s['calm_small_p95']:.3f}s); small p95 vs FIFO "
                    f"{100 * s.get('small_p95_vs_fifo', 1):.1f}%")
+        click.echo(f"  jobs started between a small job's enqueue and its start (p95): {s['small_ahead_p95']:.0f}")

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from redis import Redis
 
-from fair_router.flood import FloodParams, JobTiming, jain, percentile, run_scenario, share_accuracy
+from fair_router.flood import (
+    FloodParams,
+    JobTiming,
+    jain,
+    percentile,
+    run_scenario,
+    served_ahead,
+    share_accuracy,
+    summarize,
+)
 from fair_router.redis_server import RedisServer
 
 
@@ -42,3 +51,23 @@ def test_share_accuracy() -> None:
     assert share_accuracy(fifo) == 0.5  # first half all "a": x = (2, 0)
     alternating = [timing("ab"[i % 2], i) for i in range(8)]
     assert share_accuracy(alternating) == 1.0
+
+
+def test_served_ahead_counts_jobs_started_between_enqueue_and_start() -> None:
+    jobs = [
+        JobTiming("g", "greedy", 0.0, 1.0, 2.0),
+        JobTiming("g", "greedy", 0.0, 2.0, 3.0),
+        JobTiming("s", "small", 1.5, 4.0, 5.0),  # the greedy job started at 2.0 and the small one at 3.0 went first
+        JobTiming("t", "small", 2.5, 3.0, 4.0),  # nothing started in between
+    ]
+    assert served_ahead(jobs) == [2, 0]
+
+
+def test_summarize_pools_waits_and_takes_the_median_makespan_over_runs() -> None:
+    def run(makespan: float, wait: float) -> list[JobTiming]:
+        return [JobTiming("s", "small", 0.0, wait, makespan), JobTiming("g", "greedy", 0.0, 0.0, 1.0)]
+
+    summary = summarize([run(10.0, 1.0), run(30.0, 3.0), run(20.0, 2.0)])
+    assert summary["makespan"] == 20.0
+    assert summary["small_p50"] == 2.0 and summary["small_p95"] == 3.0
+    assert summary["throughput"] == 2 / 20.0
