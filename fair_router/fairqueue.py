@@ -35,10 +35,12 @@ Claim-time concurrency limits
     A pop cannot read lease keys (other slots). When the weighted worker's slot is refused for a job
     of a FairQueue, it calls :meth:`FairQueue.park` (one script): the job goes back to the *front* of
     its tenant's FIFO and the tenant is *parked*: pops skip it, so other tenants are not blocked and no
-    job is snoozed through the scheduler. A worker that releases one of the tenant's slots unparks it
-    in its fair queues (and puts one held token back so a blocked worker wakes). A park also ends by
-    itself after ``lease_ttl``: a slot can free in a queue this worker does not serve, and a lease never
-    outlives that bound. Blocking workers cap their BLPOP at the first park end.
+    job is snoozed through the scheduler. A fair pop's step of the tenant's pass is taken back (the job
+    did not run), so a tenant at its limit loses no turn per refusal. A worker that releases one of the
+    tenant's slots unparks it in its fair queues (and puts one held token back so a blocked worker
+    wakes). A park also ends by itself after ``lease_ttl``: a slot can free in a queue this worker does
+    not serve, and a lease never outlives that bound. Blocking workers cap their BLPOP at the first park
+    end.
 
 Popped but not started
     The pop records the job in ``inflight`` (pop time). The popping queue object acknowledges its
@@ -130,7 +132,9 @@ class FairQueue(Queue):
         self._tier_book: TierBook | None = None
         self._scripts: dict[str, Any] = {}
         self._staged: dict[str, object] = {}  # job id -> tenant, from _prepare_for_queue to push_job_id
-        self._handed_out: list[str] = []  # popped through this object; acknowledged with the next pop
+        # Popped through this object -> served by a fair choice (which advanced its tenant's pass); they are
+        # acknowledged with the next pop.
+        self._handed_out: dict[str, bool] = {}
 
     # -- configuration, bound lazily ----------------------------------------------------------------
 
@@ -225,11 +229,11 @@ class FairQueue(Queue):
 
     def pop_fair(self, given: str = "") -> tuple[str | None, int]:
         """One pop script call: (job id or None, wake_ms). ``given``: an entry already taken by BLPOP."""
-        acks, self._handed_out = self._handed_out, []
+        acks, self._handed_out = list(self._handed_out), {}
         kind, job_id, wake = self._script(FairPopScript)(self.fair_keys, given, acks, "")
         if kind == 0:
             return None, wake
-        self._handed_out.append(job_id)
+        self._handed_out[job_id] = kind == 2
         return job_id, -1
 
     def pop_job_id(self) -> str | None:
@@ -292,11 +296,13 @@ class FairQueue(Queue):
 
     def park(self, job: Job, tenant: str, seconds: float) -> None:
         """``tenant`` is at its concurrency limit: put ``job`` back at the front of its FIFO and skip the
-        tenant until :meth:`unpark` or for ``seconds`` at most."""
+        tenant until :meth:`unpark` or for ``seconds`` at most. When ``job`` came from this object's latest
+        pop by a fair choice, the tenant's pass gets that pop's step back: a refusal costs it no turn."""
         until_ms = int((time.time() + seconds) * 1000)
-        if job.id in self._handed_out:
-            self._handed_out.remove(job.id)
-        self._script(FairParkScript)(self.fair_keys, job.id, self.tenant_key(tenant), self.weight(tenant), until_ms)
+        refund = self._handed_out.pop(job.id, False)
+        self._script(FairParkScript)(
+            self.fair_keys, job.id, self.tenant_key(tenant), self.weight(tenant), until_ms, refund
+        )
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None) -> Any:
         """One of ``tenant``'s slots was released: it may be served here again (one worker is woken)."""

@@ -142,8 +142,14 @@ class FairParkScript:
     def __init__(self, connection: Redis) -> None:
         self._script = load_script(connection, "fair_park")
 
-    def __call__(self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int) -> int:
-        return int(self._script(keys=keys.all_for_scripts(), args=[job_id, tenant, repr(float(weight)), until_ms]))
+    def __call__(
+        self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, refund: bool
+    ) -> int:
+        """``refund``: a fair choice served the job (pop kind 2), so the 1 / weight its pop added to the
+        tenant's pass is taken back; a plain entry's pop added nothing. Returns 1 if the job was put back,
+        0 if it was already waiting."""
+        args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund)]
+        return int(self._script(keys=keys.all_for_scripts(), args=args))
 
 
 class FairUnparkScript:

@@ -360,6 +360,80 @@ def test_unpark_makes_the_tenant_eligible_at_once(conn: Redis) -> None:
     assert [queue.pop_job_id(), queue.pop_job_id()] == [j.id for j in a_jobs]
 
 
+@pytest.mark.parametrize(("a_backlog", "order"), [(3, "A0 B0 A1 B1 A2 B2"), (1, "A0 B0 B1 B2")])
+def test_a_refused_fair_pop_costs_the_tenant_no_turn(conn: Redis, a_backlog: int, order: str) -> None:
+    # Equal weights, A and B backlogged from pass 0; ties go to the smaller name, so A is served first
+    # (A's pass 0 -> 1, virtual time 0). Its slot is refused: the park takes the step back (from its
+    # active pass, or from the pass it went idle with when the pop took its last job), so after the
+    # unpark A starts at max(0, 0) and wins the tie again: A, B, A, B... Without the refund A would
+    # come back at pass 1 and B would go first: one turn lost per refusal.
+    queue = fair(conn)
+    a_jobs, b_jobs = fill(queue, "A", a_backlog), fill(queue, "B", 3)
+    assert queue.pop_job_id() == a_jobs[0].id
+    queue.park(a_jobs[0], "A", seconds=600)
+    queue.unpark("A")
+    jobs = {"A": a_jobs, "B": b_jobs}
+    expected = [jobs[name[0]][int(name[1:])].id for name in order.split()]
+    assert [queue.pop_job_id() for _ in expected] == expected
+    assert queue.count == 0
+
+
+def test_a_refused_plain_entry_gets_no_refund(conn: Redis) -> None:
+    # A plain entry (rq's scheduler) moved no pass, so its park must not take a step back.
+    queue = fair(conn)
+    a_jobs, b_jobs = fill(queue, "A", 2), fill(queue, "B", 2)
+    assert queue.pop_job_id() == a_jobs[0].id  # A: pass 0 -> 1, virtual time 0
+    plain = Queue("default", connection=conn).enqueue(fair_jobs.log, "A", 9, meta={"fair_tenant": "A"},
+                                                      at_front=True)
+    assert queue.pop_job_id() == plain.id  # served as a plain entry: no pass moved
+    queue.park(plain, "A", seconds=600)  # into A's FIFO, at its front
+    queue.unpark("A")  # A back at pass 1 (a refund would make it 0 and win the tie with B)
+    expected = [b_jobs[0], plain, b_jobs[1], a_jobs[1]]
+    assert [queue.pop_job_id() for _ in expected] == [j.id for j in expected]
+    assert queue.count == 0
+
+
+def held(conn: Redis, queue: FairQueue) -> int:
+    return int(conn.hget(queue.fair_keys.state, "held") or 0)
+
+
+def test_a_pop_holds_the_token_of_a_parked_tenant_and_unpark_puts_one_back(conn: Redis) -> None:
+    queue = fair(conn)
+    a_jobs = fill(queue, "A", 2)
+    assert queue.pop_job_id() == a_jobs[0].id
+    queue.park(a_jobs[0], "A", seconds=600)
+    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (2, 1, 1)  # A1's token still listed
+    popped, wake_ms = queue.pop_fair()
+    assert popped is None and wake_ms > time.time() * 1000 + 500_000  # nothing to serve until A's park ends
+    # Only the parked tenant has jobs: the pop took A1's token off the list and holds it (no worker spins).
+    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (2, 0, 2)
+    assert queue.unpark("A") == 1  # one slot freed: one held token back on the list, to wake a worker
+    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (2, 1, 1)
+    assert queue.pop_job_id() == a_jobs[0].id  # A's head first: FIFO kept through the park
+    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (1, 0, 1)
+    assert queue.pop_job_id() == a_jobs[1].id  # no token listed, yet served: held ones are not stranded
+    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (0, 0, 0)
+    assert queue.pop_job_id() is None
+
+
+def test_unpark_puts_a_held_token_back_while_other_tenants_wait(conn: Redis) -> None:
+    queue = fair(conn)
+    a_jobs, b_jobs = fill(queue, "A", 2), fill(queue, "B", 2)
+    assert queue.pop_job_id() == a_jobs[0].id
+    queue.park(a_jobs[0], "A", seconds=600)
+    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (4, 3, 1)  # A0 counted as held
+    assert queue.pop_job_id() == b_jobs[0].id  # A skipped while parked
+    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (3, 2, 1)
+    assert queue.unpark("A") == 1
+    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (3, 3, 0)  # every waiting job listed
+    # A (pass 0 after the refund, virtual time 0) and B (pass 1): A, then the tie at 1 goes to A again.
+    expected = [a_jobs[0], a_jobs[1], b_jobs[1]]
+    for n, job in enumerate(expected, 1):
+        assert queue.pop_job_id() == job.id
+        assert queue.count == conn.llen(queue.key) == len(queue.get_job_ids()) == len(expected) - n
+    assert queue.pop_job_id() is None
+
+
 def test_delete_and_empty_leave_no_fair_state_behind(conn: Redis) -> None:
     queue = fair(conn)
     fill(queue, "A", 3)

@@ -1,16 +1,26 @@
 -- fair_park.lua: a popped job's tenant is at its concurrency limit. Put the job back at the front of
 -- its tenant's FIFO and park the tenant (pops skip it) until `until_ms` or until a slot frees.
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
--- ARGV     job_id, tenant (encoded), weight, until_ms
+-- ARGV     job_id, tenant (encoded), weight, until_ms, refund ('1' = a fair choice served the job: take
+--          back the 1 / weight its pop added to the tenant's pass; '0' = a plain entry, nothing added)
 -- Returns  1 when the job was put back, 0 when it was already waiting.
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local refund = ARGV[5] == '1'
 
 redis.call('ZREM', inflight, job_id)
+-- A refused job did not run: its tenant gets its turn back instead of losing one per refusal. The step
+-- is the one the pop took: 1 / the stored weight (gone when the pop took the tenant's last job: `weight`).
+local step = 0
+if refund then step = 1 / tonumber(redis.call('HGET', weights, tenant) or weight) end
 local pass = redis.call('ZSCORE', active, tenant)
 if pass then
-  -- Parked tenants keep their place: on return they start at max(virtual time, this pass).
+  -- Parked tenants keep their place: on return they start at max(virtual time, the pass kept here).
   redis.call('ZREM', active, tenant)
-  redis.call('HSET', lastpass, tenant, pass)
+  redis.call('HSET', lastpass, tenant, tonumber(pass) - step)
+elseif step > 0 then
+  -- Not active: the pop took its last job (it went idle with the advanced pass), or it is parked already.
+  local last = tonumber(redis.call('HGET', lastpass, tenant) or '')
+  if last then redis.call('HSET', lastpass, tenant, last - step) end
 end
 redis.call('ZADD', parked, until_ms, tenant)
 if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
