@@ -75,6 +75,7 @@ from rq.utils import as_text, backend_class
 from fair_router.keys import FairQueueKeys, Keys, encode
 from fair_router.router import META_TENANT
 from fair_router.scripts import (
+    FairForgetScript,
     FairParkScript,
     FairPopScript,
     FairPushScript,
@@ -132,9 +133,8 @@ class FairQueue(Queue):
         self._tier_book: TierBook | None = None
         self._scripts: dict[str, Any] = {}
         self._staged: dict[str, object] = {}  # job id -> tenant, from _prepare_for_queue to push_job_id
-        # Popped through this object -> served by a fair choice (which advanced its tenant's pass); they are
-        # acknowledged with the next pop.
-        self._handed_out: dict[str, bool] = {}
+        # Popped through this object -> (pop kind, FIFO seq of a fair choice); acknowledged with the next pop.
+        self._handed_out: dict[str, tuple[int, int | None]] = {}
 
     # -- configuration, bound lazily ----------------------------------------------------------------
 
@@ -230,10 +230,10 @@ class FairQueue(Queue):
     def pop_fair(self, given: str = "") -> tuple[str | None, int]:
         """One pop script call: (job id or None, wake_ms). ``given``: an entry already taken by BLPOP."""
         acks, self._handed_out = list(self._handed_out), {}
-        kind, job_id, wake = self._script(FairPopScript)(self.fair_keys, given, acks, "")
+        kind, job_id, wake, seq = self._script(FairPopScript)(self.fair_keys, given, acks, "")
         if kind == 0:
             return None, wake
-        self._handed_out[job_id] = kind == 2
+        self._handed_out[job_id] = (kind, seq)
         return job_id, -1
 
     def pop_job_id(self) -> str | None:
@@ -295,14 +295,22 @@ class FairQueue(Queue):
     # -- limits --------------------------------------------------------------------------------------
 
     def park(self, job: Job, tenant: str, seconds: float) -> None:
-        """``tenant`` is at its concurrency limit: put ``job`` back at the front of its FIFO and skip the
-        tenant until :meth:`unpark` or for ``seconds`` at most. When ``job`` came from this object's latest
-        pop by a fair choice, the tenant's pass gets that pop's step back: a refusal costs it no turn."""
+        """``tenant`` is at its concurrency limit: put ``job`` back in its FIFO and skip the tenant until
+        :meth:`unpark` or for ``seconds`` at most. When ``job`` came from this object's latest pop by a fair
+        choice, it goes back to its own place (jobs refused at once keep their order) and the tenant's pass
+        gets that pop's step back: a refusal costs it no turn. Otherwise it goes to the front."""
         until_ms = int((time.time() + seconds) * 1000)
-        refund = self._handed_out.pop(job.id, False)
+        _, seq = self._handed_out.pop(job.id, (0, None))
         self._script(FairParkScript)(
-            self.fair_keys, job.id, self.tenant_key(tenant), self.weight(tenant), until_ms, refund
+            self.fair_keys, job.id, self.tenant_key(tenant), self.weight(tenant), until_ms, seq
         )
+
+    def forget(self, job_id: str) -> None:
+        """A job this object popped will not run (rq canceled or deleted it): when rq's own removal took
+        its token off the list, put one back for the jobs still waiting (one script, only in this case)."""
+        kind, _ = self._handed_out.get(job_id, (0, None))
+        if kind in (2, 3):
+            self._script(FairForgetScript)(self.fair_keys, job_id, spent=kind == 2)
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None) -> Any:
         """One of ``tenant``'s slots was released: it may be served here again (one worker is woken)."""
@@ -325,7 +333,7 @@ class FairQueue(Queue):
         if not ids:
             return []
         started = set(self.started_job_registry.get_job_ids(cleanup=False))
-        recovered, done = [], []
+        lost, recovered, done = [], [], []
         for job_id in ids:
             try:
                 job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
@@ -335,11 +343,15 @@ class FairQueue(Queue):
             if job.get_status(refresh=False) != JobStatus.QUEUED or job_id in started or job.origin != self.name:
                 done.append(job_id)  # it started (rq handles it from there), or moved on
                 continue
+            lost.append(job)
+        # Each goes back to the front of its tenant's FIFO: the newest first, so a tenant's jobs keep their order.
+        lost.sort(key=lambda job: job.enqueued_at.timestamp() if job.enqueued_at else 0.0, reverse=True)
+        for job in lost:
             tenant = _tenant_of(job)
             name = None if tenant is None else str(tenant)
-            entry = (job_id, self.tenant_key(name), self.weight(name), True, True)
+            entry = (job.id, self.tenant_key(name), self.weight(name), True, True)
             if self._script(FairPushScript)(keys, [entry]):
-                recovered.append(job_id)
+                recovered.append(job.id)
         if done:
             self.connection.zrem(keys.inflight, *done)
         return recovered
@@ -437,15 +449,18 @@ def _pop(queue: Queue, connection: Redis, given: str) -> tuple[str | None, int]:
 
 def _fetch(job_cls: type[Job], job_id: str, queue: Queue, connection: Redis, serializer: Any) -> Job | None:
     """The job, or None when it no longer exists or was canceled (rq's ``Job.cancel`` only LREMs through
-    a plain Queue, so a canceled fair job can still come out of the fair structure: skip it)."""
+    a plain Queue, so a canceled fair job can still come out of the fair structure: skip it, and let the
+    fair queue settle the token rq took)."""
     try:
         job = job_cls.fetch(job_id, connection=connection, serializer=serializer)
     except NoSuchJobError:
-        return None
+        job = None
     except Exception as exc:
         exc.job_id = job_id  # type: ignore[attr-defined]  # as rq does, for its error report
         exc.queue = queue  # type: ignore[attr-defined]
         raise
-    if job.get_status(refresh=False) == JobStatus.CANCELED:
-        return None
-    return job
+    if job is not None and job.get_status(refresh=False) != JobStatus.CANCELED:
+        return job
+    if isinstance(queue, FairQueue):
+        queue.forget(job_id)
+    return None

@@ -130,10 +130,14 @@ class FairPopScript:
     def __init__(self, connection: Redis) -> None:
         self._script = load_script(connection, "fair_pop")
 
-    def __call__(self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str) -> tuple[int, str, int]:
-        """Returns (kind: 0 nothing / 1 plain / 2 fair, job id, wake_ms: first park end or -1)."""
-        kind, job_id, wake = self._script(keys=keys.all_for_scripts(), args=[now_ms, given, len(acks), *acks])
-        return int(kind), job_id.decode() if isinstance(job_id, bytes) else str(job_id), int(wake)
+    def __call__(
+        self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str
+    ) -> tuple[int, str, int, int | None]:
+        """Returns (kind: 0 nothing / 1 plain / 2 fair for a token / 3 fair without one, job id, wake_ms:
+        first park end or -1, the fair choice's FIFO seq or None)."""
+        kind, job_id, wake, seq = self._script(keys=keys.all_for_scripts(), args=[now_ms, given, len(acks), *acks])
+        return (int(kind), job_id.decode() if isinstance(job_id, bytes) else str(job_id), int(wake),
+                None if seq in (b"", "") else int(seq))
 
 
 class FairParkScript:
@@ -143,13 +147,25 @@ class FairParkScript:
         self._script = load_script(connection, "fair_park")
 
     def __call__(
-        self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, refund: bool
+        self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None
     ) -> int:
-        """``refund``: a fair choice served the job (pop kind 2), so the 1 / weight its pop added to the
-        tenant's pass is taken back; a plain entry's pop added nothing. Returns 1 if the job was put back,
-        0 if it was already waiting."""
-        args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund)]
+        """``seq``: the job's FIFO place when a fair choice served it (pop kind 2 or 3): it goes back there,
+        and the 1 / weight its pop added to the tenant's pass is taken back; None for a plain entry, whose
+        pop added nothing (it goes to the front). Returns 1 if the job was put back, 0 if it was waiting."""
+        refund = seq is not None
+        args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq]
         return int(self._script(keys=keys.all_for_scripts(), args=args))
+
+
+class FairForgetScript:
+    """fair_forget.lua: a popped fair job will not run (rq canceled or deleted it): fix its token count."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "fair_forget")
+
+    def __call__(self, keys: FairQueueKeys, job_id: str, spent: bool) -> int:
+        """``spent``: the pop took a list entry for the job (kind 2). Returns how many tokens were restored."""
+        return int(self._script(keys=keys.all_for_scripts(), args=[job_id, int(spent)]))
 
 
 class FairUnparkScript:

@@ -24,7 +24,7 @@ from conftest import terminate
 from redis import Redis
 from rq import Queue, Retry, SimpleWorker, Worker
 from rq.job import Job, JobStatus
-from rq.registry import FinishedJobRegistry, ScheduledJobRegistry
+from rq.registry import CanceledJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
 from rq.scheduler import RQScheduler
 
 from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker, fair_job
@@ -448,3 +448,71 @@ def test_delete_and_empty_leave_no_fair_state_behind(conn: Redis) -> None:
 def conn_job(conn: Redis, job_id: str | None) -> Job:
     assert job_id is not None
     return Job.fetch(job_id, connection=conn)
+
+
+@pytest.mark.parametrize("parks", ["in pop order", "reversed"])
+def test_jobs_of_one_tenant_refused_at_once_come_back_in_fifo_order(conn: Redis, parks: str) -> None:
+    # Two workers (two queue objects) pop A0 and A1 before either park lands, and the parks arrive in
+    # either order. Each job goes back to its own place (to the front, the first park would put A0 at
+    # A1's place and the second A1 before it), so FIFO holds.
+    first, second = fair(conn), fair(conn)
+    a_jobs = fill(first, "A", 3)
+    assert first.pop_job_id() == a_jobs[0].id
+    assert second.pop_job_id() == a_jobs[1].id
+    refusals = [(first, a_jobs[0]), (second, a_jobs[1])]
+    for queue, job in refusals if parks == "in pop order" else refusals[::-1]:
+        queue.park(job, "A", seconds=600)
+    first.unpark("A")
+    assert [first.pop_job_id() for _ in range(3)] == [j.id for j in a_jobs]
+
+
+def test_a_refused_last_job_goes_before_jobs_pushed_since(conn: Redis) -> None:
+    queue = fair(conn)
+    (a0,) = fill(queue, "A", 1)
+    assert queue.pop_job_id() == a0.id  # A's last job: A goes idle
+    (a1,) = fill(queue, "A", 1)  # a new FIFO for A
+    queue.park(a0, "A", seconds=600)
+    queue.unpark("A")
+    assert [queue.pop_job_id(), queue.pop_job_id()] == [a0.id, a1.id]
+
+
+def test_jobs_recovered_from_dead_workers_keep_their_tenant_order(conn: Redis) -> None:
+    first, second = fair(conn), fair(conn)
+    a_jobs = fill(first, "A", 3)
+    assert [first.pop_job_id(), second.pop_job_id()] == [a_jobs[0].id, a_jobs[1].id]
+    time.sleep(0.01)  # both popped, never started: their workers died
+    assert sorted(fair(conn).recover(older_than=0)) == sorted(j.id for j in a_jobs[:2])
+    assert [first.pop_job_id() for _ in range(3)] == [j.id for j in a_jobs]
+
+
+def test_a_canceled_fair_job_requeued_by_rq_is_not_lost(conn: Redis) -> None:
+    # rq's Job.cancel LREMs the id through a plain Queue, taking a token the fair structure still counts.
+    # When the canceled job surfaces (skipped), the token is settled; else a later plain push of the same
+    # id (CanceledJobRegistry.requeue) would be taken for a token and the job never served.
+    queue = fair(conn)
+    x, y = fill(queue, "A", 1)[0], fill(queue, "B", 1)[0]
+    x.cancel()
+    assert queue.count == 1
+    worker = WeightedSimpleWorker([queue], connection=conn, settings=settings())
+    worker.work(burst=True)
+    assert ran(conn) == [("B", 0)] and y.get_status(refresh=True) == JobStatus.FINISHED
+    assert queue.count == 0 and conn.hlen(queue.fair_keys.tokens) == 0
+    CanceledJobRegistry("default", connection=conn).requeue(x.id)
+    assert queue.count == 1
+    worker.work(burst=True)
+    assert ran(conn) == [("B", 0), ("A", 0)] and x.get_status(refresh=True) == JobStatus.FINISHED
+    assert queue.count == 0
+
+
+def test_a_canceled_job_behind_waiting_ones_leaves_the_count_exact(conn: Redis) -> None:
+    queue = fair(conn)
+    a_jobs = fill(queue, "A", 2)
+    b_jobs = fill(queue, "B", 2)
+    a_jobs[0].cancel()
+    assert queue.count == 3
+    result = FairQueue.dequeue_any([queue], None, connection=conn)  # A0 is skipped: B0 comes out
+    assert result is not None and result[0].id == b_jobs[0].id
+    assert queue.count == 2 == conn.llen(queue.key)  # the token rq took was put back
+    got = [FairQueue.dequeue_any([queue], None, connection=conn) for _ in range(2)]
+    assert [r[0].id for r in got if r] == [a_jobs[1].id, b_jobs[1].id]
+    assert queue.count == 0 and conn.hlen(queue.fair_keys.tokens) == 0

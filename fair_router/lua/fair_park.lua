@@ -1,11 +1,12 @@
--- fair_park.lua: a popped job's tenant is at its concurrency limit. Put the job back at the front of
--- its tenant's FIFO and park the tenant (pops skip it) until `until_ms` or until a slot frees.
+-- fair_park.lua: a popped job's tenant is at its concurrency limit. Put the job back in its tenant's FIFO
+-- (where it was, else at the front) and park the tenant (pops skip it) until `until_ms` or a slot frees.
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     job_id, tenant (encoded), weight, until_ms, refund ('1' = a fair choice served the job: take
---          back the 1 / weight its pop added to the tenant's pass; '0' = a plain entry, nothing added)
+--          back the 1 / weight its pop added to the tenant's pass; '0' = a plain entry, nothing added),
+--          seq (the job's place in its tenant's FIFO when a fair choice served it, else '')
 -- Returns  1 when the job was put back, 0 when it was already waiting.
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local refund = ARGV[5] == '1'
+local refund, old_seq = ARGV[5] == '1', tonumber(ARGV[6])
 
 redis.call('ZREM', inflight, job_id)
 -- A refused job did not run: its tenant gets its turn back instead of losing one per refusal. The step
@@ -25,15 +26,22 @@ end
 redis.call('ZADD', parked, until_ms, tenant)
 if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 
+-- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by
+-- several workers at once come back in FIFO order whatever order their parks land in; else the front.
 local seq
 local h = redis.call('HGET', head, tenant)
-if h then
-  seq = tonumber(h) - 1
+if not h then
+  seq = old_seq or 0
+  redis.call('HSET', head, tenant, seq)
+  redis.call('HSET', tail, tenant, seq)
+elseif old_seq and old_seq <= tonumber(redis.call('HGET', tail, tenant))
+    and redis.call('HEXISTS', fifo, tenant .. ':' .. old_seq) == 0 then
+  seq = old_seq
+  if seq < tonumber(h) then redis.call('HSET', head, tenant, seq) end
 else
-  seq = 0
-  redis.call('HSET', tail, tenant, 0)
+  seq = tonumber(h) - 1
+  redis.call('HSET', head, tenant, seq)
 end
-redis.call('HSET', head, tenant, seq)
 local field = tenant .. ':' .. seq
 redis.call('HSET', fifo, field, job_id)
 redis.call('HSET', members, job_id, field)

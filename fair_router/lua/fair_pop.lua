@@ -3,8 +3,10 @@
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), n_acks, then n_acks job ids this caller handed out earlier (they have run: forget them).
--- Returns  {kind, job_id, wake_ms}: kind 1 = a plain entry, 2 = a fair choice, 0 = nothing to serve now
---          (wake_ms: when the first parked tenant becomes eligible again, -1 if none).
+-- Returns  {kind, job_id, wake_ms, seq}: kind 1 = a plain entry, 2 = a fair choice for a token, 3 = a fair
+--          choice with no token left on the list, 0 = nothing to serve now (wake_ms: when the first parked
+--          tenant becomes eligible again, -1 if none). seq: a fair choice's place in its tenant's FIFO (for
+--          fair_park to put it back there), else ''.
 local now_ms = tonumber(ARGV[1])
 local given = ARGV[2]
 local n_acks = tonumber(ARGV[3])
@@ -31,6 +33,7 @@ local function wake()
 end
 
 -- The stride scheduler: serve the active tenant with the smallest pass, advance it by 1 / weight.
+-- Returns the job id and its FIFO seq, or false.
 local function serve()
   while true do
     local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
@@ -38,10 +41,10 @@ local function serve()
     local tenant, pass = top[1], tonumber(top[2])
     local h = tonumber(redis.call('HGET', head, tenant) or '1')
     local t = tonumber(redis.call('HGET', tail, tenant) or '0')
-    local job_id = false
+    local job_id, seq = false, h
     while h <= t and not job_id do  -- skips holes left by FairQueue.remove
       local field = tenant .. ':' .. h
-      job_id = redis.call('HGET', fifo, field)
+      job_id, seq = redis.call('HGET', fifo, field), h
       if job_id then redis.call('HDEL', fifo, field) end
       h = h + 1
     end
@@ -58,7 +61,7 @@ local function serve()
       end
       redis.call('HDEL', members, job_id)
       redis.call('ZADD', inflight, now_ms, job_id)
-      return job_id
+      return job_id, seq
     end
   end
 end
@@ -70,10 +73,10 @@ for _ = 1, 1000 do
   if not entry then
     -- Nothing on the list, but fair jobs may still wait without a token (held, or a token an outside
     -- LREM took, e.g. rq's Job.cancel on a plain Queue): serve them rather than strand them.
-    local job_id = serve()
-    if not job_id then return {0, '', wake()} end
+    local job_id, seq = serve()
+    if not job_id then return {0, '', wake(), ''} end
     if tonumber(redis.call('HGET', state, 'held') or '0') > 0 then redis.call('HINCRBY', state, 'held', -1) end
-    return {2, job_id, -1}
+    return {3, job_id, -1, seq}
   end
   local n = tonumber(redis.call('HGET', tokens, entry) or '0')
   if n == 0 then
@@ -85,21 +88,21 @@ for _ = 1, 1000 do
       settle_token()
     end
     redis.call('ZADD', inflight, now_ms, entry)
-    return {1, entry, -1}
+    return {1, entry, -1, ''}
   end
   if n == 1 then redis.call('HDEL', tokens, entry) else redis.call('HINCRBY', tokens, entry, -1) end
   if tonumber(redis.call('HGET', state, 'stale') or '0') > 0 then
     redis.call('HINCRBY', state, 'stale', -1)  -- a token whose job left another way: drop it
   else
-    local job_id = serve()
-    if job_id then return {2, job_id, -1} end
+    local job_id, seq = serve()
+    if job_id then return {2, job_id, -1, seq} end
     if redis.call('ZCARD', parked) > 0 then
       -- Only parked tenants wait: hold the token (counted, not on the list) so no worker spins on it.
       redis.call('HINCRBY', state, 'held', 1)
-      return {0, '', wake()}
+      return {0, '', wake(), ''}
     end
     -- A token and no fair job at all: it is stale, drop it and look at the next entry.
   end
   entry = false
 end
-return {0, '', wake()}
+return {0, '', wake(), ''}
