@@ -29,7 +29,10 @@ Token accounting
     ``LLEN + held - stale`` is always the number of waiting jobs (what :attr:`FairQueue.count` returns).
     *held*: tokens taken off the list while only parked tenants had jobs (see limits below), so that no
     worker spins on them; *stale*: jobs that left without their token (served from a plain entry,
-    removed), whose token is dropped when it surfaces. Without concurrency limits held stays 0.
+    removed), whose token is dropped when it surfaces. Without concurrency limits held stays 0. rq's
+    ``Job.cancel`` / ``Job.delete`` LREM the id through a plain Queue, which takes a token behind our
+    back: the job stays in its FIFO until served, is skipped then, and :meth:`FairQueue.forget` settles
+    the token (``fair_forget.lua``).
 
 Claim-time concurrency limits
     A pop cannot read lease keys (other slots). When the weighted worker's slot is refused for a job
@@ -90,6 +93,8 @@ NO_TENANT = "#none"
 64-hex-digit digest form."""
 
 _UNSET = object()
+PUSH_BATCH = 1000
+"""Jobs per fair_push.lua call in ``enqueue_many``: one call stays a few ms of Redis time."""
 
 
 class FairIntermediateQueue(IntermediateQueue):
@@ -133,6 +138,7 @@ class FairQueue(Queue):
         self._tier_book: TierBook | None = None
         self._scripts: dict[str, Any] = {}
         self._staged: dict[str, object] = {}  # job id -> tenant, from _prepare_for_queue to push_job_id
+        self._batches: dict[int, list[tuple[str, str, float, bool, bool]]] = {}  # id(pipeline) -> enqueue_many's pushes
         # Popped through this object -> (pop kind, FIFO seq of a fair choice); acknowledged with the next pop.
         self._handed_out: dict[str, tuple[int, int | None]] = {}
 
@@ -221,9 +227,34 @@ class FairQueue(Queue):
             except NoSuchJobError:
                 tenant = None
         name = None if tenant is None else str(tenant)
-        self._script(FairPushScript)(
-            self.fair_keys, [(job_id, self.tenant_key(name), self.weight(name), at_front, False)], client=pipeline
-        )
+        entry = (job_id, self.tenant_key(name), self.weight(name), at_front, False)
+        batch = None if pipeline is None else self._batches.get(id(pipeline))
+        if batch is not None:
+            batch.append(entry)  # enqueue_many pushes the whole batch at the end of its pipeline
+        else:
+            self._script(FairPushScript)(self.fair_keys, [entry], client=pipeline)
+
+    def enqueue_many(
+        self, job_datas: Iterable[Any], pipeline: Pipeline | None = None, group_id: str | None = None
+    ) -> list[Job]:
+        """rq's ``enqueue_many``. Jobs without dependencies are pushed by one script call per
+        ``PUSH_BATCH`` jobs at the end of rq's pipeline, still in the MULTI that saves them, instead of
+        one call each (packing 13 keys per call is most of a fair push's client cost)."""
+        datas = list(job_datas)
+        if any(data.depends_on for data in datas):  # rq runs those in several pipeline steps: push one by one
+            return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
+        pipe = pipeline if pipeline is not None else self.connection.pipeline()
+        batch: list[tuple[str, str, float, bool, bool]] = []
+        self._batches[id(pipe)] = batch
+        try:
+            jobs = super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
+        finally:
+            del self._batches[id(pipe)]
+        for start in range(0, len(batch), PUSH_BATCH):
+            self._script(FairPushScript)(self.fair_keys, batch[start:start + PUSH_BATCH], client=pipe)
+        if pipeline is None:
+            pipe.execute()
+        return jobs
 
     # -- popping -------------------------------------------------------------------------------------
 

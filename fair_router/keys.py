@@ -43,7 +43,7 @@ class FairQueueKeys:
     tail: str  # HASH tenant -> seq of its newest waiting job
     backlog: str  # HASH tenant -> number of its waiting jobs
     active: str  # ZSET tenant -> pass (stride scheduling), tenants that may be served now
-    lastpass: str  # HASH tenant -> pass when it went idle or was parked (no banked credit on return)
+    lastpass: str  # ZSET tenant -> pass when it went idle or was parked, while above the virtual time
     weights: str  # HASH tenant -> weight, set at each push from the tenant's tier
     parked: str  # ZSET tenant -> until (ms): tenants at their concurrency limit, skipped by pops
     state: str  # HASH vtime | held | stale (token accounting, see fairqueue.py)

@@ -516,3 +516,33 @@ def test_a_canceled_job_behind_waiting_ones_leaves_the_count_exact(conn: Redis) 
     got = [FairQueue.dequeue_any([queue], None, connection=conn) for _ in range(2)]
     assert [r[0].id for r in got if r] == [a_jobs[1].id, b_jobs[1].id]
     assert queue.count == 0 and conn.hlen(queue.fair_keys.tokens) == 0
+
+
+def test_enqueue_many_pushes_in_batches_inside_the_callers_pipeline(conn: Redis) -> None:
+    queue = fair(conn)
+    datas = [Queue.prepare_data(fair_jobs.log, ("AB"[i % 2], i // 2), meta={"fair_tenant": "AB"[i % 2]})
+             for i in range(2501)]  # more than one PUSH_BATCH
+    with conn.pipeline() as pipe:
+        jobs = queue.enqueue_many(datas, pipeline=pipe)
+        assert queue.count == 0  # saved and pushed only when the caller's MULTI runs
+        pipe.execute()
+    assert queue.count == 2501 == len(queue.get_job_ids())
+    tenant_of = {job.id: job.meta["fair_tenant"] for job in jobs}
+    assert pop_ids(queue, 6, tenant_of) == ["A", "B", "A", "B", "A", "B"]
+    parent = queue.enqueue(fair_jobs.log, "P", 0, fair_tenant="P")
+    (child,) = queue.enqueue_many([Queue.prepare_data(fair_jobs.log, ("C", 0), meta={"fair_tenant": "C"},
+                                                      depends_on=parent)])
+    assert child.get_status() == JobStatus.DEFERRED and queue.count == 2501 - 6 + 1
+
+
+def test_tenants_that_went_idle_leave_no_state_once_the_virtual_time_passes_them(conn: Redis) -> None:
+    queue = fair(conn)
+    jobs = fill(queue, "G", 3) + [job for k in range(100) for job in fill(queue, f"T{k:03}", 1)]
+    for _ in jobs:
+        assert queue.pop_job_id() is not None
+    # Every T went idle keeping pass 1; G's second job was served at pass 1, so those passes can change
+    # nothing any more and are gone. Only G's kept pass (3) is left; every other per-tenant field went.
+    assert conn.zrange(queue.fair_keys.lastpass, 0, -1) == [b"G"]
+    for key in (queue.fair_keys.head, queue.fair_keys.tail, queue.fair_keys.backlog, queue.fair_keys.weights):
+        assert conn.hlen(key) == 0
+    assert queue.pop_job_id() is None and queue.count == 0

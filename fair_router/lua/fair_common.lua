@@ -11,9 +11,9 @@ local inflight = KEYS[13]
 local function activate(tenant)
   if redis.call('ZSCORE', active, tenant) then return end
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  local last = tonumber(redis.call('HGET', lastpass, tenant) or '')
+  local last = tonumber(redis.call('ZSCORE', lastpass, tenant) or '')
   if last and last > start then start = last end
-  redis.call('HDEL', lastpass, tenant)
+  redis.call('ZREM', lastpass, tenant)
   redis.call('ZADD', active, start, tenant)
 end
 
@@ -26,7 +26,7 @@ local function idle(tenant, pass)
   redis.call('HDEL', tail, tenant)
   redis.call('HDEL', backlog, tenant)
   redis.call('HDEL', weights, tenant)
-  if pass then redis.call('HSET', lastpass, tenant, pass) end
+  if pass then redis.call('ZADD', lastpass, pass, tenant) end
 end
 
 -- A waiting job leaves its tenant's FIFO other than by a fair pop (served from a plain entry, or
