@@ -43,7 +43,7 @@ class FairQueueKeys:
     tail: str  # HASH tenant -> seq of its newest waiting job
     backlog: str  # HASH tenant -> number of its waiting jobs
     active: str  # ZSET tenant -> pass (stride scheduling), tenants that may be served now
-    lastpass: str  # ZSET tenant -> pass when it went idle or was parked, while above the virtual time
+    kept: str  # ZSET tenant -> pass when it went idle or was parked, while above the virtual time
     weights: str  # HASH tenant -> weight, set at each push from the tenant's tier
     parked: str  # ZSET tenant -> until (ms): tenants at their concurrency limit, skipped by pops
     state: str  # HASH vtime | held | stale (token accounting, see fairqueue.py)
@@ -56,7 +56,7 @@ class FairQueueKeys:
     def all(self) -> list[str]:
         """Every fair key (not rq's list), for ``empty``/``delete``."""
         return [self.tokens, self.members, self.fifo, self.head, self.tail, self.backlog, self.active,
-                self.lastpass, self.weights, self.parked, self.state, self.inflight]
+                self.kept, self.weights, self.parked, self.state, self.inflight]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,6 @@ class Keys:
         return FairQueueKeys(
             rq_list=rq_list_key,
             **{name: f"{base}:{name}" for name in (
-                "tokens", "members", "fifo", "head", "tail", "backlog", "active", "lastpass", "weights",
+                "tokens", "members", "fifo", "head", "tail", "backlog", "active", "kept", "weights",
                 "parked", "state", "inflight")},
         )

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -522,10 +523,12 @@ def test_enqueue_many_pushes_in_batches_inside_the_callers_pipeline(conn: Redis)
     queue = fair(conn)
     datas = [Queue.prepare_data(fair_jobs.log, ("AB"[i % 2], i // 2), meta={"fair_tenant": "AB"[i % 2]})
              for i in range(2501)]  # more than one PUSH_BATCH
+    conn.config_resetstat()
     with conn.pipeline() as pipe:
         jobs = queue.enqueue_many(datas, pipeline=pipe)
         assert queue.count == 0  # saved and pushed only when the caller's MULTI runs
         pipe.execute()
+    assert conn.info("commandstats")["cmdstat_evalsha"]["calls"] == 3  # 1,000 + 1,000 + 501 jobs
     assert queue.count == 2501 == len(queue.get_job_ids())
     tenant_of = {job.id: job.meta["fair_tenant"] for job in jobs}
     assert pop_ids(queue, 6, tenant_of) == ["A", "B", "A", "B", "A", "B"]
@@ -542,7 +545,33 @@ def test_tenants_that_went_idle_leave_no_state_once_the_virtual_time_passes_them
         assert queue.pop_job_id() is not None
     # Every T went idle keeping pass 1; G's second job was served at pass 1, so those passes can change
     # nothing any more and are gone. Only G's kept pass (3) is left; every other per-tenant field went.
-    assert conn.zrange(queue.fair_keys.lastpass, 0, -1) == [b"G"]
+    assert conn.zrange(queue.fair_keys.kept, 0, -1) == [b"G"]
     for key in (queue.fair_keys.head, queue.fair_keys.tail, queue.fair_keys.backlog, queue.fair_keys.weights):
         assert conn.hlen(key) == 0
     assert queue.pop_job_id() is None and queue.count == 0
+
+
+def test_a_canceled_job_served_for_a_held_token_leaves_the_count_exact(conn: Redis) -> None:
+    queue = fair(conn)
+    a_jobs = fill(queue, "A", 2)
+    assert queue.pop_job_id() == a_jobs[0].id
+    queue.park(a_jobs[0], "A", seconds=600)
+    assert queue.pop_fair()[0] is None  # only parked A waits: its token is held
+    (b0,) = fill(queue, "B", 1)
+    b0.cancel()  # takes B0's token off the list
+    assert FairQueue.dequeue_any([queue], None, connection=conn) is None  # B0 served for the held token, skipped
+    assert queue.count == 2  # A0 and A1
+    assert queue.unpark("A") == 1  # a blocked worker is woken for A
+    assert [queue.pop_job_id(), queue.pop_job_id()] == [a_jobs[0].id, a_jobs[1].id]
+    assert queue.count == 0 and queue.pop_job_id() is None
+
+
+def test_enqueue_many_that_fails_midway_keeps_what_rq_queued_in_the_callers_pipeline(conn: Redis) -> None:
+    queue = fair(conn)
+    datas = [Queue.prepare_data(fair_jobs.log, ("A", 0), meta={"fair_tenant": "A"}, job_id="saved"),
+             Queue.prepare_data(fair_jobs.log, ("A", threading.Lock()), meta={"fair_tenant": "A"})]
+    with conn.pipeline() as pipe:
+        with pytest.raises(TypeError):  # the lock cannot be pickled
+            queue.enqueue_many(datas, pipeline=pipe)
+        pipe.execute()  # the caller keeps what was queued, as with rq's plain Queue
+    assert queue.get_job_ids() == ["saved"] and queue.count == 1

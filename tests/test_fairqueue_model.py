@@ -46,7 +46,7 @@ class FairQueueMachine(RuleBasedStateMachine):
         # The stride scheduler: pass of each active tenant (waiting jobs, not parked), pass kept by tenants
         # that went idle or were parked, virtual time (pass of the last served tenant).
         self.active: dict[str | None, float] = {}
-        self.lastpass: dict[str | None, float] = {}
+        self.kept: dict[str | None, float] = {}
         self.vtime = 0.0
         self.in_hand: tuple[str, bool] | None = None  # the job the last pop returned, and whether fair
         self.served: set[str] = set()  # popped and not put back
@@ -59,7 +59,7 @@ class FairQueueMachine(RuleBasedStateMachine):
 
     def activate(self, tenant: str | None) -> None:
         if tenant not in self.active:
-            self.active[tenant] = max(self.vtime, self.lastpass.pop(tenant, self.vtime))
+            self.active[tenant] = max(self.vtime, self.kept.pop(tenant, self.vtime))
 
     def check_served(self, job_id: str) -> None:
         """``job_id`` came out of a pop: it must be the oldest plain entry, or the head of the FIFO of the
@@ -84,7 +84,7 @@ class FairQueueMachine(RuleBasedStateMachine):
                 self.active[tenant] = next_pass
             else:  # idle: keeps its pass for its return
                 del self.active[tenant]
-                self.lastpass[tenant] = next_pass
+                self.kept[tenant] = next_pass
             self.in_hand = (job_id, True)
         self.served.add(job_id)
 
@@ -139,9 +139,9 @@ class FairQueueMachine(RuleBasedStateMachine):
         self.queue.park(self.jobs[job_id], tenant, PARK_SECONDS)
         step = 1 / WEIGHT[tenant] if fair else 0  # a fair pop's step is taken back: no turn lost
         if tenant in self.active:
-            self.lastpass[tenant] = self.active.pop(tenant) - step
+            self.kept[tenant] = self.active.pop(tenant) - step
         elif fair:  # the pop took its last job: the pass it went idle with
-            self.lastpass[tenant] -= step
+            self.kept[tenant] -= step
         self.parked.add(tenant)
         self.fifo[tenant].appendleft(job_id)
         self.served.discard(job_id)  # a plain entry's job, too, now waits in its tenant's FIFO
@@ -167,7 +167,7 @@ class FairQueueMachine(RuleBasedStateMachine):
         self.fifo[tenant].remove(job_id)
         if not self.fifo[tenant]:  # idle: keeps its pass, and its park ends
             if tenant in self.active:
-                self.lastpass[tenant] = self.active.pop(tenant)
+                self.kept[tenant] = self.active.pop(tenant)
             self.parked.discard(tenant)
 
     # -- invariants -----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 -- Redis 6.2 has no function libraries. It names the fair queue's KEYS, which every fair script gets
 -- in FairQueueKeys order (one cluster slot), and the two schedule changes they share.
 local rq_list, tokens, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local backlog, active, lastpass, weights, parked, state = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local backlog, active, kept, weights, parked, state = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local inflight = KEYS[13]
 
 -- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
@@ -11,9 +11,9 @@ local inflight = KEYS[13]
 local function activate(tenant)
   if redis.call('ZSCORE', active, tenant) then return end
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  local last = tonumber(redis.call('ZSCORE', lastpass, tenant) or '')
+  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
   if last and last > start then start = last end
-  redis.call('ZREM', lastpass, tenant)
+  redis.call('ZREM', kept, tenant)
   redis.call('ZADD', active, start, tenant)
 end
 
@@ -26,7 +26,7 @@ local function idle(tenant, pass)
   redis.call('HDEL', tail, tenant)
   redis.call('HDEL', backlog, tenant)
   redis.call('HDEL', weights, tenant)
-  if pass then redis.call('ZADD', lastpass, pass, tenant) end
+  if pass then redis.call('ZADD', kept, pass, tenant) end
 end
 
 -- A waiting job leaves its tenant's FIFO other than by a fair pop (served from a plain entry, or

@@ -5,8 +5,8 @@
 -- later plain push of the same id (rq's CanceledJobRegistry.requeue) look like a token and be lost.
 -- Only called for skipped jobs (rare), so the O(list) LPOS is affordable.
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
--- ARGV     job_id, spent ('1' = the pop took a list entry for it, pop kind 2; '0' = it served the job with
---          no entry left, kind 3, which already made up for one missing token)
+-- ARGV     job_id, spent ('1' = the pop spent a token on it, listed or held: pop kind 2; '0' = it served the
+--          job with no token left at all, kind 3, which already made up for one missing token)
 -- Returns  how many tokens were restored.
 local job_id, spent = ARGV[1], ARGV[2] == '1'
 

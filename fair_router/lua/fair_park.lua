@@ -17,11 +17,11 @@ local pass = redis.call('ZSCORE', active, tenant)
 if pass then
   -- Parked tenants keep their place: on return they start at max(virtual time, the pass kept here).
   redis.call('ZREM', active, tenant)
-  redis.call('ZADD', lastpass, tonumber(pass) - step, tenant)
+  redis.call('ZADD', kept, tonumber(pass) - step, tenant)
 elseif step > 0 then
   -- Not active: the pop took its last job (it went idle with the advanced pass), or it is parked already.
-  local last = tonumber(redis.call('ZSCORE', lastpass, tenant) or '')
-  if last then redis.call('ZADD', lastpass, last - step, tenant) end
+  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+  if last then redis.call('ZADD', kept, last - step, tenant) end
 end
 redis.call('ZADD', parked, until_ms, tenant)
 if redis.call('HEXISTS', members, job_id) == 1 then return 0 end

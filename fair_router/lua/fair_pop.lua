@@ -3,8 +3,8 @@
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), n_acks, then n_acks job ids this caller handed out earlier (they have run: forget them).
--- Returns  {kind, job_id, wake_ms, seq}: kind 1 = a plain entry, 2 = a fair choice for a token, 3 = a fair
---          choice with no token left on the list, 0 = nothing to serve now (wake_ms: when the first parked
+-- Returns  {kind, job_id, wake_ms, seq}: kind 1 = a plain entry, 2 = a fair choice for a token (listed or
+--          held), 3 = a fair choice with no token left at all, 0 = nothing to serve now (wake_ms: when the first parked
 --          tenant becomes eligible again, -1 if none). seq: a fair choice's place in its tenant's FIFO (for
 --          fair_park to put it back there), else ''.
 local now_ms = tonumber(ARGV[1])
@@ -55,7 +55,7 @@ local function serve()
       redis.call('HSET', state, 'vtime', pass)
       -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
       -- drop them, so idle tenants leave no state behind (O(log n) when there is none to drop).
-      redis.call('ZREMRANGEBYSCORE', lastpass, '-inf', pass)
+      redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass)
       if h > t or redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
         idle(tenant, next_pass)
       else
@@ -78,7 +78,10 @@ for _ = 1, 1000 do
     -- LREM took, e.g. rq's Job.cancel on a plain Queue): serve them rather than strand them.
     local job_id, seq = serve()
     if not job_id then return {0, '', wake(), ''} end
-    if tonumber(redis.call('HGET', state, 'held') or '0') > 0 then redis.call('HINCRBY', state, 'held', -1) end
+    if tonumber(redis.call('HGET', state, 'held') or '0') > 0 then
+      redis.call('HINCRBY', state, 'held', -1)
+      return {2, job_id, -1, seq}  -- served for a held token
+    end
     return {3, job_id, -1, seq}
   end
   local n = tonumber(redis.call('HGET', tokens, entry) or '0')
