@@ -60,13 +60,16 @@ Limits of compatibility, by design
     jobs the scheduler moves in (``enqueue_at/in``, retries with an interval) arrive plain too. Plain
     entries are served in list order, ahead of fair tokens behind them.
 
+Entries rq removes behind our back
+    Tokens are interchangeable, so a fair job that has already run can leave its id on rq's list,
+    standing in for another waiting job. Deleting or canceling that finished job through rq, or a plain
+    Queue's ``get_jobs`` dropping the id once the job expired, LREMs the entry. rq's maintenance (every
+    worker's ``maintenance_interval``, 10 minutes by default) then runs :meth:`FairQueue.reconcile`,
+    which puts the missing tokens back and corrects the per-id counts. Until then the count is short,
+    the waiting job is served at the next pop but may not wake a blocked worker, and a plain push of
+    the same id (a reused custom ``job_id``) would be taken for a token.
+
 Known gaps (not by design; tests do not cover them)
-    - Tokens are interchangeable, so a fair job that has already run can leave its id on rq's list,
-      standing in for another waiting job. Deleting or canceling that finished job through rq LREMs
-      the entry behind our back. The count is then one short. If nothing else is listed, the waiting
-      job is served only at the next push or when a worker's blocking wait times out (rq's dequeue
-      timeout, about 7 minutes). If the same job id is later pushed plain by rq's internals (a reused
-      custom ``job_id``), that entry is taken for a token and the job is not served.
     - A refused job's park uses its old FIFO place. If its tenant went idle and was refilled before
       the park lands, and a ``remove`` left a hole at exactly that place, the job lands among the
       newer jobs instead of at the front.
@@ -95,6 +98,7 @@ from fair_router.scripts import (
     FairParkScript,
     FairPopScript,
     FairPushScript,
+    FairReconcileScript,
     FairRemoveScript,
     FairUnparkScript,
 )
@@ -117,6 +121,7 @@ class FairIntermediateQueue(IntermediateQueue):
         super().cleanup(worker, queue)
         if isinstance(queue, FairQueue):
             queue.recover()
+            queue.reconcile()
 
 
 class FairQueue(Queue):
@@ -401,6 +406,13 @@ class FairQueue(Queue):
         if done:
             self.connection.zrem(keys.inflight, *done)
         return recovered
+
+    def reconcile(self) -> tuple[int, int]:
+        """Repair the token accounting after rq removed list entries behind our back (``Job.delete`` or
+        ``Job.cancel`` of a job whose id stood in as another job's token, a plain Queue's ``get_jobs``
+        dropping ids of expired jobs). rq's maintenance runs it; O(list length). Returns (tokens put back,
+        token counts corrected)."""
+        return cast(tuple[int, int], self._script(FairReconcileScript)(self.fair_keys))
 
     # -- what rq's tools read ------------------------------------------------------------------------
 

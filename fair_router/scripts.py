@@ -168,6 +168,18 @@ class FairForgetScript:
         return int(self._script(keys=keys.all_for_scripts(), args=[job_id, int(spent)]))
 
 
+class FairReconcileScript:
+    """fair_reconcile.lua: repair the token accounting after rq removed list entries behind our back."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "fair_reconcile")
+
+    def __call__(self, keys: FairQueueKeys) -> tuple[int, int]:
+        """Returns (tokens put back, per-id token counts corrected)."""
+        restored, corrected = self._script(keys=keys.all_for_scripts(), args=[])
+        return int(restored), int(corrected)
+
+
 class FairUnparkScript:
     """fair_unpark.lua: a tenant's slot was released; make it eligible and wake one worker if needed."""
 

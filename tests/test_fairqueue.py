@@ -575,3 +575,30 @@ def test_enqueue_many_that_fails_midway_keeps_what_rq_queued_in_the_callers_pipe
             queue.enqueue_many(datas, pipeline=pipe)
         pipe.execute()  # the caller keeps what was queued, as with rq's plain Queue
     assert queue.get_job_ids() == ["saved"] and queue.count == 1
+
+
+def test_maintenance_repairs_tokens_rq_removed_behind_our_back(conn: Redis) -> None:
+    # Tokens are interchangeable: B0 is served for A1's entry, so B0's own entry stands in for A1. When
+    # B0, finished, is deleted through rq (a plain Queue LREM), A1 and A2 have one entry between them.
+    queue = fair(conn)
+    a_jobs, (b0,) = fill(queue, "A", 3), fill(queue, "B", 1)
+    assert [queue.pop_job_id(), queue.pop_job_id()] == [a_jobs[0].id, b0.id]
+    b0.delete()
+    assert queue.count == 1  # two jobs wait
+    assert queue.reconcile() == (1, 1)  # one token back, B0's count dropped
+    assert queue.count == 2 == conn.llen(queue.key) and conn.hget(queue.fair_keys.tokens, b0.id) is None
+    assert [queue.pop_job_id(), queue.pop_job_id()] == [a_jobs[1].id, a_jobs[2].id]
+    assert queue.reconcile() == (0, 0) and queue.count == 0
+
+
+def test_a_reused_job_id_pushed_plain_after_maintenance_is_served(conn: Redis) -> None:
+    queue = fair(conn)
+    a_jobs = fill(queue, "A", 2)
+    report = queue.enqueue(fair_jobs.log, "B", 0, fair_tenant="B", job_id="daily-report")
+    assert [queue.pop_job_id(), queue.pop_job_id()] == [a_jobs[0].id, report.id]
+    report.delete()  # its entry stood in for A1
+    assert queue.pop_job_id() == a_jobs[1].id
+    queue.intermediate_queue.cleanup(None, queue)  # what rq's maintenance calls
+    again = queue.enqueue(fair_jobs.log, "B", 1, fair_tenant="B", job_id="daily-report", unique=True)  # plain
+    assert queue.count == 1
+    assert queue.pop_job_id() == again.id
