@@ -1,6 +1,6 @@
 -- fair_common.lua: prepended to every fair_*.lua script when it is loaded (scripts.load_script), as
 -- Redis 6.2 has no function libraries. It names the fair queue's KEYS, which every fair script gets
--- in FairQueueKeys order (one cluster slot), and the two schedule changes they share.
+-- in FairQueueKeys order (one cluster slot), and the FIFO, schedule and token helpers they share.
 local rq_list, tokens, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local backlog, active, kept, weights, parked, state = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local inflight = KEYS[13]
@@ -29,6 +29,15 @@ local function idle(tenant, pass)
   if pass then redis.call('ZADD', kept, pass, tenant) end
 end
 
+-- A job joins its tenant's FIFO at `seq` (the caller has moved head/tail to cover it).
+local function enter(job_id, tenant, seq, weight)
+  local field = tenant .. ':' .. seq
+  redis.call('HSET', fifo, field, job_id)
+  redis.call('HSET', members, job_id, field)
+  redis.call('HINCRBY', backlog, tenant, 1)
+  redis.call('HSET', weights, tenant, weight)
+end
+
 -- A waiting job leaves its tenant's FIFO other than by a fair pop (served from a plain entry, or
 -- removed); `field` is its members entry. Its tenant goes idle when that was its last job.
 local function leave(job_id, field)
@@ -48,4 +57,26 @@ local function settle_token()
   else
     redis.call('HINCRBY', state, 'stale', 1)
   end
+end
+
+-- Up to `n` waiting fair jobs lost their token to an LREM behind our back: a stale token (due to be
+-- dropped) stands in first, else one is pushed at the list head (any waiting id serves), or counted
+-- held when only parked tenants wait. Returns how many were restored.
+local function restore_tokens(n)
+  local restored = 0
+  for _ = 1, n do
+    if tonumber(redis.call('HGET', state, 'stale') or '0') > 0 then
+      redis.call('HINCRBY', state, 'stale', -1)
+    elseif redis.call('ZCARD', active) > 0 then
+      local waiting = redis.call('HRANDFIELD', members)
+      redis.call('LPUSH', rq_list, waiting)
+      redis.call('HINCRBY', tokens, waiting, 1)
+    elseif redis.call('HLEN', members) > 0 then
+      redis.call('HINCRBY', state, 'held', 1)
+    else
+      break
+    end
+    restored = restored + 1
+  end
+  return restored
 end

@@ -21,15 +21,4 @@ else
 end
 local restore = missing
 if not spent then restore = missing - 1 end
-for _ = 1, restore do
-  if tonumber(redis.call('HGET', state, 'stale') or '0') > 0 then
-    redis.call('HINCRBY', state, 'stale', -1)  -- a token due to be dropped stands in
-  elseif redis.call('ZCARD', active) > 0 then
-    local waiting = redis.call('HRANDFIELD', members)  -- any waiting id serves as a token
-    redis.call('LPUSH', rq_list, waiting)
-    redis.call('HINCRBY', tokens, waiting, 1)
-  elseif redis.call('HLEN', members) > 0 then
-    redis.call('HINCRBY', state, 'held', 1)  -- only parked tenants wait: held, as fair_pop does
-  end
-end
-return math.max(restore, 0)
+return restore_tokens(restore)

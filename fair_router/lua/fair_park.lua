@@ -42,11 +42,7 @@ else
   seq = tonumber(h) - 1
   redis.call('HSET', head, tenant, seq)
 end
-local field = tenant .. ':' .. seq
-redis.call('HSET', fifo, field, job_id)
-redis.call('HSET', members, job_id, field)
-redis.call('HINCRBY', backlog, tenant, 1)
-redis.call('HSET', weights, tenant, weight)
+enter(job_id, tenant, seq, weight)
 -- Its token was spent by the pop; while the tenant is parked the job is counted as held, not listed.
 redis.call('HINCRBY', state, 'held', 1)
 return 1

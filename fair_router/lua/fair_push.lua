@@ -26,11 +26,7 @@ for i = 1, #ARGV, 5 do
     else
       seq = redis.call('HINCRBY', tail, tenant, 1)
     end
-    local field = tenant .. ':' .. seq
-    redis.call('HSET', fifo, field, job_id)
-    redis.call('HSET', members, job_id, field)
-    redis.call('HINCRBY', backlog, tenant, 1)
-    redis.call('HSET', weights, tenant, weight)
+    enter(job_id, tenant, seq, weight)
     if redis.call('ZSCORE', parked, tenant) then
       -- A parked tenant cannot be served: a token would only wake a worker for nothing. The job is
       -- counted as held instead (FairQueue.count = LLEN + held - stale).

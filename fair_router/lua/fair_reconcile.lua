@@ -29,19 +29,7 @@ local stale = tonumber(redis.call('HGET', state, 'stale') or '0')
 local missing = redis.call('HLEN', members) - (entries + held - stale)
 local restored = 0
 if missing > 0 then
-  restored = math.min(stale, missing)  -- stale tokens that were to be dropped now stand in
-  if restored > 0 then redis.call('HINCRBY', state, 'stale', -restored) end
-  if missing > restored then
-    for _, job_id in ipairs(redis.call('HRANDFIELD', members, missing - restored)) do
-      if redis.call('ZCARD', active) > 0 then
-        redis.call('RPUSH', rq_list, job_id)
-        redis.call('HINCRBY', tokens, job_id, 1)
-      else
-        redis.call('HINCRBY', state, 'held', 1)  -- only parked tenants wait
-      end
-      restored = restored + 1
-    end
-  end
+  restored = restore_tokens(missing)
 elseif missing < 0 then
   redis.call('HINCRBY', state, 'stale', -missing)  -- more tokens than jobs: drop the extra as they surface
 end
