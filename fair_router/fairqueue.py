@@ -101,6 +101,7 @@ from fair_router.scripts import (
     FairReconcileScript,
     FairRemoveScript,
     FairUnparkScript,
+    PushEntry,
 )
 from fair_router.settings import Settings, TiersConfig, load_settings
 from fair_router.tiers import TierBook
@@ -156,7 +157,7 @@ class FairQueue(Queue):
         self._tier_book: TierBook | None = None
         self._scripts: dict[str, Any] = {}
         self._staged: dict[str, object] = {}  # job id -> tenant, from _prepare_for_queue to push_job_id
-        self._batches: dict[int, list[tuple[str, str, float, bool, bool]]] = {}  # id(pipeline) -> enqueue_many's pushes
+        self._batches: dict[int, list[PushEntry]] = {}  # id(pipeline) -> enqueue_many's pushes
         # Popped through this object -> (pop kind, FIFO seq of a fair choice); acknowledged with the next pop.
         self._handed_out: dict[str, tuple[int, int | None]] = {}
 
@@ -262,7 +263,7 @@ class FairQueue(Queue):
         if any(data.depends_on for data in datas):  # rq runs those in several pipeline steps: push one by one
             return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
         pipe = pipeline if pipeline is not None else self.connection.pipeline()
-        batch: list[tuple[str, str, float, bool, bool]] = []
+        batch: list[PushEntry] = []
         self._batches[id(pipe)] = batch
         try:
             jobs = super().enqueue_many(datas, pipeline=pipe, group_id=group_id)

@@ -107,6 +107,10 @@ class AcquireScript:
         return int(status), int(reclaimed)
 
 
+PushEntry = tuple[str, str, float, bool, bool]
+"""One job for fair_push.lua: (job id, encoded tenant, weight, at_front, from_inflight)."""
+
+
 class FairPushScript:
     """fair_push.lua: add jobs to a fair queue (or put popped ones back after a dead worker)."""
 
@@ -114,7 +118,7 @@ class FairPushScript:
         self._script = load_script(connection, "fair_push")
 
     def __call__(
-        self, keys: FairQueueKeys, jobs: Sequence[tuple[str, str, float, bool, bool]], client: Any = None
+        self, keys: FairQueueKeys, jobs: Sequence[PushEntry], client: Any = None
     ) -> Any:
         """``jobs`` = (job id, encoded tenant, weight, at_front, from_inflight). Returns how many were added
         (the redis-py pipeline itself when ``client`` is one)."""
