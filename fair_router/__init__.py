@@ -8,7 +8,8 @@ Public API (documented in the README):
 - :class:`Settings`, :func:`load_settings` — YAML + environment configuration.
 - :class:`SettingsError` — raised for invalid settings, naming file, key path and reason.
 - :class:`FairQueue` — an rq Queue that serves tenants by weighted fair share.
-- :class:`WeightedWorker`, :class:`WeightedSimpleWorker` — rq workers with weighted fetch order.
+- :class:`WeightedWorker`, :class:`WeightedSimpleWorker` — rq workers with weighted fetch order
+  and fewer Redis round trips between jobs.
 """
 
 from fair_router.decorator import FairJob, fair_job

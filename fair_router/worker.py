@@ -13,6 +13,9 @@ Queues named in ``fair_queues`` (or built by ``--queue-class fair_router.FairQue
 :class:`~fair_router.fairqueue.FairQueue`: the worker then dequeues through ``FairQueue.dequeue_any``,
 which serves fair and plain queues alike, and a tenant at its concurrency limit is parked in its fair
 queue (skipped by pops until one of its slots frees) instead of having its job snoozed.
+
+Both workers also leave out rq's repeated heartbeats and state writes between jobs
+(:mod:`fair_router.bookkeeping`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
 from rq.worker import BaseWorker, WorkerStatus
 
+from fair_router.bookkeeping import LeanBookkeepingMixin
 from fair_router.fairqueue import FairQueue
 from fair_router.keys import Keys
 from fair_router.limits import ConcurrencyLimiter
@@ -142,11 +146,11 @@ class WeightedFetchMixin(BaseWorker):
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
 
-class WeightedWorker(WeightedFetchMixin, Worker):
+class WeightedWorker(WeightedFetchMixin, LeanBookkeepingMixin, Worker):
     """rq's forking Worker with weighted fetch order (``rq worker -w fair_router.WeightedWorker``)."""
 
 
-class WeightedSimpleWorker(WeightedFetchMixin, SimpleWorker):
+class WeightedSimpleWorker(WeightedFetchMixin, LeanBookkeepingMixin, SimpleWorker):
     """rq's SimpleWorker (jobs run in the worker process) with weighted fetch order."""
 
 
