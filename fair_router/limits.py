@@ -20,7 +20,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -88,11 +88,14 @@ class ConcurrencyLimiter:
             self._pending[f"{tier}:acquired"] += status == 1
         return Lease(tenant, tier, job_id) if status else None
 
-    def release(self, lease: Lease) -> None:
-        """Give the slot back (idempotent); flushes pending counters in the same round trip."""
+    def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None) -> None:
+        """Give the slot back (idempotent); pending counters, and whatever ``also`` queues on the
+        pipeline (the worker's own writes after a job), go in the same round trip."""
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.zrem(self.keys.leases(lease.tenant), lease.job_id)
             self._flush(pipe)
+            if also is not None:
+                also(pipe)
             removed = pipe.execute()[0]
         with self._lock:  # counted with the next round trip (or flush())
             self._pending[f"{lease.tier}:released"] += removed
@@ -111,9 +114,10 @@ class ConcurrencyLimiter:
         return when
 
     @contextmanager
-    def keep_alive(self, lease: Lease) -> Iterator[None]:
-        """Keep the lease refreshed (every lease_ttl / 3) while the block runs, then release it, however
-        the block ends. One refresher thread per limiter serves every lease, so a job costs no thread."""
+    def keep_alive(self, lease: Lease, also: Callable[[Pipeline], None] | None = None) -> Iterator[None]:
+        """Keep the lease refreshed (every lease_ttl / 3) while the block runs, then release it (with
+        ``also``, as in release), however the block ends. One refresher thread per limiter serves every
+        lease, so a job costs no thread."""
         with self._lock:
             self._held[lease.job_id] = lease
             if self._refresher is None:
@@ -125,7 +129,7 @@ class ConcurrencyLimiter:
         finally:
             with self._lock:
                 self._held.pop(lease.job_id, None)
-            self.release(lease)
+            self.release(lease, also)
 
     def _refresh_forever(self) -> None:
         """Extend every held lease each lease_ttl / 3; a lost slot is logged, a Redis blip retried."""

@@ -21,10 +21,12 @@ Both workers also leave out rq's repeated heartbeats and state writes between jo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 from redis import ConnectionPool, Redis
+from redis.client import Pipeline
 from rq import Queue, SimpleWorker, Worker
 from rq.job import Job
 from rq.worker import BaseWorker, WorkerStatus
@@ -114,20 +116,16 @@ class WeightedFetchMixin(BaseWorker):
             when = self.limiter.snooze(job, queue, self.limiter.tiers.tier(tenant))
             self.log.info("Worker %s: %s is at its limit; job %s snoozed until %s", self.name, tenant, job.id, when)
             return
-        try:
-            with self.limiter.keep_alive(lease):
-                super().execute_job(job, queue)
-        finally:
-            self._slot_freed(tenant)
+        with self.limiter.keep_alive(lease, also=partial(self._slot_freed, tenant)):
+            super().execute_job(job, queue)
 
-    def _slot_freed(self, tenant: str) -> None:
-        """Unpark ``tenant`` in this worker's fair queues now that one of its slots is free (one round trip)."""
-        if not self.fair_queues:
-            return
-        with self.connection.pipeline(transaction=False) as pipe:
-            for queue in self.fair_queues:
-                queue.unpark(tenant, pipeline=pipe)
-            pipe.execute()
+    def _slot_freed(self, tenant: str, pipe: Pipeline) -> None:
+        """Queued on the slot's release: unpark ``tenant`` in this worker's fair queues, and send the
+        heartbeat rq's loop sends after every job here, in the same round trip (rq's own is then
+        skipped as a repeat, see fair_router.bookkeeping)."""
+        for queue in self.fair_queues:
+            queue.unpark(tenant, pipeline=pipe)
+        self.heartbeat(pipeline=pipe)
 
     def teardown(self) -> None:
         """Write the limiter's pending counters before the worker goes."""

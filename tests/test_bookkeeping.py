@@ -13,7 +13,10 @@ from rq.registry import FinishedJobRegistry
 from rq.worker import BaseWorker
 from worker_jobs import noop
 
-from fair_router import WeightedSimpleWorker, WeightedWorker, bookkeeping
+from fair_router import Settings, WeightedSimpleWorker, WeightedWorker, bookkeeping
+from fair_router.keys import Keys
+from fair_router.router import META_TENANT
+from fair_router.settings import ConcurrencyConfig
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 
@@ -99,3 +102,22 @@ def test_the_weighted_worker_sends_fewer_commands_per_job_than_rq(conn: Redis) -
         per_job[name] = (commands(conn) - before) / jobs
         assert FinishedJobRegistry(name, connection=conn).count == jobs
     assert per_job["weighted"] <= per_job["plain"] - 4, per_job
+
+
+def test_a_limited_job_sends_the_after_job_heartbeat_with_its_release(conn: Redis) -> None:
+    """With concurrency limits on, the heartbeat rq sends after each job rides the slot's release: the
+    worker gets its idle TTL back at once, and rq's own heartbeat that follows is a repeat."""
+    settings = Settings(prefix="bookkeeping", concurrency=ConcurrencyConfig(enabled=True, lease_ttl=5))
+    queue = Queue("limited_beat", connection=conn)
+    queue.enqueue(noop, job_timeout=30, meta={META_TENANT: "acme"})
+    w = WeightedSimpleWorker([queue], connection=conn, weights={queue.name: 1}, settings=settings)
+    w.register_birth()
+    result = w.dequeue_job_and_maintain_ttl(timeout=None)
+    assert result is not None
+    w.execute_job(*result)
+    assert conn.zcard(Keys("bookkeeping").leases("acme")) == 0  # the slot is back
+    assert conn.ttl(w.key) > 30 + 60  # the idle TTL, sent with the release
+    hsets = commands(conn, "hset")
+    w.heartbeat()  # what rq's loop does next
+    assert commands(conn, "hset") == hsets
+    assert FinishedJobRegistry("limited_beat", connection=conn).count == 1
