@@ -7,6 +7,10 @@ and the drain is timed. Which side goes first alternates by round, so machine no
 ratio is fair jobs/s over plain jobs/s (goal >= 0.80, and flat as tenants grow: a fair pop is
 O(log tenants)). Filling is not timed.
 
+Then single enqueues: each round times ``--enqueues`` one-by-one ``enqueue`` calls (tenants in turn) on
+a FairQueue and on a plain Queue, sides alternating first; reported as the median fair/plain ratio of
+enqueues/s (no goal in the issue; rq's enqueue is two round trips, the fair push rides in its MULTI).
+
 Always runs on a private redis-server (it empties the database between drains, so it never touches
 a server of yours).
 
@@ -65,6 +69,30 @@ def drain(conn: Redis, fair: bool, tenants: int, jobs: int) -> float:
     return jobs / elapsed
 
 
+def enqueue_rate(conn: Redis, fair: bool, enqueues: int, tenants: int = 100) -> float:
+    """Time ``enqueues`` single enqueues on an empty queue; returns enqueues/s."""
+    conn.flushdb()
+    queue = (FairQueue("bench", connection=conn, settings=Settings(prefix="bench")) if fair
+             else Queue("bench", connection=conn))
+    queue.enqueue(noop, 0, meta={"fair_tenant": "warm-up"})  # scripts loaded, connection open
+    start = time.perf_counter()
+    for i in range(enqueues):
+        queue.enqueue(noop, i, meta={"fair_tenant": f"tenant-{i % tenants}"})
+    elapsed = time.perf_counter() - start
+    assert queue.count == enqueues + 1
+    return enqueues / elapsed
+
+
+def enqueue_ratios(conn: Redis, enqueues: int, rounds: int) -> list[float]:
+    """Per round, fair enqueues/s over plain enqueues/s (sides alternate first)."""
+    ratios = []
+    for r in range(rounds):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        rate = {fair: enqueue_rate(conn, fair, enqueues) for fair in order}
+        ratios.append(rate[True] / rate[False])
+    return ratios
+
+
 def run(conn: Redis, tenant_counts: list[int], jobs: int, rounds: int) -> list[dict[str, Any]]:
     rows = []
     for tenants in tenant_counts:
@@ -88,20 +116,24 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000, help="jobs drained per timed run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tenants", default="10,1000,10000", help="comma-separated active tenant counts")
+    parser.add_argument("--enqueues", type=int, default=1000, help="single enqueues timed per side and round")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args()
     logging.getLogger("rq").setLevel(logging.WARNING)
     counts = [int(x) for x in args.tenants.split(",")]
     with RedisServer() as server:
         rows = run(server.client(), counts, args.jobs, args.rounds)
+        enqueue = enqueue_ratios(server.client(), args.enqueues, args.rounds)
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        args.json.write_text(json.dumps({"drain": rows, "enqueue_ratios": enqueue}, indent=1) + "\n")
     print(f"{'tenants':>8} {'plain jobs/s':>13} {'fair jobs/s':>12} {'fair/plain':>11}  per round")
     for row in rows:
         per_round = " ".join(f"{x:.2f}" for x in row["ratios"])
         print(f"{row['tenants']:>8} {row['plain_jobs_per_s']:>13.0f} {row['fair_jobs_per_s']:>12.0f} "
               f"{row['ratio']:>10.2f}x  {per_round}")
     print(f"({args.jobs} jobs per drain, median of {args.rounds} interleaved rounds; goal >= 0.80x and flat)")
+    print(f"single enqueue, fair/plain enqueues/s: {statistics.median(enqueue):.2f}x (per round "
+          + " ".join(f"{x:.2f}" for x in enqueue) + f"; {args.enqueues} enqueues per side and round)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from typing import Any
 from redis import Redis
 from redis.client import Pipeline
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
 
 from fair_router.keys import FairQueueKeys, Keys
 from fair_router.rules import Rule
@@ -32,6 +31,18 @@ def load_script(connection: Redis, name: str) -> Script:
     if name.startswith("fair_"):
         source = lua.joinpath("fair_common.lua").read_text(encoding="utf-8") + "\n" + source
     return connection.register_script(source)
+
+
+def call_script(script: Script, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:
+    """Run ``script``, or queue it when ``client`` is a pipeline (the pipeline is returned, as redis-py
+    does). Queued as EVAL of the source rather than EVALSHA: for a pipeline holding a registered script,
+    redis-py sends SCRIPT EXISTS before every execute, a round trip of its own; and a bare EVALSHA could
+    meet NOSCRIPT (after a Redis restart) inside a pipeline someone else executes, such as rq's enqueue
+    MULTI. The server hashes the few KB of source per call, microseconds against a round trip."""
+    if isinstance(client, Pipeline):
+        source = script.script  # load_script registers text; redis-py also allows bytes
+        return client.eval(source if isinstance(source, str) else bytes(source).decode(), len(keys), *keys, *args)
+    return script(keys=list(keys), args=list(args), client=client)
 
 
 def now_arg(clock: Clock | None) -> str:
@@ -97,13 +108,9 @@ class AcquireScript:
         args: list[str | int] = [now_ms, job_id, limit, lease_ms]
         if pipeline is None:
             status, reclaimed = self._script(keys=[leases], args=args)
-            return int(status), int(reclaimed)
-        # A plain EVALSHA: redis-py would first ask SCRIPT EXISTS for a registered script, a round trip.
-        pipeline.evalsha(self._script.sha, 1, leases, *args)
-        try:
+        else:
+            call_script(self._script, [leases], args, pipeline)
             status, reclaimed = pipeline.execute()[-1]
-        except NoScriptError:  # the server lost its script cache: load it with a direct call
-            status, reclaimed = self._script(keys=[leases], args=args)
         return int(status), int(reclaimed)
 
 
@@ -125,7 +132,7 @@ class FairPushScript:
         args: list[str | float | int] = []
         for job_id, tenant, weight, at_front, from_inflight in jobs:
             args += (job_id, tenant, repr(float(weight)), int(at_front), int(from_inflight))
-        return self._script(keys=keys.all_for_scripts(), args=args, client=client)
+        return call_script(self._script, keys.all_for_scripts(), args, client)
 
 
 class FairPopScript:
@@ -191,7 +198,7 @@ class FairUnparkScript:
         self._script = load_script(connection, "fair_unpark")
 
     def __call__(self, keys: FairQueueKeys, tenant: str, client: Any = None) -> Any:
-        return self._script(keys=keys.all_for_scripts(), args=[tenant], client=client)
+        return call_script(self._script, keys.all_for_scripts(), [tenant], client)
 
 
 class FairRemoveScript:
@@ -201,4 +208,4 @@ class FairRemoveScript:
         self._script = load_script(connection, "fair_remove")
 
     def __call__(self, keys: FairQueueKeys, job_id: str, client: Any = None) -> Any:
-        return self._script(keys=keys.all_for_scripts(), args=[job_id], client=client)
+        return call_script(self._script, keys.all_for_scripts(), [job_id], client)

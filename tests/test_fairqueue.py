@@ -528,7 +528,7 @@ def test_enqueue_many_pushes_in_batches_inside_the_callers_pipeline(conn: Redis)
         jobs = queue.enqueue_many(datas, pipeline=pipe)
         assert queue.count == 0  # saved and pushed only when the caller's MULTI runs
         pipe.execute()
-    assert conn.info("commandstats")["cmdstat_evalsha"]["calls"] == 3  # 1,000 + 1,000 + 501 jobs
+    assert conn.info("commandstats")["cmdstat_eval"]["calls"] == 3  # 1,000 + 1,000 + 501 jobs
     assert queue.count == 2501 == len(queue.get_job_ids())
     tenant_of = {job.id: job.meta["fair_tenant"] for job in jobs}
     assert pop_ids(queue, 6, tenant_of) == ["A", "B", "A", "B", "A", "B"]
@@ -536,6 +536,24 @@ def test_enqueue_many_pushes_in_batches_inside_the_callers_pipeline(conn: Redis)
     (child,) = queue.enqueue_many([Queue.prepare_data(fair_jobs.log, ("C", 0), meta={"fair_tenant": "C"},
                                                       depends_on=parent)])
     assert child.get_status() == JobStatus.DEFERRED and queue.count == 2501 - 6 + 1
+
+
+def test_a_fair_enqueue_sends_no_script_exists_and_survives_a_flushed_script_cache(conn: Redis) -> None:
+    """redis-py asks SCRIPT EXISTS before executing any pipeline that holds a registered script: a round
+    trip more than rq's enqueue. Our pushes go into rq's MULTI as EVAL instead, which also cannot meet
+    NOSCRIPT when the server has lost its scripts (a restart)."""
+    queue = fair(conn)
+    queue.enqueue(fair_jobs.log, "A", 0, fair_tenant="A")
+    conn.config_resetstat()
+    queue.enqueue(fair_jobs.log, "A", 1, fair_tenant="A")
+    queue.enqueue_many([Queue.prepare_data(fair_jobs.log, ("B", 0), meta={"fair_tenant": "B"})])
+    stats = conn.info("commandstats")
+    assert "cmdstat_script|exists" not in stats and "cmdstat_script" not in stats, stats
+    assert stats["cmdstat_eval"]["calls"] == 2
+    conn.script_flush()
+    queue.enqueue(fair_jobs.log, "A", 2, fair_tenant="A")
+    assert queue.count == 4
+    assert pop_ids(queue, 4, {job.id: job.meta["fair_tenant"] for job in queue.jobs}) == ["A", "B", "A", "A"]
 
 
 def test_tenants_that_went_idle_leave_no_state_once_the_virtual_time_passes_them(conn: Redis) -> None:
