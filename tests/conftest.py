@@ -7,6 +7,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from redis import Redis
@@ -50,3 +51,12 @@ def terminate(proc: subprocess.Popen[bytes], grace: float) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def command_calls(conn: Redis, *names: str) -> int:
+    """Calls the server has counted (INFO commandstats) for the named commands, e.g. "hset" or
+    "eval", "evalsha"; with no names, every command it has processed."""
+    if not names:
+        return int(cast(dict[str, Any], conn.info("stats"))["total_commands_processed"])
+    stats = cast(dict[str, Any], conn.info("commandstats"))
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names)

@@ -4,9 +4,9 @@ heartbeat is for still holds, and the repeats between jobs are gone."""
 from __future__ import annotations
 
 import time
-from typing import Any, cast
 
 import pytest
+from conftest import command_calls
 from redis import Redis
 from rq import Queue, SimpleWorker
 from rq.registry import FinishedJobRegistry
@@ -19,14 +19,6 @@ from fair_router.router import META_TENANT
 from fair_router.settings import ConcurrencyConfig
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
-
-
-def commands(conn: Redis, name: str | None = None) -> int:
-    """Commands the server has processed: all of them, or only ``name`` (e.g. "hset")."""
-    if name is None:
-        return int(cast(dict[str, Any], conn.info("stats"))["total_commands_processed"])
-    stats = cast(dict[str, Any], conn.info("commandstats")).get(f"cmdstat_{name}")
-    return int(stats["calls"]) if stats else 0
 
 
 def worker(conn: Redis, queue: Queue, cls: type[BaseWorker] = WeightedSimpleWorker) -> BaseWorker:
@@ -62,29 +54,29 @@ def test_a_repeated_heartbeat_is_one_round_trip_and_skipped_within_the_repeat_wi
     w = worker(conn, Queue("beat", connection=conn))
     w.heartbeat()
     first = conn.hget(w.key, "last_heartbeat")
-    hsets = commands(conn, "hset")
+    hsets = command_calls(conn, "hset")
     w.heartbeat()
     w.heartbeat()
-    assert commands(conn, "hset") == hsets  # skipped: one with the same TTL was just sent
+    assert command_calls(conn, "hset") == hsets  # skipped: one with the same TTL was just sent
     assert conn.hget(w.key, "last_heartbeat") == first
     w.heartbeat(timeout=w.worker_ttl + 600)  # a longer TTL is never skipped
-    assert commands(conn, "hset") == hsets + 1
+    assert command_calls(conn, "hset") == hsets + 1
     assert conn.ttl(w.key) > w.worker_ttl + 60
     time.sleep(0.25)
     w.heartbeat()  # past the window: sent again
-    assert commands(conn, "hset") == hsets + 2
+    assert command_calls(conn, "hset") == hsets + 2
     assert conn.hget(w.key, "last_heartbeat") != first
 
 
 def test_writing_the_state_the_worker_is_in_is_skipped(conn: Redis) -> None:
     w = worker(conn, Queue("state", connection=conn))
     w.set_state("idle")
-    hsets = commands(conn, "hset")
+    hsets = command_calls(conn, "hset")
     w.set_state("idle")
-    assert commands(conn, "hset") == hsets
+    assert command_calls(conn, "hset") == hsets
     w.set_state("busy")
     assert conn.hget(w.key, "state") == b"busy"
-    assert commands(conn, "hset") == hsets + 1
+    assert command_calls(conn, "hset") == hsets + 1
 
 
 def test_the_weighted_worker_sends_fewer_commands_per_job_than_rq(conn: Redis) -> None:
@@ -97,9 +89,9 @@ def test_the_weighted_worker_sends_fewer_commands_per_job_than_rq(conn: Redis) -
         queue.enqueue_many([Queue.prepare_data(noop, result_ttl=600) for _ in range(jobs)])
         extra = {"weights": {name: 1}} if cls is WeightedSimpleWorker else {}
         w = cls([queue], connection=conn, **extra)
-        before = commands(conn)
+        before = command_calls(conn)
         w.work(burst=True, logging_level="WARNING")
-        per_job[name] = (commands(conn) - before) / jobs
+        per_job[name] = (command_calls(conn) - before) / jobs
         assert FinishedJobRegistry(name, connection=conn).count == jobs
     assert per_job["weighted"] <= per_job["plain"] - 4, per_job
 
@@ -117,7 +109,7 @@ def test_a_limited_job_sends_the_after_job_heartbeat_with_its_release(conn: Redi
     w.execute_job(*result)
     assert conn.zcard(Keys("bookkeeping").leases("acme")) == 0  # the slot is back
     assert conn.ttl(w.key) > 30 + 60  # the idle TTL, sent with the release
-    hsets = commands(conn, "hset")
+    hsets = command_calls(conn, "hset")
     w.heartbeat()  # what rq's loop does next
-    assert commands(conn, "hset") == hsets
+    assert command_calls(conn, "hset") == hsets
     assert FinishedJobRegistry("limited_beat", connection=conn).count == 1

@@ -8,6 +8,7 @@ from uuid import uuid4
 
 import pytest
 import routed_jobs
+from conftest import command_calls
 from redis import Redis
 from redis.crc import key_slot
 from rq import Queue, Retry, SimpleWorker
@@ -222,14 +223,10 @@ def test_no_tenant_goes_to_base_queue_with_a_rate_limited_warning(conn: Redis,
 
 def test_enqueue_many_routes_the_batch_in_one_call(conn: Redis) -> None:
     echo = make_job(conn)
-    def script_calls() -> int:
-        stats = conn.info("commandstats")
-        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
-
-    calls_before = script_calls()
+    calls_before = command_calls(conn, "evalsha", "eval")
     items = [(("acme", i), {}) for i in range(6)] + [(("small", 0), {}), (("x", 1), {"fair_tenant": "acme"})]
     jobs = echo.enqueue_many(items)
-    assert script_calls() - calls_before == 1
+    assert command_calls(conn, "evalsha", "eval") - calls_before == 1
     assert [j.args for j in jobs] == [("acme", i) for i in range(6)] + [("small", 0), ("x", 1)]
     assert [j.origin for j in jobs] == (["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"] * 2
                                         + ["default", "default_superslow"])
