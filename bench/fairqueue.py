@@ -25,6 +25,8 @@ import logging
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -83,26 +85,27 @@ def enqueue_rate(conn: Redis, fair: bool, enqueues: int, tenants: int = 100) -> 
     return enqueues / elapsed
 
 
-def enqueue_ratios(conn: Redis, enqueues: int, rounds: int) -> list[float]:
-    """Per round, fair enqueues/s over plain enqueues/s (sides alternate first)."""
-    ratios = []
+def interleaved(measure: Callable[[bool], float], rounds: int) -> tuple[list[float], list[float], list[float]]:
+    """``measure(fair)`` for both sides each round, plain first in even rounds: (plain, fair, fair/plain)."""
+    plain_rates, fair_rates, ratios = [], [], []
     for r in range(rounds):
         order = (False, True) if r % 2 == 0 else (True, False)
-        rate = {fair: enqueue_rate(conn, fair, enqueues) for fair in order}
+        rate = {fair: measure(fair) for fair in order}
+        plain_rates.append(rate[False])
+        fair_rates.append(rate[True])
         ratios.append(rate[True] / rate[False])
-    return ratios
+    return plain_rates, fair_rates, ratios
+
+
+def enqueue_ratios(conn: Redis, enqueues: int, rounds: int) -> list[float]:
+    """Per round, fair enqueues/s over plain enqueues/s."""
+    return interleaved(partial(enqueue_rate, conn, enqueues=enqueues), rounds)[2]
 
 
 def run(conn: Redis, tenant_counts: list[int], jobs: int, rounds: int) -> list[dict[str, Any]]:
     rows = []
     for tenants in tenant_counts:
-        plain_rates, fair_rates, ratios = [], [], []
-        for r in range(rounds):
-            order = (False, True) if r % 2 == 0 else (True, False)
-            rate = {fair: drain(conn, fair, tenants, jobs) for fair in order}
-            plain_rates.append(rate[False])
-            fair_rates.append(rate[True])
-            ratios.append(rate[True] / rate[False])
+        plain_rates, fair_rates, ratios = interleaved(partial(drain, conn, tenants=tenants, jobs=jobs), rounds)
         rows.append({
             "tenants": tenants, "jobs": jobs, "rounds": rounds,
             "plain_jobs_per_s": statistics.median(plain_rates), "fair_jobs_per_s": statistics.median(fair_rates),
