@@ -15,35 +15,39 @@ Scheduler: stride scheduling, not deficit round robin
     idle time earns nothing (it cannot come back with a low pass and monopolise the queue), and a
     tenant that just took its turn cannot skip the wait by draining and refilling.
 
-rq's list stays the truth for counting and for blocking
-    Every fair push also RPUSHes the job id onto rq's own ``rq:queue:<name>`` list as a *token*, so
-    ``LLEN`` is the backlog that ``rq info``, rq-dashboard and ``len(queue)`` show, and idle workers
-    BLPOP rq's list keys as usual (no polling; a push wakes one at once). Tokens are interchangeable:
-    whichever token reaches the head, the pop serves the fair choice. A list entry that is not a token
-    (``tokens`` counts them per id) was pushed by rq's internals with a plain ``Queue`` (the scheduler,
-    dependents of another queue class, registry requeues): the pop serves it as it is, so nothing
-    pushed behind our back is lost. All fair keys carry the hash tag ``{rq:queue:<name>}``, which is the
-    cluster slot of rq's untagged list key, so each script touches one slot, rq's list included.
+rq's list stays the truth
+    rq's own ``rq:queue:<name>`` list holds exactly one entry per waiting job, the job's own id, at every
+    moment: a fair push RPUSHes the id as rq does, and a fair pop takes the served job's own id off the
+    list. So ``count`` (LLEN), ``rq info``, rq-dashboard and every plain ``Queue`` rq builds internally
+    see the true backlog, and rq's own removals (``Job.cancel``, ``Job.delete``, registry cleanups, which
+    LREM the id through a plain Queue) take exactly that job out. Idle workers BLPOP rq's list keys as
+    usual (no polling; a push wakes one at once).
 
-Token accounting
-    ``LLEN + held - stale`` is always the number of waiting jobs (what :attr:`FairQueue.count` returns).
-    *held*: tokens taken off the list while only parked tenants had jobs (see limits below), so that no
-    worker spins on them; *stale*: jobs that left without their token (served from a plain entry,
-    removed), whose token is dropped when it surfaces. Without concurrency limits held stays 0. rq's
-    ``Job.cancel`` / ``Job.delete`` LREM the id through a plain Queue, which takes a token behind our
-    back: the job stays in its FIFO until served, is skipped then, and :meth:`FairQueue.forget` settles
-    the token (``fair_forget.lua``).
+    Fair jobs are also *members* with a place in their tenant's FIFO. A pop looks at the list head: an
+    id that is not a member was pushed by rq's internals with a plain Queue (the scheduler, registry
+    requeues, dependents of another queue class) and is served as it is; a member's turn goes to the
+    stride choice, whose id is then LREMed from the list (from the nearer end, by an estimate of its
+    place) and the head goes back. A member whose id is no longer on the list was removed by rq behind
+    our back: the pop drops it when the scheduler reaches it. All fair keys carry the hash tag
+    ``{rq:queue:<name>}``, the cluster slot of rq's untagged list key, so each script touches one slot.
+
+Listings
+    ``get_job_ids`` (and ``jobs``, ``get_jobs``, job positions) replay the pops on one snapshot
+    (:mod:`fair_router.serving_order`): the exact waiting set, in the order the jobs would be served if
+    nothing more were pushed.
 
 Claim-time concurrency limits
     A pop cannot read lease keys (other slots). When the weighted worker's slot is refused for a job
-    of a FairQueue, it calls :meth:`FairQueue.park` (one script): the job goes back to the *front* of
-    its tenant's FIFO and the tenant is *parked*: pops skip it, so other tenants are not blocked and no
-    job is snoozed through the scheduler. A fair pop's step of the tenant's pass is taken back (the job
-    did not run), so a tenant at its limit loses no turn per refusal. A worker that releases one of the
-    tenant's slots unparks it in its fair queues (and puts one held token back so a blocked worker
-    wakes). A park also ends by itself after ``lease_ttl``: a slot can free in a queue this worker does
-    not serve, and a lease never outlives that bound. Blocking workers cap their BLPOP at the first park
-    end.
+    of a FairQueue, it calls :meth:`FairQueue.park` (one script): the job goes back onto the list and to
+    its place in its tenant's FIFO, and the tenant is *parked*: pops skip it, so other tenants are not
+    blocked and no job is snoozed through the scheduler. A fair pop's step of the tenant's pass is taken
+    back (the job did not run), so a tenant at its limit loses no turn per refusal. A worker that
+    releases one of the tenant's slots unparks it in its fair queues. A park also ends by itself after
+    ``lease_ttl``: a slot can free in a queue this worker does not serve, and a lease never outlives that
+    bound. While only parked tenants' jobs wait, a worker blocks on the queue's *wake* list instead of
+    rq's list (which would hand it the same parked job again at once): pushes of other tenants and
+    unparks wake it; the wait is capped at the first park end and at ``STALLED_POLL`` seconds, so an id
+    rq's internals push meanwhile is seen within that.
 
 Popped but not started
     The pop records the job in ``inflight`` (pop time). The popping queue object acknowledges its
@@ -56,25 +60,18 @@ Popped but not started
     finds stuck there.)
 
 Limits of compatibility, by design
-    ``enqueue(..., unique=True)`` uses rq's own atomic push script and is served as a plain entry;
-    jobs the scheduler moves in (``enqueue_at/in``, retries with an interval) arrive plain too. Plain
-    entries are served in list order, ahead of fair tokens behind them.
+    ``enqueue(..., unique=True)`` uses rq's own atomic script, which pushes the id; the job then joins its
+    tenant's FIFO in a second call (until then it is a plain entry). Jobs the scheduler moves in
+    (``enqueue_at/in``, retries with an interval) arrive plain: they are served in list order.
 
-Entries rq removes behind our back
-    Tokens are interchangeable, so a fair job that has already run can leave its id on rq's list,
-    standing in for another waiting job. Deleting or canceling that finished job through rq, or a plain
-    Queue's ``get_jobs`` dropping the id once the job expired, LREMs the entry. rq's maintenance (every
-    worker's ``maintenance_interval``, 10 minutes by default) then runs :meth:`FairQueue.reconcile`,
-    which puts the missing tokens back and corrects the per-id counts. Until then the count is short,
-    the waiting job is served at the next pop but may not wake a blocked worker, and a plain push of
-    the same id (a reused custom ``job_id``) would be taken for a token.
-
-Known gaps (not by design; tests do not cover them)
+Known gaps (not by design)
     - A refused job's park uses its old FIFO place. If its tenant went idle and was refilled before
       the park lands, and a ``remove`` left a hole at exactly that place, the job lands among the
       newer jobs instead of at the front.
     - Recovery orders jobs of one tenant by ``enqueued_at``, which puts an ``at_front`` job after
       older ones.
+    - Popping a fair choice that is not the list head costs an LREM, O(distance from the nearer end of
+      the list); with every tenant's jobs deep in a very long list that is the price of exact counts.
 """
 
 from __future__ import annotations
@@ -94,15 +91,16 @@ from rq.utils import as_text, backend_class
 from fair_router.keys import FairQueueKeys, Keys, encode
 from fair_router.router import META_TENANT
 from fair_router.scripts import (
-    FairForgetScript,
     FairParkScript,
     FairPopScript,
     FairPushScript,
-    FairReconcileScript,
     FairRemoveScript,
     FairUnparkScript,
+    PopKind,
+    PopResult,
     PushEntry,
 )
+from fair_router.serving_order import FairSnapshot, serving_order
 from fair_router.settings import Settings, TiersConfig, load_settings
 from fair_router.tiers import TierBook
 
@@ -110,9 +108,12 @@ NO_TENANT = "#none"
 """Encoded pseudo-tenant of jobs without a tenant. ``encode`` never yields it: '#' only starts the
 64-hex-digit digest form."""
 
-_UNSET = object()
 PUSH_BATCH = 1000
 """Jobs per fair_push.lua call in ``enqueue_many``: one call stays a few ms of Redis time."""
+
+STALLED_POLL = 1.0
+"""Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id
+rq's internals push there wakes nobody)."""
 
 
 class FairIntermediateQueue(IntermediateQueue):
@@ -122,7 +123,6 @@ class FairIntermediateQueue(IntermediateQueue):
         super().cleanup(worker, queue)
         if isinstance(queue, FairQueue):
             queue.recover()
-            queue.reconcile()
 
 
 class FairQueue(Queue):
@@ -156,10 +156,11 @@ class FairQueue(Queue):
         self._fair_keys: FairQueueKeys | None = None
         self._tier_book: TierBook | None = None
         self._scripts: dict[str, Any] = {}
-        self._staged: dict[str, object] = {}  # job id -> tenant, from _prepare_for_queue to push_job_id
+        self._enqueuing: Job | None = None  # the job rq's _enqueue_job is about to push (see push_job_id)
         self._batches: dict[int, list[PushEntry]] = {}  # id(pipeline) -> enqueue_many's pushes
-        # Popped through this object -> (pop kind, FIFO seq of a fair choice); acknowledged with the next pop.
-        self._handed_out: dict[str, tuple[int, int | None]] = {}
+        # Popped through this object -> FIFO seq of a fair choice (None: a plain entry); acknowledged with
+        # the next pop.
+        self._handed_out: dict[str, int | None] = {}
 
     # -- configuration, bound lazily ----------------------------------------------------------------
 
@@ -209,6 +210,10 @@ class FairQueue(Queue):
         """The tenant as the fair structure names it: encoded (no ':' or braces), or the no-tenant id."""
         return NO_TENANT if tenant is None else encode(tenant)
 
+    def _entry(self, job_id: str, tenant: object, at_front: bool, **flags: bool) -> PushEntry:
+        name = None if tenant is None else str(tenant)
+        return PushEntry(job_id, self.tenant_key(name), self.weight(name), at_front, **flags)
+
     # -- pushing -------------------------------------------------------------------------------------
 
     def enqueue(self, f: Any, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
@@ -228,25 +233,37 @@ class FairQueue(Queue):
         """rq's ``enqueue_in`` with ``fair_tenant=`` (see :meth:`enqueue_at`)."""
         return super().enqueue_in(time_delta, func, *args, **_with_tenant(kwargs, fair_tenant))
 
-    def _prepare_for_queue(self, job: Job) -> None:
-        """rq calls this on the Job right before ``push_job_id(job.id)`` in the same enqueue: note the
-        tenant here so the push needs no extra round trip to read the job back."""
-        super()._prepare_for_queue(job)
-        self._staged[job.id] = _tenant_of(job)
+    def _enqueue_job(
+        self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
+    ) -> Job:
+        """Every rq enqueue path of this queue (enqueue, enqueue_many, dependents, the worker's retries)
+        passes here with the Job: note it, so that :meth:`push_job_id` needs no round trip to read the
+        tenant back. rq's ``unique=True`` path pushes the id with its own script instead: the job then
+        joins its tenant's FIFO in a second call."""
+        self._enqueuing = job
+        try:
+            job = super()._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
+        finally:
+            self._enqueuing = None
+        if unique and self.is_async:
+            self._script(FairPushScript)(self.fair_keys, [self._entry(job.id, _tenant_of(job), bool(at_front),
+                                                                     listed=True)])
+        return job
 
     def push_job_id(self, job_id: str, pipeline: Pipeline | None = None, at_front: bool = False) -> None:
-        """Where every rq enqueue path (enqueue, enqueue_many, dependents, the worker's retries) puts an id
-        on the list. Overriding it, rather than ``_enqueue_async_job``, keeps rq's own job saving and its
-        MULTI: the fair push joins rq's pipeline, so the job is saved and queued atomically as in rq."""
-        tenant = self._staged.pop(job_id, _UNSET)
-        if tenant is _UNSET:  # pushed without _prepare_for_queue: read the tenant from the job
+        """Where rq puts an id on the list. Overriding it, rather than ``_enqueue_async_job``, keeps rq's
+        own job saving and its MULTI: the fair push joins rq's pipeline, so the job is saved and queued
+        atomically as in rq."""
+        job = self._enqueuing
+        if job is not None and job.id == job_id:
+            tenant = _tenant_of(job)
+        else:  # pushed without _enqueue_job: read the tenant from the job
             try:
                 tenant = _tenant_of(self.job_class.fetch(job_id, connection=self.connection,
                                                          serializer=self.serializer))
             except NoSuchJobError:
                 tenant = None
-        name = None if tenant is None else str(tenant)
-        entry = (job_id, self.tenant_key(name), self.weight(name), at_front, False)
+        entry = self._entry(job_id, tenant, bool(at_front))  # rq's enqueue_many may pass at_front=None
         batch = None if pipeline is None else self._batches.get(id(pipeline))
         if batch is not None:
             batch.append(entry)  # enqueue_many pushes the whole batch at the end of its pipeline
@@ -279,18 +296,17 @@ class FairQueue(Queue):
 
     # -- popping -------------------------------------------------------------------------------------
 
-    def pop_fair(self, given: str = "") -> tuple[str | None, int]:
-        """One pop script call: (job id or None, wake_ms). ``given``: an entry already taken by BLPOP."""
+    def pop_fair(self, given: str = "") -> PopResult:
+        """One pop script call. ``given``: an entry already taken off rq's list by BLPOP."""
         acks, self._handed_out = list(self._handed_out), {}
-        kind, job_id, wake, seq = self._script(FairPopScript)(self.fair_keys, given, acks, "")
-        if kind == 0:
-            return None, wake
-        self._handed_out[job_id] = (kind, seq)
-        return job_id, -1
+        result: PopResult = self._script(FairPopScript)(self.fair_keys, given, acks, "")
+        if result.job_id is not None:
+            self._handed_out[result.job_id] = result.seq
+        return result
 
     def pop_job_id(self) -> str | None:
         """The next job id by fair share (non-blocking)."""
-        return self.pop_fair()[0]
+        return self.pop_fair().job_id
 
     @classmethod
     def dequeue_any(
@@ -303,44 +319,53 @@ class FairQueue(Queue):
         death_penalty_class: Any = None,
     ) -> tuple[Job, Queue] | None:
         """rq's contract: the first job of the queues in the given order, blocking up to ``timeout``
-        seconds (None: return None at once) and raising DequeueTimeout when it runs out. Fair queues pop
-        through their script, plain ones with LPOP, so a worker may mix them; the wait is one BLPOP over
-        every queue's list (capped at the first park end), and a fair queue's popped entry is handed to
-        its script as ``given``."""
+        seconds (None: return None at once; 0 is refused, as rq does) and raising DequeueTimeout when it
+        runs out. Fair queues pop through their script, plain ones with LPOP, so a worker may mix them;
+        the wait is one BLPOP over every queue's list (a stalled fair queue's wake list instead, capped
+        at the first park end), and a fair queue's popped entry is handed to its script as ``given``."""
+        if timeout == 0:
+            raise ValueError("RQ does not support indefinite timeouts. Please pick a timeout value > 0")
         queues = list(queues)
         job_cls: type[Job] = backend_class(cls, "job_class", override=job_class)
         deadline = None if timeout is None else time.monotonic() + timeout
         by_key = {queue.key: queue for queue in queues}
         while True:
-            wake_ms = -1
+            wake_ms, stalled = -1, set()
             for queue in queues:
                 while True:
-                    job_id, wake = _pop(queue, connection, "")
-                    if wake > 0:
-                        wake_ms = wake if wake_ms < 0 else min(wake_ms, wake)
-                    if job_id is None:
+                    result = _pop(queue, connection, "")
+                    if result.kind in (PopKind.EMPTY, PopKind.STALLED):
+                        if result.kind == PopKind.STALLED:
+                            stalled.add(queue.key)
+                        if result.wake_ms > 0:
+                            wake_ms = result.wake_ms if wake_ms < 0 else min(wake_ms, result.wake_ms)
                         break
-                    job = _fetch(job_cls, job_id, queue, connection, serializer)
+                    job = _fetch(job_cls, cast(str, result.job_id), queue, connection, serializer)
                     if job is not None:
                         return job, queue
             if deadline is None:
                 return None
             left = deadline - time.monotonic()
+            if left <= 0:
+                raise DequeueTimeout(timeout, list(by_key))
             block = left
             if wake_ms > 0:
                 block = min(block, max(0.05, wake_ms / 1000 - time.time()))
-            if left <= 0:
-                raise DequeueTimeout(timeout, list(by_key))
-            result = connection.blpop(list(by_key), max(0.01, block))
-            if result is None:
+            if stalled:
+                block = min(block, STALLED_POLL)
+            keys = [cast(FairQueue, by_key[key]).fair_keys.wake if key in stalled else key for key in by_key]
+            popped = connection.blpop(keys, max(0.01, block))
+            if popped is None:
                 if block >= left:
                     raise DequeueTimeout(timeout, list(by_key))
                 continue
-            key, entry = as_text(result[0]), as_text(result[1])
+            key, entry = as_text(popped[0]), as_text(popped[1])
+            if key not in by_key:
+                continue  # a wake-up: look again
             queue = by_key[key]
-            job_id, _ = _pop(queue, connection, entry)
-            if job_id is not None:
-                job = _fetch(job_cls, job_id, queue, connection, serializer)
+            result = _pop(queue, connection, entry)
+            if result.job_id is not None:
+                job = _fetch(job_cls, result.job_id, queue, connection, serializer)
                 if job is not None:
                     return job, queue
 
@@ -352,17 +377,10 @@ class FairQueue(Queue):
         choice, it goes back to its own place (jobs refused at once keep their order) and the tenant's pass
         gets that pop's step back: a refusal costs it no turn. Otherwise it goes to the front."""
         until_ms = int((time.time() + seconds) * 1000)
-        _, seq = self._handed_out.pop(job.id, (0, None))
+        seq = self._handed_out.pop(job.id, None)
         self._script(FairParkScript)(
             self.fair_keys, job.id, self.tenant_key(tenant), self.weight(tenant), until_ms, seq
         )
-
-    def forget(self, job_id: str) -> None:
-        """A job this object popped will not run (rq canceled or deleted it): when rq's own removal took
-        its token off the list, put one back for the jobs still waiting (one script, only in this case)."""
-        kind, _ = self._handed_out.get(job_id, (0, None))
-        if kind in (2, 3):
-            self._script(FairForgetScript)(self.fair_keys, job_id, spent=kind == 2)
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None) -> Any:
         """One of ``tenant``'s slots was released: it may be served here again (one worker is woken)."""
@@ -399,77 +417,53 @@ class FairQueue(Queue):
         # Each goes back to the front of its tenant's FIFO: the newest first, so a tenant's jobs keep their order.
         lost.sort(key=lambda job: job.enqueued_at.timestamp() if job.enqueued_at else 0.0, reverse=True)
         for job in lost:
-            tenant = _tenant_of(job)
-            name = None if tenant is None else str(tenant)
-            entry = (job.id, self.tenant_key(name), self.weight(name), True, True)
-            if self._script(FairPushScript)(keys, [entry]):
+            if self._script(FairPushScript)(keys, [self._entry(job.id, _tenant_of(job), True, from_inflight=True)]):
                 recovered.append(job.id)
         if done:
             self.connection.zrem(keys.inflight, *done)
         return recovered
 
-    def reconcile(self) -> tuple[int, int]:
-        """Repair the token accounting after rq removed list entries behind our back (``Job.delete`` or
-        ``Job.cancel`` of a job whose id stood in as another job's token, a plain Queue's ``get_jobs``
-        dropping ids of expired jobs). rq's maintenance runs it; O(list length). Returns (tokens put back,
-        token counts corrected)."""
-        return cast(tuple[int, int], self._script(FairReconcileScript)(self.fair_keys))
-
     # -- what rq's tools read ------------------------------------------------------------------------
 
-    @property
-    def count(self) -> int:
-        """Waiting jobs: LLEN (one entry per waiting job) plus held minus stale tokens (0 without limits)."""
-        with self.connection.pipeline() as pipe:
-            pipe.llen(self.key)
-            pipe.hmget(self.fair_keys.state, ["held", "stale"])
-            length, (held, stale) = pipe.execute()
-        return int(length) + int(held or 0) - int(stale or 0)
-
     def get_job_ids(self, offset: int = 0, length: int = -1) -> list[str]:
-        """The waiting jobs' ids: plain entries in list order, then fair jobs in per-tenant FIFO order,
-        interleaved by position (a round-robin approximation of the serving order)."""
+        """The waiting jobs' ids (exactly rq's list), in the order pops would serve them if nothing more
+        were pushed (:func:`fair_router.serving_order.serving_order`)."""
         keys = self.fair_keys
         with self.connection.pipeline() as pipe:  # MULTI: one consistent snapshot
             pipe.lrange(self.key, 0, -1)
-            pipe.hgetall(keys.tokens)
-            pipe.hgetall(keys.fifo)
-            listed, tokens, fifo = pipe.execute()
-        left = {as_text(k): int(v) for k, v in tokens.items()}
-        plain = []
-        for raw in listed:
-            job_id = as_text(raw)
-            if left.get(job_id, 0) > 0:
-                left[job_id] -= 1
-            else:
-                plain.append(job_id)
-        fair = []
-        for field, job_id in fifo.items():
-            tenant, _, seq = as_text(field).rpartition(":")
-            fair.append((int(seq), tenant, as_text(job_id)))
-        ids = plain + [job_id for _, _, job_id in sorted(fair)]
+            pipe.hgetall(keys.members)
+            pipe.zrange(keys.active, 0, -1, withscores=True)
+            pipe.zrange(keys.kept, 0, -1, withscores=True)
+            pipe.hgetall(keys.weights)
+            pipe.hget(keys.state, "vtime")
+            listed, members, active, kept, weights, vtime = pipe.execute()
+        snapshot = FairSnapshot(
+            listed=[as_text(raw) for raw in listed],
+            members={as_text(k): as_text(v) for k, v in members.items()},
+            active={as_text(k): float(v) for k, v in active},
+            kept={as_text(k): float(v) for k, v in kept},
+            weights={as_text(k): float(v) for k, v in weights.items()},
+            vtime=float(vtime or 0),
+        )
+        ids = serving_order(snapshot)
         end = None if length < 0 else offset + length
         return ids[offset:end]
 
     def get_job_position(self, job_or_id: Job | str) -> int | None:
+        """The job's place in :meth:`get_job_ids` (serving order), None when it is not waiting here."""
         job_id = job_or_id.id if isinstance(job_or_id, Job) else job_or_id
         ids = self.get_job_ids()
         return ids.index(job_id) if job_id in ids else None
 
     def remove(self, job_or_id: Job | str, pipeline: Pipeline | None = None) -> Any:
-        """Take the job out of rq's list and of the fair structure, in one script."""
+        """Take the job out of rq's list and of the fair structure, in one script (rq's LREM result)."""
         job_id = job_or_id.id if isinstance(job_or_id, Job) else job_or_id
         return self._script(FairRemoveScript)(self.fair_keys, job_id, client=pipeline)
 
     def empty(self) -> Any:
-        """rq's ``empty`` (deletes the listed jobs), plus the fair jobs without a list entry and the fair keys."""
-        members = [as_text(raw) for raw in self.connection.hkeys(self.fair_keys.members)]
+        """rq's ``empty`` (deletes every listed job, which is every waiting job), then the fair keys."""
         removed = super().empty()  # type: ignore[no-untyped-call]
-        with self.connection.pipeline() as pipe:
-            for job_id in members:
-                pipe.delete(self.job_class.key_for(job_id), self.job_class.dependents_key_for(job_id))
-            pipe.delete(*self.fair_keys.all())
-            pipe.execute()
+        self.connection.delete(*self.fair_keys.all())
         return removed
 
     def delete(self, delete_jobs: bool = True) -> None:
@@ -478,9 +472,11 @@ class FairQueue(Queue):
         self.connection.delete(*self.fair_keys.all())
 
     def compact(self) -> None:
-        """Drop ids whose job is gone, keeping the fair accounting right (rq's version rebuilds the list
-        and would turn tokens into plain entries)."""
-        for job_id in self.get_job_ids():
+        """Drop ids whose job is gone. rq's version empties the list and rebuilds it, which would leave a
+        moment with no list entries for the fair structure; this takes each dead id out with
+        :meth:`remove` instead."""
+        for raw in cast(list[bytes], self.connection.lrange(self.key, 0, -1)):
+            job_id = as_text(raw)
             if not self.job_class.exists(job_id, self.connection):
                 self.remove(job_id)
 
@@ -496,30 +492,26 @@ def _tenant_of(job: Job) -> object:
     return None if tenant is None or tenant == "" else tenant
 
 
-def _pop(queue: Queue, connection: Redis, given: str) -> tuple[str | None, int]:
-    """(job id or None, wake_ms) from one queue: the fair script for a FairQueue, else LPOP / the entry."""
+def _pop(queue: Queue, connection: Redis, given: str) -> PopResult:
+    """One pop from one queue: the fair script for a FairQueue, else LPOP / the entry BLPOP took."""
     if isinstance(queue, FairQueue):
         return queue.pop_fair(given)
     if given:
-        return given, -1
+        return PopResult(PopKind.PLAIN, given, -1, None)
     raw = cast(bytes | None, connection.lpop(queue.key))
-    return (None if raw is None else as_text(raw)), -1
+    if raw is None:
+        return PopResult(PopKind.EMPTY, None, -1, None)
+    return PopResult(PopKind.PLAIN, as_text(raw), -1, None)
 
 
 def _fetch(job_cls: type[Job], job_id: str, queue: Queue, connection: Redis, serializer: Any) -> Job | None:
-    """The job, or None when it no longer exists or was canceled (rq's ``Job.cancel`` only LREMs through
-    a plain Queue, so a canceled fair job can still come out of the fair structure: skip it, and let the
-    fair queue settle the token rq took)."""
+    """The job, or None when it no longer exists or was canceled (skipped, as rq skips missing jobs)."""
     try:
         job = job_cls.fetch(job_id, connection=connection, serializer=serializer)
     except NoSuchJobError:
-        job = None
+        return None
     except Exception as exc:
         exc.job_id = job_id  # type: ignore[attr-defined]  # as rq does, for its error report
         exc.queue = queue  # type: ignore[attr-defined]
         raise
-    if job is not None and job.get_status(refresh=False) != JobStatus.CANCELED:
-        return job
-    if isinstance(queue, FairQueue):
-        queue.forget(job_id)
-    return None
+    return None if job.get_status(refresh=False) == JobStatus.CANCELED else job

@@ -36,8 +36,7 @@ class FairQueueKeys:
     rq's list and all the fair state on one Redis Cluster slot."""
 
     rq_list: str
-    tokens: str  # HASH job id -> how many of the list's entries with that id are fair tokens
-    members: str  # HASH job id -> "<encoded tenant>:<seq>" for every fair job waiting in the queue
+    members: str  # HASH job id -> "<order>|<encoded tenant>:<seq>" for every fair job waiting in the queue
     fifo: str  # HASH "<encoded tenant>:<seq>" -> job id (per-tenant FIFO, seq grows at the tail)
     head: str  # HASH tenant -> seq of its oldest waiting job
     tail: str  # HASH tenant -> seq of its newest waiting job
@@ -46,8 +45,9 @@ class FairQueueKeys:
     kept: str  # ZSET tenant -> pass when it went idle or was parked, while above the virtual time
     weights: str  # HASH tenant -> weight, set at each push from the tenant's tier
     parked: str  # ZSET tenant -> until (ms): tenants at their concurrency limit, skipped by pops
-    state: str  # HASH vtime | held | stale (token accounting, see fairqueue.py)
+    state: str  # HASH vtime (pass of the last served tenant) | pushes | fronts (list-order estimate)
     inflight: str  # ZSET job id -> pop time (ms): popped, not yet known to have started
+    wake: str  # LIST wake-ups for workers blocked while only parked tenants' jobs wait on rq's list
 
     def all_for_scripts(self) -> list[str]:
         """KEYS of every fair_*.lua script, in this order: rq's list first, then the fair keys."""
@@ -55,8 +55,8 @@ class FairQueueKeys:
 
     def all(self) -> list[str]:
         """Every fair key (not rq's list), for ``empty``/``delete``."""
-        return [self.tokens, self.members, self.fifo, self.head, self.tail, self.backlog, self.active,
-                self.kept, self.weights, self.parked, self.state, self.inflight]
+        return [self.members, self.fifo, self.head, self.tail, self.backlog, self.active,
+                self.kept, self.weights, self.parked, self.state, self.inflight, self.wake]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,6 @@ class Keys:
         return FairQueueKeys(
             rq_list=rq_list_key,
             **{name: f"{base}:{name}" for name in (
-                "tokens", "members", "fifo", "head", "tail", "backlog", "active", "kept", "weights",
-                "parked", "state", "inflight")},
+                "members", "fifo", "head", "tail", "backlog", "active", "kept", "weights",
+                "parked", "state", "inflight", "wake")},
         )

@@ -8,8 +8,9 @@ and ARGV, so the Lua side never assembles key names.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from enum import IntEnum
 from importlib.resources import files
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis import Redis
 from redis.client import Pipeline
@@ -114,8 +115,15 @@ class AcquireScript:
         return int(status), int(reclaimed)
 
 
-PushEntry = tuple[str, str, float, bool, bool]
-"""One job for fair_push.lua: (job id, encoded tenant, weight, at_front, from_inflight)."""
+class PushEntry(NamedTuple):
+    """One job for fair_push.lua."""
+
+    job_id: str
+    tenant: str  # encoded (FairQueue.tenant_key)
+    weight: float
+    at_front: bool = False
+    from_inflight: bool = False  # only if still recorded as popped-not-started (recovery)
+    listed: bool = False  # rq already pushed the id onto its list (unique=True): only give it a FIFO place
 
 
 class FairPushScript:
@@ -127,28 +135,42 @@ class FairPushScript:
     def __call__(
         self, keys: FairQueueKeys, jobs: Sequence[PushEntry], client: Any = None
     ) -> Any:
-        """``jobs`` = (job id, encoded tenant, weight, at_front, from_inflight). Returns how many were added
-        (the redis-py pipeline itself when ``client`` is one)."""
+        """Returns how many were added (the redis-py pipeline itself when ``client`` is one)."""
         args: list[str | float | int] = []
-        for job_id, tenant, weight, at_front, from_inflight in jobs:
-            args += (job_id, tenant, repr(float(weight)), int(at_front), int(from_inflight))
+        for job in jobs:
+            args += (job.job_id, job.tenant, repr(float(job.weight)), int(job.at_front), int(job.from_inflight),
+                     int(job.listed))
         return call_script(self._script, keys.all_for_scripts(), args, client)
 
 
+class PopKind(IntEnum):
+    """What a fair pop found."""
+
+    EMPTY = 0  # nothing waits
+    PLAIN = 1  # an id rq's internals pushed, served in list order
+    FAIR = 2  # the stride scheduler's choice
+    STALLED = 3  # jobs wait, but only those of parked tenants
+
+
+class PopResult(NamedTuple):
+    kind: PopKind
+    job_id: str | None
+    wake_ms: int  # STALLED / EMPTY: when the first park ends (epoch ms), -1 if none
+    seq: int | None  # FAIR: the job's place in its tenant's FIFO (for fair_park)
+
+
 class FairPopScript:
-    """fair_pop.lua: the next job of a fair queue, plain entries first-come, fair tokens by stride."""
+    """fair_pop.lua: the next job of a fair queue, plain entries first-come, fair jobs by stride."""
 
     def __init__(self, connection: Redis) -> None:
         self._script = load_script(connection, "fair_pop")
 
-    def __call__(
-        self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str
-    ) -> tuple[int, str, int, int | None]:
-        """Returns (kind: 0 nothing / 1 plain / 2 fair for a token / 3 fair without one, job id, wake_ms:
-        first park end or -1, the fair choice's FIFO seq or None)."""
+    def __call__(self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str) -> PopResult:
+        """``given``: an entry the caller already took off rq's list (BLPOP), else ''; ``acks``: ids this
+        caller popped before, which have run since."""
         kind, job_id, wake, seq = self._script(keys=keys.all_for_scripts(), args=[now_ms, given, len(acks), *acks])
-        return (int(kind), job_id.decode() if isinstance(job_id, bytes) else str(job_id), int(wake),
-                None if seq in (b"", "") else int(seq))
+        text = job_id.decode() if isinstance(job_id, bytes) else str(job_id)
+        return PopResult(PopKind(int(kind)), text or None, int(wake), None if seq in (b"", "") else int(seq))
 
 
 class FairParkScript:
@@ -166,29 +188,6 @@ class FairParkScript:
         refund = seq is not None
         args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq]
         return int(self._script(keys=keys.all_for_scripts(), args=args))
-
-
-class FairForgetScript:
-    """fair_forget.lua: a popped fair job will not run (rq canceled or deleted it): fix its token count."""
-
-    def __init__(self, connection: Redis) -> None:
-        self._script = load_script(connection, "fair_forget")
-
-    def __call__(self, keys: FairQueueKeys, job_id: str, spent: bool) -> int:
-        """``spent``: the pop took a list entry for the job (kind 2). Returns how many tokens were restored."""
-        return int(self._script(keys=keys.all_for_scripts(), args=[job_id, int(spent)]))
-
-
-class FairReconcileScript:
-    """fair_reconcile.lua: repair the token accounting after rq removed list entries behind our back."""
-
-    def __init__(self, connection: Redis) -> None:
-        self._script = load_script(connection, "fair_reconcile")
-
-    def __call__(self, keys: FairQueueKeys) -> tuple[int, int]:
-        """Returns (tokens put back, per-id token counts corrected)."""
-        restored, corrected = self._script(keys=keys.all_for_scripts(), args=[])
-        return int(restored), int(corrected)
 
 
 class FairUnparkScript:

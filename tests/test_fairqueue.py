@@ -30,6 +30,7 @@ from rq.scheduler import RQScheduler
 
 from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.redis_server import RedisServer
+from fair_router.scripts import PopKind
 from fair_router.settings import TiersConfig
 
 TESTS = Path(__file__).resolve().parent
@@ -171,7 +172,9 @@ def test_counts_job_ids_remove_and_empty_show_the_true_backlog(conn: Redis, redi
     plain = Queue("default", connection=conn).enqueue(fair_jobs.log, "plain", 0)  # rq internals: plain push
     assert len(queue) == queue.count == Queue("default", connection=conn).count == 7
     assert sorted(queue.job_ids) == sorted([j.id for j in jobs] + [plain.id])
-    assert queue.job_ids[0] == plain.id
+    g, s = jobs[:4], jobs[4:]  # serving order: G and s take turns (ties by name), the plain entry last
+    assert queue.job_ids == [g[0].id, s[0].id, g[1].id, s[1].id, g[2].id, g[3].id, plain.id]
+    assert [queue.get_job_position(job) for job in (g[1], s[1], plain)] == [2, 3, 6]
     queue.remove(jobs[1])
     assert queue.count == 6 and jobs[1].id not in queue.job_ids
     counts = {q.name: q.count for q in Queue.all(connection=conn)}
@@ -340,9 +343,9 @@ def test_a_parked_tenant_is_skipped_until_its_park_ends_and_keeps_its_fifo(conn:
     queue.park(a_jobs[0], "A", seconds=0.4)  # A at its limit: back to the front of A's FIFO
     assert queue.count == 5
     assert [queue.pop_job_id() for _ in range(2)] == [b.id for b in b_jobs]
-    popped, wake_ms = queue.pop_fair()
-    assert popped is None and wake_ms > 0  # only the parked tenant waits: nothing to serve yet
-    assert queue.count == 3
+    result = queue.pop_fair()
+    assert result.kind == PopKind.STALLED and result.job_id is None  # only the parked tenant waits
+    assert result.wake_ms > 0 and queue.count == 3 == conn.llen(queue.key)
     deadline = time.monotonic() + 5
     while (popped := queue.pop_job_id()) is None:
         assert time.monotonic() < deadline, "the park never ended"
@@ -394,41 +397,39 @@ def test_a_refused_plain_entry_gets_no_refund(conn: Redis) -> None:
     assert queue.count == 0
 
 
-def held(conn: Redis, queue: FairQueue) -> int:
-    return int(conn.hget(queue.fair_keys.state, "held") or 0)
-
-
-def test_a_pop_holds_the_token_of_a_parked_tenant_and_unpark_puts_one_back(conn: Redis) -> None:
+def test_a_stalled_pop_leaves_every_job_listed_and_unpark_wakes_a_blocked_worker(conn: Redis) -> None:
     queue = fair(conn)
     a_jobs = fill(queue, "A", 2)
     assert queue.pop_job_id() == a_jobs[0].id
     queue.park(a_jobs[0], "A", seconds=600)
-    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (2, 1, 1)  # A1's token still listed
-    popped, wake_ms = queue.pop_fair()
-    assert popped is None and wake_ms > time.time() * 1000 + 500_000  # nothing to serve until A's park ends
-    # Only the parked tenant has jobs: the pop took A1's token off the list and holds it (no worker spins).
-    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (2, 0, 2)
-    assert queue.unpark("A") == 1  # one slot freed: one held token back on the list, to wake a worker
-    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (2, 1, 1)
+    assert queue.count == conn.llen(queue.key) == 2 and queue.job_ids == [j.id for j in a_jobs]
+    result = queue.pop_fair()
+    assert result.kind == PopKind.STALLED and result.wake_ms > time.time() * 1000 + 500_000
+    assert queue.count == 2 and queue.job_ids == [j.id for j in a_jobs]  # nothing taken off the list
+    assert conn.llen(queue.fair_keys.wake) == 0
+    assert queue.unpark("A") == 1  # one slot freed: a worker blocked on the wake list is woken
+    assert conn.llen(queue.fair_keys.wake) == 1
     assert queue.pop_job_id() == a_jobs[0].id  # A's head first: FIFO kept through the park
-    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (1, 0, 1)
-    assert queue.pop_job_id() == a_jobs[1].id  # no token listed, yet served: held ones are not stranded
-    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (0, 0, 0)
-    assert queue.pop_job_id() is None
+    assert queue.count == 1 == len(queue.job_ids)
+    assert queue.pop_job_id() == a_jobs[1].id
+    assert queue.pop_job_id() is None and queue.count == 0
+    assert conn.llen(queue.fair_keys.wake) == 0  # no park left: the wake list goes
 
 
-def test_unpark_puts_a_held_token_back_while_other_tenants_wait(conn: Redis) -> None:
+def test_counts_stay_exact_through_park_and_unpark_while_other_tenants_wait(conn: Redis) -> None:
     queue = fair(conn)
     a_jobs, b_jobs = fill(queue, "A", 2), fill(queue, "B", 2)
     assert queue.pop_job_id() == a_jobs[0].id
+    assert queue.count == 3
     queue.park(a_jobs[0], "A", seconds=600)
-    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (4, 3, 1)  # A0 counted as held
+    assert queue.count == 4 == Queue("default", connection=conn).count
+    assert queue.job_ids == [b_jobs[0].id, b_jobs[1].id, a_jobs[0].id, a_jobs[1].id]  # parked A last
     assert queue.pop_job_id() == b_jobs[0].id  # A skipped while parked
-    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (3, 2, 1)
+    assert queue.count == 3
     assert queue.unpark("A") == 1
-    assert (queue.count, conn.llen(queue.key), held(conn, queue)) == (3, 3, 0)  # every waiting job listed
     # A (pass 0 after the refund, virtual time 0) and B (pass 1): A, then the tie at 1 goes to A again.
     expected = [a_jobs[0], a_jobs[1], b_jobs[1]]
+    assert queue.job_ids == [job.id for job in expected]
     for n, job in enumerate(expected, 1):
         assert queue.pop_job_id() == job.id
         assert queue.count == conn.llen(queue.key) == len(queue.get_job_ids()) == len(expected) - n
@@ -497,7 +498,7 @@ def test_a_canceled_fair_job_requeued_by_rq_is_not_lost(conn: Redis) -> None:
     worker = WeightedSimpleWorker([queue], connection=conn, settings=settings())
     worker.work(burst=True)
     assert ran(conn) == [("B", 0)] and y.get_status(refresh=True) == JobStatus.FINISHED
-    assert queue.count == 0 and conn.hlen(queue.fair_keys.tokens) == 0
+    assert queue.count == 0 and conn.hlen(queue.fair_keys.members) == 0
     CanceledJobRegistry("default", connection=conn).requeue(x.id)
     assert queue.count == 1
     worker.work(burst=True)
@@ -509,14 +510,12 @@ def test_a_canceled_job_behind_waiting_ones_leaves_the_count_exact(conn: Redis) 
     queue = fair(conn)
     a_jobs = fill(queue, "A", 2)
     b_jobs = fill(queue, "B", 2)
-    a_jobs[0].cancel()
-    assert queue.count == 3
-    result = FairQueue.dequeue_any([queue], None, connection=conn)  # A0 is skipped: B0 comes out
-    assert result is not None and result[0].id == b_jobs[0].id
-    assert queue.count == 2 == conn.llen(queue.key)  # the token rq took was put back
-    got = [FairQueue.dequeue_any([queue], None, connection=conn) for _ in range(2)]
-    assert [r[0].id for r in got if r] == [a_jobs[1].id, b_jobs[1].id]
-    assert queue.count == 0 and conn.hlen(queue.fair_keys.tokens) == 0
+    a_jobs[0].cancel()  # LREMs A0's own id: the count is exact at once
+    assert queue.count == 3 and queue.job_ids == [a_jobs[1].id, b_jobs[0].id, b_jobs[1].id]
+    # A0 is dropped when the scheduler meets it, without costing A its turn: A1 comes out first.
+    got = [FairQueue.dequeue_any([queue], None, connection=conn) for _ in range(3)]
+    assert [r[0].id for r in got if r] == [a_jobs[1].id, b_jobs[0].id, b_jobs[1].id]
+    assert queue.count == 0 and conn.hlen(queue.fair_keys.members) == 0
 
 
 def test_enqueue_many_pushes_in_batches_inside_the_callers_pipeline(conn: Redis) -> None:
@@ -568,17 +567,19 @@ def test_tenants_that_went_idle_leave_no_state_once_the_virtual_time_passes_them
     assert queue.pop_job_id() is None and queue.count == 0
 
 
-def test_a_canceled_job_served_for_a_held_token_leaves_the_count_exact(conn: Redis) -> None:
+def test_a_job_canceled_while_only_parked_tenants_wait_leaves_the_count_exact(conn: Redis) -> None:
     queue = fair(conn)
     a_jobs = fill(queue, "A", 2)
     assert queue.pop_job_id() == a_jobs[0].id
     queue.park(a_jobs[0], "A", seconds=600)
-    assert queue.pop_fair()[0] is None  # only parked A waits: its token is held
+    assert queue.pop_fair().kind == PopKind.STALLED
     (b0,) = fill(queue, "B", 1)
-    b0.cancel()  # takes B0's token off the list
-    assert FairQueue.dequeue_any([queue], None, connection=conn) is None  # B0 served for the held token, skipped
-    assert queue.count == 2  # A0 and A1
-    assert queue.unpark("A") == 1  # a blocked worker is woken for A
+    assert conn.llen(queue.fair_keys.wake) == 1  # B can be served: a worker blocked on the wake list wakes
+    b0.cancel()
+    assert queue.count == 2 and b0.id not in queue.job_ids
+    assert FairQueue.dequeue_any([queue], None, connection=conn) is None  # B0 dropped, A still parked
+    assert queue.count == 2 and queue.job_ids == [a_jobs[0].id, a_jobs[1].id]
+    assert queue.unpark("A") == 1
     assert [queue.pop_job_id(), queue.pop_job_id()] == [a_jobs[0].id, a_jobs[1].id]
     assert queue.count == 0 and queue.pop_job_id() is None
 
@@ -594,21 +595,17 @@ def test_enqueue_many_that_fails_midway_keeps_what_rq_queued_in_the_callers_pipe
     assert queue.get_job_ids() == ["saved"] and queue.count == 1
 
 
-def test_maintenance_repairs_tokens_rq_removed_behind_our_back(conn: Redis) -> None:
-    # Tokens are interchangeable: B0 is served for A1's entry, so B0's own entry stands in for A1. When
-    # B0, finished, is deleted through rq (a plain Queue LREM), A1 and A2 have one entry between them.
+def test_deleting_a_finished_fair_job_leaves_the_waiting_ones_listed(conn: Redis) -> None:
     queue = fair(conn)
     a_jobs, (b0,) = fill(queue, "A", 3), fill(queue, "B", 1)
     assert [queue.pop_job_id(), queue.pop_job_id()] == [a_jobs[0].id, b0.id]
-    b0.delete()
-    assert queue.count == 1  # two jobs wait
-    assert queue.reconcile() == (1, 1)  # one token back, B0's count dropped
-    assert queue.count == 2 == conn.llen(queue.key) and conn.hget(queue.fair_keys.tokens, b0.id) is None
+    b0.delete()  # a plain Queue LREM of B0's id: nothing of it is left on the list
+    assert queue.count == 2 == conn.llen(queue.key) and queue.job_ids == [a_jobs[1].id, a_jobs[2].id]
     assert [queue.pop_job_id(), queue.pop_job_id()] == [a_jobs[1].id, a_jobs[2].id]
-    assert queue.reconcile() == (0, 0) and queue.count == 0
+    assert queue.count == 0
 
 
-def test_a_reused_job_id_pushed_plain_after_maintenance_is_served(conn: Redis) -> None:
+def test_a_reused_job_id_pushed_again_after_a_delete_is_served(conn: Redis) -> None:
     queue = fair(conn)
     a_jobs = fill(queue, "A", 2)
     report = queue.enqueue(fair_jobs.log, "B", 0, fair_tenant="B", job_id="daily-report")

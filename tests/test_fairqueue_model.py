@@ -1,7 +1,11 @@
-"""Model-based test: a FairQueue on a real redis-server, driven by random fair pushes, pops, parks, unparks,
-plain pushes by rq's internals and removals, agrees with a plain-Python model of its semantics (the
-module docstring of fair_router/fairqueue.py): exact counts, per-tenant FIFO order, no job served twice
-or stranded, parked tenants skipped, and the stride scheduler's choice for every fair pop."""
+"""Model-based test: a FairQueue on a real redis-server, driven by random fair pushes, pops, parks and
+unparks interleaved with rq's own calls on the same queue (plain pushes, unique pushes, Job.cancel,
+Job.delete, plain Queue.remove, CanceledJobRegistry.requeue, compact after an expired job), agrees with a
+plain-Python model of its semantics (the module docstring of fair_router/fairqueue.py):
+- ``count`` and rq's own ``Queue.count`` are the waiting jobs at every step, and the listing is that set;
+- every pop serves exactly the model's choice: the list head when rq pushed it, else the stride choice;
+- the listing's head is what the next pop serves, and each tenant's jobs are listed in FIFO order;
+- no job is served twice, after its removal, or left stranded."""
 
 from __future__ import annotations
 
@@ -15,9 +19,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from redis import Redis
 from rq import Queue
 from rq.job import Job
+from rq.registry import CanceledJobRegistry
 
 from fair_router import FairQueue
 from fair_router.redis_server import RedisServer
+from fair_router.scripts import PopKind
 from fair_router.settings import TiersConfig
 
 PREFIX = "fq_model"
@@ -36,47 +42,75 @@ class FairQueueMachine(RuleBasedStateMachine):
         self.conn = Redis.from_url(url)
         self.conn.flushdb()
         self.queue = FairQueue(NAME, connection=self.conn, prefix=PREFIX, tiers=TIERS)
-        self.plain_queue = Queue(NAME, connection=self.conn)  # rq's internals: a plain push onto the same list
+        self.plain_queue = Queue(NAME, connection=self.conn)  # what rq's internals build on the same list
         self.jobs: dict[str, Job] = {}
         self.tenant_of: dict[str, str | None] = {}
-        # The model. Waiting jobs: plain list entries (in list order) and each tenant's FIFO.
-        self.plain: list[str] = []
+        # The model. rq's list, head first; each tenant's FIFO of members, where a member rq took off the
+        # list behind our back stays (stale) until the scheduler meets it.
+        self.listed: list[str] = []
         self.fifo: dict[str | None, deque[str]] = {tenant: deque() for tenant in WEIGHT}
-        self.parked: set[str | None] = set()  # each with waiting jobs: a tenant that empties leaves its park
-        # The stride scheduler: pass of each active tenant (waiting jobs, not parked), pass kept by tenants
-        # that went idle or were parked, virtual time (pass of the last served tenant).
+        self.stale: set[str] = set()
+        self.parked: set[str | None] = set()
+        # The stride scheduler: pass of each active tenant (members, not parked), pass kept by tenants that
+        # went idle or were parked, virtual time (pass of the last served tenant).
         self.active: dict[str | None, float] = {}
         self.kept: dict[str | None, float] = {}
         self.vtime = 0.0
         self.in_hand: tuple[str, bool] | None = None  # the job the last pop returned, and whether fair
         self.served: set[str] = set()  # popped and not put back
-        self.removed: set[str] = set()
+        self.gone: set[str] = set()  # removed or deleted: never to be served
+        self.canceled: set[str] = set()
 
     # -- the model ------------------------------------------------------------------------------------
 
-    def waiting(self) -> list[str]:
-        return self.plain + [job_id for tenant in WEIGHT for job_id in self.fifo[tenant]]
+    def is_member(self, job_id: str) -> bool:
+        return job_id in self.fifo[self.tenant_of[job_id]]
 
     def activate(self, tenant: str | None) -> None:
         if tenant not in self.active:
             self.active[tenant] = max(self.vtime, self.kept.pop(tenant, self.vtime))
 
-    def check_served(self, job_id: str) -> None:
-        """``job_id`` came out of a pop: it must be the oldest plain entry, or the head of the FIFO of the
-        tenant with the smallest pass (ties: the smaller encoded name, as a sorted set orders them)."""
-        assert job_id not in self.served, f"{job_id} popped twice"
-        assert job_id not in self.removed, f"{job_id} popped after its removal"
-        if job_id in self.plain:
-            assert job_id == self.plain[0], "plain entries come out in list order"
-            self.plain.pop(0)
-            self.in_hand = (job_id, False)
-        else:
-            tenant = self.tenant_of[job_id]
-            assert job_id in self.fifo[tenant], f"{job_id} was not waiting"
-            assert tenant not in self.parked, f"{job_id} served while {tenant} is parked"
-            assert job_id == self.fifo[tenant][0], f"{job_id} is not the head of {tenant}'s FIFO"
-            expected = min(self.active, key=lambda t: (self.active[t], FairQueue.tenant_key(t)))
-            assert tenant == expected, f"served {tenant}, but passes are {self.active}"
+    def leave(self, job_id: str) -> None:
+        """A member leaves its FIFO other than by a fair pop; its tenant goes idle if it was the last."""
+        tenant = self.tenant_of[job_id]
+        self.fifo[tenant].remove(job_id)
+        self.stale.discard(job_id)
+        if not self.fifo[tenant]:
+            if tenant in self.active:
+                self.kept[tenant] = self.active.pop(tenant)
+            self.parked.discard(tenant)
+
+    def expected_pop(self, given: str | None) -> tuple[PopKind, str | None]:
+        """What fair_pop.lua must do, applied to the model."""
+        entry = given if given is not None else (self.listed.pop(0) if self.listed else None)
+        if entry is None:  # nothing listed: every member left is stale, dropped with its tenant's pass kept
+            for tenant in WEIGHT:
+                if self.fifo[tenant]:
+                    self.fifo[tenant].clear()
+                    if tenant in self.active:
+                        self.kept[tenant] = self.active.pop(tenant)
+                    self.parked.discard(tenant)
+            self.stale.clear()
+            return PopKind.EMPTY, None
+        if not self.is_member(entry):
+            return PopKind.PLAIN, entry
+        while True:
+            if not self.active:
+                self.listed.insert(0, entry)
+                members = sum(len(jobs) for jobs in self.fifo.values())
+                if len(self.listed) > members:  # a plain entry further down
+                    plain = next(job_id for job_id in self.listed if not self.is_member(job_id))
+                    self.listed.remove(plain)
+                    return PopKind.PLAIN, plain
+                return PopKind.STALLED, None
+            tenant = min(self.active, key=lambda t: (self.active[t], FairQueue.tenant_key(t)))
+            job_id = self.fifo[tenant][0]
+            if job_id in self.stale:
+                self.leave(job_id)
+                continue
+            if job_id != entry:
+                self.listed.remove(job_id)
+                self.listed.insert(0, entry)
             self.fifo[tenant].popleft()
             self.vtime = self.active[tenant]
             next_pass = self.vtime + 1 / WEIGHT[tenant]
@@ -85,47 +119,57 @@ class FairQueueMachine(RuleBasedStateMachine):
             else:  # idle: keeps its pass for its return
                 del self.active[tenant]
                 self.kept[tenant] = next_pass
-            self.in_hand = (job_id, True)
+            return PopKind.FAIR, job_id
+
+    def check_pop(self, given: str | None, listing: list[str]) -> None:
+        result = self.queue.pop_fair(given or "")
+        kind, job_id = self.expected_pop(given)
+        assert (result.kind, result.job_id) == (kind, job_id), (result, kind, job_id)
+        self.in_hand = None
+        if job_id is None:
+            return
+        assert job_id not in self.served, f"{job_id} popped twice"
+        assert job_id not in self.gone, f"{job_id} popped after its removal"
+        if given is None:
+            assert listing and listing[0] == job_id, "the listing's head is what the next pop serves"
         self.served.add(job_id)
+        self.in_hand = (job_id, kind == PopKind.FAIR)
 
-    # -- operations -----------------------------------------------------------------------------------
+    def waiting_live(self) -> list[str]:
+        return list(self.listed)
 
-    @rule(tenant=st.sampled_from(tuple(WEIGHT)))
-    def enqueue(self, tenant: str | None) -> None:
-        job = self.queue.enqueue(fair_jobs.log, tenant, len(self.jobs), fair_tenant=tenant)
+    # -- our operations -------------------------------------------------------------------------------
+
+    def push_member(self, job: Job, tenant: str | None) -> None:
         self.jobs[job.id], self.tenant_of[job.id] = job, tenant
+        self.listed.append(job.id)
         self.fifo[tenant].append(job.id)
         if tenant not in self.parked:
             self.activate(tenant)
 
-    @rule(tenant=st.sampled_from((None, *TENANTS)))
-    def enqueue_plain(self, tenant: str | None) -> None:
-        """A plain push (rq's scheduler, registry requeues): served as a list entry, tenant meta or not."""
-        meta = None if tenant is None else {"fair_tenant": tenant}
-        job = self.plain_queue.enqueue(fair_jobs.log, "plain", len(self.jobs), meta=meta)
-        self.jobs[job.id], self.tenant_of[job.id] = job, tenant
-        self.plain.append(job.id)
+    @rule(tenant=st.sampled_from(tuple(WEIGHT)))
+    def enqueue(self, tenant: str | None) -> None:
+        self.push_member(self.queue.enqueue(fair_jobs.log, tenant, len(self.jobs), fair_tenant=tenant), tenant)
+
+    @rule(tenant=st.sampled_from(TENANTS))
+    def enqueue_unique(self, tenant: str) -> None:
+        """rq's own script pushes the id; the job then joins its tenant's FIFO."""
+        job = self.queue.enqueue(fair_jobs.log, tenant, len(self.jobs), fair_tenant=tenant,
+                                 job_id=f"unique-{len(self.jobs)}", unique=True)
+        self.push_member(job, tenant)
 
     @rule()
     def pop(self) -> None:
-        self.popped(self.queue.pop_fair()[0])
+        self.check_pop(None, self.queue.get_job_ids())
 
     @rule()
     def pop_given(self) -> None:
         """A blocked worker's path: BLPOP took the list head (LPOP here: no wait), the script gets it."""
         entry = self.conn.lpop(self.queue.key)
         if entry is not None:  # else the worker would still be blocked: nothing happens
-            self.popped(self.queue.pop_fair(entry.decode())[0])
-
-    def popped(self, job_id: str | None) -> None:
-        self.in_hand = None
-        if job_id is None:
-            # A pop may hold a token while only parked tenants have fair jobs, even with a plain entry
-            # further down the list (the next pop reaches it); anything else is a job left behind.
-            assert not self.active, f"nothing served, yet {sorted(self.active)} could be"
-            assert self.parked or not self.waiting(), "nothing parked, yet waiting jobs were not served"
-            return
-        self.check_served(job_id)
+            assert self.listed and entry.decode() == self.listed[0]
+            self.listed.pop(0)
+            self.check_pop(entry.decode(), [])
 
     @precondition(lambda self: self.in_hand is not None and self.tenant_of[self.in_hand[0]] is not None)
     @rule()
@@ -144,48 +188,89 @@ class FairQueueMachine(RuleBasedStateMachine):
             self.kept[tenant] -= step
         self.parked.add(tenant)
         self.fifo[tenant].appendleft(job_id)
+        self.listed.insert(0, job_id)
         self.served.discard(job_id)  # a plain entry's job, too, now waits in its tenant's FIFO
 
     @rule(tenant=st.sampled_from(TENANTS))
     def unpark(self, tenant: str) -> None:
         self.queue.unpark(tenant)
-        self.parked.discard(tenant)
-        if self.fifo[tenant]:
+        if tenant in self.parked:
+            self.parked.discard(tenant)
             self.activate(tenant)
 
-    @precondition(lambda self: bool(self.waiting()))
+    @precondition(lambda self: bool(self.listed))
     @rule(pick=st.integers(0, 1000))
     def remove(self, pick: int) -> None:
-        waiting = self.waiting()
-        job_id = waiting[pick % len(waiting)]
+        job_id = self.listed[pick % len(self.listed)]
         assert self.queue.remove(job_id) == 1
-        self.removed.add(job_id)
-        if job_id in self.plain:
-            self.plain.remove(job_id)
-            return
-        tenant = self.tenant_of[job_id]
-        self.fifo[tenant].remove(job_id)
-        if not self.fifo[tenant]:  # idle: keeps its pass, and its park ends
-            if tenant in self.active:
-                self.kept[tenant] = self.active.pop(tenant)
-            self.parked.discard(tenant)
+        self.forget(job_id)
+        if self.is_member(job_id):
+            self.leave(job_id)
+
+    # -- rq's operations on the same list -------------------------------------------------------------
+
+    def forget(self, job_id: str) -> None:
+        self.listed.remove(job_id)
+        self.gone.add(job_id)
+
+    @rule(tenant=st.sampled_from((None, *TENANTS)))
+    def enqueue_plain(self, tenant: str | None) -> None:
+        """A plain push (rq's scheduler, dependents of another queue class): served as a list entry."""
+        meta = None if tenant is None else {"fair_tenant": tenant}
+        job = self.plain_queue.enqueue(fair_jobs.log, "plain", len(self.jobs), meta=meta)
+        self.jobs[job.id], self.tenant_of[job.id] = job, tenant
+        self.listed.append(job.id)
+
+    @precondition(lambda self: bool(self.listed))
+    @rule(pick=st.integers(0, 1000), how=st.sampled_from(("cancel", "delete", "remove")))
+    def rq_takes_out(self, pick: int, how: str) -> None:
+        """Job.cancel / Job.delete / a plain Queue.remove: rq LREMs the id through a plain Queue."""
+        job_id = self.listed[pick % len(self.listed)]
+        job = self.jobs[job_id]
+        if how == "cancel":
+            job.cancel()
+            self.canceled.add(job_id)
+        elif how == "delete":
+            job.delete()
+        else:
+            self.plain_queue.remove(job_id)
+        self.forget(job_id)
+        if self.is_member(job_id):
+            self.stale.add(job_id)
+
+    @precondition(lambda self: bool(self.canceled))
+    @rule(pick=st.integers(0, 1000))
+    def rq_requeues_canceled(self, pick: int) -> None:
+        """CanceledJobRegistry.requeue: a plain push of the same id. Still a (stale) member, it is live again."""
+        job_id = sorted(self.canceled)[pick % len(self.canceled)]
+        self.canceled.discard(job_id)
+        CanceledJobRegistry(NAME, connection=self.conn).requeue(job_id)
+        self.gone.discard(job_id)
+        self.served.discard(job_id)
+        self.listed.append(job_id)
+        self.stale.discard(job_id)
+
+    @precondition(lambda self: bool(self.listed))
+    @rule(pick=st.integers(0, 1000))
+    def job_expires_then_compact(self, pick: int) -> None:
+        """A waiting job's hash expired; rq's compact (ours) takes its id out."""
+        job_id = self.listed[pick % len(self.listed)]
+        self.conn.delete(self.jobs[job_id].key)
+        self.queue.compact()
+        self.forget(job_id)
+        if self.is_member(job_id):
+            self.leave(job_id)
 
     # -- invariants -----------------------------------------------------------------------------------
 
     @invariant()
-    def counts_and_ids_are_the_waiting_jobs(self) -> None:
-        waiting = self.waiting()
-        assert self.queue.count == len(waiting), (self.queue.count, len(waiting))
+    def counts_and_listing_are_the_waiting_jobs(self) -> None:
+        assert self.queue.count == self.plain_queue.count == len(self.listed), (self.queue.count, self.listed)
         ids = self.queue.get_job_ids()
-        assert len(ids) == len(waiting) and set(ids) == set(waiting), (ids, waiting)
-        assert ids[: len(self.plain)] == self.plain  # plain entries first, in list order
-        for tenant in WEIGHT:  # then fair jobs, each tenant's in its FIFO order
-            assert [job_id for job_id in ids if job_id in self.fifo[tenant]] == list(self.fifo[tenant])
-
-    @invariant()
-    def reconcile_finds_nothing_to_repair(self) -> None:
-        """Without outside removals the token accounting is already exact: rq's maintenance changes nothing."""
-        assert self.queue.reconcile() == (0, 0)
+        assert sorted(ids) == sorted(self.listed), (ids, self.listed)
+        for tenant in WEIGHT:  # each tenant's live members in FIFO order
+            live = [job_id for job_id in self.fifo[tenant] if job_id not in self.stale]
+            assert [job_id for job_id in ids if job_id in live] == live
 
     @invariant()
     def inflight_is_the_job_in_hand(self) -> None:
@@ -204,11 +289,14 @@ class FairQueueMachine(RuleBasedStateMachine):
         """Every park ends; then pops serve each waiting job exactly once, in the model's order."""
         for tenant in TENANTS:
             self.unpark(tenant)
-        while self.waiting():
-            job_id, _ = self.queue.pop_fair()
-            assert job_id is not None, f"stranded: {self.waiting()}"
-            self.check_served(job_id)
-        assert self.queue.pop_fair()[0] is None
+        listing = self.queue.get_job_ids()
+        served = []
+        while self.listed:
+            self.check_pop(None, listing[len(served):])
+            assert self.in_hand is not None, f"stranded: {self.listed}"
+            served.append(self.in_hand[0])
+        assert served == listing, "with no parks, the listing is the serving order"
+        self.check_pop(None, [])
         assert self.queue.count == 0 and self.queue.get_job_ids() == []
 
 

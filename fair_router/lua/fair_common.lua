@@ -1,9 +1,25 @@
 -- fair_common.lua: prepended to every fair_*.lua script when it is loaded (scripts.load_script), as
 -- Redis 6.2 has no function libraries. It names the fair queue's KEYS, which every fair script gets
--- in FairQueueKeys order (one cluster slot), and the FIFO, schedule and token helpers they share.
-local rq_list, tokens, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local backlog, active, kept, weights, parked, state = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
-local inflight = KEYS[13]
+-- in FairQueueKeys order (one cluster slot), and the helpers they share.
+--
+-- The invariant every script keeps: rq's list holds exactly one entry per waiting job, the job's own
+-- id. A fair job is also a *member*: it has a place in its tenant's FIFO. An entry that is not a
+-- member was pushed by rq's internals with a plain Queue (scheduler, registry requeues) and is served
+-- in list order. A member whose id is no longer on the list was removed by rq behind our back
+-- (Job.cancel, Job.delete, a plain Queue.remove): it is *stale*, and dropped when the scheduler meets it.
+local rq_list, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local backlog, active, kept, weights, parked = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local state, inflight, wake = KEYS[11], KEYS[12], KEYS[13]
+
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+
+-- Now in ms: the injected clock's value, else the Redis server's TIME.
+local function clock_ms(given)
+  local now = tonumber(given)
+  if now then return now end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 
 -- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
 -- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
@@ -29,19 +45,57 @@ local function idle(tenant, pass)
   if pass then redis.call('ZADD', kept, pass, tenant) end
 end
 
--- A job joins its tenant's FIFO at `seq` (the caller has moved head/tail to cover it).
-local function enter(job_id, tenant, seq, weight)
+-- A members entry is "<order>|<tenant>:<seq>": `order` estimates where the id sits on rq's list (see
+-- take_listed), `tenant:seq` is its FIFO field. Returns field, tenant, order.
+local function parse_member(value)
+  local order, field = string.match(value, '^([^|]*)|(.*)$')
+  if not field then field = value end
+  return field, string.match(field, '^(.*):[^:]*$'), tonumber(order)
+end
+
+-- The place of a new job in its tenant's FIFO: after its tail, or before its head (`at_front`);
+-- `wanted` (a refused job's old place) is used when it is free and not past the tail.
+local function place(tenant, at_front, wanted)
+  local h = redis.call('HGET', head, tenant)
+  if not h then
+    local seq = wanted or 0
+    redis.call('HSET', head, tenant, seq)
+    redis.call('HSET', tail, tenant, seq)
+    return seq
+  end
+  if wanted and wanted <= tonumber(redis.call('HGET', tail, tenant))
+      and redis.call('HEXISTS', fifo, tenant .. ':' .. wanted) == 0 then
+    if wanted < tonumber(h) then redis.call('HSET', head, tenant, wanted) end
+    return wanted
+  end
+  if at_front then
+    local seq = tonumber(h) - 1
+    redis.call('HSET', head, tenant, seq)
+    return seq
+  end
+  return redis.call('HINCRBY', tail, tenant, 1)
+end
+
+-- A job joins its tenant's FIFO at `seq`. `at_front`: its id is (or goes) at the list head, else at
+-- the tail; the order estimate counts pushes at either end.
+local function enter(job_id, tenant, seq, weight, at_front)
+  local order
+  if at_front then
+    order = -redis.call('HINCRBY', state, 'fronts', 1)
+  else
+    order = redis.call('HINCRBY', state, 'pushes', 1)
+  end
   local field = tenant .. ':' .. seq
   redis.call('HSET', fifo, field, job_id)
-  redis.call('HSET', members, job_id, field)
+  redis.call('HSET', members, job_id, order .. '|' .. field)
   redis.call('HINCRBY', backlog, tenant, 1)
   redis.call('HSET', weights, tenant, weight)
 end
 
--- A waiting job leaves its tenant's FIFO other than by a fair pop (served from a plain entry, or
--- removed); `field` is its members entry. Its tenant goes idle when that was its last job.
-local function leave(job_id, field)
-  local tenant = string.match(field, '^(.*):[^:]*$')
+-- A member leaves its tenant's FIFO other than by a fair pop (taken as a list entry, removed, or
+-- found stale). Its tenant goes idle, keeping its pass, when that was its last job.
+local function leave(job_id, value)
+  local field, tenant = parse_member(value)
   redis.call('HDEL', members, job_id)
   redis.call('HDEL', fifo, field)
   if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
@@ -49,34 +103,11 @@ local function leave(job_id, field)
   end
 end
 
--- A job left with its token still somewhere on rq's list: count it held-back (if tokens are held)
--- or stale (dropped when it surfaces), so that LLEN + held - stale stays the backlog.
-local function settle_token()
-  if tonumber(redis.call('HGET', state, 'held') or '0') > 0 then
-    redis.call('HINCRBY', state, 'held', -1)
-  else
-    redis.call('HINCRBY', state, 'stale', 1)
+-- A job of a tenant that can be served now was queued: wake one worker blocked on this queue's wake
+-- list (workers block there instead of on rq's list while only parked tenants' jobs wait on it).
+local function nudge()
+  if redis.call('ZCARD', parked) > 0 then
+    redis.call('RPUSH', wake, '1')
+    redis.call('LTRIM', wake, -WAKE_CAP, -1)
   end
-end
-
--- Up to `n` waiting fair jobs lost their token to an LREM behind our back: a stale token (due to be
--- dropped) stands in first, else one is pushed at the list head (any waiting id serves), or counted
--- held when only parked tenants wait. Returns how many were restored.
-local function restore_tokens(n)
-  local restored = 0
-  for _ = 1, n do
-    if tonumber(redis.call('HGET', state, 'stale') or '0') > 0 then
-      redis.call('HINCRBY', state, 'stale', -1)
-    elseif redis.call('ZCARD', active) > 0 then
-      local waiting = redis.call('HRANDFIELD', members)
-      redis.call('LPUSH', rq_list, waiting)
-      redis.call('HINCRBY', tokens, waiting, 1)
-    elseif redis.call('HLEN', members) > 0 then
-      redis.call('HINCRBY', state, 'held', 1)
-    else
-      break
-    end
-    restored = restored + 1
-  end
-  return restored
 end

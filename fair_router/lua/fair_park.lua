@@ -1,5 +1,6 @@
--- fair_park.lua: a popped job's tenant is at its concurrency limit. Put the job back in its tenant's FIFO
--- (where it was, else at the front) and park the tenant (pops skip it) until `until_ms` or a slot frees.
+-- fair_park.lua: a popped job's tenant is at its concurrency limit. Put the job back on rq's list and
+-- in its tenant's FIFO (where it was, else at the front) and park the tenant (pops skip it) until
+-- `until_ms` or a slot frees.
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     job_id, tenant (encoded), weight, until_ms, refund ('1' = a fair choice served the job: take
 --          back the 1 / weight its pop added to the tenant's pass; '0' = a plain entry, nothing added),
@@ -28,21 +29,6 @@ if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by
 -- several workers at once come back in FIFO order whatever order their parks land in; else the front.
-local seq
-local h = redis.call('HGET', head, tenant)
-if not h then
-  seq = old_seq or 0
-  redis.call('HSET', head, tenant, seq)
-  redis.call('HSET', tail, tenant, seq)
-elseif old_seq and old_seq <= tonumber(redis.call('HGET', tail, tenant))
-    and redis.call('HEXISTS', fifo, tenant .. ':' .. old_seq) == 0 then
-  seq = old_seq
-  if seq < tonumber(h) then redis.call('HSET', head, tenant, seq) end
-else
-  seq = tonumber(h) - 1
-  redis.call('HSET', head, tenant, seq)
-end
-enter(job_id, tenant, seq, weight)
--- Its token was spent by the pop; while the tenant is parked the job is counted as held, not listed.
-redis.call('HINCRBY', state, 'held', 1)
+enter(job_id, tenant, place(tenant, true, old_seq), weight, true)
+redis.call('LPUSH', rq_list, job_id)
 return 1

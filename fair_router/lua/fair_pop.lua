@@ -1,20 +1,18 @@
--- fair_pop.lua: take the next job of a fair queue: rq's list head if rq's internals pushed it, else the
--- stride scheduler's choice (the min-pass active tenant's oldest job). O(log tenants) per call.
+-- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of
+-- entries: an id rq's internals pushed (not a member) is served as it is; a member's turn goes to the
+-- stride scheduler's choice (the min-pass active tenant's oldest job), whose id is then taken off the
+-- list in its place. O(log tenants) per call, plus the LREM of the chosen id when it is not the head.
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), n_acks, then n_acks job ids this caller handed out earlier (they have run: forget them).
--- Returns  {kind, job_id, wake_ms, seq}: kind 1 = a plain entry, 2 = a fair choice for a token (listed or
---          held), 3 = a fair choice with no token left at all, 0 = nothing to serve now (wake_ms: when the first parked
---          tenant becomes eligible again, -1 if none). seq: a fair choice's place in its tenant's FIFO (for
---          fair_park to put it back there), else ''.
-local now_ms = tonumber(ARGV[1])
+-- Returns  {kind, job_id, wake_ms, seq}. kind 0 = the list is empty; 1 = a plain entry; 2 = a fair
+--          choice (seq: its place in its tenant's FIFO, for fair_park to put it back there);
+--          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none).
+local now_ms = clock_ms(ARGV[1])
 local given = ARGV[2]
 local n_acks = tonumber(ARGV[3])
+local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
 
-if not now_ms then
-  local t = redis.call('TIME')
-  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 for i = 4, 3 + n_acks do
   redis.call('ZREM', inflight, ARGV[i])
 end
@@ -25,90 +23,127 @@ for _, tenant in ipairs(due) do
   redis.call('ZREM', parked, tenant)
   if redis.call('HEXISTS', backlog, tenant) == 1 then activate(tenant) end
 end
+if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
 
-local function wake()
+local function first_park_end()
   local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
   if #first == 0 then return -1 end
   return tonumber(first[2])
 end
 
--- The stride scheduler: serve the active tenant with the smallest pass, advance it by 1 / weight.
--- Returns the job id and its FIFO seq, or false.
-local function serve()
+-- The stride choice, not yet taken: the min-pass active tenant's oldest job. Returns job id, seq,
+-- tenant, pass; or nil when no tenant can be served.
+local function choose()
   while true do
     local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
-    if #top == 0 then return false end
+    if #top == 0 then return nil end
     local tenant, pass = top[1], tonumber(top[2])
     local h = tonumber(redis.call('HGET', head, tenant) or '1')
     local t = tonumber(redis.call('HGET', tail, tenant) or '0')
-    local job_id, seq = false, h
-    while h <= t and not job_id do  -- skips holes left by FairQueue.remove
-      local field = tenant .. ':' .. h
-      job_id, seq = redis.call('HGET', fifo, field), h
-      if job_id then redis.call('HDEL', fifo, field) end
+    while h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
+      local job_id = redis.call('HGET', fifo, tenant .. ':' .. h)
+      if job_id then
+        redis.call('HSET', head, tenant, h)
+        return job_id, h, tenant, pass
+      end
       h = h + 1
     end
-    if not job_id then
-      idle(tenant, false)
-    else
-      local next_pass = pass + 1 / tonumber(redis.call('HGET', weights, tenant) or '1')
-      redis.call('HSET', state, 'vtime', pass)
-      -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
-      -- drop them, so idle tenants leave no state behind (O(log n) when there is none to drop).
-      redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass)
-      if h > t or redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
-        idle(tenant, next_pass)
-      else
-        redis.call('HSET', head, tenant, h)
-        redis.call('ZADD', active, next_pass, tenant)
-      end
-      redis.call('HDEL', members, job_id)
-      redis.call('ZADD', inflight, now_ms, job_id)
-      return job_id, seq
-    end
+    idle(tenant, false)  -- nothing left in its FIFO (its backlog count was off): drop it
   end
 end
 
-local entry = false
-if given ~= '' then entry = given end
-for _ = 1, 1000 do
-  if not entry then entry = redis.call('LPOP', rq_list) end
-  if not entry then
-    -- Nothing on the list, but fair jobs may still wait without a token (held, or a token an outside
-    -- LREM took, e.g. rq's Job.cancel on a plain Queue): serve them rather than strand them.
-    local job_id, seq = serve()
-    if not job_id then return {0, '', wake(), ''} end
-    if tonumber(redis.call('HGET', state, 'held') or '0') > 0 then
-      redis.call('HINCRBY', state, 'held', -1)
-      return {2, job_id, -1, seq}  -- served for a held token
-    end
-    return {3, job_id, -1, seq}
-  end
-  local n = tonumber(redis.call('HGET', tokens, entry) or '0')
-  if n == 0 then
-    -- Pushed by rq's internals (scheduler, plain Queue, registry requeue): serve it as it is.
-    local field = redis.call('HGET', members, entry)
-    if field then
-      -- Also waiting in a tenant FIFO: take it out there, and settle the token it leaves behind.
-      leave(entry, field)
-      settle_token()
-    end
-    redis.call('ZADD', inflight, now_ms, entry)
-    return {1, entry, -1, ''}
-  end
-  if n == 1 then redis.call('HDEL', tokens, entry) else redis.call('HINCRBY', tokens, entry, -1) end
-  if tonumber(redis.call('HGET', state, 'stale') or '0') > 0 then
-    redis.call('HINCRBY', state, 'stale', -1)  -- a token whose job left another way: drop it
+-- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight.
+local function take(job_id, seq, tenant, pass)
+  redis.call('HDEL', fifo, tenant .. ':' .. seq)
+  redis.call('HDEL', members, job_id)
+  local next_pass = pass + 1 / tonumber(redis.call('HGET', weights, tenant) or '1')
+  redis.call('HSET', state, 'vtime', pass)
+  -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
+  -- drop them, so idle tenants leave no state behind (O(log n) when there is none to drop).
+  redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass)
+  if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
+    idle(tenant, next_pass)
   else
-    local job_id, seq = serve()
-    if job_id then return {2, job_id, -1, seq} end
-    if redis.call('ZCARD', parked) > 0 then
-      -- Only parked tenants wait: hold the token (counted, not on the list) so no worker spins on it.
-      redis.call('HINCRBY', state, 'held', 1)
-      return {0, '', wake(), ''}
-    end
-    -- A token and no fair job at all: it is stale, drop it and look at the next entry.
+    redis.call('HSET', head, tenant, seq + 1)
+    redis.call('ZADD', active, next_pass, tenant)
   end
-  entry = false
+  redis.call('ZADD', inflight, now_ms, job_id)
 end
-return {0, '', wake(), ''}
+
+-- Take `job_id` off rq's list, scanning from the nearer end by its order estimate: an id pushed at
+-- the tail sits at most (pushes since) from the tail. Returns false when it is not there (stale).
+local function take_listed(job_id, order)
+  local count = 1
+  if order and order > 0 then
+    local from_tail = tonumber(redis.call('HGET', state, 'pushes') or '0') - order
+    if from_tail < redis.call('LLEN', rq_list) / 2 then count = -1 end
+  end
+  return redis.call('LREM', rq_list, count, job_id) > 0
+end
+
+-- Only parked tenants' members are at hand: serve a plain entry further down the list, if there is one
+-- (there is when the list holds more entries than there are members).
+local function plain_further_down()
+  if redis.call('LLEN', rq_list) <= redis.call('HLEN', members) then return nil end
+  local start = 0
+  while true do
+    local chunk = redis.call('LRANGE', rq_list, start, start + 99)
+    if #chunk == 0 then return nil end
+    for _, entry in ipairs(chunk) do
+      if redis.call('HEXISTS', members, entry) == 0 then
+        redis.call('LREM', rq_list, 1, entry)
+        return entry
+      end
+    end
+    start = start + 100
+  end
+end
+
+local entry = given
+if entry == '' then entry = redis.call('LPOP', rq_list) end
+if not entry then
+  -- Nothing waits: any member left is stale. Drop them all, keeping their tenants' passes.
+  if redis.call('HLEN', members) > 0 then
+    for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
+      idle(tenant, redis.call('ZSCORE', active, tenant))
+    end
+    for _, tenant in ipairs(redis.call('HKEYS', backlog)) do idle(tenant, false) end
+    redis.call('DEL', members, fifo)
+  end
+  return {0, '', first_park_end(), ''}
+end
+if redis.call('HEXISTS', members, entry) == 0 then
+  redis.call('ZADD', inflight, now_ms, entry)
+  return {1, entry, -1, ''}
+end
+for _ = 1, MAX_STALE do
+  local job_id, seq, tenant, pass = choose()
+  if not job_id then
+    redis.call('LPUSH', rq_list, entry)
+    local plain = plain_further_down()
+    if plain then
+      redis.call('ZADD', inflight, now_ms, plain)
+      return {1, plain, -1, ''}
+    end
+    return {3, '', first_park_end(), ''}
+  end
+  local value = redis.call('HGET', members, job_id)
+  if not value then  -- a FIFO place without its members entry: never written so; drop it
+    redis.call('HDEL', fifo, tenant .. ':' .. seq)
+    value = '|' .. tenant .. ':' .. seq
+    redis.call('HINCRBY', backlog, tenant, 1)
+  end
+  local listed = job_id == entry
+  if not listed then
+    local _, _, order = parse_member(value)
+    listed = take_listed(job_id, order)
+    if listed then redis.call('LPUSH', rq_list, entry) end
+  end
+  if listed then
+    take(job_id, seq, tenant, pass)
+    return {2, job_id, -1, seq}
+  end
+  leave(job_id, value)  -- stale: rq removed it behind our back
+end
+redis.call('LPUSH', rq_list, entry)
+return {3, '', first_park_end(), ''}

@@ -1,0 +1,79 @@
+"""The order in which a fair queue would serve its waiting jobs, computed from one snapshot of its state.
+
+rq's list holds every waiting job exactly once, but not in serving order: a pop takes the list head when
+rq's internals pushed it (a *plain* entry), and otherwise the stride scheduler's choice. So the listing
+rq's tools ask for (``get_job_ids``, job positions) replays the pops of ``fair_pop.lua`` on a copy, with
+no new pushes: O(n log tenants) in Python, and no Redis time beyond reading the snapshot.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FairSnapshot:
+    """What the replay reads, taken in one MULTI."""
+
+    listed: Sequence[str]  # rq's list, head first
+    members: Mapping[str, str]  # job id -> "<order>|<tenant>:<seq>"
+    active: Mapping[str, float]  # tenant -> pass
+    kept: Mapping[str, float]  # tenant -> pass kept while idle or parked
+    weights: Mapping[str, float]
+    vtime: float
+
+
+def serving_order(snap: FairSnapshot) -> list[str]:
+    """Every listed id once, in the order pops would serve them. Members no longer listed (removed by rq
+    behind our back) are left out, as the pop drops them; parked tenants' jobs come last, in stride order
+    from their kept passes, since no pop serves them before their park ends."""
+    on_list = Counter(snap.listed)
+    fifos: dict[str, deque[str]] = {}
+    places: dict[str, list[tuple[int, str]]] = {}
+    for job_id, value in snap.members.items():
+        if on_list[job_id]:
+            tenant, _, seq = value.rpartition("|")[2].rpartition(":")
+            places.setdefault(tenant, []).append((int(seq), job_id))
+    for tenant, jobs in places.items():
+        fifos[tenant] = deque(job_id for _, job_id in sorted(jobs))
+    waiting = {job_id for jobs in fifos.values() for job_id in jobs}  # members a fair choice may still serve
+
+    vtime = snap.vtime
+    ready = [(pass_, tenant) for tenant, pass_ in snap.active.items() if fifos.get(tenant)]
+    heapq.heapify(ready)
+    order: list[str] = []
+    ahead: Counter[str] = Counter()  # fair choices served before their own list entry came up
+
+    def serve(heap: list[tuple[float, str]]) -> str:
+        nonlocal vtime
+        pass_, tenant = heapq.heappop(heap)
+        vtime = pass_
+        job_id = fifos[tenant].popleft()
+        waiting.discard(job_id)
+        if fifos[tenant]:
+            heapq.heappush(heap, (pass_ + 1 / snap.weights.get(tenant, 1.0), tenant))
+        order.append(job_id)
+        return job_id
+
+    for entry in snap.listed:
+        if ahead[entry]:
+            ahead[entry] -= 1
+            continue
+        if entry not in waiting:
+            order.append(entry)  # a plain entry: served when it reaches the head
+            continue
+        while ready:  # a member at the head: its turn goes to the stride choice until that is itself
+            job_id = serve(ready)
+            if job_id == entry:
+                break
+            ahead[job_id] += 1
+    # What is left belongs to tenants no pop serves now (parked): in stride order from their kept passes.
+    rest = [(max(vtime, snap.kept.get(tenant, snap.active.get(tenant, vtime))), tenant)
+            for tenant, jobs in fifos.items() if jobs]
+    heapq.heapify(rest)
+    while rest:
+        serve(rest)
+    return order
