@@ -15,7 +15,9 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from uuid import uuid4
 
 from redis import Redis
+from redis.client import Pipeline
 from rq import Queue
+from rq.group import Group
 from rq.job import Job
 from rq.queue import EnqueueArgs
 
@@ -130,9 +132,16 @@ class FairJob(Generic[P, R]):
         when = datetime.now(timezone.utc) + delay
         return self.enqueue_at(when, *args, fair_tenant=fair_tenant, queue=queue, system=system, **kwargs)
 
-    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]]) -> list[Job]:
+    def enqueue_many(
+        self,
+        calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
+        pipeline: Pipeline | None = None,
+        group: Group | None = None,
+    ) -> list[Job]:
         """Enqueue ``[(args, kwargs), ...]`` with the decorator's options; one Lua call routes the batch.
-        A ``fair_tenant`` key in an item's kwargs sets that item's tenant."""
+        A ``fair_tenant`` key in an item's kwargs sets that item's tenant. As with rq's
+        ``Queue.enqueue_many``, ``pipeline`` is executed by the caller; ``group`` is an rq ``Group`` the
+        jobs join (rq's ``Group.enqueue_many``)."""
         batch = []
         for item in calls:
             if not (isinstance(item, tuple) and len(item) == 2):
@@ -142,13 +151,15 @@ class FairJob(Generic[P, R]):
             explicit = kwargs.pop("fair_tenant", None)
             batch.append((self._call(args=tuple(args), kwargs=kwargs), self.tenants.resolve(explicit, args, kwargs)))
         if not self.tier_routing:
-            return self.router.enqueue_many(self.route, batch, self.fair)
+            return self.router.enqueue_many(self.route, batch, self.fair, pipeline, group)
         batch = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
         by_class: dict[Route, list[tuple[EnqueueArgs, str | None]]] = {}
         for call, tenant in batch:  # one routed batch per tier queue class
             by_class.setdefault(self.router.tier_route(self.route, tenant), []).append((call, tenant))
         jobs = {
-            job.id: job for route, part in by_class.items() for job in self.router.enqueue_many(route, part, self.fair)
+            job.id: job
+            for route, part in by_class.items()
+            for job in self.router.enqueue_many(route, part, self.fair, pipeline, group)
         }
         return [jobs[str(call.job_id)] for call, _ in batch]
 

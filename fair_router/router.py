@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import uuid4
 
 from redis import Redis
+from redis.client import Pipeline
 from rq import Queue
-from rq.job import Job, JobStatus
-from rq.queue import EnqueueArgs
+from rq.group import Group
+from rq.job import Job
+from rq.queue import EnqueueArgs, EnqueueData
 
 from fair_router.keys import Keys
 from fair_router.rules import Rule
@@ -144,48 +147,70 @@ class FairRouter:
     ) -> Job:
         """Route and enqueue one job (scheduled for ``at`` when given). An explicit ``queue`` is
         recorded in the window but never rerouted; a ``system`` job is neither throttled nor limited;
-        ``fair`` enqueues into a FairQueue."""
+        ``fair`` enqueues into a FairQueue.
+
+        The job goes through rq's own ``Queue.enqueue_call`` (``Queue.enqueue_at`` when scheduled) with
+        every option as rq parsed it, so rq's checks and options behave exactly as with a plain Queue;
+        only the job id (decided here, before routing, so the window records it) and the meta are ours.
+        """
+        if not call.job_id and call.unique and at is None:
+            # rq requires the caller's own id with unique=True: an id made up here would slip past that
+            # check, so the call goes to rq as given and rq's check decides, before anything is recorded.
+            call = call._replace(meta=self._meta(call.meta, tenant, None, system))
+            return self.queue(queue or route.queue, fair).enqueue_call(**call._asdict())
         job_id = call.job_id or str(uuid4())
         rule = self.decide(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
         if queue is not None:
             rule = None
         target = self.queue(queue or (rule.queue if rule else route.queue), fair)
-        status = JobStatus.SCHEDULED if at is not None else JobStatus.QUEUED
-        fields = _job_fields(call, job_id, self._meta(call.meta, tenant, rule, system))
-        job = target.create_job(status=status, **fields)
-        if at is None and call.depends_on and call.pipeline is None:
-            # rq retries its WATCH on the dependencies only with a pipeline of its own.
-            return target.enqueue_job(job, at_front=call.at_front, unique=call.unique)
-        pipe = call.pipeline if call.pipeline is not None else self.connection.pipeline()
+        call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, rule, system))
         if at is not None:
-            job.enqueue_at_front = call.at_front
-            target.schedule_job(job, at, pipeline=pipe, unique=call.unique)
-        else:
-            target.enqueue_job(job, pipeline=pipe, at_front=call.at_front, unique=call.unique)
-        if call.pipeline is None:
+            return cast(Job, target.enqueue_at(at, call.func, **_parse_args_keywords(call)))
+        if call.pipeline is not None or call.depends_on:
+            # A caller's pipeline is the caller's to execute. With dependencies rq retries its WATCH on
+            # them only with a pipeline of its own.
+            return target.enqueue_call(**call._asdict())
+        with self.connection.pipeline() as pipe:
+            # rq alone would send the queue registration and the job in two round trips; in one pipeline
+            # (rq's own enqueue into a caller's pipeline) they go in one.
+            job = target.enqueue_call(**call._replace(pipeline=pipe)._asdict())
             pipe.execute()
         return job
 
     def enqueue_many(
-        self, route: Route, calls: Iterable[tuple[EnqueueArgs, str | None]], fair: bool = False
+        self,
+        route: Route,
+        calls: Iterable[tuple[EnqueueArgs, str | None]],
+        fair: bool = False,
+        pipeline: Pipeline | None = None,
+        group: Group | None = None,
     ) -> list[Job]:
-        """Route a batch with one Lua call and enqueue it with one pipeline; jobs return in input order."""
-        batch = [(call, tenant, call.job_id or str(uuid4())) for call, tenant in calls]
-        tenanted = [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]
-        rules = iter(self.decide(route, tenanted))
-        by_queue: dict[str, list[Any]] = {}
+        """Route a batch with one Lua call and enqueue it with one pipeline; jobs return in input order.
+
+        Each item goes through rq's own ``Queue.prepare_data`` and ``Queue.enqueue_many`` with every
+        option as rq parsed it. ``pipeline``: a caller's pipeline (executed by the caller, as with rq);
+        ``group``: an rq ``Group`` the jobs join, through rq's ``Group.enqueue_many`` (which executes the
+        pipeline once per target queue).
+        """
+        batch = [(_batchable(call), tenant, call.job_id or str(uuid4())) for call, tenant in calls]
+        rules = iter(self.decide(route, [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]))
+        by_queue: dict[str, list[EnqueueData]] = {}
         for call, tenant, job_id in batch:
             rule = next(rules) if tenant is not None else None
-            fields = _job_fields(call, job_id, self._meta(call.meta, tenant, rule))
-            data = Queue.prepare_data(at_front=call.at_front, **fields)
+            data = _enqueue_data(call, job_id, self._meta(call.meta, tenant, rule))
             by_queue.setdefault(rule.queue if rule else route.queue, []).append(data)
         jobs: dict[str, Job] = {}
-        with self.connection.pipeline() as pipe:
+        with nullcontext(pipeline) if pipeline is not None else self.connection.pipeline() as pipe:
             for name, datas in by_queue.items():
-                jobs.update((job.id, job) for job in self.queue(name, fair).enqueue_many(datas, pipeline=pipe))
-            pipe.execute()
+                target = self.queue(name, fair)
+                if group is not None:
+                    done = group.enqueue_many(target, datas, pipeline=pipe)
+                else:
+                    done = target.enqueue_many(datas, pipeline=pipe)
+                jobs.update((job.id, job) for job in done)
+            if pipeline is None:
+                pipe.execute()
         return [jobs[job_id] for _, _, job_id in batch]
-
 
     def _meta(
         self, meta: dict[str, Any] | None, tenant: str | None, rule: Rule | None, system: bool = False
@@ -201,16 +226,39 @@ class FairRouter:
         return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}
 
 
-def _job_fields(call: EnqueueArgs, job_id: str, meta: dict[str, Any]) -> dict[str, Any]:
-    """The rq job options of ``call`` as keywords for both ``Queue.create_job`` and ``Queue.prepare_data``
-    (a ``timeout`` may be a string such as ``"1h"``: rq parses it, wider than its type hints)."""
-    return {
-        "func": call.func, "args": call.args, "kwargs": call.kwargs, "timeout": call.timeout,
-        "result_ttl": call.result_ttl,
-        "ttl": call.ttl, "failure_ttl": call.failure_ttl, "description": call.description,
-        "depends_on": call.depends_on, "job_id": job_id, "meta": meta, "retry": call.retry,
-        "repeat": call.repeat, "on_success": call.on_success, "on_failure": call.on_failure,
-        "on_stopped": call.on_stopped, "webhooks": call.webhooks,
-    }
+def _parse_args_keywords(call: EnqueueArgs) -> dict[str, Any]:
+    """``call`` back as the keywords ``Queue.parse_args`` reads, for rq's entry points that parse their own
+    options (``enqueue_at``): the same names as ``EnqueueArgs`` except the timeout (``job_timeout``), with
+    the function's arguments given explicitly as ``args=`` / ``kwargs=``."""
+    keywords = call._asdict()
+    del keywords["func"]
+    keywords["job_timeout"] = keywords.pop("timeout")
+    return keywords
 
 
+def _batchable(call: EnqueueArgs) -> EnqueueArgs:
+    """``call``, checked before anything is recorded: rq's batch (``Queue.prepare_data``) has no per-job
+    ``pipeline`` or ``unique``, so an item setting one (or any option rq's batch lacks) is refused rather
+    than silently dropped."""
+    for name in _NOT_IN_BATCH:
+        value = getattr(call, name)
+        if value != getattr(_PARSED_DEFAULTS, name):
+            raise TypeError(f"enqueue_many: rq's batch enqueue (Queue.prepare_data) takes no per-job "
+                            f"{name}= (got {value!r})")
+    return call
+
+
+def _enqueue_data(call: EnqueueArgs, job_id: str, meta: dict[str, Any]) -> EnqueueData:
+    """rq's ``Queue.prepare_data`` of every option of ``call`` a batch item carries, with our id and meta."""
+    options = {name: getattr(call, name) for name in _BATCH_OPTIONS}
+    options["job_id"] = job_id
+    options["meta"] = meta
+    data: EnqueueData = Queue.prepare_data(**options)
+    return data
+
+
+# Constants read off rq's own types, so that an option rq adds flows through without a change here.
+_PARSED_DEFAULTS: EnqueueArgs = Queue.parse_args("fair_router.router.FairRouter")
+"""rq's value for every option a call leaves out (what ``Queue.parse_args`` fills in)."""
+_BATCH_OPTIONS = tuple(name for name in EnqueueData._fields if name in EnqueueArgs._fields)
+_NOT_IN_BATCH = tuple(name for name in EnqueueArgs._fields if name not in EnqueueData._fields)

@@ -9,9 +9,11 @@ rather than silently routing nothing.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,10 +21,12 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     YamlConfigSettingsSource,
 )
+from pydantic_settings import SettingsError as SourceError
 
 from fair_router.durations import Duration
 from fair_router.rules import QueueName, Rule
@@ -186,10 +190,14 @@ class Settings(BaseSettings):
 
 
 class SettingsError(ValueError):
-    """Settings that cannot be used; the message names the file, the key path and the reason."""
+    """Settings that cannot be used; the message names the file or variable, the key path and the reason."""
 
 
-def _location(loc: tuple[int | str, ...]) -> str:
+Loc = tuple[int | str, ...]
+"""Where a value sits in the settings, as pydantic reports it: ``("jobs", "a.b", "rules", 0, "per")``."""
+
+
+def _location(loc: Loc) -> str:
     path = ""
     for part in loc:
         if isinstance(part, int):
@@ -203,21 +211,105 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return path or "(top level)"
 
 
-def describe_errors(error: ValidationError, source: str) -> str:
-    """Render a pydantic ValidationError as ``source: key.path: reason (got value)`` lines."""
-    lines = [f"invalid fair-router settings in {source}:"]
+def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc], str | None] | None = None) -> str:
+    """Render a pydantic ValidationError as ``key.path: reason (got value)`` lines. ``origin`` names where
+    the value at a path came from (a file, a variable) and prefixes its line; lines it cannot place fall
+    back to ``source``, named in the heading."""
+    lines = []
+    placed = True
     for item in error.errors():
-        where = _location(tuple(p for p in item["loc"] if p not in ("function-after", "function-before")))
+        loc = tuple(p for p in item["loc"] if p not in ("function-after", "function-before"))
         reason = item["msg"].removeprefix("Value error, ")
         got = "" if item["type"] in ("missing", "value_error") else f" (got {item['input']!r})"
-        lines.append(f"  {where}: {reason}{got}")
-    return "\n".join(lines)
+        label = origin(loc) if origin is not None else None
+        placed = placed and label is not None
+        lines.append(f"  {label + ': ' if label else ''}{_location(loc)}: {reason}{got}")
+    heading = "invalid fair-router settings:" if placed and lines else f"invalid fair-router settings in {source}:"
+    return "\n".join([heading, *lines])
+
+
+def _shorten(value: str, limit: int = 80) -> str:
+    """``value`` quoted, cut to about ``limit`` characters (environment values can be long JSON)."""
+    return repr(value if len(value) <= limit else value[: limit - 3] + "...")
+
+
+class _Origins:
+    """Which layer each setting came from: ``load_settings`` arguments, then ``FAIR_ROUTER_*`` variables,
+    then the file, merged as pydantic-settings merges its sources (mappings key by key; anything else,
+    lists included, replaced whole by the higher layer). Read again only when validation failed."""
+
+    ARGUMENTS = "load_settings() arguments"
+
+    def __init__(self, settings_cls: type[BaseSettings], file: Path | None, overrides: dict[str, Any]) -> None:
+        self.file = file
+        env = EnvSettingsSource(settings_cls)
+        self.layers: list[tuple[str, Any]] = [
+            (self.ARGUMENTS, overrides),
+            ("env", env()),
+            (str(file), YamlConfigSettingsSource(settings_cls, yaml_file=file)() if file else {}),
+        ]
+        prefix = env.env_prefix.lower()
+        # Each variable by its key path, as pydantic-settings reads names (case-insensitively here).
+        self.variables = {
+            tuple(name.lower()[len(prefix):].split(env.env_nested_delimiter or "\0")): name
+            for name in sorted(os.environ)
+            if name.lower().startswith(prefix) and name.upper() != CONFIG_ENV
+        }
+
+    def __call__(self, loc: Loc) -> str | None:
+        """The file, variable(s) or arguments the value at ``loc`` came from, joined by '+' when merged."""
+        nodes = [(name, data) for name, data in self.layers if data]
+        depth = 0
+        for part in loc:
+            found = [(name, node[part]) for name, node in nodes if _has(node, part)]
+            if not found:
+                break  # a pseudo-location such as a dict key's "[key]": the value so far is the one
+            depth += 1
+            if isinstance(found[0][1], dict):  # merged with the lower layers' mappings, replacing the rest
+                nodes = [(name, node) for name, node in found if isinstance(node, dict)]
+            else:
+                nodes = found[:1]
+        if depth == 0:
+            return None
+        return " + ".join(self._variables(loc[:depth]) if name == "env" else name for name, _ in nodes)
+
+    def _variables(self, path: Loc) -> str:
+        """The variable that set ``path`` (the deepest whose key path leads to it), or the several nested
+        variables that together built the mapping at ``path``."""
+        wanted = tuple(str(part).lower() for part in path)
+        holders = [key for key in self.variables if wanted[: len(key)] == key]
+        if holders:
+            return self.variables[max(holders, key=len)]
+        return " + ".join(name for key, name in self.variables.items() if key[: len(wanted)] == wanted)
+
+
+def _has(node: Any, part: int | str) -> bool:
+    if isinstance(node, dict):
+        return part in node
+    return isinstance(node, list) and isinstance(part, int) and -len(node) <= part < len(node)
+
+
+def _bad_json(exc: SourceError) -> str | None:
+    """pydantic-settings reports a ``FAIR_ROUTER_*`` value that is not valid JSON against the top-level
+    field only: name the variable(s) holding that value, the value and the JSON error instead."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, json.JSONDecodeError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return None
+    prefix = Settings.model_config.get("env_prefix", "").lower()
+    names = [name for name in sorted(os.environ) if name.lower().startswith(prefix) and os.environ[name] == cause.doc]
+    if not names:
+        return None
+    return (f"invalid fair-router settings: {' / '.join(names)}={_shorten(cause.doc)} is not valid JSON "
+            f"({cause.msg} at character {cause.pos}); complex values in FAIR_ROUTER_* variables are JSON")
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``) and the environment.
 
-    Raises SettingsError naming the file, key path and reason when anything is invalid.
+    Raises SettingsError naming the file or environment variable, the key path and the reason when
+    anything is invalid.
     """
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
@@ -232,6 +324,12 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     except yaml.YAMLError as exc:
         raise SettingsError(f"{file}: malformed YAML: {exc}") from None
     except ValidationError as exc:
-        raise SettingsError(describe_errors(exc, source)) from None
+        raise SettingsError(describe_errors(exc, source, _Origins(FileSettings, file, overrides))) from None
+    except SourceError as exc:  # pydantic-settings could not read a source: an environment variable, so far
+        message = _bad_json(exc)
+        if message is None:
+            cause = exc.__cause__ or exc.__context__
+            message = f"invalid fair-router settings in {source}: {exc}" + (f" ({cause})" if cause else "")
+        raise SettingsError(message) from None
     except (TypeError, AttributeError, ValueError) as exc:  # a YAML list or scalar where a mapping belongs
         raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None

@@ -11,10 +11,13 @@ import routed_jobs
 from conftest import command_calls
 from redis import Redis
 from redis.crc import key_slot
-from rq import Queue, Retry, SimpleWorker
-from rq.job import JobStatus
+from rq import Callback, Queue, Repeat, Retry, SimpleWorker
+from rq.exceptions import DuplicateJobError
+from rq.group import Group
+from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler
+from rq.webhook import Webhook
 
 from fair_router import FairRouter, Rule, fair_job
 from fair_router.router import Route
@@ -282,3 +285,227 @@ def test_rules_and_queue_come_from_settings_by_dotted_path(conn: Redis, tmp_path
     echo = fair_job(tenant=lambda account, item=0: account, connection=conn, settings=settings)(routed_jobs.echo)
     assert [echo.delay("t", i).origin for i in range(2)] == ["base", "slowq"]
     assert conn.keys("fromfile:*") != []
+
+
+# -- rq's own enqueue path: every option and check as in rq -------------------------------------
+
+PARENT = "parent-job"  # in an option set: replaced by the id of a job that has not finished
+
+
+def no_throttle_job(conn: Redis, fair: bool = False, **options: object):  # type: ignore[no-untyped-def]
+    """A routed echo whose rule never matches here: the route script runs, every job stays on "default"."""
+    return fair_job("default", rules=[Rule(queue="slow", threshold=1000, per="1h")],
+                    tenant=lambda account, item=0: account, router=FairRouter(conn, clock=FakeClock()),
+                    fair=fair, **options)(routed_jobs.echo)
+
+
+def enqueue_outcome(conn: Redis, enqueue, options: dict[str, object], side: str) -> tuple[object, ...]:  # type: ignore[no-untyped-def]
+    """What one enqueue did: rq's exception, or the saved job hash (minus times and our meta keys), its
+    status and where it sits (front or back of its queue, scheduled, deferred)."""
+    options = {key: conn.get("parent-id").decode() if value == PARENT else value for key, value in options.items()}
+    if "job_id" in options:
+        options["job_id"] = f"{options['job_id']}-{side}"
+    try:
+        job = enqueue(**options)
+    except Exception as exc:  # the exception itself is the outcome compared
+        return ("raised", type(exc), str(exc))
+    saved = {key.decode(): value for key, value in conn.hgetall(job.key).items()}
+    for volatile in ("created_at", "enqueued_at", "meta"):
+        saved.pop(volatile, None)
+    meta = {key: value for key, value in Job.fetch(job.id, connection=conn).meta.items()
+            if not key.startswith("fair_")}
+    queue = Queue(job.origin, connection=conn)
+    position = queue.get_job_position(job.id)
+    place = None if position is None else "front" if position == 0 else "back" if position == queue.count - 1 else "?"
+    return ("enqueued", saved, meta, job.get_status(), place,
+            job.id in queue.scheduled_job_registry, job.id in queue.deferred_job_registry)
+
+
+OPTION_SETS: list[dict[str, object]] = [
+    {},
+    {"job_timeout": "1h", "result_ttl": 123, "ttl": 456, "failure_ttl": 789, "description": "mine"},
+    {"retry": Retry(max=3, interval=[1, 2])},
+    {"repeat": Repeat(times=2, interval=[5, 10])},
+    {"on_success": Callback(routed_jobs.on_ok), "on_failure": Callback(routed_jobs.on_bad, timeout=9),
+     "on_stopped": Callback(routed_jobs.on_stop)},
+    {"webhooks": [Webhook("http://127.0.0.1:1/hook", "finished")]},
+    {"meta": {"mine": 1}},
+    {"at_front": True},
+    {"depends_on": PARENT},
+    {"job_id": "mine", "unique": True},
+    # rq refuses these: the routed enqueue must raise exactly rq's error
+    {"unique": True},
+    {"job_id": "dep", "unique": True, "depends_on": PARENT},
+    {"ttl": 0},
+    {"job_timeout": 0},
+    {"retry": 3},
+    {"on_success": 42},
+]
+
+
+def option_id(options: dict[str, object]) -> str:
+    return ",".join(options) or "defaults"
+
+
+@pytest.mark.parametrize("options", OPTION_SETS, ids=option_id)
+def test_routed_enqueue_matches_rq_enqueue_option_by_option(conn: Redis, options: dict[str, object]) -> None:
+    """``.enqueue`` with rq options does exactly what ``Queue.enqueue`` does: same saved job, same place,
+    or rq's own exception (e.g. unique=True without a job id, which a made-up id once slipped past)."""
+    conn.set("parent-id", Queue("parents", connection=conn).enqueue(routed_jobs.echo, "p").id)
+    echo = no_throttle_job(conn)
+    queue = Queue("default", connection=conn)
+    queue.enqueue(routed_jobs.echo, "filler")  # so at_front shows
+    plain = enqueue_outcome(conn, lambda **o: queue.enqueue(routed_jobs.echo, "acme", 1, **o), options, "plain")
+    routed = enqueue_outcome(conn, lambda **o: echo.enqueue("acme", 1, **o), options, "routed")
+    assert routed == plain
+
+
+@pytest.mark.parametrize("options", [o for o in OPTION_SETS if not o.get("depends_on")], ids=option_id)
+def test_routed_enqueue_at_matches_rq_enqueue_at(conn: Redis, options: dict[str, object]) -> None:
+    """Scheduled: ``.enqueue_at`` goes through rq's ``Queue.enqueue_at`` (which, in rq 2.12, parses
+    ``unique`` but does not use it: the routed one does the same)."""
+    echo = no_throttle_job(conn)
+    queue = Queue("default", connection=conn)
+    when = datetime.now(timezone.utc) + timedelta(hours=1)
+    plain = enqueue_outcome(conn, lambda **o: queue.enqueue_at(when, routed_jobs.echo, "acme", 1, **o), options,
+                            "plain")
+    routed = enqueue_outcome(conn, lambda **o: echo.enqueue_at(when, "acme", 1, **o), options, "routed")
+    assert routed == plain
+    if routed[0] == "enqueued":
+        registry = queue.scheduled_job_registry
+        assert len(registry) == 2
+        assert len({registry.get_scheduled_time(job_id) for job_id in registry.get_job_ids()}) == 1
+
+
+def test_every_rq_option_survives_the_trip_back_through_rqs_parse_args(conn: Redis) -> None:
+    """``enqueue_at`` hands rq its options as ``Queue.parse_args`` reads them: with every option rq
+    parses set to a non-default value, parsing them again gives the same call. An option rq adds or
+    renames fails here first."""
+    from fair_router.router import _PARSED_DEFAULTS, _parse_args_keywords
+
+    call = Queue.parse_args(
+        routed_jobs.echo, "acme", item=1, job_timeout=5, description="d", result_ttl=6, ttl=7, failure_ttl=8,
+        depends_on="parent", job_id="id", at_front=True, meta={"m": 1}, retry=Retry(max=1),
+        repeat=Repeat(times=1), on_success=Callback(routed_jobs.on_ok), on_failure=Callback(routed_jobs.on_bad),
+        on_stopped=Callback(routed_jobs.on_stop), pipeline=conn.pipeline(), unique=True,
+        webhooks=[Webhook("http://127.0.0.1:1/hook", "failed")])
+    unset = [name for name in call._fields if name != "func" and getattr(call, name) == getattr(_PARSED_DEFAULTS, name)]
+    assert unset == []
+    assert Queue.parse_args(call.func, **_parse_args_keywords(call)) == call
+
+
+@pytest.mark.parametrize("fair", [False, True])
+def test_unique_without_job_id_raises_rqs_error_on_every_routed_path(conn: Redis, fair: bool) -> None:
+    with pytest.raises(ValueError) as plain:
+        Queue("default", connection=conn).enqueue(routed_jobs.echo, "acme", unique=True)
+    echo = make_job(conn, fair=fair)
+    unique_by_default = make_job(conn, fair=fair, unique=True)
+    route = Route(echo.job_key, "default", echo.route.rules)
+    attempts = [
+        lambda: echo.enqueue("acme", 1, unique=True),
+        lambda: unique_by_default.delay("acme", 1),
+        lambda: unique_by_default.enqueue("acme", 1),
+        lambda: echo.router.enqueue(route, Queue.parse_args(routed_jobs.echo, "acme", unique=True), "acme", fair=fair),
+        lambda: echo.enqueue("acme", 1, unique=True, queue="explicit"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(ValueError) as routed:
+            attempt()
+        assert str(routed.value) == str(plain.value) == "unique=True requires an explicit job_id"
+    assert conn.keys("fair_router:*") == []  # nothing recorded in any window
+    assert not conn.keys("rq:job:*") and not conn.keys("rq:queue:*")
+    assert unique_by_default.enqueue("acme", 2, job_id="given").id == "given"  # with an id the option works
+
+
+def test_unique_with_an_existing_job_id_raises_rqs_duplicate_error_and_changes_nothing(conn: Redis) -> None:
+    echo = make_job(conn)
+    first = echo.enqueue("acme", 1, job_id="once", unique=True)
+    assert first.origin == "default"
+    echo.delay("acme", 2)
+    echo.delay("acme", 3)  # acme is now past the first rule: a new job would go to default_throttled
+    window = echo.router.keys.window(echo.job_key, "acme")
+    recorded = conn.zrange(window, 0, -1, withscores=True)
+    saved = conn.hgetall(first.key)
+    with pytest.raises(DuplicateJobError, match="once"):
+        echo.enqueue("acme", 99, job_id="once", unique=True)
+    with pytest.raises(DuplicateJobError, match="once"):
+        echo.enqueue("acme", 99, job_id="once", unique=True, queue="other")
+    assert conn.zrange(window, 0, -1, withscores=True) == recorded  # the id was already counted once
+    assert conn.hgetall(first.key) == saved
+    assert Queue("default", connection=conn).job_ids.count("once") == 1
+    for name in ("default_throttled", "other"):
+        assert "once" not in Queue(name, connection=conn).job_ids
+    assert Job.fetch("once", connection=conn).args == ("acme", 1)
+
+
+def test_rq_options_round_trip_through_a_worker_as_with_rq(conn: Redis) -> None:
+    """Callbacks, repeat and result_ttl act the same on a routed job and a plain rq job, run by one worker."""
+    counted = fair_job("default", rules=[Rule(queue="slow", threshold=1000, per="1h")],
+                       tenant=lambda account, item=0: account, router=FairRouter(conn))(routed_jobs.count_run)
+    options: dict[str, object] = {"on_success": Callback(routed_jobs.on_ok), "repeat": Repeat(times=2),
+                                  "result_ttl": 600, "meta": {"mine": 1}}
+    plain = Queue("default", connection=conn).enqueue(routed_jobs.count_run, "acme", 1, **options)
+    routed = counted.enqueue("acme", 1, **options)
+    SimpleWorker([Queue("default", connection=conn)], connection=conn).work(burst=True)
+    for job in (plain, routed):
+        job.refresh()
+        assert job.get_status() == JobStatus.FINISHED
+        assert conn.get(f"test:runs:{job.id}") == b"3"  # ran, then repeated twice
+        assert conn.get(f"test:ok:{job.id}") == b"3"
+        assert 0 < conn.ttl(job.key) <= 600
+        assert job.meta["mine"] == 1
+    assert routed.meta["fair_tenant"] == "acme"
+
+
+def test_enqueue_many_items_go_through_rqs_prepare_data(conn: Redis) -> None:
+    """Batch items carry rq's options as ``Queue.prepare_data`` takes them (the decorator's for
+    ``FairJob.enqueue_many``, per item for ``FairRouter.enqueue_many``); options rq's batch lacks
+    (``unique``, ``pipeline``) are refused before anything is recorded, not silently dropped."""
+    options: dict[str, object] = {"retry": Retry(max=2, interval=[3]), "repeat": Repeat(times=1, interval=7),
+                                  "on_failure": Callback(routed_jobs.on_bad), "result_ttl": 50, "ttl": 60,
+                                  "failure_ttl": 70, "description": "d", "meta": {"mine": 1}}
+    echo = no_throttle_job(conn, job_timeout=80, **options)
+    routed = echo.enqueue_many([(("acme", 1), {})])[0]
+    plain = Queue("default", connection=conn).enqueue_many(
+        [Queue.prepare_data(routed_jobs.echo, ("acme", 1), timeout=80, **options)])[0]  # type: ignore[arg-type]
+    assert conn.hget(routed.key, "description") == b"d"
+
+    def saved(job: Job) -> dict[bytes, bytes]:
+        return {k: v for k, v in conn.hgetall(job.key).items() if k not in {b"created_at", b"enqueued_at", b"meta"}}
+
+    assert saved(routed) == saved(plain)
+    assert routed.meta["mine"] == 1 and routed.meta["fair_tenant"] == "acme"
+
+    parent = Queue("parents", connection=conn).enqueue(routed_jobs.echo, "p")
+    router, route = echo.router, echo.route
+    jobs = router.enqueue_many(route, [
+        (Queue.parse_args(routed_jobs.echo, "acme", 2, depends_on=parent.id), "acme"),
+        (Queue.parse_args(routed_jobs.echo, "acme", 3, at_front=True), "acme"),
+    ])
+    assert jobs[0].get_status() == JobStatus.DEFERRED and jobs[0].dependency_ids == [parent.id]
+    assert Queue("default", connection=conn).job_ids[0] == jobs[1].id
+    count = Queue("default", connection=conn).count
+    for bad in ({"unique": True, "job_id": "u"}, {"pipeline": conn.pipeline()}):
+        with pytest.raises(TypeError, match=f"no per-job {next(iter(bad))}="):
+            router.enqueue_many(route, [(Queue.parse_args(routed_jobs.echo, "late", 1), "late"),
+                                        (Queue.parse_args(routed_jobs.echo, "late", 2, **bad), "late")])
+    with pytest.raises(TypeError, match="no per-job unique="):
+        no_throttle_job(conn, unique=True).enqueue_many([(("late", 1), {})])
+    assert not conn.exists(router.keys.window(echo.job_key, "late"))
+    assert Queue("default", connection=conn).count == count
+
+
+def test_enqueue_many_with_a_callers_pipeline_and_an_rq_group(conn: Redis) -> None:
+    echo = make_job(conn)
+    items = [(("acme", i), {}) for i in range(5)]
+    with conn.pipeline() as pipe:
+        jobs = echo.enqueue_many(items, pipeline=pipe)
+        assert conn.keys("rq:job:*") == []  # the caller executes, as with rq
+        pipe.execute()
+    assert [j.origin for j in jobs] == ["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"]
+    assert all(Job.exists(j.id, connection=conn) for j in jobs)
+    group = Group.create(conn)
+    grouped = echo.enqueue_many([(("beta", i), {}) for i in range(3)], group=group)
+    assert {j.origin for j in grouped} == {"default", "default_throttled"}
+    assert {j.id for j in group.get_jobs()} == {j.id for j in grouped}
+    assert {Job.fetch(j.id, connection=conn).group_id for j in grouped} == {group.name}

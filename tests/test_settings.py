@@ -99,3 +99,80 @@ def test_malformed_yaml_names_the_file(tmp_path: Path, text: str) -> None:
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="not found"):
         load_settings(tmp_path / "nope.yaml")
+
+
+# -- environment overrides: errors name the variable, not the file -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("FAIR_ROUTER_QUEUES", "{bad"),
+        ("FAIR_ROUTER_JOBS", '{"a.b": {"rules": [1,'),
+        ("FAIR_ROUTER_FAIR_QUEUES", "[a, b]"),
+        ("FAIR_ROUTER_TIERS", "nope"),
+        ("FAIR_ROUTER_TIERS__CONCURRENCY", "{free: 2}"),
+        ("FAIR_ROUTER_CONCURRENCY", "{'enabled': true}"),
+    ],
+)
+@pytest.mark.usefixtures("isolated_settings")
+def test_invalid_json_in_a_variable_names_the_variable_value_and_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    path = write(tmp_path, GOOD, "elsewhere.yaml")
+    monkeypatch.setenv(variable, value)
+    for load in (lambda: load_settings(path), load_settings):  # with a file, and with none at all
+        with pytest.raises(SettingsError) as info:
+            load()
+        message = str(info.value)
+        assert f"{variable}={value!r} is not valid JSON" in message, message
+        assert "Expecting" in message  # the JSON reason
+        assert str(path) not in message and "YAML" not in message
+
+
+@pytest.mark.usefixtures("isolated_settings")
+def test_a_long_invalid_value_is_shortened_in_the_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    value = '{"a.b": {"rules": [' + ", ".join(['{"queue": "q", "threshold": 1, "per": "1h"}'] * 50)
+    monkeypatch.setenv("FAIR_ROUTER_JOBS", value)
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    message = str(info.value)
+    assert "FAIR_ROUTER_JOBS='" + value[:60] in message and value not in message
+    assert len(message) < 400
+
+
+@pytest.mark.usefixtures("isolated_settings")
+def test_value_errors_name_the_variable_or_the_file_they_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, GOOD.replace("queues:", "tiers: {priority: [pro]}\nqueues:") + "fair_queues: ['bad:name']\n")
+    monkeypatch.setenv("FAIR_ROUTER_QUEUES__default", "fast")  # valid for the environment, invalid value
+    monkeypatch.setenv("FAIR_ROUTER_JOBS", '{"a.b": {"rules": [{"queue": "q", "threshold": -1, "per": "1h"}]}}')
+    monkeypatch.setenv("FAIR_ROUTER_TIERS__DEFAULT", "gold")  # merged with the file's tiers: both named
+    with pytest.raises(SettingsError) as info:
+        load_settings(path)
+    lines = str(info.value).splitlines()
+    assert lines[0] == "invalid fair-router settings:"
+    assert ("  FAIR_ROUTER_QUEUES__default: queues.default: weight must be a positive number or 'strict', "
+            "got 'fast'") in lines
+    assert "  FAIR_ROUTER_JOBS: jobs['a.b'].rules[0].threshold: Input should be greater than 0 (got -1)" in lines
+    assert any(line.startswith(f"  {path}: fair_queues[0]: ") for line in lines), lines
+    assert any(line.startswith(f"  FAIR_ROUTER_TIERS__DEFAULT + {path}: tiers: unknown tier(s) 'gold'")
+               for line in lines), lines
+    assert len(lines) == 5
+
+
+@pytest.mark.usefixtures("isolated_settings")
+def test_a_variable_hides_the_files_value_and_arguments_hide_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, GOOD.replace("default: 6", "default: 0"))
+    with pytest.raises(SettingsError, match=rf"  {path}: queues.default: weight must be"):
+        load_settings(path)
+    monkeypatch.setenv("FAIR_ROUTER_QUEUES__default", "2")
+    assert load_settings(path).queues["default"] == 2
+    monkeypatch.setenv("FAIR_ROUTER_PREFIX", "fine")
+    with pytest.raises(SettingsError) as info:
+        load_settings(path, prefix="a{b}")
+    assert str(info.value).splitlines()[1:] == [
+        "  load_settings() arguments: prefix: String should match pattern '^[A-Za-z0-9_.:\\-]+$' (got 'a{b}')"]
