@@ -26,9 +26,9 @@ rq's list stays the truth
     Fair jobs are also *members* with a place in their tenant's FIFO. A pop looks at the list head: an
     id that is not a member was pushed by rq's internals with a plain Queue (the scheduler, registry
     requeues, dependents of another queue class) and is served as it is; a member's turn goes to the
-    stride choice, whose id is then LREMed from the list (from the nearer end, by an estimate of its
-    place) and the head goes back. A member whose id is no longer on the list was removed by rq behind
-    our back: the pop drops it when the scheduler reaches it. All fair keys carry the hash tag
+    stride choice, and the head entry takes the chosen id's slot on the list (one LSET at the position
+    the member recorded, so no other entry moves and no entry is compared). A member whose id is no
+    longer on the list was removed by rq behind our back: the pop drops it when the scheduler reaches it. All fair keys carry the hash tag
     ``{rq:queue:<name>}``, the cluster slot of rq's untagged list key, so each script touches one slot.
 
 Listings
@@ -70,8 +70,10 @@ Known gaps (not by design)
       newer jobs instead of at the front.
     - Recovery orders jobs of one tenant by ``enqueued_at``, which puts an ``at_front`` job after
       older ones.
-    - Popping a fair choice that is not the list head costs an LREM, O(distance from the nearer end of
-      the list); with every tenant's jobs deep in a very long list that is the price of exact counts.
+    - Taking a fair choice that is not the list head costs an LINDEX and an LSET, O(list length / entries
+      per listpack node): about 20-40 µs of Redis time per pop at 100,000 waiting jobs. rq's own LREM or
+      LPUSH on the list shifts recorded positions; the next pops look around them, and one O(n) reindex
+      resets them when the drift has grown past 128 entries.
 """
 
 from __future__ import annotations

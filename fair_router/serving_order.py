@@ -41,11 +41,12 @@ def serving_order(snap: FairSnapshot) -> list[str]:
         fifos[tenant] = deque(job_id for _, job_id in sorted(jobs))
     waiting = {job_id for jobs in fifos.values() for job_id in jobs}  # members a fair choice may still serve
 
+    slots = list(snap.listed)  # the list; a served member's slot takes the head entry, as fair_pop.lua does
+    where = {job_id: index for index, job_id in enumerate(slots) if job_id in waiting}
     vtime = snap.vtime
     ready = [(pass_, tenant) for tenant, pass_ in snap.active.items() if fifos.get(tenant)]
     heapq.heapify(ready)
     order: list[str] = []
-    ahead: Counter[str] = Counter()  # fair choices served before their own list entry came up
 
     def serve(heap: list[tuple[float, str]]) -> str:
         nonlocal vtime
@@ -58,18 +59,21 @@ def serving_order(snap: FairSnapshot) -> list[str]:
         order.append(job_id)
         return job_id
 
-    for entry in snap.listed:
-        if ahead[entry]:
-            ahead[entry] -= 1
-            continue
+    head = 0
+    while head < len(slots):
+        entry = slots[head]
+        head += 1
         if entry not in waiting:
             order.append(entry)  # a plain entry: served when it reaches the head
-            continue
-        while ready:  # a member at the head: its turn goes to the stride choice until that is itself
-            job_id = serve(ready)
-            if job_id == entry:
-                break
-            ahead[job_id] += 1
+        elif not ready:
+            # Only parked tenants' members are left: each pop serves the next plain entry further down.
+            order.extend(job_id for job_id in slots[head:] if job_id not in waiting)
+            break
+        else:
+            job_id = serve(ready)  # a member at the head: the stride choice goes, and the head takes its slot
+            if job_id != entry:
+                slots[where[job_id]] = entry
+                where[entry] = where[job_id]
     # What is left belongs to tenants no pop serves now (parked): in stride order from their kept passes.
     rest = [(max(vtime, snap.kept.get(tenant, snap.active.get(tenant, vtime))), tenant)
             for tenant, jobs in fifos.items() if jobs]

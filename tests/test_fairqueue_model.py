@@ -96,21 +96,20 @@ class FairQueueMachine(RuleBasedStateMachine):
             return PopKind.PLAIN, entry
         while True:
             if not self.active:
-                self.listed.insert(0, entry)
                 members = sum(len(jobs) for jobs in self.fifo.values())
-                if len(self.listed) > members:  # a plain entry further down
-                    plain = next(job_id for job_id in self.listed if not self.is_member(job_id))
-                    self.listed.remove(plain)
+                if len(self.listed) + 1 > members:  # a plain entry further down: the head takes its slot
+                    index = next(i for i, job_id in enumerate(self.listed) if not self.is_member(job_id))
+                    plain, self.listed[index] = self.listed[index], entry
                     return PopKind.PLAIN, plain
+                self.listed.insert(0, entry)
                 return PopKind.STALLED, None
             tenant = min(self.active, key=lambda t: (self.active[t], FairQueue.tenant_key(t)))
             job_id = self.fifo[tenant][0]
             if job_id in self.stale:
                 self.leave(job_id)
                 continue
-            if job_id != entry:
-                self.listed.remove(job_id)
-                self.listed.insert(0, entry)
+            if job_id != entry:  # the head entry takes the chosen job's slot
+                self.listed[self.listed.index(job_id)] = entry
             self.fifo[tenant].popleft()
             self.vtime = self.active[tenant]
             next_pass = self.vtime + 1 / WEIGHT[tenant]

@@ -29,6 +29,5 @@ if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by
 -- several workers at once come back in FIFO order whatever order their parks land in; else the front.
-enter(job_id, tenant, place(tenant, true, old_seq), weight, true)
-redis.call('LPUSH', rq_list, job_id)
+enter(job_id, tenant, place(tenant, true, old_seq), weight, list_push(job_id, true))
 return 1

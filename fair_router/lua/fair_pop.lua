@@ -1,7 +1,7 @@
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of
 -- entries: an id rq's internals pushed (not a member) is served as it is; a member's turn goes to the
--- stride scheduler's choice (the min-pass active tenant's oldest job), whose id is then taken off the
--- list in its place. O(log tenants) per call, plus the LREM of the chosen id when it is not the head.
+-- stride scheduler's choice (the min-pass active tenant's oldest job), whose id the head entry then
+-- replaces on the list (LSET at its recorded position). O(log tenants + list length / node size).
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), n_acks, then n_acks job ids this caller handed out earlier (they have run: forget them).
@@ -70,29 +70,20 @@ local function take(job_id, seq, tenant, pass)
   redis.call('ZADD', inflight, now_ms, job_id)
 end
 
--- Take `job_id` off rq's list, scanning from the nearer end by its order estimate: an id pushed at
--- the tail sits at most (pushes since) from the tail. Returns false when it is not there (stale).
-local function take_listed(job_id, order)
-  local count = 1
-  if order and order > 0 then
-    local from_tail = tonumber(redis.call('HGET', state, 'pushes') or '0') - order
-    if from_tail < redis.call('LLEN', rq_list) / 2 then count = -1 end
-  end
-  return redis.call('LREM', rq_list, count, job_id) > 0
-end
-
--- Only parked tenants' members are at hand: serve a plain entry further down the list, if there is one
--- (there is when the list holds more entries than there are members).
-local function plain_further_down()
-  if redis.call('LLEN', rq_list) <= redis.call('HLEN', members) then return nil end
+-- Only parked tenants' members are at hand, `entry` (a member, just popped off the head) among them:
+-- serve the first plain entry further down, if there is one (there is when the list holds more
+-- entries than there are members). `entry` takes its slot, so no other entry moves.
+local function plain_further_down(entry)
+  if redis.call('LLEN', rq_list) + 1 <= redis.call('HLEN', members) then return nil end
   local start = 0
   while true do
     local chunk = redis.call('LRANGE', rq_list, start, start + 99)
     if #chunk == 0 then return nil end
-    for _, entry in ipairs(chunk) do
-      if redis.call('HEXISTS', members, entry) == 0 then
-        redis.call('LREM', rq_list, 1, entry)
-        return entry
+    for i, plain in ipairs(chunk) do
+      if redis.call('HEXISTS', members, plain) == 0 then
+        redis.call('LSET', rq_list, start + i - 1, entry)
+        set_pos(entry, head_pos() + start + i - 1)
+        return plain
       end
     end
     start = start + 100
@@ -110,8 +101,10 @@ if not entry then
     for _, tenant in ipairs(redis.call('HKEYS', backlog)) do idle(tenant, false) end
     redis.call('DEL', members, fifo)
   end
+  redis.call('HDEL', state, 'head')
   return {0, '', first_park_end(), ''}
 end
+redis.call('HINCRBY', state, 'head', 1)  -- the head left (LPOP here, or the caller's BLPOP)
 if redis.call('HEXISTS', members, entry) == 0 then
   redis.call('ZADD', inflight, now_ms, entry)
   return {1, entry, -1, ''}
@@ -119,12 +112,12 @@ end
 for _ = 1, MAX_STALE do
   local job_id, seq, tenant, pass = choose()
   if not job_id then
-    redis.call('LPUSH', rq_list, entry)
-    local plain = plain_further_down()
+    local plain = plain_further_down(entry)
     if plain then
       redis.call('ZADD', inflight, now_ms, plain)
       return {1, plain, -1, ''}
     end
+    list_push(entry, true)  -- back where it was
     return {3, '', first_park_end(), ''}
   end
   local value = redis.call('HGET', members, job_id)
@@ -133,17 +126,20 @@ for _ = 1, MAX_STALE do
     value = '|' .. tenant .. ':' .. seq
     redis.call('HINCRBY', backlog, tenant, 1)
   end
-  local listed = job_id == entry
-  if not listed then
-    local _, _, order = parse_member(value)
-    listed = take_listed(job_id, order)
-    if listed then redis.call('LPUSH', rq_list, entry) end
+  if job_id == entry then
+    take(job_id, seq, tenant, pass)
+    return {2, job_id, -1, seq}
   end
-  if listed then
+  local _, _, pos = parse_member(value)
+  local index = locate(job_id, pos)
+  if index then
+    -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
+    redis.call('LSET', rq_list, index, entry)
+    set_pos(entry, head_pos() + index)
     take(job_id, seq, tenant, pass)
     return {2, job_id, -1, seq}
   end
   leave(job_id, value)  -- stale: rq removed it behind our back
 end
-redis.call('LPUSH', rq_list, entry)
+list_push(entry, true)
 return {3, '', first_park_end(), ''}

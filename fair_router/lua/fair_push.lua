@@ -14,10 +14,15 @@ for i = 1, #ARGV, 6 do
     go = redis.call('ZREM', inflight, job_id) == 1
   end
   if go then
-    enter(job_id, tenant, place(tenant, at_front, nil), weight, at_front)
+    local pos = ''
     if not listed then
-      if at_front then redis.call('LPUSH', rq_list, job_id) else redis.call('RPUSH', rq_list, job_id) end
+      pos = list_push(job_id, at_front)
+    elseif redis.call('LINDEX', rq_list, -1) == job_id then  -- rq's RPUSH: no other entry moved
+      pos = head_pos() + redis.call('LLEN', rq_list) - 1
+    elseif redis.call('LINDEX', rq_list, 0) == job_id then  -- rq's LPUSH: the head moved one up
+      pos = redis.call('HINCRBY', state, 'head', -1)
     end
+    enter(job_id, tenant, place(tenant, at_front, nil), weight, pos)
     if not redis.call('ZSCORE', parked, tenant) then
       activate(tenant)
       nudge()
