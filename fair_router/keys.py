@@ -89,6 +89,19 @@ class Keys:
         """Hash of per-tier counters: ``<tier>:acquired|snoozed|released|reclaimed``."""
         return f"{self.prefix}:{{stats}}:limits"
 
+    def recovery_turn(self, rq_list_key: str) -> str:
+        """Short lock (SET NX PX) of one queue's recovery check: the weighted worker that takes it checks
+        the queue, the others skip it until it expires (``fair_router.recovery``). Our own, not rq's
+        899-second maintenance lock, which a dead worker can leave held."""
+        return f"{self.prefix}:{{{rq_list_key}}}:recovery:turn"
+
+    def abandoned(self, started_registry_key: str) -> str:
+        """Sorted set of one queue's abandoned executions (rq's ``<job id>:<execution id>`` entries, score 0),
+        moved out of rq's StartedJobRegistry and waiting for rq's own cleanup to hand them back. Tagged
+        ``{rq:wip:<name>}``, the cluster slot of rq's untagged registry key, so the script moving entries
+        touches one slot."""
+        return f"{self.prefix}:{{{started_registry_key}}}:abandoned"
+
     def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
         """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``; rq validates queue
         names, so the key holds no braces). The tag ``{rq:queue:<name>}`` hashes like rq's own key."""

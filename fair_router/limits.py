@@ -91,14 +91,23 @@ class ConcurrencyLimiter:
     def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None) -> None:
         """Give the slot back (idempotent); pending counters, and whatever ``also`` queues on the
         pipeline (the worker's own writes after a job), go in the same round trip."""
+        self._drop(lease, "released", also)
+
+    def reclaim(self, tenant: str, job_id: str, also: Callable[[Pipeline], None] | None = None) -> bool:
+        """Free the slot of a job whose worker died, as crash recovery hands the job back, instead of
+        waiting for the lease to expire; counted as reclaimed. True if the job still held a slot."""
+        return self._drop(Lease(tenant, self.tiers.tier(tenant), job_id), "reclaimed", also)
+
+    def _drop(self, lease: Lease, counter: str, also: Callable[[Pipeline], None] | None) -> bool:
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.zrem(self.keys.leases(lease.tenant), lease.job_id)
             self._flush(pipe)
             if also is not None:
                 also(pipe)
-            removed = pipe.execute()[0]
+            removed = int(pipe.execute()[0])
         with self._lock:  # counted with the next round trip (or flush())
-            self._pending[f"{lease.tier}:released"] += removed
+            self._pending[f"{lease.tier}:{counter}"] += removed
+        return removed > 0
 
     def snooze(self, job: Job, queue: Queue, lease_tier: str) -> datetime:
         """Reschedule ``job`` to its own queue after snooze + U(0, jitter); not a failure."""

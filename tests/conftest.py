@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from redis import Redis
+from rq import Worker
 
 from fair_router.redis_server import RedisServer
 
@@ -60,3 +64,113 @@ def command_calls(conn: Redis, *names: str) -> int:
         return int(cast(dict[str, Any], conn.info("stats"))["total_commands_processed"])
     stats = cast(dict[str, Any], conn.info("commandstats"))
     return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names)
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str, fleet: Fleet | None = None) -> None:
+    """Poll ``condition`` every 50 ms until true; fail after ``timeout`` seconds (with the worker logs)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            logs = f"\n--- worker logs ---\n{fleet.logs()}" if fleet else ""
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}{logs}")
+        time.sleep(0.05)
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of session ``sid`` (Linux /proc): a worker started in its own session, its
+    scheduler child and its work horse (which rq moves to a process group of its own)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rpartition(")")[2].split()  # after "pid (comm)": state ppid pgrp session
+            if int(fields[3]) == sid:
+                pids.append(int(stat.parent.name))
+    return pids
+
+
+def session_of(pid: int) -> int:
+    """The session id of process ``pid`` (Linux /proc): for a work horse, the pid of the worker that
+    forked it when the worker leads its own session (as Fleet starts them)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[3])
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` at once: the machine (or the OOM killer) took them all, no
+    process gets to clean anything up."""
+    for pid in session_pids(sid):
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+class Fleet:
+    """Real `rq worker` processes on one Redis; every one is stopped (SIGTERM, then SIGKILL) and reaped."""
+
+    def __init__(self, url: str, log_dir: Path, queues: Sequence[str] = ("default",)) -> None:
+        self.url = url
+        self.log_dir = log_dir
+        self.queues = list(queues)
+        self.config: Path | None = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self,
+        n: int = 1,
+        *,
+        worker_class: str = "fair_router.WeightedWorker",
+        scheduler: bool = True,
+        burst: bool = False,
+        queue: str | None = None,
+        args: Sequence[str] = (),
+    ) -> list[subprocess.Popen[bytes]]:
+        """Start ``n`` workers on ``queue`` (else the fleet's queues), with settings from ``self.config``
+        only (no FAIR_ROUTER_* variable of the shell), tests/ importable, and rq's own CLI ``args``."""
+        assert self.config is not None, "write_config first"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FAIR_ROUTER_")}
+        env["FAIR_ROUTER_CONFIG"] = str(self.config)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
+        command = [sys.executable, "-m", "rq.cli", "worker", "-w", worker_class, "--url", self.url, *args]
+        command += ["--with-scheduler"] * scheduler + ["--burst"] * burst + ([queue] if queue else self.queues)
+        started = []
+        for _ in range(n):
+            log = (self.log_dir / f"worker-{len(self.procs)}.log").open("wb")
+            # Own session: the worker, its scheduler process and its work horse can be found and killed as one.
+            proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            log.close()
+            self.procs.append(proc)
+            started.append(proc)
+        return started
+
+    def running(self, pid: int) -> subprocess.Popen[bytes]:
+        """The worker whose session holds process ``pid`` (the worker itself or its work horse)."""
+        sid = session_of(pid)
+        return next(proc for proc in self.procs if proc.pid == sid)
+
+    def wait_registered(self, conn: Redis, n: int) -> None:
+        wait_for(lambda: Worker.count(connection=conn) >= n, 30, f"{n} registered workers", self)
+
+    def wait_exit(self, proc: subprocess.Popen[bytes], timeout: float = 30) -> int:
+        wait_for(lambda: proc.poll() is not None, timeout, f"worker {proc.pid} to exit", self)
+        return proc.wait()
+
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        """The worker's machine dies: worker, work horse and scheduler SIGKILLed at once."""
+        kill_session(proc.pid)
+        proc.wait()
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """Warm shutdown (SIGTERM), escalating to SIGKILL after 15 s; then clear whatever is left of the
+        worker's session (a scheduler child, a work horse)."""
+        terminate(proc, grace=15)
+        kill_session(proc.pid)
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            self.stop(proc)
+
+    def logs(self) -> str:
+        return "\n".join(f"[{path.name}]\n{path.read_text(errors='replace')[-4000:]}"
+                         for path in sorted(self.log_dir.glob("worker-*.log")))

@@ -12,8 +12,6 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
@@ -24,9 +22,9 @@ from typing import Any
 import limit_jobs
 import pytest
 import yaml
-from conftest import terminate
+from conftest import Fleet, wait_for
 from redis import Redis
-from rq import Queue, Retry, Worker
+from rq import Queue, Retry
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegistry
 
@@ -37,7 +35,6 @@ from fair_router.redis_server import RedisServer
 from fair_router.settings import ConcurrencyConfig
 from fair_router.tiers import TierBook
 
-TESTS = Path(__file__).resolve().parent
 PREFIX = "limits_test"
 QUEUE = "limited"
 KEYS = Keys(PREFIX)
@@ -58,75 +55,9 @@ def write_config(tmp_path: Path, **extra: Any) -> Path:
     return path
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str, fleet: Fleet | None = None) -> None:
-    """Poll ``condition`` every 50 ms until true; fail after ``timeout`` seconds (with the worker logs)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            logs = f"\n--- worker logs ---\n{fleet.logs()}" if fleet else ""
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}{logs}")
-        time.sleep(0.05)
-
-
-class Fleet:
-    """Real `rq worker` processes on one Redis; every one is stopped (SIGTERM, then SIGKILL) and reaped."""
-
-    def __init__(self, url: str, log_dir: Path) -> None:
-        self.url = url
-        self.log_dir = log_dir
-        self.config: Path | None = None
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(
-        self,
-        n: int = 1,
-        *,
-        worker_class: str = "fair_router.WeightedWorker",
-        scheduler: bool = True,
-        burst: bool = False,
-        queue: str = QUEUE,
-    ) -> list[subprocess.Popen[bytes]]:
-        assert self.config is not None, "write_config first"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FAIR_ROUTER_")}
-        env["FAIR_ROUTER_CONFIG"] = str(self.config)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
-        args = [sys.executable, "-m", "rq.cli", "worker", "-w", worker_class, "--url", self.url]
-        args += ["--with-scheduler"] * scheduler + ["--burst"] * burst + [queue]
-        started = []
-        for _ in range(n):
-            log = (self.log_dir / f"worker-{len(self.procs)}.log").open("wb")
-            # Own session: the worker and its scheduler process form one group we can clean up as a whole.
-            proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            log.close()
-            self.procs.append(proc)
-            started.append(proc)
-        return started
-
-    def wait_registered(self, conn: Redis, n: int) -> None:
-        wait_for(lambda: Worker.count(connection=conn) >= n, 30, f"{n} registered workers", self)
-
-    def wait_exit(self, proc: subprocess.Popen[bytes], timeout: float = 30) -> int:
-        wait_for(lambda: proc.poll() is not None, timeout, f"worker {proc.pid} to exit", self)
-        return proc.wait()
-
-    def stop(self, proc: subprocess.Popen[bytes]) -> None:
-        """Warm shutdown (SIGTERM), escalating to SIGKILL after 15 s; then clear the worker's process group."""
-        terminate(proc, grace=15)
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # a scheduler child left behind, if any
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            self.stop(proc)
-
-    def logs(self) -> str:
-        return "\n".join(f"[{path.name}]\n{path.read_text(errors='replace')[-4000:]}"
-                         for path in sorted(self.log_dir.glob("worker-*.log")))
-
-
 @pytest.fixture
 def fleet(redis_server: RedisServer, tmp_path: Path) -> Iterator[Fleet]:
-    workers = Fleet(redis_server.url, tmp_path)
+    workers = Fleet(redis_server.url, tmp_path, queues=[QUEUE])
     try:
         yield workers
     finally:

@@ -1,0 +1,297 @@
+"""Bounded crash recovery: a started job whose worker stopped heartbeating is handed back within
+``recovery.abandon_after`` plus a few seconds.
+
+Why rq alone is slow here
+    rq hands back a dead worker's job (retry, else FailedJobRegistry with AbandonedJobError) only in a
+    maintenance pass, which each worker runs every ``maintenance_interval`` (10 minutes), after the job's
+    StartedJobRegistry entry has lapsed (its last heartbeat + ``job_monitoring_interval`` + 60 s), and only
+    under a per-queue lock (``rq:clean_registries:<queue>``, 899 s) that a worker killed mid-pass leaves
+    held. Idle workers meanwhile block in BLPOP for up to ~7 minutes.
+
+What "no heartbeat" means
+    rq keeps each running job's last heartbeat in its execution hash (``last_heartbeat``). The entry's score
+    in the StartedJobRegistry is that heartbeat plus a TTL that depends on the worker class and the job
+    (forking worker: min(job timeout left, job_monitoring_interval) + 60; SimpleWorker: job timeout + 60),
+    so the score alone cannot say how long ago the last heartbeat was; the execution hash can. An entry
+    is abandoned when its last heartbeat is ``abandon_after`` old, its execution hash has expired, or rq's
+    own deadline (the score) has passed. For that to mean "dead", live workers must heartbeat running jobs
+    more often: ours do every ``abandon_after / 3`` (whole seconds, at least 1). The forking worker runs
+    rq's job monitoring that often; rq's SimpleWorker sends no heartbeat at all while a job runs, so the
+    weighted one beats from a thread (:class:`JobBeat`). rq's own forking Worker beats every
+    ``job_monitoring_interval`` (30 s): fine beside the default ``abandon_after`` of 60 s. rq's plain
+    SimpleWorker must not serve the same queues with jobs longer than ``abandon_after``.
+
+Who checks, and how often
+    Each weighted worker is due for a check every ``every`` seconds (``abandon_after / 4``, at most 2 s).
+    Then it takes the turn of each of its queues that no other worker has taken in that time (SET NX PX
+    ``every`` on our own key per queue; one pipelined round trip per check): a worker that finds a queue
+    taken skips it, so each queue is read by one worker per interval, however many workers there are. A
+    turn lapses by itself, so a dead holder delays nothing beyond one interval. Idle workers cap their
+    blocking fetch at ``every`` (rounded up to whole seconds) so they wake to check even when every queue
+    is empty. So while some worker of the queue is idle (or between jobs), the queue is checked at least
+    once per interval plus one blocking wait, and a job is handed back within ``abandon_after`` after its
+    last heartbeat plus that. A forking worker busy with a job also checks, at each of its job's
+    heartbeats.
+
+A queue's check
+    1. FairQueue only: :meth:`FairQueue.recover` with ``older_than=abandon_after`` gives back jobs popped but
+       never started. It runs first: a job handed back below is queued again, and recover must not see it
+       as one that was popped and lost.
+    2. Read the StartedJobRegistry with scores and each entry's last heartbeat (two round trips, only the
+       second one grows with the running jobs of the queue). Server TIME is "now" unless a clock is given.
+    3. Move the abandoned entries into our staging set (``abandon.lua``), each only if its score is still the
+       one read: a heartbeat rewrites the score, so an entry whose worker beat in between stays. (rq scores
+       in whole seconds, and in a job's last ``job_monitoring_interval`` before its timeout every beat gives
+       the same score: a stalled worker that wakes up exactly then is not told apart.)
+    4. Run rq's own ``StartedJobRegistry.cleanup`` over the staging set: failure callback, exception
+       handlers, retry (``job.retry`` on the worker's queue object, as rq's worker does for a failed job) or
+       FailedJobRegistry with AbandonedJobError, dependents. Entries left staged by a check that died midway
+       are handed back by the next one. rq's maintenance never sees staged entries, so the two cannot hand
+       back one job twice.
+
+Where this relies on rq internals (rq 2.12): the registry's member format ``<job id>:<execution id>`` and
+``Execution.key``/``last_heartbeat``; ``StartedJobRegistry.cleanup`` reading only ``self.key`` and
+``get_queue()`` (see :class:`_StagedRegistry`); and in ``fair_router/worker.py``, marked "rq internals":
+the maintenance hooks (``should_run_maintenance_tasks``, ``run_maintenance_tasks``), the worker's
+``job_monitoring_interval``, ``maintain_heartbeats``, ``cleanup_execution``, ``execution``,
+``_exc_handlers`` and ``scheduler._process``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis import Redis
+from rq import Queue
+from rq.executions import Execution
+from rq.job import Job
+from rq.registry import StartedJobRegistry
+from rq.utils import as_text, parse_composite_key
+
+from fair_router.fairqueue import FairQueue
+from fair_router.keys import Keys
+from fair_router.scripts import AbandonScript, Clock
+
+logger = logging.getLogger("fair_router")
+
+CHECK_EVERY_MAX = 2.0
+"""Longest interval between two checks of a queue (seconds), whatever ``abandon_after``: the bound is
+``abandon_after`` plus a few of these."""
+
+ExceptionHandler = Callable[..., Any]
+"""rq's worker exception handler: ``(job, exc_type, exc_value, traceback) -> bool | None``."""
+
+
+class Recovery:
+    """One weighted worker's share of crash recovery: checks when due, on the queues whose turn it takes."""
+
+    def __init__(self, connection: Redis, keys: Keys, abandon_after: float, clock: Clock | None = None) -> None:
+        self.connection = connection
+        self.keys = keys
+        self.abandon_after = abandon_after
+        self.every = min(abandon_after / 4, CHECK_EVERY_MAX)
+        """Seconds between two checks of this worker, and how long its turn on a queue lasts."""
+        self.beat_every = max(1, int(abandon_after // 3))
+        """Seconds between two heartbeats of a running job (whole seconds: rq's monitoring alarm)."""
+        self.clock = clock
+        self.last_turns: list[str] = []
+        """Names of the queues whose turn this worker took at its last check (the worker uses them to spread
+        other once-per-queue duties the same way)."""
+        self._next = 0.0  # due at once: a worker that starts checks first
+        self._abandon = AbandonScript(connection)
+
+    @property
+    def wait_cap(self) -> int:
+        """Longest blocking fetch, in whole seconds as rq passes them, so that an idle worker wakes to check."""
+        return max(1, math.ceil(self.every))
+
+    def due(self) -> bool:
+        """Time for this worker's next check (a clock read, no Redis)."""
+        return time.monotonic() >= self._next
+
+    def run(
+        self,
+        queues: Sequence[Queue],
+        *,
+        exception_handlers: Sequence[ExceptionHandler] = (),
+        on_abandoned: Callable[[Job], None] | None = None,
+        death_penalty_class: Any = None,
+    ) -> list[str]:
+        """Check the queues whose turn this worker takes; returns the ids of the jobs handed back.
+
+        ``on_abandoned`` is called with each job handed back, before rq's handling of it (the worker frees
+        its concurrency slot there); ``exception_handlers`` are the worker's, which rq's maintenance also
+        calls for abandoned jobs. Never raises: a check that fails (Redis restarting, a handler raising) is
+        logged and the next one, an interval later, picks up where it stopped.
+        """
+        self._next = time.monotonic() + self.every
+        self.last_turns = []
+        try:
+            turns = self._take_turns(queues)
+            self.last_turns = [queue.name for queue in turns]
+            if not turns:
+                return []
+            for queue in turns:
+                if isinstance(queue, FairQueue):
+                    queue.recover(older_than=self.abandon_after)
+            handed: list[str] = []
+            for queue, staged in self._stage_abandoned(turns):
+                if staged:
+                    handed += self._hand_back(queue, exception_handlers, on_abandoned, death_penalty_class)
+            return handed
+        except Exception:
+            logger.warning("crash recovery check failed; the next one runs in %.1f s", self.every, exc_info=True)
+            return []
+
+    def _take_turns(self, queues: Sequence[Queue]) -> list[Queue]:
+        """The queues no other worker checked within the last interval (one pipelined SET NX PX each)."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.set(self.keys.recovery_turn(queue.key), 1, nx=True, px=max(1, round(self.every * 1000)))
+            taken = pipe.execute()
+        return [queue for queue, ok in zip(queues, taken, strict=True) if ok]
+
+    def _stage_abandoned(self, queues: Sequence[Queue]) -> list[tuple[Queue, int]]:
+        """Move each queue's abandoned entries to its staging set; (queue, entries now staged) per queue."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.time()
+            for queue in queues:
+                started = _started_key(queue)
+                pipe.zrange(started, 0, -1, withscores=True)
+                pipe.zcard(self.keys.abandoned(started))
+            replies = pipe.execute()
+        seconds, micros = replies[0]
+        now = self.clock() if self.clock is not None else int(seconds) + int(micros) / 1e6
+        running = [[(as_text(member), float(score)) for member, score in replies[1 + 2 * i]]
+                   for i in range(len(queues))]
+        left = [int(replies[2 + 2 * i]) for i in range(len(queues))]
+
+        # rq internals: the execution hash named by the registry member holds the last heartbeat.
+        members = [member for entries in running for member, _ in entries]
+        with self.connection.pipeline(transaction=False) as pipe:
+            for member in members:
+                pipe.hget(Execution.from_composite_key(member, self.connection).key, "last_heartbeat")
+            beats = dict(zip(members, pipe.execute() if members else [], strict=True))
+
+        staged = []
+        for queue, entries, already in zip(queues, running, left, strict=True):
+            abandoned = [(member, score) for member, score in entries
+                         if self._abandoned(now, member, score, beats[member])]
+            if abandoned:
+                started = _started_key(queue)
+                moved = self._abandon(started, self.keys.abandoned(started), abandoned)
+                already += len(moved)
+            staged.append((queue, already))
+        return staged
+
+    def _abandoned(self, now: float, member: str, score: float, last_beat: bytes | None) -> bool:
+        """No heartbeat for ``abandon_after``, or its execution expired, or rq's own deadline passed."""
+        if score <= now:
+            return True
+        _, execution_id = parse_composite_key(member)
+        if not execution_id:
+            return False  # an entry without an execution: rq's deadline only
+        return last_beat is None or now - float(last_beat) >= self.abandon_after
+
+    def _hand_back(
+        self,
+        queue: Queue,
+        exception_handlers: Sequence[ExceptionHandler],
+        on_abandoned: Callable[[Job], None] | None,
+        death_penalty_class: Any,
+    ) -> list[str]:
+        """rq's own cleanup over the queue's staging set; returns the ids of the jobs it handed back."""
+        handed: list[str] = []
+
+        def first(job: Job, *exc_info: Any) -> None:
+            """Runs before the worker's handlers; returns None, so rq goes on to them."""
+            handed.append(job.id)
+            if on_abandoned is not None:
+                try:
+                    on_abandoned(job)
+                except Exception:
+                    logger.warning("crash recovery: on_abandoned(%s) failed", job.id, exc_info=True)
+
+        registry = _StagedRegistry(queue, self.keys.abandoned(_started_key(queue)), death_penalty_class)
+        registry.cleanup(exception_handlers=[first, *exception_handlers])
+        for job_id in handed:
+            logger.warning("crash recovery: job %s of %s had no heartbeat for %g s; handed back",
+                           job_id, queue.name, self.abandon_after)
+        return handed
+
+
+class _StagedRegistry(StartedJobRegistry):
+    """rq's StartedJobRegistry pointed at our staging set, so that its ``cleanup`` (rq's handling of
+    abandoned jobs) runs on exactly the entries we moved there.
+
+    rq internals: relies on ``cleanup`` reading and trimming ``self.key`` and getting the queue to retry on
+    from ``get_queue()``.
+    """
+
+    def __init__(self, queue: Queue, key: str, death_penalty_class: Any) -> None:
+        super().__init__(queue=queue, job_class=queue.job_class, death_penalty_class=death_penalty_class)
+        self.key = key
+        self._queue = queue
+
+    def get_queue(self) -> Queue:
+        """The worker's own queue object (a FairQueue stays one), as rq's worker uses for a failed job's
+        retry; rq's maintenance would build a plain ``Queue(name)``."""
+        return self._queue
+
+
+def _started_key(queue: Queue) -> str:
+    return StartedJobRegistry(queue=queue).key
+
+
+class JobBeat:
+    """Heartbeats the job an in-process worker is running, from one background thread per worker.
+
+    rq's SimpleWorker sends no heartbeat while a job runs, so a job longer than ``abandon_after`` would
+    look abandoned. The thread calls ``beat(job)`` every ``every`` seconds while a job is followed; one
+    thread serves every job of the worker, so a job costs a few lock acquisitions, not a thread.
+    """
+
+    def __init__(self, every: float, beat: Callable[[Job], None]) -> None:
+        self.every = every
+        self._beat = beat
+        self._job: Job | None = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def follow(self, job: Job) -> None:
+        """Heartbeat ``job`` from now on (the first beat within ``every`` seconds)."""
+        with self._lock:
+            self._job = job
+            if self._thread is None:
+                self._closed = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._closed,), name="fair-router-job-beat",
+                                                daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        """No more beats for the current job; returns after a beat in flight has landed."""
+        with self._lock:
+            self._job = None
+
+    def close(self) -> None:
+        """End the thread (the worker is stopping); a later ``follow`` starts a new one."""
+        with self._lock:
+            self._job = None
+            self._closed.set()
+            self._thread = None
+
+    def _run(self, closed: threading.Event) -> None:
+        while not closed.wait(self.every):
+            with self._lock:
+                if self._job is None:
+                    continue
+                try:
+                    self._beat(self._job)
+                except Exception:
+                    logger.warning("heartbeat of job %s failed", self._job.id, exc_info=True)
