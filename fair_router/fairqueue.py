@@ -28,8 +28,9 @@ rq's list stays the truth
     requeues, dependents of another queue class) and is served as it is; a member's turn goes to the
     stride choice, and the head entry takes the chosen id's slot on the list (one LSET at the position
     the member recorded, so no other entry moves and no entry is compared). A member whose id is no
-    longer on the list was removed by rq behind our back: the pop drops it when the scheduler reaches it. All fair keys carry the hash tag
-    ``{rq:queue:<name>}``, the cluster slot of rq's untagged list key, so each script touches one slot.
+    longer on the list was removed by rq behind our back: the pop drops it when the scheduler reaches it.
+    All fair keys carry the hash tag ``{rq:queue:<name>}``, the cluster slot of rq's untagged list key,
+    so each script touches one slot.
 
 Listings
     ``get_job_ids`` (and ``jobs``, ``get_jobs``, job positions) replay the pops on one snapshot
@@ -401,19 +402,25 @@ class FairQueue(Queue):
         grace = self.recover_after if older_than is None else older_than
         cutoff = int((time.time() - grace) * 1000)
         keys = self.fair_keys
-        ids = [as_text(raw) for raw in cast(list[bytes], self.connection.zrangebyscore(keys.inflight, "-inf", cutoff))]
-        if not ids:
+        popped = cast(list[tuple[bytes, float]],
+                      self.connection.zrangebyscore(keys.inflight, "-inf", cutoff, withscores=True))
+        if not popped:
             return []
         started = set(self.started_job_registry.get_job_ids(cleanup=False))
         lost, recovered, done = [], [], []
-        for job_id in ids:
+        for raw, popped_ms in popped:
+            job_id = as_text(raw)
             try:
                 job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
             except NoSuchJobError:
                 done.append(job_id)
                 continue
-            if job.get_status(refresh=False) != JobStatus.QUEUED or job_id in started or job.origin != self.name:
-                done.append(job_id)  # it started (rq handles it from there), or moved on
+            requeued = job.enqueued_at is not None and job.enqueued_at.timestamp() * 1000 > popped_ms
+            if (job.get_status(refresh=False) != JobStatus.QUEUED or job_id in started or job.origin != self.name
+                    or requeued):
+                # It started (rq handles it from there), moved on, or rq already queued it again since the
+                # pop (its maintenance retried a started job whose worker died): no second entry.
+                done.append(job_id)
                 continue
             lost.append(job)
         # Each goes back to the front of its tenant's FIFO: the newest first, so a tenant's jobs keep their order.

@@ -6,13 +6,15 @@ registry requeues, so only the list itself can be the truth."""
 
 from __future__ import annotations
 
+import time
+
 import fair_jobs
 import pytest
 from redis import Redis
-from rq import Queue
+from rq import Queue, Retry, SimpleWorker
 from rq.exceptions import DuplicateJobError
 from rq.job import Job, JobStatus, cancel_job
-from rq.registry import CanceledJobRegistry, FailedJobRegistry
+from rq.registry import CanceledJobRegistry, FailedJobRegistry, StartedJobRegistry
 
 from fair_router import FairQueue, Settings, WeightedSimpleWorker
 from fair_router.scripts import PopKind
@@ -149,3 +151,19 @@ def test_empty_deletes_every_waiting_job_and_the_fair_state(conn: Redis) -> None
     assert queue.empty() == 3
     assert queue.count == 0 and queue.job_ids == [] and conn.keys(f"{PREFIX}:*") == []
     assert not any(Job.exists(job.id, connection=conn) for job in jobs[1:])
+
+
+def test_a_started_job_rq_retried_after_its_worker_died_is_not_queued_twice_by_recovery(conn: Redis) -> None:
+    """rq's maintenance retries a started job whose worker died through a plain Queue; the fair queue's own
+    recovery of popped-not-started jobs must then leave it alone (it was queued again after its pop)."""
+    queue = FairQueue("default", connection=conn, settings=Settings(prefix=PREFIX), recover_after=0)
+    job = queue.enqueue(fair_jobs.log, "A", 0, meta={"fair_tenant": "A"}, retry=Retry(max=2))
+    worker = SimpleWorker([queue], connection=conn, queue_class=FairQueue)
+    result = worker.dequeue_job_and_maintain_ttl(None)
+    assert result is not None and result[0].id == job.id
+    worker.prepare_execution(result[0])  # started, then the worker dies: nothing more happens
+    StartedJobRegistry(queue=queue).cleanup(timestamp=time.time() + 10**6)  # rq retries it: a plain push
+    assert queue.count == 1
+    queue.intermediate_queue.cleanup(worker, queue)  # what rq's maintenance calls: FairQueue.recover()
+    assert queue.count == 1 and queue.job_ids == [job.id]
+    assert conn.zcard(queue.fair_keys.inflight) == 0
