@@ -5,7 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean rq-suite
+
+# `make rq-suite VARIANT=fairqueue` runs one variant of rq's own test suite (default: all CI variants).
+VARIANT ?=
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,14 +20,19 @@ demo: $(STAMP)
 	$(BIN)/fair-router demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check fair_router tests bench
+	$(BIN)/ruff check fair_router tests bench compat
 	$(BIN)/mypy
 
+# Our tests, then rq's own test suite against our classes (compat/; README "Compatibility with rq").
 test: lint
 	$(BIN)/python -m pytest -q
+	$(BIN)/python -m compat.run
+
+rq-suite: $(STAMP)
+	$(BIN)/python -m compat.run $(VARIANT)
 
 bench: $(STAMP)
 	$(BIN)/python bench/enqueue.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .rq-suite

