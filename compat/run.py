@@ -150,10 +150,16 @@ def suite_environment(variant: str, port: int, report: Path, partial: bool) -> d
     return env
 
 
+TEST_TIMEOUT = 120
+"""Seconds one of rq's tests may take (pytest-timeout): a test that hangs fails alone, and is re-run,
+instead of running the whole variant into its timeout."""
+
+
 def pytest_command(pytest_args: list[str]) -> list[str]:
-    """pytest on rq's suite, with rq's own warning filter (its tox.ini) and our plugin."""
+    """pytest on rq's suite, with rq's own warning filter (its tox.ini), our plugin and a per-test timeout."""
     return [sys.executable, "-m", "pytest", "-p", "compat.plugin", "-p", "no:cacheprovider", "-q", "--tb=short",
-            "-rfEX", "--disable-warnings", "-W", "ignore::pytest.PytestUnhandledThreadExceptionWarning", *pytest_args]
+            f"--timeout={TEST_TIMEOUT}", "-rfEX", "--disable-warnings",
+            "-W", "ignore::pytest.PytestUnhandledThreadExceptionWarning", *pytest_args]
 
 
 def run_pytest(variant: str, suite: Path, pytest_args: list[str], log: Path, report: Path,

@@ -100,20 +100,16 @@ class WeightedFetchMixin(BaseWorker):
         # rq internals: how often rq's forking worker heartbeats the job its horse runs (also the TTL base).
         self.job_monitoring_interval = min(self.job_monitoring_interval, self.recovery.beat_every)
 
-    # -- crash recovery: rq's maintenance hooks, asked before every fetch, also run our own short check --
+    # -- crash recovery: the worker's own heartbeat, sent before every fetch and after every idle wait, --
+    # -- also runs our short check when one is due                                                       --
 
-    @property
-    def should_run_maintenance_tasks(self) -> bool:
-        """rq's every ``maintenance_interval``, or our recovery check when due (rq internals: rq's loop asks
-        this before every fetch and after every idle wait)."""
-        return self.recovery.due() or bool(super().should_run_maintenance_tasks)
-
-    def run_maintenance_tasks(self) -> None:
-        """Our recovery check when due (it needs none of rq's locks), then rq's maintenance when due."""
-        self.recover_abandoned()
-        self.revive_scheduler()
-        if super().should_run_maintenance_tasks:
-            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        """rq's heartbeat; outside a pipeline it also runs the recovery check when due (rq internals: rq's
+        fetch loop beats before every fetch and after every idle wait). Hooked here rather than into rq's
+        maintenance hooks, whose meaning (every ``maintenance_interval``) rq's own tests pin down."""
+        super().heartbeat(timeout, pipeline=pipeline)
+        if pipeline is None and not self.is_horse:
+            self.recover_abandoned()
 
     def revive_scheduler(self) -> None:
         """Start this worker's rq scheduler (``--with-scheduler``) if it is not running, as rq's maintenance
@@ -137,12 +133,14 @@ class WeightedFetchMixin(BaseWorker):
         due, on the queues whose turn this worker takes); returns their ids."""
         if not self.recovery.due():
             return []
-        return self.recovery.run(
+        handed_back = self.recovery.run(
             self.queues,
             exception_handlers=self._exc_handlers,  # rq internals: what rq's maintenance passes for abandoned jobs
             on_abandoned=self._free_abandoned_slot,
             death_penalty_class=self.death_penalty_class,
         )
+        self.revive_scheduler()
+        return handed_back
 
     def _free_abandoned_slot(self, job: Job) -> None:
         """A job handed back frees its tenant's slot now rather than when its lease expires."""
