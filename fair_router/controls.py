@@ -82,12 +82,21 @@ class TenantGate:
         self.rates = rates
         self.slots = slots
 
-    def acquire(self, tenant: str, job: Job, reserve: bool, pipeline: Pipeline | None = None
-                ) -> tuple[Admission, Lease | None]:
-        """Decide whether ``job`` may start now. ``reserve`` (plain queues): a rate refusal takes the job's
-        token and reserves its start time, returned as ``at_ms``. The lease is set when a slot is held."""
+    def checks(self, tenant: str, job: Job) -> list[RateScope] | None:
+        """The rate scopes ``job``'s start must pass, or None when nothing can hold it: no concurrency slots,
+        no rate, and its tenant not paused as of the tier cache (5 s). So with limits off and no controls in
+        use a job start costs no round trip; with limits on the checks ride in the slot's acquire."""
         profile = self.limiter.tiers.profile(tenant)
         scopes = self.rates.scopes(tenant, profile, job)
+        if not (self.slots or scopes or profile.paused):
+            return None
+        return scopes
+
+    def acquire(self, tenant: str, job: Job, scopes: list[RateScope], reserve: bool,
+                pipeline: Pipeline | None = None) -> tuple[Admission, Lease | None]:
+        """Decide whether ``job`` may start now (``scopes`` from :meth:`checks`). ``reserve`` (plain queues):
+        a rate refusal takes the job's token and reserves its start time, returned as ``at_ms``. The lease
+        is set when a slot is held."""
         return self.limiter.admit(tenant, job.id, pipeline, rates=scopes, reserve=reserve, slot=self.slots)
 
     def defer_until(self, job: Job, queue: Queue, at_ms: int) -> datetime:

@@ -64,6 +64,7 @@ class TenantProfile:
     burst: int
     max_backlog: int | None
     overrides: TenantOverrides
+    paused: bool = False  # as of the lookup (cached like the rest; acquire.lua reads the flag itself)
 
 
 class TierBook:
@@ -100,19 +101,20 @@ class TierBook:
             if self._resolver is None:
                 pipe.hget(self.keys.tiers(), tenant)
             pipe.hgetall(self.keys.overrides(tenant))
-            replies = pipe.execute()
+            pipe.exists(self.keys.paused(tenant))
+            *replies, paused = pipe.execute()
         if self._resolver is not None:
             found: object = self._resolver(tenant)
         else:
             found = replies[0].decode() if isinstance(replies[0], bytes) else replies[0]
         tier = found if isinstance(found, str) and found in self.config.concurrency else self.config.default
-        profile = self._profile(tier, self._overrides(tenant, replies[-1]))
+        profile = self._profile(tier, self._overrides(tenant, replies[-1]), bool(paused))
         if len(self._cache) > 100_000:  # bounded: drop everything rather than track recency
             self._cache.clear()
         self._cache[tenant] = (now + self.cache_ttl, profile)
         return profile
 
-    def _profile(self, tier: str, own: TenantOverrides) -> TenantProfile:
+    def _profile(self, tier: str, own: TenantOverrides, paused: bool) -> TenantProfile:
         config = self.config
         return TenantProfile(
             tier=tier,
@@ -122,6 +124,7 @@ class TierBook:
             burst=own.burst or config.burst.get(tier, 1),
             max_backlog=own.max_backlog or config.max_backlog.get(tier),
             overrides=own,
+            paused=paused,
         )
 
     @staticmethod

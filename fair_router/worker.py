@@ -167,11 +167,15 @@ class WeightedFetchMixin(BaseWorker):
             super().execute_job(job, queue)  # no tenant, or a system job: tenant controls do not apply
             return
         tenant = str(tenant)
+        scopes = self.gate.checks(tenant, job)
+        if scopes is None:
+            super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
+            return
         # Busy from here: the job has left its queue, so a SIGTERM while we take the slot or snooze must
         # wait for us (warm shutdown) rather than raise StopRequested midway and strand the job.
         with self.connection.pipeline(transaction=False) as pipe:  # state and every check: one round trip
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-            admission, lease = self.gate.acquire(tenant, job, reserve=not isinstance(queue, FairQueue),
+            admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not isinstance(queue, FairQueue),
                                                  pipeline=pipe)
         if lease is not None:
             with self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, tenant)):

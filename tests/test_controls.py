@@ -88,6 +88,11 @@ def a_job(conn: Redis, tenant: str = "acme", **meta: Any) -> Job:
     return Job.create(limit_jobs.mark, args=("x",), connection=conn, meta={"fair_tenant": tenant, **meta})
 
 
+def admit(checks: TenantGate, tenant: str, job: Job, reserve: bool) -> Any:
+    """One admission as the worker asks it: (Admission, lease)."""
+    return checks.acquire(tenant, job, checks.checks(tenant, job) or [], reserve)
+
+
 class Clock:
     def __init__(self, now: float = 1_000_000.0) -> None:
         self.now = now
@@ -148,15 +153,15 @@ def test_gcra_admits_rate_plus_burst_and_keeps_one_timestamp(conn: Redis) -> Non
     clock = Clock()
     checks = gate(conn, clock, TiersConfig(rate={"free": "4/s"}, burst={"free": 3}))
     job = a_job(conn)
-    verdicts = [checks.acquire("acme", job, reserve=False)[0] for _ in range(4)]
+    verdicts = [admit(checks, "acme", job, False)[0] for _ in range(4)]
     assert [v.status for v in verdicts] == [Verdict.GRANTED] * 3 + [Verdict.RATE]
     assert verdicts[3].at_ms == round(clock.now * 1000) + 250  # the next token, a quarter second on
     clock.now += 0.249
-    assert checks.acquire("acme", job, reserve=False)[0].status == Verdict.RATE
+    assert admit(checks, "acme", job, False)[0].status == Verdict.RATE
     clock.now += 0.001
-    assert checks.acquire("acme", job, reserve=False)[0].status == Verdict.GRANTED
+    assert admit(checks, "acme", job, False)[0].status == Verdict.GRANTED
     # Another tenant has its own state; memory per (scope, tenant) is one string that expires.
-    assert checks.acquire("other", job, reserve=False)[0].status == Verdict.GRANTED
+    assert admit(checks, "other", job, False)[0].status == Verdict.GRANTED
     state = KEYS.rate("acme")
     assert conn.type(state) == b"string" and 0 < conn.pttl(state) <= 1000
     assert sorted(conn.keys(f"{PREFIX}:*rate*")) == sorted([state.encode(), KEYS.rate("other").encode()])
@@ -166,45 +171,45 @@ def test_a_reserved_start_is_paid_once_and_never_early(conn: Redis) -> None:
     clock = Clock()
     checks = gate(conn, clock, TiersConfig(rate={"free": "2/s"}))
     first, second, third = a_job(conn), a_job(conn), a_job(conn)
-    assert checks.acquire("acme", first, reserve=True)[0].status == Verdict.GRANTED
-    reserved = checks.acquire("acme", second, reserve=True)[0]
+    assert admit(checks, "acme", first, True)[0].status == Verdict.GRANTED
+    reserved = admit(checks, "acme", second, True)[0]
     assert reserved.status == Verdict.RESERVED and reserved.at_ms == round(clock.now * 1000) + 500
     # The third queues up behind the reservation: its own token is one interval later.
-    assert checks.acquire("acme", third, reserve=True)[0].at_ms == reserved.at_ms + 500
+    assert admit(checks, "acme", third, True)[0].at_ms == reserved.at_ms + 500
     clock.now += 0.3  # back early: told the same time again, nothing taken
-    again = checks.acquire("acme", second, reserve=True)[0]
+    again = admit(checks, "acme", second, True)[0]
     assert again.status == Verdict.RATE and again.at_ms == reserved.at_ms
     clock.now += 0.2  # its time: admitted without a new token, and the reservation is gone
-    assert checks.acquire("acme", second, reserve=True)[0].status == Verdict.GRANTED
+    assert admit(checks, "acme", second, True)[0].status == Verdict.GRANTED
     assert not conn.exists(KEYS.rate_paid("acme", second.id))
-    assert checks.acquire("acme", a_job(conn), reserve=False)[0].status == Verdict.RATE  # third's turn next
+    assert admit(checks, "acme", a_job(conn), False)[0].status == Verdict.RATE  # third's turn next
 
 
 def test_job_function_rate_is_per_tenant_and_adds_to_the_tenant_rate(conn: Redis) -> None:
     clock = Clock()
     checks = gate(conn, clock, TiersConfig(rate={"free": "10/s"}), jobs={"app.sync": {"rate": "1/s"}})
     meta_rate = {"fair_rate": {"job_key": "app.sync", "rate": "1/s", "burst": 1}}
-    assert checks.acquire("acme", a_job(conn, **meta_rate), reserve=False)[0].status == Verdict.GRANTED
-    assert checks.acquire("acme", a_job(conn, **meta_rate), reserve=False)[0].status == Verdict.RATE
-    assert checks.acquire("bob", a_job(conn, **meta_rate), reserve=False)[0].status == Verdict.GRANTED
+    assert admit(checks, "acme", a_job(conn, **meta_rate), False)[0].status == Verdict.GRANTED
+    assert admit(checks, "acme", a_job(conn, **meta_rate), False)[0].status == Verdict.RATE
+    assert admit(checks, "bob", a_job(conn, **meta_rate), False)[0].status == Verdict.GRANTED
     # acme's other jobs only meet its tenant rate (10/s): 100 ms on they pass, the job's 1/s does not.
     clock.now += 0.1
-    assert checks.acquire("acme", a_job(conn), reserve=False)[0].status == Verdict.GRANTED
-    assert checks.acquire("acme", a_job(conn, **meta_rate), reserve=False)[0].status == Verdict.RATE
+    assert admit(checks, "acme", a_job(conn), False)[0].status == Verdict.GRANTED
+    assert admit(checks, "acme", a_job(conn, **meta_rate), False)[0].status == Verdict.RATE
 
 
 def test_pause_refuses_every_start_and_the_slot_check_comes_first(conn: Redis) -> None:
     checks = gate(conn, slots=True)
     router = FairRouter(conn, prefix=PREFIX)
     running = a_job(conn)
-    _, lease = checks.acquire("acme", running, reserve=False)
+    _, lease = admit(checks, "acme", running, False)
     assert lease is not None
     router.pause("acme")
     assert router.paused("acme")
-    assert checks.acquire("acme", a_job(conn), reserve=False)[0].status == Verdict.PAUSED
-    assert checks.acquire("acme", running, reserve=False)[0].status == Verdict.HELD  # a refresh is not refused
+    assert admit(checks, "acme", a_job(conn), False)[0].status == Verdict.PAUSED
+    assert admit(checks, "acme", running, False)[0].status == Verdict.HELD  # a refresh is not refused
     router.resume("acme")
-    assert checks.acquire("acme", a_job(conn), reserve=False)[0].status == Verdict.AT_LIMIT  # free: 1 at once
+    assert admit(checks, "acme", a_job(conn), False)[0].status == Verdict.AT_LIMIT  # free: 1 at once
 
 
 # -- overrides -----------------------------------------------------------------------------------------
@@ -440,3 +445,16 @@ def test_a_routed_batch_that_loses_the_race_to_the_cap_is_taken_back_from_every_
     settings = Settings(prefix=PREFIX)
     assert FairQueue("ctl", connection=conn, settings=settings).count == 2
     assert FairQueue("ctl_slow", connection=conn, settings=settings).count == 0
+
+
+def test_with_limits_off_only_a_tenant_with_a_rate_or_a_pause_is_checked(conn: Redis) -> None:
+    """No controls in use: a job start costs no check at all; a pause is seen within the tier cache's life
+    (here a fresh cache), a rate always."""
+    plain, rated = gate(conn), gate(conn, tiers=TiersConfig(rate={"pro": "1/s"}))
+    FairRouter(conn, prefix=PREFIX).set_tier("big", "pro")
+    assert plain.checks("acme", a_job(conn)) is None
+    assert rated.checks("acme", a_job(conn)) is None and rated.checks("big", a_job(conn)) == [
+        ("controls_test:{lease:big}:rate:tenant", 1000, 0)]
+    FairRouter(conn, prefix=PREFIX).pause("acme")
+    assert plain.checks("acme", a_job(conn)) is None  # cached for up to 5 s
+    assert gate(conn).checks("acme", a_job(conn)) == []  # a fresh lookup sees it: the script decides
