@@ -6,8 +6,11 @@ limit are held. So the limit holds across every worker process and machine shari
 the ADR's in-memory limiter could not do. A slot is a *lease*: it is refreshed while the job runs and
 expires ``lease_ttl`` after the last refresh, so a SIGKILLed worker's slot comes back by itself.
 
-A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a
-uniform jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
+The same script call also checks the tenant's pause flag and its rate limits (``fair_router.controls``), so
+those cost no round trip of their own.
+
+A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a uniform
+jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
 
 Counters per tier (acquired, snoozed, released, reclaimed) are plain increments; they ride along in
 the release and snooze pipelines rather than costing a round trip of their own.

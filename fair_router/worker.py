@@ -14,6 +14,10 @@ Queues named in ``fair_queues`` (or built by ``--queue-class fair_router.FairQue
 which serves fair and plain queues alike, and a tenant at its concurrency limit is parked in its fair
 queue (skipped by pops until one of its slots frees) instead of having its job snoozed.
 
+Before a tenant's job runs, both check its tenant controls (:mod:`fair_router.controls`: pause, rate limits
+and, with ``concurrency.enabled``, a slot) in one script call riding with the "busy" state write; a job that
+may not start yet waits (parked in its FairQueue, or deferred on a plain queue), never failed.
+
 Both workers also leave out rq's repeated heartbeats and state writes between jobs
 (:mod:`fair_router.bookkeeping`), and take part in bounded crash recovery (:mod:`fair_router.recovery`):
 they heartbeat running jobs every ``recovery.abandon_after / 3``, wake from an idle fetch at least every
