@@ -171,12 +171,15 @@ class WeightedFetchMixin(BaseWorker):
             super().execute_job(job, queue)  # no tenant, or a system job: tenant controls do not apply
             return
         tenant = str(tenant)
+        # Busy from here: the job has left its queue, so a SIGTERM while we look the tenant up, take the slot
+        # or snooze must wait for us (warm shutdown) rather than raise StopRequested midway and strand the
+        # job. rq internals: rq's signal handler reads the in-memory state; the write goes with the checks
+        # below, or else with rq's own in prepare_execution.
+        self._state = WorkerStatus.BUSY
         scopes = self.gate.checks(tenant, job)
         if scopes is None:
             super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
             return
-        # Busy from here: the job has left its queue, so a SIGTERM while we take the slot or snooze must
-        # wait for us (warm shutdown) rather than raise StopRequested midway and strand the job.
         with self.connection.pipeline(transaction=False) as pipe:  # state and every check: one round trip
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not isinstance(queue, FairQueue),
