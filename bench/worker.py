@@ -2,8 +2,10 @@
 
 Each round enqueues the same backlog three times (``--jobs`` no-op jobs of 50 tenants spread evenly
 over 3 queues, weights 6/3/1 for the weighted sides) and times ``work(burst=True)`` of each worker
-until its copy is drained: plain SimpleWorker, WeightedSimpleWorker, and WeightedSimpleWorker with
-concurrency limits enabled (every tenant under its limit, so each job takes and releases a lease).
+until its copy is drained: plain SimpleWorker, WeightedSimpleWorker, WeightedSimpleWorker with
+concurrency limits enabled (every tenant under its limit, so each job takes and releases a lease), and
+the same with a rate limit on every tenant's tier as well (high enough never to defer a job, so each start
+runs the GCRA check: the cost of the rate check per job start).
 Rounds rotate which side goes first, so machine noise and warm caches hit all alike. Reported: median
 jobs/s of each side and the ratios (goals: weighted >= 0.95x plain, i.e. re-sampling the queue order
 before every fetch costs at most 5%; limited >= 0.90x weighted), and Redis commands per job, which CPU
@@ -37,7 +39,7 @@ from rq.registry import FailedJobRegistry
 from fair_router import WeightedSimpleWorker
 from fair_router.redis_server import RedisServer
 from fair_router.sampling import weighted_order
-from fair_router.settings import ConcurrencyConfig, Settings
+from fair_router.settings import ConcurrencyConfig, Settings, TiersConfig
 
 # rq stores a job's function by dotted path and refuses functions defined in __main__.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,7 +51,10 @@ WEIGHTS = (6.0, 3.0, 1.0)
 TENANTS = 50
 SIDES: dict[str, type[SimpleWorker]] = {
     "plain": SimpleWorker, "weighted": WeightedSimpleWorker, "limited": WeightedSimpleWorker,
+    "rated": WeightedSimpleWorker,
 }
+NEVER_BINDING = TiersConfig(rate={"free": "1000/s"}, burst={"free": 1000})
+"""A rate on the tier every bench tenant is on that no drain here can reach: checked, never deferring."""
 
 
 def commands_so_far(conn: Redis) -> int:
@@ -69,9 +74,10 @@ def drain(conn: Redis, run: str, label: str, side: str, jobs: int) -> tuple[floa
         )
     options: dict[str, Any] = {}
     if side != "plain":
-        limits = ConcurrencyConfig(enabled=side == "limited")
+        limits = ConcurrencyConfig(enabled=side in ("limited", "rated"))
+        tiers = NEVER_BINDING if side == "rated" else TiersConfig()
         options = {"weights": dict(zip(names, WEIGHTS, strict=True)),
-                   "settings": Settings(prefix=run, concurrency=limits)}
+                   "settings": Settings(prefix=run, concurrency=limits, tiers=tiers)}
     worker = SIDES[side](names, connection=conn, name=f"{run}-{label}-{side}", **options)
     gc.collect()
     commands = commands_so_far(conn)
@@ -127,6 +133,7 @@ def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
     medians = {side: statistics.median(got) for side, got in rates.items()}
     ratio = medians["weighted"] / medians["plain"]
     limits_ratio = medians["limited"] / medians["weighted"]
+    rate_ratio = medians["rated"] / medians["limited"]
     return {
         "jobs": jobs,
         "rounds": rounds,
@@ -141,23 +148,25 @@ def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
         "goal": GOAL,
         "limits_ratio": limits_ratio,
         "limits_goal": LIMITS_GOAL,
+        "rate_ratio": rate_ratio,
         "ok": ratio >= GOAL and limits_ratio >= LIMITS_GOAL,
     }
 
 
 def print_report(report: dict[str, Any]) -> None:
     rows = [("round", "first", *(f"{side} jobs/s" for side in SIDES), *(f"{side} cmds/job" for side in SIDES),
-             "weighted/plain", "limited/weighted")]
+             "weighted/plain", "limited/weighted", "rated/limited")]
     rates, costs = report["jobs_per_s"], report["redis_commands_per_job"]
     for rnd, first in enumerate(report["first_each_round"]):
         rows.append((str(rnd + 1), first, *(f"{rates[side][rnd]:,.0f}" for side in SIDES),
                      *(f"{costs[side][rnd]:.1f}" for side in SIDES),
                      f"{rates['weighted'][rnd] / rates['plain'][rnd]:.3f}x",
-                     f"{rates['limited'][rnd] / rates['weighted'][rnd]:.3f}x"))
+                     f"{rates['limited'][rnd] / rates['weighted'][rnd]:.3f}x",
+                     f"{rates['rated'][rnd] / rates['limited'][rnd]:.3f}x"))
     medians, median_costs = report["median_jobs_per_s"], report["median_redis_commands_per_job"]
     rows.append(("median", "", *(f"{medians[side]:,.0f}" for side in SIDES),
                  *(f"{median_costs[side]:.1f}" for side in SIDES),
-                 f"{report['ratio']:.3f}x", f"{report['limits_ratio']:.3f}x"))
+                 f"{report['ratio']:.3f}x", f"{report['limits_ratio']:.3f}x", f"{report['rate_ratio']:.3f}x"))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     line = "-" * (sum(widths) + 2 * (len(widths) - 1))
     for k, row in enumerate(rows):
@@ -171,6 +180,9 @@ def print_report(report: dict[str, Any]) -> None:
     verdict = "OK" if report["limits_ratio"] >= LIMITS_GOAL else "BELOW GOAL"
     print(f"limits on / off median throughput: {report['limits_ratio']:.3f}x (goal >= {LIMITS_GOAL:.2f}x): "
           f"{verdict}")
+    extra = median_costs["rated"] - median_costs["limited"]
+    print(f"rate check on / off (limits on): {report['rate_ratio']:.3f}x throughput, {extra:+.1f} Redis commands "
+          "per job (inside the acquire script, which rides in the worker's existing round trip)")
     print("cmds/job counts every client's commands: exact on the private server, approximate on a shared one.")
     job_us = 1e6 / medians["plain"]
     print(f"re-sampling the order costs {report['sampling_us_per_fetch']:.1f} us per fetch, "

@@ -10,8 +10,10 @@ Public API (documented in the README):
 - :class:`FairQueue` — an rq Queue that serves tenants by weighted fair share.
 - :class:`WeightedWorker`, :class:`WeightedSimpleWorker` — rq workers with weighted fetch order
   and fewer Redis round trips between jobs.
+- :class:`TenantBacklogFull` — an enqueue would pass a tenant's backlog cap in a FairQueue.
 """
 
+from fair_router.backlog import TenantBacklogFull
 from fair_router.decorator import FairJob, fair_job
 from fair_router.fairqueue import FairQueue
 from fair_router.router import FairRouter
@@ -26,6 +28,7 @@ __all__ = [
     "Rule",
     "Settings",
     "SettingsError",
+    "TenantBacklogFull",
     "WeightedSimpleWorker",
     "WeightedWorker",
     "fair_job",

@@ -21,9 +21,10 @@ from rq.group import Group
 from rq.job import Job
 from rq.queue import EnqueueArgs
 
+from fair_router.rates import Rate
 from fair_router.router import FairRouter, Route
 from fair_router.rules import Rule
-from fair_router.settings import Settings, load_settings
+from fair_router.settings import JobConfig, Settings, load_settings
 from fair_router.tenancy import TenantFunc, TenantResolver
 
 P = ParamSpec("P")
@@ -46,6 +47,8 @@ class FairJob(Generic[P, R]):
         options: dict[str, Any],
         tier_routing: bool = False,
         fair: bool = False,
+        rate: str | Rate | None = None,
+        burst: int | None = None,
     ) -> None:
         functools.update_wrapper(self, func)
         self.func = func
@@ -53,6 +56,8 @@ class FairJob(Generic[P, R]):
         self.options = options
         self._queue = queue
         self._rules = None if rules is None else tuple(r if isinstance(r, Rule) else Rule(**r) for r in rules)
+        own = JobConfig(rate=rate, burst=burst)  # validated now: a bad rate fails at import, naming it
+        self._rate, self._burst = own.rate, own.burst
         self._connection = connection
         self._router = router
         self._settings = settings
@@ -85,12 +90,16 @@ class FairJob(Generic[P, R]):
     def route(self) -> Route:
         """Job key, base queue and rules: the decorator's, else the settings' for this job key."""
         if self._route is None:
-            configured = self.settings.job(self.job_key) if self._rules is None or self._queue is None else None
+            needed = self._rules is None or self._queue is None or self._rate is None
+            configured = self.settings.job(self.job_key) if needed else None
             queue = self._queue or (configured.queue if configured else None) or "default"
             rules = self._rules if self._rules is not None else tuple(configured.rules if configured else ())
             if not self.tier_routing:  # with tier routing, `{queue}` follows each call's tier queue instead
                 rules = tuple(rule.for_base(queue) for rule in rules)
-            self._route = Route(self.job_key, queue, rules)
+            rate, burst = self._rate, self._burst
+            if rate is None and configured is not None:
+                rate, burst = configured.rate, configured.burst
+            self._route = Route(self.job_key, queue, rules, rate, burst or 1)
         return self._route
 
     # -- enqueueing -------------------------------------------------------------------------------
@@ -187,6 +196,8 @@ def fair_job(
     job_key: str | None = None,
     tier_routing: bool = False,
     fair: bool = False,
+    rate: str | Rate | None = None,
+    burst: int | None = None,
     **rq_options: Any,
 ) -> Callable[[Callable[P, R]], FairJob[P, R]]:
     """Decorate a job function for tenant-routed enqueueing.
@@ -197,12 +208,15 @@ def fair_job(
     ``connection`` / ``router``: where to enqueue (else ``settings.redis_url``).
     ``tier_routing``: base queue becomes ``<queue>_priority`` / ``_default`` / ``_scheduled`` by tier.
     ``fair``: enqueue into a FairQueue (per-tenant FIFOs, weighted fair share at dequeue).
+    ``rate`` / ``burst``: job starts per tenant of this function ("10/s", "N/m", "N/h"; else settings
+    ``jobs.<job key>.rate`` / ``.burst``), checked by weighted workers when they take a job.
     ``rq_options``: defaults for rq (``job_timeout``, ``retry``, ``result_ttl``, ...).
     """
 
     def decorate(func: Callable[P, R]) -> FairJob[P, R]:
         return FairJob(
-            func, queue, rules, tenant, connection, router, settings, job_key, rq_options, tier_routing, fair
+            func, queue, rules, tenant, connection, router, settings, job_key, rq_options, tier_routing, fair,
+            rate, burst,
         )
 
     return decorate

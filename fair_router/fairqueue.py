@@ -91,8 +91,9 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
+from fair_router.backlog import BacklogCaps, Capped, TenantBacklogFull, withdraw
 from fair_router.keys import FairQueueKeys, Keys, encode
-from fair_router.router import META_TENANT
+from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.scripts import (
     FairParkScript,
     FairPopScript,
@@ -164,6 +165,8 @@ class FairQueue(Queue):
         # Popped through this object -> FIFO seq of a fair choice (None: a plain entry); acknowledged with
         # the next pop.
         self._handed_out: dict[str, int | None] = {}
+        self.caps = BacklogCaps(name)  # backlog caps of the pushes in flight (fair_router.backlog)
+        self._capping = False  # set while a new enqueue (not a retry, requeue or dependent) is under way
 
     # -- configuration, bound lazily ----------------------------------------------------------------
 
@@ -202,20 +205,27 @@ class FairQueue(Queue):
         return self._scripts[name]
 
     def weight(self, tenant: str | None) -> float:
-        """Fair-share weight of ``tenant``: its tier's ``tiers.weights`` entry (default 1)."""
+        """Fair-share weight of ``tenant``: its override, else its tier's ``tiers.weights`` entry (default 1)."""
         if tenant is None:
             return 1.0
-        book = self.tier_book
-        return book.config.weight(book.tier(tenant))
+        return self.tier_book.profile(tenant).weight
+
+    def capped(self, tenant: object) -> Capped | None:
+        """``tenant``'s backlog cap here (its ``max_backlog`` override, else its tier's), when one applies to
+        the enqueue under way."""
+        if not self._capping or tenant is None:
+            return None
+        cap = self.tier_book.profile(str(tenant)).max_backlog
+        return None if cap is None else Capped(str(tenant), cap)
 
     @staticmethod
     def tenant_key(tenant: str | None) -> str:
         """The tenant as the fair structure names it: encoded (no ':' or braces), or the no-tenant id."""
         return NO_TENANT if tenant is None else encode(tenant)
 
-    def _entry(self, job_id: str, tenant: object, at_front: bool, **flags: bool) -> PushEntry:
+    def _entry(self, job_id: str, tenant: object, at_front: bool, cap: int = 0, **flags: bool) -> PushEntry:
         name = None if tenant is None else str(tenant)
-        return PushEntry(job_id, self.tenant_key(name), self.weight(name), at_front, **flags)
+        return PushEntry(job_id, self.tenant_key(name), self.weight(name), at_front, cap=cap, **flags)
 
     # -- pushing -------------------------------------------------------------------------------------
 
@@ -224,8 +234,13 @@ class FairQueue(Queue):
         return super().enqueue(f, *args, **_with_tenant(kwargs, fair_tenant))
 
     def enqueue_call(self, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
-        """rq's ``enqueue_call`` with ``fair_tenant=``."""
-        return super().enqueue_call(*args, **_with_tenant(kwargs, fair_tenant))
+        """rq's ``enqueue_call`` with ``fair_tenant=``. Raises TenantBacklogFull (nothing enqueued) when the
+        job would take its tenant's waiting jobs here past its backlog cap."""
+        capping, self._capping = self._capping, True
+        try:
+            return super().enqueue_call(*args, **_with_tenant(kwargs, fair_tenant))
+        finally:
+            self._capping = capping
 
     def enqueue_at(self, datetime: Any, f: Any, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
         """rq's ``enqueue_at`` with ``fair_tenant=``. rq's scheduler later pushes the job with a plain
@@ -243,11 +258,18 @@ class FairQueue(Queue):
         passes here with the Job: note it, so that :meth:`push_job_id` needs no round trip to read the
         tenant back. rq's ``unique=True`` path pushes the id with its own script instead: the job then
         joins its tenant's FIFO in a second call."""
+        capped = self.capped(_tenant_of(job)) if self.is_async else None
+        in_batch = pipeline is not None and id(pipeline) in self._batches  # enqueue_many checked the batch
+        if capped is not None and not in_batch and (pipeline is not None or unique):  # not ours to run: check first
+            self.caps.precheck(self.connection, self.fair_keys.backlog, {self.tenant_key(capped.tenant): (capped, 1)})
+        own = self.connection.pipeline() if capped is not None and pipeline is None and not unique else None
         self._enqueuing = job
         try:
-            job = super()._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
+            job = super()._enqueue_job(job, pipeline=own or pipeline, at_front=at_front, unique=unique)
         finally:
             self._enqueuing = None
+        if own is not None:
+            self.execute_checked(own, [job])
         if unique and self.is_async:
             self._script(FairPushScript)(self.fair_keys, [self._entry(job.id, _tenant_of(job), bool(at_front),
                                                                      listed=True)])
@@ -266,12 +288,28 @@ class FairQueue(Queue):
                                                          serializer=self.serializer))
             except NoSuchJobError:
                 tenant = None
-        entry = self._entry(job_id, tenant, bool(at_front))  # rq's enqueue_many may pass at_front=None
+        capped = self.capped(tenant) if job is not None and job.id == job_id else None
+        # rq's enqueue_many may pass at_front=None
+        entry = self._entry(job_id, tenant, bool(at_front), capped.cap if capped else 0)
         batch = None if pipeline is None else self._batches.get(id(pipeline))
         if batch is not None:
             batch.append(entry)  # enqueue_many pushes the whole batch at the end of its pipeline
-        else:
-            self._script(FairPushScript)(self.fair_keys, [entry], client=pipeline)
+            return
+        added = self._script(FairPushScript)(self.fair_keys, [entry], client=pipeline)
+        if pipeline is not None:
+            self.caps.record(pipeline, [capped])
+        elif capped is not None and added < 0:
+            raise TenantBacklogFull(capped.tenant, self.name, capped.cap)
+
+    def execute_checked(self, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
+        """Execute ``pipe`` (our own, holding the enqueue of ``jobs``); if a push hit a backlog cap, delete the
+        saved jobs and raise TenantBacklogFull, so nothing of the enqueue stays behind."""
+        results: list[Any] = pipe.execute()
+        refused = self.caps.refusal(pipe, results)
+        if refused is not None:
+            withdraw(self.connection, [(self, job) for job in jobs])
+            raise refused
+        return results
 
     def enqueue_many(
         self, job_datas: Iterable[Any], pipeline: Pipeline | None = None, group_id: str | None = None
@@ -280,21 +318,35 @@ class FairQueue(Queue):
         ``PUSH_BATCH`` jobs at the end of rq's pipeline, still in the MULTI that saves them, instead of
         one call each (packing 13 keys per call is most of a fair push's client cost)."""
         datas = list(job_datas)
-        if any(data.depends_on for data in datas):  # rq runs those in several pipeline steps: push one by one
-            return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
-        pipe = pipeline if pipeline is not None else self.connection.pipeline()
-        batch: list[PushEntry] = []
-        self._batches[id(pipe)] = batch
+        capping, self._capping = self._capping, True
         try:
-            jobs = super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
+            if any(data.depends_on for data in datas):  # rq runs those in several pipeline steps: push one by one
+                return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
+            # Backlog caps: the capped jobs of the batch, and (a caller's pipeline) a check before anything is queued.
+            caps = [self.capped(_tenant_of_meta(data.meta)) for data in datas if not data.depends_on]
+            if pipeline is not None:
+                wanted: dict[str, tuple[Capped, int]] = {}
+                for capped in filter(None, caps):
+                    name = self.tenant_key(capped.tenant)
+                    wanted[name] = (capped, wanted.get(name, (capped, 0))[1] + 1)
+                self.caps.precheck(self.connection, self.fair_keys.backlog, wanted)
+            pipe = pipeline if pipeline is not None else self.connection.pipeline()
+            batch: list[PushEntry] = []
+            self._batches[id(pipe)] = batch
+            try:
+                jobs = super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
+            finally:
+                # Also when rq raised midway: the jobs it saved into a caller's pipeline get their pushes, as
+                # with rq's own push per job. A batch with a capped job is pushed by one call: all or nothing.
+                del self._batches[id(pipe)]
+                size = max(1, len(batch)) if any(caps) else PUSH_BATCH
+                for start in range(0, len(batch), size):
+                    self._script(FairPushScript)(self.fair_keys, batch[start:start + size], client=pipe)
+                    self.caps.record(pipe, caps[start:start + size])
         finally:
-            # Also when rq raised midway: the jobs it saved into a caller's pipeline get their pushes, as
-            # with rq's own push per job.
-            del self._batches[id(pipe)]
-            for start in range(0, len(batch), PUSH_BATCH):
-                self._script(FairPushScript)(self.fair_keys, batch[start:start + PUSH_BATCH], client=pipe)
+            self._capping = capping
         if pipeline is None:
-            pipe.execute()
+            self.execute_checked(pipe, jobs)
         return jobs
 
     # -- popping -------------------------------------------------------------------------------------
@@ -497,8 +549,16 @@ def _with_tenant(kwargs: dict[str, Any], tenant: object) -> dict[str, Any]:
 
 
 def _tenant_of(job: Job) -> object:
-    tenant = (job.meta or {}).get(META_TENANT)
-    return None if tenant is None or tenant == "" else tenant
+    return _tenant_of_meta(job.meta)
+
+
+def _tenant_of_meta(meta: dict[str, Any] | None) -> object:
+    """The tenant whose FIFO a job joins. A system job joins none (it is served as a job without tenant):
+    tenant controls never hold it, so it must not wait behind its tenant's park."""
+    tenant = (meta or {}).get(META_TENANT)
+    if tenant is None or tenant == "" or (meta or {}).get(META_SYSTEM):
+        return None
+    return tenant
 
 
 def _pop(queue: Queue, connection: Redis, given: str) -> PopResult:

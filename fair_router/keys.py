@@ -85,6 +85,28 @@ class Keys:
         each acquire/release touches one slot."""
         return f"{self.prefix}:{{lease:{encode(tenant)}}}"
 
+    def overrides(self, tenant: str) -> str:
+        """Hash of one tenant's overrides of its tier's values (``limit``, ``weight``, ``rate``, ``burst``,
+        ``max_backlog``), written by ``FairRouter.set_tenant``; one field per value, so concurrent writers
+        of different values never overwrite each other."""
+        return f"{self.prefix}:{{tiers}}:tenant:{encode(tenant)}"
+
+    def paused(self, tenant: str) -> str:
+        """Exists while ``tenant`` is paused. Same tag as its leases, so the acquire script reads it."""
+        return f"{self.prefix}:{{lease:{encode(tenant)}}}:paused"
+
+    def rate(self, tenant: str, job_key: str | None = None) -> str:
+        """GCRA state of one rate scope of ``tenant``: one timestamp (ms), its theoretical arrival time. The
+        tenant's own rate (tier or override) when ``job_key`` is None, else that job function's rate. Same
+        tag as the tenant's leases, so one acquire call checks every scope and takes the slot."""
+        scope = "tenant" if job_key is None else f"job:{encode(job_key)}"
+        return f"{self.prefix}:{{lease:{encode(tenant)}}}:rate:{scope}"
+
+    def rate_paid(self, tenant: str, job_id: str) -> str:
+        """The start time (ms) reserved for one job deferred by a rate limit on a plain queue: its token is
+        already taken, so it starts without paying again once that time has come. Expires on its own."""
+        return f"{self.prefix}:{{lease:{encode(tenant)}}}:paid:{encode(job_id)}"
+
     def limit_stats(self) -> str:
         """Hash of per-tier counters: ``<tier>:acquired|snoozed|released|reclaimed``."""
         return f"{self.prefix}:{{stats}}:limits"

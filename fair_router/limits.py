@@ -6,8 +6,11 @@ limit are held. So the limit holds across every worker process and machine shari
 the ADR's in-memory limiter could not do. A slot is a *lease*: it is refreshed while the job runs and
 expires ``lease_ttl`` after the last refresh, so a SIGKILLed worker's slot comes back by itself.
 
-A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a
-uniform jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
+The same script call also checks the tenant's pause flag and its rate limits (``fair_router.controls``), so
+those cost no round trip of their own.
+
+A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a uniform
+jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
 
 Counters per tier (acquired, snoozed, released, reclaimed) are plain increments; they ride along in
 the release and snooze pipelines rather than costing a round trip of their own.
@@ -20,7 +23,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -31,7 +34,7 @@ from rq import Queue
 from rq.job import Job
 
 from fair_router.keys import Keys
-from fair_router.scripts import AcquireScript, Clock, now_arg
+from fair_router.scripts import AcquireScript, Admission, Clock, RateScope, Verdict, now_arg
 from fair_router.settings import ConcurrencyConfig
 from fair_router.tiers import TierBook
 
@@ -77,16 +80,34 @@ class ConcurrencyLimiter:
         return max(1, round(self.config.lease_ttl * 1000))
 
     def acquire(self, tenant: str, job_id: str, pipeline: Pipeline | None = None) -> Lease | None:
-        """Take a slot for ``job_id`` (idempotent); None when the tenant is at its tier's limit. With
+        """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). With
         ``pipeline``, the call rides in the same round trip as the commands queued there."""
-        tier = self.tiers.tier(tenant)
-        status, reclaimed = self._acquire(
-            self.keys.leases(tenant), job_id, self.tiers.limit(tier), self.lease_ms, now_arg(self.clock), pipeline
+        return self.admit(tenant, job_id, pipeline)[1]
+
+    def admit(
+        self,
+        tenant: str,
+        job_id: str,
+        pipeline: Pipeline | None = None,
+        *,
+        rates: Sequence[RateScope] = (),
+        reserve: bool = False,
+        slot: bool = True,
+    ) -> tuple[Admission, Lease | None]:
+        """One acquire.lua call for a job start: the tenant's pause, the GCRA ``rates`` (``reserve``: on a
+        rate refusal, take the job's token and reserve its start) and, with ``slot``, a concurrency slot
+        under the tenant's limit (its override, else its tier's). The lease is None unless a slot is held."""
+        profile = self.tiers.profile(tenant)
+        keys = self.keys
+        admission = self._acquire(
+            keys.leases(tenant), keys.paused(tenant), keys.rate_paid(tenant, job_id), job_id,
+            profile.limit if slot else 0, self.lease_ms, now_arg(self.clock), pipeline, rates, reserve,
         )
         with self._lock:
-            self._pending[f"{tier}:reclaimed"] += reclaimed
-            self._pending[f"{tier}:acquired"] += status == 1
-        return Lease(tenant, tier, job_id) if status else None
+            self._pending[f"{profile.tier}:reclaimed"] += admission.reclaimed
+            self._pending[f"{profile.tier}:acquired"] += slot and admission.status == Verdict.GRANTED
+        held = slot and admission.admitted
+        return admission, Lease(tenant, profile.tier, job_id) if held else None
 
     def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None) -> None:
         """Give the slot back (idempotent); pending counters, and whatever ``also`` queues on the
@@ -113,14 +134,19 @@ class ConcurrencyLimiter:
         """Reschedule ``job`` to its own queue after snooze + U(0, jitter); not a failure."""
         delay = self.config.snooze + self._rng.uniform(0, self.config.jitter)
         when = datetime.now(timezone.utc) + timedelta(seconds=delay)
+        with self._lock:
+            self._pending[f"{lease_tier}:snoozed"] += 1
+        self.defer(job, queue, when)
+        return when
+
+    def defer(self, job: Job, queue: Queue, when: datetime) -> None:
+        """Put ``job`` in its queue's ScheduledJobRegistry for ``when`` (rq's scheduler moves it back); pending
+        counters go in the same round trip."""
         with job.connection.pipeline() as pipe:
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)  # rq parks single-queue fetches there
             queue.schedule_job(job, when, pipeline=pipe)
-            with self._lock:
-                self._pending[f"{lease_tier}:snoozed"] += 1
             self._flush(pipe)
             pipe.execute()
-        return when
 
     @contextmanager
     def keep_alive(self, lease: Lease, also: Callable[[Pipeline], None] | None = None) -> Iterator[None]:

@@ -23,16 +23,21 @@ from rq import Queue
 from rq.group import Group
 from rq.job import Job
 from rq.queue import EnqueueArgs, EnqueueData
+from rq.utils import as_text
 
-from fair_router.keys import Keys
+from fair_router.backlog import BacklogCaps, withdraw
+from fair_router.keys import Keys, encode
+from fair_router.pauses import TenantPauses
+from fair_router.rates import Rate
 from fair_router.rules import Rule
 from fair_router.scripts import Clock, PeekScript, RouteScript, now_arg
 from fair_router.settings import TiersConfig
-from fair_router.tiers import TierBook
+from fair_router.tiers import TenantOverrides, TenantProfile, TierBook
 
 META_TENANT = "fair_tenant"
 META_RULE = "fair_rule"
 META_SYSTEM = "fair_system"
+META_RATE = "fair_rate"
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
 
@@ -43,6 +48,8 @@ class Route:
     job_key: str
     queue: str
     rules: tuple[Rule, ...] = ()
+    rate: Rate | None = None  # starts per tenant of this job function, checked when a worker takes a job
+    burst: int = 1
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ class FairRouter:
         self.clock = clock
         self.tiers = TierBook(connection, self.keys, tiers)
         self._route = RouteScript(connection)
+        self._pauses = TenantPauses(connection, self.keys)
         self._peek = PeekScript(connection)
         self._queues: dict[str, Queue] = {}
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
@@ -113,11 +121,64 @@ class FairRouter:
         """``tenant``'s tier (``tiers.default`` when unknown)."""
         return self.tiers.tier(tenant)
 
+    # -- tenant controls -------------------------------------------------------------------------
+
+    def set_tenant(
+        self,
+        tenant: str,
+        limit: int | None = None,
+        weight: float | None = None,
+        rate: str | Rate | None = None,
+        burst: int | None = None,
+        max_backlog: int | None = None,
+        reset: bool = False,
+    ) -> TenantProfile:
+        """Override ``tenant``'s tier values: concurrency ``limit``, fair-share ``weight``, ``rate`` ("10/s")
+        with its ``burst``, and ``max_backlog`` (per fair queue). Values left None stay as they were;
+        ``reset`` drops every earlier override first. Validated (pydantic's ValidationError names the
+        value); every worker and producer uses it within its tier cache's life (5 s). Returns the profile
+        now in effect."""
+        overrides = TenantOverrides(limit=limit, weight=weight, rate=rate, burst=burst, max_backlog=max_backlog)
+        return self.tiers.set_overrides(tenant, overrides, reset=reset)
+
+    def tenant(self, tenant: str) -> TenantProfile:
+        """The values in effect for ``tenant`` (tier, limit, weight, rate, burst, max_backlog, overrides)."""
+        return self.tiers.profile(tenant)
+
+    def pause(self, tenant: str) -> None:
+        """No job of ``tenant`` starts until :meth:`resume`; its jobs wait (nothing is failed or lost).
+        System jobs are not paused."""
+        self._pauses.pause(tenant)
+
+    def resume(self, tenant: str) -> None:
+        """``tenant``'s jobs may start again (fair queues serve it at once)."""
+        self._pauses.resume(tenant)
+
+    def paused(self, tenant: str) -> bool:
+        """Whether ``tenant`` is paused."""
+        return self._pauses.paused(tenant)
+
+    def tenant_jobs(self, tenant: str) -> tuple[int, dict[str, int]]:
+        """``tenant``'s running jobs (unexpired concurrency leases; 0 when limits are off) and its waiting jobs
+        per fair queue that has any (queue name -> count)."""
+        queues = sorted(as_text(raw) for raw in self.connection.smembers(Queue.redis_queues_keys))
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.zrange(self.keys.leases(tenant), 0, -1, withscores=True)
+            for key in queues:
+                pipe.hget(self.keys.fair_queue(key).backlog, encode(tenant))
+            (seconds, micros), leases, *counts = pipe.execute()
+        now_ms = seconds * 1000 + micros // 1000
+        running = sum(1 for _, expiry in leases if expiry > now_ms)
+        prefix = len(Queue.redis_queue_namespace_prefix)
+        waiting = {key[prefix:]: int(count) for key, count in zip(queues, counts, strict=True) if count}
+        return running, waiting
+
     def tier_route(self, route: Route, tenant: str | None, system: bool = False) -> Route:
         """``route`` with its base queue moved to ``<queue>_priority`` / ``_default`` / ``_scheduled`` by
         the tenant's tier (ADR-16); rules saying ``{queue}`` follow the new base."""
         base = f"{route.queue}_{self.tiers.queue_class(tenant, system)}"
-        return Route(route.job_key, base, tuple(rule.for_base(base) for rule in route.rules))
+        return Route(route.job_key, base, tuple(rule.for_base(base) for rule in route.rules), route.rate, route.burst)
 
     # -- enqueueing ----------------------------------------------------------------------------
 
@@ -156,14 +217,14 @@ class FairRouter:
         if not call.job_id and call.unique and at is None:
             # rq requires the caller's own id with unique=True: an id made up here would slip past that
             # check, so the call goes to rq as given and rq's check decides, before anything is recorded.
-            call = call._replace(meta=self._meta(call.meta, tenant, None, system))
+            call = call._replace(meta=self._meta(call.meta, tenant, None, system, route))
             return self.queue(queue or route.queue, fair).enqueue_call(**call._asdict())
         job_id = call.job_id or str(uuid4())
         rule = self.decide(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
         if queue is not None:
             rule = None
         target = self.queue(queue or (rule.queue if rule else route.queue), fair)
-        call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, rule, system))
+        call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, rule, system, route))
         if at is not None:
             return cast(Job, target.enqueue_at(at, call.func, **_parse_args_keywords(call)))
         if call.pipeline is not None or call.depends_on:
@@ -174,7 +235,7 @@ class FairRouter:
             # rq alone would send the queue registration and the job in two round trips; in one pipeline
             # (rq's own enqueue into a caller's pipeline) they go in one.
             job = target.enqueue_call(**call._replace(pipeline=pipe)._asdict())
-            pipe.execute()
+            self._execute(pipe, [(target, job)])
         return job
 
     def enqueue_many(
@@ -197,9 +258,10 @@ class FairRouter:
         by_queue: dict[str, list[EnqueueData]] = {}
         for call, tenant, job_id in batch:
             rule = next(rules) if tenant is not None else None
-            data = _enqueue_data(call, job_id, self._meta(call.meta, tenant, rule))
+            data = _enqueue_data(call, job_id, self._meta(call.meta, tenant, rule, route=route))
             by_queue.setdefault(rule.queue if rule else route.queue, []).append(data)
         jobs: dict[str, Job] = {}
+        placed: list[tuple[Queue, Job]] = []
         with nullcontext(pipeline) if pipeline is not None else self.connection.pipeline() as pipe:
             for name, datas in by_queue.items():
                 target = self.queue(name, fair)
@@ -208,21 +270,41 @@ class FairRouter:
                 else:
                     done = target.enqueue_many(datas, pipeline=pipe)
                 jobs.update((job.id, job) for job in done)
+                placed += [(target, job) for job in done]
             if pipeline is None:
-                pipe.execute()
+                self._execute(pipe, placed, group)
         return [jobs[job_id] for _, _, job_id in batch]
 
+    def _execute(self, pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
+        """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
+        of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
+        results = pipe.execute()
+        for queue in {id(queue): queue for queue, _ in placed}.values():
+            caps = getattr(queue, "caps", None)  # a FairQueue's
+            refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
+            if refused is not None:
+                withdraw(self.connection, placed, group)
+                raise refused
+
     def _meta(
-        self, meta: dict[str, Any] | None, tenant: str | None, rule: Rule | None, system: bool = False
+        self,
+        meta: dict[str, Any] | None,
+        tenant: str | None,
+        rule: Rule | None,
+        system: bool = False,
+        route: Route | None = None,
     ) -> dict[str, Any]:
-        """The job's meta plus ``fair_tenant``, ``fair_rule`` (the rule as a dict, or None) and, for
-        system jobs, ``fair_system``."""
+        """The job's meta plus ``fair_tenant``, ``fair_rule`` (the rule as a dict, or None), for system jobs
+        ``fair_system``, and when the job function has a rate, ``fair_rate`` (job key, rate, burst: what
+        the worker checks when it takes the job)."""
         described = None
         if rule is not None:
             if rule not in self._rule_meta:
                 self._rule_meta[rule] = rule.model_dump()
             described = dict(self._rule_meta[rule])
-        extra = {META_SYSTEM: True} if system else {}
+        extra: dict[str, Any] = {META_SYSTEM: True} if system else {}
+        if route is not None and route.rate is not None:
+            extra[META_RATE] = {"job_key": route.job_key, "rate": str(route.rate), "burst": route.burst}
         return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}
 
 

@@ -95,24 +95,70 @@ class PeekScript:
         return int(result[0]), [int(x) for x in result[1:]]
 
 
+class Verdict(IntEnum):
+    """acquire.lua's status for one job start."""
+
+    AT_LIMIT = 0  # refused: the tenant's concurrency slots are all taken
+    GRANTED = 1  # admitted (a slot taken when concurrency limits are on)
+    HELD = 2  # the job already held its slot: lease extended
+    RATE = 3  # refused by a rate limit: the next start is allowed at at_ms
+    PAUSED = 4  # refused: the tenant is paused
+    RESERVED = 5  # refused by a rate limit, its token taken: the job may start at at_ms
+
+
+class Admission(NamedTuple):
+    """What acquire.lua decided for one job start."""
+
+    status: Verdict
+    reclaimed: int
+    at_ms: int  # RATE / RESERVED: when the job may start (epoch ms, the script's clock)
+    now_ms: int  # the script's clock when it decided
+
+    @property
+    def admitted(self) -> bool:
+        return self.status in (Verdict.GRANTED, Verdict.HELD)
+
+
+class RateScope(NamedTuple):
+    """One GCRA state a start must pass: its key, the interval between starts and the burst tolerance."""
+
+    key: str
+    interval_ms: int
+    tolerance_ms: int
+
+
 class AcquireScript:
-    """acquire.lua: take or extend a tenant's concurrency slot for one job."""
+    """acquire.lua: admit a job start (pause, rates) and take or extend a tenant's concurrency slot."""
 
     def __init__(self, connection: Redis) -> None:
         self._script = load_script(connection, "acquire")
 
     def __call__(
-        self, leases: str, job_id: str, limit: int, lease_ms: int, now_ms: str, pipeline: Pipeline | None = None
-    ) -> tuple[int, int]:
-        """KEYS = [leases]. Returns (status: 0 refused / 1 granted / 2 already held, leases reclaimed).
-        With ``pipeline``, the call joins the commands already queued there and runs with them."""
-        args: list[str | int] = [now_ms, job_id, limit, lease_ms]
+        self,
+        leases: str,
+        paused: str,
+        paid: str,
+        job_id: str,
+        limit: int,
+        lease_ms: int,
+        now_ms: str,
+        pipeline: Pipeline | None = None,
+        rates: Sequence[RateScope] = (),
+        reserve: bool = False,
+    ) -> Admission:
+        """KEYS = [leases, paused, paid, *rate keys]; ``limit`` 0 takes no slot. With ``pipeline``, the call
+        joins the commands already queued there and runs with them."""
+        keys = [leases, paused, paid, *(scope.key for scope in rates)]
+        args: list[str | int] = [now_ms, job_id, limit, lease_ms, int(reserve)]
+        for scope in rates:
+            args += (scope.interval_ms, scope.tolerance_ms)
         if pipeline is None:
-            status, reclaimed = self._script(keys=[leases], args=args)
+            reply = self._script(keys=keys, args=args)
         else:
-            call_script(self._script, [leases], args, pipeline)
-            status, reclaimed = pipeline.execute()[-1]
-        return int(status), int(reclaimed)
+            call_script(self._script, keys, args, pipeline)
+            reply = pipeline.execute()[-1]
+        status, reclaimed, at_ms, now = (int(x) for x in reply)
+        return Admission(Verdict(status), reclaimed, at_ms, now)
 
 
 class PushEntry(NamedTuple):
@@ -124,6 +170,7 @@ class PushEntry(NamedTuple):
     at_front: bool = False
     from_inflight: bool = False  # only if still recorded as popped-not-started (recovery)
     listed: bool = False  # rq already pushed the id onto its list (unique=True): only give it a FIFO place
+    cap: int = 0  # the tenant's backlog cap in this queue (0: none); a call passing one pushes nothing
 
 
 class FairPushScript:
@@ -135,11 +182,12 @@ class FairPushScript:
     def __call__(
         self, keys: FairQueueKeys, jobs: Sequence[PushEntry], client: Any = None
     ) -> Any:
-        """Returns how many were added (the redis-py pipeline itself when ``client`` is one)."""
+        """Returns how many were added, or -(i + 1) when job i would pass its cap and nothing was added (the
+        redis-py pipeline itself when ``client`` is one)."""
         args: list[str | float | int] = []
         for job in jobs:
             args += (job.job_id, job.tenant, repr(float(job.weight)), int(job.at_front), int(job.from_inflight),
-                     int(job.listed))
+                     int(job.listed), job.cap)
         return call_script(self._script, keys.all_for_scripts(), args, client)
 
 

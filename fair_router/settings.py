@@ -37,6 +37,7 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as SourceError
 
 from fair_router.durations import Duration
+from fair_router.rates import RateField
 from fair_router.rules import QueueName, Rule
 
 CONFIG_ENV = "FAIR_ROUTER_CONFIG"
@@ -85,6 +86,14 @@ class JobConfig(BaseModel):
 
     queue: QueueName | None = None
     rules: list[Rule] = Field(default_factory=list)
+    rate: RateField | None = None  # starts per tenant of this job function, e.g. "10/s"
+    burst: Annotated[int, Field(ge=1)] | None = None  # starts allowed at once after a quiet spell (default 1)
+
+    @model_validator(mode="after")
+    def _burst_needs_rate(self) -> JobConfig:
+        if self.burst is not None and self.rate is None:
+            raise ValueError("burst is set without a rate: give rate too (e.g. rate: 10/s)")
+        return self
 
 
 TierName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")]
@@ -119,11 +128,15 @@ class TiersConfig(BaseModel):
     priority: list[TierName] = Field(default_factory=lambda: ["pro", "pro_plus", "enterprise"])
     concurrency: dict[TierName, Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: dict(ADR_LIMITS))
     weights: dict[TierName, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict)
+    rate: dict[TierName, RateField] = Field(default_factory=dict)  # job starts per tenant, e.g. {free: 2/s}
+    burst: dict[TierName, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)  # default 1
+    max_backlog: dict[TierName, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)  # per fair queue
 
     @model_validator(mode="after")
     def _known_tiers(self) -> TiersConfig:
         known = set(self.concurrency)
-        unknown = sorted({*self.priority, *self.weights, self.default} - known)
+        named = {*self.priority, *self.weights, *self.rate, *self.burst, *self.max_backlog, self.default}
+        unknown = sorted(named - known)
         if unknown:
             raise ValueError(
                 f"unknown tier(s) {', '.join(map(repr, unknown))}: tiers are the keys of tiers.concurrency "

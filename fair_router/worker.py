@@ -14,6 +14,10 @@ Queues named in ``fair_queues`` (or built by ``--queue-class fair_router.FairQue
 which serves fair and plain queues alike, and a tenant at its concurrency limit is parked in its fair
 queue (skipped by pops until one of its slots frees) instead of having its job snoozed.
 
+Before a tenant's job runs, both check its tenant controls (:mod:`fair_router.controls`: pause, rate limits
+and, with ``concurrency.enabled``, a slot) in one script call riding with the "busy" state write; a job that
+may not start yet waits (parked in its FairQueue, or deferred on a plain queue), never failed.
+
 Both workers also leave out rq's repeated heartbeats and state writes between jobs
 (:mod:`fair_router.bookkeeping`), and take part in bounded crash recovery (:mod:`fair_router.recovery`):
 they heartbeat running jobs every ``recovery.abandon_after / 3``, wake from an idle fetch at least every
@@ -34,13 +38,16 @@ from rq.job import Job
 from rq.worker import BaseWorker, WorkerStatus
 
 from fair_router.bookkeeping import LeanBookkeepingMixin
+from fair_router.controls import RateLimiter, TenantGate
 from fair_router.fairqueue import FairQueue
 from fair_router.keys import Keys
 from fair_router.limits import ConcurrencyLimiter
+from fair_router.pauses import PAUSE_PARK
 from fair_router.recovery import JobBeat, Recovery
 from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.rules import QueueName
 from fair_router.sampling import weighted_order
+from fair_router.scripts import Admission, Verdict
 from fair_router.settings import Settings, SettingsError, Weight, describe_errors, load_settings
 from fair_router.tiers import TierBook
 
@@ -95,7 +102,9 @@ class WeightedFetchMixin(BaseWorker):
             if any(queue.name in configured for queue in self.queues)
             else None
         )
-        self.limiter = build_limiter(self.connection, settings) if settings.concurrency.enabled else None
+        self.gate = build_gate(self.connection, settings)
+        # None when concurrency limits are off (the gate then takes no slots): what rq-facing code checks.
+        self.limiter = self.gate.limiter if settings.concurrency.enabled else None
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after)
         # rq internals: how often rq's forking worker heartbeats the job its horse runs (also the TTL base).
         self.job_monitoring_interval = min(self.job_monitoring_interval, self.recovery.beat_every)
@@ -153,29 +162,58 @@ class WeightedFetchMixin(BaseWorker):
             queue.unpark(tenant, pipeline=pipe)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        """Run the job inside its tenant's slot; a tenant at its limit has the job snoozed instead."""
+        """Run the job if its tenant may start one now (not paused, within its rates, and with
+        ``concurrency.enabled`` inside one of its slots); otherwise it waits, never failed (see _turn_away)."""
         tenant = job.meta.get(META_TENANT)
-        if self.limiter is None or not tenant or job.meta.get(META_SYSTEM):
-            super().execute_job(job, queue)  # no limiter, or a system job: limits do not apply
+        if not tenant or job.meta.get(META_SYSTEM):
+            super().execute_job(job, queue)  # no tenant, or a system job: tenant controls do not apply
             return
-        # Busy from here: the job has left its queue, so a SIGTERM while we take the slot or snooze must
-        # wait for us (warm shutdown) rather than raise StopRequested midway and strand the job.
-        with self.connection.pipeline(transaction=False) as pipe:  # state and slot: one round trip
+        tenant = str(tenant)
+        # Busy from here: the job has left its queue, so a SIGTERM while we look the tenant up, take the slot
+        # or snooze must wait for us (warm shutdown) rather than raise StopRequested midway and strand the
+        # job. rq internals: rq's signal handler reads the in-memory state; the write goes with the checks
+        # below, or else with rq's own in prepare_execution.
+        self._state = WorkerStatus.BUSY
+        scopes = self.gate.checks(tenant, job)
+        if scopes is None:
+            super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
+            return
+        with self.connection.pipeline(transaction=False) as pipe:  # state and every check: one round trip
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-            lease = self.limiter.acquire(tenant, job.id, pipeline=pipe)
-        if lease is None and isinstance(queue, FairQueue):
-            # Claim-time limit: back to the front of its tenant's FIFO, tenant skipped until a slot frees
-            # (or lease_ttl at most); no trip through the scheduler.
-            queue.park(job, tenant, self.limiter.config.lease_ttl)
-            self.log.info("Worker %s: %s is at its limit; job %s back in %s, tenant parked",
-                          self.name, tenant, job.id, queue.name)
-            return
-        if lease is None:
-            when = self.limiter.snooze(job, queue, self.limiter.tiers.tier(tenant))
-            self.log.info("Worker %s: %s is at its limit; job %s snoozed until %s", self.name, tenant, job.id, when)
-            return
-        with self.limiter.keep_alive(lease, also=partial(self._slot_freed, tenant)):
+            admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not isinstance(queue, FairQueue),
+                                                 pipeline=pipe)
+        if lease is not None:
+            with self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, tenant)):
+                super().execute_job(job, queue)
+        elif admission.admitted:
             super().execute_job(job, queue)
+        else:
+            self._turn_away(job, queue, tenant, admission)
+
+    def _turn_away(self, job: Job, queue: Queue, tenant: str, admission: Admission) -> None:
+        """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is
+        parked (skipped by pops, so other tenants flow and nothing churns) until a slot frees, its next rate
+        token falls due, or it is resumed; on a plain queue it is deferred through rq's scheduler (to the
+        exact time of its reserved token for a rate, after the snooze for a limit or a pause)."""
+        limiter, verdict = self.gate.limiter, admission.status
+        if isinstance(queue, FairQueue):
+            if verdict == Verdict.AT_LIMIT:
+                seconds, why = limiter.config.lease_ttl, "at its limit"
+            elif verdict == Verdict.PAUSED:
+                seconds, why = PAUSE_PARK, "paused"
+            else:
+                seconds, why = max(0.001, (admission.at_ms - admission.now_ms) / 1000), "over its rate"
+            queue.park(job, tenant, seconds)
+            self.log.info("Worker %s: %s is %s; job %s back in %s, tenant parked for up to %.3f s",
+                          self.name, tenant, why, job.id, queue.name, seconds)
+            return
+        if verdict in (Verdict.RATE, Verdict.RESERVED):
+            when = self.gate.defer_until(job, queue, admission.at_ms)
+            why = "over its rate"
+        else:
+            when = limiter.snooze(job, queue, limiter.tiers.tier(tenant))
+            why = "at its limit" if verdict == Verdict.AT_LIMIT else "paused"
+        self.log.info("Worker %s: %s is %s; job %s deferred until %s", self.name, tenant, why, job.id, when)
 
     def _slot_freed(self, tenant: str, pipe: Pipeline) -> None:
         """Queued on the slot's release: unpark ``tenant`` in this worker's fair queues, and send the
@@ -186,8 +224,8 @@ class WeightedFetchMixin(BaseWorker):
 
     def teardown(self) -> None:
         """Write the limiter's pending counters before the worker goes."""
-        if self.limiter is not None and not self.is_horse:
-            self.limiter.flush()
+        if not self.is_horse:
+            self.gate.limiter.flush()
         super().teardown()  # type: ignore[no-untyped-call]
 
     def dequeue_job_and_maintain_ttl(
@@ -262,9 +300,11 @@ def _with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -
     return built
 
 
-def build_limiter(connection: Redis, settings: Settings) -> ConcurrencyLimiter:
-    """A limiter on its own connection pool: its lease-refresh thread never shares a socket (or a
-    pool lock, across the work-horse fork) with rq's own use of the worker's connection."""
+def build_gate(connection: Redis, settings: Settings) -> TenantGate:
+    """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never
+    shares a socket (or a pool lock, across the work-horse fork) with rq's own use of the worker's
+    connection."""
     own = Redis(connection_pool=ConnectionPool(**connection.connection_pool.connection_kwargs))
     keys = Keys(settings.prefix)
-    return ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
+    limiter = ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
+    return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)

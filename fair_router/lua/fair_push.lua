@@ -1,12 +1,28 @@
 -- fair_push.lua: add jobs to a fair queue: each id onto rq's list and into its tenant's FIFO. Also
 -- puts popped jobs back (recovery after a dead worker) and adopts ids rq pushed itself (unique=True).
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
--- ARGV     one group of six per job: job_id, tenant (encoded), weight, at_front ('1'/'0'),
+-- ARGV     one group of seven per job: job_id, tenant (encoded), weight, at_front ('1'/'0'),
 --          from_inflight ('1' = only if still recorded as popped-not-started, which is then cleared),
---          listed ('1' = rq already pushed the id onto its list: only give it a FIFO place).
--- Returns  how many jobs were added (a job already waiting is left where it is).
+--          listed ('1' = rq already pushed the id onto its list: only give it a FIFO place),
+--          cap (the tenant's backlog cap in this queue, 0 = none).
+-- Returns  how many jobs were added (a job already waiting is left where it is); or -(i + 1) when the
+--          i-th job (from 0) would take its tenant's waiting jobs past its cap: then nothing is added.
+local GROUP = 7
+
+-- Backlog caps first, for the whole call, so that a batch is all or nothing.
+local adding = {}
+for i = 1, #ARGV, GROUP do
+  local tenant, cap = ARGV[i + 1], tonumber(ARGV[i + 6])
+  if cap > 0 and redis.call('HEXISTS', members, ARGV[i]) == 0 then
+    adding[tenant] = (adding[tenant] or 0) + 1
+    if tonumber(redis.call('HGET', backlog, tenant) or '0') + adding[tenant] > cap then
+      return -((i - 1) / GROUP) - 1
+    end
+  end
+end
+
 local added = 0
-for i = 1, #ARGV, 6 do
+for i = 1, #ARGV, GROUP do
   local job_id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local at_front, from_inflight, listed = ARGV[i + 3] == '1', ARGV[i + 4] == '1', ARGV[i + 5] == '1'
   local go = redis.call('HEXISTS', members, job_id) == 0

@@ -1,0 +1,93 @@
+"""Backlog caps: how many jobs one tenant may have waiting in one FairQueue (``tiers.max_backlog``, or the
+tenant's ``max_backlog`` override).
+
+The cap is decided where the jobs are pushed, inside ``lua/fair_push.lua``: the script refuses the whole
+call (pushes nothing) when any capped job would take its tenant's waiting jobs past the cap. So the check
+and the push are one atomic step, and a batch is all or nothing. The push runs in rq's own MULTI, after
+rq has saved the job hashes, which a refusal cannot undo: the code that executes the pipeline (FairQueue's
+own enqueues, FairRouter's) reads the script's reply (:meth:`BacklogCaps.refusal`), deletes the jobs it
+saved (:func:`withdraw`) and raises :class:`TenantBacklogFull`. A pipeline the caller executes is checked
+before anything is queued on it (:meth:`BacklogCaps.precheck`, a read): there, an enqueue racing past the
+cap between that read and the caller's execute is refused by the script and leaves its jobs saved but not
+queued. Caps apply to new enqueues only: retries, requeues, dependents and the scheduler's moves of jobs
+already accepted are never refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from redis import Redis
+from redis.client import Pipeline
+from rq import Queue
+from rq.group import Group
+from rq.job import Job
+
+
+class TenantBacklogFull(Exception):
+    """An enqueue would take ``tenant``'s waiting jobs in fair queue ``queue`` past its ``cap``; nothing of
+    it was enqueued."""
+
+    def __init__(self, tenant: str, queue: str, cap: int) -> None:
+        self.tenant, self.queue, self.cap = tenant, queue, cap
+        super().__init__(f"tenant {tenant!r} has reached its backlog cap in queue {queue!r}: at most {cap} "
+                         f"waiting jobs; nothing was enqueued")
+
+
+@dataclass(frozen=True)
+class Capped:
+    """One capped job of a push: its tenant (as given) and the cap."""
+
+    tenant: str
+    cap: int
+
+
+class BacklogCaps:
+    """The pushes of one fair queue that carry caps, per pipeline, until whoever executes it looks at them."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        # Pipeline -> (index of the push in its command stack, the capped job of each pushed entry or None).
+        # Weak: a caller's pipeline that nobody settles takes its entry with it.
+        self._pushes: WeakKeyDictionary[Pipeline, list[tuple[int, list[Capped | None]]]] = WeakKeyDictionary()
+
+    def record(self, pipe: Pipeline, entries: Sequence[Capped | None]) -> None:
+        """The push just queued on ``pipe`` carries these entries (None: not capped)."""
+        if any(entries):
+            self._pushes.setdefault(pipe, []).append((len(pipe.command_stack) - 1, list(entries)))
+
+    def refusal(self, pipe: Pipeline, results: Sequence[Any]) -> TenantBacklogFull | None:
+        """After ``pipe`` ran: the cap a push of this queue hit (fair_push.lua returns -(entry index + 1)),
+        else None."""
+        for index, entries in self._pushes.pop(pipe, []):
+            reply = results[index]
+            if isinstance(reply, int) and reply < 0:
+                capped = entries[-reply - 1]
+                if capped is not None:
+                    return TenantBacklogFull(capped.tenant, self.queue, capped.cap)
+        return None
+
+    def precheck(self, connection: Redis, backlog_key: str, wanted: dict[str, tuple[Capped, int]]) -> None:
+        """Raise TenantBacklogFull if adding ``wanted`` (encoded tenant -> (cap, jobs)) would pass a cap now."""
+        names = list(wanted)
+        if not names:
+            return
+        for name, raw in zip(names, connection.hmget(backlog_key, names), strict=True):
+            capped, jobs = wanted[name]
+            if int(raw or 0) + jobs > capped.cap:
+                raise TenantBacklogFull(capped.tenant, self.queue, capped.cap)
+
+
+def withdraw(connection: Redis, jobs: Iterable[tuple[Queue, Job]], group: Group | None = None) -> None:
+    """Take back the jobs of a refused enqueue: off their queues (those in other queues of the same batch
+    were pushed) and their saved hashes deleted, so nothing of the batch stays behind."""
+    with connection.pipeline() as pipe:
+        for queue, job in jobs:
+            queue.remove(job.id, pipeline=pipe)
+            pipe.delete(job.key)
+            if group is not None:
+                pipe.srem(group.key, job.id)
+        pipe.execute()
