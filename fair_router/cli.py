@@ -217,18 +217,30 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
               help="Also draw per-tenant wait distributions to this PNG (needs matplotlib).")
 @click.option("--quick", is_flag=True, help="A smaller flood (500 greedy jobs, 10 small tenants).")
 def demo(plot: Path | None, quick: bool) -> None:
-    """Routing, then the flood scenario (FIFO, router, fair queue) on real workers.
+    """Routing, the flood scenario (FIFO, router, fair queue), then mixed job lengths (job vs runtime charging).
 
     Uses $REDIS_URL / $FAIR_ROUTER_REDIS_URL, else a private redis-server.
     """
-    from fair_router.demo import demo_redis, print_flood, print_routing, run_flood_demo, run_routing_demo
-    from fair_router.flood import MODES, FloodParams
+    from fair_router.demo import (
+        demo_redis,
+        print_flood,
+        print_routing,
+        print_worker_time,
+        run_flood_demo,
+        run_routing_demo,
+        run_worker_time_demo,
+    )
+    from fair_router.flood import MODES, FloodParams, MixedParams
 
     params = FloodParams(greedy_jobs=500, small_tenants=10) if quick else FloodParams()
+    mixed = MixedParams(long_jobs=20, short_jobs=200) if quick else MixedParams(long_jobs=40, short_jobs=400)
     with demo_redis() as (connection, url):
         print_routing(run_routing_demo(connection))
         report = run_flood_demo(connection, url, params, MODES)
+        worker_time = run_worker_time_demo(connection, url, mixed)
     print_flood(report)
+    click.echo("\n== worker-time share: job-count charging vs runtime charging (FairQueue charge=) ==")
+    print_worker_time(worker_time)
     if plot is not None:
         from fair_router.plot import plot_waits
 

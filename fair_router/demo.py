@@ -6,15 +6,17 @@ Runs on ``$REDIS_URL`` / ``$FAIR_ROUTER_REDIS_URL`` when set, else on a private 
 from __future__ import annotations
 
 import os
+import statistics
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 from redis import Redis
 
 from fair_router.decorator import fair_job
-from fair_router.flood import FloodParams, run_scenario, total_jobs
+from fair_router.flood import CHARGES, FloodParams, MixedParams, run_scenario, run_worker_time, total_jobs
 from fair_router.redis_server import RedisServer
 from fair_router.router import FairRouter
 from fair_router.rules import Rule
@@ -98,3 +100,34 @@ def print_flood(report: dict[str, object]) -> None:
                    f"(without flood p95 {s['calm_small_p95']:.3f}s); small p95 vs FIFO "
                    f"{100 * s.get('small_p95_vs_fifo', 1):.1f}%")
         click.echo(f"  jobs started between a small job's enqueue and its start (p95): {s['small_ahead_p95']:.0f}")
+
+
+def run_worker_time_demo(connection: Redis, url: str, params: MixedParams, rounds: int = 1) -> dict[str, Any]:
+    """The worker-time share scenario once per charging mode per round (modes interleaved, the order
+    rotated each round), with a progress bar; returns params, per-round results and per-mode medians."""
+    click.echo(f"\nworker time: 2 backlogged tenants, {params.long_jobs} x {params.long_ms:g} ms jobs and "
+               f"{params.short_jobs} x {params.short_ms:g} ms jobs, weights {params.weights[0]:g}:"
+               f"{params.weights[1]:g}, {params.workers} workers, one FairQueue"
+               + (f"; {rounds} rounds" if rounds > 1 else ""))
+    per_round: list[dict[str, dict[str, float]]] = []
+    with click.progressbar(length=rounds * len(CHARGES) * params.total_jobs, label="running", show_pos=True) as bar:
+        for number in range(rounds):
+            order = CHARGES[number % 2:] + CHARGES[:number % 2]
+            per_round.append({charge: run_worker_time(connection, url, params, charge, progress=bar.update)
+                              for charge in order})
+    medians = {charge: {name: statistics.median(r[charge][name] for r in per_round) for name in per_round[0][charge]}
+               for charge in CHARGES}
+    return {"params": params, "rounds": per_round, "modes": medians}
+
+
+def print_worker_time(report: dict[str, Any]) -> None:
+    """Both charging modes side by side: long tenant's share of worker time, Jain, drain throughput."""
+    params: MixedParams = report["params"]
+    modes = report["modes"]
+    fair_long = params.weights[0] / sum(params.weights)
+    click.echo(f"  {'charge':<10}{'long share':>12}{'(fair ' + format(fair_long, '.3f') + ')':>14}"
+               f"{'Jain':>8}{'jobs/s':>9}{'vs jobs':>9}")
+    for charge in CHARGES:
+        m = modes[charge]
+        click.echo(f"  {charge:<10}{m['long_share']:>12.3f}{'':>14}{m['jain']:>8.3f}{m['throughput']:>9.0f}"
+                   f"{m['throughput'] / modes['jobs']['throughput']:>8.3f}x")

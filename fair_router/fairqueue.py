@@ -32,6 +32,22 @@ rq's list stays the truth
     All fair keys carry the hash tag ``{rq:queue:<name>}``, the cluster slot of rq's untagged list key,
     so each script touches one slot.
 
+Fair share of worker time (``charge="runtime"``)
+    With ``charge="jobs"`` (the default) every pop costs its tenant ``1 / weight``: tenants get equal
+    shares of *jobs*, and a tenant whose jobs run 10x longer gets 10x the worker time. With
+    ``charge="runtime"`` a pop costs the job's run time / weight. The pop cannot know it yet, nor read rq's
+    job hash (another cluster slot), so the push records the job's function (and a declared
+    ``fair_cost=``, if any) in ``costs``, and the pop charges an *estimate*: the declared cost, else the
+    tenant's recent mean run time of that function (``runtimes``, an exponential mean), else any
+    tenant's, else any job's here. The charge is kept in ``charged`` until the job ends; then the worker
+    *settles* it (fair_settle.lua, queued on rq's own after-job pipeline: no round trip of its own), moving
+    the tenant's pass by (real cost - estimate) / weight. The real cost is the measured run time; a
+    declared cost only when the queue trusts declared costs (``trust_cost``), so a wrong ``fair_cost``
+    dodges nothing. A job whose worker died is settled by crash recovery with the time from its pop to its
+    recovery; a parked job's charge is refunded (it did not run). Idle tenants bank nothing: the start tag
+    is ``max(virtual time, kept pass)`` as for jobs, and an overcharge settled while a tenant is idle at the
+    virtual time is dropped.
+
 Listings
     ``get_job_ids`` (and ``jobs``, ``get_jobs``, job positions) replay the pops on one snapshot
     (:mod:`fair_router.serving_order`): the exact waiting set, in the order the jobs would be served if
@@ -81,8 +97,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
+from pydantic import Field, TypeAdapter, ValidationError
 from redis import Redis
 from redis.client import Pipeline
 from rq import Queue
@@ -99,13 +116,14 @@ from fair_router.scripts import (
     FairPopScript,
     FairPushScript,
     FairRemoveScript,
+    FairSettleScript,
     FairUnparkScript,
     PopKind,
     PopResult,
     PushEntry,
 )
 from fair_router.serving_order import FairSnapshot, serving_order
-from fair_router.settings import Settings, TiersConfig, load_settings
+from fair_router.settings import Charge, Settings, SettingsError, TiersConfig, describe_errors, load_settings
 from fair_router.tiers import TierBook
 
 NO_TENANT = "#none"
@@ -114,6 +132,15 @@ NO_TENANT = "#none"
 
 PUSH_BATCH = 1000
 """Jobs per fair_push.lua call in ``enqueue_many``: one call stays a few ms of Redis time."""
+
+META_COST = "fair_cost"
+"""``job.meta`` key of a job's declared cost in seconds (``enqueue(..., fair_cost=)``, charge="runtime")."""
+
+_CHARGE: TypeAdapter[Charge] = TypeAdapter(Charge)
+_COST: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(ge=0, allow_inf_nan=False)])
+
+FIRST_ESTIMATE = 0.01
+"""charge="runtime": seconds a pop charges while nothing has been measured on the queue (fair_pop.lua's)."""
 
 STALLED_POLL = 1.0
 """Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id
@@ -144,11 +171,15 @@ class FairQueue(Queue):
         tiers: TiersConfig | None = None,
         settings: Settings | None = None,
         recover_after: float | None = None,
+        charge: Charge | None = None,
+        trust_cost: bool | None = None,
         **kwargs: Any,
     ) -> None:
-        """rq's arguments, plus where the fair state lives (``prefix``) and the tiers that give weights
-        (``tiers``); both default to ``settings`` (else loaded on first use, as ``--queue-class`` builds
-        queues with rq's arguments only)."""
+        """rq's arguments, plus where the fair state lives (``prefix``), the tiers that give weights
+        (``tiers``), what a pop charges its tenant (``charge``: "jobs" or "runtime", see the module
+        docstring) and whether a declared ``fair_cost`` is the charge (``trust_cost``); all default to
+        ``settings`` (else loaded on first use, as ``--queue-class`` builds queues with rq's arguments
+        only)."""
         super().__init__(name, connection, *args, **kwargs)
         if "{" in name or "}" in name:
             raise ValueError(f"fair queue names cannot hold braces: {name!r}")
@@ -157,6 +188,8 @@ class FairQueue(Queue):
         self._tiers_config = tiers or (settings.tiers if settings else None)
         if recover_after is not None:
             self.recover_after = recover_after
+        self._charge = None if charge is None else _validated(_CHARGE, charge, "FairQueue(charge=...)")
+        self._trust_cost = trust_cost
         self._fair_keys: FairQueueKeys | None = None
         self._tier_book: TierBook | None = None
         self._scripts: dict[str, Any] = {}
@@ -175,6 +208,16 @@ class FairQueue(Queue):
         self._settings = settings
         self._prefix, self._tiers_config = settings.prefix, settings.tiers
         self._fair_keys = self._tier_book = None
+
+    @property
+    def charge(self) -> Charge:
+        """What a pop charges its tenant: "jobs" (1 / weight) or "runtime" (run time / weight)."""
+        return self._charge or self._loaded().fair_charge
+
+    @property
+    def trust_cost(self) -> bool:
+        """charge="runtime": settle with a job's declared ``fair_cost`` instead of its measured run time."""
+        return self._loaded().fair_trust_cost if self._trust_cost is None else self._trust_cost
 
     def _loaded(self) -> Settings:
         if self._settings is None:
@@ -223,22 +266,30 @@ class FairQueue(Queue):
         """The tenant as the fair structure names it: encoded (no ':' or braces), or the no-tenant id."""
         return NO_TENANT if tenant is None else encode(tenant)
 
-    def _entry(self, job_id: str, tenant: object, at_front: bool, cap: int = 0, **flags: bool) -> PushEntry:
+    def _entry(self, job_id: str, job: Job | None, at_front: bool, cap: int = 0, **flags: bool) -> PushEntry:
+        tenant = None if job is None else _tenant_of(job)
         name = None if tenant is None else str(tenant)
-        return PushEntry(job_id, self.tenant_key(name), self.weight(name), at_front, cap=cap, **flags)
+        func, declared = "", None
+        if job is not None and self.charge == "runtime":  # what the pop needs to estimate the job's run time
+            func, declared = job.func_name or "", _declared_cost(job)
+        return PushEntry(job_id, self.tenant_key(name), self.weight(name), at_front, cap=cap, **flags, func=func,
+                         declared=declared)
 
     # -- pushing -------------------------------------------------------------------------------------
 
-    def enqueue(self, f: Any, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
-        """rq's ``enqueue``; ``fair_tenant=`` goes to ``job.meta["fair_tenant"]`` (else the meta's own)."""
-        return super().enqueue(f, *args, **_with_tenant(kwargs, fair_tenant))
+    def enqueue(self, f: Any, *args: Any, fair_tenant: object = None, fair_cost: float | None = None,
+                **kwargs: Any) -> Job:
+        """rq's ``enqueue``; ``fair_tenant=`` goes to ``job.meta["fair_tenant"]`` (else the meta's own),
+        ``fair_cost=`` (seconds the job is expected to run; charge="runtime") to ``job.meta["fair_cost"]``."""
+        return super().enqueue(f, *args, **_with_tenant(kwargs, fair_tenant, fair_cost))
 
-    def enqueue_call(self, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
-        """rq's ``enqueue_call`` with ``fair_tenant=``. Raises TenantBacklogFull (nothing enqueued) when the
-        job would take its tenant's waiting jobs here past its backlog cap."""
+    def enqueue_call(self, *args: Any, fair_tenant: object = None, fair_cost: float | None = None,
+                     **kwargs: Any) -> Job:
+        """rq's ``enqueue_call`` with ``fair_tenant=`` and ``fair_cost=``. Raises TenantBacklogFull (nothing
+        enqueued) when the job would take its tenant's waiting jobs here past its backlog cap."""
         capping, self._capping = self._capping, True
         try:
-            return super().enqueue_call(*args, **_with_tenant(kwargs, fair_tenant))
+            return super().enqueue_call(*args, **_with_tenant(kwargs, fair_tenant, fair_cost))
         finally:
             self._capping = capping
 
@@ -271,8 +322,7 @@ class FairQueue(Queue):
         if own is not None:
             self.execute_checked(own, [job])
         if unique and self.is_async:
-            self._script(FairPushScript)(self.fair_keys, [self._entry(job.id, _tenant_of(job), bool(at_front),
-                                                                     listed=True)])
+            self._script(FairPushScript)(self.fair_keys, [self._entry(job.id, job, bool(at_front), listed=True)])
         return job
 
     def push_job_id(self, job_id: str, pipeline: Pipeline | None = None, at_front: bool = False) -> None:
@@ -280,17 +330,15 @@ class FairQueue(Queue):
         own job saving and its MULTI: the fair push joins rq's pipeline, so the job is saved and queued
         atomically as in rq."""
         job = self._enqueuing
-        if job is not None and job.id == job_id:
-            tenant = _tenant_of(job)
-        else:  # pushed without _enqueue_job: read the tenant from the job
+        enqueuing = job is not None and job.id == job_id  # a new enqueue (backlog caps apply), not rq's own push
+        if not enqueuing:  # pushed without _enqueue_job: read the tenant from the job
             try:
-                tenant = _tenant_of(self.job_class.fetch(job_id, connection=self.connection,
-                                                         serializer=self.serializer))
+                job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
             except NoSuchJobError:
-                tenant = None
-        capped = self.capped(tenant) if job is not None and job.id == job_id else None
+                job = None
+        capped = self.capped(_tenant_of(job)) if enqueuing and job is not None else None
         # rq's enqueue_many may pass at_front=None
-        entry = self._entry(job_id, tenant, bool(at_front), capped.cap if capped else 0)
+        entry = self._entry(job_id, job, bool(at_front), capped.cap if capped else 0)
         batch = None if pipeline is None else self._batches.get(id(pipeline))
         if batch is not None:
             batch.append(entry)  # enqueue_many pushes the whole batch at the end of its pipeline
@@ -354,7 +402,7 @@ class FairQueue(Queue):
     def pop_fair(self, given: str = "") -> PopResult:
         """One pop script call. ``given``: an entry already taken off rq's list by BLPOP."""
         acks, self._handed_out = list(self._handed_out), {}
-        result: PopResult = self._script(FairPopScript)(self.fair_keys, given, acks, "")
+        result: PopResult = self._script(FairPopScript)(self.fair_keys, given, acks, "", self.charge == "runtime")
         if result.job_id is not None:
             self._handed_out[result.job_id] = result.seq
         return result
@@ -441,6 +489,14 @@ class FairQueue(Queue):
         """One of ``tenant``'s slots was released: it may be served here again (one worker is woken)."""
         return self._script(FairUnparkScript)(self.fair_keys, self.tenant_key(tenant), client=pipeline)
 
+    # -- runtime charging ----------------------------------------------------------------------------
+
+    def settle(self, job_id: str, seconds: float | None, pipeline: Pipeline | None = None) -> Any:
+        """charge="runtime": the job ran ``seconds`` (None: its worker died; charged from its pop until now).
+        Replaces its pop's estimated charge with the real cost; a no-op for a job with no charge pending.
+        The weighted workers queue this on rq's own after-job pipeline (``pipeline``)."""
+        return self._script(FairSettleScript)(self.fair_keys, job_id, seconds, self.trust_cost, client=pipeline)
+
     # -- recovery ------------------------------------------------------------------------------------
 
     @property
@@ -478,7 +534,8 @@ class FairQueue(Queue):
         # Each goes back to the front of its tenant's FIFO: the newest first, so a tenant's jobs keep their order.
         lost.sort(key=lambda job: job.enqueued_at.timestamp() if job.enqueued_at else 0.0, reverse=True)
         for job in lost:
-            if self._script(FairPushScript)(keys, [self._entry(job.id, _tenant_of(job), True, from_inflight=True)]):
+            self.settle(job.id, None)  # its worker held it from the pop until now (charge="runtime")
+            if self._script(FairPushScript)(keys, [self._entry(job.id, job, True, from_inflight=True)]):
                 recovered.append(job.id)
         if done:
             self.connection.zrem(keys.inflight, *done)
@@ -497,7 +554,9 @@ class FairQueue(Queue):
             pipe.zrange(keys.kept, 0, -1, withscores=True)
             pipe.hgetall(keys.weights)
             pipe.hget(keys.state, "vtime")
-            listed, members, active, kept, weights, vtime = pipe.execute()
+            pipe.hgetall(keys.costs)
+            pipe.hgetall(keys.runtimes)
+            listed, members, active, kept, weights, vtime, costs, runtimes = pipe.execute()
         snapshot = FairSnapshot(
             listed=[as_text(raw) for raw in listed],
             members={as_text(k): as_text(v) for k, v in members.items()},
@@ -505,6 +564,7 @@ class FairQueue(Queue):
             kept={as_text(k): float(v) for k, v in kept},
             weights={as_text(k): float(v) for k, v in weights.items()},
             vtime=float(vtime or 0),
+            costs=_estimates(members, costs, runtimes) if self.charge == "runtime" else {},
         )
         ids = serving_order(snapshot)
         end = None if length < 0 else offset + length
@@ -542,10 +602,43 @@ class FairQueue(Queue):
                 self.remove(job_id)
 
 
-def _with_tenant(kwargs: dict[str, Any], tenant: object) -> dict[str, Any]:
-    if tenant is None:
-        return kwargs
-    return {**kwargs, "meta": {**(kwargs.get("meta") or {}), META_TENANT: str(tenant)}}
+def _with_tenant(kwargs: dict[str, Any], tenant: object, cost: float | None = None) -> dict[str, Any]:
+    meta = {**(kwargs.get("meta") or {})}
+    if tenant is not None:
+        meta[META_TENANT] = str(tenant)
+    if cost is not None:
+        meta[META_COST] = _validated(_COST, cost, "fair_cost=")
+    return {**kwargs, "meta": meta} if meta else kwargs
+
+
+def _estimates(members: dict[bytes, bytes], costs: dict[bytes, bytes], runtimes: dict[bytes, bytes]
+               ) -> dict[str, float]:
+    """Job id -> what its pop would charge (charge="runtime"), as fair_pop.lua estimates it."""
+    means = {as_text(k): float(v) for k, v in runtimes.items()}
+    estimates = {}
+    for raw, value in members.items():
+        job_id = as_text(raw)
+        tenant = as_text(value).rpartition("|")[2].rpartition(":")[0]
+        declared, _, func = as_text(costs.get(raw, b"|")).partition("|")
+        estimates[job_id] = float(declared) if declared else means.get(
+            f"{tenant}|{func}", means.get(f"*|{func}", means.get("*|*", FIRST_ESTIMATE)))
+    return estimates
+
+
+def _declared_cost(job: Job) -> float | None:
+    """The job's declared ``fair_cost`` (seconds), None when absent or not a valid cost."""
+    value = (job.meta or {}).get(META_COST)
+    try:
+        return None if value is None else _COST.validate_python(value)
+    except ValidationError:
+        return None
+
+
+def _validated(adapter: TypeAdapter[Any], value: object, source: str) -> Any:
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, source)) from None
 
 
 def _tenant_of(job: Job) -> object:

@@ -16,7 +16,12 @@ visible the flood is to small tenants (design.md, "Fairness metrics"):
 
 Modes: ``fifo`` is plain rq (one queue, rq's SimpleWorker); ``router`` is fair-router's enqueue-time
 router (throttle rules at enqueue, WeightedSimpleWorker over the base and throttled queues); ``fair``
-is one FairQueue (weighted fair share across tenants at dequeue, WeightedSimpleWorker).
+is one FairQueue (weighted fair share across tenants at dequeue, WeightedSimpleWorker); ``fair-runtime``
+is the same FairQueue charging run time instead of jobs (``charge="runtime"``).
+
+**Worker-time share** (:func:`run_worker_time`): two tenants, backlogged, whose jobs differ in length
+(10:1); Jain's index over each tenant's worker time / its fair share while both are backlogged, and the
+drain throughput, for each charging mode.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -45,8 +50,10 @@ from fair_router.decorator import fair_job
 from fair_router.fairqueue import FairQueue
 from fair_router.router import FairRouter
 from fair_router.rules import Rule
+from fair_router.settings import Charge, TiersConfig
 
 MODES = ("fifo", "router", "fair")
+CHARGES: tuple[Charge, ...] = ("jobs", "runtime")
 RQ_OVERHEAD_MS = 3.0  # rough per-job cost of rq itself, used only to size the arrival spread
 PREFIX = "fair_router_flood"
 
@@ -96,6 +103,7 @@ class Mode:
     weights: dict[str, float] = field(default_factory=dict)
     rules: tuple[Rule, ...] = ()
     fair: bool = False
+    charge: Charge = "jobs"
 
 
 def mode(name: str, run: str) -> Mode:
@@ -114,7 +122,9 @@ def mode(name: str, run: str) -> Mode:
         )
     if name == "fair":
         return Mode(name, (f"{run}_fair",), "fair_router.WeightedSimpleWorker", fair=True)
-    raise ValueError(f"unknown mode {name!r}: choose from {', '.join(MODES)}")
+    if name == "fair-runtime":
+        return Mode(name, (f"{run}_fair",), "fair_router.WeightedSimpleWorker", fair=True, charge="runtime")
+    raise ValueError(f"unknown mode {name!r}: choose from {', '.join(MODES)}, fair-runtime")
 
 
 @dataclass
@@ -202,7 +212,8 @@ def workers(url: str, chosen: Mode, count: int) -> Iterator[None]:
     with tempfile.TemporaryDirectory(prefix="fair-router-flood-") as tmp:
         config = Path(tmp) / "fair_router.yaml"
         fair_queues = list(chosen.queues) if chosen.fair else []
-        settings = {"prefix": PREFIX, "queues": chosen.weights, "fair_queues": fair_queues}
+        settings = {"prefix": PREFIX, "queues": chosen.weights, "fair_queues": fair_queues,
+                    "fair_charge": chosen.charge}
         config.write_text(yaml.safe_dump(settings))
         env = {**os.environ, "FAIR_ROUTER_CONFIG": str(config)}
         command = [sys.executable, "-m", "rq.cli", "worker", "-w", chosen.worker_class, "--url", url,
@@ -270,19 +281,24 @@ def _drain(
     burst_kind: str,
     trickle: Sequence[tuple[float, str, str]],
     progress: Callable[[int], None] | None,
+    job_ms: Mapping[str, float] | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> list[JobTiming]:
     """Start the mode's workers, enqueue each burst at once (in order), then the trickle at its offsets;
-    wait until every job ran and return their timings."""
+    wait until every job ran and return their timings. ``job_ms``: tenant -> its jobs' length (else
+    ``params.job_ms``); ``weights``: tenant -> fair-share weight (fair modes; else 1)."""
     run = f"fr{os.getpid()}_{time.monotonic_ns() % 10**9}"
     chosen = mode(mode_name, run)
     done_key = f"{PREFIX}:{run}:done"
-    enqueue = _enqueuer(connection, chosen)
+    enqueue = _enqueuer(connection, chosen, weights or {})
+    length = {**dict.fromkeys({t for burst in bursts for t in burst} | {t for _, t, _ in trickle}, params.job_ms),
+              **(job_ms or {})}
     total = sum(len(burst) for burst in bursts) + len(trickle)
     kinds: dict[str, tuple[str, str]] = {}
     with workers(url, chosen, params.workers):
         _wait_for_workers(connection, chosen.queues, params.workers)
         for burst in bursts:
-            for job in enqueue.bulk([(tenant, params.job_ms, done_key) for tenant in burst]):
+            for job in enqueue.bulk([(tenant, length[tenant], done_key) for tenant in burst]):
                 kinds[job.id] = (job.args[0], burst_kind)
         # The trickle's clock starts once the bursts are queued: this one client enqueues both, and small
         # tenants' jobs held back behind the flood's enqueue calls would arrive in a clump, which
@@ -293,8 +309,8 @@ def _drain(
             while (delay := start + offset - time.monotonic()) > 0:
                 time.sleep(min(delay, 0.05))
                 reported = _report(connection, done_key, reported, progress)
-            kinds[enqueue.one(tenant, params.job_ms, done_key).id] = (tenant, kind)
-        deadline = time.monotonic() + 120 + total * params.job_ms / 1000
+            kinds[enqueue.one(tenant, length[tenant], done_key).id] = (tenant, kind)
+        deadline = time.monotonic() + 120 + total * max(length.values(), default=0) / 1000
         while reported < total:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{mode_name}: only {reported} of {total} jobs finished in time")
@@ -343,10 +359,15 @@ class _Enqueuer:
     bulk: Callable[[list[tuple[str, float, str]]], list[Job]]
 
 
-def _enqueuer(connection: Redis, chosen: Mode) -> _Enqueuer:
-    """How the mode enqueues: plain rq for FIFO, ``@fair_job`` for the router, FairQueue for fair."""
+def _enqueuer(connection: Redis, chosen: Mode, weights: Mapping[str, float]) -> _Enqueuer:
+    """How the mode enqueues: plain rq for FIFO, ``@fair_job`` for the router, FairQueue for fair (tenants'
+    ``weights`` through tiers named after them, written where the queue's TierBook reads them)."""
     if chosen.fair:
-        fair = FairQueue(chosen.queues[0], connection=connection, prefix=PREFIX)
+        tiers = TiersConfig(default="w1", priority=[], concurrency={"w1": 1, **{_tier(w): 1 for w in weights.values()}},
+                            weights={_tier(w): w for w in weights.values()})
+        fair = FairQueue(chosen.queues[0], connection=connection, prefix=PREFIX, tiers=tiers, charge=chosen.charge)
+        for tenant, weight in weights.items():
+            fair.tier_book.set(tenant, _tier(weight))
         return _Enqueuer(
             one=lambda tenant, *rest: fair.enqueue(timed_job, tenant, *rest, fair_tenant=tenant, result_ttl=600),
             bulk=lambda items: fair.enqueue_many(
@@ -364,6 +385,70 @@ def _enqueuer(connection: Redis, chosen: Mode) -> _Enqueuer:
     job = fair_job(chosen.queues[0], rules=chosen.rules, tenant=lambda tenant, *_: tenant, router=router,
                    job_key=f"{PREFIX}.{chosen.queues[0]}", result_ttl=600)(timed_job)
     return _Enqueuer(one=job.delay, bulk=lambda items: job.enqueue_many([(args, {}) for args in items]))
+
+
+def _tier(weight: float) -> str:
+    return f"w{weight:g}"
+
+
+@dataclass(frozen=True)
+class MixedParams:
+    """Worker-time share scenario: a tenant with long jobs and one with short jobs (10:1), both backlogged
+    from the start, each with about the same total work; ``weights``: (long tenant's, short tenant's)."""
+
+    long_ms: float = 20.0
+    short_ms: float = 2.0
+    long_jobs: int = 100
+    short_jobs: int = 1000
+    workers: int = 2
+    weights: tuple[float, float] = (1.0, 1.0)
+
+    @property
+    def total_jobs(self) -> int:
+        return self.long_jobs + self.short_jobs
+
+
+def run_worker_time(
+    connection: Redis,
+    url: str,
+    params: MixedParams,
+    charge: Charge,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, float]:
+    """Drain the mixed-length backlog on a FairQueue charging ``charge`` with real workers. Returns the long
+    tenant's share of worker time while both were backlogged (``long_share``; fair: w_long / sum w), Jain's
+    index over each tenant's worker time / its fair share (``jain``), and the drain throughput (jobs/s)."""
+    tenants = {"long": (params.long_ms, params.long_jobs, params.weights[0]),
+               "short": (params.short_ms, params.short_jobs, params.weights[1])}
+    # One batch (one MULTI): both tenants are backlogged from the first pop on.
+    bursts = [[name for name, (_, jobs, _) in tenants.items() for _ in range(jobs)]]
+    flood = FloodParams(workers=params.workers)
+    timings = _drain(connection, url, "fair-runtime" if charge == "runtime" else "fair", flood, bursts, "mixed",
+                     [], progress, job_ms={name: ms for name, (ms, _, _) in tenants.items()},
+                     weights={name: weight for name, (_, _, weight) in tenants.items()})
+    shares = worker_time_shares(timings)
+    total_weight = sum(weight for _, _, weight in tenants.values())
+    return {
+        "long_share": shares.get("long", 0.0),
+        "jain": jain([shares.get(name, 0.0) / (weight / total_weight) for name, (_, _, weight) in tenants.items()]),
+        "throughput": len(timings) / makespan(timings),
+        "makespan": makespan(timings),
+    }
+
+
+def worker_time_shares(timings: Sequence[JobTiming]) -> dict[str, float]:
+    """Each tenant's share of the worker time (ended - started) of the jobs that started while every tenant
+    still had jobs waiting, that is before the first tenant's last job started."""
+    last_start: dict[str, float] = {}
+    for t in timings:
+        last_start[t.tenant] = max(last_start.get(t.tenant, t.started), t.started)
+    cutoff = min(last_start.values())
+    busy: dict[str, float] = dict.fromkeys(last_start, 0.0)
+    for t in timings:
+        if t.started < cutoff:
+            busy[t.tenant] += t.ended - t.started
+    total = sum(busy.values()) or 1.0
+    return {tenant: seconds / total for tenant, seconds in busy.items()}
 
 
 def run_scenario(

@@ -48,6 +48,10 @@ class FairQueueKeys:
     state: str  # HASH vtime (pass of the last served tenant) | pushes | fronts (list-order estimate)
     inflight: str  # ZSET job id -> pop time (ms): popped, not yet known to have started
     wake: str  # LIST wake-ups for workers blocked while only parked tenants' jobs wait on rq's list
+    costs: str  # HASH job id -> "<declared seconds or ''>|<function>" of waiting members (charge="runtime")
+    charged: str  # HASH job id -> "<tenant>|<weight>|<estimate s>|<pop ms>|<declared>|<function>": popped,
+    #               charged by estimate, not yet settled with its run time (charge="runtime")
+    runtimes: str  # HASH "<tenant>|<function>" (also "*|<function>", "*|*") -> recent mean run time (s)
 
     def all_for_scripts(self) -> list[str]:
         """KEYS of every fair_*.lua script, in this order: rq's list first, then the fair keys."""
@@ -56,7 +60,8 @@ class FairQueueKeys:
     def all(self) -> list[str]:
         """Every fair key (not rq's list), for ``empty``/``delete``."""
         return [self.members, self.fifo, self.head, self.tail, self.backlog, self.active,
-                self.kept, self.weights, self.parked, self.state, self.inflight, self.wake]
+                self.kept, self.weights, self.parked, self.state, self.inflight, self.wake,
+                self.costs, self.charged, self.runtimes]
 
 
 @dataclass(frozen=True)
@@ -132,5 +137,5 @@ class Keys:
             rq_list=rq_list_key,
             **{name: f"{base}:{name}" for name in (
                 "members", "fifo", "head", "tail", "backlog", "active", "kept", "weights",
-                "parked", "state", "inflight", "wake")},
+                "parked", "state", "inflight", "wake", "costs", "charged", "runtimes")},
         )

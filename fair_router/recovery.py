@@ -211,11 +211,13 @@ class Recovery:
         def first(job: Job, *exc_info: Any) -> None:
             """Runs before the worker's handlers; returns None, so rq goes on to them."""
             handed.append(job.id)
-            if on_abandoned is not None:
-                try:
+            try:
+                if isinstance(queue, FairQueue) and queue.charge == "runtime":
+                    queue.settle(job.id, None)  # its tenant pays its worker's time from the pop until now
+                if on_abandoned is not None:
                     on_abandoned(job)
-                except Exception:
-                    logger.warning("crash recovery: on_abandoned(%s) failed", job.id, exc_info=True)
+            except Exception:
+                logger.warning("crash recovery: settling or on_abandoned(%s) failed", job.id, exc_info=True)
 
         registry = _StagedRegistry(queue, self.keys.abandoned(_started_key(queue)), death_penalty_class)
         registry.cleanup(exception_handlers=[first, *exception_handlers])

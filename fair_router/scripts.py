@@ -171,6 +171,8 @@ class PushEntry(NamedTuple):
     from_inflight: bool = False  # only if still recorded as popped-not-started (recovery)
     listed: bool = False  # rq already pushed the id onto its list (unique=True): only give it a FIFO place
     cap: int = 0  # the tenant's backlog cap in this queue (0: none); a call passing one pushes nothing
+    func: str = ""  # charge="runtime": the job's function, whose recent run time its pop charges
+    declared: float | None = None  # charge="runtime": the job's declared cost in seconds (fair_cost=)
 
 
 class FairPushScript:
@@ -187,7 +189,7 @@ class FairPushScript:
         args: list[str | float | int] = []
         for job in jobs:
             args += (job.job_id, job.tenant, repr(float(job.weight)), int(job.at_front), int(job.from_inflight),
-                     int(job.listed), job.cap)
+                     int(job.listed), job.cap, job.func, "" if job.declared is None else repr(float(job.declared)))
         return call_script(self._script, keys.all_for_scripts(), args, client)
 
 
@@ -213,10 +215,13 @@ class FairPopScript:
     def __init__(self, connection: Redis) -> None:
         self._script = load_script(connection, "fair_pop")
 
-    def __call__(self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str) -> PopResult:
+    def __call__(
+        self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str, runtime: bool = False
+    ) -> PopResult:
         """``given``: an entry the caller already took off rq's list (BLPOP), else ''; ``acks``: ids this
-        caller popped before, which have run since."""
-        kind, job_id, wake, seq = self._script(keys=keys.all_for_scripts(), args=[now_ms, given, len(acks), *acks])
+        caller popped before, which have run since; ``runtime``: charge the estimated run time, not 1 job."""
+        args: list[str | int] = [now_ms, given, int(runtime), len(acks), *acks]
+        kind, job_id, wake, seq = self._script(keys=keys.all_for_scripts(), args=args)
         text = job_id.decode() if isinstance(job_id, bytes) else str(job_id)
         return PopResult(PopKind(int(kind)), text or None, int(wake), None if seq in (b"", "") else int(seq))
 
@@ -246,6 +251,22 @@ class FairUnparkScript:
 
     def __call__(self, keys: FairQueueKeys, tenant: str, client: Any = None) -> Any:
         return call_script(self._script, keys.all_for_scripts(), [tenant], client)
+
+
+class FairSettleScript:
+    """fair_settle.lua: charge="runtime": replace a popped job's estimated charge with its real cost."""
+
+    def __init__(self, connection: Redis) -> None:
+        self._script = load_script(connection, "fair_settle")
+
+    def __call__(
+        self, keys: FairQueueKeys, job_id: str, measured: float | None, trust: bool, now_ms: str = "",
+        client: Any = None,
+    ) -> Any:
+        """``measured``: seconds the job ran; None when its worker died (charged from its pop until now).
+        Returns 1 if there was a charge to settle (the pipeline itself when ``client`` is one)."""
+        args = [now_ms, job_id, "" if measured is None else repr(float(measured)), int(trust)]
+        return call_script(self._script, keys.all_for_scripts(), args, client)
 
 
 class FairRemoveScript:

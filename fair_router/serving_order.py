@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter, deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,7 @@ class FairSnapshot:
     kept: Mapping[str, float]  # tenant -> pass kept while idle or parked
     weights: Mapping[str, float]
     vtime: float
+    costs: Mapping[str, float] = field(default_factory=dict)  # job id -> its pop's charge (charge="runtime")
 
 
 def serving_order(snap: FairSnapshot) -> list[str]:
@@ -55,7 +56,7 @@ def serving_order(snap: FairSnapshot) -> list[str]:
         job_id = fifos[tenant].popleft()
         waiting.discard(job_id)
         if fifos[tenant]:
-            heapq.heappush(heap, (pass_ + 1 / snap.weights.get(tenant, 1.0), tenant))
+            heapq.heappush(heap, (pass_ + snap.costs.get(job_id, 1.0) / snap.weights.get(tenant, 1.0), tenant))
         order.append(job_id)
         return job_id
 

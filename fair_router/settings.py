@@ -197,6 +197,11 @@ def default_config_path() -> Path | None:
     return DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
 
 
+Charge = Literal["jobs", "runtime"]
+"""What a FairQueue's fair share divides: jobs (each pop costs its tenant 1 / weight), or worker time (a pop
+costs the job's run time / weight: estimated at the pop, settled with the measured time when it ends)."""
+
+
 class Settings(BaseSettings):
     """All fair-router settings. Build with :func:`load_settings` to get file-aware error messages."""
 
@@ -209,6 +214,8 @@ class Settings(BaseSettings):
     jobs: dict[str, JobConfig] = Field(default_factory=dict)
     queues: dict[QueueName, Weight] = Field(default_factory=dict)
     fair_queues: list[QueueName] = Field(default_factory=list)  # served as FairQueue by weighted workers
+    fair_charge: Charge = "jobs"  # FairQueue fair share of jobs, or of worker time ("runtime")
+    fair_trust_cost: bool = False  # charge="runtime": a job's declared fair_cost is its charge (else measured)
     pool: dict[QueueGroup, Annotated[int, Field(gt=0)]] = Field(default_factory=dict)
     tiers: TiersConfig = Field(default_factory=TiersConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)

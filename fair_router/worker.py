@@ -27,6 +27,7 @@ couple of seconds, and hand back jobs whose worker stopped heartbeating.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from functools import partial
 from typing import Any, Literal
 
@@ -161,7 +162,29 @@ class WeightedFetchMixin(BaseWorker):
         for queue in self.fair_queues:
             queue.unpark(tenant, pipeline=pipe)
 
+    _running: tuple[Job, Queue] | None = None
+    """The job this worker (or its work horse, a fork of it) runs, and the queue it came from."""
+
     def execute_job(self, job: Job, queue: Queue) -> None:
+        """Run the job; noted while it runs so that rq's after-job pipeline also settles a runtime-charged
+        fair queue's charge (see :meth:`increment_total_working_time`)."""
+        self._running = (job, queue)
+        try:
+            self._execute_if_admitted(job, queue)
+        finally:
+            self._running = None
+
+    def increment_total_working_time(self, job_execution_time: timedelta, pipeline: Pipeline) -> None:
+        """rq internals: rq adds each job's run time (ended_at - started_at) to the worker's stats on the
+        pipeline of its after-job writes, whichever way the job ended (success, failure, retry; in the work
+        horse, or in the worker when the horse died). A FairQueue charging run time settles the job's
+        charge with that time in the same round trip."""
+        super().increment_total_working_time(job_execution_time, pipeline)
+        running = self._running
+        if running is not None and isinstance(running[1], FairQueue) and running[1].charge == "runtime":
+            running[1].settle(running[0].id, job_execution_time.total_seconds(), pipeline=pipeline)
+
+    def _execute_if_admitted(self, job: Job, queue: Queue) -> None:
         """Run the job if its tenant may start one now (not paused, within its rates, and with
         ``concurrency.enabled`` inside one of its slots); otherwise it waits, never failed (see _turn_away)."""
         tenant = job.meta.get(META_TENANT)

@@ -55,3 +55,8 @@ class DiesAfterPopWorker(Worker):
     def execute_job(self, job: Job, queue: Queue) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
+
+
+def sleep_ms(ms: float) -> None:
+    """Run for ``ms`` milliseconds (the worker-time share tests' jobs)."""
+    time.sleep(ms / 1000)

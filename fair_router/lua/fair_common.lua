@@ -17,6 +17,10 @@
 local rq_list, members, fifo, head, tail = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local backlog, active, kept, weights, parked = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local state, inflight, wake = KEYS[11], KEYS[12], KEYS[13]
+-- charge="runtime" (FairQueue docstring): `costs` holds what a waiting member's pop needs to estimate its
+-- run time (its function, a declared cost), `charged` what a popped job was charged until fair_settle.lua
+-- replaces it with the real cost, `runtimes` the recent mean run times the estimates come from.
+local costs, charged, runtimes = KEYS[14], KEYS[15], KEYS[16]
 
 local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
 
@@ -150,6 +154,7 @@ local function leave(job_id, value)
   local field, tenant = parse_member(value)
   redis.call('HDEL', members, job_id)
   redis.call('HDEL', fifo, field)
+  redis.call('HDEL', costs, job_id)
   if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
     idle(tenant, redis.call('ZSCORE', active, tenant))
   end
@@ -162,4 +167,13 @@ local function nudge()
     redis.call('RPUSH', wake, '1')
     redis.call('LTRIM', wake, -WAKE_CAP, -1)
   end
+end
+
+-- charge="runtime": a popped job's `charged` entry, "<tenant>|<weight>|<estimate>|<pop ms>|<declared>|<function>"
+-- (the pop charged the tenant's pass estimate / weight; declared '' when the job declared no cost).
+-- Returns tenant, weight, estimate, pop ms, declared (string), function.
+local function parse_charged(value)
+  local tenant, weight, estimate, popped, declared, func =
+    string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func
 end

@@ -3,7 +3,8 @@
 -- `until_ms` or a slot frees.
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     job_id, tenant (encoded), weight, until_ms, refund ('1' = a fair choice served the job: take
---          back the 1 / weight its pop added to the tenant's pass; '0' = a plain entry, nothing added),
+--          back what its pop added to the tenant's pass, 1 / weight or, charge="runtime", the estimate /
+--          weight recorded in `charged`; '0' = a plain entry, nothing added),
 --          seq (the job's place in its tenant's FIFO when a fair choice served it, else '')
 -- Returns  1 when the job was put back, 0 when it was already waiting.
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -13,7 +14,16 @@ redis.call('ZREM', inflight, job_id)
 -- A refused job did not run: its tenant gets its turn back instead of losing one per refusal. The step
 -- is the one the pop took: 1 / the stored weight (gone when the pop took the tenant's last job: `weight`).
 local step = 0
-if refund then step = 1 / tonumber(redis.call('HGET', weights, tenant) or weight) end
+local charge = redis.call('HGET', charged, job_id)
+local cost_info = nil  -- the job's `costs` entry again, for its next pop (charge="runtime")
+if charge then
+  redis.call('HDEL', charged, job_id)  -- nothing to settle: the job did not run
+  local _, charged_weight, estimate, _, declared, func = parse_charged(charge)
+  cost_info = declared .. '|' .. func
+  if refund then step = estimate / charged_weight end
+elseif refund then
+  step = 1 / tonumber(redis.call('HGET', weights, tenant) or weight)
+end
 local pass = redis.call('ZSCORE', active, tenant)
 if pass then
   -- Parked tenants keep their place: on return they start at max(virtual time, the pass kept here).
@@ -30,4 +40,5 @@ if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by
 -- several workers at once come back in FIFO order whatever order their parks land in; else the front.
 enter(job_id, tenant, place(tenant, true, old_seq), weight, list_push(job_id, true))
+if cost_info then redis.call('HSET', costs, job_id, cost_info) end
 return 1

@@ -4,16 +4,20 @@
 -- replaces on the list (LSET at its recorded position). O(log tenants + list length / node size).
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
---          BLPOP), n_acks, then n_acks job ids this caller handed out earlier (they have run: forget them).
+--          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
+--          weight, settled later by fair_settle.lua; '0' = by 1 / weight), n_acks, then n_acks job ids
+--          this caller handed out earlier (they have run: forget them).
 -- Returns  {kind, job_id, wake_ms, seq}. kind 0 = the list is empty; 1 = a plain entry; 2 = a fair
 --          choice (seq: its place in its tenant's FIFO, for fair_park to put it back there);
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none).
 local now_ms = clock_ms(ARGV[1])
 local given = ARGV[2]
-local n_acks = tonumber(ARGV[3])
+local runtime = ARGV[3] == '1'
+local n_acks = tonumber(ARGV[4])
 local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
+local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
 
-for i = 4, 3 + n_acks do
+for i = 5, 4 + n_acks do
   redis.call('ZREM', inflight, ARGV[i])
 end
 
@@ -52,11 +56,36 @@ local function choose()
   end
 end
 
--- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight.
+-- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
+-- mean run time of its function for this tenant, else for any tenant, else of any job here. The pop
+-- cannot read rq's job hash (another cluster slot), so the push recorded the function in `costs`.
+-- Returns the estimate (seconds), the declared cost ('' if none) and the function.
+local function estimate(job_id, tenant)
+  local declared, func = '', ''
+  local info = redis.call('HGET', costs, job_id)
+  if info then declared, func = string.match(info, '^([^|]*)|(.*)$') end
+  local cost = tonumber(declared)
+  if not cost then
+    local known = redis.call('HMGET', runtimes, tenant .. '|' .. func, '*|' .. func, '*|*')
+    cost = tonumber(known[1]) or tonumber(known[2]) or tonumber(known[3]) or FIRST_ESTIMATE
+  end
+  return cost, declared, func
+end
+
+-- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
+-- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime").
 local function take(job_id, seq, tenant, pass)
   redis.call('HDEL', fifo, tenant .. ':' .. seq)
   redis.call('HDEL', members, job_id)
-  local next_pass = pass + 1 / tonumber(redis.call('HGET', weights, tenant) or '1')
+  local weight = tonumber(redis.call('HGET', weights, tenant) or '1')
+  local step = 1
+  if runtime then
+    local cost, declared, func = estimate(job_id, tenant)
+    step = cost
+    redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
+  end
+  redis.call('HDEL', costs, job_id)
+  local next_pass = pass + step / weight
   redis.call('HSET', state, 'vtime', pass)
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them, so idle tenants leave no state behind (O(log n) when there is none to drop).
@@ -99,7 +128,7 @@ if not entry then
       idle(tenant, redis.call('ZSCORE', active, tenant))
     end
     for _, tenant in ipairs(redis.call('HKEYS', backlog)) do idle(tenant, false) end
-    redis.call('DEL', members, fifo)
+    redis.call('DEL', members, fifo, costs)
   end
   redis.call('HDEL', state, 'head')
   return {0, '', first_park_end(), ''}

@@ -1,13 +1,15 @@
 -- fair_push.lua: add jobs to a fair queue: each id onto rq's list and into its tenant's FIFO. Also
 -- puts popped jobs back (recovery after a dead worker) and adopts ids rq pushed itself (unique=True).
 -- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
--- ARGV     one group of seven per job: job_id, tenant (encoded), weight, at_front ('1'/'0'),
+-- ARGV     one group of nine per job: job_id, tenant (encoded), weight, at_front ('1'/'0'),
 --          from_inflight ('1' = only if still recorded as popped-not-started, which is then cleared),
 --          listed ('1' = rq already pushed the id onto its list: only give it a FIFO place),
---          cap (the tenant's backlog cap in this queue, 0 = none).
+--          cap (the tenant's backlog cap in this queue, 0 = none),
+--          func (charge="runtime": the job's function, whose recent run time the pop charges; '' = none),
+--          declared (the job's declared cost in seconds, fair_cost=; '' = none).
 -- Returns  how many jobs were added (a job already waiting is left where it is); or -(i + 1) when the
 --          i-th job (from 0) would take its tenant's waiting jobs past its cap: then nothing is added.
-local GROUP = 7
+local GROUP = 9
 
 -- Backlog caps first, for the whole call, so that a batch is all or nothing.
 local adding = {}
@@ -25,6 +27,7 @@ local added = 0
 for i = 1, #ARGV, GROUP do
   local job_id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local at_front, from_inflight, listed = ARGV[i + 3] == '1', ARGV[i + 4] == '1', ARGV[i + 5] == '1'
+  local func, declared = ARGV[i + 7], ARGV[i + 8]
   local go = redis.call('HEXISTS', members, job_id) == 0
   if go and from_inflight then
     go = redis.call('ZREM', inflight, job_id) == 1
@@ -39,6 +42,7 @@ for i = 1, #ARGV, GROUP do
       pos = redis.call('HINCRBY', state, 'head', -1)
     end
     enter(job_id, tenant, place(tenant, at_front, nil), weight, pos)
+    if func ~= '' or declared ~= '' then redis.call('HSET', costs, job_id, declared .. '|' .. func) end
     if not redis.call('ZSCORE', parked, tenant) then
       activate(tenant)
       nudge()

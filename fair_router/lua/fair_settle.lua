@@ -1,0 +1,46 @@
+-- fair_settle.lua: charge="runtime": a popped job ended (or was found abandoned). Its pop charged the
+-- tenant's pass an estimate / weight; replace that with the real cost: the measured run time, or the
+-- declared cost when the queue trusts declared costs. Also folds the measured time into the recent means
+-- the next pops estimate from. Sent in the worker's own after-job pipeline (no round trip of its own).
+-- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
+-- ARGV     now_ms ('' = server TIME), job_id, measured (seconds the job ran; '' = its worker died: charge
+--          the time from its pop until now, and learn nothing from it), trust ('1' = a declared cost is
+--          the charge).
+-- Returns  1 when the job had a charge to settle, else 0 (charge="jobs", a plain entry, settled already).
+local now_ms = clock_ms(ARGV[1])
+local job_id, measured, trust = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local ALPHA = 0.2  -- weight of the newest run time in the recent means (about the last 5-10 runs count)
+
+local value = redis.call('HGET', charged, job_id)
+if not value then return 0 end
+redis.call('HDEL', charged, job_id)
+local tenant, weight, estimate, popped, declared, func = parse_charged(value)
+
+local cost = measured or math.max(0, (now_ms - popped) / 1000)
+if trust and tonumber(declared) then cost = tonumber(declared) end
+if measured then
+  for _, field in ipairs({tenant .. '|' .. func, '*|' .. func, '*|*'}) do
+    local mean = tonumber(redis.call('HGET', runtimes, field) or '')
+    if mean then mean = mean + ALPHA * (measured - mean) else mean = measured end
+    redis.call('HSET', runtimes, field, mean)
+  end
+end
+
+local delta = (cost - estimate) / weight
+if delta == 0 then return 1 end
+local pass = redis.call('ZSCORE', active, tenant)
+if pass then
+  redis.call('ZADD', active, tonumber(pass) + delta, tenant)
+  return 1
+end
+local last = redis.call('ZSCORE', kept, tenant)
+if last then
+  redis.call('ZADD', kept, tonumber(last) + delta, tenant)
+elseif delta > 0 then
+  -- Idle with a pass at or below the virtual time (no longer kept): it still owes the difference, counted
+  -- from the virtual time (an undercharge, by at most what its pass was below it, would let it gain). An
+  -- overcharge of an idle tenant is dropped: idle tenants bank nothing.
+  local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  redis.call('ZADD', kept, vtime + delta, tenant)
+end
+return 1
