@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+import yaml
 from redis import Redis
 from rq import Worker
 
@@ -174,3 +175,25 @@ class Fleet:
     def logs(self) -> str:
         return "\n".join(f"[{path.name}]\n{path.read_text(errors='replace')[-4000:]}"
                          for path in sorted(self.log_dir.glob("worker-*.log")))
+
+
+def write_settings(tmp_path: Path, config: dict[str, Any]) -> Path:
+    """``config`` as the fair_router.yaml the worker subprocesses of a Fleet in ``tmp_path`` read."""
+    path = tmp_path / "fair_router.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def fleet_of(redis_server: RedisServer, tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
+    """Start a Fleet of worker subprocesses on the session's server for the given queues; every fleet
+    started is stopped after the test."""
+    fleets: list[Fleet] = []
+
+    def start(*queues: str) -> Fleet:
+        fleets.append(Fleet(redis_server.url, tmp_path, queues=list(queues)))
+        return fleets[-1]
+
+    yield start
+    for fleet in fleets:
+        fleet.stop_all()

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import limit_jobs
 import pytest
 import yaml
-from conftest import Fleet, wait_for
+from conftest import Fleet, wait_for, write_settings
 from pydantic import ValidationError
 from redis import Redis
 from rq import Queue
@@ -46,19 +46,13 @@ pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 
 def write_config(tmp_path: Path, **extra: Any) -> Path:
-    path = tmp_path / "fair_router.yaml"
-    config = {"prefix": PREFIX, **extra, "concurrency": {**FAST, **extra.get("concurrency", {})}}
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
+    concurrency = {**FAST, **extra.get("concurrency", {})}
+    return write_settings(tmp_path, {"prefix": PREFIX, **extra, "concurrency": concurrency})
 
 
 @pytest.fixture
-def fleet(redis_server: RedisServer, tmp_path: Path) -> Iterator[Fleet]:
-    workers = Fleet(redis_server.url, tmp_path, queues=["ctl"])
-    try:
-        yield workers
-    finally:
-        workers.stop_all()
+def fleet(fleet_of: Callable[..., Fleet]) -> Fleet:
+    return fleet_of("ctl")
 
 
 def starts(conn: Redis, log_key: str) -> list[float]:

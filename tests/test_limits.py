@@ -13,7 +13,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,8 +21,7 @@ from typing import Any
 
 import limit_jobs
 import pytest
-import yaml
-from conftest import Fleet, wait_for
+from conftest import Fleet, wait_for, write_settings
 from redis import Redis
 from rq import Queue, Retry
 from rq.job import Job, JobStatus
@@ -31,7 +30,6 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegist
 from fair_router import FairJob, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.keys import Keys
 from fair_router.limits import ConcurrencyLimiter, Lease
-from fair_router.redis_server import RedisServer
 from fair_router.settings import ConcurrencyConfig
 from fair_router.tiers import TierBook
 
@@ -49,19 +47,13 @@ pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 def write_config(tmp_path: Path, **extra: Any) -> Path:
     """A settings file for the worker subprocesses: limits on, fast leases and snoozes, our prefix."""
-    path = tmp_path / "fair_router.yaml"
-    config = {"prefix": PREFIX, **extra, "concurrency": {**FAST, **extra.get("concurrency", {})}}
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
+    concurrency = {**FAST, **extra.get("concurrency", {})}
+    return write_settings(tmp_path, {"prefix": PREFIX, **extra, "concurrency": concurrency})
 
 
 @pytest.fixture
-def fleet(redis_server: RedisServer, tmp_path: Path) -> Iterator[Fleet]:
-    workers = Fleet(redis_server.url, tmp_path, queues=[QUEUE])
-    try:
-        yield workers
-    finally:
-        workers.stop_all()
+def fleet(fleet_of: Callable[..., Fleet]) -> Fleet:
+    return fleet_of(QUEUE)
 
 
 def job_of(conn: Redis, func: Callable[..., Any]) -> FairJob[Any, Any]:

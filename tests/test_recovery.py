@@ -14,7 +14,7 @@ import json
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import recovery_jobs
 import yaml
-from conftest import Fleet, command_calls, session_pids, wait_for
+from conftest import Fleet, command_calls, session_pids, wait_for, write_settings
 from redis import Redis
 from rq import Queue, Retry
 from rq.job import Job, JobStatus
@@ -32,7 +32,6 @@ from fair_router import FairQueue, Settings, SettingsError, WeightedSimpleWorker
 from fair_router.keys import Keys
 from fair_router.limits import ConcurrencyLimiter
 from fair_router.recovery import Recovery
-from fair_router.redis_server import RedisServer
 from fair_router.scripts import AbandonScript
 from fair_router.settings import ConcurrencyConfig, RecoveryConfig
 from fair_router.tiers import TierBook
@@ -52,19 +51,12 @@ pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 def write_config(tmp_path: Path, **extra: Any) -> Path:
     """Settings for the worker subprocesses: our prefix and a short abandon_after, plus ``extra``."""
-    path = tmp_path / "fair_router.yaml"
-    path.write_text(yaml.safe_dump({"prefix": PREFIX, "recovery": {"abandon_after": f"{ABANDON:g}s"}, **extra}),
-                    encoding="utf-8")
-    return path
+    return write_settings(tmp_path, {"prefix": PREFIX, "recovery": {"abandon_after": f"{ABANDON:g}s"}, **extra})
 
 
 @pytest.fixture
-def fleet(redis_server: RedisServer, tmp_path: Path) -> Iterator[Fleet]:
-    workers = Fleet(redis_server.url, tmp_path, queues=[QUEUE])
-    try:
-        yield workers
-    finally:
-        workers.stop_all()
+def fleet(fleet_of: Callable[..., Fleet]) -> Fleet:
+    return fleet_of(QUEUE)
 
 
 def server_time(conn: Redis) -> float:
