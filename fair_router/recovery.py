@@ -52,9 +52,9 @@ A queue's check
 Where this relies on rq internals (rq 2.12): the registry's member format ``<job id>:<execution id>`` and
 ``Execution.key``/``last_heartbeat``; ``StartedJobRegistry.cleanup`` reading only ``self.key`` and
 ``get_queue()`` (see :class:`_StagedRegistry`); and in ``fair_router/worker.py``, marked "rq internals":
-the maintenance hooks (``should_run_maintenance_tasks``, ``run_maintenance_tasks``), the worker's
-``job_monitoring_interval``, ``maintain_heartbeats``, ``cleanup_execution``, ``execution``,
-``_exc_handlers`` and ``scheduler._process``.
+the worker's ``heartbeat`` (which rq's fetch loop calls before every fetch and after every idle wait:
+our check runs from there), its ``job_monitoring_interval``, ``maintain_heartbeats``,
+``cleanup_execution``, ``execution``, ``_exc_handlers`` and ``scheduler._process``.
 """
 
 from __future__ import annotations
