@@ -184,6 +184,13 @@ def write_settings(tmp_path: Path, config: dict[str, Any]) -> Path:
     return path
 
 
+def write_limit_settings(tmp_path: Path, prefix: str, defaults: dict[str, Any], **extra: Any) -> Path:
+    """Settings for a Fleet under ``prefix`` with ``defaults`` as its ``concurrency`` section, whose entries
+    ``extra['concurrency']`` overrides key by key (every other key of ``extra`` is taken as it is)."""
+    merged = {**defaults, **extra.get("concurrency", {})}
+    return write_settings(tmp_path, {"prefix": prefix, **extra, "concurrency": merged})
+
+
 @pytest.fixture
 def fleet_of(redis_server: RedisServer, tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
     """Start a Fleet of worker subprocesses on the session's server for the given queues; every fleet

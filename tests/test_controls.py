@@ -17,7 +17,7 @@ from typing import Any
 import limit_jobs
 import pytest
 import yaml
-from conftest import Fleet, wait_for, write_settings
+from conftest import Fleet, wait_for, write_limit_settings
 from pydantic import ValidationError
 from redis import Redis
 from rq import Queue
@@ -46,8 +46,7 @@ pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 
 def write_config(tmp_path: Path, **extra: Any) -> Path:
-    concurrency = {**FAST, **extra.get("concurrency", {})}
-    return write_settings(tmp_path, {"prefix": PREFIX, **extra, "concurrency": concurrency})
+    return write_limit_settings(tmp_path, PREFIX, FAST, **extra)
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from typing import Any
 
 import limit_jobs
 import pytest
-from conftest import Fleet, wait_for, write_settings
+from conftest import Fleet, wait_for, write_limit_settings
 from redis import Redis
 from rq import Queue, Retry
 from rq.job import Job, JobStatus
@@ -47,8 +47,7 @@ pytestmark = pytest.mark.usefixtures("isolated_settings")
 
 def write_config(tmp_path: Path, **extra: Any) -> Path:
     """A settings file for the worker subprocesses: limits on, fast leases and snoozes, our prefix."""
-    concurrency = {**FAST, **extra.get("concurrency", {})}
-    return write_settings(tmp_path, {"prefix": PREFIX, **extra, "concurrency": concurrency})
+    return write_limit_settings(tmp_path, PREFIX, FAST, **extra)
 
 
 @pytest.fixture
