@@ -7,14 +7,18 @@ and the push are one atomic step, and a batch is all or nothing. The push runs i
 rq has saved the job hashes, which a refusal cannot undo: the code that executes the pipeline (FairQueue's
 own enqueues, FairRouter's) reads the script's reply (:meth:`BacklogCaps.refusal`), deletes the jobs it
 saved (:func:`withdraw`) and raises :class:`TenantBacklogFull`. A pipeline the caller executes is checked
-before anything is queued on it (:meth:`BacklogCaps.precheck`, a read): there, an enqueue racing past the
-cap between that read and the caller's execute is refused by the script and leaves its jobs saved but not
-queued. Caps apply to new enqueues only: retries, requeues, dependents and the scheduler's moves of jobs
+before anything is queued on it (:meth:`BacklogCaps.precheck`, a read). An enqueue that races past the cap
+between that read and the caller's execute is still refused by the script, and its refusal is an error
+reply (``FAIRBACKLOG ...``), so the caller's ``execute()`` raises redis-py's ``ResponseError`` naming the
+tenant, the cap and the job: that job was saved by the same MULTI but is not queued, and the caller, who
+owns the pipeline, decides what to do with it. Our own pipelines run with ``raise_on_error=False``
+(:func:`execute`) and turn the refusal into :class:`TenantBacklogFull`. Caps apply to new enqueues only: retries, requeues, dependents and the scheduler's moves of jobs
 already accepted are never refused.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +26,30 @@ from weakref import WeakKeyDictionary
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import ResponseError
 from rq import Queue
 from rq.group import Group
 from rq.job import Job
+
+
+_REFUSED = re.compile(r"FAIRBACKLOG (\d+) ")
+"""fair_push.lua's refusal: the index of the entry that would pass its cap."""
+
+
+def refused_entry(reply: Any) -> int | None:
+    """The entry index of a fair push's cap refusal, if ``reply`` is one."""
+    match = _REFUSED.search(str(reply)) if isinstance(reply, ResponseError) else None
+    return int(match.group(1)) if match else None
+
+
+def execute(pipe: Pipeline) -> list[Any]:
+    """Execute an enqueue pipeline of ours without raising on a push's cap refusal (the caller reads it with
+    :meth:`BacklogCaps.refusal`); any other error is raised as ``pipe.execute()`` would."""
+    results: list[Any] = pipe.execute(raise_on_error=False)
+    for reply in results:
+        if isinstance(reply, Exception) and refused_entry(reply) is None:
+            raise reply
+    return results
 
 
 class TenantBacklogFull(Exception):
@@ -60,12 +85,11 @@ class BacklogCaps:
             self._pushes.setdefault(pipe, []).append((len(pipe.command_stack) - 1, list(entries)))
 
     def refusal(self, pipe: Pipeline, results: Sequence[Any]) -> TenantBacklogFull | None:
-        """After ``pipe`` ran: the cap a push of this queue hit (fair_push.lua returns -(entry index + 1)),
-        else None."""
+        """After ``pipe`` ran (by :func:`execute`): the cap a push of this queue hit, else None."""
         for index, entries in self._pushes.pop(pipe, []):
-            reply = results[index]
-            if isinstance(reply, int) and reply < 0:
-                capped = entries[-reply - 1]
+            refused = refused_entry(results[index])
+            if refused is not None:
+                capped = entries[refused]
                 if capped is not None:
                     return TenantBacklogFull(capped.tenant, self.queue, capped.cap)
         return None

@@ -102,13 +102,14 @@ from typing import Annotated, Any, cast
 from pydantic import Field, TypeAdapter, ValidationError
 from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import ResponseError
 from rq import Queue
 from rq.exceptions import DequeueTimeout, NoSuchJobError
 from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
-from fair_router.backlog import BacklogCaps, Capped, TenantBacklogFull, withdraw
+from fair_router.backlog import BacklogCaps, Capped, TenantBacklogFull, execute, refused_entry, withdraw
 from fair_router.keys import FairQueueKeys, Keys, encode
 from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.scripts import (
@@ -343,16 +344,19 @@ class FairQueue(Queue):
         if batch is not None:
             batch.append(entry)  # enqueue_many pushes the whole batch at the end of its pipeline
             return
-        added = self._script(FairPushScript)(self.fair_keys, [entry], client=pipeline)
+        try:
+            self._script(FairPushScript)(self.fair_keys, [entry], client=pipeline)
+        except ResponseError as error:
+            if capped is None or refused_entry(error) is None:
+                raise
+            raise TenantBacklogFull(capped.tenant, self.name, capped.cap) from None
         if pipeline is not None:
             self.caps.record(pipeline, [capped])
-        elif capped is not None and added < 0:
-            raise TenantBacklogFull(capped.tenant, self.name, capped.cap)
 
     def execute_checked(self, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
         """Execute ``pipe`` (our own, holding the enqueue of ``jobs``); if a push hit a backlog cap, delete the
         saved jobs and raise TenantBacklogFull, so nothing of the enqueue stays behind."""
-        results: list[Any] = pipe.execute()
+        results = execute(pipe)
         refused = self.caps.refusal(pipe, results)
         if refused is not None:
             withdraw(self.connection, [(self, job) for job in jobs])

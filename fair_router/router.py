@@ -25,7 +25,7 @@ from rq.job import Job
 from rq.queue import EnqueueArgs, EnqueueData
 from rq.utils import as_text
 
-from fair_router.backlog import BacklogCaps, withdraw
+from fair_router.backlog import BacklogCaps, execute, withdraw
 from fair_router.keys import Keys, encode
 from fair_router.pauses import TenantPauses
 from fair_router.rates import Rate
@@ -278,7 +278,7 @@ class FairRouter:
     def _execute(self, pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
         """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
         of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
-        results = pipe.execute()
+        results = execute(pipe)
         for queue in {id(queue): queue for queue, _ in placed}.values():
             caps = getattr(queue, "caps", None)  # a FairQueue's
             refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None

@@ -7,8 +7,10 @@
 --          cap (the tenant's backlog cap in this queue, 0 = none),
 --          func (charge="runtime": the job's function, whose recent run time the pop charges; '' = none),
 --          declared (the job's declared cost in seconds, fair_cost=; '' = none).
--- Returns  how many jobs were added (a job already waiting is left where it is); or -(i + 1) when the
---          i-th job (from 0) would take its tenant's waiting jobs past its cap: then nothing is added.
+-- Returns  how many jobs were added (a job already waiting is left where it is). When the i-th job
+--          (from 0) would take its tenant's waiting jobs past its cap, nothing is added and the reply is
+--          the error "FAIRBACKLOG <i> ...": an error, so that a caller's own pipeline (rq's MULTI, which
+--          also saved the job) fails loudly on execute rather than leaving the job saved but not queued.
 local GROUP = 9
 
 -- Backlog caps first, for the whole call, so that a batch is all or nothing.
@@ -18,7 +20,9 @@ for i = 1, #ARGV, GROUP do
   if cap > 0 and redis.call('HEXISTS', members, ARGV[i]) == 0 then
     adding[tenant] = (adding[tenant] or 0) + 1
     if tonumber(redis.call('HGET', backlog, tenant) or '0') + adding[tenant] > cap then
-      return -((i - 1) / GROUP) - 1
+      return redis.error_reply(string.format(
+        'FAIRBACKLOG %d tenant %s would pass its backlog cap of %d waiting jobs in %s: nothing of this '
+        .. 'push was queued (job %s was saved but is not queued)', (i - 1) / GROUP, tenant, cap, rq_list, ARGV[i]))
     end
   end
 end
