@@ -12,7 +12,8 @@ between that read and the caller's execute is still refused by the script, and i
 reply (``FAIRBACKLOG ...``), so the caller's ``execute()`` raises redis-py's ``ResponseError`` naming the
 tenant, the cap and the job: that job was saved by the same MULTI but is not queued, and the caller, who
 owns the pipeline, decides what to do with it. Our own pipelines run with ``raise_on_error=False``
-(:func:`execute`) and turn the refusal into :class:`TenantBacklogFull`. Caps apply to new enqueues only: retries, requeues, dependents and the scheduler's moves of jobs
+(:func:`execute`) and turn the refusal into :class:`TenantBacklogFull`. Caps apply to new enqueues only:
+retries, requeues, dependents and the scheduler's moves of jobs
 already accepted are never refused.
 """
 
@@ -30,7 +31,6 @@ from redis.exceptions import ResponseError
 from rq import Queue
 from rq.group import Group
 from rq.job import Job
-
 
 _REFUSED = re.compile(r"FAIRBACKLOG (\d+) ")
 """fair_push.lua's refusal: the index of the entry that would pass its cap."""

@@ -59,6 +59,22 @@ def test_runtime_charging_serves_the_short_jobs_tenant_in_proportion_to_run_time
     assert float(means[b"b|fair_jobs.log"]) == pytest.approx(0.002)
 
 
+def test_the_recent_means_stay_bounded_by_random_eviction_of_tenant_means(conn: Redis) -> None:
+    """One mean per (tenant, function) would grow without bound with many tenants: past 10,000 means (the
+    bound in fair_settle.lua), each settle evicts two random per-tenant means, never a function-wide one."""
+    q = queue(conn)
+    past = {f"old-{i}|fair_jobs.log": 0.5 for i in range(10_050)}  # tenants seen long ago
+    conn.hset(q.fair_keys.runtimes, mapping=past)
+    for i in range(60):
+        q.enqueue(fair_jobs.log, "a", i, fair_tenant=f"t{i % 3}")
+    for _ in range(60):
+        pop_settle(q, {"t0": 0.01, "t1": 0.01, "t2": 0.01})
+    means = conn.hgetall(q.fair_keys.runtimes)
+    assert len(means) <= 10_000 + 2 + 3  # at most the bound, one settle's two misses, the 3 live tenants
+    assert len(means) < len(past)
+    assert b"*|*" in means and b"*|fair_jobs.log" in means  # function-wide means are never evicted
+
+
 def test_job_charging_is_unchanged_and_records_no_costs(conn: Redis) -> None:
     q = queue(conn, charge="jobs")
     for i in range(4):

@@ -10,6 +10,10 @@
 local now_ms = clock_ms(ARGV[1])
 local job_id, measured, trust = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local ALPHA = 0.2  -- weight of the newest run time in the recent means (about the last 5-10 runs count)
+-- Bound on the recent means kept (one per tenant and function, plus one per function and '*|*'): past it,
+-- each settle evicts two random per-tenant means (as Redis's allkeys-random does). An evicted tenant's next
+-- estimate is its function's mean until it is learnt again; the memory stays under about 1 MB.
+local MAX_MEANS = 10000
 
 local value = redis.call('HGET', charged, job_id)
 if not value then return 0 end
@@ -23,6 +27,11 @@ if measured then
     local mean = tonumber(redis.call('HGET', runtimes, field) or '')
     if mean then mean = mean + ALPHA * (measured - mean) else mean = measured end
     redis.call('HSET', runtimes, field, mean)
+  end
+  if redis.call('HLEN', runtimes) > MAX_MEANS then
+    for _, field in ipairs(redis.call('HRANDFIELD', runtimes, 2)) do
+      if string.sub(field, 1, 2) ~= '*|' then redis.call('HDEL', runtimes, field) end
+    end
   end
 end
 
