@@ -1,13 +1,15 @@
 """Drain throughput of WeightedSimpleWorker against plain rq SimpleWorker, side by side in one run.
 
-Each round enqueues the same backlog three times (``--jobs`` no-op jobs of 50 tenants spread evenly
+Each round enqueues the same backlog four times (``--jobs`` no-op jobs of 50 tenants spread evenly
 over 3 queues, weights 6/3/1 for the weighted sides) and times ``work(burst=True)`` of each worker
-until its copy is drained: plain SimpleWorker, WeightedSimpleWorker, and WeightedSimpleWorker with
+until its copy is drained: plain SimpleWorker; WeightedSimpleWorker as shipped (each start recorded,
+fair_router.observe); the same with ``observe.record: false`` ("unrecorded"); and WeightedSimpleWorker with
 concurrency limits enabled (every tenant under its limit, so each job takes and releases a lease).
 Rounds rotate which side goes first, so machine noise and warm caches hit all alike. Reported: median
 jobs/s of each side and the ratios (goals: weighted >= 0.95x plain, i.e. re-sampling the queue order
-before every fetch costs at most 5%; limited >= 0.90x weighted), and Redis commands per job, which CPU
-noise cannot move.
+before every fetch costs at most 5%; limited >= 0.90x weighted; weighted >= 0.98x unrecorded, i.e.
+recording a job's start costs at most 2%), and Redis commands per job, which CPU noise cannot move. The
+start record's own costs are also timed alone: queuing it on a pipeline (client) and running it (server).
 
 Runs against a private redis-server, or against ``$REDIS_URL`` when set: then it only touches its own
 uniquely named queues, jobs and workers, deletes them at the end, and never flushes.
@@ -35,9 +37,11 @@ from rq import Queue, SimpleWorker
 from rq.registry import FailedJobRegistry
 
 from fair_router import WeightedSimpleWorker
+from fair_router.keys import Keys
+from fair_router.observe.recorder import StartRecorder
 from fair_router.redis_server import RedisServer
 from fair_router.sampling import weighted_order
-from fair_router.settings import ConcurrencyConfig, Settings
+from fair_router.settings import ConcurrencyConfig, ObserveConfig, Settings
 
 # rq stores a job's function by dotted path and refuses functions defined in __main__.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,10 +49,12 @@ from jobs import noop
 
 GOAL = 0.95
 LIMITS_GOAL = 0.90
+RECORD_GOAL = 0.98
 WEIGHTS = (6.0, 3.0, 1.0)
 TENANTS = 50
 SIDES: dict[str, type[SimpleWorker]] = {
-    "plain": SimpleWorker, "weighted": WeightedSimpleWorker, "limited": WeightedSimpleWorker,
+    "plain": SimpleWorker, "weighted": WeightedSimpleWorker, "unrecorded": WeightedSimpleWorker,
+    "limited": WeightedSimpleWorker,
 }
 
 
@@ -70,8 +76,9 @@ def drain(conn: Redis, run: str, label: str, side: str, jobs: int) -> tuple[floa
     options: dict[str, Any] = {}
     if side != "plain":
         limits = ConcurrencyConfig(enabled=side == "limited")
+        observe = ObserveConfig(record=side != "unrecorded")
         options = {"weights": dict(zip(names, WEIGHTS, strict=True)),
-                   "settings": Settings(prefix=run, concurrency=limits)}
+                   "settings": Settings(prefix=run, concurrency=limits, observe=observe)}
     worker = SIDES[side](names, connection=conn, name=f"{run}-{label}-{side}", **options)
     gc.collect()
     commands = commands_so_far(conn)
@@ -106,6 +113,25 @@ def sampling_us_per_fetch(calls: int = 20_000) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def record_costs_us(conn: Redis, run: str, calls: int = 5_000) -> tuple[float, float]:
+    """The start record alone: (client us to queue it on a pipeline, server us to run it), per call."""
+    recorder = StartRecorder(conn, Keys(run), ObserveConfig())
+    pipe = conn.pipeline()
+    start = time.perf_counter()
+    for k in range(calls):
+        recorder.record(f"tenant-{k % TENANTS}", 0.0123, pipe)
+    client_us = (time.perf_counter() - start) / calls * 1e6
+    pipe.reset()
+    before = conn.info("commandstats").get("cmdstat_eval", {"usec": 0, "calls": 0})
+    for start_at in range(0, calls, 500):
+        with conn.pipeline(transaction=False) as batch:
+            for k in range(start_at, min(calls, start_at + 500)):
+                recorder.record(f"tenant-{k % TENANTS}", 0.0123, batch)
+            batch.execute()
+    after = conn.info("commandstats")["cmdstat_eval"]
+    return client_us, (after["usec"] - before["usec"]) / (after["calls"] - before["calls"])
+
+
 def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
     """Warm up both sides, then ``rounds`` rounds of one drain per side, alternating who goes first."""
     run = f"fair_bench_worker_{secrets.token_hex(3)}"
@@ -122,11 +148,13 @@ def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
                 rate, cost = drain(conn, run, f"r{rnd}", side, jobs)
                 rates[side].append(rate)
                 costs[side].append(cost)
+        client_us, server_us = record_costs_us(conn, run)
     finally:
         clean_up(conn, run)
     medians = {side: statistics.median(got) for side, got in rates.items()}
     ratio = medians["weighted"] / medians["plain"]
     limits_ratio = medians["limited"] / medians["weighted"]
+    record_ratio = medians["weighted"] / medians["unrecorded"]
     return {
         "jobs": jobs,
         "rounds": rounds,
@@ -141,23 +169,29 @@ def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
         "goal": GOAL,
         "limits_ratio": limits_ratio,
         "limits_goal": LIMITS_GOAL,
-        "ok": ratio >= GOAL and limits_ratio >= LIMITS_GOAL,
+        "record_ratio": record_ratio,
+        "record_ratio_per_round": [w / u for w, u in zip(rates["weighted"], rates["unrecorded"], strict=True)],
+        "record_goal": RECORD_GOAL,
+        "record_client_us": client_us,
+        "record_server_us": server_us,
+        "ok": ratio >= GOAL and limits_ratio >= LIMITS_GOAL and record_ratio >= RECORD_GOAL,
     }
 
 
 def print_report(report: dict[str, Any]) -> None:
     rows = [("round", "first", *(f"{side} jobs/s" for side in SIDES), *(f"{side} cmds/job" for side in SIDES),
-             "weighted/plain", "limited/weighted")]
+             "weighted/plain", "limited/weighted", "weighted/unrecorded")]
     rates, costs = report["jobs_per_s"], report["redis_commands_per_job"]
     for rnd, first in enumerate(report["first_each_round"]):
         rows.append((str(rnd + 1), first, *(f"{rates[side][rnd]:,.0f}" for side in SIDES),
                      *(f"{costs[side][rnd]:.1f}" for side in SIDES),
                      f"{rates['weighted'][rnd] / rates['plain'][rnd]:.3f}x",
-                     f"{rates['limited'][rnd] / rates['weighted'][rnd]:.3f}x"))
+                     f"{rates['limited'][rnd] / rates['weighted'][rnd]:.3f}x",
+                     f"{report['record_ratio_per_round'][rnd]:.3f}x"))
     medians, median_costs = report["median_jobs_per_s"], report["median_redis_commands_per_job"]
     rows.append(("median", "", *(f"{medians[side]:,.0f}" for side in SIDES),
                  *(f"{median_costs[side]:.1f}" for side in SIDES),
-                 f"{report['ratio']:.3f}x", f"{report['limits_ratio']:.3f}x"))
+                 f"{report['ratio']:.3f}x", f"{report['limits_ratio']:.3f}x", f"{report['record_ratio']:.3f}x"))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     line = "-" * (sum(widths) + 2 * (len(widths) - 1))
     for k, row in enumerate(rows):
@@ -171,6 +205,16 @@ def print_report(report: dict[str, Any]) -> None:
     verdict = "OK" if report["limits_ratio"] >= LIMITS_GOAL else "BELOW GOAL"
     print(f"limits on / off median throughput: {report['limits_ratio']:.3f}x (goal >= {LIMITS_GOAL:.2f}x): "
           f"{verdict}")
+    verdict = "OK" if report["record_ratio"] >= RECORD_GOAL else "BELOW GOAL"
+    per_round = report["record_ratio_per_round"]
+    print(f"recording on / off median throughput: {report['record_ratio']:.3f}x (goal >= {RECORD_GOAL:.2f}x): "
+          f"{verdict}; per-round ratios {min(per_round):.2f}x..{max(per_round):.2f}x, median "
+          f"{statistics.median(per_round):.3f}x")
+    job_us = 1e6 / medians["weighted"]
+    cost = report["record_client_us"] + report["record_server_us"]
+    print(f"a start record alone: {report['record_client_us']:.1f} us to queue (client) + "
+          f"{report['record_server_us']:.1f} us to run (Redis) = {cost / job_us:.2%} of the {job_us:,.0f} us a "
+          "weighted job takes here; no round trip of its own (it rides rq's job-start MULTI)")
     print("cmds/job counts every client's commands: exact on the private server, approximate on a shared one.")
     job_us = 1e6 / medians["plain"]
     print(f"re-sampling the order costs {report['sampling_us_per_fetch']:.1f} us per fetch, "

@@ -89,6 +89,7 @@ from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
 from fair_router.keys import FairQueueKeys, Keys, encode
+from fair_router.observe.events import count_event
 from fair_router.router import META_TENANT
 from fair_router.scripts import (
     FairParkScript,
@@ -421,6 +422,9 @@ class FairQueue(Queue):
                 recovered.append(job.id)
         if done:
             self.connection.zrem(keys.inflight, *done)
+        if recovered:
+            count_event(self.connection, Keys(self._prefix or self._loaded().prefix), "recovered", self.name,
+                        len(recovered))
         return recovered
 
     # -- what rq's tools read ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ expires ``lease_ttl`` after the last refresh, so a SIGKILLed worker's slot comes
 A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a
 uniform jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
 
-Counters per tier (acquired, snoozed, released, reclaimed) are plain increments; they ride along in
+Counters per tier (acquired, refused, snoozed, released, reclaimed) are plain increments; they ride along in
 the release and snooze pipelines rather than costing a round trip of their own.
 """
 
@@ -36,7 +36,9 @@ from fair_router.settings import ConcurrencyConfig
 from fair_router.tiers import TierBook
 
 logger = logging.getLogger("fair_router")
-COUNTERS = ("acquired", "snoozed", "released", "reclaimed")
+COUNTERS = ("acquired", "refused", "snoozed", "released", "reclaimed")
+"""Per-tier counters. Every refusal ends in a snooze or, for a job of a FairQueue, a park: parked = refused -
+snoozed."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,12 @@ class ConcurrencyLimiter:
     def lease_ms(self) -> int:
         return max(1, round(self.config.lease_ttl * 1000))
 
-    def acquire(self, tenant: str, job_id: str, pipeline: Pipeline | None = None) -> Lease | None:
+    def acquire(
+        self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False
+    ) -> Lease | None:
         """Take a slot for ``job_id`` (idempotent); None when the tenant is at its tier's limit. With
-        ``pipeline``, the call rides in the same round trip as the commands queued there."""
+        ``pipeline``, the call rides in the same round trip as the commands queued there. ``refresh``: the
+        job already runs in this slot (a refused refresh is a lost slot, not a refused job)."""
         tier = self.tiers.tier(tenant)
         status, reclaimed = self._acquire(
             self.keys.leases(tenant), job_id, self.tiers.limit(tier), self.lease_ms, now_arg(self.clock), pipeline
@@ -86,6 +91,7 @@ class ConcurrencyLimiter:
         with self._lock:
             self._pending[f"{tier}:reclaimed"] += reclaimed
             self._pending[f"{tier}:acquired"] += status == 1
+            self._pending[f"{tier}:refused"] += status == 0 and not refresh
         return Lease(tenant, tier, job_id) if status else None
 
     def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None) -> None:
@@ -142,7 +148,7 @@ class ConcurrencyLimiter:
                     with self._lock:  # still held? (else a refresh would re-take a just-released slot)
                         if lease.job_id not in self._held:
                             continue
-                        kept = self.acquire(lease.tenant, lease.job_id)
+                        kept = self.acquire(lease.tenant, lease.job_id, refresh=True)
                     if kept is None:
                         logger.warning("job %s lost its %s slot (lease expired and was taken)",
                                        lease.job_id, lease.tenant)
@@ -150,7 +156,7 @@ class ConcurrencyLimiter:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
     def counters(self) -> dict[str, dict[str, int]]:
-        """tier -> {acquired, snoozed, released, reclaimed} from Redis."""
+        """tier -> {acquired, refused, snoozed, released, reclaimed} from Redis."""
         raw = self.connection.hgetall(self.keys.limit_stats())
         table: dict[str, dict[str, int]] = {}
         for field, value in raw.items():

@@ -56,30 +56,41 @@ class RouteScript:
 
     def __init__(self, connection: Redis) -> None:
         self._script = load_script(connection, "route")
-        self._headers: dict[tuple[Rule, ...], list[int]] = {}
+        self._headers: dict[tuple[str, tuple[Rule, ...]], list[int | str]] = {}
 
     def __call__(
         self,
         windows: Sequence[str],
+        routed: str,
         jobs: Sequence[tuple[int, str]],
+        base: str,
         rules: tuple[Rule, ...],
         now_ms: str,
         client: Any = None,
-    ) -> list[int]:
-        """KEYS = ``windows``; ``jobs`` = (index into windows, job id). Returns 0 or 1-based rule index."""
-        args: list[str | int | bytes] = [now_ms, *self._header(rules)]
+    ) -> Any:
+        """KEYS = ``windows`` and the job key's ``routed`` counters; ``jobs`` = (index into windows, job id);
+        ``base``: the queue of jobs no rule matches. Returns 0 or the 1-based rule index per job (the
+        pipeline itself when ``client`` is one: then :meth:`picks` reads the script's reply)."""
+        args: list[str | int | bytes] = [now_ms, *self._header(base, rules)]
         for index, job_id in jobs:
             args += (index + 1, Keys.member(job_id))
-        return [int(x) for x in self._script(keys=list(windows), args=args, client=client)]
+        reply = call_script(self._script, [*windows, routed], args, client)
+        return reply if isinstance(client, Pipeline) else self.picks(reply)
 
-    def _header(self, rules: tuple[Rule, ...]) -> list[int]:
-        """ARGV after now_ms: ttl_ms, cap, n_rules, (per_ms, threshold)...; built once per rule set."""
-        header = self._headers.get(rules)
+    @staticmethod
+    def picks(reply: Sequence[Any]) -> list[int]:
+        """The script's reply as rule indexes."""
+        return [int(x) for x in reply]
+
+    def _header(self, base: str, rules: tuple[Rule, ...]) -> list[int | str]:
+        """ARGV after now_ms: ttl_ms, cap, n_rules, base queue, (per_ms, threshold, queue)...; built once per
+        route."""
+        header = self._headers.get((base, rules))
         if header is None:
-            header = [max(r.per_ms for r in rules), max(r.threshold for r in rules) + 1, len(rules)]
+            header = [max(r.per_ms for r in rules), max(r.threshold for r in rules) + 1, len(rules), base]
             for rule in rules:
-                header += (rule.per_ms, rule.threshold)
-            self._headers[rules] = header
+                header += (rule.per_ms, rule.threshold, rule.queue)
+            self._headers[(base, rules)] = header
         return header
 
 
