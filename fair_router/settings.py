@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
@@ -162,12 +162,12 @@ class ObserveConfig(BaseModel):
     from zero, which Prometheus reads as a counter reset). At least 62 minutes: the 60-minute figures
     need them."""
 
-    @model_validator(mode="after")
-    def _long_enough(self) -> ObserveConfig:
-        if self.retention < 62 * 60:
-            raise ValueError(f"observe.retention must be at least 62m (the 60-minute wait figures need it), "
-                             f"got {self.retention:g}s")
-        return self
+    @field_validator("retention")
+    @classmethod
+    def _long_enough(cls, value: float) -> float:
+        if value < 62 * 60:
+            raise ValueError(f"retention must be at least 62m (the 60-minute wait figures need it), got {value:g}s")
+        return value
 
 
 def default_config_path() -> Path | None:

@@ -153,7 +153,11 @@ def test_the_dashboard_shows_the_flood_in_a_real_browser(
         if not arrivals and max(seen_greedy_waiting, default=0) > 0 and len(small_p95) >= 3 and len(renders) >= 3:
             break
         time.sleep(0.4)
-    time.sleep(float(os.environ.get("FAIR_ROUTER_SCREENSHOT_WAIT", "0")))
+    linger = time.monotonic() + float(os.environ.get("FAIR_ROUTER_SCREENSHOT_WAIT", "0"))
+    while time.monotonic() < linger:  # a longer chart for the README: small tenants keep arriving
+        tenant = SMALL[int(time.monotonic()) % len(SMALL)]
+        queue.enqueue(timed_job, tenant, 15, done_key, fair_tenant=tenant)
+        time.sleep(min(1.0, max(0.0, linger - time.monotonic())))
     shot = tmp_path / "dashboard.png"
     assert chromium.save_screenshot(str(shot))
     print(f"screenshot: {shot}")

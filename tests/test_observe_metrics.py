@@ -89,8 +89,8 @@ def test_the_dashboard_serves_its_page_data_and_assets_and_nothing_that_writes(
     assert b"http://" not in page.data.replace(b'xmlns="http://www.w3.org', b"")  # nothing from another site
     data = client.get("/api/snapshot").get_json()
     assert [row["tenant"] for row in data["tenants"]] == ["big", "mid"] and data["other"]["tenant"] == "_other"
-    assert client.get("/static/dashboard.js").status_code == 200
-    assert client.get("/static/dashboard.css").status_code == 200
+    assert client.get("/assets/dashboard.js").status_code == 200
+    assert client.get("/assets/dashboard.css").status_code == 200
     methods = {method for rule in app.url_map.iter_rules() for method in rule.methods or ()}
     assert methods <= {"GET", "HEAD", "OPTIONS"}  # read-only
     assert client.post("/").status_code == 405
@@ -102,6 +102,6 @@ def test_the_blueprint_mounts_under_a_prefix_in_another_app(conn: Redis, deploym
     client = host.test_client()
     page = client.get("/fair/")
     assert page.status_code == 200
-    assert b"/fair/static/dashboard.js" in page.data and b'data-api="/fair/api/snapshot"' in page.data
+    assert b"/fair/assets/dashboard.js" in page.data and b'data-api="/fair/api/snapshot"' in page.data
     assert client.get("/fair/metrics").status_code == 200
-    assert client.get("/fair/static/dashboard.js").status_code == 200
+    assert client.get("/fair/assets/dashboard.js").status_code == 200

@@ -1,26 +1,26 @@
 -- observe_start.lua: record one job start (its wait) in its tenant's record and in the all-tenant record.
--- KEYS[1] the tenant's record, KEYS[2] the overflow record (#other), KEYS[3] the all-tenant record (#all),
---         KEYS[4] admitted: hash minute -> tenants given their own record that minute,
---         KEYS[5] recent: sorted set tenant -> when it was last admitted (ms). All tagged {obs}.
--- ARGV    now_ms ('' = server TIME), tenant (encoded), bucket, wait_us, cap (tenants per minute),
---         ttl_s (record expiry), minute_slots, tick_s, tick_slots, n_buckets, recent_ms
+-- KEYS[1] the tenant's record (its last ':' part is the encoded tenant), KEYS[2] the overflow record
+--         (#other), KEYS[3] the all-tenant record (#all), KEYS[4] recent: sorted set tenant -> when it
+--         was last admitted (ms). All tagged {obs}.
+-- ARGV    now_ms ('' = server TIME), bucket, wait_us
+-- The recorder puts one line in front of this file: cap (tenants per minute), ttl (record expiry, s),
+-- minute_slots, tick_ms, tick_slots, n_buckets, recent_ms. Constants rather than ARGV: every argument
+-- costs the worker microseconds to pack, on the job's start.
 -- A record is a hash:
 --   m<s> = the minute held by minute slot s (minute % minute_slots); <s>:<b> = its starts in wait bucket b
---   t<s> = the tick (tick_s seconds) held by tick slot s; n<s>, s<s> = its starts and their total wait (us)
+--   t<s> = the tick held by tick slot s; n<s>, s<s> = its starts and their total wait (us)
 --   c:<b> = starts in bucket b since the record was created; c:us = their total wait (us)
+--   a<s> (#all only) = tenants given their own record in the minute of slot s
 -- A slot is cleared when a new minute (tick) first writes to it, so a record holds the last minute_slots
--- minutes and tick_slots ticks. Each record costs one HMGET and one HSET (the job start's hot path: a
--- script call costs about as much per redis.call as per command), plus, once a minute, the slot's
--- clearing and the expiry. Returns 1 if the start went to the tenant's own record, 0 if to #other.
+-- minutes and tick_slots ticks. Each record costs one HMGET and one HSET (a script's redis.call costs
+-- about as much as a command), plus, once a minute, the slot's clearing and the expiry.
+-- Returns 1 if the start went to the tenant's own record, 0 if to #other.
 local now_ms = tonumber(ARGV[1])
 if not now_ms then
   local t = redis.call('TIME')
   now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local tenant, bucket, wait_us = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local cap, ttl = tonumber(ARGV[5]), tonumber(ARGV[6])
-local minute_slots, tick_ms, tick_slots = tonumber(ARGV[7]), tonumber(ARGV[8]) * 1000, tonumber(ARGV[9])
-local n_buckets, recent_ms = tonumber(ARGV[10]), tonumber(ARGV[11])
+local bucket, wait_us = ARGV[2], tonumber(ARGV[3])
 
 local function int(x) return string.format('%d', x) end
 local minute = math.floor(now_ms / 60000)
@@ -28,14 +28,14 @@ local tick = math.floor(now_ms / tick_ms)
 local ms, ts = minute % minute_slots, tick % tick_slots
 local minute_s, tick_s = int(minute), int(tick)
 local f_minute, f_tick, f_bucket, f_total = 'm' .. ms, 't' .. ts, ms .. ':' .. bucket, 'c:' .. bucket
-local f_n, f_s = 'n' .. ts, 's' .. ts
+local f_n, f_s, f_admitted = 'n' .. ts, 's' .. ts, 'a' .. ms
 
 local function read(key)
-  return redis.call('HMGET', key, f_minute, f_tick, f_bucket, f_total, 'c:us', f_n, f_s)
+  return redis.call('HMGET', key, f_minute, f_tick, f_bucket, f_total, 'c:us', f_n, f_s, f_admitted)
 end
 
-local function record(key, v)
-  if v[1] ~= minute_s then  -- the slot's first start this minute: drop what it held 62 minutes ago
+local function record(key, v, admitted)
+  if v[1] ~= minute_s then  -- the slot's first start this minute: drop what it held minute_slots ago
     local stale = {}
     for b = 0, n_buckets - 1 do stale[#stale + 1] = ms .. ':' .. b end
     redis.call('HDEL', key, unpack(stale))
@@ -43,31 +43,33 @@ local function record(key, v)
     v[3] = false
   end
   if v[2] ~= tick_s then v[6], v[7] = false, false end
-  redis.call('HSET', key, f_minute, minute_s, f_tick, tick_s,
+  local fields = {f_minute, minute_s, f_tick, tick_s,
     f_bucket, int((tonumber(v[3]) or 0) + 1), f_total, int((tonumber(v[4]) or 0) + 1),
-    'c:us', int((tonumber(v[5]) or 0) + wait_us),
-    f_n, int((tonumber(v[6]) or 0) + 1), f_s, int((tonumber(v[7]) or 0) + wait_us))
+    'c:us', int((tonumber(v[5]) or 0) + wait_us), f_n, int((tonumber(v[6]) or 0) + 1),
+    f_s, int((tonumber(v[7]) or 0) + wait_us)}
+  if admitted then
+    fields[#fields + 1], fields[#fields + 2] = f_admitted, int(admitted)
+  end
+  redis.call('HSET', key, unpack(fields))
 end
 
+local all = read(KEYS[3])
+local admitted = 0
+if all[1] == minute_s then admitted = tonumber(all[8]) or 0 end
 local key = KEYS[1]
 local held = read(key)
 if held[1] ~= minute_s then
   -- The tenant's first start this minute: its own record while the minute has room, else #other.
-  local admitted = tonumber(redis.call('HGET', KEYS[4], minute_s) or '0')
   if admitted >= cap then
     key = KEYS[2]
     held = read(key)
   else
-    if admitted == 0 then
-      for back = 2, 4 do redis.call('HDEL', KEYS[4], int(minute - back)) end
-    end
-    redis.call('HINCRBY', KEYS[4], minute_s, 1)
-    redis.call('EXPIRE', KEYS[4], 300)
-    redis.call('ZADD', KEYS[5], now_ms, tenant)
-    redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. int(now_ms - recent_ms))
+    admitted = admitted + 1
+    redis.call('ZADD', KEYS[4], now_ms, string.match(KEYS[1], '[^:]*$'))
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. int(now_ms - recent_ms))
   end
 end
-record(key, held)
-record(KEYS[3], read(KEYS[3]))
+record(key, held, false)
+record(KEYS[3], all, admitted)
 if key == KEYS[1] then return 1 end
 return 0

@@ -35,8 +35,10 @@ def create_blueprint(reader: SnapshotReader, refresh: float = DEFAULT_REFRESH, n
     within the app (mount two deployments under two names and prefixes)."""
     if not refresh > 0:
         raise ValueError(f"refresh must be a positive number of seconds, got {refresh!r}")
+    # Assets under /assets, not /static: mounted without a prefix, the host app's own /static route would
+    # shadow them.
     blueprint = Blueprint(name, __name__, template_folder="templates", static_folder="static",
-                          static_url_path="/static")
+                          static_url_path="/assets")
 
     @blueprint.get("/")
     def index() -> str:
@@ -67,7 +69,6 @@ def create_app(
     connection = connection or Redis.from_url(settings.redis_url)
     app = Flask(__name__, static_folder=None)
     app.register_blueprint(create_blueprint(SnapshotReader(connection, settings, queues=queues), refresh))
-    app.config["JSON_SORT_KEYS"] = False
     return app
 
 

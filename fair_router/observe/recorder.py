@@ -32,7 +32,7 @@ from rq.job import Job
 from fair_router.keys import Keys, encode
 from fair_router.observe.buckets import N_BUCKETS, bucket_of
 from fair_router.router import META_TENANT
-from fair_router.scripts import Clock, call_script, load_script, now_arg
+from fair_router.scripts import Clock, now_arg, script_source
 from fair_router.settings import ObserveConfig
 
 MINUTE_SLOTS = 62
@@ -62,11 +62,13 @@ class StartRecorder:
         self.keys = keys
         self.config = config
         self.clock = clock
-        self._script = load_script(connection, "observe_start")
-        self._fixed_keys = [keys.observe_record(OTHER), keys.observe_record(ALL), keys.observe_admitted(),
-                            keys.observe_recent()]
-        self._tail = [config.tenants_per_minute, max(1, round(config.retention)), MINUTE_SLOTS, TICK_SECONDS,
-                      TICK_SLOTS, N_BUCKETS, RECENT_SECONDS * 1000]
+        constants = (config.tenants_per_minute, max(1, round(config.retention)), MINUTE_SLOTS, TICK_SECONDS * 1000,
+                     TICK_SLOTS, N_BUCKETS, RECENT_SECONDS * 1000)
+        source = (f"local cap, ttl, minute_slots, tick_ms, tick_slots, n_buckets, recent_ms = "
+                  f"{', '.join(map(str, constants))}\n" + script_source("observe_start", compact=True))
+        self._script = connection.register_script(source)
+        self._source = source.encode()  # as bytes: redis-py packs it as it is, with every call
+        self._fixed_keys = (keys.observe_record(OTHER), keys.observe_record(ALL), keys.observe_recent())
 
     def job_started(self, job: Job, pipeline: Pipeline) -> None:
         """Queue ``job``'s start on ``pipeline`` (rq's own, at job start). A job without ``enqueued_at``
@@ -83,5 +85,9 @@ class StartRecorder:
         ``client`` is a pipeline, else run at once (returns 1 if it went to the tenant's own record)."""
         part = NO_TENANT if tenant is None else encode(tenant)
         wait_us = max(0, round(wait * 1e6))
-        args = [now_arg(self.clock), part, bucket_of(wait_us), wait_us, *self._tail]
-        return call_script(self._script, [self.keys.observe_record(part), *self._fixed_keys], args, client)
+        record = self.keys.observe_record(part)
+        if isinstance(client, Pipeline):  # EVAL, as scripts.call_script does, with the fewest arguments to pack
+            return client.eval(self._source, 4, record, *self._fixed_keys,  # type: ignore[arg-type]
+                               now_arg(self.clock), bucket_of(wait_us), wait_us)
+        return self._script(keys=[record, *self._fixed_keys], args=[now_arg(self.clock), bucket_of(wait_us), wait_us],
+                            client=client)
