@@ -2,7 +2,7 @@
 -- KEYS[1] the tenant's record (its last ':' part is the encoded tenant), KEYS[2] the overflow record
 --         (#other), KEYS[3] the all-tenant record (#all), KEYS[4] recent: sorted set tenant -> when it
 --         was last admitted (ms). All tagged {obs}.
--- ARGV    now_ms ('' = server TIME), bucket, wait_us
+-- ARGV    bucket, wait_us, and now_ms only when a clock is injected (else server TIME)
 -- The recorder puts one line in front of this file: cap (tenants per minute), ttl (record expiry, s),
 -- minute_slots, tick_ms, tick_slots, n_buckets, recent_ms. Constants rather than ARGV: every argument
 -- costs the worker microseconds to pack, on the job's start.
@@ -15,12 +15,12 @@
 -- minutes and tick_slots ticks. Each record costs one HMGET and one HSET (a script's redis.call costs
 -- about as much as a command), plus, once a minute, the slot's clearing and the expiry.
 -- Returns 1 if the start went to the tenant's own record, 0 if to #other.
-local now_ms = tonumber(ARGV[1])
+local now_ms = tonumber(ARGV[3])
 if not now_ms then
   local t = redis.call('TIME')
   now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local bucket, wait_us = ARGV[2], tonumber(ARGV[3])
+local bucket, wait_us = ARGV[1], tonumber(ARGV[2])
 
 local function int(x) return string.format('%d', x) end
 local minute = math.floor(now_ms / 60000)

@@ -1,15 +1,16 @@
 """One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
 
-Cost per call, whatever the number of tenants: four pipelined round trips of about
-``10 + 4 * queues + job keys + 6 * top_n + top_n * rule job keys`` commands:
+Cost per call, whatever the number of tenants: at most five pipelined round trips of at most
+``10 + 5 * queues + job keys + 8 * top_n + top_n * rule job keys`` commands:
 
 1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
 2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant
    (``HGETALL`` of the fair queue's backlog hash, whose size is the number of tenants waiting there)
    and the parked tenants; the routed counters of each job key;
 3. per candidate (at most ``4 * top_n``: the most waiting, the most recently started): its start record,
-   its concurrency slots held, its tier, and the fair-share weights of the tenants waiting;
-4. for the top N only: where its next job would be routed (``peek.lua``, job keys configured in settings).
+   its concurrency slots held, its tier;
+4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);
+5. for the top N only: where its next job would be routed (``peek.lua``, job keys configured in settings).
 
 The top N are the tenants with the most jobs waiting plus running (slots held), then the most starts
 in the last minute; every other tenant is summed into one ``_other`` row (the all-tenant record minus
@@ -80,7 +81,7 @@ class SnapshotReader:
         self._rules = {key: job.rules for key, job in settings.jobs.items() if job.rules}
 
     def snapshot(self) -> Snapshot:
-        """Read everything the views show (four pipelined round trips, see the module docstring)."""
+        """Read everything the views show (a few pipelined round trips, see the module docstring)."""
         keys, n = self.keys, self.top_n
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.time()

@@ -68,7 +68,9 @@ class StartRecorder:
                   f"{', '.join(map(str, constants))}\n" + script_source("observe_start", compact=True))
         self._script = connection.register_script(source)
         self._source = source.encode()  # as bytes: redis-py packs it as it is, with every call
-        self._fixed_keys = (keys.observe_record(OTHER), keys.observe_record(ALL), keys.observe_recent())
+        # Bytes, as the script: redis-py packs them as they are (each argument costs the worker time to pack).
+        self._fixed_keys = tuple(key.encode() for key in
+                                 (keys.observe_record(OTHER), keys.observe_record(ALL), keys.observe_recent()))
 
     def job_started(self, job: Job, pipeline: Pipeline) -> None:
         """Queue ``job``'s start on ``pipeline`` (rq's own, at job start). A job without ``enqueued_at``
@@ -86,8 +88,9 @@ class StartRecorder:
         part = NO_TENANT if tenant is None else encode(tenant)
         wait_us = max(0, round(wait * 1e6))
         record = self.keys.observe_record(part)
+        args: list[int | str] = [bucket_of(wait_us), wait_us]
+        if self.clock is not None:
+            args.append(now_arg(self.clock))
         if isinstance(client, Pipeline):  # EVAL, as scripts.call_script does, with the fewest arguments to pack
-            return client.eval(self._source, 4, record, *self._fixed_keys,  # type: ignore[arg-type]
-                               now_arg(self.clock), bucket_of(wait_us), wait_us)
-        return self._script(keys=[record, *self._fixed_keys], args=[now_arg(self.clock), bucket_of(wait_us), wait_us],
-                            client=client)
+            return client.eval(self._source, 4, record, *self._fixed_keys, *args)  # type: ignore[arg-type]
+        return self._script(keys=[record, *self._fixed_keys], args=args, client=client)
