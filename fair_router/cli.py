@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -263,8 +264,10 @@ def demo(plot: Path, no_plot: bool, quick: bool) -> None:
 @click.option("--url", help="Redis URL.  [default: redis_url from settings]")
 @click.option("--refresh", default=2.0, show_default=True, type=click.FloatRange(min=0.5),
               help="Seconds between two refreshes of the page.")
-def dashboard(host: str, port: int, config: Path | None, url: str | None, refresh: float) -> None:
-    """Serve the live dashboard at / and Prometheus metrics at /metrics (read-only).
+@click.option("--actions", is_flag=True,
+              help="Turn on tenant actions (pause/resume); each needs the token in $FAIR_ROUTER_DASHBOARD_TOKEN.")
+def dashboard(host: str, port: int, config: Path | None, url: str | None, refresh: float, actions: bool) -> None:
+    """Serve the live dashboard at / and Prometheus metrics at /metrics (read-only unless --actions).
 
     Needs the dashboard extra: pip install 'fair-router[dashboard]'.
     """
@@ -276,8 +279,14 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
         click.echo(f"error: the dashboard needs Flask and prometheus-client ({exc}): "
                    "pip install 'fair-router[dashboard]'", err=True)
         sys.exit(2)
+    from fair_router.observe.dashboard import MIN_TOKEN_LENGTH, TOKEN_ENV
     from fair_router.pool import redact_url
 
+    token = os.environ.get(TOKEN_ENV) if actions else None
+    if actions and (token is None or len(token) < MIN_TOKEN_LENGTH):
+        click.echo(f"error: --actions needs a token of at least {MIN_TOKEN_LENGTH} characters in ${TOKEN_ENV}",
+                   err=True)
+        sys.exit(2)
     settings = _settings(config)
     url = url or settings.redis_url
     try:
@@ -287,8 +296,8 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
         click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
         sys.exit(2)
     click.echo(f"fair-router dashboard: http://{host}:{port}/ (Prometheus: /metrics), Redis {redact_url(url)}, "
-               f"prefix {settings.prefix}; Ctrl-C stops it")
-    serve(create_app(settings, connection, refresh), host, port)
+               f"prefix {settings.prefix}, {'tenant actions on (token)' if token else 'read-only'}; Ctrl-C stops it")
+    serve(create_app(settings, connection, refresh, actions_token=token), host, port)
 
 
 @main.command()

@@ -112,7 +112,11 @@ class Keys:
 
     def paused(self, tenant: str) -> str:
         """Exists while ``tenant`` is paused. Same tag as its leases, so the acquire script reads it."""
-        return f"{self.prefix}:{{lease:{encode(tenant)}}}:paused"
+        return self.paused_of(encode(tenant))
+
+    def paused_of(self, encoded_tenant: str) -> str:
+        """:meth:`paused` of a tenant given in its encoded form (the dashboard's rows)."""
+        return f"{self.prefix}:{{lease:{encoded_tenant}}}:paused"
 
     def rate(self, tenant: str, job_key: str | None = None) -> str:
         """GCRA state of one rate scope of ``tenant``: one timestamp (ms), its theoretical arrival time. The
@@ -142,6 +146,11 @@ class Keys:
         ``{rq:wip:<name>}``, the cluster slot of rq's untagged registry key, so the script moving entries
         touches one slot."""
         return f"{self.prefix}:{{{started_registry_key}}}:abandoned"
+
+    def abandoned_total(self, started_registry_key: str) -> str:
+        """How many of one queue's jobs were found abandoned (an integer, never reset): counted by the script
+        that stages them, so it shares that call's tag. Read by ``fair_router.observe`` (``/metrics``)."""
+        return f"{self.prefix}:{{{started_registry_key}}}:abandoned:total"
 
     # -- observability (fair_router.observe): every key tagged {obs}, so one start record is one slot --
 

@@ -307,10 +307,13 @@ class AbandonScript:
     def __init__(self, connection: Redis) -> None:
         self._script = load_script(connection, "abandon")
 
-    def __call__(self, started: str, staging: str, entries: Sequence[tuple[str, float]]) -> list[str]:
-        """KEYS = [started, staging]; ``entries`` = (member, score read). Returns the members moved."""
+    def __call__(
+        self, started: str, staging: str, counter: str, entries: Sequence[tuple[str, float]]
+    ) -> list[str]:
+        """KEYS = [started, staging, counter]; ``entries`` = (member, score read). Returns the members moved,
+        which ``counter`` (the queue's abandoned-jobs count) has counted in the same call."""
         args: list[str] = []
         for member, score in entries:
             args += (member, repr(float(score)))
         return [raw.decode() if isinstance(raw, bytes) else str(raw)
-                for raw in self._script(keys=[started, staging], args=args)]
+                for raw in self._script(keys=[started, staging, counter], args=args)]

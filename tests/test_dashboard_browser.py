@@ -3,9 +3,13 @@ selenium) against ``fair-router dashboard`` while two real rq workers drain a on
 queue and small tenants keep arriving. Concurrency limits are on (every tenant on the default tier: one job at
 once), so the greedy tenant runs one job at a time and is parked whenever a second worker takes its next one.
 
-Skipped only when no Chromium or chromedriver is found and ``CI`` is not set; in CI (``.ci/run`` installs
-both) a missing browser fails the test. ``FAIR_ROUTER_SCREENSHOT=path.png`` also copies the screenshot
-there (the README's is made so, with ``FAIR_ROUTER_FLOOD_JOBS`` raised for a longer chart).
+One small tenant is paused (``FairRouter.pause``) before its jobs arrive: its row must say "paused" and
+"parked" (a worker that took its job parked it in the fair queue).
+
+Skipped only when no Chromium or chromedriver is found and neither ``CI`` nor ``FAIR_ROUTER_REQUIRE_BROWSER``
+is set; ``.ci/run`` installs both and sets the latter, so in CI a missing browser fails the test.
+``FAIR_ROUTER_SCREENSHOT=path.png`` also copies the screenshot there (the README's is made so, with
+``FAIR_ROUTER_FLOOD_JOBS`` raised for a longer chart).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from rq import Queue, Worker
 from fair_router.fairqueue import FairQueue
 from fair_router.flood import timed_job
 from fair_router.redis_server import RedisServer
+from fair_router.router import FairRouter
 
 QUEUE = "flood"
 PREFIX = "browser"
@@ -39,13 +44,18 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--window-size=1440,1400", "--hide-scrollbars")
 FLOOD_JOBS = int(os.environ.get("FAIR_ROUTER_FLOOD_JOBS", "500"))
 SMALL = [f"small-{i}" for i in range(1, 6)]
+PAUSED = SMALL[-1]
+"""Paused before its jobs arrive: its row must show it paused and parked."""
 STATE_JS = """
 const cell = (row, sel) => { const e = row && row.querySelector(sel); return e ? e.getAttribute('data-value') : null; };
 const greedy = document.querySelector('tr[data-tenant="greedy"]');
 const small = [...document.querySelectorAll('tr[data-tenant^="small-"]')].map(row => ({
   tenant: row.getAttribute('data-tenant'), p95: cell(row, '.p95-5m'),
   text: row.querySelector('.p95-5m') ? row.querySelector('.p95-5m').textContent : null}));
+const badges = (tenant) => [...document.querySelectorAll('tr[data-tenant="' + tenant + '"] .badge')].map(
+  b => b.textContent.split(' ')[0]);
 return {rendered: document.body.getAttribute('data-rendered'), greedy_waiting: cell(greedy, 'td.waiting'),
+        paused_badges: badges(arguments[0]),
         small: small, chart_lines: document.querySelectorAll('#chart path.series, #chart circle').length};
 """
 
@@ -63,7 +73,7 @@ def find_chromium() -> tuple[str, str] | None:
 def chromium(tmp_path: Path) -> Iterator[Any]:
     found = find_chromium()
     if found is None:
-        if os.environ.get("CI"):
+        if os.environ.get("CI") or os.environ.get("FAIR_ROUTER_REQUIRE_BROWSER"):
             pytest.fail("CI: chromium and chromium-driver must be installed (.ci/run installs them with apt)")
         reason = "no chromium/chromedriver on PATH (apt-get install chromium chromium-driver)"
         print(f"skipping the browser test: {reason}")
@@ -134,8 +144,10 @@ def test_the_dashboard_shows_the_flood_in_a_real_browser(
     done_key = f"{PREFIX}:done"
     queue.enqueue_many([Queue.prepare_data(timed_job, ("greedy", 15, done_key), meta={"fair_tenant": "greedy"})
                         for _ in range(FLOOD_JOBS)])
+    FairRouter(conn, prefix=PREFIX).pause(PAUSED)
     chromium.get(url)
     seen_greedy_waiting: list[int] = []
+    paused_badges: list[str] = []
     small_p95: list[str] = []
     renders: set[str] = set()
     arrivals = [(tenant, k) for k in range(3) for tenant in SMALL]
@@ -145,12 +157,15 @@ def test_the_dashboard_shows_the_flood_in_a_real_browser(
         if arrivals:
             tenant, _ = arrivals.pop(0)
             queue.enqueue(timed_job, tenant, 15, done_key, fair_tenant=tenant)
-        state = chromium.execute_script(STATE_JS)
+        state = chromium.execute_script(STATE_JS, PAUSED)
         renders.add(state["rendered"])
+        if {"paused", "parked"} <= set(state["paused_badges"]):
+            paused_badges = state["paused_badges"]
         if state["greedy_waiting"] is not None:
             seen_greedy_waiting.append(int(state["greedy_waiting"]))
         small_p95 = [row["text"] for row in state["small"] if row["p95"] is not None]
-        if not arrivals and max(seen_greedy_waiting, default=0) > 0 and len(small_p95) >= 3 and len(renders) >= 3:
+        if (not arrivals and max(seen_greedy_waiting, default=0) > 0 and len(small_p95) >= 3 and len(renders) >= 3
+                and paused_badges):
             break
         time.sleep(0.4)
     linger = time.monotonic() + float(os.environ.get("FAIR_ROUTER_SCREENSHOT_WAIT", "0"))
@@ -167,5 +182,6 @@ def test_the_dashboard_shows_the_flood_in_a_real_browser(
     assert max(seen_greedy_waiting, default=0) > 0, state  # the greedy tenant's row showed jobs waiting
     assert len(small_p95) >= 3, state  # small tenants' rows show a wait p95 ...
     assert all(text.endswith(("ms", " s")) for text in small_p95), small_p95  # ... as a duration
+    assert {"paused", "parked"} <= set(paused_badges), state  # the paused tenant's row says both
     assert len(renders) >= 3, renders  # the page refreshed itself (each render stamps the snapshot's time)
     assert shot.stat().st_size > 10_000

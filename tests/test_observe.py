@@ -10,7 +10,7 @@ from conftest import command_calls
 from redis import Redis
 from rq import Queue
 from rq.job import Job
-from rq.registry import FinishedJobRegistry
+from rq.registry import FinishedJobRegistry, StartedJobRegistry
 from worker_jobs import noop
 
 from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, fair_job
@@ -19,6 +19,7 @@ from fair_router.limits import ConcurrencyLimiter
 from fair_router.observe.buckets import BOUNDS_US, PROMETHEUS_LE_US, Histogram, bucket_of
 from fair_router.observe.reader import SnapshotReader
 from fair_router.observe.recorder import ALL, StartRecorder
+from fair_router.observe.text import render
 from fair_router.router import FairRouter
 from fair_router.settings import ConcurrencyConfig, ObserveConfig
 from fair_router.tiers import TierBook
@@ -194,17 +195,52 @@ def test_routed_jobs_are_counted_by_target_queue(conn: Redis, isolated_settings:
     assert rows["acme"].rule == rules[0].describe() and rows["small"].rule is None
 
 
-def test_limit_refusals_are_counted_and_parked_is_refused_minus_snoozed(conn: Redis) -> None:
+def test_held_starts_are_counted_by_reason_and_outcome_and_paused_tenants_show(
+    conn: Redis, isolated_settings: None
+) -> None:
+    """Real in-process worker, limits off: a paused tenant's job in a fair queue (parked) and on a plain queue
+    (snoozed), a rate-limited tenant's second job on a plain queue (deferred to its token); each start held is
+    counted once by why and once by what became of the job, and the paused tenant's row says so."""
     keys = Keys("obs")
     limiter = ConcurrencyLimiter(conn, keys, TierBook(conn, keys), ConcurrencyConfig(enabled=True))
     assert limiter.acquire("acme", "a") is not None
-    assert limiter.acquire("acme", "b") is None  # the free tier runs one at once
+    assert limiter.acquire("acme", "b") is None  # the free tier runs one at once: refused at its limit
     assert limiter.acquire("acme", "a", refresh=True) is not None  # a refresh of a held slot: not refused
     limiter.flush()
     assert limiter.counters()["free"]["refused"] == 1
-    conn.hincrby(keys.limit_stats(), "free:snoozed", 0)
+
+    settings = Settings(prefix="obs", fair_queues=["fq"], queues={"fq": 1, "pq": 1})
+    router = FairRouter(conn, prefix="obs")
+    router.pause("held")
+    router.set_tenant("slow", rate="1/h")
+    fair, plain = FairQueue("fq", connection=conn, settings=settings), Queue("pq", connection=conn)
+    fair.enqueue(noop, fair_tenant="held")
+    fair.enqueue(noop, fair_tenant="free-flowing")
+    for tenant in ("held", "slow", "slow"):
+        plain.enqueue(noop, meta={"fair_tenant": tenant})
+    worker = WeightedSimpleWorker([fair, plain], connection=conn, settings=settings)
+    worker.work(burst=True, logging_level="WARNING")
+    assert FinishedJobRegistry(queue=fair).count == 1 and FinishedJobRegistry(queue=plain).count == 1
+
+    counts = ConcurrencyLimiter(conn, keys, TierBook(conn, keys), ConcurrencyConfig()).counters()["free"]
+    assert counts["paused"] == 2 and counts["rate_deferred"] == 1  # why: two pauses, one rate
+    assert counts["parked"] == 1 and counts["snoozed"] == 1  # what became of them (the rate's: deferred)
+    assert counts["refused"] == 1 and counts["acquired"] == 1  # the limiter's own above
+    snap = SnapshotReader(conn, settings).snapshot()
+    assert snap.limit_counters["free"] == counts
+    rows = {row.tenant: row for row in snap.tenants}
+    assert rows["held"].paused and rows["held"].parked == ["fq"] and rows["held"].waiting == {"fq": 1}
+    assert not rows["free-flowing"].paused
+    assert "paused; parked in fq" in "\n".join(render(snap))
+
+
+def test_abandoned_jobs_are_counted_per_queue(conn: Redis, isolated_settings: None) -> None:
+    """The count abandon.lua keeps with each move (crash recovery) shows as an event of the queue."""
+    keys = Keys("obs")
+    conn.incrby(keys.abandoned_total(StartedJobRegistry("pq", connection=conn).key), 2)
+    conn.sadd(Queue.redis_queues_keys, Queue("pq", connection=conn).key)
     snap = SnapshotReader(conn, Settings(prefix="obs")).snapshot()
-    assert snap.limit_counters["free"]["parked"] == 1 and snap.limit_counters["free"]["acquired"] == 1
+    assert snap.events == {("abandoned", "pq"): 2}
 
 
 def test_fair_jobs_given_back_after_a_lost_pop_are_counted(conn: Redis, isolated_settings: None) -> None:

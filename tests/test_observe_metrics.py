@@ -50,7 +50,8 @@ def test_metrics_parse_with_prometheus_clients_parser(conn: Redis, deployment: S
     found = families(conn, deployment)
     for name in ("fair_router_queue_jobs", "fair_router_tenant_waiting", "fair_router_tenant_running",
                  "fair_router_tenant_limit", "fair_router_routed", "fair_router_job_wait_seconds",
-                 "fair_router_jobs_snoozed", "fair_router_jobs_parked", "fair_router_limit_events"):
+                 "fair_router_jobs_snoozed", "fair_router_jobs_parked", "fair_router_jobs_rate_deferred",
+                 "fair_router_jobs_paused", "fair_router_tenant_paused", "fair_router_limit_events"):
         assert name in found, sorted(found)
     queue_jobs = {s.labels["queue"]: s.value for s in found["fair_router_queue_jobs"].samples}
     assert queue_jobs["fq"] == 8 and queue_jobs["routed"] == 1 and queue_jobs["routed_slow"] == 2
@@ -105,3 +106,30 @@ def test_the_blueprint_mounts_under_a_prefix_in_another_app(conn: Redis, deploym
     assert b"/fair/assets/dashboard.js" in page.data and b'data-api="/fair/api/snapshot"' in page.data
     assert client.get("/fair/metrics").status_code == 200
     assert client.get("/fair/assets/dashboard.js").status_code == 200
+
+
+def test_tenant_actions_need_the_flag_and_the_token(conn: Redis, deployment: Settings) -> None:
+    router = FairRouter(conn, prefix=PREFIX)
+    body = {"tenant": "big"}
+    read_only = create_app(deployment, conn).test_client()
+    assert read_only.post("/api/tenant/pause", json=body, headers={"Authorization": "Bearer x"}).status_code == 404
+    assert b"data-actions" not in read_only.get("/").data and not router.paused("big")
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        create_app(deployment, conn, actions_token="short")
+
+    token = "s3cret-token-for-tests"
+    client = create_app(deployment, conn, actions_token=token).test_client()
+    assert b'data-actions="/api/tenant"' in client.get("/").data
+    for headers in ({}, {"Authorization": "Bearer wrong-token-of-some-length"}, {"Authorization": token}):
+        assert client.post("/api/tenant/pause", json=body, headers=headers).status_code == 403
+    assert not router.paused("big")
+    auth = {"Authorization": f"Bearer {token}"}
+    assert client.post("/api/tenant/pause", json={"tenant": ""}, headers=auth).status_code == 400
+    assert client.post("/api/tenant/delete", json=body, headers=auth).status_code == 404
+    paused = client.post("/api/tenant/pause", json=body, headers=auth)
+    assert paused.status_code == 200 and paused.get_json() == {"tenant": "big", "paused": True}
+    assert router.paused("big")
+    rows = {row["tenant"]: row for row in client.get("/api/snapshot").get_json()["tenants"]}
+    assert rows["big"]["paused"] is True
+    assert client.post("/api/tenant/resume", json=body, headers=auth).get_json() == {"tenant": "big", "paused": False}
+    assert not router.paused("big")

@@ -21,6 +21,11 @@ from fair_router.observe.model import OTHER_LABEL, Snapshot
 from fair_router.observe.reader import SnapshotReader
 
 LIMIT_EVENTS = ("acquired", "refused", "released", "reclaimed")
+EVENT_HELP = {
+    "recovered": "Fair jobs popped but never started (their worker died before the start), given back, by queue.",
+    "abandoned": "Started jobs whose worker stopped heartbeating for recovery.abandon_after, handed back "
+                 "(retried, else failed as abandoned), by queue.",
+}
 
 
 class FairRouterCollector(Collector):
@@ -58,6 +63,12 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
                 waiting.add_metric([queue.name, row.tenant], row.waiting.get(queue.name, 0))
     yield waiting
 
+    paused = GaugeMetricFamily("fair_router_tenant_paused", "1 while the tenant is paused (FairRouter.pause; top N "
+                               "tenants).", labels=["tenant"])
+    for row in snap.tenants:
+        paused.add_metric([row.tenant], int(row.paused))
+    yield paused
+
     if snap.limits_enabled:
         running = GaugeMetricFamily("fair_router_tenant_running", "Concurrency slots the tenant holds: its jobs "
                                     "running now.", labels=["tenant", "tier"])
@@ -84,8 +95,7 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
 
     yield from _limit_counters(snap)
     for event in EVENTS:
-        family = CounterMetricFamily(f"fair_router_jobs_{event}", f"Jobs {event.replace('_', '-')}, by queue.",
-                                     labels=["queue"])
+        family = CounterMetricFamily(f"fair_router_jobs_{event}", EVENT_HELP[event], labels=["queue"])
         for (name, queue_name), count in sorted(snap.events.items()):
             if name == event:
                 family.add_metric([queue_name], count)
@@ -93,20 +103,28 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
             yield family
 
 
+JOB_COUNTERS = {
+    "snoozed": "Job starts refused (tenant at its concurrency limit, or paused) on a plain queue, rescheduled "
+               "after the snooze.",
+    "parked": "Job starts refused (limit, pause or rate) in a fair queue: the job put back, its tenant parked.",
+    "rate_deferred": "Job starts refused by a tenant's rate limit (parked in a fair queue, or deferred to the "
+                     "reserved start time on a plain queue).",
+    "paused": "Job starts refused because the tenant was paused (parked or snoozed until resumed).",
+}
+"""Per-tier job counters (``limits.COUNTERS``) exposed as ``fair_router_jobs_<name>_total{tier}``."""
+
+
 def _limit_counters(snap: Snapshot) -> Iterator[Metric]:
-    snoozed = CounterMetricFamily("fair_router_jobs_snoozed", "Jobs over their tenant's concurrency limit, "
-                                  "rescheduled (plain queues).", labels=["tier"])
-    parked = CounterMetricFamily("fair_router_jobs_parked", "Jobs over their tenant's concurrency limit, put "
-                                 "back in their fair queue with the tenant parked.", labels=["tier"])
-    events = CounterMetricFamily("fair_router_limit_events", "Concurrency slot events, by tier.",
-                                 labels=["tier", "event"])
+    families = {name: CounterMetricFamily(f"fair_router_jobs_{name}", text, labels=["tier"])
+                for name, text in JOB_COUNTERS.items()}
+    events = CounterMetricFamily("fair_router_limit_events", "Concurrency slot events, by tier (refused: a "
+                                 "start refused at the tenant's limit).", labels=["tier", "event"])
     for tier, counts in sorted(snap.limit_counters.items()):
-        snoozed.add_metric([tier], counts.get("snoozed", 0))
-        parked.add_metric([tier], counts.get("parked", 0))
+        for name, family in families.items():
+            family.add_metric([tier], counts.get(name, 0))
         for event in LIMIT_EVENTS:
             events.add_metric([tier, event], counts.get(event, 0))
-    yield snoozed
-    yield parked
+    yield from families.values()
     yield events
 
 

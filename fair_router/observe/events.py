@@ -10,9 +10,11 @@ from typing import Any
 
 from fair_router.keys import Keys
 
-EVENTS = ("recovered", "abandoned", "rate_deferred")
-"""Known events. ``recovered``: a fair job popped but never started, given back (``FairQueue.recover``).
-``abandoned`` and ``rate_deferred`` are reserved for crash recovery and tenant rate limits."""
+EVENTS = ("recovered", "abandoned")
+"""Known events. ``recovered``: a fair job popped but never started, given back (``FairQueue.recover``);
+``abandoned``: a started job whose worker stopped heartbeating, handed back by crash recovery. Abandoned jobs
+are not counted in this hash but by ``abandon.lua`` itself, in the queue's ``Keys.abandoned_total`` (the
+script's own cluster slot, so the count is part of the same write); the reader merges both."""
 
 
 def count_event(client: Any, keys: Keys, event: str, queue: str, amount: int = 1) -> Any:

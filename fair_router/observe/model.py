@@ -53,6 +53,7 @@ class TenantView:
     limit: int | None = None  # its tier's concurrency limit (None: limits off)
     rule: str | None = None  # the throttle rule its next job would meet (job keys configured in settings)
     parked: list[str] = field(default_factory=list)  # fair queues where it is parked now
+    paused: bool = False  # paused (FairRouter.pause): none of its jobs start until it is resumed
     wait_5m: WaitFigures = field(default_factory=WaitFigures)
     wait_60m: WaitFigures = field(default_factory=WaitFigures)
     share_5m: float | None = None  # its share of all starts over the last 5 minutes
@@ -77,8 +78,8 @@ class Snapshot:
     other: TenantView  # every other tenant, summed
     everyone: TenantView  # all tenants together
     routed: dict[tuple[str, str], int]  # (job key, target queue) -> jobs routed there
-    limit_counters: dict[str, dict[str, int]]  # tier -> acquired/refused/snoozed/parked/released/reclaimed
-    events: dict[tuple[str, str], int]  # (event, queue) -> count
+    limit_counters: dict[str, dict[str, int]]  # tier -> every counter of limits.COUNTERS
+    events: dict[tuple[str, str], int]  # (event, queue) -> count: recovered, abandoned
     tick_seconds: int = 10
     capped_starts_5m: int = 0  # starts of tenants past observe.tenants_per_minute (recorded as #other)
 

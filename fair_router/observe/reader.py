@@ -28,6 +28,7 @@ from rq import Queue
 from rq.registry import StartedJobRegistry
 
 from fair_router.keys import Keys
+from fair_router.limits import COUNTERS
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.events import parse_events
 from fair_router.observe.model import OTHER_LABEL, QueueView, Snapshot, TenantView, WaitFigures
@@ -37,6 +38,8 @@ from fair_router.scripts import Clock, call_script, load_script
 from fair_router.settings import Settings
 from fair_router.tiers import load_resolver
 
+PER_QUEUE = 5
+"""Commands per queue in the second round trip: length, running, backlog, parked, abandoned count."""
 RECENT_WINDOW = 120.0
 """Seconds since a tenant's last admission (first start of a minute) for it to count as recently started."""
 
@@ -104,19 +107,23 @@ class SnapshotReader:
                 pipe.zcount(StartedJobRegistry(name, connection=self.connection).key, now, "+inf")
                 pipe.hgetall(fair.backlog)
                 pipe.zrangebyscore(fair.parked, now * 1000, "+inf")
+                pipe.get(keys.abandoned_total(StartedJobRegistry(name, connection=self.connection).key))
             for job_key in routed_keys:
                 pipe.hgetall(keys.routed(job_key))
             replies = pipe.execute()
-        queues, backlogs, parked = [], {}, {}
+        queues, backlogs, parked, abandoned_by_queue = [], {}, {}, {}
         for i, name in enumerate(names):
-            length, running, backlog, parked_raw = replies[4 * i: 4 * i + 4]
+            length, running, backlog, parked_raw, abandoned = replies[PER_QUEUE * i: PER_QUEUE * (i + 1)]
+            if abandoned is not None:
+                abandoned_by_queue[name] = int(abandoned)
             backlog = {k: v for k, v in _ints(backlog).items() if v > 0}
             is_fair = name in self.settings.fair_queues or bool(backlog)
             if is_fair:
                 backlogs[name], parked[name] = backlog, {_text(t) for t in parked_raw}
             queues.append(QueueView(name, self.settings.weight(name), int(length), int(running), is_fair,
                                     len(backlog), len(parked.get(name, ()))))
-        routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, replies[4 * len(names):], strict=True)
+        routed_replies = replies[PER_QUEUE * len(names):]
+        routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, routed_replies, strict=True)
                   for queue, count in _ints(raw).items()}
 
         waiting_total: dict[str, int] = {}
@@ -143,8 +150,9 @@ class SnapshotReader:
         other_row = _rest(everyone_row, all_fields, records[:n], now, backlogs,
                           total_running if limits_on else None)
         capped = _window(_ints(other), int(now // 60), 5).count
+        counted = parse_events(events) | {("abandoned", name): count for name, count in abandoned_by_queue.items()}
         return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,
-                        _limit_table(_ints(limits)), parse_events(events), TICK_SECONDS, capped)
+                        _limit_table(_ints(limits)), counted, TICK_SECONDS, capped)
 
     # -- steps ----------------------------------------------------------------------------------------
 
@@ -164,20 +172,22 @@ class SnapshotReader:
         with self.connection.pipeline(transaction=False) as pipe:
             for key in candidates:
                 pipe.hgetall(self.keys.observe_record(key))
+                pipe.exists(self.keys.paused_of(key))
                 if limits_on:
                     pipe.zcount(self.keys.leases_of(key), now * 1000, "+inf")
             if candidates and self._resolver is None:
                 pipe.hmget(self.keys.tiers(), raw_names)
             replies = pipe.execute()
-        step = 2 if limits_on else 1
+        step = 3 if limits_on else 2
         stored = replies[step * len(candidates)] if candidates and self._resolver is None else []
         rows = []
         for i, key in enumerate(candidates):
             fields = _ints(replies[step * i])
             row = _row(key, display_name(key), fields, now)
             row.tier = self._tier(raw_names[i], key, stored[i] if stored else None)
+            row.paused = bool(replies[step * i + 1])
             if limits_on:
-                row.running = int(replies[step * i + 1])
+                row.running = int(replies[step * i + 2])
                 row.limit = self.settings.tiers.limit(row.tier)
             row.waiting = {queue: backlog[key] for queue, backlog in backlogs.items() if key in backlog}
             row.parked = [queue for queue, tenants in parked.items() if key in tenants]
@@ -297,13 +307,10 @@ def _matching_rule(rules: Sequence[Rule], counts: Sequence[int]) -> Rule | None:
 
 
 def _limit_table(raw: dict[str, int]) -> dict[str, dict[str, int]]:
-    """``<tier>:<counter>`` fields as tier -> counters, with ``parked`` = refused - snoozed (every refused
-    job is either snoozed or, in a fair queue, parked)."""
+    """``<tier>:<counter>`` fields as tier -> every counter of ``limits.COUNTERS`` (0 when never written)."""
     table: dict[str, dict[str, int]] = {}
     for name, value in raw.items():
         tier, _, counter = name.rpartition(":")
-        table.setdefault(tier, {})[counter] = value
-    for counts in table.values():
-        counts["parked"] = max(0, counts.get("refused", 0) - counts.get("snoozed", 0))
+        table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[counter] = value
     return table
 

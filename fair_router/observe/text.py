@@ -29,7 +29,8 @@ def render(snap: Snapshot) -> list[str]:
     lines = ["  queues: " + ", ".join(
         f"{q.name} (weight {q.weight if isinstance(q.weight, str) else f'{q.weight:g}'}, {q.jobs} waiting, "
         f"{q.running} running{', fair' if q.fair else ''})" for q in snap.queues)]
-    header = ("tenant", "waiting", "running", "throttled by", "wait p50 · p95 (5 min)", "share of starts / fair")
+    header = ("tenant", "waiting", "running", "throttled by / state", "wait p50 · p95 (5 min)",
+              "share of starts / fair")
     rows = [header] + [_row(row, snap) for row in snap.tenants]
     if snap.tenants:
         rows.append(_row(snap.other, snap))
@@ -48,7 +49,8 @@ def render(snap: Snapshot) -> list[str]:
 
 def _row(row: TenantView, snap: Snapshot) -> tuple[str, str, str, str, str, str]:
     running = "-" if row.running is None else f"{row.running}" + (f"/{row.limit}" if row.limit is not None else "")
-    rule = row.rule or ("parked in " + ", ".join(row.parked) if row.parked else "-")
+    state = (["paused"] if row.paused else []) + (["parked in " + ", ".join(row.parked)] if row.parked else [])
+    rule = "; ".join(([row.rule] if row.rule else []) + state) or "-"
     fair = "" if row.fair_share is None else f" / {_share(row.fair_share)}"
     waiting = str(row.waiting_total) if any(q.fair for q in snap.queues) else "-"
     return (row.tenant, waiting, running, rule, f"{format_wait(row.wait_5m.p50)} · {format_wait(row.wait_5m.p95)}",

@@ -7,6 +7,8 @@
   var refreshMs = Math.max(500, parseFloat(body.getAttribute("data-refresh")) * 1000);
   var COLORS = ["#e8590c", "#1971c2", "#2f9e44", "#9c36b5", "#f59f00", "#0c8599"];
   var SVG = "http://www.w3.org/2000/svg";
+  // Tenant actions (pause / resume): only when the server was started with them on (a flag and a token).
+  var actions = body.getAttribute("data-actions");
 
   function esc(text) {
     return String(text).replace(/[&<>"']/g, function (c) {
@@ -78,11 +80,20 @@
         '%"></span></div>' + row.running + (known(row.limit) ? " / " + row.limit : "") + "</div>";
       runTitle = full ? "at its limit" : "";
     }
-    var state = row.parked.length ? row.parked.map(function (q) {
-      return '<span class="badge parked" title="at its concurrency limit: skipped by pops of ' + esc(q) +
-        '">parked · ' + esc(q) + "</span>";
-    }).join(" ") : (row.waiting_total > 0 ? '<span class="badge waiting">waiting</span>' :
-      '<span class="badge idle">none waiting</span>');
+    var badges = row.parked.map(function (q) {
+      return '<span class="badge parked" title="held (concurrency limit, rate or pause): skipped by pops of ' +
+        esc(q) + '">parked · ' + esc(q) + "</span>";
+    });
+    if (row.paused) {
+      badges.unshift('<span class="badge paused" title="paused: none of its jobs start until it is resumed">' +
+        "paused</span>");
+    }
+    var state = badges.length ? badges.join(" ") : (row.waiting_total > 0 ?
+      '<span class="badge waiting">waiting</span>' : '<span class="badge idle">none waiting</span>');
+    if (actions && !other && row.key && row.key.charAt(0) !== "#") {
+      state += ' <button type="button" class="action" data-action="' + (row.paused ? "resume" : "pause") +
+        '" data-tenant="' + esc(row.tenant) + '">' + (row.paused ? "resume" : "pause") + "</button>";
+    }
     if (other) state = '<span class="muted">every other tenant</span>';
     var name = other ? "<em>" + esc(row.tenant) + "</em>" : esc(row.tenant);
     return '<tr data-tenant="' + esc(row.tenant) + '"' + (other ? ' class="other"' : "") + ">" +
@@ -123,9 +134,11 @@
         "</tr>";
     }), "no routed jobs");
     fill("limits", s.limits.map(function (t) {
-      return "<tr>" + cell("", null, esc(t.tier)) + ["acquired", "refused", "snoozed", "parked", "released",
-        "reclaimed"].map(function (k) { return cell("num", t[k] || 0, count(t[k] || 0)); }).join("") + "</tr>";
-    }), s.limits_enabled ? "no slots taken yet" : "limits off (concurrency.enabled: false)");
+      return '<tr data-tier="' + esc(t.tier) + '">' + cell("", null, esc(t.tier)) + ["acquired", "refused", "paused",
+        "rate_deferred", "snoozed", "parked", "released", "reclaimed"].map(function (k) {
+          return cell("num " + k, t[k] || 0, count(t[k] || 0));
+        }).join("") + "</tr>";
+    }), "no job start held or slot taken yet");
     fill("events", s.events.map(function (e) {
       return "<tr>" + cell("", null, esc(e.event)) + cell("", null, esc(e.queue)) + cell("num", e.count, count(e.count)) +
         "</tr>";
@@ -224,6 +237,30 @@
       })
       .then(function () { setTimeout(poll, refreshMs); });
   }
+
+  // Tenant actions: POST with the token the operator typed (kept for this tab only), then redraw.
+  document.getElementById("tenants").addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("button.action") : null;
+    if (!button || !actions) return;
+    var token = sessionStorage.getItem("fair-router-token") ||
+      window.prompt("Dashboard token (FAIR_ROUTER_DASHBOARD_TOKEN) to " + button.getAttribute("data-action") +
+        " " + button.getAttribute("data-tenant"));
+    if (!token) return;
+    button.disabled = true;
+    fetch(actions + "/" + button.getAttribute("data-action"), {
+      method: "POST", cache: "no-store",
+      headers: { "Content-Type": "application/json", "Authorization": "Bearer " + token },
+      body: JSON.stringify({ tenant: button.getAttribute("data-tenant") })
+    }).then(function (response) {
+      if (response.status === 403) sessionStorage.removeItem("fair-router-token");
+      else if (response.ok) sessionStorage.setItem("fair-router-token", token);
+      if (!response.ok) throw new Error("HTTP " + response.status);
+      return fetch(api, { cache: "no-store" }).then(function (r) { return r.json(); }).then(render);
+    }).catch(function (error) {
+      document.getElementById("updated").textContent = "action failed: " + error.message;
+      button.disabled = false;
+    });
+  });
 
   render(JSON.parse(document.getElementById("initial").textContent));
   setTimeout(poll, refreshMs);
