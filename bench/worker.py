@@ -1,15 +1,17 @@
 """Drain throughput of WeightedSimpleWorker against plain rq SimpleWorker, side by side in one run.
 
-Each round enqueues the same backlog three times (``--jobs`` no-op jobs of 50 tenants spread evenly
+Each round enqueues the same backlog once per side (five) (``--jobs`` no-op jobs of 50 tenants spread evenly
 over 3 queues, weights 6/3/1 for the weighted sides) and times ``work(burst=True)`` of each worker
-until its copy is drained: plain SimpleWorker, WeightedSimpleWorker, WeightedSimpleWorker with
-concurrency limits enabled (every tenant under its limit, so each job takes and releases a lease), and
-the same with a rate limit on every tenant's tier as well (high enough never to defer a job, so each start
-runs the GCRA check: the cost of the rate check per job start).
+until its copy is drained: plain SimpleWorker; WeightedSimpleWorker as shipped (each start recorded,
+fair_router.observe); the same with ``observe.record: false`` ("unrecorded"); and WeightedSimpleWorker with
+concurrency limits enabled (every tenant under its limit, so each job takes and releases a lease); and
+the same with a rate limit on every tenant's tier as well ("rated": high enough never to defer a job, so
+each start runs the GCRA check: the cost of the rate check per job start).
 Rounds rotate which side goes first, so machine noise and warm caches hit all alike. Reported: median
 jobs/s of each side and the ratios (goals: weighted >= 0.95x plain, i.e. re-sampling the queue order
-before every fetch costs at most 5%; limited >= 0.90x weighted), and Redis commands per job, which CPU
-noise cannot move.
+before every fetch costs at most 5%; limited >= 0.90x weighted; weighted >= 0.98x unrecorded, i.e.
+recording a job's start costs at most 2%), and Redis commands per job, which CPU noise cannot move. The
+start record's own costs are also timed alone: queuing it on a pipeline (client) and running it (server).
 
 Runs against a private redis-server, or against ``$REDIS_URL`` when set: then it only touches its own
 uniquely named queues, jobs and workers, deletes them at the end, and never flushes.
@@ -37,9 +39,11 @@ from rq import Queue, SimpleWorker
 from rq.registry import FailedJobRegistry
 
 from fair_router import WeightedSimpleWorker
+from fair_router.keys import Keys
+from fair_router.observe.recorder import StartRecorder
 from fair_router.redis_server import RedisServer
 from fair_router.sampling import weighted_order
-from fair_router.settings import ConcurrencyConfig, Settings, TiersConfig
+from fair_router.settings import ConcurrencyConfig, ObserveConfig, Settings, TiersConfig
 
 # rq stores a job's function by dotted path and refuses functions defined in __main__.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,11 +51,12 @@ from jobs import noop
 
 GOAL = 0.95
 LIMITS_GOAL = 0.90
+RECORD_GOAL = 0.98
 WEIGHTS = (6.0, 3.0, 1.0)
 TENANTS = 50
 SIDES: dict[str, type[SimpleWorker]] = {
-    "plain": SimpleWorker, "weighted": WeightedSimpleWorker, "limited": WeightedSimpleWorker,
-    "rated": WeightedSimpleWorker,
+    "plain": SimpleWorker, "weighted": WeightedSimpleWorker, "unrecorded": WeightedSimpleWorker,
+    "limited": WeightedSimpleWorker, "rated": WeightedSimpleWorker,
 }
 NEVER_BINDING = TiersConfig(rate={"free": "1000/s"}, burst={"free": 1000})
 """A rate on the tier every bench tenant is on that no drain here can reach: checked, never deferring."""
@@ -62,8 +67,16 @@ def commands_so_far(conn: Redis) -> int:
     return sum(int(stat["calls"]) for stat in conn.info("commandstats").values())
 
 
-def drain(conn: Redis, run: str, label: str, side: str, jobs: int) -> tuple[float, float]:
-    """Enqueue ``jobs`` no-ops over 3 fresh queues; one burst worker drains them: (jobs/s, commands/job)."""
+def redis_cpu(conn: Redis) -> float:
+    """CPU seconds the Redis server has used (user + system, all its threads)."""
+    cpu = conn.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def drain(conn: Redis, run: str, label: str, side: str, jobs: int) -> tuple[float, float, float, float]:
+    """Enqueue ``jobs`` no-ops over 3 fresh queues; one burst worker drains them: (jobs/s, commands/job,
+    this process's CPU us/job, Redis' CPU us/job). CPU time moves much less than wall time when other
+    processes compete for the cores."""
     names = [f"{run}.{label}.{side}.q{i}" for i in range(len(WEIGHTS))]
     for i, name in enumerate(names):
         share = jobs // len(names) + (1 if i < jobs % len(names) else 0)
@@ -76,20 +89,23 @@ def drain(conn: Redis, run: str, label: str, side: str, jobs: int) -> tuple[floa
     if side != "plain":
         limits = ConcurrencyConfig(enabled=side in ("limited", "rated"))
         tiers = NEVER_BINDING if side == "rated" else TiersConfig()
+        observe = ObserveConfig(record=side != "unrecorded")
         options = {"weights": dict(zip(names, WEIGHTS, strict=True)),
-                   "settings": Settings(prefix=run, concurrency=limits, tiers=tiers)}
+                   "settings": Settings(prefix=run, concurrency=limits, tiers=tiers, observe=observe)}
     worker = SIDES[side](names, connection=conn, name=f"{run}-{label}-{side}", **options)
     gc.collect()
+    server_cpu = redis_cpu(conn)
     commands = commands_so_far(conn)
-    start = time.perf_counter()
+    start, client_cpu = time.perf_counter(), time.process_time()
     worker.work(burst=True, logging_level="WARNING")
-    elapsed = time.perf_counter() - start
+    elapsed, client_cpu = time.perf_counter() - start, time.process_time() - client_cpu
     commands = commands_so_far(conn) - commands - 1
+    server_cpu = redis_cpu(conn) - server_cpu
     left = sum(Queue(name, connection=conn).count for name in names)
     failed = sum(FailedJobRegistry(name, connection=conn).count for name in names)
     if left or failed:
         raise RuntimeError(f"{side} worker left {left} of {jobs} jobs queued, {failed} failed")
-    return jobs / elapsed, commands / jobs
+    return jobs / elapsed, commands / jobs, client_cpu / jobs * 1e6, server_cpu / jobs * 1e6
 
 
 def clean_up(conn: Redis, run: str) -> None:
@@ -112,29 +128,59 @@ def sampling_us_per_fetch(calls: int = 20_000) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
-    """Warm up both sides, then ``rounds`` rounds of one drain per side, alternating who goes first."""
+def record_costs_us(conn: Redis, run: str, calls: int = 5_000) -> tuple[float, float]:
+    """The start record alone: (client us to queue it on a pipeline, server us to run it), per call."""
+    recorder = StartRecorder(conn, Keys(run), ObserveConfig())
+    pipe = conn.pipeline()
+    start = time.perf_counter()
+    for k in range(calls):
+        recorder.record(f"tenant-{k % TENANTS}", 0.0123, pipe)
+    client_us = (time.perf_counter() - start) / calls * 1e6
+    pipe.reset()
+    before = conn.info("commandstats").get("cmdstat_eval", {"usec": 0, "calls": 0})
+    for start_at in range(0, calls, 500):
+        with conn.pipeline(transaction=False) as batch:
+            for k in range(start_at, min(calls, start_at + 500)):
+                recorder.record(f"tenant-{k % TENANTS}", 0.0123, batch)
+            batch.execute()
+    after = conn.info("commandstats")["cmdstat_eval"]
+    return client_us, (after["usec"] - before["usec"]) / (after["calls"] - before["calls"])
+
+
+def measure(conn: Redis, jobs: int, rounds: int, sides: tuple[str, ...] = tuple(SIDES)) -> dict[str, Any]:
+    """Warm up every side, then ``rounds`` rounds of one drain per side, rotating who goes first."""
     run = f"fair_bench_worker_{secrets.token_hex(3)}"
-    rates: dict[str, list[float]] = {side: [] for side in SIDES}
-    costs: dict[str, list[float]] = {side: [] for side in SIDES}
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    costs: dict[str, list[float]] = {side: [] for side in sides}
+    cpu: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
     firsts = []
     try:
-        for side in SIDES:  # warm-up: imports, rq's cached server version, connection pools
+        for side in sides:  # warm-up: imports, rq's cached server version, connection pools
             drain(conn, run, "warmup", side, min(jobs, 200))
         for rnd in range(rounds):
-            order = list(SIDES)[rnd % len(SIDES):] + list(SIDES)[: rnd % len(SIDES)]
+            order = list(sides)[rnd % len(sides):] + list(sides)[: rnd % len(sides)]
             firsts.append(order[0])
             for side in order:
-                rate, cost = drain(conn, run, f"r{rnd}", side, jobs)
+                rate, cost, client_cpu, server_cpu = drain(conn, run, f"r{rnd}", side, jobs)
                 rates[side].append(rate)
                 costs[side].append(cost)
+                cpu[side].append((client_cpu, server_cpu))
+        client_us, server_us = record_costs_us(conn, run)
     finally:
         clean_up(conn, run)
     medians = {side: statistics.median(got) for side, got in rates.items()}
-    ratio = medians["weighted"] / medians["plain"]
-    limits_ratio = medians["limited"] / medians["weighted"]
-    rate_ratio = medians["rated"] / medians["limited"]
+    nan = float("nan")
+    ratio = medians["weighted"] / medians["plain"] if {"weighted", "plain"} <= set(sides) else nan
+    limits_ratio = medians["limited"] / medians["weighted"] if {"weighted", "limited"} <= set(sides) else nan
+    record_ratio = medians["weighted"] / medians["unrecorded"] if {"weighted", "unrecorded"} <= set(sides) else nan
+    rate_ratio = medians["rated"] / medians["limited"] if {"rated", "limited"} <= set(sides) else nan
+    per_round = ([w / u for w, u in zip(rates["weighted"], rates["unrecorded"], strict=True)]
+                 if record_ratio == record_ratio else [])
     return {
+        "sides": list(sides),
+        "median_cpu_us_per_job": {side: [statistics.median(c for c, _ in got), statistics.median(r for _, r in got)]
+                                  for side, got in cpu.items()},
+        "cpu_us_per_job": cpu,
         "jobs": jobs,
         "rounds": rounds,
         "weights": list(WEIGHTS),
@@ -149,54 +195,85 @@ def measure(conn: Redis, jobs: int, rounds: int) -> dict[str, Any]:
         "limits_ratio": limits_ratio,
         "limits_goal": LIMITS_GOAL,
         "rate_ratio": rate_ratio,
-        "ok": ratio >= GOAL and limits_ratio >= LIMITS_GOAL,
+        "record_ratio": record_ratio,
+        "record_ratio_per_round": per_round,
+        "record_goal": RECORD_GOAL,
+        "record_client_us": client_us,
+        "record_server_us": server_us,
+        "ok": not (ratio < GOAL or limits_ratio < LIMITS_GOAL or record_ratio < RECORD_GOAL),
     }
 
 
 def print_report(report: dict[str, Any]) -> None:
-    rows = [("round", "first", *(f"{side} jobs/s" for side in SIDES), *(f"{side} cmds/job" for side in SIDES),
-             "weighted/plain", "limited/weighted", "rated/limited")]
+    sides = report["sides"]
+    pairs = [(a, b) for a, b in (("weighted", "plain"), ("limited", "weighted"), ("rated", "limited"),
+                                 ("weighted", "unrecorded")) if a in sides and b in sides]
+    rows = [("round", "first", *(f"{side} jobs/s" for side in sides), *(f"{side} cmds/job" for side in sides),
+             *(f"{a}/{b}" for a, b in pairs))]
     rates, costs = report["jobs_per_s"], report["redis_commands_per_job"]
     for rnd, first in enumerate(report["first_each_round"]):
-        rows.append((str(rnd + 1), first, *(f"{rates[side][rnd]:,.0f}" for side in SIDES),
-                     *(f"{costs[side][rnd]:.1f}" for side in SIDES),
-                     f"{rates['weighted'][rnd] / rates['plain'][rnd]:.3f}x",
-                     f"{rates['limited'][rnd] / rates['weighted'][rnd]:.3f}x",
-                     f"{rates['rated'][rnd] / rates['limited'][rnd]:.3f}x"))
+        rows.append((str(rnd + 1), first, *(f"{rates[side][rnd]:,.0f}" for side in sides),
+                     *(f"{costs[side][rnd]:.1f}" for side in sides),
+                     *(f"{rates[a][rnd] / rates[b][rnd]:.3f}x" for a, b in pairs)))
     medians, median_costs = report["median_jobs_per_s"], report["median_redis_commands_per_job"]
-    rows.append(("median", "", *(f"{medians[side]:,.0f}" for side in SIDES),
-                 *(f"{median_costs[side]:.1f}" for side in SIDES),
-                 f"{report['ratio']:.3f}x", f"{report['limits_ratio']:.3f}x", f"{report['rate_ratio']:.3f}x"))
+    rows.append(("median", "", *(f"{medians[side]:,.0f}" for side in sides),
+                 *(f"{median_costs[side]:.1f}" for side in sides),
+                 *(f"{medians[a] / medians[b]:.3f}x" for a, b in pairs)))
     widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
     line = "-" * (sum(widths) + 2 * (len(widths) - 1))
     for k, row in enumerate(rows):
         if k in (1, len(rows) - 1):
             print(line)
         print("  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
-    ratios = [w / p for w, p in zip(rates["weighted"], rates["plain"], strict=True)]
-    verdict = "OK" if report["ratio"] >= GOAL else "BELOW GOAL"
-    print(f"\nweighted / plain median throughput: {report['ratio']:.3f}x (goal >= {GOAL:.2f}x): {verdict}; "
-          f"per-round ratios {min(ratios):.2f}x..{max(ratios):.2f}x (a wide range means a noisy machine)")
-    verdict = "OK" if report["limits_ratio"] >= LIMITS_GOAL else "BELOW GOAL"
-    print(f"limits on / off median throughput: {report['limits_ratio']:.3f}x (goal >= {LIMITS_GOAL:.2f}x): "
-          f"{verdict}")
-    extra = median_costs["rated"] - median_costs["limited"]
-    print(f"rate check on / off (limits on): {report['rate_ratio']:.3f}x throughput, {extra:+.1f} Redis commands "
-          "per job (inside the acquire script, which rides in the worker's existing round trip)")
-    print("cmds/job counts every client's commands: exact on the private server, approximate on a shared one.")
-    job_us = 1e6 / medians["plain"]
-    print(f"re-sampling the order costs {report['sampling_us_per_fetch']:.1f} us per fetch, "
-          f"{report['sampling_us_per_fetch'] / job_us:.2%} of the {job_us:,.0f} us a plain job takes here.")
+    cpu = report["median_cpu_us_per_job"]
+    print("\nCPU per job, median over rounds (us): " + "; ".join(
+        f"{side} {cpu[side][0]:,.0f} client + {cpu[side][1]:,.0f} Redis" for side in sides))
+    for a, b, goal, what in (("weighted", "plain", GOAL, "weighted / plain"),
+                             ("limited", "weighted", LIMITS_GOAL, "limits on / off"),
+                             ("weighted", "unrecorded", RECORD_GOAL, "recording on / off")):
+        if a not in sides or b not in sides:
+            continue
+        per_round = [x / y for x, y in zip(rates[a], rates[b], strict=True)]
+        ratio = medians[a] / medians[b]
+        verdict = "OK" if ratio >= goal else "BELOW GOAL"
+        print(f"{what} median throughput: {ratio:.3f}x (goal >= {goal:.2f}x): {verdict}; per-round ratios "
+              f"{min(per_round):.2f}x..{max(per_round):.2f}x (median {statistics.median(per_round):.3f}x)")
+    if "rated" in sides and "limited" in sides:
+        extra_commands = median_costs["rated"] - median_costs["limited"]
+        print(f"rate check on / off (limits on): {medians['rated'] / medians['limited']:.3f}x throughput, "
+              f"{extra_commands:+.1f} Redis commands per job (inside the acquire script, which rides in the worker's "
+              "existing round trip)")
+    if "weighted" in sides and "unrecorded" in sides:
+        extra = [cpu["weighted"][i] - cpu["unrecorded"][i] for i in (0, 1)]
+        total = sum(cpu["unrecorded"])
+        print(f"recording's CPU per job: {extra[0]:+,.1f} us client, {extra[1]:+,.1f} us Redis "
+              f"({sum(extra) / total:+.2%} of the {total:,.0f} us an unrecorded job costs both)")
+    job_us = 1e6 / medians[sides[0]]
+    cost = report["record_client_us"] + report["record_server_us"]
+    print(f"a start record alone: {report['record_client_us']:.1f} us to queue (client) + "
+          f"{report['record_server_us']:.1f} us to run (Redis) = {cost:.0f} us, against the {job_us:,.0f} us a "
+          f"{sides[0]} job takes here; no round trip of its own (it rides rq's job-start MULTI)")
+    print("cmds/job counts every client's commands, those a script calls included: exact on the private server,"
+          " approximate on a shared one.")
+    if "plain" in sides:
+        job_us = 1e6 / medians["plain"]
+        print(f"re-sampling the order costs {report['sampling_us_per_fetch']:.1f} us per fetch, "
+              f"{report['sampling_us_per_fetch'] / job_us:.2%} of the {job_us:,.0f} us a plain job takes here.")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=2000, help="jobs per drain (spread over 3 queues)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; each drains once per side")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help=f"comma-separated subset of {', '.join(SIDES)} (e.g. weighted,unrecorded)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.rounds < 1:
         parser.error("--jobs and --rounds must be at least 1")
+    sides = tuple(side.strip() for side in args.sides.split(","))
+    if not sides or any(side not in SIDES for side in sides):
+        parser.error(f"--sides: choose from {', '.join(SIDES)}")
 
     url = os.environ.get("REDIS_URL")
     server = None if url else RedisServer().start()
@@ -207,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fair-router worker bench: redis {redis_version} ({where}), python {platform.python_version()}, "
               f"rq {version('rq')}; {args.rounds} rounds x {args.jobs:,} no-op jobs over {len(WEIGHTS)} queues, "
               "SimpleWorker in-process, burst\n", flush=True)
-        report = measure(conn, args.jobs, args.rounds)
+        report = measure(conn, args.jobs, args.rounds, sides)
     finally:
         conn.close()
         if server is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -213,11 +215,14 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
 
 
 @main.command()
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
-              help="Also draw per-tenant wait distributions to this PNG (needs matplotlib).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=Path("fair-router-demo.png"),
+              show_default=True, help="Where to draw per-tenant wait distributions (PNG; needs matplotlib).")
+@click.option("--no-plot", is_flag=True, help="Do not draw the plot.")
 @click.option("--quick", is_flag=True, help="A smaller flood (500 greedy jobs, 10 small tenants).")
-def demo(plot: Path | None, quick: bool) -> None:
-    """Routing, the flood scenario (FIFO, router, fair queue), then mixed job lengths (job vs runtime charging).
+def demo(plot: Path, no_plot: bool, quick: bool) -> None:
+    """Routing, the flood scenario (FIFO, router, fair queue) on real workers, with what the dashboard shows
+    halfway through each flood, then mixed job lengths (job vs runtime charging); writes the wait plot unless
+    --no-plot.
 
     Uses $REDIS_URL / $FAIR_ROUTER_REDIS_URL, else a private redis-server.
     """
@@ -241,11 +246,58 @@ def demo(plot: Path | None, quick: bool) -> None:
     print_flood(report)
     click.echo("\n== worker-time share: job-count charging vs runtime charging (FairQueue charge=) ==")
     print_worker_time(worker_time)
-    if plot is not None:
-        from fair_router.plot import plot_waits
+    if no_plot:
+        return
+    if importlib.util.find_spec("matplotlib") is None:
+        click.echo("\nplot not written: it needs matplotlib (pip install 'fair-router[plot]'; or pass --no-plot)")
+        return
+    from fair_router.plot import plot_waits
 
-        plot_waits(report, plot)
-        click.echo(f"\nplot written to {plot}")
+    plot_waits(report, plot)
+    click.echo(f"\nplot written to {plot}")
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=9181, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file (prefix, queues, tiers, observe).")
+@click.option("--url", help="Redis URL.  [default: redis_url from settings]")
+@click.option("--refresh", default=2.0, show_default=True, type=click.FloatRange(min=0.5),
+              help="Seconds between two refreshes of the page.")
+@click.option("--actions", is_flag=True,
+              help="Turn on tenant actions (pause/resume); each needs the token in $FAIR_ROUTER_DASHBOARD_TOKEN.")
+def dashboard(host: str, port: int, config: Path | None, url: str | None, refresh: float, actions: bool) -> None:
+    """Serve the live dashboard at / and Prometheus metrics at /metrics (read-only unless --actions).
+
+    Needs the dashboard extra: pip install 'fair-router[dashboard]'.
+    """
+    from redis.exceptions import RedisError
+
+    try:
+        from fair_router.observe.dashboard import create_app, serve
+    except ImportError as exc:
+        click.echo(f"error: the dashboard needs Flask and prometheus-client ({exc}): "
+                   "pip install 'fair-router[dashboard]'", err=True)
+        sys.exit(2)
+    from fair_router.observe.dashboard import MIN_TOKEN_LENGTH, TOKEN_ENV
+    from fair_router.pool import redact_url
+
+    token = os.environ.get(TOKEN_ENV) if actions else None
+    if actions and (token is None or len(token) < MIN_TOKEN_LENGTH):
+        click.echo(f"error: --actions needs a token of at least {MIN_TOKEN_LENGTH} characters in ${TOKEN_ENV}",
+                   err=True)
+        sys.exit(2)
+    settings = _settings(config)
+    url = url or settings.redis_url
+    try:
+        connection = Redis.from_url(url, socket_connect_timeout=5)
+        connection.ping()
+    except (RedisError, ValueError) as exc:
+        click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
+        sys.exit(2)
+    click.echo(f"fair-router dashboard: http://{host}:{port}/ (Prometheus: /metrics), Redis {redact_url(url)}, "
+               f"prefix {settings.prefix}, {'tenant actions on (token)' if token else 'read-only'}; Ctrl-C stops it")
+    serve(create_app(settings, connection, refresh, actions_token=token), host, port)
 
 
 @main.command()
@@ -333,3 +385,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
                          env={"FAIR_ROUTER_CONFIG": str(config.resolve())} if config else None)
     click.echo(workers.describe())
     sys.exit(workers.run())
+
+
+if __name__ == "__main__":  # python -m fair_router.cli (the tests run the dashboard so)
+    main()

@@ -16,7 +16,17 @@ import click
 from redis import Redis
 
 from fair_router.decorator import fair_job
-from fair_router.flood import CHARGES, FloodParams, MixedParams, run_scenario, run_worker_time, total_jobs
+from fair_router.flood import (
+    CHARGES,
+    FloodParams,
+    Midway,
+    MixedParams,
+    Mode,
+    observed_settings,
+    run_scenario,
+    run_worker_time,
+    total_jobs,
+)
 from fair_router.redis_server import RedisServer
 from fair_router.router import FairRouter
 from fair_router.rules import Rule
@@ -27,6 +37,8 @@ DEMO_RULES = [
     Rule(queue="demo_superslow", threshold=20, per="10s"),
 ]
 DEMO_QUEUES = ["demo", "demo_throttled", "demo_superslow"]
+DASHBOARD_TENANTS = 6
+"""Tenants the demo's dashboard view names (the rest are summed as _other)."""
 
 
 def work(account: str, item: int) -> int:
@@ -73,19 +85,41 @@ def print_routing(placed: dict[str, Counter[str]]) -> None:
 def run_flood_demo(
     connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...], rounds: int = 1
 ) -> dict[str, object]:
-    """Run the flood scenario in every mode (``rounds`` times) with a progress bar; return the report."""
+    """Run the flood scenario in every mode (``rounds`` times) with a progress bar; return the report, with
+    ``report["dashboard"][mode]``: the dashboard's figures halfway through the mode's first flooded run."""
     click.echo(f"\nflood: {params.greedy_tenants} greedy tenant(s) x {params.greedy_jobs} jobs at once, "
                f"{params.small_tenants} small tenants x {params.small_jobs} jobs over "
                f"{params.arrival_spread:.1f}s, {params.job_ms:g} ms jobs, {params.workers} workers; "
                "each mode also runs without the flood" + (f"; {rounds} rounds" if rounds > 1 else ""))
+    views: dict[str, list[str]] = {}
     with click.progressbar(length=total_jobs(params, modes, rounds), label="running", show_pos=True) as bar:
-        return run_scenario(connection, url, params, modes, progress=bar.update, rounds=rounds)
+        report = run_scenario(connection, url, params, modes, progress=bar.update, rounds=rounds,
+                              midway=dashboard_view(connection, views))
+    report["dashboard"] = views
+    return report
+
+
+def dashboard_view(connection: Redis, views: dict[str, list[str]]) -> Midway:
+    """A ``midway`` callback that reads the mode's dashboard (the same reader and figures as ``fair-router
+    dashboard``) into ``views[mode]`` as text lines."""
+    from fair_router.observe.reader import SnapshotReader
+    from fair_router.observe.text import render
+
+    def look(chosen: Mode) -> None:
+        if not chosen.worker_class.startswith("fair_router."):
+            return  # rq's own workers record no starts: a dashboard would show queue lengths only
+        settings = observed_settings(chosen, top_tenants=DASHBOARD_TENANTS)
+        views[chosen.name] = render(SnapshotReader(connection, settings, queues=list(chosen.queues)).snapshot())
+
+    return look
 
 
 def print_flood(report: dict[str, object]) -> None:
-    """One table per mode: per-class p50/p95 wait, then makespan, throughput, Jain, isolation."""
+    """One table per mode: per-class p50/p95 wait, then makespan, throughput, jobs served ahead, share
+    accuracy, isolation; then what the dashboard showed halfway through the flood."""
     modes = report["modes"]
-    assert isinstance(modes, dict)
+    views = report.get("dashboard") or {}
+    assert isinstance(modes, dict) and isinstance(views, dict)
     for name, entry in modes.items():
         s = entry["summary"]
         click.echo(f"\n== {name} ==")
@@ -94,12 +128,17 @@ def print_flood(report: dict[str, object]) -> None:
             click.echo(f"  {kind:<14}{s[kind + '_p50']:>11.3f}s{s[kind + '_p95']:>11.3f}s")
         click.echo(f"  makespan {s['makespan']:.2f}s ({s.get('makespan_vs_fifo', 1):.3f}x FIFO), "
                    f"throughput {s['throughput']:.0f} jobs/s")
-        click.echo(f"  Jain's index over per-tenant slowdown: {s['jain_slowdown']:.3f}; "
-                   f"share accuracy (all backlogged): {s['share_jain']:.3f}")
+        click.echo(f"  jobs served ahead (started between a small job's enqueue and its start, p95): "
+                   f"{s['small_ahead_p95']:.0f}; share accuracy (all backlogged): {s['share_jain']:.3f}")
         click.echo(f"  isolation (small p95 with flood / without): {s['isolation']:.1f}x "
                    f"(without flood p95 {s['calm_small_p95']:.3f}s); small p95 vs FIFO "
                    f"{100 * s.get('small_p95_vs_fifo', 1):.1f}%")
-        click.echo(f"  jobs started between a small job's enqueue and its start (p95): {s['small_ahead_p95']:.0f}")
+        if name in views:
+            click.echo("  dashboard halfway through the flood (as `fair-router dashboard` shows it):")
+            for line in views[name]:
+                click.echo("  " + line)
+        elif views:
+            click.echo("  (no dashboard view: FIFO runs rq's own SimpleWorker, which records no waits)")
 
 
 def run_worker_time_demo(connection: Redis, url: str, params: MixedParams, rounds: int = 1) -> dict[str, Any]:

@@ -111,6 +111,7 @@ from rq.utils import as_text, backend_class
 
 from fair_router.backlog import BacklogCaps, Capped, TenantBacklogFull, execute, refused_entry, withdraw
 from fair_router.keys import FairQueueKeys, Keys, encode
+from fair_router.observe.events import count_event
 from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.scripts import (
     FairParkScript,
@@ -543,6 +544,9 @@ class FairQueue(Queue):
                 recovered.append(job.id)
         if done:
             self.connection.zrem(keys.inflight, *done)
+        if recovered:
+            count_event(self.connection, Keys(self._prefix or self._loaded().prefix), "recovered", self.name,
+                        len(recovered))
         return recovered
 
     # -- what rq's tools read ------------------------------------------------------------------------

@@ -48,14 +48,18 @@ from rq.job import Job
 
 from fair_router.decorator import fair_job
 from fair_router.fairqueue import FairQueue
+from fair_router.keys import Keys
 from fair_router.router import FairRouter
 from fair_router.rules import Rule
-from fair_router.settings import Charge, TiersConfig
+from fair_router.settings import Charge, JobConfig, ObserveConfig, Settings, TiersConfig
 
 MODES = ("fifo", "router", "fair")
 CHARGES: tuple[Charge, ...] = ("jobs", "runtime")
 RQ_OVERHEAD_MS = 3.0  # rough per-job cost of rq itself, used only to size the arrival spread
 PREFIX = "fair_router_flood"
+
+Midway = Callable[["Mode"], None]
+"""Called with the running mode once half of a flooded run's jobs are done (the demo reads its dashboard)."""
 
 
 def timed_job(tenant: str, ms: float, done_key: str) -> None:
@@ -242,12 +246,14 @@ def run_once(
     params: FloodParams,
     flood: bool,
     progress: Callable[[int], None] | None = None,
+    midway: Midway | None = None,
 ) -> list[JobTiming]:
-    """Run one mode once (with or without the flood) on real workers; return every job's timing."""
+    """Run one mode once (with or without the flood) on real workers; return every job's timing.
+    ``midway`` is called once, when half the jobs have run."""
     plan = arrivals(params, flood)
     bursts = [[tenant for _, tenant, kind in plan if kind == "greedy"]] if flood else []
     trickle = [item for item in plan if item[2] != "greedy"]
-    return _drain(connection, url, mode_name, params, bursts, "greedy", trickle, progress)
+    return _drain(connection, url, mode_name, params, bursts, "greedy", trickle, progress, midway=midway)
 
 
 def run_backlogged(
@@ -283,10 +289,12 @@ def _drain(
     progress: Callable[[int], None] | None,
     job_ms: Mapping[str, float] | None = None,
     weights: Mapping[str, float] | None = None,
+    midway: Midway | None = None,
 ) -> list[JobTiming]:
     """Start the mode's workers, enqueue each burst at once (in order), then the trickle at its offsets;
     wait until every job ran and return their timings. ``job_ms``: tenant -> its jobs' length (else
-    ``params.job_ms``); ``weights``: tenant -> fair-share weight (fair modes; else 1)."""
+    ``params.job_ms``); ``weights``: tenant -> fair-share weight (fair modes; else 1). The workers' start
+    records (fair_router.observe) begin empty and are deleted at the end: a run sees only its own."""
     run = f"fr{os.getpid()}_{time.monotonic_ns() % 10**9}"
     chosen = mode(mode_name, run)
     done_key = f"{PREFIX}:{run}:done"
@@ -294,6 +302,15 @@ def _drain(
     length = {**dict.fromkeys({t for burst in bursts for t in burst} | {t for _, t, _ in trickle}, params.job_ms),
               **(job_ms or {})}
     total = sum(len(burst) for burst in bursts) + len(trickle)
+    _clear_observe(connection)
+
+    pending = [midway] if midway is not None else []
+
+    def report(reported: int) -> int:
+        done = _report(connection, done_key, reported, progress)
+        if pending and done >= total // 2:
+            pending.pop()(chosen)
+        return done
     kinds: dict[str, tuple[str, str]] = {}
     with workers(url, chosen, params.workers):
         _wait_for_workers(connection, chosen.queues, params.workers)
@@ -308,14 +325,14 @@ def _drain(
         for offset, tenant, kind in trickle:
             while (delay := start + offset - time.monotonic()) > 0:
                 time.sleep(min(delay, 0.05))
-                reported = _report(connection, done_key, reported, progress)
+                reported = report(reported)
             kinds[enqueue.one(tenant, length[tenant], done_key).id] = (tenant, kind)
         deadline = time.monotonic() + 120 + total * max(length.values(), default=0) / 1000
         while reported < total:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{mode_name}: only {reported} of {total} jobs finished in time")
             time.sleep(0.05)
-            reported = _report(connection, done_key, reported, progress)
+            reported = report(reported)
     jobs = [job for job in Job.fetch_many(list(kinds), connection=connection) if job is not None]
     timings = [_timing(job, *kinds[job.id]) for job in jobs]
     # Finished jobs and their results go too: left to expire, they would make Redis a little bigger and
@@ -327,7 +344,24 @@ def _drain(
     for name in chosen.queues:
         Queue(name, connection=connection).delete(delete_jobs=True)
     connection.delete(done_key)
+    _clear_observe(connection)
     return timings
+
+
+def _clear_observe(connection: Redis) -> None:
+    """Delete the start records and counters under the scenario's prefix."""
+    keys = list(connection.scan_iter(match=Keys(PREFIX).observe_pattern(), count=1000))
+    if keys:
+        connection.delete(*keys)
+
+
+def observed_settings(chosen: Mode, top_tenants: int = 10) -> Settings:
+    """The settings a dashboard of this mode's run would use: the workers' (prefix, weights, fair queues),
+    plus the router's rules under its job key, so that the throttling rule shows."""
+    jobs = {f"{PREFIX}.{chosen.queues[0]}": JobConfig(queue=chosen.queues[0], rules=list(chosen.rules))}
+    return Settings(prefix=PREFIX, queues=chosen.weights, fair_queues=list(chosen.queues) if chosen.fair else [],
+                    fair_charge=chosen.charge,
+                    jobs=jobs if chosen.rules else {}, observe=ObserveConfig(top_tenants=top_tenants))
 
 
 def _timing(job: Job, tenant: str, kind: str) -> JobTiming:
@@ -458,10 +492,11 @@ def run_scenario(
     modes: Sequence[str] = MODES,
     progress: Callable[[int], None] | None = None,
     rounds: int = 1,
+    midway: Midway | None = None,
 ) -> dict[str, Any]:
     """Every mode without and with the flood, ``rounds`` times (modes interleaved within a round, the
     order rotated each round, seed + round number), then once all backlogged; returns params, per-mode
-    summaries and raw waits.
+    summaries and raw waits. ``midway`` is called once per mode, halfway through its first flooded run.
 
     Waits are pooled over the rounds. The makespan ratio is the median over rounds of each mode's
     makespan / FIFO's in the same round, so that this shared machine's drift between runs cancels."""
@@ -473,7 +508,8 @@ def run_scenario(
         shift = number % len(modes)  # each round starts with another mode: no mode always runs last
         for name in [*modes[shift:], *modes[:shift]]:
             calm[name].append(run_once(connection, url, name, varied, flood=False, progress=progress))
-            flooded[name].append(run_once(connection, url, name, varied, flood=True, progress=progress))
+            flooded[name].append(run_once(connection, url, name, varied, flood=True, progress=progress,
+                                          midway=midway if number == 0 else None))
     for name in modes:
         summary = summarize(flooded[name])
         summary["calm_small_p95"] = summarize(calm[name])["small_p95"]

@@ -79,7 +79,16 @@ class Keys:
     def window(self, job_key: str, tenant: str) -> str:
         """Sorted set of (job id -> enqueue time ms) for one (job key, tenant); tagged by job key so a
         batch of one job function for many tenants is one script call on one cluster slot."""
-        return f"{self.prefix}:{{{encode(job_key)}}}:win:{encode(tenant)}"
+        return self.window_of(job_key, encode(tenant))
+
+    def window_of(self, job_key: str, encoded_tenant: str) -> str:
+        """:meth:`window` of a tenant given in its encoded form."""
+        return f"{self.prefix}:{{{encode(job_key)}}}:win:{encoded_tenant}"
+
+    def routed(self, job_key: str) -> str:
+        """Hash of one job key's routing decisions: target queue (a rule's queue, or the base queue when no
+        rule matched) -> jobs routed there. Written by route.lua, so it shares the windows' tag."""
+        return f"{self.prefix}:{{{encode(job_key)}}}:routed"
 
     def tiers(self) -> str:
         """Hash tenant -> tier name, written by ``FairRouter.set_tier`` / ``fair-router tier set``."""
@@ -88,7 +97,12 @@ class Keys:
     def leases(self, tenant: str) -> str:
         """Sorted set of the tenant's running jobs: job id -> lease expiry (ms). Own tag per tenant, so
         each acquire/release touches one slot."""
-        return f"{self.prefix}:{{lease:{encode(tenant)}}}"
+        return self.leases_of(encode(tenant))
+
+    def leases_of(self, encoded_tenant: str) -> str:
+        """:meth:`leases` of a tenant given in its encoded form (as fair queues and observe records hold it:
+        a long tenant id's digest cannot be decoded back)."""
+        return f"{self.prefix}:{{lease:{encoded_tenant}}}"
 
     def overrides(self, tenant: str) -> str:
         """Hash of one tenant's overrides of its tier's values (``limit``, ``weight``, ``rate``, ``burst``,
@@ -98,7 +112,11 @@ class Keys:
 
     def paused(self, tenant: str) -> str:
         """Exists while ``tenant`` is paused. Same tag as its leases, so the acquire script reads it."""
-        return f"{self.prefix}:{{lease:{encode(tenant)}}}:paused"
+        return self.paused_of(encode(tenant))
+
+    def paused_of(self, encoded_tenant: str) -> str:
+        """:meth:`paused` of a tenant given in its encoded form (the dashboard's rows)."""
+        return f"{self.prefix}:{{lease:{encoded_tenant}}}:paused"
 
     def rate(self, tenant: str, job_key: str | None = None) -> str:
         """GCRA state of one rate scope of ``tenant``: one timestamp (ms), its theoretical arrival time. The
@@ -128,6 +146,37 @@ class Keys:
         ``{rq:wip:<name>}``, the cluster slot of rq's untagged registry key, so the script moving entries
         touches one slot."""
         return f"{self.prefix}:{{{started_registry_key}}}:abandoned"
+
+    def abandoned_total(self, started_registry_key: str) -> str:
+        """How many of one queue's jobs were found abandoned (an integer, never reset): counted by the script
+        that stages them, so it shares that call's tag. Read by ``fair_router.observe`` (``/metrics``)."""
+        return f"{self.prefix}:{{{started_registry_key}}}:abandoned:total"
+
+    # -- observability (fair_router.observe): every key tagged {obs}, so one start record is one slot --
+
+    def observe_record(self, encoded_tenant: str) -> str:
+        """Hash of one tenant's job starts (waits by minute, by 10-second tick, and cumulative); the layout
+        is documented in ``fair_router/lua/observe_start.lua``. ``#all`` holds every start, ``#other`` the
+        starts of tenants past the per-minute cap."""
+        return f"{self.prefix}:{{obs}}:rec:{encoded_tenant}"
+
+    def observe_recent(self) -> str:
+        """Sorted set of tenants with a record: encoded tenant -> time of its last start (ms); trimmed to the
+        last couple of minutes. The dashboard's candidates for "busiest" besides waiting jobs."""
+        return f"{self.prefix}:{{obs}}:recent"
+
+    def observe_events(self) -> str:
+        """Hash of event counters ``<event>:<queue>`` (``recovered``: a fair job popped but never started
+        and given back)."""
+        return f"{self.prefix}:{{obs}}:events"
+
+    def observe_pattern(self) -> str:
+        """SCAN pattern of every observe key under this prefix (the flood scenario clears them between runs)."""
+        return f"{self.prefix}:{{obs}}:*"
+
+    def observe_job_keys(self) -> str:
+        """Set of the job keys routers have routed (so readers find their :meth:`routed` counters)."""
+        return f"{self.prefix}:{{obs}}:jobkeys"
 
     def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
         """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``; rq validates queue

@@ -12,8 +12,8 @@ those cost no round trip of their own.
 A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a uniform
 jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
 
-Counters per tier (acquired, snoozed, released, reclaimed) are plain increments; they ride along in
-the release and snooze pipelines rather than costing a round trip of their own.
+Counters per tier (:data:`COUNTERS`) are plain increments; they ride along in the next acquire, release,
+snooze or defer pipeline rather than costing a round trip of their own.
 """
 
 from __future__ import annotations
@@ -39,7 +39,14 @@ from fair_router.settings import ConcurrencyConfig
 from fair_router.tiers import TierBook
 
 logger = logging.getLogger("fair_router")
-COUNTERS = ("acquired", "snoozed", "released", "reclaimed")
+COUNTERS = ("acquired", "refused", "paused", "rate_deferred", "snoozed", "parked", "released", "reclaimed")
+"""Per-tier counters. A job start refused is counted once by its reason: ``refused`` (the tenant at its
+concurrency limit), ``paused`` or ``rate_deferred``; and once by what became of the job: ``parked`` (its
+tenant parked in a FairQueue), ``snoozed`` (a plain queue's job rescheduled after the snooze: at its limit
+or paused) or deferred to its reserved start (a rate on a plain queue: ``rate_deferred`` only)."""
+REFUSALS = {Verdict.AT_LIMIT: "refused", Verdict.PAUSED: "paused", Verdict.RATE: "rate_deferred",
+            Verdict.RESERVED: "rate_deferred"}
+"""The counter of each refusal verdict of acquire.lua."""
 
 
 @dataclass(frozen=True)
@@ -79,10 +86,13 @@ class ConcurrencyLimiter:
     def lease_ms(self) -> int:
         return max(1, round(self.config.lease_ttl * 1000))
 
-    def acquire(self, tenant: str, job_id: str, pipeline: Pipeline | None = None) -> Lease | None:
+    def acquire(
+        self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False
+    ) -> Lease | None:
         """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). With
-        ``pipeline``, the call rides in the same round trip as the commands queued there."""
-        return self.admit(tenant, job_id, pipeline)[1]
+        ``pipeline``, the call rides in the same round trip as the commands queued there. ``refresh``: the
+        job already runs in this slot (a refused refresh is a lost slot, not a refused job)."""
+        return self.admit(tenant, job_id, pipeline, refresh=refresh)[1]
 
     def admit(
         self,
@@ -93,19 +103,27 @@ class ConcurrencyLimiter:
         rates: Sequence[RateScope] = (),
         reserve: bool = False,
         slot: bool = True,
+        refresh: bool = False,
     ) -> tuple[Admission, Lease | None]:
         """One acquire.lua call for a job start: the tenant's pause, the GCRA ``rates`` (``reserve``: on a
         rate refusal, take the job's token and reserve its start) and, with ``slot``, a concurrency slot
-        under the tenant's limit (its override, else its tier's). The lease is None unless a slot is held."""
+        under the tenant's limit (its override, else its tier's). The lease is None unless a slot is held.
+        A refusal is counted by its reason (``refused``: at the limit, ``paused``, ``rate_deferred``), with
+        the next round trip; with ``pipeline``, the counts pending from earlier ride in this one."""
         profile = self.tiers.profile(tenant)
         keys = self.keys
+        if pipeline is not None:
+            self._flush(pipeline)
         admission = self._acquire(
             keys.leases(tenant), keys.paused(tenant), keys.rate_paid(tenant, job_id), job_id,
             profile.limit if slot else 0, self.lease_ms, now_arg(self.clock), pipeline, rates, reserve,
         )
+        refused = REFUSALS.get(admission.status)
         with self._lock:
             self._pending[f"{profile.tier}:reclaimed"] += admission.reclaimed
             self._pending[f"{profile.tier}:acquired"] += slot and admission.status == Verdict.GRANTED
+            if refused is not None and not refresh:
+                self._pending[f"{profile.tier}:{refused}"] += 1
         held = slot and admission.admitted
         return admission, Lease(tenant, profile.tier, job_id) if held else None
 
@@ -177,7 +195,7 @@ class ConcurrencyLimiter:
                     with self._lock:  # still held? (else a refresh would re-take a just-released slot)
                         if lease.job_id not in self._held:
                             continue
-                        kept = self.acquire(lease.tenant, lease.job_id)
+                        kept = self.acquire(lease.tenant, lease.job_id, refresh=True)
                     if kept is None:
                         logger.warning("job %s lost its %s slot (lease expired and was taken)",
                                        lease.job_id, lease.tenant)
@@ -185,13 +203,20 @@ class ConcurrencyLimiter:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
     def counters(self) -> dict[str, dict[str, int]]:
-        """tier -> {acquired, snoozed, released, reclaimed} from Redis."""
+        """tier -> {counter: count} for every counter of :data:`COUNTERS`, from Redis."""
         raw = self.connection.hgetall(self.keys.limit_stats())
         table: dict[str, dict[str, int]] = {}
         for field, value in raw.items():
             tier, _, name = (field.decode() if isinstance(field, bytes) else field).rpartition(":")
             table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[name] = int(value)
         return table
+
+    def count(self, tier: str, counter: str, amount: int = 1) -> None:
+        """Add to one of ``tier``'s counters (:data:`COUNTERS`) with the next round trip (or :meth:`flush`)."""
+        if counter not in COUNTERS:
+            raise ValueError(f"unknown counter {counter!r}: known counters are {', '.join(COUNTERS)}")
+        with self._lock:
+            self._pending[f"{tier}:{counter}"] += amount
 
     def flush(self) -> None:
         """Write pending counter increments now (the worker calls this when it stops)."""

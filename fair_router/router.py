@@ -10,6 +10,7 @@ is never counted twice or rerouted.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ META_RULE = "fair_rule"
 META_SYSTEM = "fair_system"
 META_RATE = "fair_rate"
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+ANNOUNCE_EVERY = 60.0
+"""Seconds between two additions of a job key to the set of routed job keys (fair_router.observe)."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class FairRouter:
         self._peek = PeekScript(connection)
         self._queues: dict[str, Queue] = {}
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
+        self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
 
     # -- deciding ------------------------------------------------------------------------------
 
@@ -97,7 +101,18 @@ class FairRouter:
         tenants: dict[str, int] = {}
         entries = [(tenants.setdefault(tenant, len(tenants)), job_id) for tenant, job_id in jobs]
         windows = [self.keys.window(route.job_key, tenant) for tenant in tenants]
-        picks = self._route(windows, entries, route.rules, now_arg(self.clock))
+        call = (windows, self.keys.routed(route.job_key), entries, route.queue, route.rules, now_arg(self.clock))
+        announced = self._announced.get(route.job_key)
+        if announced is not None and time.monotonic() - announced < ANNOUNCE_EVERY:
+            picks = self._route(*call)
+        else:
+            # The job key joins the set readers list routed counters from, in the same round trip (again
+            # every ANNOUNCE_EVERY seconds, so a Redis that lost it learns it back).
+            with self.connection.pipeline(transaction=False) as pipe:
+                self._route(*call, client=pipe)
+                pipe.sadd(self.keys.observe_job_keys(), route.job_key)
+                picks = self._route.picks(pipe.execute()[0])
+            self._announced[route.job_key] = time.monotonic()
         return [route.rules[pick - 1] if pick else None for pick in picks]
 
     def peek(self, route: Route, tenant: str) -> WindowView:

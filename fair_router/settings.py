@@ -189,6 +189,33 @@ class RecoveryConfig(BaseModel):
         return value
 
 
+class ObserveConfig(BaseModel):
+    """What workers record at each job start, and what the dashboard and ``/metrics`` show
+    (:mod:`fair_router.observe`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    record: bool = True
+    """Record each job's wait as a weighted worker starts it (rides rq's own job-start pipeline)."""
+    top_tenants: Annotated[int, Field(ge=1, le=1000)] = 10
+    """Tenants shown by name (dashboard rows, metric labels): the N with most jobs waiting or running; the
+    rest are summed under ``_other``."""
+    tenants_per_minute: Annotated[int, Field(ge=1)] = 500
+    """Tenants that get a record of their own in any one minute; starts of further tenants that minute are
+    recorded under ``_other``. Bounds the records' memory whatever the number of tenants."""
+    retention: Duration = 7200.0
+    """A tenant's record expires this long after its last start (its cumulative counts then start again
+    from zero, which Prometheus reads as a counter reset). At least 62 minutes: the 60-minute figures
+    need them."""
+
+    @field_validator("retention")
+    @classmethod
+    def _long_enough(cls, value: float) -> float:
+        if value < 62 * 60:
+            raise ValueError(f"retention must be at least 62m (the 60-minute wait figures need it), got {value:g}s")
+        return value
+
+
 def default_config_path() -> Path | None:
     """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else ``./fair_router.yaml`` if it exists."""
     named = os.environ.get(CONFIG_ENV)
@@ -220,6 +247,7 @@ class Settings(BaseSettings):
     tiers: TiersConfig = Field(default_factory=TiersConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    observe: ObserveConfig = Field(default_factory=ObserveConfig)
 
     @classmethod
     def settings_customise_sources(

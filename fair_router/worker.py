@@ -19,9 +19,10 @@ and, with ``concurrency.enabled``, a slot) in one script call riding with the "b
 may not start yet waits (parked in its FairQueue, or deferred on a plain queue), never failed.
 
 Both workers also leave out rq's repeated heartbeats and state writes between jobs
-(:mod:`fair_router.bookkeeping`), and take part in bounded crash recovery (:mod:`fair_router.recovery`):
-they heartbeat running jobs every ``recovery.abandon_after / 3``, wake from an idle fetch at least every
-couple of seconds, and hand back jobs whose worker stopped heartbeating.
+(:mod:`fair_router.bookkeeping`), record each job's wait as they start it (:mod:`fair_router.observe`), and
+take part in bounded crash recovery (:mod:`fair_router.recovery`): they heartbeat running jobs every
+``recovery.abandon_after / 3``, wake from an idle fetch at least every couple of seconds, and hand back jobs
+whose worker stopped heartbeating.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pydantic import TypeAdapter, ValidationError
 from redis import ConnectionPool, Redis
 from redis.client import Pipeline
 from rq import Queue, SimpleWorker, Worker
+from rq.executions import Execution
 from rq.job import Job
 from rq.worker import BaseWorker, WorkerStatus
 
@@ -43,6 +45,7 @@ from fair_router.controls import RateLimiter, TenantGate
 from fair_router.fairqueue import FairQueue
 from fair_router.keys import Keys
 from fair_router.limits import ConcurrencyLimiter
+from fair_router.observe.recorder import StartRecorder
 from fair_router.pauses import PAUSE_PARK
 from fair_router.recovery import JobBeat, Recovery
 from fair_router.router import META_SYSTEM, META_TENANT
@@ -106,6 +109,8 @@ class WeightedFetchMixin(BaseWorker):
         self.gate = build_gate(self.connection, settings)
         # None when concurrency limits are off (the gate then takes no slots): what rq-facing code checks.
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
+        self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
+                               if settings.observe.record else None)
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after)
         # rq internals: how often rq's forking worker heartbeats the job its horse runs (also the TTL base).
         self.job_monitoring_interval = min(self.job_monitoring_interval, self.recovery.beat_every)
@@ -161,6 +166,21 @@ class WeightedFetchMixin(BaseWorker):
     def _unpark(self, tenant: str, pipe: Pipeline) -> None:
         for queue in self.fair_queues:
             queue.unpark(tenant, pipeline=pipe)
+
+    def prepare_execution(self, job: Job) -> Execution:
+        """rq seam, job start: rq 2.12's ``rq.executions.prepare_execution`` (what ``BaseWorker.prepare_execution``
+        calls as the worker takes a job up, before the fork) restated, plus the job's start record
+        (:mod:`fair_router.observe.recorder`) on the same MULTI, so recording costs no round trip. rq's own:
+        create the Execution (the StartedJobRegistry entry) with the job's heartbeat TTL and write the busy
+        state, in one pipeline. Keep in step with rq's when upgrading it."""
+        with self.connection.pipeline() as pipeline:
+            heartbeat_ttl = self.get_heartbeat_ttl(job)
+            self.execution = Execution.create(job, heartbeat_ttl, pipeline=pipeline, worker_name=self.name)
+            self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
+            if self.start_recorder is not None:
+                self.start_recorder.job_started(job, pipeline)
+            pipeline.execute()
+        return self.execution
 
     _running: tuple[Job, Queue] | None = None
     """The job this worker (or its work horse, a fork of it) runs, and the queue it came from."""
@@ -227,6 +247,10 @@ class WeightedFetchMixin(BaseWorker):
             else:
                 seconds, why = max(0.001, (admission.at_ms - admission.now_ms) / 1000), "over its rate"
             queue.park(job, tenant, seconds)
+            # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
+            # next may send no round trip through the limiter for a long while.
+            limiter.count(limiter.tiers.tier(tenant), "parked")
+            limiter.flush()
             self.log.info("Worker %s: %s is %s; job %s back in %s, tenant parked for up to %.3f s",
                           self.name, tenant, why, job.id, queue.name, seconds)
             return

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from redis import Redis
 
+from fair_router.demo import dashboard_view, print_flood
 from fair_router.flood import (
     FloodParams,
     JobTiming,
@@ -24,11 +26,14 @@ def test_metric_helpers() -> None:
     assert percentile(list(range(1, 101)), 0.95) == 95
 
 
-def test_small_flood_runs_every_job_in_every_mode(conn: Redis, redis_server: RedisServer) -> None:
+def test_small_flood_runs_every_job_in_every_mode(
+    conn: Redis, redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+) -> None:
     params = FloodParams(greedy_jobs=150, small_tenants=5, small_jobs=2, spread=0.5, job_ms=1, workers=2,
                          share_tenants=3, share_jobs=40)
     seen: list[int] = []
-    report = run_scenario(conn, redis_server.url, params, progress=seen.append)
+    views: dict[str, list[str]] = {}
+    report = run_scenario(conn, redis_server.url, params, progress=seen.append, midway=dashboard_view(conn, views))
     assert sum(seen) == 3 * (params.total_jobs + 10 + 120)  # each mode: calm, flood and backlogged runs
     for name in ("fifo", "router", "fair"):
         entry = report["modes"][name]
@@ -41,6 +46,23 @@ def test_small_flood_runs_every_job_in_every_mode(conn: Redis, redis_server: Red
     assert report["modes"]["fifo"]["summary"]["share_jain"] <= 0.65
     assert report["modes"]["fair"]["summary"]["share_jain"] >= 0.9
     assert conn.keys("rq:queue:*") == []  # the scenario cleans its queues up
+    assert conn.keys("fair_router_flood:{obs}:*") == []  # and the workers' start records
+
+    # The demo's dashboard view, read halfway through each flood by the dashboard's own reader. FIFO runs rq's
+    # own workers, which record nothing.
+    assert set(views) == {"router", "fair"}
+    for name, lines in views.items():
+        greedy = [line for line in lines if line.split()[:1] == ["greedy-0"]]
+        assert len(greedy) == 1, (name, lines)
+        assert "ms" in greedy[0] or " s " in greedy[0], greedy  # its wait p50 · p95
+    fair_greedy = next(line for line in views["fair"] if line.split()[:1] == ["greedy-0"]).split()
+    assert int(fair_greedy[1]) > 0  # jobs waiting, halfway through its flood
+    assert any("superslow" in line for line in views["router"])  # the rule throttling the greedy tenant
+    report["dashboard"] = views
+    print_flood(report)
+    out = capsys.readouterr().out
+    assert "Jain" not in out and out.count("jobs served ahead") == 3
+    assert out.count("dashboard halfway through the flood") == 2
 
 
 def test_share_accuracy() -> None:

@@ -29,7 +29,7 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegist
 
 from fair_router import FairJob, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.keys import Keys
-from fair_router.limits import ConcurrencyLimiter, Lease
+from fair_router.limits import COUNTERS, ConcurrencyLimiter, Lease
 from fair_router.settings import ConcurrencyConfig
 from fair_router.tiers import TierBook
 
@@ -67,7 +67,7 @@ def limiter(conn: Redis, clock: Callable[[], float] | None = None, **config: Any
 
 
 def counters(conn: Redis, tier: str) -> dict[str, int]:
-    return limiter(conn).counters().get(tier, dict.fromkeys(("acquired", "snoozed", "released", "reclaimed"), 0))
+    return limiter(conn).counters().get(tier, dict.fromkeys(COUNTERS, 0))
 
 
 def acquire_when_free(slots: ConcurrencyLimiter, tenant: str, job_id: str, timeout: float) -> Lease:
@@ -331,11 +331,12 @@ def test_acquire_and_release_are_idempotent_by_job_id(conn: Redis) -> None:
     slots.release(first[0])
     slots.flush()
     assert conn.zrange(KEYS.leases("bigco"), 0, -1) == [b"j2", b"j3"]
-    assert counters(conn, "pro") == {"acquired": 3, "snoozed": 0, "released": 1, "reclaimed": 0}
+    # j4's refusal is counted (a refused job is snoozed or, in a fair queue, parked)
+    assert counters(conn, "pro") == {**dict.fromkeys(COUNTERS, 0), "acquired": 3, "refused": 1, "released": 1}
     slots.release(j2)
     slots.release(j3)
     slots.flush()
-    assert counters(conn, "pro") == {"acquired": 3, "snoozed": 0, "released": 3, "reclaimed": 0}
+    assert counters(conn, "pro") == {**dict.fromkeys(COUNTERS, 0), "acquired": 3, "refused": 1, "released": 3}
     assert conn.exists(KEYS.leases("bigco")) == 0
 
 
@@ -348,7 +349,9 @@ def test_expired_lease_is_reclaimed_and_counted(conn: Redis) -> None:
     assert taker.acquire("acme", "next-job") is None
     taker.release(acquire_when_free(taker, "acme", "next-job", 5))
     taker.flush()
-    assert counters(conn, "free") == {"acquired": 1, "snoozed": 0, "released": 1, "reclaimed": 1}
+    counts = counters(conn, "free")
+    assert counts.pop("refused") >= 1  # every try while the dead lease still held the slot
+    assert counts == {**dict.fromkeys(set(COUNTERS) - {"refused"}, 0), "acquired": 1, "released": 1, "reclaimed": 1}
     assert conn.exists(KEYS.leases("acme")) == 0
 
 

@@ -162,6 +162,7 @@ def test_a_job_without_heartbeat_for_abandon_after_is_retried_as_rq_would(conn: 
     assert Job.fetch(job.id, connection=conn).retries_left == 0
     assert StartedJobRegistry(queue=queue).get_job_ids(cleanup=False) == []
     assert conn.zcard(KEYS.abandoned(StartedJobRegistry(queue=queue).key)) == 0
+    assert conn.get(KEYS.abandoned_total(StartedJobRegistry(queue=queue).key)) == b"1"
 
 
 def test_a_job_without_retries_left_goes_to_failed_with_abandoned_job_error(conn: Redis) -> None:
@@ -194,12 +195,13 @@ def test_an_entry_is_moved_only_if_no_heartbeat_rewrote_it_since_it_was_read(con
     job = started_by_a_worker_that_died(conn, queue)
     registry = StartedJobRegistry(queue=queue)
     ((member, score),) = conn.zrange(registry.key, 0, -1, withscores=True)
-    staging = KEYS.abandoned(registry.key)
+    staging, total = KEYS.abandoned(registry.key), KEYS.abandoned_total(registry.key)
     move = AbandonScript(conn)
-    assert move(registry.key, staging, [(member.decode(), score - 1)]) == []  # a heartbeat landed: stays
-    assert conn.zcard(registry.key) == 1 and conn.zcard(staging) == 0
-    assert move(registry.key, staging, [(member.decode(), score)]) == [member.decode()]
+    assert move(registry.key, staging, total, [(member.decode(), score - 1)]) == []  # a heartbeat landed: stays
+    assert conn.zcard(registry.key) == 1 and conn.zcard(staging) == 0 and conn.get(total) is None
+    assert move(registry.key, staging, total, [(member.decode(), score)]) == [member.decode()]
     assert conn.zcard(registry.key) == 0 and conn.zscore(staging, member) == 0
+    assert conn.get(total) == b"1"  # counted by the move itself
 
     # A check that died after moving it: the next one hands the staged entry back, as rq would.
     assert check_now(conn, queue) == [job.id]

@@ -1,8 +1,9 @@
 -- route.lua: record enqueues in per-tenant sliding windows and pick each job's throttle rule.
--- KEYS[k]  window sorted set of one (job key, tenant): member = job id digest, score = enqueue time (ms).
+-- KEYS[k]  window sorted set of one (job key, tenant): member = job id digest, score = enqueue time (ms);
+--          the LAST key is the job key's routed counters (hash target queue -> jobs routed there).
 --          All KEYS share one hash tag (the job key).
 -- ARGV     now_ms ('' = server TIME), ttl_ms (longest window), cap (newest entries kept),
---          n_rules, then n_rules pairs (per_ms, threshold) in rule order,
+--          n_rules, base queue, then n_rules triples (per_ms, threshold, queue) in rule order,
 --          then one pair (key_index, job_id) per job, in enqueue order.
 -- Returns  per job, the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches.
@@ -10,7 +11,7 @@ local now_ms = tonumber(ARGV[1])
 local ttl_ms = tonumber(ARGV[2])
 local cap = tonumber(ARGV[3])
 local n_rules = tonumber(ARGV[4])
-local first_job = 5 + 2 * n_rules
+local first_job = 6 + 3 * n_rules
 
 if not now_ms then
   local t = redis.call('TIME')
@@ -18,13 +19,15 @@ if not now_ms then
 end
 
 -- A window counts enqueues with time in (now - per, now].
-local lower, threshold = {}, {}
+local lower, threshold, target = {}, {}, {}
+target[0] = ARGV[5]
 for r = 1, n_rules do
-  lower[r] = '(' .. (now_ms - tonumber(ARGV[3 + 2 * r]))
-  threshold[r] = tonumber(ARGV[4 + 2 * r])
+  lower[r] = '(' .. (now_ms - tonumber(ARGV[3 + 3 * r]))
+  threshold[r] = tonumber(ARGV[4 + 3 * r])
+  target[r] = ARGV[5 + 3 * r]
 end
 
-local chosen = {}
+local chosen, routed = {}, {}
 local touched = {}
 for i = first_job, #ARGV, 2 do
   local key = KEYS[tonumber(ARGV[i])]
@@ -47,6 +50,12 @@ for i = first_job, #ARGV, 2 do
     end
   end
   chosen[#chosen + 1] = rule
+  routed[rule] = (routed[rule] or 0) + 1
+end
+
+-- Counted per target queue (fair_router.observe reads them): one HINCRBY per rule used by the batch.
+for rule, n in pairs(routed) do
+  redis.call('HINCRBY', KEYS[#KEYS], target[rule], n)
 end
 
 -- Entries older than the longest window are never counted; an idle window expires whole.

@@ -1,0 +1,135 @@
+"""Prometheus exposition (prometheus-client, the ``dashboard`` extra): a collector that reads Redis at scrape
+time, so any number of dashboard processes agree and none keeps state.
+
+Each scrape is one :meth:`SnapshotReader.snapshot` (a few pipelined round trips, bounded by the top N).
+Cardinality is bounded the same way: only the top N tenants (``observe.top_tenants``) by jobs waiting plus
+running get their own ``tenant`` label, the rest are summed under ``tenant="_other"``. As tenants enter and
+leave the top N their series start and stop, and ``_other`` moves by their counts: aggregate with
+``sum without (tenant)`` for fleet-wide figures, which are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from fair_router.observe.events import EVENTS
+from fair_router.observe.model import OTHER_LABEL, Snapshot
+from fair_router.observe.reader import SnapshotReader
+
+LIMIT_EVENTS = ("acquired", "refused", "released", "reclaimed")
+EVENT_HELP = {
+    "recovered": "Fair jobs popped but never started (their worker died before the start), given back, by queue.",
+    "abandoned": "Started jobs whose worker stopped heartbeating for recovery.abandon_after, handed back "
+                 "(retried, else failed as abandoned), by queue.",
+}
+
+
+class FairRouterCollector(Collector):
+    """Collects every ``fair_router_*`` metric from one snapshot per scrape."""
+
+    def __init__(self, reader: SnapshotReader) -> None:
+        self.reader = reader
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: registering must not read Redis."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        yield from metric_families(self.reader.snapshot())
+
+
+def metric_families(snap: Snapshot) -> Iterator[Metric]:
+    """The metric families of one snapshot (see the README's metrics table)."""
+    queue_jobs = GaugeMetricFamily("fair_router_queue_jobs", "Jobs waiting in the queue (rq's list).",
+                                   labels=["queue"])
+    queue_running = GaugeMetricFamily("fair_router_queue_running", "Jobs of the queue running now "
+                                      "(rq's StartedJobRegistry).", labels=["queue"])
+    for queue in snap.queues:
+        queue_jobs.add_metric([queue.name], queue.jobs)
+        queue_running.add_metric([queue.name], queue.running)
+    yield queue_jobs
+    yield queue_running
+
+    rows = [*snap.tenants, snap.other]
+    waiting = GaugeMetricFamily("fair_router_tenant_waiting", "Jobs of the tenant waiting in a fair queue "
+                                f"(top N tenants, the rest as tenant=\"{OTHER_LABEL}\").", labels=["queue", "tenant"])
+    for queue in snap.queues:
+        if queue.fair:
+            for row in rows:
+                waiting.add_metric([queue.name, row.tenant], row.waiting.get(queue.name, 0))
+    yield waiting
+
+    paused = GaugeMetricFamily("fair_router_tenant_paused", "1 while the tenant is paused (FairRouter.pause; top N "
+                               "tenants).", labels=["tenant"])
+    for row in snap.tenants:
+        paused.add_metric([row.tenant], int(row.paused))
+    yield paused
+
+    if snap.limits_enabled:
+        running = GaugeMetricFamily("fair_router_tenant_running", "Concurrency slots the tenant holds: its jobs "
+                                    "running now.", labels=["tenant", "tier"])
+        limit = GaugeMetricFamily("fair_router_tenant_limit", "The tenant's concurrency limit (its tier's).",
+                                  labels=["tenant"])
+        for row in rows:
+            running.add_metric([row.tenant, row.tier or ""], row.running or 0)
+            if row.limit is not None:
+                limit.add_metric([row.tenant], row.limit)
+        yield running
+        yield limit
+
+    routed = CounterMetricFamily("fair_router_routed", "Jobs routed, by job key and target queue (a rule's "
+                                 "queue, or the base queue when no rule matched).", labels=["job", "rule_queue"])
+    for (job, target), count in sorted(snap.routed.items()):
+        routed.add_metric([job, target], count)
+    yield routed
+
+    wait = HistogramMetricFamily("fair_router_job_wait_seconds", "Wait of started jobs (start minus enqueue), "
+                                 "by tenant.", labels=["tenant"])
+    for row in rows:
+        wait.add_metric([row.tenant], row.histogram.prometheus_buckets(), row.histogram.total_us / 1e6)
+    yield wait
+
+    yield from _limit_counters(snap)
+    for event in EVENTS:
+        family = CounterMetricFamily(f"fair_router_jobs_{event}", EVENT_HELP[event], labels=["queue"])
+        for (name, queue_name), count in sorted(snap.events.items()):
+            if name == event:
+                family.add_metric([queue_name], count)
+        if family.samples:
+            yield family
+
+
+JOB_COUNTERS = {
+    "snoozed": "Job starts refused (tenant at its concurrency limit, or paused) on a plain queue, rescheduled "
+               "after the snooze.",
+    "parked": "Job starts refused (limit, pause or rate) in a fair queue: the job put back, its tenant parked.",
+    "rate_deferred": "Job starts refused by a tenant's rate limit (parked in a fair queue, or deferred to the "
+                     "reserved start time on a plain queue).",
+    "paused": "Job starts refused because the tenant was paused (parked or snoozed until resumed).",
+}
+"""Per-tier job counters (``limits.COUNTERS``) exposed as ``fair_router_jobs_<name>_total{tier}``."""
+
+
+def _limit_counters(snap: Snapshot) -> Iterator[Metric]:
+    families = {name: CounterMetricFamily(f"fair_router_jobs_{name}", text, labels=["tier"])
+                for name, text in JOB_COUNTERS.items()}
+    events = CounterMetricFamily("fair_router_limit_events", "Concurrency slot events, by tier (refused: a "
+                                 "start refused at the tenant's limit).", labels=["tier", "event"])
+    for tier, counts in sorted(snap.limit_counters.items()):
+        for name, family in families.items():
+            family.add_metric([tier], counts.get(name, 0))
+        for event in LIMIT_EVENTS:
+            events.add_metric([tier, event], counts.get(event, 0))
+    yield from families.values()
+    yield events
+
+
+def metrics_text(reader: SnapshotReader) -> bytes:
+    """The Prometheus text exposition of one scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FairRouterCollector(reader))
+    return generate_latest(registry)

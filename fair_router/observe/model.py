@@ -1,0 +1,110 @@
+"""What the views show: one :class:`Snapshot` of queues, the busiest tenants and the counters.
+
+The dashboard page, its JSON, ``/metrics`` and ``fair-router demo`` all render the same Snapshot, read by
+:class:`fair_router.observe.reader.SnapshotReader`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fair_router.observe.buckets import Histogram
+
+OTHER_LABEL = "_other"
+"""How the tenants outside the top N are named (metric label, dashboard row)."""
+
+
+@dataclass
+class WaitFigures:
+    """Starts within a window and their estimated wait percentiles (seconds; None without starts)."""
+
+    starts: int = 0
+    p50: float | None = None
+    p95: float | None = None
+
+    @classmethod
+    def of(cls, histogram: Histogram) -> WaitFigures:
+        return cls(histogram.count, histogram.quantile(0.50), histogram.quantile(0.95))
+
+
+@dataclass
+class QueueView:
+    """One rq queue: its fetch weight, its jobs now, and for a fair queue its tenants."""
+
+    name: str
+    weight: float | str  # a number, or "strict"
+    jobs: int  # waiting: the length of rq's list
+    running: int  # live entries of rq's StartedJobRegistry
+    fair: bool
+    tenants_waiting: int = 0  # fair queues: tenants with jobs waiting
+    tenants_parked: int = 0  # fair queues: tenants at their concurrency limit, skipped by pops
+
+
+@dataclass
+class TenantView:
+    """One tenant row (or ``_other``, the rest summed; or everyone)."""
+
+    tenant: str  # as shown
+    key: str  # as encoded in keys; "" for the summed rows
+    tier: str | None = None
+    waiting: dict[str, int] = field(default_factory=dict)  # fair queue -> jobs waiting
+    running: int | None = None  # concurrency slots held (None: limits off, so not known per tenant)
+    limit: int | None = None  # its tier's concurrency limit (None: limits off)
+    rule: str | None = None  # the throttle rule its next job would meet (job keys configured in settings)
+    parked: list[str] = field(default_factory=list)  # fair queues where it is parked now
+    paused: bool = False  # paused (FairRouter.pause): none of its jobs start until it is resumed
+    wait_5m: WaitFigures = field(default_factory=WaitFigures)
+    wait_60m: WaitFigures = field(default_factory=WaitFigures)
+    share_5m: float | None = None  # its share of all starts over the last 5 minutes
+    fair_share: float | None = None  # weight / sum of weights of the tenants waiting in fair queues now
+    series: list[tuple[float, float]] = field(default_factory=list)  # (tick start, mean wait s), ~10 minutes
+    histogram: Histogram = field(default_factory=Histogram)  # cumulative waits (Prometheus)
+
+    @property
+    def waiting_total(self) -> int:
+        return sum(self.waiting.values())
+
+
+@dataclass
+class Snapshot:
+    """Everything the views show, read at one moment (``at``, epoch seconds)."""
+
+    at: float
+    top_n: int
+    limits_enabled: bool
+    queues: list[QueueView]
+    tenants: list[TenantView]  # the top N by jobs waiting and running (then by recent starts)
+    other: TenantView  # every other tenant, summed
+    everyone: TenantView  # all tenants together
+    routed: dict[tuple[str, str], int]  # (job key, target queue) -> jobs routed there
+    limit_counters: dict[str, dict[str, int]]  # tier -> every counter of limits.COUNTERS
+    events: dict[tuple[str, str], int]  # (event, queue) -> count: recovered, abandoned
+    tick_seconds: int = 10
+    capped_starts_5m: int = 0  # starts of tenants past observe.tenants_per_minute (recorded as #other)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the dashboard's ``api/snapshot``)."""
+        return {
+            "at": self.at,
+            "top_n": self.top_n,
+            "limits_enabled": self.limits_enabled,
+            "tick_seconds": self.tick_seconds,
+            "capped_starts_5m": self.capped_starts_5m,
+            "queues": [vars(queue) for queue in self.queues],
+            "tenants": [_tenant_json(row) for row in self.tenants],
+            "other": _tenant_json(self.other),
+            "everyone": _tenant_json(self.everyone),
+            "routed": [{"job": job, "queue": queue, "jobs": n} for (job, queue), n in sorted(self.routed.items())],
+            "limits": [{"tier": tier, **counts} for tier, counts in sorted(self.limit_counters.items())],
+            "events": [{"event": event, "queue": queue, "count": n}
+                       for (event, queue), n in sorted(self.events.items())],
+        }
+
+
+def _tenant_json(row: TenantView) -> dict[str, Any]:
+    data = {name: value for name, value in vars(row).items() if name not in ("histogram", "series")}
+    data["wait_5m"], data["wait_60m"] = vars(row.wait_5m), vars(row.wait_60m)
+    data["waiting_total"] = row.waiting_total
+    data["series"] = [[t, wait] for t, wait in row.series]
+    return data

@@ -1,0 +1,316 @@
+"""One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
+
+Cost per call, whatever the number of tenants: at most five pipelined round trips of at most
+``10 + 5 * queues + job keys + 8 * top_n + top_n * rule job keys`` commands:
+
+1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
+2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant
+   (``HGETALL`` of the fair queue's backlog hash, whose size is the number of tenants waiting there)
+   and the parked tenants; the routed counters of each job key;
+3. per candidate (at most ``4 * top_n``: the most waiting, the most recently started): its start record,
+   its concurrency slots held, its tier;
+4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);
+5. for the top N only: where its next job would be routed (``peek.lua``, job keys configured in settings).
+
+The top N are the tenants with the most jobs waiting plus running (slots held), then the most starts
+in the last minute; every other tenant is summed into one ``_other`` row (the all-tenant record minus
+the top N's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+from redis import Redis
+from rq import Queue
+from rq.registry import StartedJobRegistry
+
+from fair_router.keys import Keys
+from fair_router.limits import COUNTERS
+from fair_router.observe.buckets import Histogram, from_fields, merge
+from fair_router.observe.events import parse_events
+from fair_router.observe.model import OTHER_LABEL, QueueView, Snapshot, TenantView, WaitFigures
+from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
+from fair_router.rules import Rule
+from fair_router.scripts import Clock, call_script, load_script
+from fair_router.settings import Settings
+from fair_router.tiers import load_resolver
+
+PER_QUEUE = 5
+"""Commands per queue in the second round trip: length, running, backlog, parked, abandoned count."""
+RECENT_WINDOW = 120.0
+"""Seconds since a tenant's last admission (first start of a minute) for it to count as recently started."""
+
+
+def display_name(key: str) -> str:
+    """A tenant as shown, from its encoded form (a digest stays a shortened digest)."""
+    if key == NO_TENANT:
+        return "(no tenant)"
+    if key.startswith("#"):
+        return key[:13] + "…"
+    return unquote(key)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ints(raw: dict[Any, Any]) -> dict[str, int]:
+    return {_text(k): int(float(v)) for k, v in raw.items()}
+
+
+class SnapshotReader:
+    """Reads a :class:`Snapshot` from Redis for one deployment's settings (prefix, queues, tiers, limits)."""
+
+    def __init__(
+        self,
+        connection: Redis,
+        settings: Settings,
+        queues: Sequence[str] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        """``queues``: the queues to show (default: the settings' ``queues`` and ``fair_queues`` and every
+        queue rq knows); ``clock``: epoch seconds instead of Redis ``TIME`` (tests)."""
+        self.connection = connection
+        self.settings = settings
+        self.keys = Keys(settings.prefix)
+        self.queues = list(queues) if queues is not None else None
+        self.clock = clock
+        self.top_n = settings.observe.top_tenants
+        self._peek = load_script(connection, "peek")
+        self._resolver = load_resolver(settings.tiers.resolver) if settings.tiers.resolver else None
+        self._rules = {key: job.rules for key, job in settings.jobs.items() if job.rules}
+
+    def snapshot(self) -> Snapshot:
+        """Read everything the views show (a few pipelined round trips, see the module docstring)."""
+        keys, n = self.keys, self.top_n
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.time()
+            pipe.smembers(Queue.redis_queues_keys)
+            pipe.zrevrange(keys.observe_recent(), 0, 2 * n - 1, withscores=True)
+            pipe.hgetall(keys.observe_events())
+            pipe.hgetall(keys.limit_stats())
+            pipe.smembers(keys.observe_job_keys())
+            pipe.hgetall(keys.observe_record(ALL))
+            pipe.hgetall(keys.observe_record(OTHER))
+            server_time, rq_queues, recent, events, limits, job_keys, everyone, other = pipe.execute()
+        now = self.clock() if self.clock is not None else int(server_time[0]) + int(server_time[1]) / 1e6
+        names = self._queue_names(_text(key).removeprefix(Queue.redis_queue_namespace_prefix) for key in rq_queues)
+        routed_keys = sorted({*map(_text, job_keys), *self._rules})
+
+        with self.connection.pipeline(transaction=False) as pipe:
+            for name in names:
+                fair = keys.fair_queue(Queue.redis_queue_namespace_prefix + name)
+                pipe.llen(fair.rq_list)
+                pipe.zcount(StartedJobRegistry(name, connection=self.connection).key, now, "+inf")
+                pipe.hgetall(fair.backlog)
+                pipe.zrangebyscore(fair.parked, now * 1000, "+inf")
+                pipe.get(keys.abandoned_total(StartedJobRegistry(name, connection=self.connection).key))
+            for job_key in routed_keys:
+                pipe.hgetall(keys.routed(job_key))
+            replies = pipe.execute()
+        queues, backlogs, parked, abandoned_by_queue = [], {}, {}, {}
+        for i, name in enumerate(names):
+            length, running, backlog, parked_raw, abandoned = replies[PER_QUEUE * i: PER_QUEUE * (i + 1)]
+            if abandoned is not None:
+                abandoned_by_queue[name] = int(abandoned)
+            backlog = {k: v for k, v in _ints(backlog).items() if v > 0}
+            is_fair = name in self.settings.fair_queues or bool(backlog)
+            if is_fair:
+                backlogs[name], parked[name] = backlog, {_text(t) for t in parked_raw}
+            queues.append(QueueView(name, self.settings.weight(name), int(length), int(running), is_fair,
+                                    len(backlog), len(parked.get(name, ()))))
+        routed_replies = replies[PER_QUEUE * len(names):]
+        routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, routed_replies, strict=True)
+                  for queue, count in _ints(raw).items()}
+
+        waiting_total: dict[str, int] = {}
+        for backlog in backlogs.values():
+            for tenant, count in backlog.items():
+                waiting_total[tenant] = waiting_total.get(tenant, 0) + count
+        recently = [_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
+        by_waiting = sorted(waiting_total, key=lambda t: -waiting_total[t])[: 2 * n]
+        candidates = list(dict.fromkeys([*by_waiting, *recently]))
+        records = self._candidates(candidates, now, backlogs, parked)
+        limits_on = self.settings.concurrency.enabled
+        records.sort(key=lambda pair: (-(pair[0].waiting_total + (pair[0].running or 0)), -pair[0].wait_5m.starts))
+        top = [row for row, _ in records[:n]]
+        self._add_rules(top, now)
+
+        all_fields = _ints(everyone)
+        everyone_row = _row(ALL, "everyone", all_fields, now)
+        fair_weights = self._fair_weights(backlogs)
+        for row in top:
+            row.share_5m = row.wait_5m.starts / everyone_row.wait_5m.starts if everyone_row.wait_5m.starts else None
+            if row.key in fair_weights:
+                row.fair_share = fair_weights[row.key] / sum(fair_weights.values())
+        total_running = sum(queue.running for queue in queues)
+        other_row = _rest(everyone_row, all_fields, records[:n], now, backlogs,
+                          total_running if limits_on else None)
+        capped = _window(_ints(other), int(now // 60), 5).count
+        counted = parse_events(events) | {("abandoned", name): count for name, count in abandoned_by_queue.items()}
+        return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,
+                        _limit_table(_ints(limits)), counted, TICK_SECONDS, capped)
+
+    # -- steps ----------------------------------------------------------------------------------------
+
+    def _queue_names(self, known: Iterable[str]) -> list[str]:
+        if self.queues is not None:
+            return list(self.queues)
+        listed = [*self.settings.queues, *self.settings.fair_queues]
+        return list(dict.fromkeys([*listed, *sorted(set(known) - set(listed))]))
+
+    def _candidates(
+        self, candidates: list[str], now: float, backlogs: dict[str, dict[str, int]], parked: dict[str, set[str]]
+    ) -> list[tuple[TenantView, dict[str, int]]]:
+        """Round trip 3: each candidate's row (and its record's fields), from its record, slots held and
+        tier."""
+        limits_on = self.settings.concurrency.enabled
+        raw_names = [unquote(key) for key in candidates]
+        with self.connection.pipeline(transaction=False) as pipe:
+            for key in candidates:
+                pipe.hgetall(self.keys.observe_record(key))
+                pipe.exists(self.keys.paused_of(key))
+                if limits_on:
+                    pipe.zcount(self.keys.leases_of(key), now * 1000, "+inf")
+            if candidates and self._resolver is None:
+                pipe.hmget(self.keys.tiers(), raw_names)
+            replies = pipe.execute()
+        step = 3 if limits_on else 2
+        stored = replies[step * len(candidates)] if candidates and self._resolver is None else []
+        rows = []
+        for i, key in enumerate(candidates):
+            fields = _ints(replies[step * i])
+            row = _row(key, display_name(key), fields, now)
+            row.tier = self._tier(raw_names[i], key, stored[i] if stored else None)
+            row.paused = bool(replies[step * i + 1])
+            if limits_on:
+                row.running = int(replies[step * i + 2])
+                row.limit = self.settings.tiers.limit(row.tier)
+            row.waiting = {queue: backlog[key] for queue, backlog in backlogs.items() if key in backlog}
+            row.parked = [queue for queue, tenants in parked.items() if key in tenants]
+            rows.append((row, fields))
+        return rows
+
+    def _tier(self, raw: str, key: str, stored: Any) -> str:
+        config = self.settings.tiers
+        if key.startswith("#"):
+            return config.default  # no tenant, or a digest: the id itself is not known here
+        found: object = self._resolver(raw) if self._resolver is not None else (
+            None if stored is None else _text(stored))
+        return found if isinstance(found, str) and found in config.concurrency else config.default
+
+    def _add_rules(self, rows: list[TenantView], now: float) -> None:
+        """Round trip 4: the rule each top tenant's next job would meet, per job key configured in settings."""
+        if not self._rules or not rows:
+            return
+        asks = [(row, rules, self.keys.window_of(job_key, row.key))
+                for row in rows if not row.key.startswith("#") for job_key, rules in self._rules.items()]
+        with self.connection.pipeline(transaction=False) as pipe:
+            for _, rules, window in asks:
+                call_script(self._peek, [window], [round(now * 1000), *(rule.per_ms for rule in rules)], pipe)
+            replies = pipe.execute()
+        for (row, rules, _), reply in zip(asks, replies, strict=True):
+            matched = _matching_rule(rules, [int(count) for count in reply[1:]])
+            if matched is not None:
+                row.rule = matched.describe()
+
+    def _fair_weights(self, backlogs: dict[str, dict[str, int]]) -> dict[str, float]:
+        """Weight of each tenant waiting in a fair queue (its tier's ``tiers.weights``, as the fair queue
+        uses), read from the fair queues' weight hashes."""
+        asks = [(queue, list(backlog)) for queue, backlog in backlogs.items() if backlog]
+        if not asks:
+            return {}
+        with self.connection.pipeline(transaction=False) as pipe:
+            for queue, tenants in asks:
+                pipe.hmget(self.keys.fair_queue(Queue.redis_queue_namespace_prefix + queue).weights, tenants)
+            replies = pipe.execute()
+        weights: dict[str, float] = {}
+        for (_, tenants), values in zip(asks, replies, strict=True):
+            for tenant, value in zip(tenants, values, strict=True):
+                weights[tenant] = max(weights.get(tenant, 0.0), float(value) if value is not None else 1.0)
+        return weights
+
+
+def _row(key: str, label: str, fields: dict[str, int], now: float) -> TenantView:
+    """A row's wait figures, live series and cumulative histogram, from its record's fields."""
+    minute = int(now // 60)
+    row = TenantView(label, key if key not in (ALL, OTHER) else "")
+    row.wait_5m = WaitFigures.of(_window(fields, minute, 5))
+    row.wait_60m = WaitFigures.of(_window(fields, minute, 60))
+    row.series = _series(fields, int(now // TICK_SECONDS))
+    row.histogram = from_fields(fields, "c:")
+    row.histogram.total_us = fields.get("c:us", 0)
+    return row
+
+
+def _rest(
+    everyone: TenantView,
+    all_fields: dict[str, int],
+    top: list[tuple[TenantView, dict[str, int]]],
+    now: float,
+    backlogs: dict[str, dict[str, int]],
+    total_running: int | None,
+) -> TenantView:
+    """Everyone minus the top N: the ``_other`` row."""
+    minute, tick = int(now // 60), int(now // TICK_SECONDS)
+    rest = TenantView(OTHER_LABEL, "")
+    for minutes in (5, 60):
+        left = _window(all_fields, minute, minutes).minus(_window(fields, minute, minutes) for _, fields in top)
+        setattr(rest, f"wait_{minutes}m", WaitFigures.of(left))
+    rest.histogram = everyone.histogram.minus(row.histogram for row, _ in top)
+    rest.series = _series(all_fields, tick, [fields for _, fields in top])
+    rest.waiting = {queue: sum(backlog.values()) - sum(row.waiting.get(queue, 0) for row, _ in top)
+                    for queue, backlog in backlogs.items()}
+    if total_running is not None:
+        rest.running = max(0, total_running - sum(row.running or 0 for row, _ in top))
+    if everyone.wait_5m.starts:
+        rest.share_5m = rest.wait_5m.starts / everyone.wait_5m.starts
+    return rest
+
+
+def _window(fields: dict[str, int], minute: int, minutes: int) -> Histogram:
+    """Starts by bucket over the current minute and the ``minutes - 1`` before it."""
+    held = {name[1:]: value for name, value in fields.items() if name.startswith("m")}
+    slots = {slot for slot, value in held.items() if minute - minutes < value <= minute}
+    return merge(from_fields(fields, f"{slot}:") for slot in slots)
+
+
+def _series(
+    fields: dict[str, int], tick: int, minus: Sequence[dict[str, int]] = ()
+) -> list[tuple[float, float]]:
+    """(tick start, mean wait) of the ticks a record holds, oldest first; ``minus``: records whose starts
+    are taken out (the ``_other`` row is everyone minus the top N)."""
+    points = []
+    for slot in range(TICK_SLOTS):
+        held = fields.get(f"t{slot}")
+        if held is None or not tick - TICK_SLOTS < held <= tick:
+            continue
+        count, total = fields.get(f"n{slot}", 0), fields.get(f"s{slot}", 0)
+        for other in minus:
+            if other.get(f"t{slot}") == held:
+                count, total = count - other.get(f"n{slot}", 0), total - other.get(f"s{slot}", 0)
+        if count > 0:
+            points.append((float(held * TICK_SECONDS), max(0, total) / count / 1e6))
+    return sorted(points)
+
+
+def _matching_rule(rules: Sequence[Rule], counts: Sequence[int]) -> Rule | None:
+    """The last rule the next enqueue would exceed (as ``FairRouter.peek``)."""
+    matched = None
+    for rule, count in zip(rules, counts, strict=True):
+        if count + 1 > rule.threshold:
+            matched = rule
+    return matched
+
+
+def _limit_table(raw: dict[str, int]) -> dict[str, dict[str, int]]:
+    """``<tier>:<counter>`` fields as tier -> every counter of ``limits.COUNTERS`` (0 when never written)."""
+    table: dict[str, dict[str, int]] = {}
+    for name, value in raw.items():
+        tier, _, counter = name.rpartition(":")
+        table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[counter] = value
+    return table
+
