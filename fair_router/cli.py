@@ -83,7 +83,7 @@ def _router(settings: Settings) -> FairRouter:
 
 
 def _print_limits(settings: Settings, router: FairRouter) -> None:
-    from fair_router.limits import COUNTERS, ConcurrencyLimiter
+    from fair_router.concurrency import COUNTERS, ConcurrencyLimiter
 
     limiter = ConcurrencyLimiter(router.connection, router.keys, router.tiers, settings.concurrency)
     counters = limiter.counters()

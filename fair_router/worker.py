@@ -39,10 +39,10 @@ from rq.job import Job
 from rq.worker import BaseWorker, WorkerStatus
 
 from fair_router.bookkeeping import LeanBookkeepingMixin
+from fair_router.concurrency import ConcurrencyLimiter
 from fair_router.controls import RateLimiter, TenantGate
 from fair_router.fairqueue import FairQueue
 from fair_router.keys import Keys
-from fair_router.limits import ConcurrencyLimiter
 from fair_router.pauses import PAUSE_PARK
 from fair_router.recovery import JobBeat, Recovery
 from fair_router.router import META_SYSTEM, META_TENANT
