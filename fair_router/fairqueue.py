@@ -109,8 +109,8 @@ from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
 from fair_router.backlog import BacklogCaps, Capped, TenantBacklogFull, withdraw
+from fair_router.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.keys import FairQueueKeys, Keys, encode
-from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.scripts import (
     FairParkScript,
     FairPopScript,
@@ -132,9 +132,6 @@ NO_TENANT = "#none"
 
 PUSH_BATCH = 1000
 """Jobs per fair_push.lua call in ``enqueue_many``: one call stays a few ms of Redis time."""
-
-META_COST = "fair_cost"
-"""``job.meta`` key of a job's declared cost in seconds (``enqueue(..., fair_cost=)``, charge="runtime")."""
 
 _CHARGE: TypeAdapter[Charge] = TypeAdapter(Charge)
 _COST: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(ge=0, allow_inf_nan=False)])

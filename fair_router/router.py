@@ -26,6 +26,8 @@ from rq.queue import EnqueueArgs, EnqueueData
 from rq.utils import as_text
 
 from fair_router.backlog import BacklogCaps, withdraw
+from fair_router.fairqueue import FairQueue
+from fair_router.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
 from fair_router.keys import Keys, encode
 from fair_router.pauses import TenantPauses
 from fair_router.rates import Rate
@@ -34,10 +36,6 @@ from fair_router.scripts import Clock, PeekScript, RouteScript, now_arg
 from fair_router.settings import TiersConfig
 from fair_router.tiers import TenantOverrides, TenantProfile, TierBook
 
-META_TENANT = "fair_tenant"
-META_RULE = "fair_rule"
-META_SYSTEM = "fair_system"
-META_RATE = "fair_rate"
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
 
 
@@ -188,8 +186,6 @@ class FairRouter:
         key = f"fair:{name}" if fair else name
         if key not in self._queues:
             if fair:
-                from fair_router.fairqueue import FairQueue  # fairqueue imports this module
-
                 self._queues[key] = FairQueue(name, connection=self.connection, prefix=self.keys.prefix,
                                               tiers=self.tiers.config)
             else:

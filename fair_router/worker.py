@@ -42,10 +42,10 @@ from fair_router.bookkeeping import LeanBookkeepingMixin
 from fair_router.concurrency import ConcurrencyLimiter
 from fair_router.controls import RateLimiter, TenantGate
 from fair_router.fairqueue import FairQueue
+from fair_router.jobmeta import META_SYSTEM, META_TENANT
 from fair_router.keys import Keys
 from fair_router.pauses import PAUSE_PARK
 from fair_router.recovery import JobBeat, Recovery
-from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.rules import QueueName
 from fair_router.sampling import weighted_order
 from fair_router.scripts import Admission, Verdict
