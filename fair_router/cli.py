@@ -72,7 +72,7 @@ def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | 
     if not route.rules:
         click.echo("no rules configured for this job key")
     for rule, count in zip(route.rules, view.counts, strict=True):
-        state = "MATCHES" if count + 1 > rule.threshold else "ok"
+        state = "MATCHES" if rule.matches(count) else "ok"
         click.echo(f"  {count:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
     reason = f" (rule: {view.next_rule.describe()})" if view.next_rule else ""
     click.echo(f"next job would go to: {view.next_queue}{reason}")
