@@ -9,7 +9,6 @@ is never counted twice or rerouted.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
 
+from pydantic import TypeAdapter
 from redis import Redis
 from redis.client import Pipeline
 from rq import Queue
@@ -33,10 +33,11 @@ from fair_router.pauses import TenantPauses
 from fair_router.rates import Rate
 from fair_router.rules import Rule, last_match
 from fair_router.scripts import Clock, PeekScript, RouteScript, now_arg
-from fair_router.settings import TiersConfig
+from fair_router.settings import TiersConfig, validated
 from fair_router.tiers import TenantOverrides, TenantProfile, TierBook
+from fair_router.validation import Prefix
 
-_PREFIX = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+_PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,8 @@ class FairRouter:
         clock: Clock | None = None,
         tiers: TiersConfig | None = None,
     ) -> None:
-        if not _PREFIX.match(prefix):
-            raise ValueError(f"invalid prefix {prefix!r}: 1-100 of letters, digits, '_', '.', ':', '-'")
         self.connection = connection
-        self.keys = Keys(prefix)
+        self.keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
         self.clock = clock
         self.tiers = TierBook(connection, self.keys, tiers)
         self._route = RouteScript(connection)

@@ -1,23 +1,14 @@
-"""Throttle rules and queue names: the validated vocabulary of routing."""
+"""Throttle rules: when a tenant's jobs go to a slower queue, and the one test of whether a rule matches."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
-from fair_router.durations import Duration, format_duration
-
-QueueName = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
-]
-"""An rq queue name: letters, digits, ``_``, ``-`` and ``.`` (safe in keys, logs and the rq CLI)."""
-
-RuleQueue = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^(?:[A-Za-z0-9_.\-]|\{queue\})+$")
-]
-"""A rule's target queue: a queue name that may say ``{queue}`` for the job's (tier) base queue."""
+from fair_router.durations import format_duration
+from fair_router.validation import Duration, RuleQueue
 
 
 class Rule(BaseModel):
