@@ -271,7 +271,7 @@ def bench_memory(bench: Target, sizes: Sizes) -> tuple[list[Row], dict[str, Any]
     chunk = 500
     for start in range(0, sizes.memory_jobs, chunk):
         count = min(chunk, sizes.memory_jobs - start)
-        bench.router.decide(route, [(tenant, str(uuid4())) for _ in range(count)])
+        bench.router.record_and_choose(route, [(tenant, str(uuid4())) for _ in range(count)])
     key = bench.router.keys.window(route.job_key, tenant)
     size = int(bench.conn.memory_usage(key, samples=0) or 0)
     zcard = int(bench.conn.zcard(key))
@@ -288,8 +288,8 @@ def bench_memory(bench: Target, sizes: Sizes) -> tuple[list[Row], dict[str, Any]
 
 
 def script_phase(bench: Target, label: str, tenants: int, fill: int = 0, chunks: int = 20) -> dict[str, Any]:
-    """Route one job for each of ``tenants`` tenants with FairRouter.route, one call each, after ``fill``
-    earlier enqueues per tenant (recorded with one batched decide() per tenant, not measured).
+    """Route one job for each of ``tenants`` tenants with FairRouter.record_and_route, one call each, after ``fill``
+    earlier enqueues per tenant (recorded with one batched record_and_choose() per tenant, not measured).
 
     The server's EVALSHA time is read after each of ``chunks`` slices: their median usec/call shrugs off
     bursts of other load on the machine; the mean over the whole phase is reported next to it.
@@ -297,7 +297,7 @@ def script_phase(bench: Target, label: str, tenants: int, fill: int = 0, chunks:
     route = Route("bench.script", bench.base, bench.rules())
     names = tenant_names(label, tenants)
     for tenant in names if fill else ():
-        bench.router.decide(route, [(tenant, str(uuid4())) for _ in range(fill)])
+        bench.router.record_and_choose(route, [(tenant, str(uuid4())) for _ in range(fill)])
     job_ids = [str(uuid4()) for _ in names]
     step = -(-tenants // chunks)
     per_chunk = []
@@ -306,7 +306,7 @@ def script_phase(bench: Target, label: str, tenants: int, fill: int = 0, chunks:
     for start in range(0, tenants, step):
         t0 = time.perf_counter()
         for tenant, job_id in zip(names[start:start + step], job_ids[start:start + step], strict=True):
-            bench.router.route(route.job_key, tenant, job_id, route.queue, route.rules)
+            bench.router.record_and_route(route.job_key, tenant, job_id, route.queue, route.rules)
         wall += time.perf_counter() - t0
         now = bench.evalsha_stats()
         per_chunk.append((now[1] - last[1]) / max(now[0] - last[0], 1))

@@ -6,14 +6,17 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
+from pydantic import TypeAdapter, ValidationError
 from redis import Redis
 
 from fair_router.durations import format_duration
-from fair_router.rates import parse_rate
+from fair_router.rates import Rate
 from fair_router.router import FairRouter, Route
 from fair_router.settings import Settings, SettingsError, load_settings
+from fair_router.validation import AtLeastOne, FairWeight, RateField
 
 
 def _settings(config: Path | None) -> Settings:
@@ -74,7 +77,7 @@ def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | 
     if not route.rules:
         click.echo("no rules configured for this job key")
     for rule, count in zip(route.rules, view.counts, strict=True):
-        state = "MATCHES" if count + 1 > rule.threshold else "ok"
+        state = "MATCHES" if rule.matches(count) else "ok"
         click.echo(f"  {count:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
     reason = f" (rule: {view.next_rule.describe()})" if view.next_rule else ""
     click.echo(f"next job would go to: {view.next_queue}{reason}")
@@ -85,7 +88,7 @@ def _router(settings: Settings) -> FairRouter:
 
 
 def _print_limits(settings: Settings, router: FairRouter) -> None:
-    from fair_router.limits import COUNTERS, ConcurrencyLimiter
+    from fair_router.concurrency import COUNTERS, ConcurrencyLimiter
 
     limiter = ConcurrencyLimiter(router.connection, router.keys, router.tiers, settings.concurrency)
     counters = limiter.counters()
@@ -137,25 +140,40 @@ def tenant() -> None:
     """Per-tenant controls: overrides of the tier's values, pause and resume, and what is in effect."""
 
 
-def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return str(parse_rate(value))
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+class Validated(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on, plain before
+    """A click parameter checked by one of :mod:`fair_router.validation`'s types, through a pydantic
+    TypeAdapter: an option takes exactly what the setting it overrides takes, with the same message."""
+
+    def __init__(self, annotated: Any, name: str) -> None:
+        self.adapter: TypeAdapter[Any] = TypeAdapter(annotated)
+        self.name = name
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):  # already converted (a default, or a value given in code)
+            return value
+        try:
+            return self.adapter.validate_python(value)
+        except ValidationError as exc:
+            self.fail("; ".join(error["msg"].removeprefix("Value error, ")
+                                + ("" if error["type"] == "value_error" else f" (got {value!r})")
+                                for error in exc.errors()), param, ctx)
+
+
+COUNT = Validated(AtLeastOne, "count")
+FAIR_WEIGHT = Validated(FairWeight, "weight")
+RATE = Validated(RateField, "rate")
 
 
 @tenant.command("set")
 @click.argument("tenant_id", metavar="TENANT")
-@click.option("--limit", type=click.IntRange(min=1), help="Jobs it may run at once (beats tiers.concurrency).")
-@click.option("--weight", type=click.FloatRange(min=0, min_open=True), help="Fair-queue weight (beats tiers.weights).")
-@click.option("--rate", callback=_rate, help="Job starts per unit: N/s, N/m or N/h (beats tiers.rate).")
-@click.option("--burst", type=click.IntRange(min=1), help="Starts allowed at once with its rate (beats tiers.burst).")
-@click.option("--max-backlog", type=click.IntRange(min=1), help="Waiting jobs per fair queue (beats max_backlog).")
+@click.option("--limit", type=COUNT, help="Jobs it may run at once (beats tiers.concurrency).")
+@click.option("--weight", type=FAIR_WEIGHT, help="Fair-queue weight (beats tiers.weights).")
+@click.option("--rate", type=RATE, help="Job starts per unit: N/s, N/m or N/h (beats tiers.rate).")
+@click.option("--burst", type=COUNT, help="Starts allowed at once with its rate (beats tiers.burst).")
+@click.option("--max-backlog", type=COUNT, help="Waiting jobs per fair queue (beats max_backlog).")
 @click.option("--reset", is_flag=True, help="Drop its earlier overrides first.")
 @click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
-def tenant_set(tenant_id: str, limit: int | None, weight: float | None, rate: str | None, burst: int | None,
+def tenant_set(tenant_id: str, limit: int | None, weight: float | None, rate: Rate | None, burst: int | None,
                max_backlog: int | None, reset: bool, config: Path | None) -> None:
     """Override TENANT's tier values; every worker and producer uses them within 5 s."""
     settings = _settings(config)

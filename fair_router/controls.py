@@ -31,10 +31,10 @@ from redis.client import Pipeline
 from rq import Queue
 from rq.job import Job
 
+from fair_router.concurrency import ConcurrencyLimiter, Lease
+from fair_router.jobmeta import META_RATE
 from fair_router.keys import Keys
-from fair_router.limits import ConcurrencyLimiter, Lease
 from fair_router.rates import Rate, parse_rate
-from fair_router.router import META_RATE
 from fair_router.scripts import Admission, RateScope
 from fair_router.settings import JobConfig
 from fair_router.tiers import TenantProfile

@@ -56,7 +56,8 @@ class FairJob(Generic[P, R]):
         self.options = options
         self._queue = queue
         self._rules = None if rules is None else tuple(r if isinstance(r, Rule) else Rule(**r) for r in rules)
-        own = JobConfig(rate=rate, burst=burst)  # validated now: a bad rate fails at import, naming it
+        # Validated now, with the settings' types: a bad queue name or rate fails at import, naming it.
+        own = JobConfig(queue=queue, rate=rate, burst=burst)
         self._rate, self._burst = own.rate, own.burst
         self._connection = connection
         self._router = router

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Annotated
-
-from pydantic import BeforeValidator
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -46,7 +43,3 @@ def format_duration(seconds: float) -> str:
             return f"{int(seconds / size)}{unit}"
     ms = seconds * 1000
     return f"{ms:g}ms" if seconds < 1 else f"{seconds:g}s"
-
-
-Duration = Annotated[float, BeforeValidator(parse_duration)]
-"""A pydantic field type: a positive duration in seconds, parsed by :func:`parse_duration`."""

@@ -97,9 +97,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Annotated, Any, cast
+from typing import Any, cast
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import ResponseError
@@ -110,9 +110,9 @@ from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
 from fair_router.backlog import BacklogCaps, Capped, TenantBacklogFull, execute, refused_entry, withdraw
+from fair_router.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.keys import FairQueueKeys, Keys, encode
 from fair_router.observe.events import count_event
-from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.scripts import (
     FairParkScript,
     FairPopScript,
@@ -125,8 +125,9 @@ from fair_router.scripts import (
     PushEntry,
 )
 from fair_router.serving_order import FairSnapshot, serving_order
-from fair_router.settings import Charge, Settings, SettingsError, TiersConfig, describe_errors, load_settings
+from fair_router.settings import Charge, Settings, TiersConfig, load_settings, validated
 from fair_router.tiers import TierBook
+from fair_router.validation import Prefix, Seconds
 
 NO_TENANT = "#none"
 """Encoded pseudo-tenant of jobs without a tenant. ``encode`` never yields it: '#' only starts the
@@ -135,11 +136,9 @@ NO_TENANT = "#none"
 PUSH_BATCH = 1000
 """Jobs per fair_push.lua call in ``enqueue_many``: one call stays a few ms of Redis time."""
 
-META_COST = "fair_cost"
-"""``job.meta`` key of a job's declared cost in seconds (``enqueue(..., fair_cost=)``, charge="runtime")."""
-
 _CHARGE: TypeAdapter[Charge] = TypeAdapter(Charge)
-_COST: TypeAdapter[float] = TypeAdapter(Annotated[float, Field(ge=0, allow_inf_nan=False)])
+_COST: TypeAdapter[float] = TypeAdapter(Seconds)
+_PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
 
 FIRST_ESTIMATE = 0.01
 """charge="runtime": seconds a pop charges while nothing has been measured on the queue (fair_pop.lua's)."""
@@ -186,11 +185,15 @@ class FairQueue(Queue):
         if "{" in name or "}" in name:
             raise ValueError(f"fair queue names cannot hold braces: {name!r}")
         self._settings = settings
-        self._prefix = prefix or (settings.prefix if settings else None)
+        self._prefix = validated(_PREFIX, prefix, "FairQueue(prefix=...)") if prefix else (
+            settings.prefix if settings else None)
         self._tiers_config = tiers or (settings.tiers if settings else None)
         if recover_after is not None:
             self.recover_after = recover_after
-        self._charge = None if charge is None else _validated(_CHARGE, charge, "FairQueue(charge=...)")
+        self._charge: Charge | None = None
+        if charge is not None:
+            checked: Charge = validated(_CHARGE, charge, "FairQueue(charge=...)")
+            self._charge = checked
         self._trust_cost = trust_cost
         self._fair_keys: FairQueueKeys | None = None
         self._tier_book: TierBook | None = None
@@ -615,7 +618,7 @@ def _with_tenant(kwargs: dict[str, Any], tenant: object, cost: float | None = No
     if tenant is not None:
         meta[META_TENANT] = str(tenant)
     if cost is not None:
-        meta[META_COST] = _validated(_COST, cost, "fair_cost=")
+        meta[META_COST] = validated(_COST, cost, "fair_cost=")
     return {**kwargs, "meta": meta} if meta else kwargs
 
 
@@ -640,13 +643,6 @@ def _declared_cost(job: Job) -> float | None:
         return None if value is None else _COST.validate_python(value)
     except ValidationError:
         return None
-
-
-def _validated(adapter: TypeAdapter[Any], value: object, source: str) -> Any:
-    try:
-        return adapter.validate_python(value)
-    except ValidationError as exc:
-        raise SettingsError(describe_errors(exc, source)) from None
 
 
 def _tenant_of(job: Job) -> object:

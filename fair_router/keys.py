@@ -66,7 +66,7 @@ class FairQueueKeys:
 
 @dataclass(frozen=True)
 class Keys:
-    """Key names under one prefix. The prefix is validated by Settings/FairRouter (no braces)."""
+    """Key names under one prefix, checked where it enters (``fair_router.validation.Prefix``: no braces)."""
 
     prefix: str = "fair_router"
 

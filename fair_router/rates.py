@@ -10,9 +10,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Annotated
-
-from pydantic import BeforeValidator, PlainSerializer
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|m|h)\s*$")
@@ -47,7 +44,3 @@ def parse_rate(value: object) -> Rate:
     if not (count > 0 and math.isfinite(count)):
         raise ValueError(f"rate must allow more than 0 jobs, got {value!r}")
     return Rate(count, _UNITS[match.group(2)])
-
-
-RateField = Annotated[Rate, BeforeValidator(parse_rate), PlainSerializer(str, return_type=str)]
-"""A pydantic field type: a rate parsed by :func:`parse_rate`, serialised back to its text."""

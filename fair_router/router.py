@@ -9,7 +9,6 @@ is never counted twice or rerouted.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
@@ -18,6 +17,7 @@ from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
 
+from pydantic import TypeAdapter
 from redis import Redis
 from redis.client import Pipeline
 from rq import Queue
@@ -27,19 +27,18 @@ from rq.queue import EnqueueArgs, EnqueueData
 from rq.utils import as_text
 
 from fair_router.backlog import BacklogCaps, execute, withdraw
+from fair_router.fairqueue import FairQueue
+from fair_router.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
 from fair_router.keys import Keys, encode
 from fair_router.pauses import TenantPauses
 from fair_router.rates import Rate
-from fair_router.rules import Rule
+from fair_router.rules import Rule, last_match
 from fair_router.scripts import Clock, PeekScript, RouteScript, now_arg
-from fair_router.settings import TiersConfig
+from fair_router.settings import TiersConfig, validated
 from fair_router.tiers import TenantOverrides, TenantProfile, TierBook
+from fair_router.validation import Prefix
 
-META_TENANT = "fair_tenant"
-META_RULE = "fair_rule"
-META_SYSTEM = "fair_system"
-META_RATE = "fair_rate"
-_PREFIX = re.compile(r"^[A-Za-z0-9_.:\-]{1,100}$")
+_PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
 ANNOUNCE_EVERY = 60.0
 """Seconds between two additions of a job key to the set of routed job keys (fair_router.observe)."""
 
@@ -74,10 +73,8 @@ class FairRouter:
         clock: Clock | None = None,
         tiers: TiersConfig | None = None,
     ) -> None:
-        if not _PREFIX.match(prefix):
-            raise ValueError(f"invalid prefix {prefix!r}: 1-100 of letters, digits, '_', '.', ':', '-'")
         self.connection = connection
-        self.keys = Keys(prefix)
+        self.keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
         self.clock = clock
         self.tiers = TierBook(connection, self.keys, tiers)
         self._route = RouteScript(connection)
@@ -87,15 +84,20 @@ class FairRouter:
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
         self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
 
-    # -- deciding ------------------------------------------------------------------------------
+    # -- recording and choosing ----------------------------------------------------------------
 
-    def route(self, job_key: str, tenant: str, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
-        """Record one enqueue of ``job_id`` for ``tenant`` and return the queue it should go to."""
-        rule = self.decide(Route(job_key, queue, tuple(rules)), [(tenant, job_id)])[0]
+    def record_and_route(self, job_key: str, tenant: str, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
+        """Record one enqueue of ``job_id`` for ``tenant`` in its window and return the queue it goes to."""
+        rule = self.record_and_choose(Route(job_key, queue, tuple(rules)), [(tenant, job_id)])[0]
         return rule.queue if rule else queue
 
-    def decide(self, route: Route, jobs: Sequence[tuple[str, str]]) -> list[Rule | None]:
-        """Record (tenant, job id) enqueues in order, in one Lua call; return each one's matching rule."""
+    def route(self, job_key: str, tenant: str, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
+        """:meth:`record_and_route` under the public API's name (design.md): it too records the enqueue."""
+        return self.record_and_route(job_key, tenant, job_id, queue, rules)
+
+    def record_and_choose(self, route: Route, jobs: Sequence[tuple[str, str]]) -> list[Rule | None]:
+        """Record (tenant, job id) enqueues in their windows in order, in one Lua call; return the rule each
+        one matched (None: its base queue)."""
         if not route.rules or not jobs:
             return [None] * len(jobs)
         tenants: dict[str, int] = {}
@@ -115,15 +117,16 @@ class FairRouter:
             self._announced[route.job_key] = time.monotonic()
         return [route.rules[pick - 1] if pick else None for pick in picks]
 
+    def decide(self, route: Route, jobs: Sequence[tuple[str, str]]) -> list[Rule | None]:
+        """:meth:`record_and_choose` under its 0.1 name, kept for callers: it too records the enqueues."""
+        return self.record_and_choose(route, jobs)
+
     def peek(self, route: Route, tenant: str) -> WindowView:
         """Window counts per rule and where the tenant's next job would go; records nothing."""
         if not route.rules:
             return WindowView([], route.queue, None)
         _, counts = self._peek(self.keys.window(route.job_key, tenant), route.rules, now_arg(self.clock))
-        rule = None
-        for candidate, count in zip(route.rules, counts, strict=True):
-            if count + 1 > candidate.threshold:
-                rule = candidate
+        rule = last_match(route.rules, counts)
         return WindowView(counts, rule.queue if rule else route.queue, rule)
 
     # -- tiers ---------------------------------------------------------------------------------
@@ -203,8 +206,6 @@ class FairRouter:
         key = f"fair:{name}" if fair else name
         if key not in self._queues:
             if fair:
-                from fair_router.fairqueue import FairQueue  # fairqueue imports this module
-
                 self._queues[key] = FairQueue(name, connection=self.connection, prefix=self.keys.prefix,
                                               tiers=self.tiers.config)
             else:
@@ -235,7 +236,7 @@ class FairRouter:
             call = call._replace(meta=self._meta(call.meta, tenant, None, system, route))
             return self.queue(queue or route.queue, fair).enqueue_call(**call._asdict())
         job_id = call.job_id or str(uuid4())
-        rule = self.decide(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
+        rule = self.record_and_choose(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
         if queue is not None:
             rule = None
         target = self.queue(queue or (rule.queue if rule else route.queue), fair)
@@ -269,7 +270,8 @@ class FairRouter:
         pipeline once per target queue).
         """
         batch = [(_batchable(call), tenant, call.job_id or str(uuid4())) for call, tenant in calls]
-        rules = iter(self.decide(route, [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]))
+        tenanted = [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]
+        rules = iter(self.record_and_choose(route, tenanted))
         by_queue: dict[str, list[EnqueueData]] = {}
         for call, tenant, job_id in batch:
             rule = next(rules) if tenant is not None else None

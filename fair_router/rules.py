@@ -1,22 +1,14 @@
-"""Throttle rules and queue names: the validated vocabulary of routing."""
+"""Throttle rules: when a tenant's jobs go to a slower queue, and the one test of whether a rule matches."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
-from fair_router.durations import Duration, format_duration
-
-QueueName = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.\-]+$")
-]
-"""An rq queue name: letters, digits, ``_``, ``-`` and ``.`` (safe in keys, logs and the rq CLI)."""
-
-RuleQueue = Annotated[
-    str, StringConstraints(min_length=1, max_length=200, pattern=r"^(?:[A-Za-z0-9_.\-]|\{queue\})+$")
-]
-"""A rule's target queue: a queue name that may say ``{queue}`` for the job's (tier) base queue."""
+from fair_router.durations import format_duration
+from fair_router.validation import Duration, RuleQueue
 
 
 class Rule(BaseModel):
@@ -32,6 +24,13 @@ class Rule(BaseModel):
     threshold: Annotated[int, Field(gt=0, strict=False)]
     per: Duration
 
+    def matches(self, recorded: int) -> bool:
+        """Whether the next enqueue matches this rule when its window already holds ``recorded`` enqueues:
+        the rule counts the enqueue being decided too, so it matches once ``recorded + 1`` passes
+        ``threshold``. The one statement of that test outside Lua; ``lua/route.lua`` makes the same
+        test after recording the enqueue (its count then already includes it)."""
+        return recorded + 1 > self.threshold
+
     def for_base(self, base: str) -> Rule:
         """This rule with ``{queue}`` in its target replaced by ``base`` (tier routing)."""
         if "{queue}" not in self.queue:
@@ -46,3 +45,13 @@ class Rule(BaseModel):
     def describe(self) -> str:
         """One line for tables and logs: ``> 100 per 1h -> default_throttled``."""
         return f"> {self.threshold} per {format_duration(self.per)} -> {self.queue}"
+
+
+def last_match(rules: Sequence[Rule], recorded: Sequence[int]) -> Rule | None:
+    """The rule the next enqueue would be routed by: the last of ``rules`` it matches (rules go from least
+    to most restrictive), given each rule's window count ``recorded``; None when none matches."""
+    matched = None
+    for rule, count in zip(rules, recorded, strict=True):
+        if rule.matches(count):
+            matched = rule
+    return matched

@@ -18,35 +18,29 @@ The tempting ``max(random() * w)`` is *not* this distribution (it over-favours h
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterable
-from typing import Literal, TypeVar
+from typing import TypeVar
+
+from fair_router.validation import QueueWeight
 
 T = TypeVar("T")
 
-STRICT = "strict"
 
-
-def weighted_order(
-    items: Iterable[tuple[T, float | Literal["strict"]]], rng: random.Random | None = None
-) -> list[T]:
+def weighted_order(items: Iterable[tuple[T, QueueWeight]], rng: random.Random | None = None) -> list[T]:
     """Strict items first in their given order, then the weighted ones by successive weighted sampling.
 
     ``rng`` makes the draw reproducible (tests); by default the ``random`` module's generator is used.
-    Raises ValueError for a weight that is neither ``"strict"`` nor a positive finite number.
+    Weights are trusted: this runs before every fetch, so they are checked once, where they enter
+    (:data:`fair_router.validation.Weight`: the ``queues:`` setting, a worker's ``weights=``).
     """
     expovariate = (rng or random).expovariate
     strict: list[T] = []
     keyed: list[tuple[float, int, T]] = []
     for index, (item, weight) in enumerate(items):
-        if weight == STRICT:
+        if isinstance(weight, str):  # "strict", the only word a validated Weight holds
             strict.append(item)
             continue
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not (
-            weight > 0 and math.isfinite(weight)
-        ):
-            raise ValueError(f"weight of {item!r} must be a positive number or 'strict', got {weight!r}")
         # expovariate(w) is -log(1 - random()) / w: the Efraimidis-Spirakis key, u = 1 - random() in (0, 1].
         # The index breaks (practically impossible) ties by given order and keeps items uncompared.
         keyed.append((expovariate(weight), index, item))

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -23,6 +22,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -36,47 +36,21 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
-from fair_router.durations import Duration
-from fair_router.rates import RateField
-from fair_router.rules import QueueName, Rule
+from fair_router.rules import Rule
+from fair_router.validation import (
+    AtLeastOne,
+    Duration,
+    FairWeight,
+    Prefix,
+    QueueGroup,
+    QueueName,
+    RateField,
+    TierName,
+    Weight,
+)
 
 CONFIG_ENV = "FAIR_ROUTER_CONFIG"
 DEFAULT_CONFIG = Path("fair_router.yaml")
-
-
-def _weight(value: object) -> object:
-    """Queue weights are positive finite numbers or the word ``strict`` (bools are not numbers here)."""
-    if value == "strict":
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}") from None
-    if not (number > 0 and math.isfinite(number)):
-        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}")
-    return number
-
-
-Weight = Annotated[float | Literal["strict"], BeforeValidator(_weight)]
-"""A queue's fetch weight: a positive number, or ``"strict"`` (always polled first, in listed order)."""
-
-def _queue_group(value: object) -> object:
-    """A pool entry's key: one queue name or several joined by commas (``"default,default_throttled"``)."""
-    if not isinstance(value, str):
-        return value
-    names = [name.strip() for name in value.split(",")]
-    if not all(_QUEUE_NAME.match(name) for name in names):
-        raise ValueError(f"pool key {value!r} must be queue names (letters, digits, '_', '-', '.') joined by ','")
-    return ",".join(names)
-
-
-_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
-QueueGroup = Annotated[str, BeforeValidator(_queue_group)]
-"""Queues one pooled worker listens on, comma-separated, e.g. ``analysis_priority`` or ``a,b``."""
-
-Prefix = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.:\-]+$")]
 
 
 class JobConfig(BaseModel):
@@ -87,7 +61,7 @@ class JobConfig(BaseModel):
     queue: QueueName | None = None
     rules: list[Rule] = Field(default_factory=list)
     rate: RateField | None = None  # starts per tenant of this job function, e.g. "10/s"
-    burst: Annotated[int, Field(ge=1)] | None = None  # starts allowed at once after a quiet spell (default 1)
+    burst: AtLeastOne | None = None  # starts allowed at once after a quiet spell (default 1)
 
     @model_validator(mode="after")
     def _burst_needs_rate(self) -> JobConfig:
@@ -95,8 +69,6 @@ class JobConfig(BaseModel):
             raise ValueError("burst is set without a rate: give rate too (e.g. rate: 10/s)")
         return self
 
-
-TierName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.\-]+$")]
 
 ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}
 
@@ -126,11 +98,11 @@ class TiersConfig(BaseModel):
     default: TierName = "free"
     resolver: Annotated[str | None, BeforeValidator(_resolver_path)] = None
     priority: list[TierName] = Field(default_factory=lambda: ["pro", "pro_plus", "enterprise"])
-    concurrency: dict[TierName, Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: dict(ADR_LIMITS))
-    weights: dict[TierName, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(default_factory=dict)
+    concurrency: dict[TierName, AtLeastOne] = Field(default_factory=lambda: dict(ADR_LIMITS))
+    weights: dict[TierName, FairWeight] = Field(default_factory=dict)
     rate: dict[TierName, RateField] = Field(default_factory=dict)  # job starts per tenant, e.g. {free: 2/s}
-    burst: dict[TierName, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)  # default 1
-    max_backlog: dict[TierName, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)  # per fair queue
+    burst: dict[TierName, AtLeastOne] = Field(default_factory=dict)  # default 1
+    max_backlog: dict[TierName, AtLeastOne] = Field(default_factory=dict)  # per fair queue
 
     @model_validator(mode="after")
     def _known_tiers(self) -> TiersConfig:
@@ -243,7 +215,7 @@ class Settings(BaseSettings):
     fair_queues: list[QueueName] = Field(default_factory=list)  # served as FairQueue by weighted workers
     fair_charge: Charge = "jobs"  # FairQueue fair share of jobs, or of worker time ("runtime")
     fair_trust_cost: bool = False  # charge="runtime": a job's declared fair_cost is its charge (else measured)
-    pool: dict[QueueGroup, Annotated[int, Field(gt=0)]] = Field(default_factory=dict)
+    pool: dict[QueueGroup, AtLeastOne] = Field(default_factory=dict)
     tiers: TiersConfig = Field(default_factory=TiersConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
@@ -305,9 +277,23 @@ def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc],
         got = "" if item["type"] in ("missing", "value_error") else f" (got {item['input']!r})"
         label = origin(loc) if origin is not None else None
         placed = placed and label is not None
-        lines.append(f"  {label + ': ' if label else ''}{_location(loc)}: {reason}{got}")
+        where = f"{_location(loc)}: " if loc or label else ""  # a single argument has no key path
+        lines.append(f"  {label + ': ' if label else ''}{where}{reason}{got}")
     heading = "invalid fair-router settings:" if placed and lines else f"invalid fair-router settings in {source}:"
     return "\n".join([heading, *lines])
+
+
+T = TypeVar("T")
+
+
+def validated(adapter: TypeAdapter[T], value: object, source: str) -> T:
+    """``value`` checked by ``adapter`` (built on :mod:`fair_router.validation`'s types) where it is given
+    outside the settings: a constructor argument or a CLI option. Raises SettingsError naming ``source``
+    (e.g. ``FairRouter(prefix=...)``), the key when ``value`` is a mapping, the reason and the value."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, source)) from None
 
 
 def _shorten(value: str, limit: int = 80) -> str:

@@ -16,14 +16,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from redis import Redis
 
 from fair_router.keys import Keys
-from fair_router.rates import Rate, RateField
+from fair_router.rates import Rate
 from fair_router.settings import TiersConfig
+from fair_router.validation import AtLeastOne, FairWeight, RateField
 
 logger = logging.getLogger("fair_router")
 
@@ -42,11 +42,11 @@ class TenantOverrides(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    limit: Annotated[int, Field(ge=1)] | None = None
-    weight: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    limit: AtLeastOne | None = None
+    weight: FairWeight | None = None
     rate: RateField | None = None
-    burst: Annotated[int, Field(ge=1)] | None = None
-    max_backlog: Annotated[int, Field(ge=1)] | None = None
+    burst: AtLeastOne | None = None
+    max_backlog: AtLeastOne | None = None
 
     def fields(self) -> dict[str, str]:
         """The values set, as the strings stored in Redis."""

@@ -30,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import timedelta
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 from redis import ConnectionPool, Redis
 from redis.client import Pipeline
 from rq import Queue, SimpleWorker, Worker
@@ -41,34 +41,28 @@ from rq.job import Job
 from rq.worker import BaseWorker, WorkerStatus
 
 from fair_router.bookkeeping import LeanBookkeepingMixin
+from fair_router.concurrency import ConcurrencyLimiter
 from fair_router.controls import RateLimiter, TenantGate
 from fair_router.fairqueue import FairQueue
+from fair_router.jobmeta import META_SYSTEM, META_TENANT
 from fair_router.keys import Keys
-from fair_router.limits import ConcurrencyLimiter
 from fair_router.observe.recorder import StartRecorder
 from fair_router.pauses import PAUSE_PARK
 from fair_router.recovery import JobBeat, Recovery
-from fair_router.router import META_SYSTEM, META_TENANT
-from fair_router.rules import QueueName
 from fair_router.sampling import weighted_order
 from fair_router.scripts import Admission, Verdict
-from fair_router.settings import Settings, SettingsError, Weight, describe_errors, load_settings
+from fair_router.settings import Settings, load_settings, validated
 from fair_router.tiers import TierBook
-
-QueueWeight = float | Literal["strict"]
+from fair_router.validation import QueueName, QueueWeight, Weight
 
 _WEIGHTS: TypeAdapter[dict[str, QueueWeight]] = TypeAdapter(dict[QueueName, Weight])
 
 
 def validate_weights(weights: Mapping[str, object], source: str = "weights=") -> dict[str, QueueWeight]:
-    """Check an explicit queue -> weight mapping with the same rules as the ``queues:`` setting.
-
-    Raises SettingsError naming each bad queue, its value and the reason.
-    """
-    try:
-        return _WEIGHTS.validate_python(dict(weights))
-    except ValidationError as exc:
-        raise SettingsError(describe_errors(exc, source)) from None
+    """Check an explicit queue -> weight mapping with the same types as the ``queues:`` setting, once, when
+    the worker is built (the fetch order trusts them). Raises SettingsError naming each bad queue, its value
+    and the reason."""
+    return validated(_WEIGHTS, dict(weights), source)
 
 
 class WeightedFetchMixin(BaseWorker):

@@ -14,8 +14,8 @@ from rq.worker import BaseWorker
 from worker_jobs import noop
 
 from fair_router import Settings, WeightedSimpleWorker, WeightedWorker, bookkeeping
+from fair_router.jobmeta import META_TENANT
 from fair_router.keys import Keys
-from fair_router.router import META_TENANT
 from fair_router.settings import ConcurrencyConfig, ObserveConfig
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")

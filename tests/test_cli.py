@@ -49,7 +49,7 @@ def test_stats_is_read_only_and_predicts_the_next_queue(tmp_path: Path, conn: Re
     router = FairRouter(conn, prefix=settings.prefix)
     rules = settings.job("app.tasks.sync").rules
     for i in range(2):
-        router.route("app.tasks.sync", "acme:{1}", f"j{i}", "default", rules)
+        router.record_and_route("app.tasks.sync", "acme:{1}", f"j{i}", "default", rules)
     before = conn.zcard(router.keys.window("app.tasks.sync", "acme:{1}"))
     result = CliRunner().invoke(main, ["stats", "app.tasks.sync", "acme:{1}", "--config", str(path)])
     assert result.exit_code == 0, result.output

@@ -26,9 +26,9 @@ from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 
 from fair_router import FairQueue, FairRouter, Settings, TenantBacklogFull, fair_job, load_settings
 from fair_router.cli import main
+from fair_router.concurrency import ConcurrencyLimiter
 from fair_router.controls import RateLimiter, TenantGate
 from fair_router.keys import Keys
-from fair_router.limits import ConcurrencyLimiter
 from fair_router.rates import Rate, parse_rate
 from fair_router.redis_server import RedisServer
 from fair_router.scripts import Verdict

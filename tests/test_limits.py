@@ -28,8 +28,8 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegistry
 
 from fair_router import FairJob, FairRouter, Settings, WeightedSimpleWorker, fair_job
+from fair_router.concurrency import COUNTERS, ConcurrencyLimiter, Lease
 from fair_router.keys import Keys
-from fair_router.limits import COUNTERS, ConcurrencyLimiter, Lease
 from fair_router.settings import ConcurrencyConfig
 from fair_router.tiers import TierBook
 

@@ -14,8 +14,8 @@ from rq.registry import FinishedJobRegistry, StartedJobRegistry
 from worker_jobs import noop
 
 from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, fair_job
+from fair_router.concurrency import ConcurrencyLimiter
 from fair_router.keys import Keys
-from fair_router.limits import ConcurrencyLimiter
 from fair_router.observe.buckets import BOUNDS_US, PROMETHEUS_LE_US, Histogram, bucket_of
 from fair_router.observe.reader import SnapshotReader
 from fair_router.observe.recorder import ALL, StartRecorder

@@ -29,8 +29,8 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from fair_router import FairQueue, Settings, SettingsError, WeightedSimpleWorker, load_settings
+from fair_router.concurrency import ConcurrencyLimiter
 from fair_router.keys import Keys
-from fair_router.limits import ConcurrencyLimiter
 from fair_router.recovery import Recovery
 from fair_router.scripts import AbandonScript
 from fair_router.settings import ConcurrencyConfig, RecoveryConfig

@@ -43,7 +43,7 @@ def test_sidekiq_fair_tenant_timeline(conn: Redis) -> None:
     """The gem's example: 1/day then 1/hour; the tenant moves supaslow -> semislow -> default."""
     clock = FakeClock()
     router = FairRouter(conn, clock=clock)
-    route = lambda tenant, job_id: router.route("app.Job", tenant, job_id, "default", DAY_HOUR)  # noqa: E731
+    route = lambda tenant, job_id: router.record_and_route("app.Job", tenant, job_id, "default", DAY_HOUR)  # noqa: E731
     assert route("greedy", "j1") == "default"       # 1 today, 1 this hour: nothing exceeded
     assert route("greedy", "j2") == "supaslow"      # 2 today and 2 this hour: last match wins
     assert route("other", "o1") == "default"        # other tenants untouched
@@ -58,12 +58,12 @@ def test_sidekiq_fair_tenant_timeline(conn: Redis) -> None:
 def test_last_matching_rule_wins_in_listed_order(conn: Redis) -> None:
     router = FairRouter(conn, clock=FakeClock())
     loose_then_strict = [Rule(queue="slow", threshold=2, per="1h"), Rule(queue="slower", threshold=4, per="1h")]
-    picks = [router.route("k", "t", f"j{i}", "base", loose_then_strict) for i in range(6)]
+    picks = [router.record_and_route("k", "t", f"j{i}", "base", loose_then_strict) for i in range(6)]
     assert picks == ["base", "base", "slow", "slow", "slower", "slower"]
     # The same rules listed the other way round: the later (looser) one wins once both match.
     router2 = FairRouter(conn, prefix="other", clock=FakeClock())
     reversed_rules = list(reversed(loose_then_strict))
-    picks = [router2.route("k", "t", f"j{i}", "base", reversed_rules) for i in range(6)]
+    picks = [router2.record_and_route("k", "t", f"j{i}", "base", reversed_rules) for i in range(6)]
     assert picks == ["base", "base", "slow", "slow", "slow", "slow"]
 
 
@@ -71,27 +71,56 @@ def test_window_boundary_is_exclusive(conn: Redis) -> None:
     clock = FakeClock()
     router = FairRouter(conn, clock=clock)
     rules = [Rule(queue="slow", threshold=1, per="10s")]
-    assert router.route("k", "t", "a", "base", rules) == "base"
+    assert router.record_and_route("k", "t", "a", "base", rules) == "base"
     clock.advance(9.999)
-    assert router.route("k", "t", "b", "base", rules) == "slow"
+    assert router.record_and_route("k", "t", "b", "base", rules) == "slow"
     clock.advance(0.001)  # "a" is now exactly 10 s old: out of the window
-    assert router.route("k", "t", "c", "base", rules) == "slow"  # b and c
+    assert router.record_and_route("k", "t", "c", "base", rules) == "slow"  # b and c
     clock.advance(10)
-    assert router.route("k", "t", "d", "base", rules) == "base"
+    assert router.record_and_route("k", "t", "d", "base", rules) == "base"
 
 
 def test_same_job_id_counts_once(conn: Redis) -> None:
     router = FairRouter(conn, clock=FakeClock())
     rules = [Rule(queue="slow", threshold=1, per="1h")]
-    assert [router.route("k", "t", "same", "base", rules) for _ in range(5)] == ["base"] * 5
+    assert [router.record_and_route("k", "t", "same", "base", rules) for _ in range(5)] == ["base"] * 5
     assert conn.zcard(router.keys.window("k", "t")) == 1
-    assert router.route("k", "t", "new", "base", rules) == "slow"
+    assert router.record_and_route("k", "t", "new", "base", rules) == "slow"
+
+
+def test_route_and_decide_are_the_recording_calls_under_their_old_names(conn: Redis) -> None:
+    """``route`` (the design's public name) and ``decide`` (0.1.0's) record exactly as the calls they alias."""
+    router = FairRouter(conn, clock=FakeClock())
+    rules = [Rule(queue="slow", threshold=2, per="1h")]
+    assert router.route("k", "t", "a", "base", rules) == "base"
+    assert router.decide(Route("k", "base", tuple(rules)), [("t", "b"), ("u", "c")]) == [None, None]
+    assert router.record_and_route("k", "t", "d", "base", rules) == "slow"  # a, b and d
+    assert conn.zcard(router.keys.window("k", "t")) == 3 and conn.zcard(router.keys.window("k", "u")) == 1
+
+
+def test_peek_agrees_with_the_route_script(conn: Redis) -> None:
+    """``Rule.matches`` (peek, ``fair-router stats``) and route.lua's own rule test decide alike: before each
+    enqueue, the queue peek names is the one recording it picks, through bursts, an exact window edge and
+    quiet spells, with the last matching rule winning."""
+    clock = FakeClock()
+    router = FairRouter(conn, clock=clock)
+    rules = (Rule(queue="slow", threshold=2, per="10s"), Rule(queue="slower", threshold=3, per="1s"))
+    route = Route("k", "base", rules)
+    gaps = [0.05] * 5 + [1.0] + [0.05] * 3 + [12.0]
+    picked = []
+    for i in range(3 * len(gaps)):
+        view = router.peek(route, "t")
+        queue = router.record_and_route("k", "t", f"j{i}", "base", rules)
+        assert view.next_queue == queue and view.next_rule == next((r for r in rules if r.queue == queue), None), i
+        picked.append(queue)
+        clock.advance(gaps[i % len(gaps)])
+    assert set(picked) == {"base", "slow", "slower"}
 
 
 def test_server_time_is_used_without_a_clock(conn: Redis) -> None:
     router = FairRouter(conn)
     rules = [Rule(queue="slow", threshold=1, per="1h")]
-    router.route("k", "t", "a", "base", rules)
+    router.record_and_route("k", "t", "a", "base", rules)
     (_, score), = conn.zrange(router.keys.window("k", "t"), 0, -1, withscores=True)
     seconds, micros = conn.time()
     assert abs(score - (seconds * 1000 + micros // 1000)) < 5_000
@@ -102,18 +131,18 @@ def test_bounded_memory_after_10k_enqueues(conn: Redis) -> None:
     rules = [Rule(queue="slow", threshold=100, per="1d"), Rule(queue="slower", threshold=10, per="1m")]
     job = Route("k", "base", tuple(rules))
     for start in range(0, 10_000, 1_000):
-        router.decide(job, [("greedy", str(uuid4())) for i in range(start, start + 1_000)])
+        router.record_and_choose(job, [("greedy", str(uuid4())) for i in range(start, start + 1_000)])
     key = router.keys.window("k", "greedy")
     assert conn.zcard(key) == 101
     assert 0 < conn.pttl(key) <= 86_400_000
     assert conn.memory_usage(key) <= 4096
     # Still exact: 101 kept entries decide every rule.
-    assert router.route("k", "greedy", "one-more", "base", rules) == "slower"
+    assert router.record_and_route("k", "greedy", "one-more", "base", rules) == "slower"
 
 
 def test_key_expires_after_longest_window(conn: Redis) -> None:
     router = FairRouter(conn)
-    router.route("k", "t", "a", "base", [Rule(queue="s", threshold=5, per="250ms")])
+    router.record_and_route("k", "t", "a", "base", [Rule(queue="s", threshold=5, per="250ms")])
     key = router.keys.window("k", "t")
     assert 0 < conn.pttl(key) <= 250
 
@@ -133,15 +162,15 @@ def test_hostile_tenant_ids_get_safe_distinct_keys(conn: Redis) -> None:
         assert key_slot(key.encode()) == key_slot(keys[0].encode())
     rules = [Rule(queue="slow", threshold=1, per="1h")]
     for tenant in tenants:  # each tenant has its own window: the first enqueue of each is unthrottled
-        assert router.route("weird{job}:key", tenant, "j1", "base", rules) == "base"
+        assert router.record_and_route("weird{job}:key", tenant, "j1", "base", rules) == "base"
     for tenant in tenants:
-        assert router.route("weird{job}:key", tenant, "j2", "base", rules) == "slow"
+        assert router.record_and_route("weird{job}:key", tenant, "j2", "base", rules) == "slow"
 
 
 def _race(url: str, worker: int, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     router = FairRouter(Redis.from_url(url))
     rules = [Rule(queue="slow", threshold=50, per="1h")]
-    results.put([router.route("k", "hot", f"w{worker}-{i}", "base", rules) for i in range(100)])
+    results.put([router.record_and_route("k", "hot", f"w{worker}-{i}", "base", rules) for i in range(100)])
 
 
 def test_eight_processes_racing_on_one_tenant_get_exact_counts(conn: Redis, redis_server) -> None:  # type: ignore[no-untyped-def]

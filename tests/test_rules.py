@@ -5,6 +5,7 @@ from pydantic import ValidationError
 
 from fair_router import Rule
 from fair_router.durations import format_duration, parse_duration
+from fair_router.rules import last_match
 
 
 @pytest.mark.parametrize(
@@ -47,3 +48,19 @@ def test_bad_rules_fail_naming_the_field(fields: dict[str, object], where: str) 
     with pytest.raises(ValidationError) as info:
         Rule(**fields)  # type: ignore[arg-type]
     assert where in str(info.value)
+
+
+def test_a_rule_matches_counting_the_next_enqueue() -> None:
+    """``matches(count)``: the window's earlier enqueues plus the one being decided pass the threshold."""
+    rule = Rule(queue="q", threshold=2, per="1h")
+    assert [rule.matches(count) for count in range(5)] == [False, False, True, True, True]
+
+
+def test_the_last_matching_rule_routes() -> None:
+    rules = [Rule(queue="slow", threshold=1, per="1h"), Rule(queue="slower", threshold=3, per="1m")]
+    assert last_match(rules, [0, 0]) is None
+    assert last_match(rules, [1, 1]) == rules[0]
+    assert last_match(rules, [5, 3]) == rules[1]
+    assert last_match(rules, [5, 2]) == rules[0]
+    with pytest.raises(ValueError):
+        last_match(rules, [1])  # one count per rule

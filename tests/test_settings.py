@@ -175,4 +175,5 @@ def test_a_variable_hides_the_files_value_and_arguments_hide_both(
     with pytest.raises(SettingsError) as info:
         load_settings(path, prefix="a{b}")
     assert str(info.value).splitlines()[1:] == [
-        "  load_settings() arguments: prefix: String should match pattern '^[A-Za-z0-9_.:\\-]+$' (got 'a{b}')"]
+        "  load_settings() arguments: prefix: prefix must be 1-100 letters, digits, '_', '.', ':' or '-' (no braces), "
+        "got 'a{b}'"]

@@ -44,6 +44,7 @@ for i = first_job, #ARGV, 2 do
   local rule = 0
   for r = n_rules, 1, -1 do  -- the last matching rule wins: look from the end
     -- A window can only exceed a threshold the whole set exceeds (ZCARD is O(1), ZCOUNT is not).
+    -- The count includes this enqueue: the test of Rule.matches (fair_router/rules.py), which adds it.
     if size > threshold[r] and redis.call('ZCOUNT', key, lower[r], now_ms) > threshold[r] then
       rule = r
       break

@@ -27,13 +27,13 @@ from redis import Redis
 from rq import Queue
 from rq.registry import StartedJobRegistry
 
+from fair_router.concurrency import COUNTERS
 from fair_router.keys import Keys
-from fair_router.limits import COUNTERS
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.events import parse_events
 from fair_router.observe.model import OTHER_LABEL, QueueView, Snapshot, TenantView, WaitFigures
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
-from fair_router.rules import Rule
+from fair_router.rules import last_match
 from fair_router.scripts import Clock, call_script, load_script
 from fair_router.settings import Settings
 from fair_router.tiers import load_resolver
@@ -213,7 +213,7 @@ class SnapshotReader:
                 call_script(self._peek, [window], [round(now * 1000), *(rule.per_ms for rule in rules)], pipe)
             replies = pipe.execute()
         for (row, rules, _), reply in zip(asks, replies, strict=True):
-            matched = _matching_rule(rules, [int(count) for count in reply[1:]])
+            matched = last_match(rules, [int(count) for count in reply[1:]])
             if matched is not None:
                 row.rule = matched.describe()
 
@@ -295,15 +295,6 @@ def _series(
         if count > 0:
             points.append((float(held * TICK_SECONDS), max(0, total) / count / 1e6))
     return sorted(points)
-
-
-def _matching_rule(rules: Sequence[Rule], counts: Sequence[int]) -> Rule | None:
-    """The last rule the next enqueue would exceed (as ``FairRouter.peek``)."""
-    matched = None
-    for rule, count in zip(rules, counts, strict=True):
-        if count + 1 > rule.threshold:
-            matched = rule
-    return matched
 
 
 def _limit_table(raw: dict[str, int]) -> dict[str, dict[str, int]]:

@@ -29,9 +29,9 @@ from redis import Redis
 from redis.client import Pipeline
 from rq.job import Job
 
+from fair_router.jobmeta import META_TENANT
 from fair_router.keys import Keys, encode
 from fair_router.observe.buckets import N_BUCKETS, bucket_of
-from fair_router.router import META_TENANT
 from fair_router.scripts import Clock, now_arg, script_source
 from fair_router.settings import ObserveConfig
 

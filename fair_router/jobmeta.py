@@ -1,0 +1,24 @@
+"""The ``job.meta`` keys fair-router writes on a job and reads back in workers and queues.
+
+They live in a module of their own, below everything else, because the producer side (the router, the
+fair queue's enqueue) writes them and the consumer side (the workers, the fair queue's pop, the tenant
+controls) reads them: defined in either, the other would have to import it, which made ``router`` and
+``fairqueue`` import each other.
+"""
+
+from __future__ import annotations
+
+META_TENANT = "fair_tenant"
+"""The job's tenant (a string), or None for a job routed without one."""
+
+META_RULE = "fair_rule"
+"""The throttle rule that routed the job, as a dict (``Rule.model_dump()``), or None when unthrottled."""
+
+META_SYSTEM = "fair_system"
+"""True on a system job: never throttled, limited, paused or parked."""
+
+META_RATE = "fair_rate"
+"""The job function's rate limit (job key, rate, burst), checked when a worker takes the job."""
+
+META_COST = "fair_cost"
+"""A job's declared cost in seconds (``enqueue(..., fair_cost=)``, charge="runtime")."""
