@@ -184,7 +184,7 @@ class Recovery:
                          if self._abandoned(now, member, score, beats[member])]
             if abandoned:
                 started = _started_key(queue)
-                moved = self._abandon(started, self.keys.abandoned(started), abandoned)
+                moved = self._abandon(started, self.keys.abandoned(started), abandoned).run()
                 already += len(moved)
             staged.append((queue, already))
         return staged

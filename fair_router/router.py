@@ -97,14 +97,14 @@ class FairRouter:
         tenants: dict[str, int] = {}
         entries = [(tenants.setdefault(tenant, len(tenants)), job_id) for tenant, job_id in jobs]
         windows = [self.keys.window(route.job_key, tenant) for tenant in tenants]
-        picks = self._route(windows, entries, route.rules, now_arg(self.clock))
+        picks = self._route(windows, entries, route.rules, now_arg(self.clock)).run()
         return [route.rules[pick - 1] if pick else None for pick in picks]
 
     def peek(self, route: Route, tenant: str) -> WindowView:
         """Window counts per rule and where the tenant's next job would go; records nothing."""
         if not route.rules:
             return WindowView([], route.queue, None)
-        _, counts = self._peek(self.keys.window(route.job_key, tenant), route.rules, now_arg(self.clock))
+        counts = self._peek(self.keys.window(route.job_key, tenant), route.rules, now_arg(self.clock)).run().counts
         rule = None
         for candidate, count in zip(route.rules, counts, strict=True):
             if count + 1 > candidate.threshold:

@@ -196,9 +196,9 @@ def test_an_entry_is_moved_only_if_no_heartbeat_rewrote_it_since_it_was_read(con
     ((member, score),) = conn.zrange(registry.key, 0, -1, withscores=True)
     staging = KEYS.abandoned(registry.key)
     move = AbandonScript(conn)
-    assert move(registry.key, staging, [(member.decode(), score - 1)]) == []  # a heartbeat landed: stays
+    assert move(registry.key, staging, [(member.decode(), score - 1)]).run() == []  # a heartbeat landed: stays
     assert conn.zcard(registry.key) == 1 and conn.zcard(staging) == 0
-    assert move(registry.key, staging, [(member.decode(), score)]) == [member.decode()]
+    assert move(registry.key, staging, [(member.decode(), score)]).run() == [member.decode()]
     assert conn.zcard(registry.key) == 0 and conn.zscore(staging, member) == 0
 
     # A check that died after moving it: the next one hands the staged entry back, as rq would.
