@@ -110,6 +110,7 @@ from rq.utils import as_text, backend_class
 
 from fair_router.backlog import BacklogCaps, Capped, TenantBacklogFull, withdraw
 from fair_router.keys import FairQueueKeys, Keys, encode
+from fair_router.luascript import LuaScript
 from fair_router.router import META_SYSTEM, META_TENANT
 from fair_router.scripts import (
     FairParkScript,
@@ -118,7 +119,6 @@ from fair_router.scripts import (
     FairRemoveScript,
     FairSettleScript,
     FairUnparkScript,
-    LuaScript,
     PopKind,
     PopResult,
     PushEntry,

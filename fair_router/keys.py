@@ -56,7 +56,7 @@ class FairQueueKeys:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """The field names in declaration order: the one statement of the fair scripts' KEYS order. The
-        loader binds KEYS[i] to a Lua local of the i-th name (``scripts.fair_keys_lua``), and
+        loader binds KEYS[i] to a Lua local of the i-th name (``luascript.fair_keys_lua``), and
         :meth:`all_for_scripts` passes the keys in this order."""
         return tuple(field.name for field in fields(cls))
 
