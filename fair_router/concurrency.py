@@ -114,10 +114,12 @@ class ConcurrencyLimiter:
         keys = self.keys
         if pipeline is not None:
             self._flush(pipeline)
-        admission = self._acquire(
+        call = self._acquire(
             keys.leases(tenant), keys.paused(tenant), keys.rate_paid(tenant, job_id), job_id,
-            profile.limit if slot else 0, self.lease_ms, now_arg(self.clock), pipeline, rates, reserve,
+            profile.limit if slot else 0, self.lease_ms, now_arg(self.clock), rates, reserve,
         )
+        # With ``pipeline``, the call joins the commands already queued there and runs with them.
+        admission = call.run() if pipeline is None else self._acquire.parse(call.queue(pipeline).execute()[-1])
         refused = REFUSALS.get(admission.status)
         with self._lock:
             self._pending[f"{profile.tier}:reclaimed"] += admission.reclaimed

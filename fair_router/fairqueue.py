@@ -97,7 +97,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Annotated, Any, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 from redis import Redis
@@ -112,6 +112,7 @@ from rq.utils import as_text, backend_class
 from fair_router.backlog import BacklogCaps, Capped, TenantBacklogFull, execute, refused_entry, withdraw
 from fair_router.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.keys import FairQueueKeys, Keys, encode
+from fair_router.luascript import LuaScript
 from fair_router.observe.events import count_event
 from fair_router.scripts import (
     FairParkScript,
@@ -128,6 +129,8 @@ from fair_router.serving_order import FairSnapshot, serving_order
 from fair_router.settings import Charge, Settings, TiersConfig, load_settings, validated
 from fair_router.tiers import TierBook
 from fair_router.validation import Prefix, Seconds
+
+_S = TypeVar("_S", bound=LuaScript[Any])
 
 NO_TENANT = "#none"
 """Encoded pseudo-tenant of jobs without a tenant. ``encode`` never yields it: '#' only starts the
@@ -197,7 +200,7 @@ class FairQueue(Queue):
         self._trust_cost = trust_cost
         self._fair_keys: FairQueueKeys | None = None
         self._tier_book: TierBook | None = None
-        self._scripts: dict[str, Any] = {}
+        self._scripts: dict[type[LuaScript[Any]], LuaScript[Any]] = {}
         self._enqueuing: Job | None = None  # the job rq's _enqueue_job is about to push (see push_job_id)
         self._batches: dict[int, list[PushEntry]] = {}  # id(pipeline) -> enqueue_many's pushes
         # Popped through this object -> FIFO seq of a fair choice (None: a plain entry); acknowledged with
@@ -246,11 +249,12 @@ class FairQueue(Queue):
             self._tier_book = TierBook(self.connection, Keys(prefix), tiers)
         return self._tier_book
 
-    def _script(self, kind: type[Any]) -> Any:
-        name = kind.__name__
-        if name not in self._scripts:
-            self._scripts[name] = kind(self.connection)
-        return self._scripts[name]
+    def _script(self, kind: type[_S]) -> _S:
+        """This queue's wrapper of one script, built (script read, assembled, registered) on first use."""
+        script = self._scripts.get(kind)
+        if script is None:
+            script = self._scripts[kind] = kind(self.connection)
+        return cast(_S, script)
 
     def weight(self, tenant: str | None) -> float:
         """Fair-share weight of ``tenant``: its override, else its tier's ``tiers.weights`` entry (default 1)."""
@@ -327,7 +331,7 @@ class FairQueue(Queue):
         if own is not None:
             self.execute_checked(own, [job])
         if unique and self.is_async:
-            self._script(FairPushScript)(self.fair_keys, [self._entry(job.id, job, bool(at_front), listed=True)])
+            self._script(FairPushScript)(self.fair_keys, [self._entry(job.id, job, bool(at_front), listed=True)]).run()
         return job
 
     def push_job_id(self, job_id: str, pipeline: Pipeline | None = None, at_front: bool = False) -> None:
@@ -348,14 +352,17 @@ class FairQueue(Queue):
         if batch is not None:
             batch.append(entry)  # enqueue_many pushes the whole batch at the end of its pipeline
             return
-        try:
-            self._script(FairPushScript)(self.fair_keys, [entry], client=pipeline)
-        except ResponseError as error:
-            if capped is None or refused_entry(error) is None:
-                raise
-            raise TenantBacklogFull(capped.tenant, self.name, capped.cap) from None
+        push = self._script(FairPushScript)(self.fair_keys, [entry])
         if pipeline is not None:
+            push.queue(pipeline)
             self.caps.record(pipeline, [capped])
+        else:
+            try:
+                push.run()
+            except ResponseError as error:
+                if capped is None or refused_entry(error) is None:
+                    raise
+                raise TenantBacklogFull(capped.tenant, self.name, capped.cap) from None
 
     def execute_checked(self, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
         """Execute ``pipe`` (our own, holding the enqueue of ``jobs``); if a push hit a backlog cap, delete the
@@ -397,7 +404,7 @@ class FairQueue(Queue):
                 del self._batches[id(pipe)]
                 size = max(1, len(batch)) if any(caps) else PUSH_BATCH
                 for start in range(0, len(batch), size):
-                    self._script(FairPushScript)(self.fair_keys, batch[start:start + size], client=pipe)
+                    self._script(FairPushScript)(self.fair_keys, batch[start:start + size]).queue(pipe)
                     self.caps.record(pipe, caps[start:start + size])
         finally:
             self._capping = capping
@@ -410,7 +417,7 @@ class FairQueue(Queue):
     def pop_fair(self, given: str = "") -> PopResult:
         """One pop script call. ``given``: an entry already taken off rq's list by BLPOP."""
         acks, self._handed_out = list(self._handed_out), {}
-        result: PopResult = self._script(FairPopScript)(self.fair_keys, given, acks, "", self.charge == "runtime")
+        result = self._script(FairPopScript)(self.fair_keys, given, acks, "", self.charge == "runtime").run()
         if result.job_id is not None:
             self._handed_out[result.job_id] = result.seq
         return result
@@ -491,11 +498,11 @@ class FairQueue(Queue):
         seq = self._handed_out.pop(job.id, None)
         self._script(FairParkScript)(
             self.fair_keys, job.id, self.tenant_key(tenant), self.weight(tenant), until_ms, seq
-        )
+        ).run()
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None) -> Any:
         """One of ``tenant``'s slots was released: it may be served here again (one worker is woken)."""
-        return self._script(FairUnparkScript)(self.fair_keys, self.tenant_key(tenant), client=pipeline)
+        return self._script(FairUnparkScript)(self.fair_keys, self.tenant_key(tenant)).run_or_queue(pipeline)
 
     # -- runtime charging ----------------------------------------------------------------------------
 
@@ -503,7 +510,7 @@ class FairQueue(Queue):
         """charge="runtime": the job ran ``seconds`` (None: its worker died; charged from its pop until now).
         Replaces its pop's estimated charge with the real cost; a no-op for a job with no charge pending.
         The weighted workers queue this on rq's own after-job pipeline (``pipeline``)."""
-        return self._script(FairSettleScript)(self.fair_keys, job_id, seconds, self.trust_cost, client=pipeline)
+        return self._script(FairSettleScript)(self.fair_keys, job_id, seconds, self.trust_cost).run_or_queue(pipeline)
 
     # -- recovery ------------------------------------------------------------------------------------
 
@@ -543,7 +550,7 @@ class FairQueue(Queue):
         lost.sort(key=lambda job: job.enqueued_at.timestamp() if job.enqueued_at else 0.0, reverse=True)
         for job in lost:
             self.settle(job.id, None)  # its worker held it from the pop until now (charge="runtime")
-            if self._script(FairPushScript)(keys, [self._entry(job.id, job, True, from_inflight=True)]):
+            if self._script(FairPushScript)(keys, [self._entry(job.id, job, True, from_inflight=True)]).run():
                 recovered.append(job.id)
         if done:
             self.connection.zrem(keys.inflight, *done)
@@ -590,7 +597,7 @@ class FairQueue(Queue):
     def remove(self, job_or_id: Job | str, pipeline: Pipeline | None = None) -> Any:
         """Take the job out of rq's list and of the fair structure, in one script (rq's LREM result)."""
         job_id = job_or_id.id if isinstance(job_or_id, Job) else job_or_id
-        return self._script(FairRemoveScript)(self.fair_keys, job_id, client=pipeline)
+        return self._script(FairRemoveScript)(self.fair_keys, job_id).run_or_queue(pipeline)
 
     def empty(self) -> Any:
         """rq's ``empty`` (deletes every listed job, which is every waiting job), then the fair keys."""

@@ -9,7 +9,7 @@ Tenant ids and job keys are arbitrary user strings (``:`` ``{`` ``}`` unicode, k
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from urllib.parse import quote
 
 _SAFE = "._-@"
@@ -53,15 +53,20 @@ class FairQueueKeys:
     #               charged by estimate, not yet settled with its run time (charge="runtime")
     runtimes: str  # HASH "<tenant>|<function>" (also "*|<function>", "*|*") -> recent mean run time (s)
 
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The field names in declaration order: the one statement of the fair scripts' KEYS order. The
+        loader binds KEYS[i] to a Lua local of the i-th name (``luascript.fair_keys_lua``), and
+        :meth:`all_for_scripts` passes the keys in this order."""
+        return tuple(field.name for field in fields(cls))
+
     def all_for_scripts(self) -> list[str]:
-        """KEYS of every fair_*.lua script, in this order: rq's list first, then the fair keys."""
-        return [self.rq_list, *self.all()]
+        """KEYS of every fair_*.lua script, in field order: rq's list first, then the fair keys."""
+        return [getattr(self, name) for name in self.names()]
 
     def all(self) -> list[str]:
         """Every fair key (not rq's list), for ``empty``/``delete``."""
-        return [self.members, self.fifo, self.head, self.tail, self.backlog, self.active,
-                self.kept, self.weights, self.parked, self.state, self.inflight, self.wake,
-                self.costs, self.charged, self.runtimes]
+        return self.all_for_scripts()[1:]
 
 
 @dataclass(frozen=True)
@@ -182,9 +187,5 @@ class Keys:
         """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``; rq validates queue
         names, so the key holds no braces). The tag ``{rq:queue:<name>}`` hashes like rq's own key."""
         base = f"{self.prefix}:{{{rq_list_key}}}:fq"
-        return FairQueueKeys(
-            rq_list=rq_list_key,
-            **{name: f"{base}:{name}" for name in (
-                "members", "fifo", "head", "tail", "backlog", "active", "kept", "weights",
-                "parked", "state", "inflight", "wake", "costs", "charged", "runtimes")},
-        )
+        fair = FairQueueKeys.names()[1:]  # every field after rq_list is a key of ours, named as the field
+        return FairQueueKeys(rq_list_key, *(f"{base}:{name}" for name in fair))

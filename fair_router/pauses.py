@@ -41,8 +41,8 @@ class TenantPauses:
             return 0
         with self.connection.pipeline(transaction=False) as pipe:
             for key in queues:  # a plain queue has no parked set: the call changes nothing there
-                self._unpark(self.keys.fair_queue(key), encode(tenant), client=pipe)
-            return sum(int(x) for x in pipe.execute())
+                self._unpark(self.keys.fair_queue(key), encode(tenant)).queue(pipe)
+            return sum(self._unpark.parse(reply) for reply in pipe.execute())
 
     def paused(self, tenant: str) -> bool:
         return bool(self.connection.exists(self.keys.paused(tenant)))

@@ -185,7 +185,7 @@ class Recovery:
             if abandoned:
                 started = _started_key(queue)
                 moved = self._abandon(started, self.keys.abandoned(started), self.keys.abandoned_total(started),
-                                      abandoned)
+                                      abandoned).run()
                 already += len(moved)
             staged.append((queue, already))
         return staged

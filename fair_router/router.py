@@ -103,17 +103,18 @@ class FairRouter:
         tenants: dict[str, int] = {}
         entries = [(tenants.setdefault(tenant, len(tenants)), job_id) for tenant, job_id in jobs]
         windows = [self.keys.window(route.job_key, tenant) for tenant in tenants]
-        call = (windows, self.keys.routed(route.job_key), entries, route.queue, route.rules, now_arg(self.clock))
+        call = self._route(windows, self.keys.routed(route.job_key), entries, route.queue, route.rules,
+                           now_arg(self.clock))
         announced = self._announced.get(route.job_key)
         if announced is not None and time.monotonic() - announced < ANNOUNCE_EVERY:
-            picks = self._route(*call)
+            picks = call.run()
         else:
             # The job key joins the set readers list routed counters from, in the same round trip (again
             # every ANNOUNCE_EVERY seconds, so a Redis that lost it learns it back).
             with self.connection.pipeline(transaction=False) as pipe:
-                self._route(*call, client=pipe)
+                call.queue(pipe)
                 pipe.sadd(self.keys.observe_job_keys(), route.job_key)
-                picks = self._route.picks(pipe.execute()[0])
+                picks = self._route.parse(pipe.execute()[0])
             self._announced[route.job_key] = time.monotonic()
         return [route.rules[pick - 1] if pick else None for pick in picks]
 
@@ -125,7 +126,7 @@ class FairRouter:
         """Window counts per rule and where the tenant's next job would go; records nothing."""
         if not route.rules:
             return WindowView([], route.queue, None)
-        _, counts = self._peek(self.keys.window(route.job_key, tenant), route.rules, now_arg(self.clock))
+        counts = self._peek(self.keys.window(route.job_key, tenant), route.rules, now_arg(self.clock)).run().counts
         rule = last_match(route.rules, counts)
         return WindowView(counts, rule.queue if rule else route.queue, rule)
 

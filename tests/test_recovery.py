@@ -197,9 +197,9 @@ def test_an_entry_is_moved_only_if_no_heartbeat_rewrote_it_since_it_was_read(con
     ((member, score),) = conn.zrange(registry.key, 0, -1, withscores=True)
     staging, total = KEYS.abandoned(registry.key), KEYS.abandoned_total(registry.key)
     move = AbandonScript(conn)
-    assert move(registry.key, staging, total, [(member.decode(), score - 1)]) == []  # a heartbeat landed: stays
+    assert move(registry.key, staging, total, [(member.decode(), score - 1)]).run() == []  # a heartbeat landed: stays
     assert conn.zcard(registry.key) == 1 and conn.zcard(staging) == 0 and conn.get(total) is None
-    assert move(registry.key, staging, total, [(member.decode(), score)]) == [member.decode()]
+    assert move(registry.key, staging, total, [(member.decode(), score)]).run() == [member.decode()]
     assert conn.zcard(registry.key) == 0 and conn.zscore(staging, member) == 0
     assert conn.get(total) == b"1"  # counted by the move itself
 

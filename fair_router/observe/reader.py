@@ -34,7 +34,7 @@ from fair_router.observe.events import parse_events
 from fair_router.observe.model import OTHER_LABEL, QueueView, Snapshot, TenantView, WaitFigures
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
 from fair_router.rules import last_match
-from fair_router.scripts import Clock, call_script, load_script
+from fair_router.scripts import Clock, PeekScript
 from fair_router.settings import Settings
 from fair_router.tiers import load_resolver
 
@@ -79,7 +79,7 @@ class SnapshotReader:
         self.queues = list(queues) if queues is not None else None
         self.clock = clock
         self.top_n = settings.observe.top_tenants
-        self._peek = load_script(connection, "peek")
+        self._peek = PeekScript(connection)
         self._resolver = load_resolver(settings.tiers.resolver) if settings.tiers.resolver else None
         self._rules = {key: job.rules for key, job in settings.jobs.items() if job.rules}
 
@@ -210,10 +210,10 @@ class SnapshotReader:
                 for row in rows if not row.key.startswith("#") for job_key, rules in self._rules.items()]
         with self.connection.pipeline(transaction=False) as pipe:
             for _, rules, window in asks:
-                call_script(self._peek, [window], [round(now * 1000), *(rule.per_ms for rule in rules)], pipe)
+                self._peek(window, rules, str(round(now * 1000))).queue(pipe)
             replies = pipe.execute()
         for (row, rules, _), reply in zip(asks, replies, strict=True):
-            matched = last_match(rules, [int(count) for count in reply[1:]])
+            matched = last_match(rules, self._peek.parse(reply).counts)
             if matched is not None:
                 row.rule = matched.describe()
 

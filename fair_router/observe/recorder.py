@@ -32,7 +32,8 @@ from rq.job import Job
 from fair_router.jobmeta import META_TENANT
 from fair_router.keys import Keys, encode
 from fair_router.observe.buckets import N_BUCKETS, bucket_of
-from fair_router.scripts import Clock, now_arg, script_source
+from fair_router.luascript import assemble, compact
+from fair_router.scripts import Clock, now_arg
 from fair_router.settings import ObserveConfig
 
 MINUTE_SLOTS = 62
@@ -65,7 +66,7 @@ class StartRecorder:
         constants = (config.tenants_per_minute, max(1, round(config.retention)), MINUTE_SLOTS, TICK_SECONDS * 1000,
                      TICK_SLOTS, N_BUCKETS, RECENT_SECONDS * 1000)
         source = (f"local cap, ttl, minute_slots, tick_ms, tick_slots, n_buckets, recent_ms = "
-                  f"{', '.join(map(str, constants))}\n" + script_source("observe_start", compact=True))
+                  f"{', '.join(map(str, constants))}\n" + compact(assemble("observe_start")))
         self._script = connection.register_script(source)
         self._source = source.encode()  # as bytes: redis-py packs it as it is, with every call
         # Bytes, as the script: redis-py packs them as they are (each argument costs the worker time to pack).
@@ -91,6 +92,6 @@ class StartRecorder:
         args: list[int | str] = [bucket_of(wait_us), wait_us]
         if self.clock is not None:
             args.append(now_arg(self.clock))
-        if isinstance(client, Pipeline):  # EVAL, as scripts.call_script does, with the fewest arguments to pack
+        if isinstance(client, Pipeline):  # EVAL, as luascript.Call.queue does, with the fewest arguments to pack
             return client.eval(self._source, 4, record, *self._fixed_keys, *args)  # type: ignore[arg-type]
         return self._script(keys=[record, *self._fixed_keys], args=args, client=client)

@@ -1,6 +1,7 @@
 -- acquire.lua: admit one job start of a tenant: its pause, its rate limits (GCRA) and (with limit > 0) one
 -- of its concurrency slots, in one call, so the checks cost no round trip of their own. Idempotent by job
 -- id: a job that already holds a slot only has its lease extended (the lease refresh).
+-- include: time
 -- KEYS[1]  the tenant's leases: sorted set, member = job id, score = lease expiry (ms).
 -- KEYS[2]  the tenant's pause flag: exists while the tenant is paused.
 -- KEYS[3]  this job's reserved start (ms): written when a rate limit deferred it with `reserve`.
@@ -15,17 +16,12 @@
 --          reserved: the job may start at at_ms without paying again. reclaimed = expired leases dropped
 --          (their workers died or stalled: the slot comes back by itself).
 local leases, paused, paid = KEYS[1], KEYS[2], KEYS[3]
-local now_ms = tonumber(ARGV[1])
+local now_ms = clock_ms(ARGV[1])
 local job_id = ARGV[2]
 local limit = tonumber(ARGV[3])
 local lease_ms = tonumber(ARGV[4])
 local reserve = ARGV[5] == '1'
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
-
-if not now_ms then
-  local t = redis.call('TIME')
-  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 local reclaimed = 0
 if limit > 0 then

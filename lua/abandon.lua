@@ -7,13 +7,15 @@
 -- ARGV     pairs: member, the score the caller read with it.
 -- Returns  the members moved. A member whose score changed (its worker heartbeated after all) or that
 --          is gone (the job ended) stays where it is.
+local started, staging = KEYS[1], KEYS[2]
+
 local moved = {}
 for i = 1, #ARGV, 2 do
   local member, expected = ARGV[i], tonumber(ARGV[i + 1])
-  local score = redis.call('ZSCORE', KEYS[1], member)
+  local score = redis.call('ZSCORE', started, member)
   if score and tonumber(score) == expected then
-    redis.call('ZREM', KEYS[1], member)
-    redis.call('ZADD', KEYS[2], 0, member)
+    redis.call('ZREM', started, member)
+    redis.call('ZADD', staging, 0, member)
     moved[#moved + 1] = member
   end
 end

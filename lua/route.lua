@@ -1,4 +1,5 @@
 -- route.lua: record enqueues in per-tenant sliding windows and pick each job's throttle rule.
+-- include: time
 -- KEYS[k]  window sorted set of one (job key, tenant): member = job id digest, score = enqueue time (ms);
 --          the LAST key is the job key's routed counters (hash target queue -> jobs routed there).
 --          All KEYS share one hash tag (the job key).
@@ -7,16 +8,11 @@
 --          then one pair (key_index, job_id) per job, in enqueue order.
 -- Returns  per job, the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches.
-local now_ms = tonumber(ARGV[1])
+local now_ms = clock_ms(ARGV[1])
 local ttl_ms = tonumber(ARGV[2])
 local cap = tonumber(ARGV[3])
 local n_rules = tonumber(ARGV[4])
 local first_job = 6 + 3 * n_rules
-
-if not now_ms then
-  local t = redis.call('TIME')
-  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 -- A window counts enqueues with time in (now - per, now].
 local lower, threshold, target = {}, {}, {}

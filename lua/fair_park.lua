@@ -1,7 +1,8 @@
 -- fair_park.lua: a popped job's tenant is at its concurrency limit. Put the job back on rq's list and
 -- in its tenant's FIFO (where it was, else at the front) and park the tenant (pops skip it) until
 -- `until_ms` or a slot frees.
--- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
+-- include: fair_keys, members, fifo, charge
+-- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     job_id, tenant (encoded), weight, until_ms, refund ('1' = a fair choice served the job: take
 --          back what its pop added to the tenant's pass, 1 / weight or, charge="runtime", the estimate /
 --          weight recorded in `charged`; '0' = a plain entry, nothing added),
@@ -15,11 +16,11 @@ redis.call('ZREM', inflight, job_id)
 -- is the one the pop took: 1 / the stored weight (gone when the pop took the tenant's last job: `weight`).
 local step = 0
 local charge = redis.call('HGET', charged, job_id)
-local cost_info = nil  -- the job's `costs` entry again, for its next pop (charge="runtime")
+local declared, func = nil, nil  -- the job's `costs` entry again, for its next pop (charge="runtime")
 if charge then
   redis.call('HDEL', charged, job_id)  -- nothing to settle: the job did not run
-  local _, charged_weight, estimate, _, declared, func = parse_charged(charge)
-  cost_info = declared .. '|' .. func
+  local _, charged_weight, estimate, _, charged_declared, charged_func = parse_charged(charge)
+  declared, func = charged_declared, charged_func
   if refund then step = estimate / charged_weight end
 elseif refund then
   step = 1 / tonumber(redis.call('HGET', weights, tenant) or weight)
@@ -40,5 +41,5 @@ if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by
 -- several workers at once come back in FIFO order whatever order their parks land in; else the front.
 enter(job_id, tenant, place(tenant, true, old_seq), weight, list_push(job_id, true))
-if cost_info then redis.call('HSET', costs, job_id, cost_info) end
+if declared then keep_costs(job_id, declared, func) end
 return 1

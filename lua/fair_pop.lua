@@ -2,7 +2,8 @@
 -- entries: an id rq's internals pushed (not a member) is served as it is; a member's turn goes to the
 -- stride scheduler's choice (the min-pass active tenant's oldest job), whose id the head entry then
 -- replaces on the list (LSET at its recorded position). O(log tenants + list length / node size).
--- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
+-- include: fair_keys, time, stride, members, fifo
+-- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
 --          weight, settled later by fair_settle.lua; '0' = by 1 / weight), n_acks, then n_acks job ids
@@ -23,10 +24,7 @@ end
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it).
 local due = redis.call('ZRANGEBYSCORE', parked, '-inf', now_ms, 'LIMIT', 0, 64)
-for _, tenant in ipairs(due) do
-  redis.call('ZREM', parked, tenant)
-  if redis.call('HEXISTS', backlog, tenant) == 1 then activate(tenant) end
-end
+for _, tenant in ipairs(due) do end_park(tenant) end
 if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
 
 local function first_park_end()

@@ -1,6 +1,7 @@
 -- fair_push.lua: add jobs to a fair queue: each id onto rq's list and into its tenant's FIFO. Also
 -- puts popped jobs back (recovery after a dead worker) and adopts ids rq pushed itself (unique=True).
--- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
+-- include: fair_keys, stride, members, fifo, charge
+-- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     one group of nine per job: job_id, tenant (encoded), weight, at_front ('1'/'0'),
 --          from_inflight ('1' = only if still recorded as popped-not-started, which is then cleared),
 --          listed ('1' = rq already pushed the id onto its list: only give it a FIFO place),
@@ -46,7 +47,7 @@ for i = 1, #ARGV, GROUP do
       pos = redis.call('HINCRBY', state, 'head', -1)
     end
     enter(job_id, tenant, place(tenant, at_front, nil), weight, pos)
-    if func ~= '' or declared ~= '' then redis.call('HSET', costs, job_id, declared .. '|' .. func) end
+    keep_costs(job_id, declared, func)
     if not redis.call('ZSCORE', parked, tenant) then
       activate(tenant)
       nudge()

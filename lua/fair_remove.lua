@@ -1,5 +1,6 @@
 -- fair_remove.lua: take one job out of a fair queue (FairQueue.remove): its list entry and its FIFO place.
--- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
+-- include: fair_keys, fifo
+-- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     job_id
 -- Returns  how many list entries were removed (1, or 0 when the job was not waiting), as rq's LREM.
 local job_id = ARGV[1]

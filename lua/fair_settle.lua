@@ -2,7 +2,8 @@
 -- tenant's pass an estimate / weight; replace that with the real cost: the measured run time, or the
 -- declared cost when the queue trusts declared costs. Also folds the measured time into the recent means
 -- the next pops estimate from. Sent in the worker's own after-job pipeline (no round trip of its own).
--- KEYS     the fair queue's keys, named in fair_common.lua (prepended at load).
+-- include: fair_keys, time, charge
+-- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     now_ms ('' = server TIME), job_id, measured (seconds the job ran; '' = its worker died: charge
 --          the time from its pop until now, and learn nothing from it), trust ('1' = a declared cost is
 --          the charge).

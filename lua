@@ -1,1 +1,0 @@
-fair_router/lua

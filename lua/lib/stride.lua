@@ -1,0 +1,49 @@
+-- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
+-- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- include: fair_keys
+
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+
+-- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
+-- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
+-- cannot reset it by draining and refilling.
+local function activate(tenant)
+  if redis.call('ZSCORE', active, tenant) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+  if last and last > start then start = last end
+  redis.call('ZREM', kept, tenant)
+  redis.call('ZADD', active, start, tenant)
+end
+
+-- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
+-- for its return.
+local function idle(tenant, pass)
+  redis.call('ZREM', active, tenant)
+  redis.call('ZREM', parked, tenant)
+  redis.call('HDEL', head, tenant)
+  redis.call('HDEL', tail, tenant)
+  redis.call('HDEL', backlog, tenant)
+  redis.call('HDEL', weights, tenant)
+  if pass then redis.call('ZADD', kept, pass, tenant) end
+end
+
+-- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
+-- tenant has jobs waiting here, which are then eligible again.
+local function end_park(tenant)
+  if redis.call('ZREM', parked, tenant) == 0 or redis.call('HEXISTS', backlog, tenant) == 0 then return false end
+  activate(tenant)
+  return true
+end
+
+-- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
+-- only parked tenants' jobs wait on it).
+local function wake_one()
+  redis.call('RPUSH', wake, '1')
+  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+end
+
+-- A job of a tenant that can be served now was queued: wake one worker if some may be blocked.
+local function nudge()
+  if redis.call('ZCARD', parked) > 0 then wake_one() end
+end
