@@ -97,7 +97,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Annotated, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 from redis import Redis

@@ -31,8 +31,8 @@ from rq.job import Job
 
 from fair_router.jobmeta import META_TENANT
 from fair_router.keys import Keys, encode
-from fair_router.observe.buckets import N_BUCKETS, bucket_of
 from fair_router.luascript import assemble, compact
+from fair_router.observe.buckets import N_BUCKETS, bucket_of
 from fair_router.scripts import Clock, now_arg
 from fair_router.settings import ObserveConfig
 
