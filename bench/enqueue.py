@@ -38,8 +38,8 @@ from rq import Queue
 from rq.job import Job
 
 from fair_router import FairJob, FairRouter, Rule, fair_job
-from fair_router.redis_server import RedisServer
-from fair_router.router import Route
+from fair_router.demo.redis_server import RedisServer
+from fair_router.routing.router import Route
 
 # rq stores a job's function by dotted path and refuses functions defined in __main__.
 sys.path.insert(0, str(Path(__file__).resolve().parent))

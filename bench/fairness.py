@@ -3,7 +3,7 @@
     .venv/bin/python bench/fairness.py [--rounds 3] [--greedy-jobs 2000] [--small-tenants 40] ... [--json out.json]
 
 Uses $REDIS_URL when set, else a private redis-server. The scenario itself lives in
-fair_router/flood.py (shared with `fair-router demo`).
+fair_router/demo/flood.py (shared with `fair-router demo`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 
 from redis import Redis
 
-from fair_router.demo import print_flood, run_flood_demo
-from fair_router.flood import MODES, FloodParams
-from fair_router.redis_server import RedisServer
+from fair_router.demo.flood import MODES, FloodParams
+from fair_router.demo.redis_server import RedisServer
+from fair_router.demo.run import print_flood, run_flood_demo
 
 
 def main() -> None:
@@ -50,7 +50,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     if args.plot:
-        from fair_router.plot import plot_waits
+        from fair_router.demo.plot import plot_waits
 
         plot_waits(report, args.plot)
 

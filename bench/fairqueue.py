@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.jobs import noop
 from fair_router import FairQueue, Settings
-from fair_router.redis_server import RedisServer
+from fair_router.demo.redis_server import RedisServer
 
 
 def fill(queue: Queue, tenants: int, total: int) -> None:

@@ -39,11 +39,11 @@ from rq import Queue, SimpleWorker
 from rq.registry import FailedJobRegistry
 
 from fair_router import WeightedSimpleWorker
-from fair_router.keys import Keys
+from fair_router.config.settings import ConcurrencyConfig, ObserveConfig, Settings, TiersConfig
+from fair_router.demo.redis_server import RedisServer
 from fair_router.observe.recorder import StartRecorder
-from fair_router.redis_server import RedisServer
-from fair_router.sampling import weighted_order
-from fair_router.settings import ConcurrencyConfig, ObserveConfig, Settings, TiersConfig
+from fair_router.store.keys import Keys
+from fair_router.workers.sampling import weighted_order
 
 # rq stores a job's function by dotted path and refuses functions defined in __main__.
 sys.path.insert(0, str(Path(__file__).resolve().parent))

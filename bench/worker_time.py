@@ -7,7 +7,7 @@ WeightedSimpleWorker processes from one FairQueue, once per charging mode per ro
 the order rotated each round): equal weights, then weights 1:3 (long : short). Prints, per mode, the long
 tenant's share of worker time while both were backlogged, Jain's index over worker time / fair share, and
 the drain throughput relative to job-count charging (median over rounds). Uses $REDIS_URL when set, else a
-private redis-server. The scenario lives in fair_router/flood.py (``run_worker_time``).
+private redis-server. The scenario lives in fair_router/demo/flood.py (``run_worker_time``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import statistics
 
 from redis import Redis
 
-from fair_router.demo import print_worker_time, run_worker_time_demo
-from fair_router.flood import MixedParams
-from fair_router.redis_server import RedisServer
+from fair_router.demo.flood import MixedParams
+from fair_router.demo.redis_server import RedisServer
+from fair_router.demo.run import print_worker_time, run_worker_time_demo
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Any
 
-from fair_router.redis_server import RedisServer
+from fair_router.demo.redis_server import RedisServer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

@@ -13,13 +13,13 @@ Public API (documented in the README):
 - :class:`TenantBacklogFull` — an enqueue would pass a tenant's backlog cap in a FairQueue.
 """
 
-from fair_router.backlog import TenantBacklogFull
-from fair_router.decorator import FairJob, fair_job
-from fair_router.fairqueue import FairQueue
-from fair_router.router import FairRouter
-from fair_router.rules import Rule
-from fair_router.settings import Settings, SettingsError, load_settings
-from fair_router.worker import WeightedSimpleWorker, WeightedWorker
+from fair_router.config.settings import Settings, SettingsError, load_settings
+from fair_router.controls.backlog import TenantBacklogFull
+from fair_router.fairqueue.queue import FairQueue
+from fair_router.routing.decorator import FairJob, fair_job
+from fair_router.routing.router import FairRouter
+from fair_router.routing.rules import Rule
+from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
 
 __all__ = [
     "FairJob",

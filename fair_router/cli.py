@@ -12,11 +12,11 @@ import click
 from pydantic import TypeAdapter, ValidationError
 from redis import Redis
 
-from fair_router.durations import format_duration
-from fair_router.rates import Rate
-from fair_router.router import FairRouter, Route
-from fair_router.settings import Settings, SettingsError, load_settings
-from fair_router.validation import AtLeastOne, FairWeight, RateField
+from fair_router.config.durations import format_duration
+from fair_router.config.settings import Settings, SettingsError, load_settings
+from fair_router.config.validation import AtLeastOne, FairWeight, RateField
+from fair_router.controls.rates import Rate
+from fair_router.routing.router import FairRouter, Route
 
 
 def _settings(config: Path | None) -> Settings:
@@ -88,7 +88,7 @@ def _router(settings: Settings) -> FairRouter:
 
 
 def _print_limits(settings: Settings, router: FairRouter) -> None:
-    from fair_router.concurrency import COUNTERS, ConcurrencyLimiter
+    from fair_router.controls.concurrency import COUNTERS, ConcurrencyLimiter
 
     limiter = ConcurrencyLimiter(router.connection, router.keys, router.tiers, settings.concurrency)
     counters = limiter.counters()
@@ -141,7 +141,7 @@ def tenant() -> None:
 
 
 class Validated(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on, plain before
-    """A click parameter checked by one of :mod:`fair_router.validation`'s types, through a pydantic
+    """A click parameter checked by one of :mod:`fair_router.config.validation`'s types, through a pydantic
     TypeAdapter: an option takes exactly what the setting it overrides takes, with the same message."""
 
     def __init__(self, annotated: Any, name: str) -> None:
@@ -244,7 +244,8 @@ def demo(plot: Path, no_plot: bool, quick: bool) -> None:
 
     Uses $REDIS_URL / $FAIR_ROUTER_REDIS_URL, else a private redis-server.
     """
-    from fair_router.demo import (
+    from fair_router.demo.flood import MODES, FloodParams, MixedParams
+    from fair_router.demo.run import (
         demo_redis,
         print_flood,
         print_routing,
@@ -253,7 +254,6 @@ def demo(plot: Path, no_plot: bool, quick: bool) -> None:
         run_routing_demo,
         run_worker_time_demo,
     )
-    from fair_router.flood import MODES, FloodParams, MixedParams
 
     params = FloodParams(greedy_jobs=500, small_tenants=10) if quick else FloodParams()
     mixed = MixedParams(long_jobs=20, short_jobs=200) if quick else MixedParams(long_jobs=40, short_jobs=400)
@@ -269,7 +269,7 @@ def demo(plot: Path, no_plot: bool, quick: bool) -> None:
     if importlib.util.find_spec("matplotlib") is None:
         click.echo("\nplot not written: it needs matplotlib (pip install 'fair-router[plot]'; or pass --no-plot)")
         return
-    from fair_router.plot import plot_waits
+    from fair_router.demo.plot import plot_waits
 
     plot_waits(report, plot)
     click.echo(f"\nplot written to {plot}")
@@ -298,7 +298,7 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
                    "pip install 'fair-router[dashboard]'", err=True)
         sys.exit(2)
     from fair_router.observe.dashboard import MIN_TOKEN_LENGTH, TOKEN_ENV
-    from fair_router.pool import redact_url
+    from fair_router.workers.pool import redact_url
 
     token = os.environ.get(TOKEN_ENV) if actions else None
     if actions and (token is None or len(token) < MIN_TOKEN_LENGTH):
@@ -337,7 +337,7 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
     """
     from redis.exceptions import RedisError
 
-    from fair_router.worker import WeightedWorker
+    from fair_router.workers.weighted import WeightedWorker
 
     settings = _settings(config)
     names = list(queues) or list(settings.queues)
@@ -377,7 +377,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     from redis.exceptions import RedisError
     from rq.utils import import_worker_class
 
-    from fair_router.pool import WorkerPool, redact_url
+    from fair_router.workers.pool import WorkerPool, redact_url
 
     settings = _settings(config)
     if not settings.pool:

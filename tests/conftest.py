@@ -17,7 +17,7 @@ import yaml
 from redis import Redis
 from rq import Worker
 
-from fair_router.redis_server import RedisServer
+from fair_router.demo.redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The weighted workers' leaner loop (fair_router.bookkeeping) against the real redis-server: what rq's
+"""The weighted workers' leaner loop (fair_router.workers.bookkeeping) against the real redis-server: what rq's
 heartbeat is for still holds, and the repeats between jobs are gone."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from rq.worker import BaseWorker
 from worker_jobs import noop
 
 from fair_router import Settings, WeightedSimpleWorker, WeightedWorker, bookkeeping
-from fair_router.jobmeta import META_TENANT
-from fair_router.keys import Keys
-from fair_router.settings import ConcurrencyConfig, ObserveConfig
+from fair_router.config.settings import ConcurrencyConfig, ObserveConfig
+from fair_router.routing.jobmeta import META_TENANT
+from fair_router.store.keys import Keys
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 

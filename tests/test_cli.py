@@ -9,7 +9,7 @@ from redis import Redis
 
 from fair_router import FairRouter, load_settings
 from fair_router.cli import main
-from fair_router.redis_server import RedisServer
+from fair_router.demo.redis_server import RedisServer
 
 CONFIG = """
 prefix: clitest

@@ -26,14 +26,14 @@ from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 
 from fair_router import FairQueue, FairRouter, Settings, TenantBacklogFull, fair_job, load_settings
 from fair_router.cli import main
-from fair_router.concurrency import ConcurrencyLimiter
-from fair_router.controls import RateLimiter, TenantGate
-from fair_router.keys import Keys
-from fair_router.rates import Rate, parse_rate
-from fair_router.redis_server import RedisServer
-from fair_router.scripts import Verdict
-from fair_router.settings import ConcurrencyConfig, SettingsError, TiersConfig
-from fair_router.tiers import TierBook
+from fair_router.config.settings import ConcurrencyConfig, SettingsError, TiersConfig
+from fair_router.controls.concurrency import ConcurrencyLimiter
+from fair_router.controls.gate import RateLimiter, TenantGate
+from fair_router.controls.rates import Rate, parse_rate
+from fair_router.demo.redis_server import RedisServer
+from fair_router.routing.tiers import TierBook
+from fair_router.store.keys import Keys
+from fair_router.store.scripts import Verdict
 
 PREFIX = "controls_test"
 KEYS = Keys(PREFIX)
@@ -385,7 +385,7 @@ def test_a_callers_pipeline_that_loses_the_race_to_the_cap_fails_loudly_on_execu
     silently not queued. The pipeline's other commands ran (a MULTI), as with any error reply in rq's MULTI."""
     from redis.exceptions import ResponseError
 
-    from fair_router.backlog import BacklogCaps
+    from fair_router.controls.backlog import BacklogCaps
 
     queue = capped_queue(conn)
     queue.enqueue_many(datas("acme", 2))
@@ -452,7 +452,7 @@ def test_a_routed_batch_that_loses_the_race_to_the_cap_is_taken_back_from_every_
     and the pipeline (here: the read is skipped), the push script refuses and the router takes back every
     job of the call, in the other queue too."""
     from fair_router import Rule
-    from fair_router.backlog import BacklogCaps
+    from fair_router.controls.backlog import BacklogCaps
 
     router = FairRouter(conn, prefix=PREFIX, tiers=TiersConfig(max_backlog={"free": 2}))
     router.set_tenant("carol", max_backlog=10)

@@ -32,10 +32,10 @@ from conftest import terminate
 from redis import Redis
 from rq import Queue, Worker
 
-from fair_router.fairqueue import FairQueue
-from fair_router.flood import timed_job
-from fair_router.redis_server import RedisServer
-from fair_router.router import FairRouter
+from fair_router.demo.flood import timed_job
+from fair_router.demo.redis_server import RedisServer
+from fair_router.fairqueue.queue import FairQueue
+from fair_router.routing.router import FairRouter
 
 QUEUE = "flood"
 PREFIX = "browser"

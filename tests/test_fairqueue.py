@@ -29,9 +29,9 @@ from rq.registry import CanceledJobRegistry, FinishedJobRegistry, ScheduledJobRe
 from rq.scheduler import RQScheduler
 
 from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker, fair_job
-from fair_router.redis_server import RedisServer
-from fair_router.scripts import PopKind
-from fair_router.settings import TiersConfig
+from fair_router.config.settings import TiersConfig
+from fair_router.demo.redis_server import RedisServer
+from fair_router.store.scripts import PopKind
 
 TESTS = Path(__file__).resolve().parent
 PREFIX = "fq_test"

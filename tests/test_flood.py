@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from fair_router.demo import dashboard_view, print_flood
-from fair_router.flood import (
+from fair_router.demo.flood import (
     FloodParams,
     JobTiming,
     jain,
@@ -16,7 +15,8 @@ from fair_router.flood import (
     share_accuracy,
     summarize,
 )
-from fair_router.redis_server import RedisServer
+from fair_router.demo.redis_server import RedisServer
+from fair_router.demo.run import dashboard_view, print_flood
 
 
 def test_metric_helpers() -> None:

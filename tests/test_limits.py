@@ -28,10 +28,10 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegistry
 
 from fair_router import FairJob, FairRouter, Settings, WeightedSimpleWorker, fair_job
-from fair_router.concurrency import COUNTERS, ConcurrencyLimiter, Lease
-from fair_router.keys import Keys
-from fair_router.settings import ConcurrencyConfig
-from fair_router.tiers import TierBook
+from fair_router.config.settings import ConcurrencyConfig
+from fair_router.controls.concurrency import COUNTERS, ConcurrencyLimiter, Lease
+from fair_router.routing.tiers import TierBook
+from fair_router.store.keys import Keys
 
 PREFIX = "limits_test"
 QUEUE = "limited"

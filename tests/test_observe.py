@@ -14,15 +14,15 @@ from rq.registry import FinishedJobRegistry, StartedJobRegistry
 from worker_jobs import noop
 
 from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, fair_job
-from fair_router.concurrency import ConcurrencyLimiter
-from fair_router.keys import Keys
+from fair_router.config.settings import ConcurrencyConfig, ObserveConfig
+from fair_router.controls.concurrency import ConcurrencyLimiter
 from fair_router.observe.buckets import BOUNDS_US, PROMETHEUS_LE_US, Histogram, bucket_of
 from fair_router.observe.reader import SnapshotReader
 from fair_router.observe.recorder import ALL, StartRecorder
 from fair_router.observe.text import render
-from fair_router.router import FairRouter
-from fair_router.settings import ConcurrencyConfig, ObserveConfig
-from fair_router.tiers import TierBook
+from fair_router.routing.router import FairRouter
+from fair_router.routing.tiers import TierBook
+from fair_router.store.keys import Keys
 
 T0 = 1_800_000_000.0  # a fixed epoch second: on a minute boundary, so minute windows are exact below
 
@@ -122,7 +122,7 @@ def test_the_worker_records_each_start_on_rq_s_own_job_start_pipeline(conn: Redi
     assert per_job[True][1] - per_job[False][1] == 1  # one EVAL per job ...
     assert per_job[True][2] == per_job[False][2]  # ... in the MULTIs rq sends anyway ...
     # ... so no round trip of its own: one would add a read event per job. (Reads per job vary a little
-    # with timing: rq's heartbeats within a second of each other are skipped, fair_router.bookkeeping.)
+    # with timing: rq's heartbeats within a second of each other are skipped, fair_router.workers.bookkeeping.)
     assert per_job[True][0] < per_job[False][0] + 0.5, per_job
     snap = SnapshotReader(conn, Settings(prefix="hook")).snapshot()
     assert sorted((row.tenant, row.wait_60m.starts) for row in snap.tenants) == [("t0", 10), ("t1", 10), ("t2", 10)]

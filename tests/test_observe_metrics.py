@@ -13,10 +13,10 @@ from rq import Queue
 from worker_jobs import noop
 
 from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, fair_job
+from fair_router.config.settings import ConcurrencyConfig, ObserveConfig
 from fair_router.observe.dashboard import create_app, create_blueprint
 from fair_router.observe.reader import SnapshotReader
-from fair_router.router import FairRouter
-from fair_router.settings import ConcurrencyConfig, ObserveConfig
+from fair_router.routing.router import FairRouter
 
 PREFIX = "metrics"
 

@@ -19,8 +19,8 @@ from redis import Redis
 from rq import Queue, Worker
 
 import fair_router
-from fair_router.pool import WorkerPool, redact_url
-from fair_router.redis_server import RedisServer
+from fair_router.demo.redis_server import RedisServer
+from fair_router.workers.pool import WorkerPool, redact_url
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="inspects processes via /proc")
 

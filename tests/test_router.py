@@ -20,7 +20,7 @@ from rq.scheduler import RQScheduler
 from rq.webhook import Webhook
 
 from fair_router import FairRouter, Rule, fair_job
-from fair_router.router import Route
+from fair_router.routing.router import Route
 
 
 class FakeClock:
@@ -410,7 +410,7 @@ def test_every_rq_option_survives_the_trip_back_through_rqs_parse_args(conn: Red
     """``enqueue_at`` hands rq its options as ``Queue.parse_args`` reads them: with every option rq
     parses set to a non-default value, parsing them again gives the same call. An option rq adds or
     renames fails here first."""
-    from fair_router.router import _PARSED_DEFAULTS, _parse_args_keywords
+    from fair_router.routing.router import _PARSED_DEFAULTS, _parse_args_keywords
 
     call = Queue.parse_args(
         routed_jobs.echo, "acme", item=1, job_timeout=5, description="d", result_ttl=6, ttl=7, failure_ttl=8,

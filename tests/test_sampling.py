@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fair_router.sampling import weighted_order
+from fair_router.workers.sampling import weighted_order
 
 # 50,000 draws: the sd of a share is at most sqrt(0.25 / 50,000) = 0.22 points, so the required
 # 1-point tolerance is >= 4.5 sd. The generator is seeded, so a pass is reproducible, not luck.

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from fair_router.keys import FairQueueKeys, Keys
-from fair_router.luascript import assemble, assemble_source, fair_keys_lua, includes, lua_dir
+from fair_router.store.keys import FairQueueKeys, Keys
+from fair_router.store.luascript import assemble, assemble_source, fair_keys_lua, includes, lua_dir
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 SCRIPTS = sorted(path.stem for path in LUA.glob("*.lua"))

@@ -18,7 +18,7 @@ from rq.registry import FinishedJobRegistry
 from worker_jobs import noop
 
 from fair_router import SettingsError, WeightedSimpleWorker, WeightedWorker
-from fair_router.redis_server import RedisServer
+from fair_router.demo.redis_server import RedisServer
 
 TESTS = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent

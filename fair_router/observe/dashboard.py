@@ -27,10 +27,10 @@ from flask import Blueprint, Flask, Response, abort, jsonify, render_template, r
 from prometheus_client import CONTENT_TYPE_LATEST
 from redis import Redis
 
+from fair_router.config.settings import Settings, load_settings
 from fair_router.observe.collector import metrics_text
 from fair_router.observe.reader import SnapshotReader
-from fair_router.router import FairRouter
-from fair_router.settings import Settings, load_settings
+from fair_router.routing.router import FairRouter
 
 DEFAULT_REFRESH = 2.0
 """Seconds between two refreshes of the page."""

@@ -27,16 +27,16 @@ from redis import Redis
 from rq import Queue
 from rq.registry import StartedJobRegistry
 
-from fair_router.concurrency import COUNTERS
-from fair_router.keys import Keys
+from fair_router.config.settings import Settings
+from fair_router.controls.concurrency import COUNTERS
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.events import parse_events
 from fair_router.observe.model import OTHER_LABEL, QueueView, Snapshot, TenantView, WaitFigures
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
-from fair_router.rules import last_match
-from fair_router.scripts import Clock, PeekScript
-from fair_router.settings import Settings
-from fair_router.tiers import load_resolver
+from fair_router.routing.rules import last_match
+from fair_router.routing.tiers import load_resolver
+from fair_router.store.keys import Keys
+from fair_router.store.scripts import Clock, PeekScript
 
 PER_QUEUE = 5
 """Commands per queue in the second round trip: length, running, backlog, parked, abandoned count."""

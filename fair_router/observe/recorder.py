@@ -1,7 +1,7 @@
 """Recording at the source: each job start adds its wait to bounded per-tenant records in Redis.
 
 A weighted worker calls :meth:`StartRecorder.job_started` with the pipeline rq itself sends as the job
-starts (see ``WeightedFetchMixin.prepare_execution`` in :mod:`fair_router.worker`), so the record costs no
+starts (see ``WeightedFetchMixin.prepare_execution`` in :mod:`fair_router.workers.weighted`), so the record costs no
 round trip of its own: one ``EVAL`` of ``fair_router/lua/observe_start.lua`` inside rq's MULTI.
 
 What a record holds (all of it bounded):
@@ -29,12 +29,12 @@ from redis import Redis
 from redis.client import Pipeline
 from rq.job import Job
 
-from fair_router.jobmeta import META_TENANT
-from fair_router.keys import Keys, encode
-from fair_router.luascript import assemble, compact
+from fair_router.config.settings import ObserveConfig
 from fair_router.observe.buckets import N_BUCKETS, bucket_of
-from fair_router.scripts import Clock, now_arg
-from fair_router.settings import ObserveConfig
+from fair_router.routing.jobmeta import META_TENANT
+from fair_router.store.keys import Keys, encode
+from fair_router.store.luascript import assemble, compact
+from fair_router.store.scripts import Clock, now_arg
 
 MINUTE_SLOTS = 62
 """Minutes a record keeps: 60 whole ones for the 60-minute figures, the current one, one spare."""
@@ -51,7 +51,7 @@ only before a 64-digit digest."""
 OTHER = "#other"
 """Record of the starts of tenants past the per-minute cap."""
 NO_TENANT = "#none"
-"""Tenant part of jobs without a tenant (as in :mod:`fair_router.fairqueue`)."""
+"""Tenant part of jobs without a tenant (as in :mod:`fair_router.fairqueue.queue`)."""
 
 
 class StartRecorder:

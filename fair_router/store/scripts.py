@@ -1,6 +1,6 @@
 """Typed wrappers around the Lua scripts in the top-level ``lua/`` directory: one class per script, each on
-:class:`~fair_router.luascript.LuaScript` (whose module says how scripts are assembled and run). A wrapper's
-``__call__`` names its script's KEYS and ARGV and returns a :class:`~fair_router.luascript.Call`: ``.run()``
+:class:`~fair_router.store.luascript.LuaScript` (whose module says how scripts are assembled and run). A wrapper's
+``__call__`` names its script's KEYS and ARGV and returns a :class:`~fair_router.store.luascript.Call`: ``.run()``
 on its own, or ``.queue(pipeline)``, the one way to run inside a pipeline (``script.parse(reply)`` types the
 reply the pipeline's execute returns).
 """
@@ -13,9 +13,9 @@ from typing import Any, NamedTuple
 
 from redis import Redis
 
-from fair_router.keys import FairQueueKeys, Keys
-from fair_router.luascript import Call, LuaScript
-from fair_router.rules import Rule
+from fair_router.routing.rules import Rule
+from fair_router.store.keys import FairQueueKeys, Keys
+from fair_router.store.luascript import Call, LuaScript
 
 Clock = Callable[[], float]
 """Returns epoch seconds. ``None`` in its place means Redis server ``TIME``."""

@@ -26,17 +26,17 @@ from rq.job import Job
 from rq.queue import EnqueueArgs, EnqueueData
 from rq.utils import as_text
 
-from fair_router.backlog import BacklogCaps, execute, withdraw
-from fair_router.fairqueue import FairQueue
-from fair_router.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
-from fair_router.keys import Keys, encode
-from fair_router.pauses import TenantPauses
-from fair_router.rates import Rate
-from fair_router.rules import Rule, last_match
-from fair_router.scripts import Clock, PeekScript, RouteScript, now_arg
-from fair_router.settings import TiersConfig, validated
-from fair_router.tiers import TenantOverrides, TenantProfile, TierBook
-from fair_router.validation import Prefix
+from fair_router.config.settings import TiersConfig, validated
+from fair_router.config.validation import Prefix
+from fair_router.controls.backlog import BacklogCaps, execute, withdraw
+from fair_router.controls.pauses import TenantPauses
+from fair_router.controls.rates import Rate
+from fair_router.fairqueue.queue import FairQueue
+from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
+from fair_router.routing.rules import Rule, last_match
+from fair_router.routing.tiers import TenantOverrides, TenantProfile, TierBook
+from fair_router.store.keys import Keys, encode
+from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
 _PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
 ANNOUNCE_EVERY = 60.0
@@ -358,7 +358,7 @@ def _enqueue_data(call: EnqueueArgs, job_id: str, meta: dict[str, Any]) -> Enque
 
 
 # Constants read off rq's own types, so that an option rq adds flows through without a change here.
-_PARSED_DEFAULTS: EnqueueArgs = Queue.parse_args("fair_router.router.FairRouter")
+_PARSED_DEFAULTS: EnqueueArgs = Queue.parse_args("fair_router.routing.router.FairRouter")
 """rq's value for every option a call leaves out (what ``Queue.parse_args`` fills in)."""
 _BATCH_OPTIONS = tuple(name for name in EnqueueData._fields if name in EnqueueArgs._fields)
 _NOT_IN_BATCH = tuple(name for name in EnqueueArgs._fields if name not in EnqueueData._fields)

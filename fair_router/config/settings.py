@@ -36,8 +36,7 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
-from fair_router.rules import Rule
-from fair_router.validation import (
+from fair_router.config.validation import (
     AtLeastOne,
     Duration,
     FairWeight,
@@ -48,6 +47,7 @@ from fair_router.validation import (
     TierName,
     Weight,
 )
+from fair_router.routing.rules import Rule
 
 CONFIG_ENV = "FAIR_ROUTER_CONFIG"
 DEFAULT_CONFIG = Path("fair_router.yaml")
@@ -142,7 +142,7 @@ job-monitoring alarm counts whole seconds), so below 3 s a live job could be tak
 
 
 class RecoveryConfig(BaseModel):
-    """Bounded crash recovery (``fair_router.recovery``): a started job whose worker sent no heartbeat for
+    """Bounded crash recovery (``fair_router.workers.recovery``): a started job whose worker sent no heartbeat for
     ``abandon_after`` is handed back as rq would (retried, else failed as abandoned) within that bound
     plus a few seconds, whatever rq's maintenance schedule and locks."""
 
@@ -287,7 +287,7 @@ T = TypeVar("T")
 
 
 def validated(adapter: TypeAdapter[T], value: object, source: str) -> T:
-    """``value`` checked by ``adapter`` (built on :mod:`fair_router.validation`'s types) where it is given
+    """``value`` checked by ``adapter`` (built on :mod:`fair_router.config.validation`'s types) where it is given
     outside the settings: a constructor argument or a CLI option. Raises SettingsError naming ``source``
     (e.g. ``FairRouter(prefix=...)``), the key when ``value`` is a mapping, the reason and the value."""
     try:

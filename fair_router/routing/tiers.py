@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, ValidationError
 from redis import Redis
 
-from fair_router.keys import Keys
-from fair_router.rates import Rate
-from fair_router.settings import TiersConfig
-from fair_router.validation import AtLeastOne, FairWeight, RateField
+from fair_router.config.settings import TiersConfig
+from fair_router.config.validation import AtLeastOne, FairWeight, RateField
+from fair_router.controls.rates import Rate
+from fair_router.store.keys import Keys
 
 logger = logging.getLogger("fair_router")
 

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fair_router.durations import format_duration
-from fair_router.validation import Duration, RuleQueue
+from fair_router.config.durations import format_duration
+from fair_router.config.validation import Duration, RuleQueue
 
 
 class Rule(BaseModel):

@@ -50,7 +50,7 @@ Fair share of worker time (``charge="runtime"``)
 
 Listings
     ``get_job_ids`` (and ``jobs``, ``get_jobs``, job positions) replay the pops on one snapshot
-    (:mod:`fair_router.serving_order`): the exact waiting set, in the order the jobs would be served if
+    (:mod:`fair_router.fairqueue.serving_order`): the exact waiting set, in the order the jobs would be served if
     nothing more were pushed.
 
 Claim-time concurrency limits
@@ -109,12 +109,16 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
-from fair_router.backlog import BacklogCaps, Capped, TenantBacklogFull, execute, refused_entry, withdraw
-from fair_router.jobmeta import META_COST, META_SYSTEM, META_TENANT
-from fair_router.keys import FairQueueKeys, Keys, encode
-from fair_router.luascript import LuaScript
+from fair_router.config.settings import Charge, Settings, TiersConfig, load_settings, validated
+from fair_router.config.validation import Prefix, Seconds
+from fair_router.controls.backlog import BacklogCaps, Capped, TenantBacklogFull, execute, refused_entry, withdraw
+from fair_router.fairqueue.serving_order import FairSnapshot, serving_order
 from fair_router.observe.events import count_event
-from fair_router.scripts import (
+from fair_router.routing.jobmeta import META_COST, META_SYSTEM, META_TENANT
+from fair_router.routing.tiers import TierBook
+from fair_router.store.keys import FairQueueKeys, Keys, encode
+from fair_router.store.luascript import LuaScript
+from fair_router.store.scripts import (
     FairParkScript,
     FairPopScript,
     FairPushScript,
@@ -125,10 +129,6 @@ from fair_router.scripts import (
     PopResult,
     PushEntry,
 )
-from fair_router.serving_order import FairSnapshot, serving_order
-from fair_router.settings import Charge, Settings, TiersConfig, load_settings, validated
-from fair_router.tiers import TierBook
-from fair_router.validation import Prefix, Seconds
 
 _S = TypeVar("_S", bound=LuaScript[Any])
 
@@ -206,7 +206,7 @@ class FairQueue(Queue):
         # Popped through this object -> FIFO seq of a fair choice (None: a plain entry); acknowledged with
         # the next pop.
         self._handed_out: dict[str, int | None] = {}
-        self.caps = BacklogCaps(name)  # backlog caps of the pushes in flight (fair_router.backlog)
+        self.caps = BacklogCaps(name)  # backlog caps of the pushes in flight (fair_router.controls.backlog)
         self._capping = False  # set while a new enqueue (not a retry, requeue or dependent) is under way
 
     # -- configuration, bound lazily ----------------------------------------------------------------
@@ -563,7 +563,7 @@ class FairQueue(Queue):
 
     def get_job_ids(self, offset: int = 0, length: int = -1) -> list[str]:
         """The waiting jobs' ids (exactly rq's list), in the order pops would serve them if nothing more
-        were pushed (:func:`fair_router.serving_order.serving_order`)."""
+        were pushed (:func:`fair_router.fairqueue.serving_order.serving_order`)."""
         keys = self.fair_keys
         with self.connection.pipeline() as pipe:  # MULTI: one consistent snapshot
             pipe.lrange(self.key, 0, -1)

@@ -3,24 +3,24 @@
 ``rq worker -w fair_router.WeightedWorker default default_throttled default_superslow`` works with
 the unchanged rq CLI. Weights come from settings (``queues:``; an unlisted queue weighs 1), or from
 ``weights=`` when the worker is built in code. Before each fetch the order is drawn by
-:func:`fair_router.sampling.weighted_order`: ``"strict"`` queues first, in the worker's listed order,
+:func:`fair_router.workers.sampling.weighted_order`: ``"strict"`` queues first, in the worker's listed order,
 then the rest so that a queue is polled first with probability ``w / W``. rq pops from the first
 non-empty queue in that order, so an empty queue is skipped and the others keep their proportions.
 A worker none of whose queues has a configured weight keeps rq's own order (and ``--dequeue-strategy``,
 which has no effect once weights apply).
 
 Queues named in ``fair_queues`` (or built by ``--queue-class fair_router.FairQueue``) are
-:class:`~fair_router.fairqueue.FairQueue`: the worker then dequeues through ``FairQueue.dequeue_any``,
+:class:`~fair_router.fairqueue.queue.FairQueue`: the worker then dequeues through ``FairQueue.dequeue_any``,
 which serves fair and plain queues alike, and a tenant at its concurrency limit is parked in its fair
 queue (skipped by pops until one of its slots frees) instead of having its job snoozed.
 
-Before a tenant's job runs, both check its tenant controls (:mod:`fair_router.controls`: pause, rate limits
+Before a tenant's job runs, both check its tenant controls (:mod:`fair_router.controls.gate`: pause, rate limits
 and, with ``concurrency.enabled``, a slot) in one script call riding with the "busy" state write; a job that
 may not start yet waits (parked in its FairQueue, or deferred on a plain queue), never failed.
 
 Both workers also leave out rq's repeated heartbeats and state writes between jobs
-(:mod:`fair_router.bookkeeping`), record each job's wait as they start it (:mod:`fair_router.observe`), and
-take part in bounded crash recovery (:mod:`fair_router.recovery`): they heartbeat running jobs every
+(:mod:`fair_router.workers.bookkeeping`), record each job's wait as they start it (:mod:`fair_router.observe`), and
+take part in bounded crash recovery (:mod:`fair_router.workers.recovery`): they heartbeat running jobs every
 ``recovery.abandon_after / 3``, wake from an idle fetch at least every couple of seconds, and hand back jobs
 whose worker stopped heartbeating.
 """
@@ -40,20 +40,20 @@ from rq.executions import Execution
 from rq.job import Job
 from rq.worker import BaseWorker, WorkerStatus
 
-from fair_router.bookkeeping import LeanBookkeepingMixin
-from fair_router.concurrency import ConcurrencyLimiter
-from fair_router.controls import RateLimiter, TenantGate
-from fair_router.fairqueue import FairQueue
-from fair_router.jobmeta import META_SYSTEM, META_TENANT
-from fair_router.keys import Keys
+from fair_router.config.settings import Settings, load_settings, validated
+from fair_router.config.validation import QueueName, QueueWeight, Weight
+from fair_router.controls.concurrency import ConcurrencyLimiter
+from fair_router.controls.gate import RateLimiter, TenantGate
+from fair_router.controls.pauses import PAUSE_PARK
+from fair_router.fairqueue.queue import FairQueue
 from fair_router.observe.recorder import StartRecorder
-from fair_router.pauses import PAUSE_PARK
-from fair_router.recovery import JobBeat, Recovery
-from fair_router.sampling import weighted_order
-from fair_router.scripts import Admission, Verdict
-from fair_router.settings import Settings, load_settings, validated
-from fair_router.tiers import TierBook
-from fair_router.validation import QueueName, QueueWeight, Weight
+from fair_router.routing.jobmeta import META_SYSTEM, META_TENANT
+from fair_router.routing.tiers import TierBook
+from fair_router.store.keys import Keys
+from fair_router.store.scripts import Admission, Verdict
+from fair_router.workers.bookkeeping import LeanBookkeepingMixin
+from fair_router.workers.recovery import JobBeat, Recovery
+from fair_router.workers.sampling import weighted_order
 
 _WEIGHTS: TypeAdapter[dict[str, QueueWeight]] = TypeAdapter(dict[QueueName, Weight])
 
@@ -259,7 +259,7 @@ class WeightedFetchMixin(BaseWorker):
     def _slot_freed(self, tenant: str, pipe: Pipeline) -> None:
         """Queued on the slot's release: unpark ``tenant`` in this worker's fair queues, and send the
         heartbeat rq's loop sends after every job here, in the same round trip (rq's own is then
-        skipped as a repeat, see fair_router.bookkeeping)."""
+        skipped as a repeat, see fair_router.workers.bookkeeping)."""
         self._unpark(tenant, pipe)
         self.heartbeat(pipeline=pipe)
 

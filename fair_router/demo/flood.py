@@ -46,12 +46,12 @@ from redis import Redis
 from rq import Queue, Worker, get_current_job
 from rq.job import Job
 
-from fair_router.decorator import fair_job
-from fair_router.fairqueue import FairQueue
-from fair_router.keys import Keys
-from fair_router.router import FairRouter
-from fair_router.rules import Rule
-from fair_router.settings import Charge, JobConfig, ObserveConfig, Settings, TiersConfig
+from fair_router.config.settings import Charge, JobConfig, ObserveConfig, Settings, TiersConfig
+from fair_router.fairqueue.queue import FairQueue
+from fair_router.routing.decorator import fair_job
+from fair_router.routing.router import FairRouter
+from fair_router.routing.rules import Rule
+from fair_router.store.keys import Keys
 
 MODES = ("fifo", "router", "fair")
 CHARGES: tuple[Charge, ...] = ("jobs", "runtime")

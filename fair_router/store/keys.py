@@ -71,7 +71,7 @@ class FairQueueKeys:
 
 @dataclass(frozen=True)
 class Keys:
-    """Key names under one prefix, checked where it enters (``fair_router.validation.Prefix``: no braces)."""
+    """Key names under one prefix, checked where it enters (``fair_router.config.validation.Prefix``: no braces)."""
 
     prefix: str = "fair_router"
 
@@ -141,7 +141,7 @@ class Keys:
 
     def recovery_turn(self, rq_list_key: str) -> str:
         """Short lock (SET NX PX) of one queue's recovery check: the weighted worker that takes it checks
-        the queue, the others skip it until it expires (``fair_router.recovery``). Our own, not rq's
+        the queue, the others skip it until it expires (``fair_router.workers.recovery``). Our own, not rq's
         899-second maintenance lock, which a dead worker can leave held."""
         return f"{self.prefix}:{{{rq_list_key}}}:recovery:turn"
 

@@ -31,13 +31,13 @@ from redis.client import Pipeline
 from rq import Queue
 from rq.job import Job
 
-from fair_router.concurrency import ConcurrencyLimiter, Lease
-from fair_router.jobmeta import META_RATE
-from fair_router.keys import Keys
-from fair_router.rates import Rate, parse_rate
-from fair_router.scripts import Admission, RateScope
-from fair_router.settings import JobConfig
-from fair_router.tiers import TenantProfile
+from fair_router.config.settings import JobConfig
+from fair_router.controls.concurrency import ConcurrencyLimiter, Lease
+from fair_router.controls.rates import Rate, parse_rate
+from fair_router.routing.jobmeta import META_RATE
+from fair_router.routing.tiers import TenantProfile
+from fair_router.store.keys import Keys
+from fair_router.store.scripts import Admission, RateScope
 
 logger = logging.getLogger("fair_router")
 

@@ -2,7 +2,7 @@
 
 The decorated object is still callable (workers import it by its dotted path and call it), and adds
 ``delay`` / ``enqueue`` / ``enqueue_in`` / ``enqueue_at`` / ``enqueue_many`` that go through
-:class:`~fair_router.router.FairRouter`. Rules and the base queue come from the decorator, else from
+:class:`~fair_router.routing.router.FairRouter`. Rules and the base queue come from the decorator, else from
 settings under the job key (``module.qualname`` unless ``job_key=`` says otherwise).
 """
 
@@ -21,11 +21,11 @@ from rq.group import Group
 from rq.job import Job
 from rq.queue import EnqueueArgs
 
-from fair_router.rates import Rate
-from fair_router.router import FairRouter, Route
-from fair_router.rules import Rule
-from fair_router.settings import JobConfig, Settings, load_settings
-from fair_router.tenancy import TenantFunc, TenantResolver
+from fair_router.config.settings import JobConfig, Settings, load_settings
+from fair_router.controls.rates import Rate
+from fair_router.routing.router import FairRouter, Route
+from fair_router.routing.rules import Rule
+from fair_router.routing.tenancy import TenantFunc, TenantResolver
 
 P = ParamSpec("P")
 R = TypeVar("R")

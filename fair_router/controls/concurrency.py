@@ -6,7 +6,7 @@ limit are held. So the limit holds across every worker process and machine shari
 the ADR's in-memory limiter could not do. A slot is a *lease*: it is refreshed while the job runs and
 expires ``lease_ttl`` after the last refresh, so a SIGKILLed worker's slot comes back by itself.
 
-The same script call also checks the tenant's pause flag and its rate limits (``fair_router.controls``), so
+The same script call also checks the tenant's pause flag and its rate limits (``fair_router.controls.gate``), so
 those cost no round trip of their own.
 
 A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a uniform
@@ -33,10 +33,10 @@ from redis.client import Pipeline
 from rq import Queue
 from rq.job import Job
 
-from fair_router.keys import Keys
-from fair_router.scripts import AcquireScript, Admission, Clock, RateScope, Verdict, now_arg
-from fair_router.settings import ConcurrencyConfig
-from fair_router.tiers import TierBook
+from fair_router.config.settings import ConcurrencyConfig
+from fair_router.routing.tiers import TierBook
+from fair_router.store.keys import Keys
+from fair_router.store.scripts import AcquireScript, Admission, Clock, RateScope, Verdict, now_arg
 
 logger = logging.getLogger("fair_router")
 COUNTERS = ("acquired", "refused", "paused", "rate_deferred", "snoozed", "parked", "released", "reclaimed")

@@ -7,7 +7,7 @@ once, where the value enters (settings load, a constructor, an option): the code
 worker's weighted fetch order does not look at its weights again on every fetch.
 
 Messages name the value (``weight must be a positive number or 'strict', got -1``); where it came from (the
-file, variable or argument and the key path) is added by :func:`fair_router.settings.describe_errors`.
+file, variable or argument and the key path) is added by :func:`fair_router.config.settings.describe_errors`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer
 
-from fair_router.durations import parse_duration
-from fair_router.rates import Rate, parse_rate
+from fair_router.config.durations import parse_duration
+from fair_router.controls.rates import Rate, parse_rate
 
 _QUEUE_CHARS = r"A-Za-z0-9_.\-"
 _QUEUE_NAME = re.compile(rf"[{_QUEUE_CHARS}]{{1,200}}")
@@ -116,8 +116,8 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 """A positive duration in seconds, given as seconds, a ``timedelta`` or ``"250ms"`` / ``"30s"`` / ``"5m"`` /
-``"1h"`` / ``"1d"`` (:func:`fair_router.durations.parse_duration`)."""
+``"1h"`` / ``"1d"`` (:func:`fair_router.config.durations.parse_duration`)."""
 
 RateField = Annotated[Rate, BeforeValidator(parse_rate), PlainSerializer(str, return_type=str)]
-"""Job starts per unit of time, ``"10/s"`` / ``"N/m"`` / ``"N/h"`` (:func:`fair_router.rates.parse_rate`),
+"""Job starts per unit of time, ``"10/s"`` / ``"N/m"`` / ``"N/h"`` (:func:`fair_router.controls.rates.parse_rate`),
 serialised back to its text."""

@@ -15,8 +15,7 @@ from typing import Any
 import click
 from redis import Redis
 
-from fair_router.decorator import fair_job
-from fair_router.flood import (
+from fair_router.demo.flood import (
     CHARGES,
     FloodParams,
     Midway,
@@ -27,9 +26,10 @@ from fair_router.flood import (
     run_worker_time,
     total_jobs,
 )
-from fair_router.redis_server import RedisServer
-from fair_router.router import FairRouter
-from fair_router.rules import Rule
+from fair_router.demo.redis_server import RedisServer
+from fair_router.routing.decorator import fair_job
+from fair_router.routing.router import FairRouter
+from fair_router.routing.rules import Rule
 
 DEMO_PREFIX = "fair_router_demo"
 DEMO_RULES = [

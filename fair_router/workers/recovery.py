@@ -51,7 +51,7 @@ A queue's check
 
 Where this relies on rq internals (rq 2.12): the registry's member format ``<job id>:<execution id>`` and
 ``Execution.key``/``last_heartbeat``; ``StartedJobRegistry.cleanup`` reading only ``self.key`` and
-``get_queue()`` (see :class:`_StagedRegistry`); and in ``fair_router/worker.py``, marked "rq internals":
+``get_queue()`` (see :class:`_StagedRegistry`); and in ``fair_router/workers/weighted.py``, marked "rq internals":
 the worker's ``heartbeat`` (which rq's fetch loop calls before every fetch and after every idle wait:
 our check runs from there), its ``job_monitoring_interval``, ``maintain_heartbeats``,
 ``cleanup_execution``, ``execution``, ``_exc_handlers`` and ``scheduler._process``.
@@ -73,9 +73,9 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.utils import as_text, parse_composite_key
 
-from fair_router.fairqueue import FairQueue
-from fair_router.keys import Keys
-from fair_router.scripts import AbandonScript, Clock
+from fair_router.fairqueue.queue import FairQueue
+from fair_router.store.keys import Keys
+from fair_router.store.scripts import AbandonScript, Clock
 
 logger = logging.getLogger("fair_router")
 

@@ -120,7 +120,7 @@ class WorkerPool:
         self.env = dict(env or {})
         self.allocation: dict[str, int] = {}
         self.starts = 0  # worker processes started so far, restarts included
-        self.log = logging.getLogger("fair_router.pool")
+        self.log = logging.getLogger("fair_router.workers.pool")
         self._slots: list[_Slot] = []
         self._stop_requests: list[int] = []
         for group, count in allocation.items():

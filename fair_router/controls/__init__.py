@@ -1,0 +1,1 @@
+"""Tenant controls at job start: concurrency slots, rate limits, pauses, backlog caps."""

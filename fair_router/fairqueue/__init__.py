@@ -1,0 +1,1 @@
+"""FairQueue: weighted fair share across tenants inside one rq queue."""

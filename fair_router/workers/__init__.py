@@ -1,0 +1,1 @@
+"""The weighted workers: fetch order, lean bookkeeping, crash recovery, the process pool."""
