@@ -22,7 +22,7 @@ from fair_router.keys import Keys
 from fair_router.limits import ConcurrencyLimiter
 from fair_router.observe.buckets import BOUNDS_US, PROMETHEUS_LE_US, Histogram, bucket_of
 from fair_router.observe.reader import SnapshotReader
-from fair_router.observe.recorder import ALL, StartRecorder
+from fair_router.observe.recorder import ALL, MAX_GROUPS, StartRecorder
 from fair_router.observe.text import render
 from fair_router.router import FairRouter
 from fair_router.settings import ConcurrencyConfig, ObserveConfig
@@ -148,6 +148,22 @@ def test_starts_flushed_after_their_minute_slot_moved_on_count_only_since_the_re
     acme = reader(conn, clock).snapshot().tenants[0]
     assert acme.wait_5m.starts == 1 and acme.wait_5m.p95 is not None and acme.wait_5m.p95 <= 0.001
     assert acme.histogram.count == 2 and acme.histogram.total_us == 1_001_000  # cumulative: both
+
+
+def test_a_buffer_larger_than_one_call_goes_as_several_and_the_cap_holds_across_them(conn: Redis) -> None:
+    clock = [T0 - 30]
+    rec = recorder(conn, clock)  # 500 tenants a minute get their own record
+    rec.record("warm-up", 0.01, conn)  # the minute before: Redis now has the script (no NOSCRIPT retry below)
+    clock[0] = T0 + 1
+    tenants = MAX_GROUPS + 200
+    for i in range(tenants):
+        rec.add(f"t{i}", 0.01)
+    evals = command_calls(conn, "evalsha")
+    placed = rec.flush(conn)
+    assert command_calls(conn, "evalsha") - evals == 2
+    assert placed == [1] * 500 + [0] * (tenants - 500)  # oldest first: the first 500 took the minute's places
+    snap = reader(conn, clock).snapshot()
+    assert snap.everyone.wait_5m.starts == tenants + 1 and snap.capped_starts_5m == tenants - 500
 
 
 def test_the_flush_interval_is_checked() -> None:
