@@ -11,7 +11,8 @@ Rounds rotate which side goes first, so machine noise and warm caches hit all al
 jobs/s of each side and the ratios (goals: weighted >= 0.95x plain, i.e. re-sampling the queue order
 before every fetch costs at most 5%; limited >= 0.90x weighted; weighted >= 0.98x unrecorded, i.e.
 recording a job's start costs at most 2%), and Redis commands per job, which CPU noise cannot move. The
-start record's own costs are also timed alone: queuing it on a pipeline (client) and running it (server).
+start records' own costs are also timed alone: gathering starts and flushing them (client) and the flush
+script's run (server), per start.
 
 Runs against a private redis-server, or against ``$REDIS_URL`` when set: then it only touches its own
 uniquely named queues, jobs and workers, deletes them at the end, and never flushes.
@@ -128,23 +129,25 @@ def sampling_us_per_fetch(calls: int = 20_000) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def record_costs_us(conn: Redis, run: str, calls: int = 5_000) -> tuple[float, float]:
-    """The start record alone: (client us to queue it on a pipeline, server us to run it), per call."""
+def record_costs_us(conn: Redis, run: str, calls: int = 5_000, per_flush: int = 200) -> tuple[float, float, float]:
+    """The start records alone, as a worker sends them: gathering ``calls`` starts of 50 tenants, flushed every
+    ``per_flush`` starts (about one second's at the rates here) on a pipeline. Returns (client us per start,
+    gathering and the flush's share; Redis us per start; Redis us per flush)."""
     recorder = StartRecorder(conn, Keys(run), ObserveConfig())
-    pipe = conn.pipeline()
-    start = time.perf_counter()
-    for k in range(calls):
-        recorder.record(f"tenant-{k % TENANTS}", 0.0123, pipe)
-    client_us = (time.perf_counter() - start) / calls * 1e6
-    pipe.reset()
     before = conn.info("commandstats").get("cmdstat_eval", {"usec": 0, "calls": 0})
-    for start_at in range(0, calls, 500):
-        with conn.pipeline(transaction=False) as batch:
-            for k in range(start_at, min(calls, start_at + 500)):
-                recorder.record(f"tenant-{k % TENANTS}", 0.0123, batch)
-            batch.execute()
+    client = 0.0
+    for start_at in range(0, calls, per_flush):
+        with conn.pipeline() as pipe:
+            began = time.perf_counter()
+            for k in range(start_at, min(calls, start_at + per_flush)):
+                recorder.add(f"tenant-{k % TENANTS}", 0.0123)
+            recorder.flush(pipe)
+            client += time.perf_counter() - began
+            pipe.execute()
     after = conn.info("commandstats")["cmdstat_eval"]
-    return client_us, (after["usec"] - before["usec"]) / (after["calls"] - before["calls"])
+    flushes = after["calls"] - before["calls"]
+    server = after["usec"] - before["usec"]
+    return client / calls * 1e6, server / calls, server / flushes
 
 
 def measure(conn: Redis, jobs: int, rounds: int, sides: tuple[str, ...] = tuple(SIDES)) -> dict[str, Any]:
@@ -165,7 +168,7 @@ def measure(conn: Redis, jobs: int, rounds: int, sides: tuple[str, ...] = tuple(
                 rates[side].append(rate)
                 costs[side].append(cost)
                 cpu[side].append((client_cpu, server_cpu))
-        client_us, server_us = record_costs_us(conn, run)
+        client_us, server_us, flush_us = record_costs_us(conn, run)
     finally:
         clean_up(conn, run)
     medians = {side: statistics.median(got) for side, got in rates.items()}
@@ -200,6 +203,7 @@ def measure(conn: Redis, jobs: int, rounds: int, sides: tuple[str, ...] = tuple(
         "record_goal": RECORD_GOAL,
         "record_client_us": client_us,
         "record_server_us": server_us,
+        "record_flush_server_us": flush_us,
         "ok": not (ratio < GOAL or limits_ratio < LIMITS_GOAL or record_ratio < RECORD_GOAL),
     }
 
@@ -246,13 +250,18 @@ def print_report(report: dict[str, Any]) -> None:
     if "weighted" in sides and "unrecorded" in sides:
         extra = [cpu["weighted"][i] - cpu["unrecorded"][i] for i in (0, 1)]
         total = sum(cpu["unrecorded"])
+        paired = [statistics.median(w[i] - u[i] for w, u in zip(report["cpu_us_per_job"]["weighted"],
+                                                                 report["cpu_us_per_job"]["unrecorded"], strict=True))
+                  for i in (0, 1)]
         print(f"recording's CPU per job: {extra[0]:+,.1f} us client, {extra[1]:+,.1f} us Redis "
-              f"({sum(extra) / total:+.2%} of the {total:,.0f} us an unrecorded job costs both)")
+              f"({sum(extra) / total:+.2%} of the {total:,.0f} us an unrecorded job costs both); median of the "
+              f"rounds' differences {paired[0]:+,.1f} us client, {paired[1]:+,.1f} us Redis")
     job_us = 1e6 / medians[sides[0]]
     cost = report["record_client_us"] + report["record_server_us"]
-    print(f"a start record alone: {report['record_client_us']:.1f} us to queue (client) + "
-          f"{report['record_server_us']:.1f} us to run (Redis) = {cost:.0f} us, against the {job_us:,.0f} us a "
-          f"{sides[0]} job takes here; no round trip of its own (it rides rq's job-start MULTI)")
+    print(f"a start record alone: {report['record_client_us']:.1f} us to gather and send (client) + "
+          f"{report['record_server_us']:.1f} us in Redis = {cost:.0f} us per start, against the {job_us:,.0f} us a "
+          f"{sides[0]} job takes here (a flush of 200 starts of 50 tenants: "
+          f"{report['record_flush_server_us']:,.0f} us of Redis, riding rq's job-start MULTI)")
     print("cmds/job counts every client's commands, those a script calls included: exact on the private server,"
           " approximate on a shared one.")
     if "plain" in sides:

@@ -1,75 +1,220 @@
--- observe_start.lua: record one job start (its wait) in its tenant's record and in the all-tenant record.
--- KEYS[1] the tenant's record (its last ':' part is the encoded tenant), KEYS[2] the overflow record
---         (#other), KEYS[3] the all-tenant record (#all), KEYS[4] recent: sorted set tenant -> when it
---         was last admitted (ms). All tagged {obs}.
--- ARGV    bucket, wait_us, and now_ms only when a clock is injected (else server TIME)
+-- observe_start.lua: add a batch of job starts (one worker's buffer, fair_router/observe/recorder.py) to the
+-- tenants' records and the all-tenant record.
+-- include: time
+-- KEYS[1] the overflow record (#other), KEYS[2] the all-tenant record (#all), KEYS[3] recent: sorted set
+--         tenant -> when it was last admitted (ms); KEYS[3 + g] the record of group g's tenant (its last ':'
+--         part is the encoded tenant; a tenant with starts in several seconds has several groups). All {obs}.
+-- ARGV[1] now_ms ('' = server TIME); then per group g, oldest first: age_ms (its starts were taken that long
+--         before now), starts, their total wait (us), k, then k pairs: wait bucket, starts in it.
+-- A group is placed in the minute and 10-second tick of now_ms - age_ms: Redis' clock, as the reader's, and
+-- the worker's only for the age (a clock difference between the two cancels out).
 -- The recorder puts one line in front of this file: cap (tenants per minute), ttl (record expiry, s),
--- minute_slots, tick_ms, tick_slots, n_buckets, recent_ms. Constants rather than ARGV: every argument
--- costs the worker microseconds to pack, on the job's start.
+-- minute_slots, tick_ms, tick_slots, n_buckets, recent_ms.
 -- A record is a hash:
 --   m<s> = the minute held by minute slot s (minute % minute_slots); <s>:<b> = its starts in wait bucket b
 --   t<s> = the tick held by tick slot s; n<s>, s<s> = its starts and their total wait (us)
 --   c:<b> = starts in bucket b since the record was created; c:us = their total wait (us)
 --   a<s> (#all only) = tenants given their own record in the minute of slot s
--- A slot is cleared when a new minute (tick) first writes to it, so a record holds the last minute_slots
--- minutes and tick_slots ticks. Each record costs one HMGET and one HSET (a script's redis.call costs
--- about as much as a command), plus, once a minute, the slot's clearing and the expiry.
--- Returns 1 if the start went to the tenant's own record, 0 if to #other.
-local now_ms = tonumber(ARGV[3])
-if not now_ms then
-  local t = redis.call('TIME')
-  now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local bucket, wait_us = ARGV[1], tonumber(ARGV[2])
+-- A slot is cleared when a newer minute (tick) first writes to it, so a record holds the last minute_slots
+-- minutes and tick_slots ticks; starts of a minute (tick) older than the one its slot holds count only in
+-- the cumulative fields. Per tenant: the first group of a minute takes one of the minute's cap places if
+-- its record does not hold that minute yet, else goes to #other (and so do its later groups that minute).
+-- Each record touched costs one HMGET and one HSET, whatever the number of starts (plus, when a slot
+-- starts a new minute, its clearing and the expiry).
+-- Returns per group 1 if it went to the tenant's own record, 0 if to #other.
+local now_ms = clock_ms(ARGV[1])
 
 local function int(x) return string.format('%d', x) end
-local minute = math.floor(now_ms / 60000)
-local tick = math.floor(now_ms / tick_ms)
-local ms, ts = minute % minute_slots, tick % tick_slots
-local minute_s, tick_s = int(minute), int(tick)
-local f_minute, f_tick, f_bucket, f_total = 'm' .. ms, 't' .. ts, ms .. ':' .. bucket, 'c:' .. bucket
-local f_n, f_s, f_admitted = 'n' .. ts, 's' .. ts, 'a' .. ms
 
-local function read(key)
-  return redis.call('HMGET', key, f_minute, f_tick, f_bucket, f_total, 'c:us', f_n, f_s, f_admitted)
+-- Field names, built once per call for each minute, tick and bucket the batch touches (Lua's string work,
+-- not Redis', is most of a call's cost: reuse beats rebuilding per record).
+local minutes, ticks, totals = {}, {}, {}
+local function minute_of(minute)
+  local n = minutes[minute]
+  if not n then
+    local ms = minute % minute_slots
+    n = {minute = minute, held = 'm' .. ms, places = 'a' .. ms, value = int(minute), prefix = ms .. ':', b = {}}
+    minutes[minute] = n
+  end
+  return n
+end
+local function tick_of(tick)
+  local n = ticks[tick]
+  if not n then
+    local ts = tick % tick_slots
+    n = {tick = tick, held = 't' .. ts, value = int(tick), n = 'n' .. ts, s = 's' .. ts}
+    ticks[tick] = n
+  end
+  return n
 end
 
-local function record(key, v, admitted)
-  if v[1] ~= minute_s then  -- the slot's first start this minute: drop what it held minute_slots ago
-    local stale = {}
-    for b = 0, n_buckets - 1 do stale[#stale + 1] = ms .. ':' .. b end
-    redis.call('HDEL', key, unpack(stale))
-    redis.call('EXPIRE', key, ttl)
-    v[3] = false
+-- The groups, oldest first, and each tenant's.
+local groups, tenants, order = {}, {}, {}
+local i = 2
+for g = 1, #KEYS - 3 do
+  local at = now_ms - tonumber(ARGV[i])
+  local m = minute_of(math.floor(at / 60000))
+  local group = {key = KEYS[3 + g], at = at, m = m, t = tick_of(math.floor(at / tick_ms)),
+                 n = tonumber(ARGV[i + 1]), us = tonumber(ARGV[i + 2]), b = {}}
+  for j = i + 4, i + 2 + 2 * tonumber(ARGV[i + 3]), 2 do
+    local b = ARGV[j]
+    if not m.b[b] then m.b[b] = m.prefix .. b end
+    if not totals[b] then totals[b] = 'c:' .. b end
+    group.b[b] = tonumber(ARGV[j + 1])
   end
-  if v[2] ~= tick_s then v[6], v[7] = false, false end
-  local fields = {f_minute, minute_s, f_tick, tick_s,
-    f_bucket, int((tonumber(v[3]) or 0) + 1), f_total, int((tonumber(v[4]) or 0) + 1),
-    'c:us', int((tonumber(v[5]) or 0) + wait_us), f_n, int((tonumber(v[6]) or 0) + 1),
-    f_s, int((tonumber(v[7]) or 0) + wait_us)}
-  if admitted then
-    fields[#fields + 1], fields[#fields + 2] = f_admitted, int(admitted)
+  i = i + 4 + 2 * tonumber(ARGV[i + 3])
+  groups[g] = group
+  local own = tenants[group.key]
+  if not own then
+    own = {}
+    tenants[group.key] = own
+    order[#order + 1] = group.key
   end
-  redis.call('HSET', key, unpack(fields))
+  own[#own + 1] = group
 end
 
-local all = read(KEYS[3])
-local admitted = 0
-if all[1] == minute_s then admitted = tonumber(all[8]) or 0 end
-local key = KEYS[1]
-local held = read(key)
-if held[1] ~= minute_s then
-  -- The tenant's first start this minute: its own record while the minute has room, else #other.
-  if admitted >= cap then
-    key = KEYS[2]
-    held = read(key)
-  else
-    admitted = admitted + 1
-    redis.call('ZADD', KEYS[4], now_ms, string.match(KEYS[1], '[^:]*$'))
-    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. int(now_ms - recent_ms))
+-- What a record gets: per minute its starts by bucket, per tick its starts and wait, and the cumulative ones.
+local function delta() return {m = {}, t = {}, c = {}, us = 0, any = false} end
+local function add(d, g)
+  local m = d.m[g.m]
+  if not m then
+    m = {}
+    d.m[g.m] = m
+  end
+  local c = d.c
+  for b, count in pairs(g.b) do
+    m[b] = (m[b] or 0) + count
+    c[b] = (c[b] or 0) + count
+  end
+  local t = d.t[g.t]
+  if not t then
+    t = {0, 0}
+    d.t[g.t] = t
+  end
+  t[1], t[2] = t[1] + g.n, t[2] + g.us
+  d.us = d.us + g.us
+  d.any = true
+end
+
+-- One HMGET of every field the delta touches (and #all's places of its minutes): name -> value.
+local function read(key, d, places)
+  local names = {'c:us'}
+  for m, buckets in pairs(d.m) do
+    names[#names + 1] = m.held
+    if places then names[#names + 1] = m.places end
+    for b in pairs(buckets) do names[#names + 1] = m.b[b] end
+  end
+  for t in pairs(d.t) do
+    names[#names + 1], names[#names + 2], names[#names + 3] = t.held, t.n, t.s
+  end
+  for b in pairs(d.c) do names[#names + 1] = totals[b] end
+  local values = redis.call('HMGET', key, unpack(names))
+  local v = {}
+  for j = 1, #names do v[names[j]] = values[j] end
+  return v
+end
+
+local function write(key, v, d, places)
+  local out, renewed = {}, false
+  local function set(name, value)
+    out[#out + 1], out[#out + 2] = name, int(value)
+  end
+  for m, buckets in pairs(d.m) do
+    local held = tonumber(v[m.held])
+    if not held or held < m.minute then  -- the slot's first start this minute: drop what it held before
+      local stale = {}
+      for b = 0, n_buckets - 1 do stale[#stale + 1] = m.prefix .. b end
+      redis.call('HDEL', key, unpack(stale))
+      renewed = true
+      out[#out + 1], out[#out + 2] = m.held, m.value
+      for b, count in pairs(buckets) do set(m.b[b], count) end
+    elseif held == m.minute then
+      for b, count in pairs(buckets) do set(m.b[b], (tonumber(v[m.b[b]]) or 0) + count) end
+    end  -- else the slot holds a newer minute: this one has left the windows
+    if places and places[m.minute] and (not held or held <= m.minute) then set(m.places, places[m.minute]) end
+  end
+  for t, add_t in pairs(d.t) do
+    local held = tonumber(v[t.held])
+    if not held or held < t.tick then
+      out[#out + 1], out[#out + 2] = t.held, t.value
+      set(t.n, add_t[1])
+      set(t.s, add_t[2])
+    elseif held == t.tick then
+      set(t.n, (tonumber(v[t.n]) or 0) + add_t[1])
+      set(t.s, (tonumber(v[t.s]) or 0) + add_t[2])
+    end
+  end
+  for b, count in pairs(d.c) do set(totals[b], (tonumber(v[totals[b]]) or 0) + count) end
+  set('c:us', (tonumber(v['c:us']) or 0) + d.us)
+  redis.call('HSET', key, unpack(out))
+  if renewed then redis.call('EXPIRE', key, ttl) end
+end
+
+-- #all gets every group; its a<s> say how many places each minute has given.
+local all = delta()
+for _, g in ipairs(groups) do add(all, g) end
+local all_v = read(KEYS[2], all, true)
+local places = {}
+for m in pairs(all.m) do
+  local held = tonumber(all_v[m.held])
+  if held == m.minute then places[m.minute] = tonumber(all_v[m.places]) or 0
+  elseif held and held > m.minute then places[m.minute] = false  -- too old to check: not capped
+  else places[m.minute] = 0 end
+end
+
+-- Each tenant's record read once; then the groups, oldest first (as one call per start would have met
+-- them): the tenant's own record or #other.
+local values, decided = {}, {}
+for _, key in ipairs(order) do
+  local d = delta()
+  for _, g in ipairs(tenants[key]) do add(d, g) end
+  values[key] = read(key, d, false)
+  decided[key] = {}
+end
+local other, admitted = delta(), {}
+for _, g in ipairs(groups) do
+  local minute = g.m.minute
+  local verdict = decided[g.key][minute]
+  if verdict == nil then
+    local held = tonumber(values[g.key][g.m.held])
+    if places[minute] == false or (held and held >= minute) then
+      verdict = true  -- it holds the minute already (or the minute is too old for the cap)
+    elseif places[minute] < cap then
+      places[minute] = places[minute] + 1
+      admitted[string.match(g.key, '[^:]*$')] = g.at
+      verdict = true
+    else
+      verdict = false
+    end
+    decided[g.key][minute] = verdict
+  end
+  g.own = verdict
+  if not verdict then add(other, g) end
+end
+for _, key in ipairs(order) do
+  local mine = delta()
+  for _, g in ipairs(tenants[key]) do
+    if g.own then add(mine, g) end
+  end
+  if mine.any then write(key, values[key], mine, false) end
+end
+if other.any then write(KEYS[1], read(KEYS[1], other, false), other, false) end
+for minute, count in pairs(places) do
+  if count == false then places[minute] = nil end
+end
+write(KEYS[2], all_v, all, places)
+
+local zadd = {}
+for tenant, at in pairs(admitted) do
+  zadd[#zadd + 1], zadd[#zadd + 2] = int(at), tenant
+  if #zadd >= 1000 then
+    redis.call('ZADD', KEYS[3], unpack(zadd))
+    zadd = {}
   end
 end
-record(key, held, false)
-record(KEYS[3], all, admitted)
-if key == KEYS[1] then return 1 end
-return 0
+if #zadd > 0 then redis.call('ZADD', KEYS[3], unpack(zadd)) end
+if next(admitted) then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now_ms - recent_ms)) end
+
+local placed = {}
+for g, group in ipairs(groups) do placed[g] = group.own and 1 or 0 end
+return placed

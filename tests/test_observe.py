@@ -3,22 +3,26 @@ worker's job-start hook with real in-process rq workers."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import pytest
 from conftest import command_calls
+from pydantic import ValidationError
 from redis import Redis
 from rq import Queue
 from rq.job import Job
 from rq.registry import FinishedJobRegistry, StartedJobRegistry
 from worker_jobs import noop
 
-from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, fair_job
+from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, WeightedWorker, fair_job
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig
 from fair_router.controls.concurrency import ConcurrencyLimiter
 from fair_router.observe.buckets import BOUNDS_US, PROMETHEUS_LE_US, Histogram, bucket_of
 from fair_router.observe.reader import SnapshotReader
-from fair_router.observe.recorder import ALL, StartRecorder
+from fair_router.observe.recorder import ALL, MAX_GROUPS, StartRecorder
 from fair_router.observe.text import render
 from fair_router.routing.router import FairRouter
 from fair_router.routing.tiers import TierBook
@@ -32,7 +36,7 @@ def recorder(conn: Redis, clock: list[float], **observe: Any) -> StartRecorder:
 
 
 def reader(conn: Redis, clock: list[float], **settings: Any) -> SnapshotReader:
-    return SnapshotReader(conn, Settings(prefix="obs", **settings), clock=lambda: clock[0])
+    return SnapshotReader(conn, Settings(**{"prefix": "obs", **settings}), clock=lambda: clock[0])
 
 
 def test_buckets_bound_each_wait_and_estimate_percentiles() -> None:
@@ -103,38 +107,183 @@ def test_tenants_past_the_per_minute_cap_are_recorded_under_other(conn: Redis) -
     assert rec.record("t3", 0.01, conn) == 1
 
 
-def test_the_worker_records_each_start_on_rq_s_own_job_start_pipeline(conn: Redis, isolated_settings: None) -> None:
-    """Same jobs with recording off and on: the recording adds one EVAL per job and no round trip (the
-    server's read events per job are the same: the EVAL rides in rq's MULTI)."""
+def test_a_flushed_batch_leaves_the_records_one_call_per_start_would(conn: Redis) -> None:
+    """The same starts (five tenants and no tenant, two minutes, several ticks and buckets, a cap of 3 places a
+    minute) recorded one call per start under one prefix, and gathered then flushed as one batch under
+    another: every observe key holds the same fields, the cap's choice of tenants included."""
+    clock = [T0 + 50.0]
+    one = StartRecorder(conn, Keys("one"), ObserveConfig(tenants_per_minute=3), clock=lambda: clock[0])
+    many = StartRecorder(conn, Keys("many"), ObserveConfig(tenants_per_minute=3), clock=lambda: clock[0])
+    starts = [(f"t{(k * 7) % 5}" if k % 6 else None, (k % 9) * 0.37 + 0.002) for k in range(60)]
+    for k, (tenant, wait) in enumerate(starts):
+        clock[0] = T0 + 50 + k * 0.3  # 18 s across the minute's end: groups of a second, ticks, two minutes
+        one.record(tenant, wait, conn)
+        many.add(tenant, wait)
+    assert many.pending == 60 and conn.keys("many:*") == []  # gathered, nothing sent yet
+    placed = many.flush(conn)
+    assert many.pending == 0 and placed is not None and 0 in placed and 1 in placed  # the cap sent some away
+
+    def contents(prefix: str) -> dict[bytes, Any]:
+        found: dict[bytes, Any] = {}
+        for key in conn.keys(f"{prefix}:*"):
+            name = key[len(prefix):]
+            found[name] = conn.hgetall(key) if conn.type(key) == b"hash" else conn.zrange(key, 0, -1, withscores=True)
+        return found
+
+    ones, batch = contents("one"), contents("many")
+    assert len(ones) == 8  # five tenants (three own records a minute, not the same three), #none, #other, #all
+    assert batch == ones
+    assert many.flush(conn) is None  # nothing left to send: no call
+
+
+def test_starts_flushed_after_their_minute_slot_moved_on_count_only_since_the_record_began(conn: Redis) -> None:
+    """A batch far older than its minute slot (a buffer held over an hour: never with the worker's flushes,
+    but the script must not trust it) leaves the newer minute's counts alone."""
+    clock = [T0]
+    rec = recorder(conn, clock)
+    rec.add("acme", 1.0)  # at T0, gathered ...
+    clock[0] = T0 + 62 * 60  # ... and the slot of T0's minute now holds this minute
+    rec.record("acme", 0.001, conn)
+    assert rec.flush(conn) == [1]
+    acme = reader(conn, clock).snapshot().tenants[0]
+    assert acme.wait_5m.starts == 1 and acme.wait_5m.p95 is not None and acme.wait_5m.p95 <= 0.001
+    assert acme.histogram.count == 2 and acme.histogram.total_us == 1_001_000  # cumulative: both
+
+
+def test_a_buffer_larger_than_one_call_goes_as_several_and_the_cap_holds_across_them(conn: Redis) -> None:
+    clock = [T0 - 30]
+    rec = recorder(conn, clock)  # 500 tenants a minute get their own record
+    rec.record("warm-up", 0.01, conn)  # the minute before: Redis now has the script (no NOSCRIPT retry below)
+    clock[0] = T0 + 1
+    tenants = MAX_GROUPS + 200
+    for i in range(tenants):
+        rec.add(f"t{i}", 0.01)
+    evals = command_calls(conn, "evalsha")
+    placed = rec.flush(conn)
+    assert command_calls(conn, "evalsha") - evals == 2
+    assert placed == [1] * 500 + [0] * (tenants - 500)  # oldest first: the first 500 took the minute's places
+    snap = reader(conn, clock).snapshot()
+    assert snap.everyone.wait_5m.starts == tenants + 1 and snap.capped_starts_5m == tenants - 500
+
+
+def test_the_flush_interval_is_checked() -> None:
+    assert ObserveConfig(flush_interval="250ms").flush_interval == 0.25
+    with pytest.raises(ValidationError, match="flush_interval must be at most 60s"):
+        ObserveConfig(flush_interval="2m")
+
+
+@pytest.mark.parametrize("worker_class", [WeightedSimpleWorker, WeightedWorker])
+def test_the_worker_gathers_starts_and_flushes_them_on_rq_s_own_job_start_pipeline(
+    conn: Redis, isolated_settings: None, worker_class: type[WeightedSimpleWorker | WeightedWorker]
+) -> None:
+    """Same jobs with recording off; on with a flush due at every job start; and on with a 60 s interval, so
+    the burst's starts all wait for the worker's teardown. A flush at a job start is one EVAL inside rq's own
+    job-start MULTI (seen in the server's MONITOR feed: between that connection's MULTI and EXEC; no MULTI,
+    EXEC or other command of its own); the teardown flush is one call (EVALSHA) of its own. Every start is
+    recorded exactly once (the forking worker's horses send nothing)."""
     jobs = 30
-    per_job: dict[bool, tuple[float, float, float]] = {}
-    for record in (False, True):
-        queue = Queue(f"hook_{record}", connection=conn)
+    per_job: dict[str, tuple[float, float, float]] = {}
+    for mode in ("off", "every", "buffered"):
+        queue = Queue(f"hook_{mode}", connection=conn)
         queue.enqueue_many([Queue.prepare_data(noop, meta={"fair_tenant": f"t{k % 3}"}, result_ttl=600)
                             for k in range(jobs)])
-        settings = Settings(prefix="hook", observe=ObserveConfig(record=record))
-        worker = WeightedSimpleWorker([queue], connection=conn, weights={queue.name: 1}, settings=settings)
-        reads, evals, execs = _reads(conn), command_calls(conn, "eval"), command_calls(conn, "exec")
-        worker.work(burst=True, logging_level="WARNING")
-        per_job[record] = ((_reads(conn) - reads) / jobs, (command_calls(conn, "eval") - evals) / jobs,
-                           (command_calls(conn, "exec") - execs) / jobs)
+        settings = Settings(prefix=f"hook_{mode}", observe=ObserveConfig(record=mode != "off", flush_interval=60))
+        worker = worker_class([queue], connection=conn, weights={queue.name: 1}, settings=settings)
+        if mode == "every":
+            assert worker.start_recorder is not None
+            worker.start_recorder.interval = 0.0
+        execs, evals, evalshas = (command_calls(conn, name) for name in ("exec", "eval", "evalsha"))
+        with monitored(conn) as feed:
+            worker.work(burst=True, logging_level="WARNING")
+        per_job[mode] = ((command_calls(conn, "eval") - evals) / jobs, (command_calls(conn, "exec") - execs) / jobs,
+                         command_calls(conn, "evalsha") - evalshas)
         assert FinishedJobRegistry(queue.name, connection=conn).count == jobs
-    assert per_job[True][1] - per_job[False][1] == 1  # one EVAL per job ...
-    assert per_job[True][2] == per_job[False][2]  # ... in the MULTIs rq sends anyway ...
-    # ... so no round trip of its own: one would add a read event per job. (Reads per job vary a little
-    # with timing: rq's heartbeats within a second of each other are skipped, fair_router.workers.bookkeeping.)
-    assert per_job[True][0] < per_job[False][0] + 0.5, per_job
-    snap = SnapshotReader(conn, Settings(prefix="hook")).snapshot()
-    assert sorted((row.tenant, row.wait_60m.starts) for row in snap.tenants) == [("t0", 10), ("t1", 10), ("t2", 10)]
-    # Our start is taken as rq prepares the execution, a moment before rq stamps started_at.
-    finished = Job.fetch_many(FinishedJobRegistry(queue.name, connection=conn).get_job_ids(), connection=conn)
-    rq_waits = sum((job.started_at - job.enqueued_at).total_seconds() for job in finished if job is not None)
-    ours = snap.everyone.histogram.total_us / 1e6
-    assert rq_waits - jobs * 0.25 <= ours <= rq_waits + 0.001 * jobs, (ours, rq_waits)
+        if mode == "every":
+            assert _in_transaction(feed, "EVAL") == [True] * jobs, feed
+    off, every, buffered = per_job["off"], per_job["every"], per_job["buffered"]
+    assert every[0] - off[0] == 1 and every[2] == off[2]  # one EVAL per job start ...
+    assert every[1] == off[1]  # ... inside the MULTIs rq sends anyway (checked above): no round trip of its own
+    assert buffered[0] == off[0] and buffered[1] == off[1]  # no EVAL at the job starts ...
+    assert buffered[2] - off[2] == 1, per_job  # ... one call at teardown, for all 30 starts
+    for mode in ("every", "buffered"):
+        snap = SnapshotReader(conn, Settings(prefix=f"hook_{mode}")).snapshot()
+        assert sorted((row.tenant, row.wait_60m.starts) for row in snap.tenants) == [("t0", 10), ("t1", 10),
+                                                                                    ("t2", 10)], mode
+        # Our start is taken as rq prepares the execution, a moment before rq stamps started_at.
+        registry = FinishedJobRegistry(f"hook_{mode}", connection=conn)
+        finished = Job.fetch_many(registry.get_job_ids(), connection=conn)
+        rq_waits = sum((job.started_at - job.enqueued_at).total_seconds() for job in finished if job is not None)
+        ours = snap.everyone.histogram.total_us / 1e6
+        assert rq_waits - jobs * 0.25 <= ours <= rq_waits + 0.001 * jobs, (mode, ours, rq_waits)
 
 
-def _reads(conn: Redis) -> int:
-    return int(cast(dict[str, Any], conn.info("stats"))["total_reads_processed"])
+@contextmanager
+def monitored(conn: Redis) -> Iterator[list[tuple[str, str]]]:
+    """The commands the server runs meanwhile, from its MONITOR feed: (client address, command name); commands
+    a script runs are left out."""
+    feed: list[tuple[str, str]] = []
+    ready, stop = threading.Event(), f"monitor-stop-{id(feed)}"
+
+    def listen() -> None:
+        with conn.monitor() as monitor:
+            ready.set()
+            for entry in monitor.listen():
+                if entry["command"] == f"ECHO {stop}":
+                    return
+                if entry["client_type"] != "lua":
+                    feed.append((f"{entry['client_address']}:{entry['client_port']}",
+                                 entry["command"].split(" ", 1)[0].upper()))
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    assert ready.wait(10)  # the server has answered MONITOR: every later command is in the feed
+    try:
+        yield feed
+    finally:
+        conn.echo(stop)
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+def _in_transaction(feed: list[tuple[str, str]], command: str) -> list[bool]:
+    """For each ``command`` in the feed: whether its connection was inside MULTI ... EXEC then (a queued
+    command runs at its EXEC, after its connection's MULTI, before its EXEC)."""
+    inside: dict[str, bool] = {}
+    found = []
+    for client, name in feed:
+        if name == "MULTI":
+            inside[client] = True
+        elif name in ("EXEC", "DISCARD"):
+            inside[client] = False
+        elif name == command:
+            found.append(inside.get(client, False))
+    return found
+
+
+def test_an_idle_worker_flushes_its_starts_from_its_heartbeat_once_twice_the_interval_has_passed(
+    conn: Redis, isolated_settings: None
+) -> None:
+    """rq's loop heartbeats after every idle wait (and before every fetch): starts gathered and not flushed by
+    a later job start go out there, after twice the interval, in a call of their own; before that they are
+    only in the worker's memory (what a killed worker loses)."""
+    clock = [T0 + 5.0]
+    settings = Settings(prefix="idle", observe=ObserveConfig(flush_interval=1))
+    worker = WeightedSimpleWorker(["idle"], connection=conn, weights={"idle": 1}, settings=settings)
+    worker.start_recorder = StartRecorder(conn, Keys("idle"), settings.observe, clock=lambda: clock[0])
+    worker.start_recorder.add("acme", 0.25)
+    worker.start_recorder.add("acme", 0.5)
+    clock[0] = T0 + 6.9  # the interval has passed, but a job start may still come to carry them
+    worker.heartbeat()
+    assert worker.start_recorder.pending == 2 and conn.keys("idle:{obs}:*") == []
+    clock[0] = T0 + 7.0
+    worker.heartbeat()
+    assert worker.start_recorder.pending == 0
+    acme = reader(conn, clock, prefix="idle").snapshot().tenants[0]
+    assert (acme.tenant, acme.wait_5m.starts, acme.histogram.total_us) == ("acme", 2, 750_000)
+    assert acme.series == [(T0, pytest.approx(0.375))]  # placed at the first start's time, on the clock given
+    worker.start_recorder.add("acme", 0.125)
+    worker.teardown()  # rq calls it whichever way its loop ends
+    assert reader(conn, clock, prefix="idle").snapshot().tenants[0].wait_5m.starts == 3
 
 
 def test_the_snapshot_names_the_top_n_and_sums_the_rest(conn: Redis, isolated_settings: None) -> None:

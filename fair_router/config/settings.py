@@ -179,12 +179,24 @@ class ObserveConfig(BaseModel):
     """A tenant's record expires this long after its last start (its cumulative counts then start again
     from zero, which Prometheus reads as a counter reset). At least 62 minutes: the 60-minute figures
     need them."""
+    flush_interval: Duration = 1.0
+    """A worker gathers its job starts in memory and sends them at most once per this interval, on the
+    pipeline rq sends as a job starts (also when it stops, and from an idle or busy worker's heartbeat once
+    they are twice this old). A worker killed outright loses up to this much of its records. At most 60s."""
 
     @field_validator("retention")
     @classmethod
     def _long_enough(cls, value: float) -> float:
         if value < 62 * 60:
             raise ValueError(f"retention must be at least 62m (the 60-minute wait figures need it), got {value:g}s")
+        return value
+
+    @field_validator("flush_interval")
+    @classmethod
+    def _short_enough(cls, value: float) -> float:
+        if value > 60:
+            raise ValueError(f"flush_interval must be at most 60s (the dashboard's figures lag by up to twice it), "
+                             f"got {value:g}s")
         return value
 
 

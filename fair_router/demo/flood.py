@@ -84,6 +84,9 @@ class FloodParams:
     seed: int = 1
     share_tenants: int = 5
     share_jobs: int = 100
+    flush_interval: float = 1.0
+    """The workers' ``observe.flush_interval``: a flood shorter than a couple of intervals (the tests' small
+    ones) needs a shorter one for its halfway dashboard view to show the starts so far."""
 
     @property
     def total_jobs(self) -> int:
@@ -211,13 +214,14 @@ def arrivals(params: FloodParams, flood: bool) -> list[tuple[float, str, str]]:
 
 
 @contextmanager
-def workers(url: str, chosen: Mode, count: int) -> Iterator[None]:
-    """``count`` real ``rq worker`` processes of the mode's class, stopped (SIGTERM) on exit."""
+def workers(url: str, chosen: Mode, count: int, flush_interval: float = 1.0) -> Iterator[None]:
+    """``count`` real ``rq worker`` processes of the mode's class, stopped (SIGTERM) on exit (each flushes
+    its start records as it stops)."""
     with tempfile.TemporaryDirectory(prefix="fair-router-flood-") as tmp:
         config = Path(tmp) / "fair_router.yaml"
         fair_queues = list(chosen.queues) if chosen.fair else []
         settings = {"prefix": PREFIX, "queues": chosen.weights, "fair_queues": fair_queues,
-                    "fair_charge": chosen.charge}
+                    "fair_charge": chosen.charge, "observe": {"flush_interval": flush_interval}}
         config.write_text(yaml.safe_dump(settings))
         env = {**os.environ, "FAIR_ROUTER_CONFIG": str(config)}
         command = [sys.executable, "-m", "rq.cli", "worker", "-w", chosen.worker_class, "--url", url,
@@ -312,7 +316,7 @@ def _drain(
             pending.pop()(chosen)
         return done
     kinds: dict[str, tuple[str, str]] = {}
-    with workers(url, chosen, params.workers):
+    with workers(url, chosen, params.workers, params.flush_interval):
         _wait_for_workers(connection, chosen.queues, params.workers)
         for burst in bursts:
             for job in enqueue.bulk([(tenant, length[tenant], done_key) for tenant in burst]):

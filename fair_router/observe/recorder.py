@@ -1,8 +1,22 @@
-"""Recording at the source: each job start adds its wait to bounded per-tenant records in Redis.
+"""Recording at the source: job starts are gathered in the worker and added to bounded per-tenant records in
+Redis, about once a second, by one script call that rides a pipeline rq sends anyway.
 
-A weighted worker calls :meth:`StartRecorder.job_started` with the pipeline rq itself sends as the job
-starts (see ``WeightedFetchMixin.prepare_execution`` in :mod:`fair_router.workers.weighted`), so the record costs no
-round trip of its own: one ``EVAL`` of ``fair_router/lua/observe_start.lua`` inside rq's MULTI.
+A weighted worker calls :meth:`StartRecorder.job_started` with the pipeline rq itself sends as the job starts
+(see ``WeightedFetchMixin.prepare_execution`` in :mod:`fair_router.workers.weighted`). The start is added to the
+worker's buffer (a few dictionary updates, no Redis); when ``observe.flush_interval`` (1 s) has passed since
+the last flush, the whole buffer goes on that same pipeline as one ``EVAL`` of
+``lua/observe_start.lua``: no round trip of its own, and one script run per interval instead of
+one per job (the script's run, not its text, was the cost: ~45 us of Redis CPU per call). The worker also
+flushes when it stops (its teardown, whichever way rq's loop ends), and from its heartbeats once the buffer
+is twice the interval old (an idle worker, or one running a long job, still shows its starts within a few
+seconds). A worker killed outright (SIGKILL, OOM, power) loses the starts it had not flushed: at most one
+interval's (twice it if it was also idle or busy with one long job). A failed flush (Redis away) loses its
+starts too; records are statistics, never state anything depends on.
+
+The buffer holds, per tenant and second of the worker's clock, the starts by wait bucket, their count and
+total wait, and the time of the first. The script places each group at Redis' time minus the group's age
+(its first start to the flush, on the worker's clock): minutes and ticks stay on Redis' clock, as the
+reader's, whatever the worker's clock says, and a start is placed within a second of when it happened.
 
 What a record holds (all of it bounded):
 
@@ -13,15 +27,18 @@ What a record holds (all of it bounded):
   histogram (a record idle for ``observe.retention`` expires; Prometheus reads that as a counter reset).
 
 At most ``observe.tenants_per_minute`` tenants get a record of their own in any minute; the starts of the
-others that minute go to the ``#other`` record. Every start also goes to ``#all``.
+others that minute go to the ``#other`` record (decided in the script, per tenant and minute, as the batch's
+groups are applied oldest first). Every start also goes to ``#all``.
 
-The wait is rq's: the job's start (now, on the worker's clock) minus ``job.enqueued_at`` (the enqueuer's
-clock). rq resets ``enqueued_at`` when its scheduler enqueues a job, so a job snoozed by a concurrency limit
-counts its wait from its return to the queue. A job parked by a fair queue keeps its ``enqueued_at``.
+The wait is rq's, taken as the job starts (not at the flush): the job's start (now, on the worker's clock)
+minus ``job.enqueued_at`` (the enqueuer's clock). rq resets ``enqueued_at`` when its scheduler enqueues a job,
+so a job snoozed by a concurrency limit counts its wait from its return to the queue. A job parked by a fair
+queue keeps its ``enqueued_at``.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -33,8 +50,7 @@ from fair_router.config.settings import ObserveConfig
 from fair_router.observe.buckets import N_BUCKETS, bucket_of
 from fair_router.routing.jobmeta import META_TENANT
 from fair_router.store.keys import Keys, encode
-from fair_router.store.luascript import assemble, compact
-from fair_router.store.scripts import Clock, now_arg
+from fair_router.store.scripts import Clock, ObserveStartScript
 
 MINUTE_SLOTS = 62
 """Minutes a record keeps: 60 whole ones for the 60-minute figures, the current one, one spare."""
@@ -54,44 +70,113 @@ NO_TENANT = "#none"
 """Tenant part of jobs without a tenant (as in :mod:`fair_router.fairqueue.queue`)."""
 
 
+MAX_GROUPS = 1000
+"""Groups per script call: a larger buffer (a thousand tenants starting within one flush) goes as several
+calls on the same pipeline, applied in order, so that no Lua stack or argument list grows without bound."""
+
+
+class _Group:
+    """One tenant's starts within one second of the worker's clock."""
+
+    __slots__ = ("buckets", "first", "starts", "total_us")
+
+    def __init__(self, first: float) -> None:
+        self.first = first
+        self.starts = 0
+        self.total_us = 0
+        self.buckets: dict[int, int] = {}
+
+
 class StartRecorder:
-    """Queues the start record of a job on a pipeline (no round trip of its own)."""
+    """Gathers job starts and sends them in batches (see the module's docstring)."""
 
     def __init__(self, connection: Redis, keys: Keys, config: ObserveConfig, clock: Clock | None = None) -> None:
-        """``clock``: epoch seconds for the wait and the record's minute (tests); None uses the worker's
-        clock for the wait and Redis ``TIME`` for the minute."""
+        """``clock``: epoch seconds for the waits, the flush interval and the records' minutes (tests); None
+        uses the worker's clock for the waits and the interval and Redis ``TIME`` for the minutes."""
         self.keys = keys
         self.config = config
         self.clock = clock
+        self.interval = config.flush_interval
         constants = (config.tenants_per_minute, max(1, round(config.retention)), MINUTE_SLOTS, TICK_SECONDS * 1000,
                      TICK_SLOTS, N_BUCKETS, RECENT_SECONDS * 1000)
-        source = (f"local cap, ttl, minute_slots, tick_ms, tick_slots, n_buckets, recent_ms = "
-                  f"{', '.join(map(str, constants))}\n" + compact(assemble("observe_start")))
-        self._script = connection.register_script(source)
-        self._source = source.encode()  # as bytes: redis-py packs it as it is, with every call
-        # Bytes, as the script: redis-py packs them as they are (each argument costs the worker time to pack).
-        self._fixed_keys = tuple(key.encode() for key in
-                                 (keys.observe_record(OTHER), keys.observe_record(ALL), keys.observe_recent()))
+        self._script = ObserveStartScript(connection, constants)
+        self._fixed_keys = [keys.observe_record(OTHER), keys.observe_record(ALL), keys.observe_recent()]
+        self._pending: dict[tuple[str | None, int], _Group] = {}
+        # A WeightedSimpleWorker's job heartbeat thread may flush while the worker thread adds a start.
+        self._lock = threading.Lock()
+        self._last_flush = self._now()  # a new worker's first starts wait for the interval like any others
+
+    def _now(self) -> float:
+        return self.clock() if self.clock is not None else time.time()
+
+    @property
+    def pending(self) -> int:
+        """Starts gathered and not yet sent."""
+        with self._lock:
+            return sum(group.starts for group in self._pending.values())
 
     def job_started(self, job: Job, pipeline: Pipeline) -> None:
-        """Queue ``job``'s start on ``pipeline`` (rq's own, at job start). A job without ``enqueued_at``
-        (never enqueued, e.g. run directly) has no wait to record."""
+        """Note ``job``'s start; when the interval has passed, queue the flush on ``pipeline`` (rq's own, at
+        job start). A job without ``enqueued_at`` (never enqueued, e.g. run directly) has no wait to record."""
         if job.enqueued_at is None:
             return
-        now = self.clock() if self.clock is not None else time.time()
+        now = self._now()
         tenant = job.meta.get(META_TENANT)
-        self.record(None if tenant is None or tenant == "" else str(tenant), now - job.enqueued_at.timestamp(),
-                    pipeline)
+        self.add(None if tenant is None or tenant == "" else str(tenant), now - job.enqueued_at.timestamp(), now)
+        if now - self._last_flush >= self.interval:
+            self.flush(pipeline)
+
+    def add(self, tenant: str | None, wait: float, at: float | None = None) -> None:
+        """Gather one start of ``tenant`` (None: no tenant) at ``at`` (default now) that waited ``wait``
+        seconds: dictionary updates only, nothing is sent."""
+        at = self._now() if at is None else at
+        wait_us = max(0, round(wait * 1e6))
+        bucket = bucket_of(wait_us)
+        with self._lock:
+            group = self._pending.get((tenant, int(at)))
+            if group is None:
+                group = self._pending[(tenant, int(at))] = _Group(at)
+            group.starts += 1
+            group.total_us += wait_us
+            group.buckets[bucket] = group.buckets.get(bucket, 0) + 1
+
+    def flush(self, client: Any, *, older_than: float = 0.0) -> list[int] | None:
+        """Send the gathered starts: queued when ``client`` is a pipeline (returns None), else run at once
+        (returns, per group sent, 1 if it went to its tenant's own record, 0 if to ``#other``). With
+        ``older_than``, only when the last flush is at least that many seconds old. Nothing gathered:
+        nothing sent."""
+        now = self._now()
+        with self._lock:
+            if not self._pending or now - self._last_flush < older_than:
+                return None
+            groups, self._pending = list(self._pending.items()), {}
+            self._last_flush = now
+        groups.sort(key=lambda item: item[1].first)
+        placed: list[int] = []
+        for start in range(0, len(groups), MAX_GROUPS):
+            result = self._send(groups[start:start + MAX_GROUPS], now, client)
+            if not isinstance(client, Pipeline):
+                placed.extend(int(flag) for flag in result)
+        return None if isinstance(client, Pipeline) else placed
 
     def record(self, tenant: str | None, wait: float, client: Any) -> Any:
-        """Record one start of ``tenant`` (None: no tenant) that waited ``wait`` seconds; queued when
-        ``client`` is a pipeline, else run at once (returns 1 if it went to the tenant's own record)."""
-        part = NO_TENANT if tenant is None else encode(tenant)
+        """Record one start of ``tenant`` now, past the buffer (tests, benchmarks): queued when ``client`` is a
+        pipeline, else run at once (returns 1 if it went to the tenant's own record, 0 if to ``#other``)."""
+        now = self._now()
+        group = _Group(now)
         wait_us = max(0, round(wait * 1e6))
-        record = self.keys.observe_record(part)
-        args: list[int | str] = [bucket_of(wait_us), wait_us]
-        if self.clock is not None:
-            args.append(now_arg(self.clock))
-        if isinstance(client, Pipeline):  # EVAL, as luascript.Call.queue does, with the fewest arguments to pack
-            return client.eval(self._source, 4, record, *self._fixed_keys, *args)  # type: ignore[arg-type]
-        return self._script(keys=[record, *self._fixed_keys], args=args, client=client)
+        group.starts, group.total_us, group.buckets = 1, wait_us, {bucket_of(wait_us): 1}
+        result = self._send([((tenant, int(now)), group)], now, client)
+        return result if isinstance(client, Pipeline) else int(result[0])
+
+    def _send(self, groups: list[tuple[tuple[str | None, int], _Group]], now: float, client: Any) -> Any:
+        """One script call for ``groups``: queued on ``client`` when it is a pipeline, else run now."""
+        records: list[str] = []
+        args: list[int | str] = [round(now * 1000) if self.clock is not None else ""]  # "": Redis TIME
+        for (tenant, _), group in groups:
+            records.append(self.keys.observe_record(NO_TENANT if tenant is None else encode(tenant)))
+            args += [max(0, round((now - group.first) * 1000)), group.starts, group.total_us, len(group.buckets)]
+            for bucket, count in group.buckets.items():
+                args += [bucket, count]
+        return self._script(self._fixed_keys, records, args).run_or_queue(client if isinstance(client, Pipeline)
+                                                                          else None)

@@ -124,8 +124,12 @@ class LuaScript(Generic[R]):
     name: ClassVar[str]
 
     def __init__(self, connection: Redis) -> None:
-        self.source = assemble(self.name)
+        self.source = self.build_source()
         self._registered = connection.register_script(self.source)
+
+    def build_source(self) -> str:
+        """The text registered and sent: the assembled script (a subclass may put constants in front)."""
+        return assemble(self.name)
 
     def call(self, keys: Sequence[str], args: Sequence[Any]) -> Call[R]:
         return Call(self, list(keys), list(args))

@@ -15,7 +15,7 @@ from redis import Redis
 
 from fair_router.routing.rules import Rule
 from fair_router.store.keys import FairQueueKeys, Keys
-from fair_router.store.luascript import Call, LuaScript
+from fair_router.store.luascript import Call, LuaScript, assemble, compact
 
 Clock = Callable[[], float]
 """Returns epoch seconds. ``None`` in its place means Redis server ``TIME``."""
@@ -298,3 +298,29 @@ class AbandonScript(LuaScript[list[str]]):
 
     def parse(self, reply: Any) -> list[str]:
         return [_text(raw) for raw in reply]
+
+
+class ObserveStartScript(LuaScript[list[int]]):
+    """observe_start.lua: add a batch of job starts (a worker's buffer) to the tenants' records. The record
+    layout's constants go in front of the script's text rather than in ARGV, and the text is sent compacted:
+    the flush rides rq's job-start MULTI as an EVAL of that text."""
+
+    name = "observe_start"
+
+    def __init__(self, connection: Redis, constants: Sequence[int]) -> None:
+        """``constants``: cap, ttl, minute_slots, tick_ms, tick_slots, n_buckets, recent_ms (the script's
+        header names them)."""
+        self.constants = tuple(constants)
+        super().__init__(connection)
+
+    def build_source(self) -> str:
+        names = "cap, ttl, minute_slots, tick_ms, tick_slots, n_buckets, recent_ms"
+        return f"local {names} = {', '.join(map(str, self.constants))}\n" + compact(assemble(self.name))
+
+    def __call__(self, fixed: Sequence[str], records: Sequence[str], args: Sequence[int | str]) -> Call[list[int]]:
+        """KEYS = ``fixed`` (#other, #all, recent) then one record per group; ARGV = now_ms ('' = server
+        TIME), then per group: age_ms, starts, total wait (us), k, k pairs (bucket, starts)."""
+        return self.call([*fixed, *records], args)
+
+    def parse(self, reply: Any) -> list[int]:
+        return [int(flag) for flag in reply]

@@ -19,7 +19,8 @@ and, with ``concurrency.enabled``, a slot) in one script call riding with the "b
 may not start yet waits (parked in its FairQueue, or deferred on a plain queue), never failed.
 
 Both workers also leave out rq's repeated heartbeats and state writes between jobs
-(:mod:`fair_router.workers.bookkeeping`), record each job's wait as they start it (:mod:`fair_router.observe`), and
+(:mod:`fair_router.workers.bookkeeping`), record each job's wait as they start it (:mod:`fair_router.observe`; sent in
+batches about once a second, and when the worker stops), and
 take part in bounded crash recovery (:mod:`fair_router.workers.recovery`): they heartbeat running jobs every
 ``recovery.abandon_after / 3``, wake from an idle fetch at least every couple of seconds, and hand back jobs
 whose worker stopped heartbeating.
@@ -35,6 +36,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from redis import ConnectionPool, Redis
 from redis.client import Pipeline
+from redis.exceptions import RedisError
 from rq import Queue, SimpleWorker, Worker
 from rq.executions import Execution
 from rq.job import Job
@@ -119,6 +121,13 @@ class WeightedFetchMixin(BaseWorker):
         super().heartbeat(timeout, pipeline=pipeline)
         if pipeline is None and not self.is_horse:
             self.recover_abandoned()
+            self.flush_overdue_start_records()
+
+    def maintain_heartbeats(self, job: Job) -> None:
+        """rq's heartbeat of the running job (from the forking worker while its horse works, from the job
+        heartbeat thread of a simple worker); a long job does not hold back the starts gathered before it."""
+        super().maintain_heartbeats(job)
+        self.flush_overdue_start_records()
 
     def revive_scheduler(self) -> None:
         """Start this worker's rq scheduler (``--with-scheduler``) if it is not running, as rq's maintenance
@@ -164,7 +173,8 @@ class WeightedFetchMixin(BaseWorker):
     def prepare_execution(self, job: Job) -> Execution:
         """rq seam, job start: rq 2.12's ``rq.executions.prepare_execution`` (what ``BaseWorker.prepare_execution``
         calls as the worker takes a job up, before the fork) restated, plus the job's start record
-        (:mod:`fair_router.observe.recorder`) on the same MULTI, so recording costs no round trip. rq's own:
+        (:mod:`fair_router.observe.recorder`): gathered in this process, and once per ``observe.flush_interval``
+        the gathered starts go on the same MULTI, so recording costs no round trip. rq's own:
         create the Execution (the StartedJobRegistry entry) with the job's heartbeat TTL and write the busy
         state, in one pipeline. Keep in step with rq's when upgrading it."""
         with self.connection.pipeline() as pipeline:
@@ -264,10 +274,29 @@ class WeightedFetchMixin(BaseWorker):
         self.heartbeat(pipeline=pipe)
 
     def teardown(self) -> None:
-        """Write the limiter's pending counters before the worker goes."""
+        """Write the limiter's pending counters and the gathered start records before the worker goes."""
         if not self.is_horse:
+            self.flush_start_records()
             self.gate.limiter.flush()
         super().teardown()  # type: ignore[no-untyped-call]
+
+    def flush_start_records(self, older_than: float = 0.0) -> None:
+        """Send the job starts gathered since the last flush (:mod:`fair_router.observe.recorder`), in a round
+        trip of its own; with ``older_than``, only if the last flush is that many seconds old. A Redis error
+        is logged, not raised: the records are statistics, and a stopping worker still has to register its
+        death."""
+        if self.start_recorder is None or self.is_horse:
+            return
+        try:
+            self.start_recorder.flush(self.connection, older_than=older_than)
+        except RedisError as exc:
+            self.log.warning("Worker %s: job start records lost (%s)", self.name, exc)
+
+    def flush_overdue_start_records(self) -> None:
+        """Flush the gathered starts if no job start has done it for twice the interval: the worker is idle,
+        or runs a long job (a busy worker's job starts flush them, on rq's own pipeline, before that)."""
+        if self.start_recorder is not None:
+            self.flush_start_records(older_than=2 * self.start_recorder.interval)
 
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
