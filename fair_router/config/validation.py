@@ -7,7 +7,7 @@ check happens once, where the value enters (settings load, a constructor, an opt
 it, e.g. the worker's weighted fetch order does not look at its weights again on every fetch.
 
 Messages name the value (``weight must be a positive number or 'strict', got -1``); where it came from (the
-file, variable or argument and the key path) is added by :func:`fair_router.config.settings.describe_errors`.
+file, variable or argument and the key path) is added by :func:`fair_router.config.errors.describe_errors`.
 """
 
 from __future__ import annotations
