@@ -20,7 +20,8 @@ def demo(plot: Path, no_plot: bool, quick: bool) -> None:
 
     Uses $REDIS_URL / $FAIR_ROUTER_REDIS_URL, else a private redis-server.
     """
-    from fair_router.demo.flood import MODES, FloodParams, MixedParams
+    from fair_router.demo.flood import FloodParams, MixedParams
+    from fair_router.demo.harness import MODES
     from fair_router.demo.run import (
         demo_redis,
         print_flood,
