@@ -15,7 +15,8 @@ from pathlib import Path
 
 from redis import Redis
 
-from fair_router.demo.flood import MODES, FloodParams
+from fair_router.demo.flood import FloodParams
+from fair_router.demo.harness import MODES
 from fair_router.demo.redis_server import RedisServer
 from fair_router.demo.run import print_flood, run_flood_demo
 

@@ -13,10 +13,11 @@ from rq.registry import FinishedJobRegistry
 from rq.worker import BaseWorker
 from worker_jobs import noop
 
-from fair_router import Settings, WeightedSimpleWorker, WeightedWorker, bookkeeping
+from fair_router import Settings, WeightedSimpleWorker, WeightedWorker
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig
 from fair_router.routing.jobmeta import META_TENANT
 from fair_router.store.keys import Keys
+from fair_router.workers import bookkeeping
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 

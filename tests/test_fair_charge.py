@@ -15,7 +15,7 @@ from rq.registry import FinishedJobRegistry
 
 from fair_router import FairQueue, Settings, WeightedSimpleWorker
 from fair_router.config.settings import SettingsError, TiersConfig, load_settings
-from fair_router.demo.flood import JobTiming, jain, worker_time_shares
+from fair_router.demo.metrics import JobTiming, jain, worker_time_shares
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 from redis import Redis
 
-from fair_router.demo.flood import (
-    FloodParams,
+from fair_router.demo.flood import FloodParams, run_scenario
+from fair_router.demo.metrics import (
     JobTiming,
     jain,
     percentile,
-    run_scenario,
     served_ahead,
     share_accuracy,
     summarize,

@@ -18,14 +18,12 @@ from redis import Redis
 from fair_router.demo.flood import (
     CHARGES,
     FloodParams,
-    Midway,
     MixedParams,
-    Mode,
-    observed_settings,
     run_scenario,
     run_worker_time,
     total_jobs,
 )
+from fair_router.demo.harness import Midway, Mode, observed_settings
 from fair_router.demo.redis_server import RedisServer
 from fair_router.routing.decorator import fair_job
 from fair_router.routing.router import FairRouter

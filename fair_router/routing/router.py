@@ -24,18 +24,17 @@ from rq import Queue
 from rq.group import Group
 from rq.job import Job
 from rq.queue import EnqueueArgs, EnqueueData
-from rq.utils import as_text
 
 from fair_router.config.settings import TiersConfig, validated
 from fair_router.config.validation import Prefix
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
-from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.rates import Rate
 from fair_router.fairqueue.queue import FairQueue
+from fair_router.routing.admin import TenantAdmin
 from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
 from fair_router.routing.rules import Rule, last_match
-from fair_router.routing.tiers import TenantOverrides, TenantProfile, TierBook
-from fair_router.store.keys import Keys, encode
+from fair_router.routing.tiers import TierBook
+from fair_router.store.keys import Keys
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
 _PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
@@ -63,8 +62,9 @@ class WindowView:
     next_rule: Rule | None
 
 
-class FairRouter:
-    """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection."""
+class FairRouter(TenantAdmin):
+    """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection. The tenant
+    admin API (tiers, overrides, pause, running and waiting jobs) comes from :class:`TenantAdmin`."""
 
     def __init__(
         self,
@@ -73,12 +73,10 @@ class FairRouter:
         clock: Clock | None = None,
         tiers: TiersConfig | None = None,
     ) -> None:
-        self.connection = connection
-        self.keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
+        keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
+        super().__init__(connection, keys, TierBook(connection, keys, tiers))
         self.clock = clock
-        self.tiers = TierBook(connection, self.keys, tiers)
         self._route = RouteScript(connection)
-        self._pauses = TenantPauses(connection, self.keys)
         self._peek = PeekScript(connection)
         self._queues: dict[str, Queue] = {}
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
@@ -131,67 +129,6 @@ class FairRouter:
         return WindowView(counts, rule.queue if rule else route.queue, rule)
 
     # -- tiers ---------------------------------------------------------------------------------
-
-    def set_tier(self, tenant: str, tier: str) -> None:
-        """Put ``tenant`` on ``tier`` (stored in Redis; used when no tier resolver is configured)."""
-        self.tiers.set(tenant, tier)
-
-    def get_tier(self, tenant: str) -> str:
-        """``tenant``'s tier (``tiers.default`` when unknown)."""
-        return self.tiers.tier(tenant)
-
-    # -- tenant controls -------------------------------------------------------------------------
-
-    def set_tenant(
-        self,
-        tenant: str,
-        limit: int | None = None,
-        weight: float | None = None,
-        rate: str | Rate | None = None,
-        burst: int | None = None,
-        max_backlog: int | None = None,
-        reset: bool = False,
-    ) -> TenantProfile:
-        """Override ``tenant``'s tier values: concurrency ``limit``, fair-share ``weight``, ``rate`` ("10/s")
-        with its ``burst``, and ``max_backlog`` (per fair queue). Values left None stay as they were;
-        ``reset`` drops every earlier override first. Validated (pydantic's ValidationError names the
-        value); every worker and producer uses it within its tier cache's life (5 s). Returns the profile
-        now in effect."""
-        overrides = TenantOverrides(limit=limit, weight=weight, rate=rate, burst=burst, max_backlog=max_backlog)
-        return self.tiers.set_overrides(tenant, overrides, reset=reset)
-
-    def tenant(self, tenant: str) -> TenantProfile:
-        """The values in effect for ``tenant`` (tier, limit, weight, rate, burst, max_backlog, overrides)."""
-        return self.tiers.profile(tenant)
-
-    def pause(self, tenant: str) -> None:
-        """No job of ``tenant`` starts until :meth:`resume`; its jobs wait (nothing is failed or lost).
-        System jobs are not paused."""
-        self._pauses.pause(tenant)
-
-    def resume(self, tenant: str) -> None:
-        """``tenant``'s jobs may start again (fair queues serve it at once)."""
-        self._pauses.resume(tenant)
-
-    def paused(self, tenant: str) -> bool:
-        """Whether ``tenant`` is paused."""
-        return self._pauses.paused(tenant)
-
-    def tenant_jobs(self, tenant: str) -> tuple[int, dict[str, int]]:
-        """``tenant``'s running jobs (unexpired concurrency leases; 0 when limits are off) and its waiting jobs
-        per fair queue that has any (queue name -> count)."""
-        queues = sorted(as_text(raw) for raw in self.connection.smembers(Queue.redis_queues_keys))
-        with self.connection.pipeline(transaction=False) as pipe:
-            pipe.time()
-            pipe.zrange(self.keys.leases(tenant), 0, -1, withscores=True)
-            for key in queues:
-                pipe.hget(self.keys.fair_queue(key).backlog, encode(tenant))
-            (seconds, micros), leases, *counts = pipe.execute()
-        now_ms = seconds * 1000 + micros // 1000
-        running = sum(1 for _, expiry in leases if expiry > now_ms)
-        prefix = len(Queue.redis_queue_namespace_prefix)
-        waiting = {key[prefix:]: int(count) for key, count in zip(queues, counts, strict=True) if count}
-        return running, waiting
 
     def tier_route(self, route: Route, tenant: str | None, system: bool = False) -> Route:
         """``route`` with its base queue moved to ``<queue>_priority`` / ``_default`` / ``_scheduled`` by

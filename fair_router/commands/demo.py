@@ -1,0 +1,52 @@
+"""``fair-router demo``: routing, the flood scenario and worker-time charging on real workers."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=Path("fair-router-demo.png"),
+              show_default=True, help="Where to draw per-tenant wait distributions (PNG; needs matplotlib).")
+@click.option("--no-plot", is_flag=True, help="Do not draw the plot.")
+@click.option("--quick", is_flag=True, help="A smaller flood (500 greedy jobs, 10 small tenants).")
+def demo(plot: Path, no_plot: bool, quick: bool) -> None:
+    """Routing, the flood scenario (FIFO, router, fair queue) on real workers, with what the dashboard shows
+    halfway through each flood, then mixed job lengths (job vs runtime charging); writes the wait plot unless
+    --no-plot.
+
+    Uses $REDIS_URL / $FAIR_ROUTER_REDIS_URL, else a private redis-server.
+    """
+    from fair_router.demo.flood import FloodParams, MixedParams
+    from fair_router.demo.harness import MODES
+    from fair_router.demo.run import (
+        demo_redis,
+        print_flood,
+        print_routing,
+        print_worker_time,
+        run_flood_demo,
+        run_routing_demo,
+        run_worker_time_demo,
+    )
+
+    params = FloodParams(greedy_jobs=500, small_tenants=10) if quick else FloodParams()
+    mixed = MixedParams(long_jobs=20, short_jobs=200) if quick else MixedParams(long_jobs=40, short_jobs=400)
+    with demo_redis() as (connection, url):
+        print_routing(run_routing_demo(connection))
+        report = run_flood_demo(connection, url, params, MODES)
+        worker_time = run_worker_time_demo(connection, url, mixed)
+    print_flood(report)
+    click.echo("\n== worker-time share: job-count charging vs runtime charging (FairQueue charge=) ==")
+    print_worker_time(worker_time)
+    if no_plot:
+        return
+    if importlib.util.find_spec("matplotlib") is None:
+        click.echo("\nplot not written: it needs matplotlib (pip install 'fair-router[plot]'; or pass --no-plot)")
+        return
+    from fair_router.demo.plot import plot_waits
+
+    plot_waits(report, plot)
+    click.echo(f"\nplot written to {plot}")

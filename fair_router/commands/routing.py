@@ -1,0 +1,81 @@
+"""``fair-router check`` (the settings and their rules) and ``fair-router stats`` (a tenant's windows, or
+the concurrency counters per tier)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fair_router.commands.common import load_or_exit, router_for
+from fair_router.config.durations import format_duration
+from fair_router.config.settings import Settings
+from fair_router.routing.router import FairRouter, Route
+
+
+@click.command()
+@click.argument("config", required=False, type=click.Path(path_type=Path))
+def check(config: Path | None) -> None:
+    """Validate settings (CONFIG, else $FAIR_ROUTER_CONFIG / ./fair_router.yaml) and print the rules."""
+    settings = load_or_exit(config)
+    click.echo(f"redis_url: {settings.redis_url}\nprefix:    {settings.prefix}\n")
+    rows = [("job key", "base queue", "#", "threshold", "per", "-> queue")]
+    for job_key, job in settings.jobs.items():
+        base = job.queue or "(decorator's)"
+        if not job.rules:
+            rows.append((job_key, base, "-", "", "", "(no rules)"))
+        for i, rule in enumerate(job.rules, 1):
+            rows.append((job_key if i == 1 else "", base if i == 1 else "", str(i), f"> {rule.threshold}",
+                         format_duration(rule.per), rule.queue))
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    if settings.queues:
+        click.echo("\nqueue weights (strict first, in order; others by weight; unlisted = 1):")
+        for name, weight in settings.queues.items():
+            click.echo(f"  {name}: {weight if weight == 'strict' else f'{weight:g}'}")
+    click.echo("\nsettings OK")
+
+
+@click.command()
+@click.argument("job_key", required=False)
+@click.argument("tenant", required=False)
+@click.option("--limits", is_flag=True, help="Show per-tier concurrency counters and tier limits instead.")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | None) -> None:
+    """Window counts of TENANT for JOB_KEY and where its next job would go (read-only); or --limits."""
+    settings = load_or_exit(config)
+    router = router_for(settings)
+    if limits:
+        _print_limits(settings, router)
+        return
+    if job_key is None or tenant is None:
+        raise click.UsageError("give JOB_KEY and TENANT, or --limits")
+    job = settings.job(job_key)
+    route = Route(job_key, job.queue or "default", tuple(job.rules))
+    view = router.peek(route, tenant)
+    click.echo(f"job key {job_key}, tenant {tenant!r}, base queue {route.queue}")
+    if not route.rules:
+        click.echo("no rules configured for this job key")
+    for rule, count in zip(route.rules, view.counts, strict=True):
+        state = "MATCHES" if rule.matches(count) else "ok"
+        click.echo(f"  {count:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
+    reason = f" (rule: {view.next_rule.describe()})" if view.next_rule else ""
+    click.echo(f"next job would go to: {view.next_queue}{reason}")
+
+
+def _print_limits(settings: Settings, router: FairRouter) -> None:
+    from fair_router.controls.concurrency import COUNTERS, ConcurrencyLimiter
+
+    limiter = ConcurrencyLimiter(router.connection, router.keys, router.tiers, settings.concurrency)
+    counters = limiter.counters()
+    state = "enabled" if settings.concurrency.enabled else "disabled (concurrency.enabled: false)"
+    click.echo(f"concurrency limits: {state}; lease_ttl {format_duration(settings.concurrency.lease_ttl)}, "
+               f"snooze {format_duration(settings.concurrency.snooze)} + up to "
+               f"{format_duration(settings.concurrency.jitter)} jitter")
+    click.echo(f"  {'tier':<14}{'limit':>6}{'priority':>10}" + "".join(f"{name:>11}" for name in COUNTERS))
+    for tier in sorted({*settings.tiers.concurrency, *counters}):
+        row = counters.get(tier, dict.fromkeys(COUNTERS, 0))
+        priority = "yes" if tier in settings.tiers.priority else ""
+        click.echo(f"  {tier:<14}{settings.tiers.limit(tier):>6}{priority:>10}"
+                   + "".join(f"{row[name]:>11}" for name in COUNTERS))

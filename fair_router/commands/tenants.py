@@ -1,0 +1,116 @@
+"""``fair-router tier ...`` (a tenant's plan tier) and ``fair-router tenant ...`` (its overrides, pause and
+resume, and what is in effect)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from fair_router.commands.common import COUNT, FAIR_WEIGHT, RATE, load_or_exit, router_for
+from fair_router.config.settings import Settings
+from fair_router.controls.rates import Rate
+
+
+@click.group()
+def tier() -> None:
+    """Read or set a tenant's plan tier (stored in Redis; used when no tiers.resolver is set)."""
+
+
+@tier.command("set")
+@click.argument("tenant")
+@click.argument("tier_name", metavar="TIER")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def tier_set(tenant: str, tier_name: str, config: Path | None) -> None:
+    """Put TENANT on TIER."""
+    router = router_for(load_or_exit(config))
+    try:
+        router.set_tier(tenant, tier_name)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="TIER") from None
+    click.echo(f"{tenant}: {tier_name}")
+
+
+@tier.command("get")
+@click.argument("tenant")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def tier_get(tenant: str, config: Path | None) -> None:
+    """Print TENANT's tier and what it means."""
+    settings = load_or_exit(config)
+    router = router_for(settings)
+    name = router.get_tier(tenant)
+    kind = "priority" if name in settings.tiers.priority else "default"
+    click.echo(f"{tenant}: {name} (queue class {kind}, {settings.tiers.limit(name)} at once)")
+
+
+@click.group()
+def tenant() -> None:
+    """Per-tenant controls: overrides of the tier's values, pause and resume, and what is in effect."""
+
+
+@tenant.command("set")
+@click.argument("tenant_id", metavar="TENANT")
+@click.option("--limit", type=COUNT, help="Jobs it may run at once (beats tiers.concurrency).")
+@click.option("--weight", type=FAIR_WEIGHT, help="Fair-queue weight (beats tiers.weights).")
+@click.option("--rate", type=RATE, help="Job starts per unit: N/s, N/m or N/h (beats tiers.rate).")
+@click.option("--burst", type=COUNT, help="Starts allowed at once with its rate (beats tiers.burst).")
+@click.option("--max-backlog", type=COUNT, help="Waiting jobs per fair queue (beats max_backlog).")
+@click.option("--reset", is_flag=True, help="Drop its earlier overrides first.")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def tenant_set(tenant_id: str, limit: int | None, weight: float | None, rate: Rate | None, burst: int | None,
+               max_backlog: int | None, reset: bool, config: Path | None) -> None:
+    """Override TENANT's tier values; every worker and producer uses them within 5 s."""
+    settings = load_or_exit(config)
+    router_for(settings).set_tenant(tenant_id, limit=limit, weight=weight, rate=rate, burst=burst,
+                                 max_backlog=max_backlog, reset=reset)
+    _show_tenant(settings, tenant_id)
+
+
+@tenant.command("show")
+@click.argument("tenant_id", metavar="TENANT")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def tenant_show(tenant_id: str, config: Path | None) -> None:
+    """TENANT's tier, effective limit, weight, rate and backlog cap, running and waiting jobs, paused or not."""
+    _show_tenant(load_or_exit(config), tenant_id)
+
+
+@tenant.command("pause")
+@click.argument("tenant_id", metavar="TENANT")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def tenant_pause(tenant_id: str, config: Path | None) -> None:
+    """No job of TENANT starts until resume (its jobs wait; running ones finish; system jobs run)."""
+    router_for(load_or_exit(config)).pause(tenant_id)
+    click.echo(f"{tenant_id}: paused")
+
+
+@tenant.command("resume")
+@click.argument("tenant_id", metavar="TENANT")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def tenant_resume(tenant_id: str, config: Path | None) -> None:
+    """TENANT's jobs may start again."""
+    router_for(load_or_exit(config)).resume(tenant_id)
+    click.echo(f"{tenant_id}: resumed")
+
+
+def _show_tenant(settings: Settings, tenant_id: str) -> None:
+    router = router_for(settings)
+    profile = router.tenant(tenant_id)
+    own = set(profile.overrides.fields())
+
+    def mark(name: str) -> str:
+        return " (override)" if name in own else ""
+
+    rate = f"{profile.rate}, burst {profile.burst}" if profile.rate else "unlimited"
+    cap = profile.max_backlog if profile.max_backlog is not None else "none"
+    click.echo(f"tenant {tenant_id!r}: tier {profile.tier}{' (PAUSED)' if router.paused(tenant_id) else ''}")
+    click.echo(f"  limit       {profile.limit} at once{mark('limit')}"
+               f"{'' if settings.concurrency.enabled else ' (concurrency.enabled is off)'}")
+    click.echo(f"  weight      {profile.weight:g}{mark('weight')}")
+    click.echo(f"  rate        {rate}{mark('rate') or mark('burst')}")
+    click.echo(f"  max_backlog {cap}{mark('max_backlog')}")
+    running, waiting = router.tenant_jobs(tenant_id)
+    click.echo(f"  running     {running}")
+    for queue, count in waiting.items():
+        click.echo(f"  waiting     {count} in {queue}")
+    if not waiting:
+        click.echo("  waiting     none in any fair queue")

@@ -1,0 +1,98 @@
+"""``fair-router worker`` (one weighted worker) and ``fair-router pool`` (workers per queue group)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from redis import Redis
+
+from fair_router.commands.common import load_or_exit
+
+
+@click.command()
+@click.argument("queues", nargs=-1)
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file; `queues:` holds the weights.")
+@click.option("--url", help="Redis URL.  [default: redis_url from settings]")
+@click.option("--burst", is_flag=True, help="Quit when the queues are empty.")
+@click.option("--name", help="Worker name.  [default: random]")
+@click.option("--logging-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
+@click.option("--max-jobs", type=click.IntRange(min=1), help="Quit after this many jobs.")
+@click.option("--with-scheduler/--without-scheduler", default=True, show_default=True,
+              help="Also run rq's scheduler, so enqueue_in/enqueue_at jobs are moved to their queues.")
+def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst: bool, name: str | None,
+           logging_level: str, max_jobs: int | None, with_scheduler: bool) -> None:
+    """Run one weighted worker on QUEUES (default: every queue listed under `queues:` in the settings).
+
+    The same as `rq worker -w fair_router.WeightedWorker QUEUES`, with URL and weights from the settings.
+    """
+    from redis.exceptions import RedisError
+
+    from fair_router.workers.weighted import WeightedWorker
+
+    settings = load_or_exit(config)
+    names = list(queues) or list(settings.queues)
+    if not names:
+        click.echo("error: no queues to work on: name them (fair-router worker default low) or list them "
+                   "under `queues:` in the settings", err=True)
+        sys.exit(2)
+    try:
+        connection = Redis.from_url(url or settings.redis_url)
+        rq_worker = WeightedWorker(names, connection=connection, name=name, settings=settings)  # --config's
+    except (RedisError, ValueError) as exc:
+        click.echo(f"error: cannot start the worker: {exc}", err=True)
+        sys.exit(2)
+    rq_worker.work(burst=burst, logging_level=logging_level.upper(), max_jobs=max_jobs,
+                   with_scheduler=with_scheduler)
+
+
+@click.command()
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file (`pool:`); workers get it too.")
+@click.option("--url", help="Redis URL.  [default: redis_url from settings]")
+@click.option("--worker-class", "-w", default="fair_router.WeightedWorker", show_default=True,
+              help="rq worker class every worker runs (dotted path).")
+@click.option("--logging-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
+@click.option("--with-scheduler", is_flag=True, help="Run rq's scheduler in exactly one of the workers.")
+@click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds a stopping worker may finish its job before it is cold-stopped.")
+def pool(config: Path | None, url: str | None, worker_class: str, logging_level: str, with_scheduler: bool,
+         grace: float) -> None:
+    """Run the workers per queue group set in `pool:`; restart dead ones; stop all on SIGINT/SIGTERM.
+
+    Unlike `rq worker-pool` (N identical workers on the same queues), each queue group gets its own
+    number of workers, e.g. `pool: {analysis_priority: 5, analysis_default: 3, "scheduled,maint": 2}`.
+    """
+    import logging
+
+    from redis.exceptions import RedisError
+    from rq.utils import import_worker_class
+
+    from fair_router.workers.pool import WorkerPool, redact_url
+
+    settings = load_or_exit(config)
+    if not settings.pool:
+        click.echo("error: no workers to run: `pool:` is empty. Set it in the settings file, e.g.\n"
+                   "  pool:\n    default: 2\n    default_throttled,default_superslow: 1\n"
+                   "or in the environment: FAIR_ROUTER_POOL='{\"default\": 2}'", err=True)
+        sys.exit(2)
+    url = url or settings.redis_url
+    try:
+        import_worker_class(worker_class)
+    except (ImportError, ValueError) as exc:
+        click.echo(f"error: cannot use worker class {worker_class!r}: {exc}", err=True)
+        sys.exit(2)
+    try:
+        Redis.from_url(url, socket_connect_timeout=5).ping()
+    except (RedisError, ValueError) as exc:
+        click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
+        sys.exit(2)
+    logging.basicConfig(level=logging_level.upper(), format="%(asctime)s fair-router pool: %(message)s",
+                        datefmt="%H:%M:%S")
+    workers = WorkerPool(settings.pool, url, worker_class=worker_class, logging_level=logging_level.upper(),
+                         with_scheduler=with_scheduler, grace=grace,
+                         env={"FAIR_ROUTER_CONFIG": str(config.resolve())} if config else None)
+    click.echo(workers.describe())
+    sys.exit(workers.run())

@@ -1,0 +1,65 @@
+"""How an invalid value is reported: ``key.path: reason (got value)`` lines under a heading naming where it
+was given. Used by settings loading (:func:`~fair_router.config.settings.load_settings`, which adds the file
+or variable of each line) and by constructors that take a settings value (:func:`validated`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be used; the message names the file or variable, the key path and the reason."""
+
+
+Loc = tuple[int | str, ...]
+"""Where a value sits in the settings, as pydantic reports it: ``("jobs", "a.b", "rules", 0, "per")``."""
+
+
+def _location(loc: Loc) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part == "[key]":
+            path += " (the key)"
+        elif not re.fullmatch(r"[A-Za-z0-9_\-]+", part):
+            path += f"[{part!r}]"
+        else:
+            path += f".{part}" if path else part
+    return path or "(top level)"
+
+
+def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc], str | None] | None = None) -> str:
+    """Render a pydantic ValidationError as ``key.path: reason (got value)`` lines. ``origin`` names where
+    the value at a path came from (a file, a variable) and prefixes its line; lines it cannot place fall
+    back to ``source``, named in the heading."""
+    lines = []
+    placed = True
+    for item in error.errors():
+        loc = tuple(p for p in item["loc"] if p not in ("function-after", "function-before"))
+        reason = item["msg"].removeprefix("Value error, ")
+        got = "" if item["type"] in ("missing", "value_error") else f" (got {item['input']!r})"
+        label = origin(loc) if origin is not None else None
+        placed = placed and label is not None
+        where = f"{_location(loc)}: " if loc or label else ""  # a single argument has no key path
+        lines.append(f"  {label + ': ' if label else ''}{where}{reason}{got}")
+    heading = "invalid fair-router settings:" if placed and lines else f"invalid fair-router settings in {source}:"
+    return "\n".join([heading, *lines])
+
+
+T = TypeVar("T")
+
+
+def validated(adapter: TypeAdapter[T], value: object, source: str) -> T:
+    """``value`` checked by ``adapter`` (built on :mod:`fair_router.config.validation`'s types) where it is given
+    outside the settings: a constructor argument or a CLI option. Raises SettingsError naming ``source``
+    (e.g. ``FairRouter(prefix=...)``), the key when ``value`` is a mapping, the reason and the value."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, source)) from None

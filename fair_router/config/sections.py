@@ -1,0 +1,167 @@
+"""The settings' sections, one pydantic model each: a job function's routing, plan tiers, concurrency limits,
+crash recovery, observability; and what a fair queue charges. :class:`~fair_router.config.settings.Settings`
+holds one of each (and re-exports them: callers import every settings type from there); they are also built
+directly, e.g. ``TiersConfig(...)`` for a ``FairQueue`` made in code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from fair_router.config.validation import AtLeastOne, Duration, FairWeight, QueueName, RateField, TierName
+from fair_router.routing.rules import Rule
+
+
+class JobConfig(BaseModel):
+    """Routing of one job function, keyed by its dotted path (``module.qualname``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue: QueueName | None = None
+    rules: list[Rule] = Field(default_factory=list)
+    rate: RateField | None = None  # starts per tenant of this job function, e.g. "10/s"
+    burst: AtLeastOne | None = None  # starts allowed at once after a quiet spell (default 1)
+
+    @model_validator(mode="after")
+    def _burst_needs_rate(self) -> JobConfig:
+        if self.burst is not None and self.rate is None:
+            raise ValueError("burst is set without a rate: give rate too (e.g. rate: 10/s)")
+        return self
+
+
+ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}
+
+
+def _resolver_path(value: object) -> object:
+    """``package.module:function``, importable now, so a typo fails at load rather than per job."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or value.count(":") != 1:
+        raise ValueError(f"resolver must be 'package.module:function', got {value!r}")
+    module_name, _, attribute = value.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ValueError(f"resolver {value!r}: cannot import {module_name!r} ({exc})") from None
+    if not callable(getattr(module, attribute, None)):
+        raise ValueError(f"resolver {value!r}: {module_name} has no callable {attribute!r}")
+    return value
+
+
+class TiersConfig(BaseModel):
+    """Plan tiers (Specvital ADR-10/16): which tiers get priority queues, how many jobs each may run
+    at once, and their fair-queue weight. Built-in defaults are the ADR's own values."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    default: TierName = "free"
+    resolver: Annotated[str | None, BeforeValidator(_resolver_path)] = None
+    priority: list[TierName] = Field(default_factory=lambda: ["pro", "pro_plus", "enterprise"])
+    concurrency: dict[TierName, AtLeastOne] = Field(default_factory=lambda: dict(ADR_LIMITS))
+    weights: dict[TierName, FairWeight] = Field(default_factory=dict)
+    rate: dict[TierName, RateField] = Field(default_factory=dict)  # job starts per tenant, e.g. {free: 2/s}
+    burst: dict[TierName, AtLeastOne] = Field(default_factory=dict)  # default 1
+    max_backlog: dict[TierName, AtLeastOne] = Field(default_factory=dict)  # per fair queue
+
+    @model_validator(mode="after")
+    def _known_tiers(self) -> TiersConfig:
+        known = set(self.concurrency)
+        named = {*self.priority, *self.weights, *self.rate, *self.burst, *self.max_backlog, self.default}
+        unknown = sorted(named - known)
+        if unknown:
+            raise ValueError(
+                f"unknown tier(s) {', '.join(map(repr, unknown))}: tiers are the keys of tiers.concurrency "
+                f"({', '.join(sorted(known))})"
+            )
+        return self
+
+    def limit(self, tier: str) -> int:
+        """Concurrent jobs allowed for ``tier`` (an unknown tier counts as the default tier)."""
+        return self.concurrency.get(tier, self.concurrency[self.default])
+
+    def weight(self, tier: str) -> float:
+        """Fair-queue weight of ``tier`` (default 1)."""
+        return self.weights.get(tier, 1.0)
+
+
+class ConcurrencyConfig(BaseModel):
+    """Fleet-wide per-tenant concurrency limits enforced by the weighted workers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    lease_ttl: Duration = 60.0
+    snooze: Duration = 30.0
+    jitter: Duration = 10.0
+
+
+MIN_ABANDON_AFTER = 3.0
+"""Weighted workers heartbeat a running job every ``abandon_after / 3`` seconds, in whole seconds (rq's
+job-monitoring alarm counts whole seconds), so below 3 s a live job could be taken for abandoned."""
+
+
+class RecoveryConfig(BaseModel):
+    """Bounded crash recovery (``fair_router.workers.recovery``): a started job whose worker sent no heartbeat for
+    ``abandon_after`` is handed back as rq would (retried, else failed as abandoned) within that bound
+    plus a few seconds, whatever rq's maintenance schedule and locks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    abandon_after: Duration = 60.0
+
+    @field_validator("abandon_after")
+    @classmethod
+    def _long_enough(cls, value: float) -> float:
+        if value < MIN_ABANDON_AFTER:
+            raise ValueError(
+                f"abandon_after must be at least {MIN_ABANDON_AFTER:g}s (workers heartbeat a running job every "
+                f"abandon_after/3 in whole seconds), got {value:g}s"
+            )
+        return value
+
+
+class ObserveConfig(BaseModel):
+    """What workers record at each job start, and what the dashboard and ``/metrics`` show
+    (:mod:`fair_router.observe`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    record: bool = True
+    """Record each job's wait as a weighted worker starts it (rides rq's own job-start pipeline)."""
+    top_tenants: Annotated[int, Field(ge=1, le=1000)] = 10
+    """Tenants shown by name (dashboard rows, metric labels): the N with most jobs waiting or running; the
+    rest are summed under ``_other``."""
+    tenants_per_minute: Annotated[int, Field(ge=1)] = 500
+    """Tenants that get a record of their own in any one minute; starts of further tenants that minute are
+    recorded under ``_other``. Bounds the records' memory whatever the number of tenants."""
+    retention: Duration = 7200.0
+    """A tenant's record expires this long after its last start (its cumulative counts then start again
+    from zero, which Prometheus reads as a counter reset). At least 62 minutes: the 60-minute figures
+    need them."""
+    flush_interval: Duration = 1.0
+    """A worker gathers its job starts in memory and sends them at most once per this interval, on the
+    pipeline rq sends as a job starts (also when it stops, and from an idle or busy worker's heartbeat once
+    they are twice this old). A worker killed outright loses up to this much of its records. At most 60s."""
+
+    @field_validator("retention")
+    @classmethod
+    def _long_enough(cls, value: float) -> float:
+        if value < 62 * 60:
+            raise ValueError(f"retention must be at least 62m (the 60-minute wait figures need it), got {value:g}s")
+        return value
+
+    @field_validator("flush_interval")
+    @classmethod
+    def _short_enough(cls, value: float) -> float:
+        if value > 60:
+            raise ValueError(f"flush_interval must be at most 60s (the dashboard's figures lag by up to twice it), "
+                             f"got {value:g}s")
+        return value
+
+
+Charge = Literal["jobs", "runtime"]
+"""What a FairQueue's fair share divides: jobs (each pop costs its tenant 1 / weight), or worker time (a pop
+costs the job's run time / weight: estimated at the pop, settled with the measured time when it ends)."""

@@ -1,0 +1,104 @@
+"""The flood scenario's metrics (what each means: :mod:`fair_router.demo.flood`), computed from every finished
+job's rq timestamps: wait percentiles, served-ahead counts, makespan, Jain's index, share accuracy and
+worker-time shares."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class JobTiming:
+    """One finished job: tenant, tenant class and its rq timestamps (epoch seconds)."""
+
+    tenant: str
+    kind: str
+    enqueued: float
+    started: float
+    ended: float
+
+    @property
+    def wait(self) -> float:
+        return self.started - self.enqueued
+
+    @property
+    def service(self) -> float:
+        return max(self.ended - self.started, 1e-6)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def jain(values: Sequence[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one tenant takes everything."""
+    total, squares = sum(values), sum(v * v for v in values)
+    return total * total / (len(values) * squares) if squares else 1.0
+
+
+def makespan(timings: Sequence[JobTiming]) -> float:
+    """First enqueue to last end of one run."""
+    return max(t.ended for t in timings) - min(t.enqueued for t in timings)
+
+
+def served_ahead(timings: Sequence[JobTiming], kind: str = "small") -> list[int]:
+    """For each job of ``kind``: how many jobs started after it was enqueued and before it started.
+
+    The machine-independent part of a small job's wait: FIFO makes it wait for the whole flood, a fair
+    scheduler only for the jobs that workers had already taken when it arrived (about one per worker).
+    What is left of its wait is the rest of the jobs then running, which no scheduler that does not
+    preempt jobs can avoid."""
+    starts = sorted(t.started for t in timings)
+    return [bisect.bisect_left(starts, t.started) - bisect.bisect_right(starts, t.enqueued)
+            for t in timings if t.kind == kind]
+
+
+def summarize(runs: Sequence[Sequence[JobTiming]]) -> dict[str, float]:
+    """Per-class p50/p95 wait and small jobs' p95 served-ahead count (pooled over the runs), median
+    makespan and throughput, and Jain's index over per-tenant slowdown."""
+    pooled = [t for run in runs for t in run]
+    result: dict[str, float] = {}
+    for kind in ("greedy", "small"):
+        waits = [t.wait for t in pooled if t.kind == kind]
+        result[f"{kind}_p50"] = percentile(waits, 0.50)
+        result[f"{kind}_p95"] = percentile(waits, 0.95)
+    result["small_ahead_p95"] = percentile([n for run in runs for n in served_ahead(run)], 0.95)
+    result["makespan"] = statistics.median(makespan(run) for run in runs)
+    result["throughput"] = statistics.median(len(run) / makespan(run) for run in runs)
+    per_tenant: dict[str, list[float]] = {}
+    for t in pooled:
+        per_tenant.setdefault(t.tenant, []).append(t.wait / t.service)
+    result["jain_slowdown"] = jain([statistics.fmean(v) for v in per_tenant.values()])
+    return result
+
+
+def share_accuracy(timings: Sequence[JobTiming]) -> float:
+    """Jain's index over x_i = (tenant i's share of the first half of all dequeues) / (its fair share,
+    1/n with equal weights): 1.0 is a perfect fair share; FIFO, which serves one tenant after another,
+    scores about 1/n."""
+    tenants = sorted({t.tenant for t in timings})
+    first = sorted(timings, key=lambda t: t.started)[: len(timings) // 2]
+    return jain([sum(t.tenant == tenant for t in first) / len(first) * len(tenants) for tenant in tenants])
+
+
+def worker_time_shares(timings: Sequence[JobTiming]) -> dict[str, float]:
+    """Each tenant's share of the worker time (ended - started) of the jobs that started while every tenant
+    still had jobs waiting, that is before the first tenant's last job started."""
+    last_start: dict[str, float] = {}
+    for t in timings:
+        last_start[t.tenant] = max(last_start.get(t.tenant, t.started), t.started)
+    cutoff = min(last_start.values())
+    busy: dict[str, float] = dict.fromkeys(last_start, 0.0)
+    for t in timings:
+        if t.started < cutoff:
+            busy[t.tenant] += t.ended - t.started
+    total = sum(busy.values()) or 1.0
+    return {tenant: seconds / total for tenant, seconds in busy.items()}
