@@ -31,4 +31,10 @@ Queue side (:mod:`fair_router.rq_internals.queue`, base class ``RqQueueSeam`` of
       maintenance hook, extended): rq's worker maintenance calls ``queue.intermediate_queue.cleanup(worker,
       queue)``; ours also gives back fair jobs popped but never started (``FairQueue.recover``). rq's own
       intermediate list is not used (another cluster slot; rq fails, not reruns, what it finds stuck there).
+    - ``rq.utils`` helpers (undocumented): ``backend_class`` in the seam's ``dequeue_any`` (honours a
+      ``job_class`` override as rq does); ``as_text`` (bytes to str) also in the fair-queue parts' listing
+      and recovery, a decoding helper with no behaviour of its own to track.
+    Everything else FairQueue does (``fair_router/fairqueue/``) goes through rq's public API and the seam's
+    hooks: ``push``, ``push_many``, ``pushed_unique``, ``may_refuse``, ``check_room``, ``execute_checked``,
+    ``pop_fair``, ``wake_key``, ``recover``.
 """

@@ -53,7 +53,8 @@ class FairIntermediateQueue(IntermediateQueue):
 
 
 class RqQueueSeam(Queue):
-    """rq's Queue with its internal enqueue, dequeue and maintenance entry points routed to hook methods."""
+    """rq's Queue with its internal enqueue, dequeue and maintenance entry points routed to hook methods.
+    Not used on its own: the hooks raise NotImplementedError until a subclass (FairQueue) implements them."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
