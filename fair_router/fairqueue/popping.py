@@ -1,0 +1,54 @@
+"""How jobs leave a FairQueue: one ``lua/fair_pop.lua`` call per pop (the list head if rq pushed it, else the
+stride choice), and its undo for a tenant at its concurrency limit, :meth:`FairPopping.park`. rq's worker
+reaches :meth:`FairPopping.pop_fair` through ``dequeue_any`` in
+:class:`~fair_router.rq_internals.queue.RqQueueSeam`; the design is explained in :mod:`fair_router.fairqueue`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis.client import Pipeline
+from rq.job import Job
+
+from fair_router.fairqueue.base import FairQueueBase
+from fair_router.store.scripts import FairParkScript, FairPopScript, FairUnparkScript, PopResult
+
+
+class FairPopping(FairQueueBase):
+    """The dequeue side of a FairQueue: fair pops, and parking tenants at their concurrency limit."""
+
+    def pop_fair(self, given: str = "") -> PopResult:
+        """Seam hook: one pop script call. ``given``: an entry already taken off rq's list by BLPOP. The
+        jobs this object handed out before are acknowledged with it (an rq worker runs each job to its end
+        before it dequeues again)."""
+        acks, self._handed_out = list(self._handed_out), {}
+        result = self._script(FairPopScript)(self.fair_keys, given, acks, "", self.charge == "runtime").run()
+        if result.job_id is not None:
+            self._handed_out[result.job_id] = result.seq
+        return result
+
+    def pop_job_id(self) -> str | None:
+        """The next job id by fair share (non-blocking)."""
+        return self.pop_fair().job_id
+
+    @property
+    def wake_key(self) -> str:
+        """Seam hook: the list workers block on while only parked tenants' jobs wait (pushes of other
+        tenants and unparks fill it)."""
+        return self.fair_keys.wake
+
+    def park(self, job: Job, tenant: str, seconds: float) -> None:
+        """``tenant`` is at its concurrency limit: put ``job`` back in its FIFO and skip the tenant until
+        :meth:`unpark` or for ``seconds`` at most. When ``job`` came from this object's latest pop by a fair
+        choice, it goes back to its own place (jobs refused at once keep their order) and the tenant's pass
+        gets that pop's step back: a refusal costs it no turn. Otherwise it goes to the front."""
+        until_ms = int((time.time() + seconds) * 1000)
+        seq = self._handed_out.pop(job.id, None)
+        self._script(FairParkScript)(
+            self.fair_keys, job.id, self.tenant_key(tenant), self.weight(tenant), until_ms, seq
+        ).run()
+
+    def unpark(self, tenant: str, pipeline: Pipeline | None = None) -> Any:
+        """One of ``tenant``'s slots was released: it may be served here again (one worker is woken)."""
+        return self._script(FairUnparkScript)(self.fair_keys, self.tenant_key(tenant)).run_or_queue(pipeline)

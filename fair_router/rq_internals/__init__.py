@@ -1,0 +1,40 @@
+"""rq internals fair-router touches: every rq member that is not public API, or whose code is copied, and why.
+
+rq's public API is what its documentation shows (``Queue.enqueue*``, ``Queue.dequeue_any`` as the worker's
+fetch entry point, ``push_job_id``, ``get_job_ids``, ``remove``, ``empty``, ``compact``, the registries,
+``Job``'s accessors). Everything else fair-router relies on lives in this package, so an rq upgrade means
+checking these modules against the new rq (and running ``python -m compat.run``, rq's own suite with our
+classes substituted). Checked against rq 2.12.
+
+Queue side (:mod:`fair_router.rq_internals.queue`, base class ``RqQueueSeam`` of ``FairQueue``)
+    - ``Queue._enqueue_job`` (private, overridden): the one method every enqueue path of a queue passes
+      with the Job (``enqueue_call``, ``enqueue_many``, dependents, retries, ``Job.requeue``, registry
+      requeues, repeats). Overridden to hand the Job to the ``push_job_id`` that follows (no round trip to
+      read its tenant back), to run a capped enqueue on a pipeline we execute (rq executes its own and
+      would raise the backlog-cap refusal as a bare ``ResponseError``) and to add a ``unique=True`` job to
+      the fair structure (rq's unique path pushes with its own script, never calling ``push_job_id``). rq
+      has no public enqueue hook (no before/after-enqueue callback) to do this instead.
+    - ``Queue.push_job_id`` (public, overridden) relies on an internal order: ``_enqueue_async_job`` saves
+      the job and then pushes its id on the same pipeline (so the fair push joins rq's MULTI), and rq's
+      ``enqueue_many`` passes ``at_front=None``.
+    - ``Queue.enqueue_many`` (public, overridden) relies on its internals: jobs without dependencies go
+      through ``_enqueue_job`` on one pipeline, which rq executes only when it created it; jobs with
+      dependencies take several pipeline steps. So a batch's pushes are collected and queued at the end
+      of that one pipeline (one script call per 1,000 jobs instead of one each).
+    - ``Queue.dequeue_any`` (public, replaced): its contract is copied (``timeout=0`` refused with rq's
+      ValueError, ``DequeueTimeout``, missing jobs skipped, ``job_id``/``queue`` attached to a fetch error,
+      ``rq.utils.backend_class`` for the job class) while the body is ours: a fair pop is a script, not
+      rq's ``lpop``/``lmove`` classmethods, and workers block on a stalled queue's wake list instead of rq's.
+      It returns the queue objects it was given, not ``Queue.from_queue_key`` rebuilds, so a FairQueue keeps
+      its settings.
+    - ``Queue.intermediate_queue`` / ``rq.intermediate_queue.IntermediateQueue.cleanup`` (internal
+      maintenance hook, extended): rq's worker maintenance calls ``queue.intermediate_queue.cleanup(worker,
+      queue)``; ours also gives back fair jobs popped but never started (``FairQueue.recover``). rq's own
+      intermediate list is not used (another cluster slot; rq fails, not reruns, what it finds stuck there).
+    - ``rq.utils`` helpers (undocumented): ``backend_class`` in the seam's ``dequeue_any`` (honours a
+      ``job_class`` override as rq does); ``as_text`` (bytes to str) also in the fair-queue parts' listing
+      and recovery, a decoding helper with no behaviour of its own to track.
+    Everything else FairQueue does (``fair_router/fairqueue/``) goes through rq's public API and the seam's
+    hooks: ``push``, ``push_many``, ``pushed_unique``, ``may_refuse``, ``check_room``, ``execute_checked``,
+    ``pop_fair``, ``wake_key``, ``recover``.
+"""

@@ -1,0 +1,270 @@
+"""The Queue side of the rq seam: ``RqQueueSeam``, an ``rq.Queue`` that overrides rq's internal entry points
+(listed with their reasons in :mod:`fair_router.rq_internals`) and calls a few hook methods instead.
+
+``FairQueue`` implements the hooks, so its own code uses only rq's public API plus these hooks:
+
+- pushing: :meth:`RqQueueSeam.push`, :meth:`~RqQueueSeam.push_many`, :meth:`~RqQueueSeam.pushed_unique`;
+- refusals (backlog caps): :meth:`~RqQueueSeam.may_refuse`, :meth:`~RqQueueSeam.check_room`,
+  :meth:`~RqQueueSeam.execute_checked`;
+- popping: :meth:`~RqQueueSeam.pop_fair`, :attr:`~RqQueueSeam.wake_key`;
+- maintenance: :meth:`~RqQueueSeam.recover`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple, cast
+
+from redis import Redis
+from redis.client import Pipeline
+from rq import Queue
+from rq.exceptions import DequeueTimeout, NoSuchJobError
+from rq.intermediate_queue import IntermediateQueue
+from rq.job import Job, JobStatus
+from rq.utils import as_text, backend_class
+
+from fair_router.store.scripts import PopKind, PopResult
+
+STALLED_POLL = 1.0
+"""Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id
+rq's internals push there wakes nobody)."""
+
+
+class RqPush(NamedTuple):
+    """One id rq puts on a seam queue's list, with what the push hooks need to know about it."""
+
+    job_id: str
+    job: Job | None
+    """The job (None: its hash is gone)."""
+    at_front: bool
+    new: bool
+    """Pushed by an enqueue of this queue object (the job ``_enqueue_job`` was handed), not by another
+    of rq's pushes, which passes no Job (the hash was read back)."""
+
+
+class FairIntermediateQueue(IntermediateQueue):
+    """rq's intermediate-queue maintenance hook, extended to recover fair jobs whose worker died."""
+
+    def cleanup(self, worker: Any, queue: Queue) -> None:
+        super().cleanup(worker, queue)
+        if isinstance(queue, RqQueueSeam):
+            queue.recover()
+
+
+class RqQueueSeam(Queue):
+    """rq's Queue with its internal enqueue, dequeue and maintenance entry points routed to hook methods.
+    Not used on its own: the hooks raise NotImplementedError until a subclass (FairQueue) implements them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._enqueuing: Job | None = None  # the job rq's _enqueue_job is about to push (see push_job_id)
+        self._batches: dict[int, list[RqPush]] = {}  # id(pipeline) -> enqueue_many's pushes on it
+
+    # -- hooks (FairQueue implements them) ---------------------------------------------------------------
+
+    def push(self, push: RqPush, pipeline: Pipeline | None) -> None:
+        """Put ``push`` on rq's list and in the fair structure, queued on ``pipeline`` when given."""
+        raise NotImplementedError
+
+    def push_many(self, pushes: list[RqPush], pipeline: Pipeline) -> None:
+        """Queue the pushes of one ``enqueue_many`` batch at the end of its ``pipeline``."""
+        raise NotImplementedError
+
+    def pushed_unique(self, job: Job, at_front: bool) -> None:
+        """rq's ``unique=True`` script already put ``job``'s id on the list: add it to the fair structure."""
+        raise NotImplementedError
+
+    def may_refuse(self, meta: dict[str, Any] | None) -> bool:
+        """Whether the push of a new job with this meta can be refused (a backlog cap applies to it)."""
+        raise NotImplementedError
+
+    def check_room(self, metas: Sequence[dict[str, Any] | None]) -> None:
+        """Raise now if new jobs with these metas would be refused (before a caller's pipeline is queued)."""
+        raise NotImplementedError
+
+    def execute_checked(self, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
+        """Execute our own enqueue ``pipe`` holding ``jobs``; if a push was refused, undo them and raise."""
+        raise NotImplementedError
+
+    def pop_fair(self, given: str = "") -> PopResult:
+        """One pop of this queue; ``given`` is an entry BLPOP already took off rq's list."""
+        raise NotImplementedError
+
+    @property
+    def wake_key(self) -> str:
+        """The list a worker blocks on while only parked tenants' jobs wait here."""
+        raise NotImplementedError
+
+    def recover(self, older_than: float | None = None) -> list[str]:
+        """Give back jobs popped here whose worker died before starting them; returns their ids."""
+        raise NotImplementedError
+
+    # -- enqueue: rq's private _enqueue_job, and the pushes it leads to --------------------------------------
+
+    def _enqueue_job(
+        self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
+    ) -> Job:
+        """Every rq enqueue path of this queue (enqueue, enqueue_many, dependents, the worker's retries,
+        requeues) passes here with the Job. rq has no public enqueue hook, so this private method is
+        overridden: it notes the job, so that :meth:`push_job_id` needs no round trip to read it back; runs
+        an enqueue whose push may be refused on a pipeline we execute (:meth:`execute_checked`; rq would
+        execute its own and raise a bare ResponseError); and hands a ``unique=True`` job, which rq pushes
+        with its own script, to :meth:`pushed_unique`."""
+        if not self.is_async:  # rq runs the job at once: nothing is pushed
+            return super()._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
+        refusable = self.may_refuse(job.meta)
+        in_batch = pipeline is not None and id(pipeline) in self._batches  # enqueue_many checked the batch
+        if refusable and not in_batch and (pipeline is not None or unique):  # not ours to execute: check first
+            self.check_room([job.meta])
+        own = self.connection.pipeline() if refusable and pipeline is None and not unique else None
+        self._enqueuing = job
+        try:
+            job = super()._enqueue_job(job, pipeline=own or pipeline, at_front=at_front, unique=unique)
+        finally:
+            self._enqueuing = None
+        if own is not None:
+            self.execute_checked(own, [job])
+        if unique:
+            self.pushed_unique(job, bool(at_front))
+        return job
+
+    def push_job_id(self, job_id: str, pipeline: Pipeline | None = None, at_front: bool = False) -> None:
+        """Where rq puts an id on the list: handed to :meth:`push` (or collected for :meth:`push_many`).
+        Overriding it, rather than ``_enqueue_async_job``, keeps rq's own job saving and its MULTI: the fair
+        push joins rq's pipeline, so the job is saved and queued atomically as in rq."""
+        job = self._enqueuing
+        new = job is not None and job.id == job_id
+        if not new:  # pushed without _enqueue_job: read the job back
+            try:
+                job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
+            except NoSuchJobError:
+                job = None
+        push = RqPush(job_id, job, bool(at_front), new)  # rq's enqueue_many may pass at_front=None
+        batch = None if pipeline is None else self._batches.get(id(pipeline))
+        if batch is not None:
+            batch.append(push)  # enqueue_many pushes the whole batch at the end of its pipeline
+        else:
+            self.push(push, pipeline)
+
+    def enqueue_many(
+        self, job_datas: Iterable[Any], pipeline: Pipeline | None = None, group_id: str | None = None
+    ) -> list[Job]:
+        """rq's ``enqueue_many``. rq saves jobs without dependencies through ``_enqueue_job`` on one
+        pipeline; their pushes are collected and handed to :meth:`push_many` at the end of it, still in the
+        MULTI that saves them. Jobs with dependencies take several pipeline steps in rq: pushed one by one."""
+        datas = list(job_datas)
+        if any(data.depends_on for data in datas):
+            return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
+        if pipeline is not None:  # the caller executes it: check before anything is queued
+            self.check_room([data.meta for data in datas])
+        pipe = pipeline if pipeline is not None else self.connection.pipeline()
+        batch: list[RqPush] = []
+        self._batches[id(pipe)] = batch
+        try:
+            jobs = super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
+        finally:
+            # Also when rq raised midway: the jobs it saved into a caller's pipeline get their pushes, as
+            # with rq's own push per job.
+            del self._batches[id(pipe)]
+            self.push_many(batch, pipe)
+        if pipeline is None:
+            self.execute_checked(pipe, jobs)
+        return jobs
+
+    # -- dequeue: rq's dequeue_any contract, with fair pops ---------------------------------------------------
+
+    @classmethod
+    def dequeue_any(
+        cls,
+        queues: Iterable[Queue],
+        timeout: int | None,
+        connection: Redis,
+        job_class: type[Job] | None = None,
+        serializer: Any = None,
+        death_penalty_class: Any = None,
+    ) -> tuple[Job, Queue] | None:
+        """rq's contract: the first job of the queues in the given order, blocking up to ``timeout``
+        seconds (None: return None at once; 0 is refused, as rq does) and raising DequeueTimeout when it
+        runs out. Seam queues pop through :meth:`pop_fair`, plain ones with LPOP, so a worker may mix them;
+        the wait is one BLPOP over every queue's list (a stalled queue's :attr:`wake_key` instead, capped at
+        the first park end), and a seam queue's popped entry is handed to its pop as ``given``. rq's own
+        body (``lpop``/``lmove``) cannot be reused: it pops rq's list directly. The queue objects given are
+        returned (rq rebuilds them with ``from_queue_key``), so a FairQueue keeps its settings."""
+        if timeout == 0:
+            raise ValueError("RQ does not support indefinite timeouts. Please pick a timeout value > 0")
+        queues = list(queues)
+        job_cls: type[Job] = backend_class(cls, "job_class", override=job_class)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        by_key = {queue.key: queue for queue in queues}
+        while True:
+            wake_ms, stalled = -1, set()
+            for queue in queues:
+                while True:
+                    result = _pop(queue, connection, "")
+                    if result.kind in (PopKind.EMPTY, PopKind.STALLED):
+                        if result.kind == PopKind.STALLED:
+                            stalled.add(queue.key)
+                        if result.wake_ms > 0:
+                            wake_ms = result.wake_ms if wake_ms < 0 else min(wake_ms, result.wake_ms)
+                        break
+                    job = _fetch(job_cls, cast(str, result.job_id), queue, connection, serializer)
+                    if job is not None:
+                        return job, queue
+            if deadline is None:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DequeueTimeout(timeout, list(by_key))
+            block = left
+            if wake_ms > 0:
+                block = min(block, max(0.05, wake_ms / 1000 - time.time()))
+            if stalled:
+                block = min(block, STALLED_POLL)
+            keys = [cast(RqQueueSeam, by_key[key]).wake_key if key in stalled else key for key in by_key]
+            popped = connection.blpop(keys, max(0.01, block))
+            if popped is None:
+                if block >= left:
+                    raise DequeueTimeout(timeout, list(by_key))
+                continue
+            key, entry = as_text(popped[0]), as_text(popped[1])
+            if key not in by_key:
+                continue  # a wake-up: look again
+            queue = by_key[key]
+            result = _pop(queue, connection, entry)
+            if result.job_id is not None:
+                job = _fetch(job_cls, result.job_id, queue, connection, serializer)
+                if job is not None:
+                    return job, queue
+
+    # -- maintenance: rq's intermediate-queue hook ----------------------------------------------------------
+
+    @property
+    def intermediate_queue(self) -> IntermediateQueue:
+        """rq's maintenance calls ``queue.intermediate_queue.cleanup``: ours also runs :meth:`recover`."""
+        return FairIntermediateQueue(self.key, connection=self.connection)
+
+
+def _pop(queue: Queue, connection: Redis, given: str) -> PopResult:
+    """One pop from one queue: :meth:`RqQueueSeam.pop_fair` for a seam queue, else LPOP / the entry BLPOP took."""
+    if isinstance(queue, RqQueueSeam):
+        return queue.pop_fair(given)
+    if given:
+        return PopResult(PopKind.PLAIN, given, -1, None)
+    raw = cast(bytes | None, connection.lpop(queue.key))
+    if raw is None:
+        return PopResult(PopKind.EMPTY, None, -1, None)
+    return PopResult(PopKind.PLAIN, as_text(raw), -1, None)
+
+
+def _fetch(job_cls: type[Job], job_id: str, queue: Queue, connection: Redis, serializer: Any) -> Job | None:
+    """The job, or None when it no longer exists or was canceled (skipped, as rq skips missing jobs)."""
+    try:
+        job = job_cls.fetch(job_id, connection=connection, serializer=serializer)
+    except NoSuchJobError:
+        return None
+    except Exception as exc:
+        exc.job_id = job_id  # type: ignore[attr-defined]  # as rq does, for its error report
+        exc.queue = queue  # type: ignore[attr-defined]
+        raise
+    return None if job.get_status(refresh=False) == JobStatus.CANCELED else job
