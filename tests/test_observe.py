@@ -122,7 +122,7 @@ def test_the_worker_records_each_start_on_rq_s_own_job_start_pipeline(conn: Redi
     assert per_job[True][1] - per_job[False][1] == 1  # one EVAL per job ...
     assert per_job[True][2] == per_job[False][2]  # ... in the MULTIs rq sends anyway ...
     # ... so no round trip of its own: one would add a read event per job. (Reads per job vary a little
-    # with timing: rq's heartbeats within a second of each other are skipped, fair_router.workers.bookkeeping.)
+    # with timing: rq's heartbeats within a second of each other are skipped, fair_router.rq_internals.worker.)
     assert per_job[True][0] < per_job[False][0] + 0.5, per_job
     snap = SnapshotReader(conn, Settings(prefix="hook")).snapshot()
     assert sorted((row.tenant, row.wait_60m.starts) for row in snap.tenants) == [("t0", 10), ("t1", 10), ("t2", 10)]

@@ -1,8 +1,8 @@
 """Recording at the source: each job start adds its wait to bounded per-tenant records in Redis.
 
 A weighted worker calls :meth:`StartRecorder.job_started` with the pipeline rq itself sends as the job
-starts (see ``WeightedFetchMixin.prepare_execution`` in :mod:`fair_router.workers.weighted`), so the record costs no
-round trip of its own: one ``EVAL`` of ``fair_router/lua/observe_start.lua`` inside rq's MULTI.
+starts (the ``job_started`` hook of :mod:`fair_router.rq_internals.worker`, from its ``prepare_execution``), so
+the record costs no round trip of its own: one ``EVAL`` of ``fair_router/lua/observe_start.lua`` inside rq's MULTI.
 
 What a record holds (all of it bounded):
 
