@@ -1,4 +1,4 @@
-"""The weighted workers' leaner loop (fair_router.workers.bookkeeping) against the real redis-server: what rq's
+"""The weighted workers' leaner loop (fair_router.rq_internals.worker) against the real redis-server: what rq's
 heartbeat is for still holds, and the repeats between jobs are gone."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from worker_jobs import noop
 from fair_router import Settings, WeightedSimpleWorker, WeightedWorker
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig
 from fair_router.routing.jobmeta import META_TENANT
+from fair_router.rq_internals import worker as rq_worker
 from fair_router.store.keys import Keys
-from fair_router.workers import bookkeeping
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 
@@ -51,7 +51,7 @@ def test_after_a_job_the_worker_key_gets_its_idle_ttl_back(conn: Redis, cls: typ
 def test_a_repeated_heartbeat_is_one_round_trip_and_skipped_within_the_repeat_window(
     conn: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bookkeeping, "HEARTBEAT_REPEAT", 0.2)
+    monkeypatch.setattr(rq_worker, "HEARTBEAT_REPEAT", 0.2)
     w = worker(conn, Queue("beat", connection=conn))
     w.heartbeat()
     first = conn.hget(w.key, "last_heartbeat")

@@ -2,9 +2,9 @@
 Redis, about once a second, by one script call that rides a pipeline rq sends anyway.
 
 A weighted worker calls :meth:`StartRecorder.job_started` with the pipeline rq itself sends as the job starts
-(see ``WeightedFetchMixin.prepare_execution`` in :mod:`fair_router.workers.weighted`). The start is added to the
-worker's buffer (a few dictionary updates, no Redis); when ``observe.flush_interval`` (1 s) has passed since
-the last flush, the whole buffer goes on that same pipeline as one ``EVAL`` of
+(the ``job_started`` hook of :mod:`fair_router.rq_internals.worker`, from its ``prepare_execution``). The
+start is added to the worker's buffer (a few dictionary updates, no Redis); when ``observe.flush_interval``
+(1 s) has passed since the last flush, the whole buffer goes on that same pipeline as one ``EVAL`` of
 ``lua/observe_start.lua``: no round trip of its own, and one script run per interval instead of
 one per job (the script's run, not its text, was the cost: ~45 us of Redis CPU per call). The worker also
 flushes when it stops (its teardown, whichever way rq's loop ends), and from its heartbeats once the buffer

@@ -1,1 +1,2 @@
-"""The weighted workers: fetch order, lean bookkeeping, crash recovery, the process pool."""
+"""The weighted workers: fetch order, tenant controls at job start, crash recovery, the process pool (rq's
+internals they rely on: fair_router.rq_internals.worker)."""

@@ -17,9 +17,9 @@ What "no heartbeat" means
     own deadline (the score) has passed. For that to mean "dead", live workers must heartbeat running jobs
     more often: ours do every ``abandon_after / 3`` (whole seconds, at least 1). The forking worker runs
     rq's job monitoring that often; rq's SimpleWorker sends no heartbeat at all while a job runs, so the
-    weighted one beats from a thread (:class:`JobBeat`). rq's own forking Worker beats every
-    ``job_monitoring_interval`` (30 s): fine beside the default ``abandon_after`` of 60 s. rq's plain
-    SimpleWorker must not serve the same queues with jobs longer than ``abandon_after``.
+    weighted one beats from a thread (``JobBeat`` in :mod:`fair_router.rq_internals.worker`). rq's own
+    forking Worker beats every ``job_monitoring_interval`` (30 s): fine beside the default ``abandon_after``
+    of 60 s. rq's plain SimpleWorker must not serve the same queues with jobs longer than ``abandon_after``.
 
 Who checks, and how often
     Each weighted worker is due for a check every ``every`` seconds (``abandon_after / 4``, at most 2 s).
@@ -49,31 +49,28 @@ A queue's check
        are handed back by the next one. rq's maintenance never sees staged entries, so the two cannot hand
        back one job twice.
 
-Where this relies on rq internals (rq 2.12): the registry's member format ``<job id>:<execution id>`` and
-``Execution.key``/``last_heartbeat``; ``StartedJobRegistry.cleanup`` reading only ``self.key`` and
-``get_queue()`` (see :class:`_StagedRegistry`); and in ``fair_router/workers/weighted.py``, marked "rq internals":
-the worker's ``heartbeat`` (which rq's fetch loop calls before every fetch and after every idle wait:
-our check runs from there), its ``job_monitoring_interval``, ``maintain_heartbeats``,
-``cleanup_execution``, ``execution``, ``_exc_handlers`` and ``scheduler._process``.
+Where this relies on rq internals (rq 2.12): all of it is behind :mod:`fair_router.rq_internals.worker`: the
+registry's member format and execution hash (``started_key``, ``execution_key``, ``has_execution``), rq's
+``cleanup`` run on the staging set (``staged_registry``), and on the worker side the heartbeats this check
+runs from (the seam's ``heartbeat_due`` hook), the running jobs' heartbeat period and the worker's exception
+handlers.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import Redis
 from rq import Queue
-from rq.executions import Execution
 from rq.job import Job
-from rq.registry import StartedJobRegistry
-from rq.utils import as_text, parse_composite_key
+from rq.utils import as_text
 
 from fair_router.fairqueue.queue import FairQueue
+from fair_router.rq_internals.worker import ExceptionHandler, execution_key, has_execution, staged_registry, started_key
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import AbandonScript, Clock
 
@@ -82,10 +79,6 @@ logger = logging.getLogger("fair_router")
 CHECK_EVERY_MAX = 2.0
 """Longest interval between two checks of a queue (seconds), whatever ``abandon_after``: the bound is
 ``abandon_after`` plus a few of these."""
-
-ExceptionHandler = Callable[..., Any]
-"""rq's worker exception handler: ``(job, exc_type, exc_value, traceback) -> bool | None``."""
-
 
 class Recovery:
     """One weighted worker's share of crash recovery: checks when due, on the queues whose turn it takes."""
@@ -161,7 +154,7 @@ class Recovery:
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.time()
             for queue in queues:
-                started = _started_key(queue)
+                started = started_key(queue)
                 pipe.zrange(started, 0, -1, withscores=True)
                 pipe.zcard(self.keys.abandoned(started))
             replies = pipe.execute()
@@ -171,11 +164,11 @@ class Recovery:
                    for i in range(len(queues))]
         left = [int(replies[2 + 2 * i]) for i in range(len(queues))]
 
-        # rq internals: the execution hash named by the registry member holds the last heartbeat.
+        # The execution hash named by the registry member holds the last heartbeat.
         members = [member for entries in running for member, _ in entries]
         with self.connection.pipeline(transaction=False) as pipe:
             for member in members:
-                pipe.hget(Execution.from_composite_key(member, self.connection).key, "last_heartbeat")
+                pipe.hget(execution_key(member, self.connection), "last_heartbeat")
             beats = dict(zip(members, pipe.execute() if members else [], strict=True))
 
         staged = []
@@ -183,7 +176,7 @@ class Recovery:
             abandoned = [(member, score) for member, score in entries
                          if self._abandoned(now, member, score, beats[member])]
             if abandoned:
-                started = _started_key(queue)
+                started = started_key(queue)
                 moved = self._abandon(started, self.keys.abandoned(started), self.keys.abandoned_total(started),
                                       abandoned).run()
                 already += len(moved)
@@ -194,8 +187,7 @@ class Recovery:
         """No heartbeat for ``abandon_after``, or its execution expired, or rq's own deadline passed."""
         if score <= now:
             return True
-        _, execution_id = parse_composite_key(member)
-        if not execution_id:
+        if not has_execution(member):
             return False  # an entry without an execution: rq's deadline only
         return last_beat is None or now - float(last_beat) >= self.abandon_after
 
@@ -220,81 +212,9 @@ class Recovery:
             except Exception:
                 logger.warning("crash recovery: settling or on_abandoned(%s) failed", job.id, exc_info=True)
 
-        registry = _StagedRegistry(queue, self.keys.abandoned(_started_key(queue)), death_penalty_class)
+        registry = staged_registry(queue, self.keys.abandoned(started_key(queue)), death_penalty_class)
         registry.cleanup(exception_handlers=[first, *exception_handlers])
         for job_id in handed:
             logger.warning("crash recovery: job %s of %s had no heartbeat for %g s; handed back",
                            job_id, queue.name, self.abandon_after)
         return handed
-
-
-class _StagedRegistry(StartedJobRegistry):
-    """rq's StartedJobRegistry pointed at our staging set, so that its ``cleanup`` (rq's handling of
-    abandoned jobs) runs on exactly the entries we moved there.
-
-    rq internals: relies on ``cleanup`` reading and trimming ``self.key`` and getting the queue to retry on
-    from ``get_queue()``.
-    """
-
-    def __init__(self, queue: Queue, key: str, death_penalty_class: Any) -> None:
-        super().__init__(queue=queue, job_class=queue.job_class, death_penalty_class=death_penalty_class)
-        self.key = key
-        self._queue = queue
-
-    def get_queue(self) -> Queue:
-        """The worker's own queue object (a FairQueue stays one), as rq's worker uses for a failed job's
-        retry; rq's maintenance would build a plain ``Queue(name)``."""
-        return self._queue
-
-
-def _started_key(queue: Queue) -> str:
-    return StartedJobRegistry(queue=queue).key
-
-
-class JobBeat:
-    """Heartbeats the job an in-process worker is running, from one background thread per worker.
-
-    rq's SimpleWorker sends no heartbeat while a job runs, so a job longer than ``abandon_after`` would
-    look abandoned. The thread calls ``beat(job)`` every ``every`` seconds while a job is followed; one
-    thread serves every job of the worker, so a job costs a few lock acquisitions, not a thread.
-    """
-
-    def __init__(self, every: float, beat: Callable[[Job], None]) -> None:
-        self.every = every
-        self._beat = beat
-        self._job: Job | None = None
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def follow(self, job: Job) -> None:
-        """Heartbeat ``job`` from now on (the first beat within ``every`` seconds)."""
-        with self._lock:
-            self._job = job
-            if self._thread is None:
-                self._closed = threading.Event()
-                self._thread = threading.Thread(target=self._run, args=(self._closed,), name="fair-router-job-beat",
-                                                daemon=True)
-                self._thread.start()
-
-    def stop(self) -> None:
-        """No more beats for the current job; returns after a beat in flight has landed."""
-        with self._lock:
-            self._job = None
-
-    def close(self) -> None:
-        """End the thread (the worker is stopping); a later ``follow`` starts a new one."""
-        with self._lock:
-            self._job = None
-            self._closed.set()
-            self._thread = None
-
-    def _run(self, closed: threading.Event) -> None:
-        while not closed.wait(self.every):
-            with self._lock:
-                if self._job is None:
-                    continue
-                try:
-                    self._beat(self._job)
-                except Exception:
-                    logger.warning("heartbeat of job %s failed", self._job.id, exc_info=True)

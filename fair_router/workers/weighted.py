@@ -2,10 +2,11 @@
 
 ``rq worker -w fair_router.WeightedWorker default default_throttled default_superslow`` works with
 the unchanged rq CLI. Weights come from settings (``queues:``; an unlisted queue weighs 1), or from
-``weights=`` when the worker is built in code. Before each fetch the order is drawn by
+``weights=`` when the worker is built in code. Every fetch gets a fresh order drawn by
 :func:`fair_router.workers.sampling.weighted_order`: ``"strict"`` queues first, in the worker's listed order,
 then the rest so that a queue is polled first with probability ``w / W``. rq pops from the first
-non-empty queue in that order, so an empty queue is skipped and the others keep their proportions.
+non-empty queue in that order, so an empty queue is skipped and the others keep their proportions. The
+order is drawn in rq's ``reorder_queues`` hook, after each dequeue for the next one, and before the first.
 A worker none of whose queues has a configured weight keeps rq's own order (and ``--dequeue-strategy``,
 which has no effect once weights apply).
 
@@ -18,18 +19,21 @@ Before a tenant's job runs, both check its tenant controls (:mod:`fair_router.co
 and, with ``concurrency.enabled``, a slot) in one script call riding with the "busy" state write; a job that
 may not start yet waits (parked in its FairQueue, or deferred on a plain queue), never failed.
 
-Both workers also leave out rq's repeated heartbeats and state writes between jobs
-(:mod:`fair_router.workers.bookkeeping`), record each job's wait as they start it (:mod:`fair_router.observe`; sent in
-batches about once a second, and when the worker stops), and
-take part in bounded crash recovery (:mod:`fair_router.workers.recovery`): they heartbeat running jobs every
-``recovery.abandon_after / 3``, wake from an idle fetch at least every couple of seconds, and hand back jobs
-whose worker stopped heartbeating.
+Both workers also leave out rq's repeated heartbeats and state writes between jobs, record each job's
+wait as they start it (:mod:`fair_router.observe`; sent in batches about once a second, and when the worker
+stops), and take part in bounded crash recovery
+(:mod:`fair_router.workers.recovery`): they heartbeat running jobs every ``recovery.abandon_after / 3``, wake
+from an idle fetch at least every couple of seconds, and hand back jobs whose worker stopped heartbeating.
+
+Everything that touches rq's internals (overrides of rq's non-public worker methods, private attributes, the
+lean bookkeeping) is in :mod:`fair_router.rq_internals.worker`; this module implements its hooks
+(``next_fetch_order``, ``fetch_wait_cap``, ``job_started``, ``job_ended``, ``heartbeat_due``,
+``running_job_beat``, ``worker_stopping``) with rq's public API.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -38,9 +42,8 @@ from redis import ConnectionPool, Redis
 from redis.client import Pipeline
 from redis.exceptions import RedisError
 from rq import Queue, SimpleWorker, Worker
-from rq.executions import Execution
 from rq.job import Job
-from rq.worker import BaseWorker, WorkerStatus
+from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings, load_settings, validated
 from fair_router.config.validation import QueueName, QueueWeight, Weight
@@ -51,10 +54,10 @@ from fair_router.fairqueue.queue import FairQueue
 from fair_router.observe.recorder import StartRecorder
 from fair_router.routing.jobmeta import META_SYSTEM, META_TENANT
 from fair_router.routing.tiers import TierBook
+from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, RqWorkerSeam, rebuilt_as
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import Admission, Verdict
-from fair_router.workers.bookkeeping import LeanBookkeepingMixin
-from fair_router.workers.recovery import JobBeat, Recovery
+from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import weighted_order
 
 _WEIGHTS: TypeAdapter[dict[str, QueueWeight]] = TypeAdapter(dict[QueueName, Weight])
@@ -67,9 +70,10 @@ def validate_weights(weights: Mapping[str, object], source: str = "weights=") ->
     return validated(_WEIGHTS, dict(weights), source)
 
 
-class WeightedFetchMixin(BaseWorker):
-    """Re-samples the queue order by weight before every fetch, and (when ``concurrency.enabled``) runs
-    each tenant's job inside a fleet-wide concurrency slot; shared by both weighted workers."""
+class WeightedFetchMixin(RqWorkerSeam):
+    """What both weighted workers add to rq's, through the seam's hooks (:mod:`fair_router.rq_internals.worker`):
+    the weighted fetch order, tenant controls at job start, start records, runtime-charge settlement and
+    their share of crash recovery."""
 
     def __init__(
         self,
@@ -108,107 +112,21 @@ class WeightedFetchMixin(BaseWorker):
         self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
                                if settings.observe.record else None)
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after)
-        # rq internals: how often rq's forking worker heartbeats the job its horse runs (also the TTL base).
-        self.job_monitoring_interval = min(self.job_monitoring_interval, self.recovery.beat_every)
+        self.beat_running_jobs(self.recovery.beat_every)
 
-    # -- crash recovery: the worker's own heartbeat, sent before every fetch and after every idle wait, --
-    # -- also runs our short check when one is due                                                       --
+    # -- fetch ----------------------------------------------------------------------------------------------
 
-    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
-        """rq's heartbeat; outside a pipeline it also runs the recovery check when due (rq internals: rq's
-        fetch loop beats before every fetch and after every idle wait). Hooked here rather than into rq's
-        maintenance hooks, whose meaning (every ``maintenance_interval``) rq's own tests pin down."""
-        super().heartbeat(timeout, pipeline=pipeline)
-        if pipeline is None and not self.is_horse:
-            self.recover_abandoned()
-            self.flush_overdue_start_records()
+    def next_fetch_order(self) -> list[Queue] | None:
+        """A fresh weighted order for every fetch (None: no queue is weighted, rq's order stands)."""
+        return None if self.fetch_weights is None else weighted_order(self.fetch_weights)
 
-    def maintain_heartbeats(self, job: Job) -> None:
-        """rq's heartbeat of the running job (from the forking worker while its horse works, from the job
-        heartbeat thread of a simple worker); a long job does not hold back the starts gathered before it."""
-        super().maintain_heartbeats(job)
-        self.flush_overdue_start_records()
+    def fetch_wait_cap(self) -> int:
+        """Idle workers wake for their recovery check even when every queue is empty."""
+        return self.recovery.wait_cap
 
-    def revive_scheduler(self) -> None:
-        """Start this worker's rq scheduler (``--with-scheduler``) if it is not running, as rq's maintenance
-        does, but at a recovery check rather than every ``maintenance_interval`` (10 minutes). Until some
-        scheduler runs, scheduled jobs, retries with an interval and jobs snoozed by the concurrency limit
-        stay where they are, and rq's scheduler process exits when Redis stays away past redis-py's retries
-        (a Redis restart); a scheduler that died with its worker holds its locks for 61 s more. Tried only
-        at a check where this worker took a queue's turn: about one attempt per queue per interval in the
-        whole fleet, not one per worker."""
-        scheduler = self.scheduler  # rq internals: the RQScheduler of a worker started with a scheduler
-        if scheduler is None or not self.recovery.last_turns:
-            return
-        process = scheduler._process  # rq internals
-        if process is None or not process.is_alive():
-            if process is not None:
-                self.log.warning("Worker %s: its scheduler process died; restarting it", self.name)
-            scheduler.acquire_locks(auto_start=True)  # type: ignore[no-untyped-call]
-
-    def recover_abandoned(self) -> list[str]:
-        """Hand back the jobs of this worker's queues whose worker stopped heartbeating (when a check is
-        due, on the queues whose turn this worker takes); returns their ids."""
-        if not self.recovery.due():
-            return []
-        handed_back = self.recovery.run(
-            self.queues,
-            exception_handlers=self._exc_handlers,  # rq internals: what rq's maintenance passes for abandoned jobs
-            on_abandoned=self._free_abandoned_slot,
-            death_penalty_class=self.death_penalty_class,
-        )
-        self.revive_scheduler()
-        return handed_back
-
-    def _free_abandoned_slot(self, job: Job) -> None:
-        """A job handed back frees its tenant's slot now rather than when its lease expires."""
-        tenant = job.meta.get(META_TENANT)
-        if self.limiter is not None and tenant and not job.meta.get(META_SYSTEM):
-            self.limiter.reclaim(str(tenant), job.id, also=partial(self._unpark, str(tenant)))
-
-    def _unpark(self, tenant: str, pipe: Pipeline) -> None:
-        for queue in self.fair_queues:
-            queue.unpark(tenant, pipeline=pipe)
-
-    def prepare_execution(self, job: Job) -> Execution:
-        """rq seam, job start: rq 2.12's ``rq.executions.prepare_execution`` (what ``BaseWorker.prepare_execution``
-        calls as the worker takes a job up, before the fork) restated, plus the job's start record
-        (:mod:`fair_router.observe.recorder`): gathered in this process, and once per ``observe.flush_interval``
-        the gathered starts go on the same MULTI, so recording costs no round trip. rq's own:
-        create the Execution (the StartedJobRegistry entry) with the job's heartbeat TTL and write the busy
-        state, in one pipeline. Keep in step with rq's when upgrading it."""
-        with self.connection.pipeline() as pipeline:
-            heartbeat_ttl = self.get_heartbeat_ttl(job)
-            self.execution = Execution.create(job, heartbeat_ttl, pipeline=pipeline, worker_name=self.name)
-            self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
-            if self.start_recorder is not None:
-                self.start_recorder.job_started(job, pipeline)
-            pipeline.execute()
-        return self.execution
-
-    _running: tuple[Job, Queue] | None = None
-    """The job this worker (or its work horse, a fork of it) runs, and the queue it came from."""
+    # -- job start: tenant controls, then the start record ----------------------------------------------------
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        """Run the job; noted while it runs so that rq's after-job pipeline also settles a runtime-charged
-        fair queue's charge (see :meth:`increment_total_working_time`)."""
-        self._running = (job, queue)
-        try:
-            self._execute_if_admitted(job, queue)
-        finally:
-            self._running = None
-
-    def increment_total_working_time(self, job_execution_time: timedelta, pipeline: Pipeline) -> None:
-        """rq internals: rq adds each job's run time (ended_at - started_at) to the worker's stats on the
-        pipeline of its after-job writes, whichever way the job ended (success, failure, retry; in the work
-        horse, or in the worker when the horse died). A FairQueue charging run time settles the job's
-        charge with that time in the same round trip."""
-        super().increment_total_working_time(job_execution_time, pipeline)
-        running = self._running
-        if running is not None and isinstance(running[1], FairQueue) and running[1].charge == "runtime":
-            running[1].settle(running[0].id, job_execution_time.total_seconds(), pipeline=pipeline)
-
-    def _execute_if_admitted(self, job: Job, queue: Queue) -> None:
         """Run the job if its tenant may start one now (not paused, within its rates, and with
         ``concurrency.enabled`` inside one of its slots); otherwise it waits, never failed (see _turn_away)."""
         tenant = job.meta.get(META_TENANT)
@@ -216,11 +134,9 @@ class WeightedFetchMixin(BaseWorker):
             super().execute_job(job, queue)  # no tenant, or a system job: tenant controls do not apply
             return
         tenant = str(tenant)
-        # Busy from here: the job has left its queue, so a SIGTERM while we look the tenant up, take the slot
-        # or snooze must wait for us (warm shutdown) rather than raise StopRequested midway and strand the
-        # job. rq internals: rq's signal handler reads the in-memory state; the write goes with the checks
-        # below, or else with rq's own in prepare_execution.
-        self._state = WorkerStatus.BUSY
+        # The job has left its queue, so a SIGTERM while we look the tenant up, take the slot or snooze must
+        # wait for us (warm shutdown) rather than stop the worker midway and strand the job.
+        self.hold_warm_shutdown()
         scopes = self.gate.checks(tenant, job)
         if scopes is None:
             super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
@@ -269,22 +185,79 @@ class WeightedFetchMixin(BaseWorker):
     def _slot_freed(self, tenant: str, pipe: Pipeline) -> None:
         """Queued on the slot's release: unpark ``tenant`` in this worker's fair queues, and send the
         heartbeat rq's loop sends after every job here, in the same round trip (rq's own is then
-        skipped as a repeat, see fair_router.workers.bookkeeping)."""
+        skipped as a repeat, see fair_router.rq_internals.worker)."""
         self._unpark(tenant, pipe)
         self.heartbeat(pipeline=pipe)
 
-    def teardown(self) -> None:
-        """Write the limiter's pending counters and the gathered start records before the worker goes."""
-        if not self.is_horse:
-            self.flush_start_records()
-            self.gate.limiter.flush()
-        super().teardown()  # type: ignore[no-untyped-call]
+    def _unpark(self, tenant: str, pipe: Pipeline) -> None:
+        for queue in self.fair_queues:
+            queue.unpark(tenant, pipeline=pipe)
+
+    def job_started(self, job: Job, pipeline: Pipeline) -> None:
+        """The job's start record (:mod:`fair_router.observe.recorder`), on rq's job-start MULTI: no round trip."""
+        if self.start_recorder is not None:
+            self.start_recorder.job_started(job, pipeline)
+
+    # -- job end --------------------------------------------------------------------------------------------
+
+    def job_ended(self, job: Job, queue: Queue, seconds: float, pipeline: Pipeline) -> None:
+        """A FairQueue charging run time settles the job's charge with its measured time, in the same round
+        trip as rq's after-job writes."""
+        if isinstance(queue, FairQueue) and queue.charge == "runtime":
+            queue.settle(job.id, seconds, pipeline=pipeline)
+
+    # -- crash recovery, at the worker's own heartbeats ------------------------------------------------------
+
+    def heartbeat_due(self) -> None:
+        """Hand back abandoned jobs when a check is due; send the gathered start records if overdue."""
+        self.recover_abandoned()
+        self.flush_overdue_start_records()
+
+    def running_job_beat(self) -> None:
+        """A long job does not hold back the start records gathered before it."""
+        self.flush_overdue_start_records()
+
+    def recover_abandoned(self) -> list[str]:
+        """Hand back the jobs of this worker's queues whose worker stopped heartbeating (when a check is
+        due, on the queues whose turn this worker takes); returns their ids.
+
+        A check where this worker took a queue's turn also restarts its rq scheduler (``--with-scheduler``)
+        if that died, rather than at rq's maintenance (every ``maintenance_interval``, 10 minutes): until
+        some scheduler runs, scheduled jobs, retries with an interval and jobs snoozed by the concurrency
+        limit stay where they are, and rq's scheduler process exits when Redis stays away past redis-py's
+        retries (a Redis restart); a scheduler that died with its worker holds its locks for 61 s more.
+        Taking turns makes that about one attempt per queue per interval in the whole fleet."""
+        if not self.recovery.due():
+            return []
+        handed_back = self.recovery.run(
+            self.queues,
+            exception_handlers=self.exception_handlers,
+            on_abandoned=self._free_abandoned_slot,
+            death_penalty_class=self.death_penalty_class,
+        )
+        if self.recovery.last_turns:
+            self.revive_scheduler()
+        return handed_back
+
+    def _free_abandoned_slot(self, job: Job) -> None:
+        """A job handed back frees its tenant's slot now rather than when its lease expires."""
+        tenant = job.meta.get(META_TENANT)
+        if self.limiter is not None and tenant and not job.meta.get(META_SYSTEM):
+            self.limiter.reclaim(str(tenant), job.id, also=partial(self._unpark, str(tenant)))
+
+    # -- stop -----------------------------------------------------------------------------------------------
+
+    def worker_stopping(self) -> None:
+        """Write the gathered start records and the limiter's pending counters before the worker goes."""
+        self.flush_start_records()
+        self.gate.limiter.flush()
+
+    # -- start records (fair_router.observe.recorder) ---------------------------------------------------------
 
     def flush_start_records(self, older_than: float = 0.0) -> None:
-        """Send the job starts gathered since the last flush (:mod:`fair_router.observe.recorder`), in a round
-        trip of its own; with ``older_than``, only if the last flush is that many seconds old. A Redis error
-        is logged, not raised: the records are statistics, and a stopping worker still has to register its
-        death."""
+        """Send the job starts gathered since the last flush, in a round trip of its own; with ``older_than``,
+        only if the last flush is that many seconds old. A Redis error is logged, not raised: the records are
+        statistics, and a stopping worker still has to register its death."""
         if self.start_recorder is None or self.is_horse:
             return
         try:
@@ -298,59 +271,13 @@ class WeightedFetchMixin(BaseWorker):
         if self.start_recorder is not None:
             self.flush_start_records(older_than=2 * self.start_recorder.interval)
 
-    def dequeue_job_and_maintain_ttl(
-        self, timeout: int | None, max_idle_time: int | None = None
-    ) -> tuple[Job, Queue] | None:
-        """Draw a new order before each fetch; rq's ``reorder_queues`` only runs after one (not the first)."""
-        # Blocking fetches that time out idle are re-issued by rq with this same order; harmless, as every
-        # queue was empty until then.
-        if self.fetch_weights is not None:
-            self._ordered_queues = weighted_order(self.fetch_weights)
-        if timeout is not None:  # idle workers wake for their recovery check even when every queue is empty
-            timeout = min(timeout, self.recovery.wait_cap)
-        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
-
-class WeightedWorker(WeightedFetchMixin, LeanBookkeepingMixin, Worker):
+class WeightedWorker(WeightedFetchMixin, ForkingWorkerSeam, Worker):
     """rq's forking Worker with weighted fetch order (``rq worker -w fair_router.WeightedWorker``)."""
 
-    def maintain_heartbeats(self, job: Job) -> None:
-        """rq's heartbeat of the running job (every ``job_monitoring_interval`` while the horse works); a
-        busy worker also takes its recovery turns then, so they do not wait for the job to end."""
-        super().maintain_heartbeats(job)
-        self.recover_abandoned()
 
-
-class WeightedSimpleWorker(WeightedFetchMixin, LeanBookkeepingMixin, SimpleWorker):
+class WeightedSimpleWorker(WeightedFetchMixin, InProcessWorkerSeam, SimpleWorker):
     """rq's SimpleWorker (jobs run in the worker process) with weighted fetch order."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # rq's SimpleWorker sends no heartbeat while a job runs: without these, a job longer than
-        # abandon_after would be handed back while it still runs.
-        self.job_beat = JobBeat(self.recovery.beat_every, self._beat)
-
-    def execute_job(self, job: Job, queue: Queue) -> None:
-        """rq's, with the job heartbeated from a thread while it runs."""
-        self.job_beat.follow(job)
-        try:
-            super().execute_job(job, queue)
-        finally:
-            self.job_beat.stop()
-
-    def cleanup_execution(self, job: Job, pipeline: Pipeline) -> None:
-        """rq internals: rq deletes the job's execution here as it ends; no heartbeat may land after that."""
-        self.job_beat.stop()
-        super().cleanup_execution(job, pipeline)
-
-    def teardown(self) -> None:
-        """End the heartbeat thread with the worker."""
-        self.job_beat.close()
-        super().teardown()
-
-    def _beat(self, job: Job) -> None:
-        if self.execution is not None:  # rq internals: set while the job runs (prepare_execution)
-            self.maintain_heartbeats(job)
 
 
 def _with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
@@ -363,9 +290,7 @@ def _with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -
             item = FairQueue(item, connection=kwargs.get("connection"), serializer=kwargs.get("serializer"),
                              settings=settings)
         elif type(item) is Queue and item.name in settings.fair_queues:
-            item = FairQueue(item.name, connection=item.connection, serializer=item.serializer,
-                             job_class=item.job_class, death_penalty_class=item.death_penalty_class,
-                             default_timeout=item._default_timeout, settings=settings)
+            item = rebuilt_as(FairQueue, item, settings=settings)
         built.append(item)
     return built
 

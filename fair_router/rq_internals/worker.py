@@ -1,0 +1,379 @@
+"""The rq seam, Worker side: every override of rq's Worker internals and every private rq name the weighted
+workers and crash recovery rely on, for rq 2.12. Upgrading rq means checking this module against rq's
+``worker/base.py``, ``worker/worker_classes.py``, ``executions.py`` and ``registry.py``.
+
+:class:`RqWorkerSeam` overrides rq's internal entry points and calls a few hooks, which
+:mod:`fair_router.workers.weighted` implements with rq's public API only:
+
+==========================================  ==================================================================
+hook                                        called from (rq internals)
+==========================================  ==================================================================
+``next_fetch_order()``                      ``reorder_queues`` (rq calls it after each dequeue that found a
+                                            job), and before the first fetch, which rq does not reorder for
+``fetch_wait_cap()``                        ``dequeue_job_and_maintain_ttl``: the longest blocking fetch
+``heartbeat_due()``                         the worker process's own heartbeats: rq's loop beats before every
+                                            fetch, after every idle wait and after every job; the forking
+                                            worker also at each heartbeat of the job its horse runs
+``running_job_beat()``                      each heartbeat of a running job: the forking worker's
+                                            ``maintain_heartbeats``, the in-process worker's beat thread
+``job_started(job, pipeline)``              ``prepare_execution``: rq's job-start MULTI (busy state, execution)
+``job_ended(job, queue, seconds, pipe)``    ``increment_total_working_time``: rq's after-job pipeline, however
+                                            the job ended (success, failure, retry; horse or worker)
+``worker_stopping()``                       ``teardown``, in the worker process (never in the work horse)
+==========================================  ==================================================================
+
+Its services: :meth:`~RqWorkerSeam.hold_warm_shutdown`, :meth:`~RqWorkerSeam.beat_running_jobs`,
+:meth:`~RqWorkerSeam.revive_scheduler`, :attr:`~RqWorkerSeam.exception_handlers` and :func:`rebuilt_as`.
+For crash recovery (:mod:`fair_router.workers.recovery`): :func:`started_key`, :func:`execution_key`,
+:func:`has_execution` and :func:`staged_registry`.
+
+Lean bookkeeping. Between two jobs rq 2.x writes the worker's heartbeat five times (after the job, with the
+suspension check, before the fetch, after it, and with the job's preparation), three of them as two round
+trips each (HSET, then EXPIRE), and writes the "idle" state twice: a third of the ~17 round trips between
+two jobs, which decide how long a job that arrives while every worker is busy waits, and how many jobs a
+worker gets through. The seam keeps what the heartbeat is for (the worker hash outlives the worker's next
+heartbeat) and drops the repeats: a heartbeat sent without a pipeline goes as one round trip (HSET and
+EXPIRE pipelined); it is skipped when another one set at least the same TTL less than
+:data:`HEARTBEAT_REPEAT` seconds ago (the worker key then expires at most that much earlier than rq would
+have let it); writing the state the worker is already in is skipped (only this worker writes its state).
+Heartbeats inside rq's own pipelines (job preparation, suspension check, job monitoring) go as rq sends
+them. Preparing a job sets a job-specific TTL, possibly in the work horse, whose heartbeats the worker
+process never sees; so every job ends with the last beat forgotten, and the plain heartbeat rq sends
+after it restores the worker's TTL.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from redis import Redis
+from redis.client import Pipeline
+from rq import Queue
+from rq.executions import Execution
+from rq.job import Job
+from rq.registry import StartedJobRegistry
+from rq.utils import parse_composite_key
+from rq.worker import BaseWorker, WorkerStatus
+
+logger = logging.getLogger("fair_router")
+
+HEARTBEAT_REPEAT = 1.0
+"""Seconds within which a heartbeat of at least the same TTL makes another one redundant."""
+
+ExceptionHandler = Callable[..., Any]
+"""rq's worker exception handler: ``(job, exc_type, exc_value, traceback) -> bool | None``."""
+
+
+class RqWorkerSeam(BaseWorker):
+    """rq's worker with its internal entry points turned into hooks, and its bookkeeping between jobs lean."""
+
+    # -- hooks (no-ops here) --------------------------------------------------------------------------------
+
+    def next_fetch_order(self) -> list[Queue] | None:
+        """The queue order for the next fetch, or None to keep rq's (its dequeue strategy)."""
+        return None
+
+    def fetch_wait_cap(self) -> int | None:
+        """The longest blocking fetch in whole seconds, or None for rq's ``dequeue_timeout``."""
+        return None
+
+    def heartbeat_due(self) -> None:
+        """The worker process sent a heartbeat of its own: time for duties done once per beat."""
+
+    def running_job_beat(self) -> None:
+        """A running job was heartbeated (a long job must not hold back duties that cannot wait for its end)."""
+
+    def job_started(self, job: Job, pipeline: Pipeline) -> None:
+        """Queue writes on rq's job-start MULTI (busy state and execution), before it runs."""
+
+    def job_ended(self, job: Job, queue: Queue, seconds: float, pipeline: Pipeline) -> None:
+        """Queue writes on rq's after-job pipeline; ``seconds`` is the run time rq adds to the worker's stats."""
+
+    def worker_stopping(self) -> None:
+        """The worker process is tearing down (not called in a work horse)."""
+
+    # -- services -------------------------------------------------------------------------------------------
+
+    def hold_warm_shutdown(self) -> None:
+        """Busy from here, in memory: rq's SIGTERM handler then lets the job finish (warm shutdown) instead of
+        raising StopRequested. For a job that has left its queue before rq's own busy write; the write to
+        Redis goes with the next state write on a pipeline (or rq's in ``prepare_execution``)."""
+        self._state = WorkerStatus.BUSY
+
+    def beat_running_jobs(self, every: int) -> None:
+        """Heartbeat a running job at least every ``every`` seconds (rq's ``job_monitoring_interval``: the
+        forking worker's monitoring period, also the base of the job's heartbeat TTL)."""
+        self.job_monitoring_interval = min(self.job_monitoring_interval, every)
+
+    @property
+    def exception_handlers(self) -> list[ExceptionHandler]:
+        """The worker's exception handlers, which rq's maintenance also passes for abandoned jobs."""
+        return self._exc_handlers
+
+    def revive_scheduler(self) -> None:
+        """Start this worker's rq scheduler (``--with-scheduler``) again if its process died, as rq's
+        maintenance does (``self.scheduler`` and its ``_process``)."""
+        scheduler = self.scheduler
+        if scheduler is None:
+            return
+        process = scheduler._process
+        if process is None or not process.is_alive():
+            if process is not None:
+                self.log.warning("Worker %s: its scheduler process died; restarting it", self.name)
+            scheduler.acquire_locks(auto_start=True)  # type: ignore[no-untyped-call]
+
+    # -- fetch ----------------------------------------------------------------------------------------------
+
+    _order_drawn = False
+
+    def reorder_queues(self, reference_queue: Queue) -> None:
+        """rq's (its dequeue strategy, and the strategy's validation), then the hook's order if it gives one:
+        the order is drawn after each dequeue, for the next."""
+        super().reorder_queues(reference_queue)
+        self._draw_fetch_order()
+
+    def _draw_fetch_order(self) -> None:
+        self._order_drawn = True
+        order = self.next_fetch_order()
+        if order is not None:
+            self._ordered_queues = order
+
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
+        """rq's, with the first order drawn and the blocking wait capped. Overridden because rq has no hook for
+        either: it calls ``reorder_queues`` only after a dequeue (never before the first fetch), and it blocks
+        for ``dequeue_timeout`` (re-issuing the fetch with the same order on each idle timeout)."""
+        if not self._order_drawn:
+            self._draw_fetch_order()
+        cap = self.fetch_wait_cap()
+        if timeout is not None and cap is not None:
+            timeout = min(timeout, cap)
+        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+
+    # -- bookkeeping between jobs (see the module docstring) ------------------------------------------------
+
+    _last_beat: tuple[float, int] | None = None
+    """(monotonic time, TTL) of the last heartbeat this process sent or queued on a pipeline."""
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        """rq's heartbeat as one round trip, skipped when a recent one already set at least this TTL; outside a
+        pipeline, in the worker process, then ``heartbeat_due``. Hooked here rather than into rq's maintenance
+        hooks, whose meaning (every ``maintenance_interval``) rq's own tests pin down."""
+        self._send_heartbeat(timeout, pipeline)
+        if pipeline is None and not self.is_horse:
+            self.heartbeat_due()
+
+    def _send_heartbeat(self, timeout: int | None, pipeline: Pipeline | None) -> None:
+        ttl = timeout or self.worker_ttl + 60  # rq's own default
+        if pipeline is not None:
+            super().heartbeat(ttl, pipeline=pipeline)
+        else:
+            last = self._last_beat
+            if last is not None and last[1] >= ttl and time.monotonic() - last[0] < HEARTBEAT_REPEAT:
+                return
+            with self.connection.pipeline(transaction=False) as pipe:
+                super().heartbeat(ttl, pipeline=pipe)
+                pipe.execute()
+        self._last_beat = (time.monotonic(), ttl)
+
+    def set_state(self, state: str, pipeline: Pipeline | None = None) -> Any:
+        """rq's set_state, minus the write when the worker is in that state already."""
+        if pipeline is None and state == self.get_state():
+            return None
+        return super().set_state(state, pipeline=pipeline)
+
+    # -- a job's run ----------------------------------------------------------------------------------------
+
+    def prepare_execution(self, job: Job) -> Execution:
+        """rq 2.12's ``rq.executions.prepare_execution`` (what ``BaseWorker.prepare_execution`` calls as the
+        worker takes a job up, before the fork) restated, plus ``job_started`` on the same MULTI. rq's own:
+        create the Execution (the StartedJobRegistry entry) with the job's heartbeat TTL and write the busy
+        state, in one pipeline. Keep in step with rq's when upgrading it."""
+        with self.connection.pipeline() as pipeline:
+            heartbeat_ttl = self.get_heartbeat_ttl(job)
+            self.execution = Execution.create(job, heartbeat_ttl, pipeline=pipeline, worker_name=self.name)
+            self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
+            self.job_started(job, pipeline)
+            pipeline.execute()
+        return self.execution
+
+    _running: tuple[Job, Queue] | None = None
+    """The job this worker (or its work horse, a fork of it) runs, and the queue it came from."""
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """rq's, with the job noted while it runs (for ``job_ended``); the job's own heartbeat TTL then makes
+        the next plain heartbeat due."""
+        self._running = (job, queue)
+        try:
+            super().execute_job(job, queue)
+        finally:
+            self._running = None
+            self._last_beat = None
+
+    def increment_total_working_time(self, job_execution_time: timedelta, pipeline: Pipeline) -> None:
+        """rq adds each job's run time (ended_at - started_at) to the worker's stats here, on the pipeline of
+        its after-job writes, whichever way the job ended (in the work horse, or in the worker when the horse
+        died): the one place that sees the run time with a pipeline, so ``job_ended`` is called from it."""
+        super().increment_total_working_time(job_execution_time, pipeline)
+        running = self._running
+        if running is not None:
+            self.job_ended(running[0], running[1], job_execution_time.total_seconds(), pipeline)
+
+    def teardown(self) -> None:
+        """``worker_stopping``, then rq's teardown (in a work horse: rq's only)."""
+        if not self.is_horse:
+            self.worker_stopping()
+        super().teardown()  # type: ignore[no-untyped-call]
+
+
+class ForkingWorkerSeam(RqWorkerSeam):
+    """For rq's forking Worker: the worker process also takes its heartbeat duties at each heartbeat of the job
+    its horse runs, so they do not wait for the job to end."""
+
+    def maintain_heartbeats(self, job: Job) -> None:
+        """rq's heartbeat of the running job (every ``job_monitoring_interval`` while the horse works), then
+        ``heartbeat_due`` and ``running_job_beat``."""
+        super().maintain_heartbeats(job)
+        self.heartbeat_due()
+        self.running_job_beat()
+
+
+class InProcessWorkerSeam(RqWorkerSeam):
+    """For rq's SimpleWorker, which sends no heartbeat while a job runs: heartbeats it from a thread (every
+    ``job_monitoring_interval``, see ``beat_running_jobs``), as rq's forking worker does from its monitor."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.job_beat = JobBeat(self.job_monitoring_interval, self._beat)
+
+    def beat_running_jobs(self, every: int) -> None:
+        """rq's monitoring period, and the thread's."""
+        super().beat_running_jobs(every)
+        self.job_beat.every = every
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """rq's, with the job heartbeated from the thread while it runs."""
+        self.job_beat.follow(job)
+        try:
+            super().execute_job(job, queue)
+        finally:
+            self.job_beat.stop()
+
+    def cleanup_execution(self, job: Job, pipeline: Pipeline) -> None:
+        """rq deletes the job's execution here as it ends; no heartbeat may land after that."""
+        self.job_beat.stop()
+        super().cleanup_execution(job, pipeline)
+
+    def teardown(self) -> None:
+        """End the heartbeat thread with the worker."""
+        self.job_beat.close()
+        super().teardown()
+
+    def _beat(self, job: Job) -> None:
+        if self.execution is not None:  # set while the job runs (prepare_execution to cleanup_execution)
+            self.maintain_heartbeats(job)
+            self.running_job_beat()
+
+
+class JobBeat:
+    """Heartbeats the job an in-process worker is running, from one background thread per worker.
+
+    The thread calls ``beat(job)`` every ``every`` seconds while a job is followed; one thread serves every
+    job of the worker, so a job costs a few lock acquisitions, not a thread.
+    """
+
+    def __init__(self, every: float, beat: Callable[[Job], None]) -> None:
+        self.every = every
+        self._beat = beat
+        self._job: Job | None = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def follow(self, job: Job) -> None:
+        """Heartbeat ``job`` from now on (the first beat within ``every`` seconds)."""
+        with self._lock:
+            self._job = job
+            if self._thread is None:
+                self._closed = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._closed,), name="fair-router-job-beat",
+                                                daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        """No more beats for the current job; returns after a beat in flight has landed."""
+        with self._lock:
+            self._job = None
+
+    def close(self) -> None:
+        """End the thread (the worker is stopping); a later ``follow`` starts a new one."""
+        with self._lock:
+            self._job = None
+            self._closed.set()
+            self._thread = None
+
+    def _run(self, closed: threading.Event) -> None:
+        while not closed.wait(self.every):
+            with self._lock:
+                if self._job is None:
+                    continue
+                try:
+                    self._beat(self._job)
+                except Exception:
+                    logger.warning("heartbeat of job %s failed", self._job.id, exc_info=True)
+
+
+def rebuilt_as(queue_class: type[Queue], queue: Queue, **extra: Any) -> Queue:
+    """``queue`` (one the rq CLI built from a name before it created the worker) built again as
+    ``queue_class``, with the same connection, serializer, job class, death penalty and default job timeout
+    (rq keeps the last in ``Queue._default_timeout``)."""
+    return queue_class(queue.name, connection=queue.connection, serializer=queue.serializer,
+                       job_class=queue.job_class, death_penalty_class=queue.death_penalty_class,
+                       default_timeout=queue._default_timeout, **extra)
+
+
+# -- crash recovery's view of rq's StartedJobRegistry --------------------------------------------------------
+
+def started_key(queue: Queue) -> str:
+    """The key of ``queue``'s StartedJobRegistry (members ``<job id>:<execution id>``, scored by deadline)."""
+    return StartedJobRegistry(queue=queue).key
+
+
+def execution_key(member: str, connection: Redis) -> str:
+    """The execution hash a StartedJobRegistry member names; its ``last_heartbeat`` field is the job's last
+    heartbeat (epoch seconds)."""
+    return Execution.from_composite_key(member, connection).key
+
+
+def has_execution(member: str) -> bool:
+    """Whether a StartedJobRegistry member names an execution (rq 2.x); one without has only rq's deadline."""
+    _, execution_id = parse_composite_key(member)
+    return bool(execution_id)
+
+
+def staged_registry(queue: Queue, key: str, death_penalty_class: Any) -> StartedJobRegistry:
+    """rq's StartedJobRegistry of ``queue`` pointed at ``key``, so that its ``cleanup`` (rq's handling of
+    abandoned jobs: failure callback, exception handlers, retry or FailedJobRegistry with AbandonedJobError,
+    dependents) runs on exactly the entries staged there."""
+    return _StagedRegistry(queue, key, death_penalty_class)
+
+
+class _StagedRegistry(StartedJobRegistry):
+    """Relies on rq's ``cleanup`` reading and trimming only ``self.key`` and getting the queue to retry on
+    from ``get_queue()``."""
+
+    def __init__(self, queue: Queue, key: str, death_penalty_class: Any) -> None:
+        super().__init__(queue=queue, job_class=queue.job_class, death_penalty_class=death_penalty_class)
+        self.key = key
+        self._queue = queue
+
+    def get_queue(self) -> Queue:
+        """The worker's own queue object (a FairQueue stays one), as rq's worker uses for a failed job's
+        retry; rq's maintenance would build a plain ``Queue(name)``."""
+        return self._queue
