@@ -14,8 +14,8 @@ hook                                        called from (rq internals)
 ``heartbeat_due()``                         the worker process's own heartbeats: rq's loop beats before every
                                             fetch, after every idle wait and after every job; the forking
                                             worker also at each heartbeat of the job its horse runs
-``running_job_beat()``                      each heartbeat of a running job: the forking worker's
-                                            ``maintain_heartbeats``, the in-process worker's beat thread
+``running_job_beat()``                      the in-process worker's beat thread, at each heartbeat of its
+                                            running job (the forking worker calls ``heartbeat_due`` there)
 ``job_started(job, pipeline)``              ``prepare_execution``: rq's job-start MULTI (busy state, execution)
 ``job_ended(job, queue, seconds, pipe)``    ``increment_total_working_time``: rq's after-job pipeline, however
                                             the job ended (success, failure, retry; horse or worker)
@@ -86,7 +86,8 @@ class RqWorkerSeam(BaseWorker):
         """The worker process sent a heartbeat of its own: time for duties done once per beat."""
 
     def running_job_beat(self) -> None:
-        """A running job was heartbeated (a long job must not hold back duties that cannot wait for its end)."""
+        """An in-process worker's running job was heartbeated from its thread (a long job must not hold back
+        duties that cannot wait for its end; the forking worker runs ``heartbeat_due`` at those beats)."""
 
     def job_started(self, job: Job, pipeline: Pipeline) -> None:
         """Queue writes on rq's job-start MULTI (busy state and execution), before it runs."""
@@ -238,10 +239,9 @@ class ForkingWorkerSeam(RqWorkerSeam):
 
     def maintain_heartbeats(self, job: Job) -> None:
         """rq's heartbeat of the running job (every ``job_monitoring_interval`` while the horse works), then
-        ``heartbeat_due`` and ``running_job_beat``."""
+        ``heartbeat_due``."""
         super().maintain_heartbeats(job)
         self.heartbeat_due()
-        self.running_job_beat()
 
 
 class InProcessWorkerSeam(RqWorkerSeam):
