@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer
@@ -28,13 +29,19 @@ _PREFIX = re.compile(r"[A-Za-z0-9_.:\-]{1,100}")
 _TIER_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
 
 
-def _queue_name(value: str) -> str:
-    if not _QUEUE_NAME.fullmatch(value):
-        raise ValueError(f"queue name must be 1-200 letters, digits, '_', '-' or '.', got {value!r}")
-    return value
+def _matching(pattern: re.Pattern[str], rule: str) -> Callable[[str], str]:
+    """A validator that accepts a value ``pattern`` matches whole, else says ``rule`` and the value."""
+
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{rule}, got {value!r}")
+        return value
+
+    return check
 
 
-QueueName = Annotated[str, AfterValidator(_queue_name)]
+QueueName = Annotated[str, AfterValidator(_matching(_QUEUE_NAME, "queue name must be 1-200 letters, digits, "
+                                                                  "'_', '-' or '.'"))]
 """An rq queue name: letters, digits, ``_``, ``-`` and ``.`` (safe in keys, logs and the rq CLI)."""
 
 
@@ -63,23 +70,13 @@ QueueGroup = Annotated[str, BeforeValidator(_queue_group)]
 """Queues one pooled worker listens on, comma-separated, e.g. ``analysis_priority`` or ``a,b``."""
 
 
-def _prefix(value: str) -> str:
-    if not _PREFIX.fullmatch(value):
-        raise ValueError(f"prefix must be 1-100 letters, digits, '_', '.', ':' or '-' (no braces), got {value!r}")
-    return value
-
-
-Prefix = Annotated[str, AfterValidator(_prefix)]
+Prefix = Annotated[str, AfterValidator(_matching(_PREFIX, "prefix must be 1-100 letters, digits, '_', '.', "
+                                                           "':' or '-' (no braces)"))]
 """What every Redis key of one deployment starts with. No braces: the keys put their own hash tags after it."""
 
 
-def _tier_name(value: str) -> str:
-    if not _TIER_NAME.fullmatch(value):
-        raise ValueError(f"tier name must be 1-100 letters, digits, '_', '-' or '.', got {value!r}")
-    return value
-
-
-TierName = Annotated[str, AfterValidator(_tier_name)]
+TierName = Annotated[str, AfterValidator(_matching(_TIER_NAME, "tier name must be 1-100 letters, digits, "
+                                                               "'_', '-' or '.'"))]
 """A plan tier's name (``free``, ``pro``): a key of ``tiers.concurrency``."""
 
 
