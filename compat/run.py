@@ -213,10 +213,10 @@ def _session_of(pid: int) -> int | None:
         return None
 
 
-def run_variant(variant: str, suite: Path, pytest_args: list[str], timeout: float, echo: bool) -> Result:
-    """Run the suite under ``variant``; re-run once, on a fresh server, the tests that failed outside
-    the allowlist, to tell rq's timing-sensitive tests that lost a race on a busy machine (reported
-    as flaky) from failures (failed twice). Logs go to ``.rq-suite/logs/<variant>[-rerun].log``."""
+def run_variant(variant: str, suite: Path, pytest_args: list[str], timeout: float, echo: bool,
+                rerun: bool = True) -> Result:
+    """Run the suite under ``variant``; with ``rerun``, then :func:`rerun_failures`. Logs go to
+    ``.rq-suite/logs/<variant>[-rerun].log``."""
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -230,18 +230,31 @@ def run_variant(variant: str, suite: Path, pytest_args: list[str], timeout: floa
         result.problems.append(f"pytest exited with {returncode} and wrote no report")
     else:
         result.read(data)
-    if result.unexpected and not result.problems and len(result.unexpected) <= MAX_RERUN:
-        result.logs.append(logs / f"{variant}-rerun.log")
-        again_code, again = run_pytest(variant, suite, result.unexpected, result.logs[1],
-                                       logs / f"{variant}-rerun.json", timeout, partial=True, echo=echo)
-        if again is None or again_code is None:
-            result.problems.append(f"the re-run exited with {again_code} and wrote no report")
-        else:
-            result.flaky = [n for n in result.unexpected if again["outcomes"].get(n) == "passed"]
-            result.unexpected = [n for n in result.unexpected if n not in result.flaky]
-            result.counts["passed"] += len(result.flaky)
-    result.seconds = time.monotonic() - start
+    if rerun:
+        rerun_failures(result, suite, timeout, echo)
+    result.seconds += time.monotonic() - start
     return result
+
+
+def rerun_failures(result: Result, suite: Path, timeout: float, echo: bool) -> None:
+    """Re-run once, on a fresh server, the tests that failed outside the allowlist, to tell rq's
+    timing-sensitive tests that lost a race on a busy machine (reported as flaky) from failures (failed
+    twice). When variants run at once, this runs after all of them, one variant at a time: a re-run beside
+    the other variants would lose the same race again (rq's worker-pool tests give a new worker 0.5 s)."""
+    if not result.unexpected or result.problems or len(result.unexpected) > MAX_RERUN:
+        return
+    start = time.monotonic()
+    logs = CACHE / "logs"
+    result.logs.append(logs / f"{result.variant}-rerun.log")
+    again_code, again = run_pytest(result.variant, suite, result.unexpected, result.logs[-1],
+                                   logs / f"{result.variant}-rerun.json", timeout, partial=True, echo=echo)
+    if again is None or again_code is None:
+        result.problems.append(f"the re-run exited with {again_code} and wrote no report")
+    else:
+        result.flaky = [n for n in result.unexpected if again["outcomes"].get(n) == "passed"]
+        result.unexpected = [n for n in result.unexpected if n not in result.flaky]
+        result.counts["passed"] += len(result.flaky)
+    result.seconds += time.monotonic() - start
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,12 +285,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rq-suite: running {', '.join(variants)} at once; each one's pytest output follows when it ends",
               flush=True)
         with ThreadPoolExecutor(jobs) as pool:
-            futures = [pool.submit(run_variant, variant, suite, pytest_args, args.timeout, False)
+            futures = [pool.submit(run_variant, variant, suite, pytest_args, args.timeout, False, False)
                        for variant in variants]
             for future in as_completed(futures):
                 for log in future.result().logs:
                     print(log.read_text(errors="replace"), flush=True)
             results = [future.result() for future in futures]
+        for result in results:  # alone, once every variant is done
+            rerun_failures(result, suite, args.timeout, echo=False)
+            for log in result.logs[1:]:
+                print(log.read_text(errors="replace"), flush=True)
     print()
     for result in results:
         for nodeid in result.unexpected:
