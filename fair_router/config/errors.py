@@ -62,7 +62,9 @@ def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc],
         label = origin(loc) if origin is not None else None
         placed = placed and label is not None
         where = f"{_location(loc)}: " if loc or label else ""  # a single argument has no key path
-        lines.append(f"  {label + ': ' if label else ''}{where}{reason[:4 * SHOWN]}{got}")
+        if len(reason) > 4 * SHOWN:  # a validator's message quoting a long value
+            reason = f"{reason[:4 * SHOWN]}... ({len(reason)} characters)"
+        lines.append(f"  {label + ': ' if label else ''}{where}{reason}{got}")
     if len(lines) > MAX_LINES:
         lines[MAX_LINES:] = [f"  ... and {len(lines) - MAX_LINES} more"]
     heading = "invalid fair-router settings:" if placed and lines else f"invalid fair-router settings in {source}:"
