@@ -6,7 +6,7 @@ these types, so a rule is stated once and a bad value gets the same message wher
 check happens once, where the value enters (settings load, a constructor, an option): the code behind trusts
 it, e.g. the worker's weighted fetch order does not look at its weights again on every fetch.
 
-Messages name the value (``weight must be a positive number or 'strict', got -1``); where it came from (the
+Messages name the value (``weight must be a positive number up to 1e+06 or 'strict', got -1``); where it came from (the
 file, variable or argument and the key path) is added by :func:`fair_router.config.errors.describe_errors`.
 """
 
@@ -121,11 +121,12 @@ def _weight(value: object) -> object:
     if value == "strict":
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}")
+        raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', got {value!r}")
     try:
         number = float(value)
     except (ValueError, OverflowError):
-        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}") from None
+        raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', "
+                         f"got {value!r}") from None
     if not (0 < number <= MAX_WEIGHT):  # also rejects NaN and infinities
         raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', got {value!r}")
     return number
