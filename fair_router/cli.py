@@ -1,7 +1,9 @@
 """The ``fair-router`` command: check settings, inspect tenant windows, run the demo.
 
 This module is the group (the console script ``fair_router.cli:main``); each command lives with the others
-of its concern in :mod:`fair_router.commands` and is added here.
+of its concern in :mod:`fair_router.commands` and is added here. Every command fails with one line and exit
+status 1 (or 2 for bad input) rather than a traceback (:mod:`fair_router.commands.failures`); ``--debug``
+shows the traceback.
 """
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ import click
 from fair_router.commands.dashboard import dashboard
 from fair_router.commands.demo import demo
 from fair_router.commands.queues import queue
+from fair_router.commands.failures import DEBUG, FailingCleanly
 from fair_router.commands.routing import check, stats
 from fair_router.commands.tenants import tenant, tier
 from fair_router.commands.workers import pool, worker
 
 
-@click.group()
-def main() -> None:
+@click.group(cls=FailingCleanly)
+@click.option("--debug", is_flag=True, help="Show the traceback of a failure instead of one line.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """fair-router: fair multi-tenant background jobs for RQ."""
+    ctx.meta[DEBUG] = debug
 
 
 for command in (check, stats, tier, tenant, queue, demo, dashboard, worker, pool):

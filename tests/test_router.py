@@ -152,7 +152,7 @@ HOSTILE = ["a:b", "a}b", "{a}", "}{", "a b", "ünïcödé-☃", "x" * 10_240, "x
 
 
 def test_hostile_tenant_ids_get_safe_distinct_keys(conn: Redis) -> None:
-    router = FairRouter(conn, clock=FakeClock())
+    router = FairRouter(conn, clock=FakeClock(), tenant_max_bytes=65536)  # 10 KB ids allowed by the setting
     tenants = [t for t in HOSTILE if t]
     keys = [router.keys.window("weird{job}:key", t) for t in tenants]
     assert len(set(keys)) == len(keys)

@@ -153,8 +153,8 @@ def test_value_errors_name_the_variable_or_the_file_they_came_from(
         load_settings(path)
     lines = str(info.value).splitlines()
     assert lines[0] == "invalid fair-router settings:"
-    assert ("  FAIR_ROUTER_QUEUES__default: queues.default: weight must be a positive number or 'strict', "
-            "got 'fast'") in lines
+    assert ("  FAIR_ROUTER_QUEUES__default: queues.default: weight must be a positive number up to "
+            "1e+06 or 'strict', got 'fast'") in lines
     assert "  FAIR_ROUTER_JOBS: jobs['a.b'].rules[0].threshold: Input should be greater than 0 (got -1)" in lines
     assert any(line.startswith(f"  {path}: fair_queues[0]: ") for line in lines), lines
     assert any(line.startswith(f"  FAIR_ROUTER_TIERS__DEFAULT + {path}: tiers: unknown tier(s) 'gold'")

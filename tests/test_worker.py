@@ -123,7 +123,7 @@ def test_invalid_explicit_weight_fails_at_start_naming_queue_and_value(conn: Red
         WeightedSimpleWorker(["good", "bad_q"], connection=conn, weights={"good": 2, "bad_q": bad})
     message = str(caught.value)
     assert "WeightedSimpleWorker(weights=...)" in message
-    assert f"bad_q: weight must be a positive number or 'strict', got {bad!r}" in message
+    assert f"bad_q: weight must be a positive number up to 1e+06 or 'strict', got {bad!r}" in message
 
 
 def test_weights_are_checked_before_connecting() -> None:
@@ -134,7 +134,8 @@ def test_weights_are_checked_before_connecting() -> None:
 
 def test_invalid_weight_in_settings_fails_at_start(conn: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAIR_ROUTER_QUEUES", '{"a": -1}')
-    with pytest.raises(SettingsError, match=r"queues\.a: weight must be a positive number or 'strict', got -1"):
+    with pytest.raises(SettingsError,
+                       match=r"queues\.a: weight must be a positive number up to 1e\+06 or 'strict', got -1"):
         WeightedSimpleWorker(["a"], connection=conn)
 
 
@@ -168,7 +169,7 @@ def test_rq_cli_reports_invalid_weights_and_exits(redis_server: RedisServer, tmp
     done = run([str(BIN / "rq"), "worker", "-w", WORKER_CLASS, "--burst", "--url", redis_server.url, "a"],
                {"FAIR_ROUTER_QUEUES": '{"a": 0}'}, tmp_path)
     assert done.returncode == 1
-    assert "queues.a: weight must be a positive number or 'strict', got 0" in done.stderr
+    assert "queues.a: weight must be a positive number up to 1e+06 or 'strict', got 0" in done.stderr
 
 
 def test_fair_router_worker_command_drains_named_queues_and_runs_due_scheduled_jobs(

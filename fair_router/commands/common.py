@@ -1,5 +1,6 @@
-"""What every ``fair-router`` command shares: its settings (or a clear error and exit status 2), a router
-on them, and option types validated exactly as the settings they override."""
+"""What every ``fair-router`` command shares: its settings (or a clear error and exit status 2), its Redis
+connection (recorded, so a failure names where), a router on them, and option types validated exactly as the
+settings they override. How failures become one-line errors is :mod:`fair_router.commands.failures`."""
 
 from __future__ import annotations
 
@@ -11,24 +12,55 @@ import click
 from pydantic import TypeAdapter, ValidationError
 from redis import Redis
 
-from fair_router.config.settings import Settings, SettingsError, load_settings
+from fair_router.commands.failures import BadInput, redacted, remember_redis
+from fair_router.config.settings import Settings, SettingsError, SettingsWarning, load_settings
 from fair_router.config.validation import AtLeastOne, FairWeight, RateField
 from fair_router.routing.router import FairRouter
+
+CONNECT_TIMEOUT = 5.0
+"""Seconds a command waits for Redis to accept its connection: an unreachable host fails in seconds."""
 
 
 def load_or_exit(config: Path | None) -> Settings:
     """The settings from ``config`` (else the default file and the environment); invalid ones are printed
-    with their file, key and reason, and the command exits with status 2 rather than a traceback."""
+    with their file, key and reason, and the command exits with status 2 rather than a traceback. Warnings
+    (an empty settings file) are printed and the command goes on."""
+    import warnings
+
     try:
-        return load_settings(config)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SettingsWarning)
+            settings = load_settings(config)
     except SettingsError as exc:
         click.echo(str(exc), err=True)
         sys.exit(2)
+    for warning in caught:
+        if issubclass(warning.category, SettingsWarning):
+            click.echo(f"warning: {warning.message}", err=True)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    remember_redis(settings.redis_url)
+    return settings
+
+
+def connect(url: str, ping: bool = False) -> Redis:
+    """A client of the Redis at ``url`` (its redacted form is recorded for error messages); ``ping``: check it
+    answers now, so a long-running command fails at start rather than in its loop. A URL redis-py cannot
+    parse is bad input (exit status 2)."""
+    remember_redis(url)
+    try:
+        connection = Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT)
+    except ValueError as exc:
+        raise BadInput(f"invalid Redis URL {redacted(url)}: {exc}") from None
+    if ping:
+        connection.ping()
+    return connection
 
 
 def router_for(settings: Settings) -> FairRouter:
     """A router on the settings' Redis, prefix and tiers: the commands read and write what workers use."""
-    return FairRouter(Redis.from_url(settings.redis_url), prefix=settings.prefix, tiers=settings.tiers)
+    return FairRouter(connect(settings.redis_url), prefix=settings.prefix, tiers=settings.tiers,
+                      tenant_max_bytes=settings.tenant_max_bytes)
 
 
 class Validated(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on, plain before

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import click
+
+from fair_router.commands.common import connect
 
 
 @click.command()
@@ -32,6 +35,9 @@ def demo(plot: Path, no_plot: bool, quick: bool) -> None:
         run_worker_time_demo,
     )
 
+    url = os.environ.get("FAIR_ROUTER_REDIS_URL") or os.environ.get("REDIS_URL")
+    if url:  # the user's Redis (else demo_redis starts one): check it answers before anything starts
+        connect(url, ping=True)
     params = FloodParams(greedy_jobs=500, small_tenants=10) if quick else FloodParams()
     mixed = MixedParams(long_jobs=20, short_jobs=200) if quick else MixedParams(long_jobs=40, short_jobs=400)
     with demo_redis() as (connection, url):

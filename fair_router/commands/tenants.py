@@ -24,6 +24,7 @@ def tier() -> None:
 def tier_set(tenant: str, tier_name: str, config: Path | None) -> None:
     """Put TENANT on TIER."""
     router = router_for(load_or_exit(config))
+    tenant = router.tenant_id(tenant)  # a bad tenant id is its own error, not TIER's
     try:
         router.set_tier(tenant, tier_name)
     except ValueError as exc:

@@ -6,9 +6,8 @@ import sys
 from pathlib import Path
 
 import click
-from redis import Redis
 
-from fair_router.commands.common import load_or_exit
+from fair_router.commands.common import connect, load_or_exit
 
 
 @click.command()
@@ -28,8 +27,6 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
 
     The same as `rq worker -w fair_router.WeightedWorker QUEUES`, with URL and weights from the settings.
     """
-    from redis.exceptions import RedisError
-
     from fair_router.workers.weighted import WeightedWorker
 
     settings = load_or_exit(config)
@@ -38,10 +35,10 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
         click.echo("error: no queues to work on: name them (fair-router worker default low) or list them "
                    "under `queues:` in the settings", err=True)
         sys.exit(2)
+    connection = connect(url or settings.redis_url, ping=True)  # an unreachable Redis fails now (exit 1)
     try:
-        connection = Redis.from_url(url or settings.redis_url)
         rq_worker = WeightedWorker(names, connection=connection, name=name, settings=settings)  # --config's
-    except (RedisError, ValueError) as exc:
+    except ValueError as exc:
         click.echo(f"error: cannot start the worker: {exc}", err=True)
         sys.exit(2)
     rq_worker.work(burst=burst, logging_level=logging_level.upper(), max_jobs=max_jobs,
@@ -67,10 +64,9 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     """
     import logging
 
-    from redis.exceptions import RedisError
     from rq.utils import import_worker_class
 
-    from fair_router.workers.pool import WorkerPool, redact_url
+    from fair_router.workers.pool import WorkerPool
 
     settings = load_or_exit(config)
     if not settings.pool:
@@ -84,11 +80,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     except (ImportError, ValueError) as exc:
         click.echo(f"error: cannot use worker class {worker_class!r}: {exc}", err=True)
         sys.exit(2)
-    try:
-        Redis.from_url(url, socket_connect_timeout=5).ping()
-    except (RedisError, ValueError) as exc:
-        click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
-        sys.exit(2)
+    connect(url, ping=True)  # an unreachable Redis fails now (exit 1), not in every worker
     logging.basicConfig(level=logging_level.upper(), format="%(asctime)s fair-router pool: %(message)s",
                         datefmt="%H:%M:%S")
     workers = WorkerPool(settings.pool, url, worker_class=worker_class, logging_level=logging_level.upper(),

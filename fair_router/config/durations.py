@@ -10,7 +10,10 @@ import re
 from datetime import timedelta
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+MAX_DURATION = 366 * 86400.0
+"""Longest duration taken (366 days): windows, leases and retention are minutes to days; a year and a day
+covers any calendar window, and anything longer is a typo (or ``1e308``)."""
+_PATTERN = re.compile(r"^\s*(\d{1,30}(?:\.\d{1,30})?)\s*(ms|s|m|h|d)?\s*$")
 
 
 def parse_duration(value: object) -> float:
@@ -20,7 +23,10 @@ def parse_duration(value: object) -> float:
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past a double's range
+            raise ValueError("duration must be at most 366d, got an int past the range of a float") from None
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         if match is None:
@@ -32,6 +38,8 @@ def parse_duration(value: object) -> float:
         raise ValueError(f"duration must be seconds, a timedelta or a string like '5m', got {value!r}")
     if not seconds >= 0.001:  # also rejects NaN
         raise ValueError(f"duration must be at least 1ms, got {value!r}")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"duration must be at most 366d, got {value!r}")
     return seconds
 
 

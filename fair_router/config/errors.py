@@ -16,6 +16,21 @@ class SettingsError(ValueError):
     """Settings that cannot be used; the message names the file or variable, the key path and the reason."""
 
 
+class SettingsWarning(UserWarning):
+    """Settings that work but are probably not what was meant (an empty settings file)."""
+
+
+MAX_LINES = 20
+"""Errors listed in one message; the rest are counted (a 1,000-entry mistake stays a short message)."""
+SHOWN = 80
+"""Characters of a value echoed in an error line."""
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
+
+
 Loc = tuple[int | str, ...]
 """Where a value sits in the settings, as pydantic reports it: ``("jobs", "a.b", "rules", 0, "per")``."""
 
@@ -43,11 +58,15 @@ def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc],
     for item in error.errors():
         loc = tuple(p for p in item["loc"] if p not in ("function-after", "function-before"))
         reason = item["msg"].removeprefix("Value error, ")
-        got = "" if item["type"] in ("missing", "value_error") else f" (got {item['input']!r})"
+        got = "" if item["type"] in ("missing", "value_error") else f" (got {_shown(item['input'])})"
         label = origin(loc) if origin is not None else None
         placed = placed and label is not None
         where = f"{_location(loc)}: " if loc or label else ""  # a single argument has no key path
+        if len(reason) > 4 * SHOWN:  # a validator's message quoting a long value
+            reason = f"{reason[:4 * SHOWN]}... ({len(reason)} characters)"
         lines.append(f"  {label + ': ' if label else ''}{where}{reason}{got}")
+    if len(lines) > MAX_LINES:
+        lines[MAX_LINES:] = [f"  ... and {len(lines) - MAX_LINES} more"]
     heading = "invalid fair-router settings:" if placed and lines else f"invalid fair-router settings in {source}:"
     return "\n".join([heading, *lines])
 

@@ -11,7 +11,17 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from fair_router.config.validation import AtLeastOne, Duration, FairWeight, QueueName, RateField, TierName
+from fair_router.config.validation import (
+    MAX_RULES,
+    MAX_TIERS,
+    AtLeastOne,
+    Duration,
+    FairWeight,
+    QueueName,
+    RateField,
+    TierName,
+    at_most,
+)
 from fair_router.routing.rules import Rule
 
 
@@ -21,7 +31,7 @@ class JobConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     queue: QueueName | None = None
-    rules: list[Rule] = Field(default_factory=list)
+    rules: Annotated[list[Rule], at_most(MAX_RULES, "rules per job")] = Field(default_factory=list)
     rate: RateField | None = None  # starts per tenant of this job function, e.g. "10/s"
     burst: AtLeastOne | None = None  # starts allowed at once after a quiet spell (default 1)
 
@@ -60,7 +70,8 @@ class TiersConfig(BaseModel):
     default: TierName = "free"
     resolver: Annotated[str | None, BeforeValidator(_resolver_path)] = None
     priority: list[TierName] = Field(default_factory=lambda: ["pro", "pro_plus", "enterprise"])
-    concurrency: dict[TierName, AtLeastOne] = Field(default_factory=lambda: dict(ADR_LIMITS))
+    concurrency: Annotated[dict[TierName, AtLeastOne], at_most(MAX_TIERS, "tiers")] = Field(
+        default_factory=lambda: dict(ADR_LIMITS))
     weights: dict[TierName, FairWeight] = Field(default_factory=dict)
     rate: dict[TierName, RateField] = Field(default_factory=dict)  # job starts per tenant, e.g. {free: 2/s}
     burst: dict[TierName, AtLeastOne] = Field(default_factory=dict)  # default 1

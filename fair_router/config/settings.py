@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
@@ -24,11 +25,10 @@ from pydantic_settings import (
     EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    YamlConfigSettingsSource,
 )
 from pydantic_settings import SettingsError as SourceError
 
-from fair_router.config.errors import Loc, SettingsError, describe_errors, validated
+from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors, validated
 from fair_router.config.sections import (
     ADR_LIMITS,
     MIN_ABANDON_AFTER,
@@ -39,7 +39,19 @@ from fair_router.config.sections import (
     RecoveryConfig,
     TiersConfig,
 )
-from fair_router.config.validation import AtLeastOne, Prefix, QueueGroup, QueueName, Weight
+from fair_router.config.validation import (
+    MAX_JOBS,
+    MAX_QUEUES,
+    AtLeastOne,
+    Prefix,
+    QueueGroup,
+    QueueName,
+    TenantMaxBytes,
+    Weight,
+    at_most,
+)
+from fair_router.config.yamlfile import CheckedYamlSource
+from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
 
 __all__ = [
     "ADR_LIMITS",
@@ -54,6 +66,7 @@ __all__ = [
     "RecoveryConfig",
     "Settings",
     "SettingsError",
+    "SettingsWarning",
     "TiersConfig",
     "default_config_path",
     "describe_errors",
@@ -82,12 +95,14 @@ class Settings(BaseSettings):
 
     redis_url: str = "redis://localhost:6379/0"
     prefix: Prefix = "fair_router"
-    jobs: dict[str, JobConfig] = Field(default_factory=dict)
-    queues: dict[QueueName, Weight] = Field(default_factory=dict)
-    fair_queues: list[QueueName] = Field(default_factory=list)  # served as FairQueue by weighted workers
+    jobs: Annotated[dict[str, JobConfig], at_most(MAX_JOBS, "jobs")] = Field(default_factory=dict)
+    queues: Annotated[dict[QueueName, Weight], at_most(MAX_QUEUES, "queues")] = Field(default_factory=dict)
+    fair_queues: Annotated[list[QueueName], at_most(MAX_QUEUES, "fair queues")] = Field(
+        default_factory=list)  # served as FairQueue by weighted workers
     fair_charge: Charge = "jobs"  # FairQueue fair share of jobs, or of worker time ("runtime")
     fair_trust_cost: bool = False  # charge="runtime": a job's declared fair_cost is its charge (else measured)
-    pool: dict[QueueGroup, AtLeastOne] = Field(default_factory=dict)
+    pool: Annotated[dict[QueueGroup, AtLeastOne], at_most(MAX_QUEUES, "pool entries")] = Field(default_factory=dict)
+    tenant_max_bytes: TenantMaxBytes = DEFAULT_TENANT_MAX_BYTES  # longest tenant id taken (bytes of UTF-8)
     tiers: TiersConfig = Field(default_factory=TiersConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
@@ -104,7 +119,7 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Precedence: explicit arguments, then the environment, then the YAML file."""
         yaml_file = settings_cls.model_config.get("yaml_file") or default_config_path()
-        return init_settings, env_settings, YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file)
+        return init_settings, env_settings, CheckedYamlSource(settings_cls, yaml_file=yaml_file)
 
     def job(self, job_key: str) -> JobConfig:
         """Settings for one job key; an unconfigured job has no rules."""
@@ -133,7 +148,7 @@ class _Origins:
         self.layers: list[tuple[str, Any]] = [
             (self.ARGUMENTS, overrides),
             ("env", env()),
-            (str(file), YamlConfigSettingsSource(settings_cls, yaml_file=file)() if file else {}),
+            (str(file), _quietly(CheckedYamlSource, settings_cls, file) if file else {}),
         ]
         prefix = env.env_prefix.lower()
         # Each variable by its key path, as pydantic-settings reads names (case-insensitively here).
@@ -168,6 +183,13 @@ class _Origins:
         if holders:
             return self.variables[max(holders, key=len)]
         return " + ".join(name for key, name in self.variables.items() if key[: len(wanted)] == wanted)
+
+
+def _quietly(source: type[CheckedYamlSource], settings_cls: type[BaseSettings], file: Path) -> dict[str, Any]:
+    """The file's values, read again for error messages: without repeating its warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SettingsWarning)
+        return source(settings_cls, yaml_file=file)()
 
 
 def _has(node: Any, part: int | str) -> bool:
@@ -208,6 +230,8 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
 
     try:
         return FileSettings(**overrides)
+    except SettingsError:  # from the file reader (fair_router.config.yamlfile), already naming the file
+        raise
     except yaml.YAMLError as exc:
         raise SettingsError(f"{file}: malformed YAML: {exc}") from None
     except ValidationError as exc:

@@ -6,21 +6,53 @@ these types, so a rule is stated once and a bad value gets the same message wher
 check happens once, where the value enters (settings load, a constructor, an option): the code behind trusts
 it, e.g. the worker's weighted fetch order does not look at its weights again on every fetch.
 
-Messages name the value (``weight must be a positive number or 'strict', got -1``); where it came from (the
+Messages name the value (``weight must be a positive number up to 1e+06 or 'strict', got -1``); where it came from (the
 file, variable or argument and the key path) is added by :func:`fair_router.config.errors.describe_errors`.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable
-from typing import Annotated, Literal
+from collections.abc import Callable, Sized
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer
 
 from fair_router.config.durations import parse_duration
 from fair_router.controls.rates import Rate, parse_rate
+
+MAX_WEIGHT = 1e6
+"""Largest queue or fair-share weight: a million to one is far past any useful share, and keeps sums of
+weights and passes (1 / weight) well inside a double's precision."""
+
+MAX_COUNT = 1_000_000_000
+"""Largest count (rule threshold, concurrency limit, burst, backlog cap, workers): larger is a typo, and Lua
+numbers stay exact below 2**53."""
+
+MAX_QUEUES = 1000
+"""Most entries of ``queues:`` / ``fair_queues:`` / ``pool:`` (a worker polls each listed queue)."""
+
+MAX_JOBS = 1000
+"""Most job functions under ``jobs:``."""
+
+MAX_RULES = 100
+"""Most throttle rules of one job function (route.lua checks each at every enqueue)."""
+
+MAX_TIERS = 1000
+"""Most tiers (keys of ``tiers.concurrency``)."""
+
+_C = TypeVar("_C", bound=Sized)
+
+
+def at_most(limit: int, what: str) -> AfterValidator:
+    """A validator of a list or mapping that holds at most ``limit`` ``what`` (a documented limit)."""
+
+    def check(value: _C) -> _C:
+        if len(value) > limit:
+            raise ValueError(f"at most {limit} {what} (a fair-router limit), got {len(value)}")
+        return value
+
+    return AfterValidator(check)
 
 _QUEUE_CHARS = r"A-Za-z0-9_.\-"
 _QUEUE_NAME = re.compile(rf"[{_QUEUE_CHARS}]{{1,200}}")
@@ -89,24 +121,29 @@ def _weight(value: object) -> object:
     if value == "strict":
         return value
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}")
+        raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', got {value!r}")
     try:
         number = float(value)
-    except ValueError:
-        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}") from None
-    if not (number > 0 and math.isfinite(number)):
-        raise ValueError(f"weight must be a positive number or 'strict', got {value!r}")
+    except (ValueError, OverflowError):
+        raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', "
+                         f"got {value!r}") from None
+    if not (0 < number <= MAX_WEIGHT):  # also rejects NaN and infinities
+        raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', got {value!r}")
     return number
 
 
 Weight = Annotated[QueueWeight, BeforeValidator(_weight)]
 """A queue's fetch weight: a positive number, or ``"strict"`` (always polled first, in listed order)."""
 
-FairWeight = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-"""A tenant's (or tier's) share in a FairQueue: a positive finite number (default 1)."""
+FairWeight = Annotated[float, Field(gt=0, le=MAX_WEIGHT, allow_inf_nan=False)]
+"""A tenant's (or tier's) share in a FairQueue: a positive number up to :data:`MAX_WEIGHT` (default 1)."""
 
-AtLeastOne = Annotated[int, Field(ge=1)]
-"""A count that must allow something: a concurrency limit, a burst, a backlog cap, a number of workers."""
+AtLeastOne = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+"""A count that must allow something: a concurrency limit, a burst, a backlog cap, a number of workers (at
+most :data:`MAX_COUNT`)."""
+
+TenantMaxBytes = Annotated[int, Field(ge=16, le=65536)]
+"""The ``tenant_max_bytes`` setting: the longest tenant id taken, in bytes of UTF-8 (16 to 64 KiB)."""
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A measured or declared time in seconds, zero allowed (a job's ``fair_cost``)."""

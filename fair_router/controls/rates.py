@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|m|h)\s*$")
+_PATTERN = re.compile(r"^\s*(\d{1,30}(?:\.\d{1,30})?)\s*/\s*(s|m|h)\s*$")
+MAX_RATE = 1e6
+"""Most starts per unit: past a million per second the 1 ms GCRA interval cannot tell rates apart anyway."""
 
 
 @dataclass(frozen=True)
@@ -43,4 +45,6 @@ def parse_rate(value: object) -> Rate:
     count = float(match.group(1))
     if not (count > 0 and math.isfinite(count)):
         raise ValueError(f"rate must allow more than 0 jobs, got {value!r}")
+    if count > MAX_RATE:
+        raise ValueError(f"rate must be at most {MAX_RATE:g} jobs per unit, got {value!r}")
     return Rate(count, _UNITS[match.group(2)])

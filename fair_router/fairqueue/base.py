@@ -12,10 +12,11 @@ from redis.client import Pipeline
 from rq.job import Job
 
 from fair_router.config.settings import Charge, Settings, TiersConfig, load_settings, validated
-from fair_router.config.validation import Prefix, Seconds
+from fair_router.config.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.routing.jobmeta import META_COST, META_SYSTEM, META_TENANT
+from fair_router.routing.tenancy import optional_tenant_id
 from fair_router.routing.tiers import TierBook
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.keys import FairQueueKeys, Keys, encode
@@ -33,6 +34,7 @@ COST: TypeAdapter[float] = TypeAdapter(Seconds)
 
 _CHARGE: TypeAdapter[Charge] = TypeAdapter(Charge)
 _PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
+_MAX_BYTES: TypeAdapter[int] = TypeAdapter(TenantMaxBytes)
 
 
 class FairQueueBase(RqQueueSeam):
@@ -53,13 +55,14 @@ class FairQueueBase(RqQueueSeam):
         recover_after: float | None = None,
         charge: Charge | None = None,
         trust_cost: bool | None = None,
+        tenant_max_bytes: int | None = None,
         **kwargs: Any,
     ) -> None:
         """rq's arguments, plus where the fair state lives (``prefix``), the tiers that give weights
         (``tiers``), what a pop charges its tenant (``charge``: "jobs" or "runtime", see
-        :mod:`fair_router.fairqueue`) and whether a declared ``fair_cost`` is the charge (``trust_cost``); all
-        default to ``settings`` (else loaded on first use, as ``--queue-class`` builds queues with rq's
-        arguments only)."""
+        :mod:`fair_router.fairqueue`), whether a declared ``fair_cost`` is the charge (``trust_cost``) and the
+        longest ``fair_tenant`` id taken (``tenant_max_bytes``, UTF-8 bytes); all default to ``settings``
+        (else loaded on first use, as ``--queue-class`` builds queues with rq's arguments only)."""
         super().__init__(name, connection, *args, **kwargs)
         if "{" in name or "}" in name:
             raise ValueError(f"fair queue names cannot hold braces: {name!r}")
@@ -74,6 +77,8 @@ class FairQueueBase(RqQueueSeam):
             checked: Charge = validated(_CHARGE, charge, "FairQueue(charge=...)")
             self._charge = checked
         self._trust_cost = trust_cost
+        self._tenant_max_bytes = None if tenant_max_bytes is None else validated(
+            _MAX_BYTES, tenant_max_bytes, "FairQueue(tenant_max_bytes=...)")
         self._fair_keys: FairQueueKeys | None = None
         self._tier_book: TierBook | None = None
         self._scripts: dict[type[LuaScript[Any]], LuaScript[Any]] = {}
@@ -109,6 +114,16 @@ class FairQueueBase(RqQueueSeam):
     def trust_cost(self) -> bool:
         """charge="runtime": settle with a job's declared ``fair_cost`` instead of its measured run time."""
         return self._loaded().fair_trust_cost if self._trust_cost is None else self._trust_cost
+
+    @property
+    def tenant_max_bytes(self) -> int:
+        """The longest tenant id this queue takes (bytes of UTF-8): the ``tenant_max_bytes`` setting."""
+        return self._tenant_max_bytes or self._loaded().tenant_max_bytes
+
+    def tenant_id(self, tenant: object) -> str | None:
+        """A ``fair_tenant`` as this queue stores it: None (no tenant), else
+        :func:`~fair_router.routing.tenancy.tenant_id` (TypeError / InvalidTenant before anything is written)."""
+        return optional_tenant_id(tenant, self.tenant_max_bytes)
 
     def _loaded(self) -> Settings:
         if self._settings is None:

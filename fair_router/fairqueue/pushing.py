@@ -31,7 +31,7 @@ class FairPushing(FairQueueBase):
                 **kwargs: Any) -> Job:
         """rq's ``enqueue``; ``fair_tenant=`` goes to ``job.meta["fair_tenant"]`` (else the meta's own),
         ``fair_cost=`` (seconds the job is expected to run; charge="runtime") to ``job.meta["fair_cost"]``."""
-        return super().enqueue(f, *args, **_with_tenant(kwargs, fair_tenant, fair_cost))
+        return super().enqueue(f, *args, **self._with_tenant(kwargs, fair_tenant, fair_cost))
 
     def enqueue_call(self, *args: Any, fair_tenant: object = None, fair_cost: float | None = None,
                      **kwargs: Any) -> Job:
@@ -39,18 +39,18 @@ class FairPushing(FairQueueBase):
         enqueued) when the job would take its tenant's waiting jobs here past its backlog cap."""
         capping, self._capping = self._capping, True
         try:
-            return super().enqueue_call(*args, **_with_tenant(kwargs, fair_tenant, fair_cost))
+            return super().enqueue_call(*args, **self._with_tenant(kwargs, fair_tenant, fair_cost))
         finally:
             self._capping = capping
 
     def enqueue_at(self, datetime: Any, f: Any, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
         """rq's ``enqueue_at`` with ``fair_tenant=``. rq's scheduler later pushes the job with a plain
         Queue, so it is served as a plain entry (in list order), not by fair share."""
-        return cast(Job, super().enqueue_at(datetime, f, *args, **_with_tenant(kwargs, fair_tenant)))
+        return cast(Job, super().enqueue_at(datetime, f, *args, **self._with_tenant(kwargs, fair_tenant)))
 
     def enqueue_in(self, time_delta: Any, func: Any, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
         """rq's ``enqueue_in`` with ``fair_tenant=`` (see :meth:`enqueue_at`)."""
-        return super().enqueue_in(time_delta, func, *args, **_with_tenant(kwargs, fair_tenant))
+        return super().enqueue_in(time_delta, func, *args, **self._with_tenant(kwargs, fair_tenant))
 
     def enqueue_many(
         self, job_datas: Iterable[Any], pipeline: Pipeline | None = None, group_id: str | None = None
@@ -58,9 +58,12 @@ class FairPushing(FairQueueBase):
         """rq's ``enqueue_many``: a new enqueue, so backlog caps apply. Jobs without dependencies are pushed
         by one script call per ``PUSH_BATCH`` jobs at the end of rq's pipeline, still in the MULTI that saves
         them, instead of one call each (packing 13 keys per call is most of a fair push's client cost)."""
+        datas = list(job_datas)
+        for data in datas:  # every tenant checked before anything is saved
+            self.tenant_id((getattr(data, "meta", None) or {}).get(META_TENANT))
         capping, self._capping = self._capping, True
         try:
-            return super().enqueue_many(job_datas, pipeline=pipeline, group_id=group_id)
+            return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
         finally:
             self._capping = capping
 
@@ -148,11 +151,13 @@ class FairPushing(FairQueueBase):
         this second call (until then it is a plain entry)."""
         self._script(FairPushScript)(self.fair_keys, [self._entry(job.id, job, at_front, listed=True)]).run()
 
-
-def _with_tenant(kwargs: dict[str, Any], tenant: object, cost: float | None = None) -> dict[str, Any]:
-    meta = {**(kwargs.get("meta") or {})}
-    if tenant is not None:
-        meta[META_TENANT] = str(tenant)
-    if cost is not None:
-        meta[META_COST] = validated(COST, cost, "fair_cost=")
-    return {**kwargs, "meta": meta} if meta else kwargs
+    def _with_tenant(self, kwargs: dict[str, Any], tenant: object, cost: float | None = None) -> dict[str, Any]:
+        """rq's keywords with ``fair_tenant=`` (else the meta's own, checked too) and ``fair_cost=`` put in the
+        meta; a tenant that is not a str or int id raises before anything is written."""
+        meta = {**(kwargs.get("meta") or {})}
+        checked = self.tenant_id(tenant if tenant is not None else meta.get(META_TENANT))
+        if checked is not None:
+            meta[META_TENANT] = checked
+        if cost is not None:
+            meta[META_COST] = validated(COST, cost, "fair_cost=")
+        return {**kwargs, "meta": meta} if meta else kwargs

@@ -78,7 +78,8 @@ def create_blueprint(
 
     if actions_token is not None:
         expected = f"Bearer {actions_token}".encode()
-        router = FairRouter(reader.connection, prefix=reader.settings.prefix)
+        router = FairRouter(reader.connection, prefix=reader.settings.prefix,
+                            tenant_max_bytes=reader.settings.tenant_max_bytes)
 
         @blueprint.post("/api/tenant/<action>")
         def api_tenant(action: str) -> Response:
@@ -89,9 +90,11 @@ def create_blueprint(
             if action not in ACTIONS:
                 abort(404)
             body = request.get_json(silent=True)
-            tenant = body.get("tenant") if isinstance(body, dict) else None
-            if not isinstance(tenant, str) or not tenant:
-                refused = jsonify({"error": 'the body must be {"tenant": "<tenant id>"}'})
+            given_tenant = body.get("tenant") if isinstance(body, dict) else None
+            try:  # a str or int id within tenant_max_bytes, as everywhere (fair_router.routing.tenancy)
+                tenant = router.tenant_id(given_tenant)
+            except (TypeError, ValueError) as exc:
+                refused = jsonify({"error": f'the body must be {{"tenant": "<tenant id>"}}: {exc}'})
                 refused.status_code = 400
                 return refused
             getattr(router, action)(tenant)

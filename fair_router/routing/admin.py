@@ -15,34 +15,44 @@ from rq.utils import as_text
 
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.rates import Rate
+from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
 from fair_router.routing.tiers import TenantOverrides, TenantProfile, TierBook
 from fair_router.store.keys import Keys, encode
 
 
 class TenantAdmin:
-    """Read and change one tenant's controls; every worker and producer sees a change within 5 s."""
+    """Read and change one tenant's controls; every worker and producer sees a change within 5 s.
 
-    def __init__(self, connection: Redis, keys: Keys, tiers: TierBook) -> None:
+    Every method takes a tenant id as a ``str`` or an ``int`` (:func:`~fair_router.routing.tenancy.tenant_id`:
+    TypeError for other types, InvalidTenant past ``tenant_max_bytes``), checked before anything is written."""
+
+    def __init__(self, connection: Redis, keys: Keys, tiers: TierBook,
+                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> None:
         self.connection = connection
         self.keys = keys
         self.tiers = tiers
+        self.tenant_max_bytes = tenant_max_bytes
         self._pauses = TenantPauses(connection, keys)
+
+    def tenant_id(self, tenant: object) -> str:
+        """``tenant`` normalised (an int as its decimal string) and checked against ``tenant_max_bytes``."""
+        return tenant_id(tenant, self.tenant_max_bytes)
 
     # -- tiers ---------------------------------------------------------------------------------
 
-    def set_tier(self, tenant: str, tier: str) -> None:
+    def set_tier(self, tenant: str | int, tier: str) -> None:
         """Put ``tenant`` on ``tier`` (stored in Redis; used when no tier resolver is configured)."""
-        self.tiers.set(tenant, tier)
+        self.tiers.set(self.tenant_id(tenant), tier)
 
-    def get_tier(self, tenant: str) -> str:
+    def get_tier(self, tenant: str | int) -> str:
         """``tenant``'s tier (``tiers.default`` when unknown)."""
-        return self.tiers.tier(tenant)
+        return self.tiers.tier(self.tenant_id(tenant))
 
     # -- tenant controls -------------------------------------------------------------------------
 
     def set_tenant(
         self,
-        tenant: str,
+        tenant: str | int,
         limit: int | None = None,
         weight: float | None = None,
         rate: str | Rate | None = None,
@@ -55,29 +65,31 @@ class TenantAdmin:
         ``reset`` drops every earlier override first. Validated (pydantic's ValidationError names the
         value); every worker and producer uses it within its tier cache's life (5 s). Returns the profile
         now in effect."""
+        tenant = self.tenant_id(tenant)
         overrides = TenantOverrides(limit=limit, weight=weight, rate=rate, burst=burst, max_backlog=max_backlog)
         return self.tiers.set_overrides(tenant, overrides, reset=reset)
 
-    def tenant(self, tenant: str) -> TenantProfile:
+    def tenant(self, tenant: str | int) -> TenantProfile:
         """The values in effect for ``tenant`` (tier, limit, weight, rate, burst, max_backlog, overrides)."""
-        return self.tiers.profile(tenant)
+        return self.tiers.profile(self.tenant_id(tenant))
 
-    def pause(self, tenant: str) -> None:
+    def pause(self, tenant: str | int) -> None:
         """No job of ``tenant`` starts until :meth:`resume`; its jobs wait (nothing is failed or lost).
         System jobs are not paused."""
-        self._pauses.pause(tenant)
+        self._pauses.pause(self.tenant_id(tenant))
 
-    def resume(self, tenant: str) -> None:
+    def resume(self, tenant: str | int) -> None:
         """``tenant``'s jobs may start again (fair queues serve it at once)."""
-        self._pauses.resume(tenant)
+        self._pauses.resume(self.tenant_id(tenant))
 
-    def paused(self, tenant: str) -> bool:
+    def paused(self, tenant: str | int) -> bool:
         """Whether ``tenant`` is paused."""
-        return self._pauses.paused(tenant)
+        return self._pauses.paused(self.tenant_id(tenant))
 
-    def tenant_jobs(self, tenant: str) -> tuple[int, dict[str, int]]:
+    def tenant_jobs(self, tenant: str | int) -> tuple[int, dict[str, int]]:
         """``tenant``'s running jobs (unexpired concurrency leases; 0 when limits are off) and its waiting jobs
         per fair queue that has any (queue name -> count)."""
+        tenant = self.tenant_id(tenant)
         queues = sorted(as_text(raw) for raw in self.connection.smembers(Queue.redis_queues_keys))
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.time()

@@ -84,7 +84,8 @@ class FairJob(Generic[P, R]):
         """The router this job enqueues through."""
         if self._router is None:
             connection = self._connection or Redis.from_url(self.settings.redis_url)
-            self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers)
+            self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers,
+                                      tenant_max_bytes=self.settings.tenant_max_bytes)
             self._router.fair_queue_names = frozenset(self.settings.fair_queues)
         return self._router
 
@@ -160,7 +161,8 @@ class FairJob(Generic[P, R]):
             args, kwargs = item
             kwargs = dict(kwargs)
             explicit = kwargs.pop("fair_tenant", None)
-            batch.append((self._call(args=tuple(args), kwargs=kwargs), self.tenants.resolve(explicit, args, kwargs)))
+            tenant = self.tenants.resolve(explicit, args, kwargs, self.router.tenant_max_bytes)
+            batch.append((self._call(args=tuple(args), kwargs=kwargs), tenant))
         if not self.tier_routing:
             return self.router.enqueue_many(self.route, batch, self.fair, pipeline, group)
         batch = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
@@ -182,7 +184,7 @@ class FairJob(Generic[P, R]):
     def _enqueue(
         self, call: EnqueueArgs, explicit: object, queue: str | None, at: datetime | None, system: bool
     ) -> Job:
-        tenant = self.tenants.resolve(explicit, call.args or (), call.kwargs or {})
+        tenant = self.tenants.resolve(explicit, call.args or (), call.kwargs or {}, self.router.tenant_max_bytes)
         route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
         return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system, fair=self.fair)
 

@@ -26,7 +26,7 @@ from rq.job import Job
 from rq.queue import EnqueueArgs, EnqueueData
 
 from fair_router.config.settings import TiersConfig, validated
-from fair_router.config.validation import Prefix
+from fair_router.config.validation import Prefix, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
 from fair_router.controls.rates import Rate
 from fair_router.fairqueue.marks import FairnessMarks
@@ -34,11 +34,13 @@ from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.admin import TenantAdmin
 from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
 from fair_router.routing.rules import Rule, last_match
+from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.routing.tiers import TierBook
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
 _PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
+_MAX_BYTES: TypeAdapter[int] = TypeAdapter(TenantMaxBytes)
 ANNOUNCE_EVERY = 60.0
 """Seconds between two additions of a job key to the set of routed job keys (fair_router.observe)."""
 
@@ -73,9 +75,12 @@ class FairRouter(TenantAdmin):
         prefix: str = "fair_router",
         clock: Clock | None = None,
         tiers: TiersConfig | None = None,
+        tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
     ) -> None:
+        """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes), the setting of that name."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
-        super().__init__(connection, keys, TierBook(connection, keys, tiers))
+        super().__init__(connection, keys, TierBook(connection, keys, tiers),
+                         validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"))
         self.clock = clock
         self._route = RouteScript(connection)
         self._peek = PeekScript(connection)
@@ -87,22 +92,23 @@ class FairRouter(TenantAdmin):
 
     # -- recording and choosing ----------------------------------------------------------------
 
-    def record_and_route(self, job_key: str, tenant: str, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
+    def record_and_route(self, job_key: str, tenant: str | int, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
         """Record one enqueue of ``job_id`` for ``tenant`` in its window and return the queue it goes to."""
         rule = self.record_and_choose(Route(job_key, queue, tuple(rules)), [(tenant, job_id)])[0]
         return rule.queue if rule else queue
 
-    def route(self, job_key: str, tenant: str, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
+    def route(self, job_key: str, tenant: str | int, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
         """:meth:`record_and_route` under the public API's name (design.md): it too records the enqueue."""
         return self.record_and_route(job_key, tenant, job_id, queue, rules)
 
-    def record_and_choose(self, route: Route, jobs: Sequence[tuple[str, str]]) -> list[Rule | None]:
+    def record_and_choose(self, route: Route, jobs: Sequence[tuple[str | int, str]]) -> list[Rule | None]:
         """Record (tenant, job id) enqueues in their windows in order, in one Lua call; return the rule each
         one matched (None: its base queue)."""
-        if not route.rules or not jobs:
-            return [None] * len(jobs)
+        checked = [(self.tenant_id(tenant), job_id) for tenant, job_id in jobs]  # all, before any is recorded
+        if not route.rules or not checked:
+            return [None] * len(checked)
         tenants: dict[str, int] = {}
-        entries = [(tenants.setdefault(tenant, len(tenants)), job_id) for tenant, job_id in jobs]
+        entries = [(tenants.setdefault(tenant, len(tenants)), job_id) for tenant, job_id in checked]
         windows = [self.keys.window(route.job_key, tenant) for tenant in tenants]
         call = self._route(windows, self.keys.routed(route.job_key), entries, route.queue, route.rules,
                            now_arg(self.clock))
@@ -119,12 +125,13 @@ class FairRouter(TenantAdmin):
             self._announced[route.job_key] = time.monotonic()
         return [route.rules[pick - 1] if pick else None for pick in picks]
 
-    def decide(self, route: Route, jobs: Sequence[tuple[str, str]]) -> list[Rule | None]:
+    def decide(self, route: Route, jobs: Sequence[tuple[str | int, str]]) -> list[Rule | None]:
         """:meth:`record_and_choose` under its 0.1 name, kept for callers: it too records the enqueues."""
         return self.record_and_choose(route, jobs)
 
-    def peek(self, route: Route, tenant: str) -> WindowView:
+    def peek(self, route: Route, tenant: str | int) -> WindowView:
         """Window counts per rule and where the tenant's next job would go; records nothing."""
+        tenant = self.tenant_id(tenant)
         if not route.rules:
             return WindowView([], route.queue, None)
         counts = self._peek(self.keys.window(route.job_key, tenant), route.rules, now_arg(self.clock)).run().counts
@@ -133,10 +140,11 @@ class FairRouter(TenantAdmin):
 
     # -- tiers ---------------------------------------------------------------------------------
 
-    def tier_route(self, route: Route, tenant: str | None, system: bool = False) -> Route:
+    def tier_route(self, route: Route, tenant: str | int | None, system: bool = False) -> Route:
         """``route`` with its base queue moved to ``<queue>_priority`` / ``_default`` / ``_scheduled`` by
-        the tenant's tier (ADR-16); rules saying ``{queue}`` follow the new base."""
-        base = f"{route.queue}_{self.tiers.queue_class(tenant, system)}"
+        the tenant's tier (ADR-16); rules saying ``{queue}`` follow the new base. None: no tenant."""
+        checked = None if tenant is None else self.tenant_id(tenant)
+        base = f"{route.queue}_{self.tiers.queue_class(checked, system)}"
         return Route(route.job_key, base, tuple(rule.for_base(base) for rule in route.rules), route.rate, route.burst)
 
     # -- enqueueing ----------------------------------------------------------------------------
@@ -155,7 +163,7 @@ class FairRouter(TenantAdmin):
         if key not in self._queues:
             if fair:
                 self._queues[key] = FairQueue(name, connection=self.connection, prefix=prefix,
-                                              tiers=self.tiers.config)
+                                              tiers=self.tiers.config, tenant_max_bytes=self.tenant_max_bytes)
             else:
                 self._queues[key] = Queue(name, connection=self.connection)
         return self._queues[key]
@@ -164,7 +172,7 @@ class FairRouter(TenantAdmin):
         self,
         route: Route,
         call: EnqueueArgs,
-        tenant: str | None,
+        tenant: str | int | None,
         queue: str | None = None,
         at: datetime | None = None,
         system: bool = False,
@@ -177,7 +185,9 @@ class FairRouter(TenantAdmin):
         The job goes through rq's own ``Queue.enqueue_call`` (``Queue.enqueue_at`` when scheduled) with
         every option as rq parsed it, so rq's checks and options behave exactly as with a plain Queue;
         only the job id (decided here, before routing, so the window records it) and the meta are ours.
+        ``tenant``: a str or int id, or None for a job without tenant (its base queue, unthrottled).
         """
+        tenant = None if tenant is None else self.tenant_id(tenant)
         if not call.job_id and call.unique:
             # rq requires the caller's own id with unique=True: an id made up here would slip past that
             # check, so the call goes to rq as given and rq's check decides, before anything is recorded.
@@ -206,7 +216,7 @@ class FairRouter(TenantAdmin):
     def enqueue_many(
         self,
         route: Route,
-        calls: Iterable[tuple[EnqueueArgs, str | None]],
+        calls: Iterable[tuple[EnqueueArgs, str | int | None]],
         fair: bool = False,
         pipeline: Pipeline | None = None,
         group: Group | None = None,
@@ -218,7 +228,8 @@ class FairRouter(TenantAdmin):
         ``group``: an rq ``Group`` the jobs join, through rq's ``Group.enqueue_many`` (which executes the
         pipeline once per target queue).
         """
-        batch = [(_batchable(call), tenant, call.job_id or str(uuid4())) for call, tenant in calls]
+        batch = [(_batchable(call), None if tenant is None else self.tenant_id(tenant), call.job_id or str(uuid4()))
+                 for call, tenant in calls]
         tenanted = [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]
         rules = iter(self.record_and_choose(route, tenanted))
         by_queue: dict[str, list[EnqueueData]] = {}

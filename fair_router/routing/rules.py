@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from fair_router.config.durations import format_duration
-from fair_router.config.validation import Duration, RuleQueue
+from fair_router.config.validation import MAX_COUNT, Duration, RuleQueue
 
 
 class Rule(BaseModel):
@@ -21,7 +21,7 @@ class Rule(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     queue: RuleQueue
-    threshold: Annotated[int, Field(gt=0, strict=False)]
+    threshold: Annotated[int, Field(gt=0, le=MAX_COUNT, strict=False)]
     per: Duration
 
     def matches(self, recorded: int) -> bool:

@@ -1,4 +1,12 @@
-"""Finding a job's tenant: explicit ``fair_tenant=`` first, then the job's tenant callable.
+"""What a tenant is, and finding a job's tenant.
+
+A tenant id is a ``str`` or an ``int`` (an int stands for its decimal string), at most
+``tenant_max_bytes`` bytes of UTF-8 (a setting, default 256). :func:`tenant_id` is the one normaliser:
+every public entry point that takes a tenant (``@fair_job``, :class:`~fair_router.routing.router.FairRouter`
+and its tenant admin, ``FairQueue(...).enqueue(fair_tenant=...)``, the CLI, the dashboard) calls it before
+anything is written, so ``42`` and ``"42"`` are one tenant everywhere, and a value that is no tenant id
+(``True``, ``b"abc"``, ``1.5``, an object whose ``str()`` differs per instance) is refused instead of
+silently becoming a new tenant per call.
 
 A job without a tenant is not an error worth failing an enqueue for (it still runs, unthrottled, on
 its base queue), but it is almost always a bug, so it is logged, at most once a minute per job.
@@ -14,7 +22,55 @@ from typing import Any
 logger = logging.getLogger("fair_router")
 
 TenantFunc = Callable[..., object]
-"""Called with the job's own arguments; returns the tenant id (str or int), or None."""
+"""Called with the job's own arguments; returns the tenant id (str or int), or None for "no tenant"."""
+
+DEFAULT_TENANT_MAX_BYTES = 256
+"""Default of the ``tenant_max_bytes`` setting: the longest tenant id accepted, in bytes of UTF-8."""
+
+_SHOWN = 60
+"""Characters of a refused tenant id echoed in its error (the message stays short whatever the id)."""
+
+
+class InvalidTenant(ValueError):
+    """A tenant id of the right type that cannot be used: empty, longer than ``tenant_max_bytes``, or not
+    encodable as UTF-8. Nothing is written for it."""
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= _SHOWN else repr(text[:_SHOWN]) + f"... ({len(text)} characters)"
+
+
+def tenant_id(value: object, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str:
+    """``value`` as a tenant id: a ``str`` as it is, an ``int`` as its decimal string.
+
+    Raises TypeError naming the type for anything else (``bool``, ``bytes``, ``float``, ``None``, objects;
+    callers for whom None means "no tenant" check that first), and :class:`InvalidTenant` for an empty id,
+    one over ``max_bytes`` bytes of UTF-8 (naming the limit), or one with lone surrogates.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TypeError(f"a tenant id must be a str or an int, got {type(value).__name__}")
+    if isinstance(value, int):
+        if value.bit_length() > 4 * max_bytes:  # > max_bytes decimal digits: never print it
+            raise InvalidTenant(f"tenant id {value.bit_length()}-bit int is longer than tenant_max_bytes "
+                                f"({max_bytes} bytes)")
+        text = format(int(value), "d")  # an IntEnum's own str() may be its name
+    else:
+        text = str.__str__(value)  # a str subclass's own __str__ may say anything
+    if not text:
+        raise InvalidTenant("a tenant id must not be empty")
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidTenant(f"tenant id {_shown(text)} is not valid UTF-8 text (lone surrogates)") from None
+    if size > max_bytes:
+        raise InvalidTenant(f"tenant id is {size} bytes of UTF-8, over tenant_max_bytes ({max_bytes} bytes): "
+                            f"{_shown(text)}")
+    return text
+
+
+def optional_tenant_id(value: object, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:
+    """:func:`tenant_id`, where None means "no tenant" (the router's enqueue methods, a job's meta)."""
+    return None if value is None else tenant_id(value, max_bytes)
 
 
 class TenantResolver:
@@ -26,32 +82,30 @@ class TenantResolver:
         self.warn_every = warn_every
         self._last_warning = float("-inf")
 
-    def resolve(self, explicit: object, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str | None:
-        """The tenant id as a string, or None after a rate-limited warning."""
+    def resolve(self, explicit: object, args: Sequence[Any], kwargs: Mapping[str, Any],
+                max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:
+        """The tenant id (:func:`tenant_id`), or None after a rate-limited warning when there is none.
+
+        An explicit ``fair_tenant=`` or a value the callable returns that is no tenant id raises (TypeError,
+        InvalidTenant): that is a bug at the call site. The callable raising is logged instead (the job is
+        still enqueued, unthrottled), as is its returning None."""
         if explicit is not None:
-            return _as_tenant(explicit)
+            return tenant_id(explicit, max_bytes)
         if self.func is None:
             self._warn("no tenant callable and no fair_tenant= given")
             return None
         try:
-            tenant = _as_tenant(self.func(*args, **kwargs))
+            found = self.func(*args, **kwargs)
         except Exception as exc:
             self._warn(f"tenant callable raised {exc!r}")
             return None
-        if tenant is None:
+        if found is None:
             self._warn("tenant callable returned no tenant")
-        return tenant
+            return None
+        return tenant_id(found, max_bytes)
 
     def _warn(self, reason: str) -> None:
         now = time.monotonic()
         if now - self._last_warning >= self.warn_every:
             self._last_warning = now
             logger.warning("%s: %s; enqueued to its base queue without throttling", self.job_key, reason)
-
-
-def _as_tenant(value: object) -> str | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, (str, int)) and not isinstance(value, bool):
-        return str(value)
-    raise TypeError(f"tenant must be a str or int, got {type(value).__name__} {value!r}")
