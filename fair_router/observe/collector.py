@@ -43,7 +43,7 @@ class FairRouterCollector(Collector):
 
 
 def metric_families(snap: Snapshot) -> Iterator[Metric]:
-    """The metric families of one snapshot (see the README's metrics table)."""
+    """The metric families of one snapshot (see the metrics table in docs/observability.md)."""
     queue_jobs = GaugeMetricFamily("fair_router_queue_jobs", "Jobs waiting in the queue (rq's list).",
                                    labels=["queue"])
     queue_running = GaugeMetricFamily("fair_router_queue_running", "Jobs of the queue running now "

@@ -1,7 +1,7 @@
 """Run a fixed number of rq worker processes per queue group, and keep them running.
 
-rq's own ``rq worker-pool`` starts N identical workers that all listen on the same queues. ADR-16's
-tiered queues need the opposite: an *allocation* per queue (5 workers on ``analysis_priority``, 3 on
+rq's own ``rq worker-pool`` starts N identical workers that all listen on the same queues. Tiered
+queues need the opposite: an *allocation* per queue (5 workers on ``analysis_priority``, 3 on
 ``analysis_default``, 2 on ``analysis_scheduled``), so that a flood in one tier can never take the
 workers reserved for another. :class:`WorkerPool` is that supervisor; ``fair-router pool`` runs it
 from the ``pool:`` setting.
