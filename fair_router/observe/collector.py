@@ -82,7 +82,7 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
         yield limit
 
     routed = CounterMetricFamily("fair_router_routed", "Jobs routed, by job key and target queue (a rule's "
-                                 "queue, or the base queue when no rule matched).", labels=["job", "rule_queue"])
+                                 "queue, or the base queue when no rule matched).", labels=["job_key", "rule_queue"])
     for (job, target), count in sorted(snap.routed.items()):
         routed.add_metric([job, target], count)
     yield routed
