@@ -25,12 +25,13 @@ queues: {critical: strict, default: 6, default_throttled: 3, default_superslow: 
 
 def test_check_prints_the_rules_table(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text(CONFIG)
+    path.write_text(CONFIG.replace("app.tasks.sync", "routed_jobs.echo"))  # a job key that imports (tests/)
     result = CliRunner().invoke(main, ["check", str(path)])
     assert result.exit_code == 0, result.output
-    assert "app.tasks.sync" in result.output and "default_superslow" in result.output
+    assert "routed_jobs.echo" in result.output and "default_superslow" in result.output
     assert "> 3" in result.output and "90s" in result.output and "critical: strict" in result.output
-    assert "settings OK" in result.output
+    assert "routed_jobs.echo is not a @fair_job function" in result.output  # a warning: check exits 0
+    assert "settings OK, with 1 warning(s) above" in result.output
 
 
 def test_check_fails_with_file_key_and_reason(tmp_path: Path) -> None:

@@ -39,7 +39,7 @@ from fair_router.config.sections import (
     RecoveryConfig,
     TiersConfig,
 )
-from fair_router.config.validation import AtLeastOne, Prefix, QueueGroup, QueueName, Weight
+from fair_router.config.validation import AtLeastOne, Prefix, QueueGroup, QueueName, RedisUrl, Weight
 
 __all__ = [
     "ADR_LIMITS",
@@ -80,7 +80,7 @@ class Settings(BaseSettings):
         env_prefix="FAIR_ROUTER_", env_nested_delimiter="__", extra="forbid", yaml_file=None
     )
 
-    redis_url: str = "redis://localhost:6379/0"
+    redis_url: RedisUrl = "redis://localhost:6379/0"
     prefix: Prefix = "fair_router"
     jobs: dict[str, JobConfig] = Field(default_factory=dict)
     queues: dict[QueueName, Weight] = Field(default_factory=dict)
