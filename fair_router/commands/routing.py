@@ -13,6 +13,7 @@ from fair_router.commands.workers import add_import_paths, path_option
 from fair_router.config.durations import format_duration
 from fair_router.config.settings import Settings, default_config_path
 from fair_router.routing.router import FairRouter, Route
+from fair_router.routing.rules import window_cap
 from fair_router.workers.pool import redact_url
 
 
@@ -69,9 +70,14 @@ def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | 
     click.echo(f"job key {job_key}, tenant {tenant!r}, base queue {route.queue}")
     if not route.rules:
         click.echo("no rules configured for this job key")
+    cap = window_cap(route.rules) if route.rules else 0
     for rule, count in zip(route.rules, view.counts, strict=True):
         state = "MATCHES" if rule.matches(count) else "ok"
-        click.echo(f"  {count:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
+        shown = f"≥{count}" if count >= cap else str(count)
+        click.echo(f"  {shown:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
+    if any(count >= cap for count in view.counts):
+        click.echo(f"  (≥{cap}: a window keeps only the newest {cap} enqueues, the largest threshold + 1, which "
+                   "decides every rule; older ones in the period are not counted)")
     reason = f" (rule: {view.next_rule.describe()})" if view.next_rule else ""
     click.echo(f"next job would go to: {view.next_queue}{reason}")
 
