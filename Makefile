@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean rq-suite
+.PHONY: demo test lint docs bench clean rq-suite
 
 # `make rq-suite VARIANT=fairqueue` runs one variant of rq's own test suite (default: all CI variants).
 VARIANT ?=
@@ -20,11 +20,16 @@ demo: $(STAMP)
 	$(BIN)/fair-router demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check fair_router tests bench compat
+	$(BIN)/ruff check fair_router tests bench compat conftest.py
 	$(BIN)/mypy
 
-# Our tests, then rq's own test suite against our classes (compat/; README "Compatibility with rq").
-test: lint
+# The docs/ site (mkdocs-material, from the dev extra); --strict fails on any broken link or nav entry.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# Our tests and every python block of README.md and docs/ (pytest testpaths; conftest.py runs the blocks
+# with sybil), the docs site, then rq's own test suite against our classes (compat/; docs/compatibility.md).
+test: lint docs
 	$(BIN)/python -m pytest -q
 	$(BIN)/python -m compat.run
 
@@ -35,4 +40,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/enqueue.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .rq-suite
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .rq-suite site

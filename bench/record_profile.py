@@ -3,7 +3,7 @@ to drain the same no-op jobs with ``observe.record`` on and off, under cProfile.
 
     .venv/bin/python bench/record_profile.py [--jobs 1500] [--rounds 2]
 
-Jobs/s on a shared machine moves by more than the 2 % goal of issue 16 (see bench/worker.py); a function
+Jobs/s on a shared machine moves by more than the 2 % goal for start records (see bench/worker.py); a function
 call count does not. Each round drains once per side (the order swapped every round) with bench/worker.py's
 ``drain`` on a private redis-server, and prints calls per job and this process's CPU per job per side.
 """

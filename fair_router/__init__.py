@@ -1,6 +1,6 @@
 """fair-router: fair multi-tenant background jobs for RQ on Redis.
 
-Public API (documented in the README):
+Public API (documented in docs/api.md):
 
 - :class:`FairRouter` — records enqueues per tenant and routes jobs to throttled queues.
 - :class:`Rule` — one throttle rule: more than ``threshold`` enqueues ``per`` window -> ``queue``.

@@ -12,8 +12,8 @@ import click
 
 from fair_router.commands.dashboard import dashboard
 from fair_router.commands.demo import demo
-from fair_router.commands.queues import queue
 from fair_router.commands.failures import DEBUG, FailingCleanly
+from fair_router.commands.queues import queue
 from fair_router.commands.routing import check, stats
 from fair_router.commands.tenants import tenant, tier
 from fair_router.commands.workers import pool, worker

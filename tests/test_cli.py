@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -25,12 +26,13 @@ queues: {critical: strict, default: 6, default_throttled: 3, default_superslow: 
 
 def test_check_prints_the_rules_table(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text(CONFIG)
+    path.write_text(CONFIG.replace("app.tasks.sync", "routed_jobs.echo"))  # a job key that imports (tests/)
     result = CliRunner().invoke(main, ["check", str(path)])
     assert result.exit_code == 0, result.output
-    assert "app.tasks.sync" in result.output and "default_superslow" in result.output
+    assert "routed_jobs.echo" in result.output and "default_superslow" in result.output
     assert "> 3" in result.output and "90s" in result.output and "critical: strict" in result.output
-    assert "settings OK" in result.output
+    assert "routed_jobs.echo is not a @fair_job function" in result.output  # a warning: check exits 0
+    assert "settings OK, with 1 warning(s) above" in result.output
 
 
 def test_check_fails_with_file_key_and_reason(tmp_path: Path) -> None:
@@ -57,3 +59,27 @@ def test_stats_is_read_only_and_predicts_the_next_queue(tmp_path: Path, conn: Re
     assert conn.zcard(router.keys.window("app.tasks.sync", "acme:{1}")) == before == 2
     result = CliRunner().invoke(main, ["stats", "app.tasks.sync", "nobody", "--config", str(path)])
     assert "next job would go to: default\n" in result.output
+
+
+def test_stats_marks_a_trimmed_window_count_as_a_lower_bound(tmp_path: Path, conn: Redis,
+                                                              redis_server: RedisServer) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(f"redis_url: {redis_server.url}\nprefix: clitest\njobs:\n  app.tasks.sync:\n    queue: default\n"
+                    "    rules:\n      - {queue: slow, threshold: 100, per: 1h}\n"
+                    "      - {queue: slower, threshold: 10, per: 1m}\n")
+    rules = load_settings(path).job("app.tasks.sync").rules
+    half_an_hour_ago = time.time() - 1800
+    old = FairRouter(conn, prefix="clitest", clock=lambda: half_an_hour_ago)
+    for i in range(300):
+        old.record_and_route("app.tasks.sync", "acme", f"old{i}", "default", rules)
+    now = FairRouter(conn, prefix="clitest")
+    for i in range(5):
+        now.record_and_route("app.tasks.sync", "acme", f"new{i}", "default", rules)
+    result = CliRunner().invoke(main, ["stats", "app.tasks.sync", "acme", "--config", str(path)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[1].split()[:5] == ["≥101", "enqueued", "in", "last", "1h"]  # 305 enqueued, 101 kept
+    assert lines[2].split()[:5] == ["5", "enqueued", "in", "last", "1m"]  # exact: trimmed ones are older
+    assert "(≥101: a window keeps only the newest 101 enqueues" in result.output
+    result = CliRunner().invoke(main, ["stats", "app.tasks.sync", "nobody", "--config", str(path)])
+    assert "≥" not in result.output

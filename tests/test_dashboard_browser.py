@@ -8,7 +8,7 @@ One small tenant is paused (``FairRouter.pause``) before its jobs arrive: its ro
 
 Skipped only when no Chromium or chromedriver is found and neither ``CI`` nor ``FAIR_ROUTER_REQUIRE_BROWSER``
 is set; ``.ci/run`` installs both and sets the latter, so in CI a missing browser fails the test.
-``FAIR_ROUTER_SCREENSHOT=path.png`` also copies the screenshot there (the README's is made so, with
+``FAIR_ROUTER_SCREENSHOT=path.png`` also copies the screenshot there (docs/dashboard.png is made so, with
 ``FAIR_ROUTER_FLOOD_JOBS`` raised for a longer chart).
 """
 
@@ -169,7 +169,7 @@ def test_the_dashboard_shows_the_flood_in_a_real_browser(
             break
         time.sleep(0.4)
     linger = time.monotonic() + float(os.environ.get("FAIR_ROUTER_SCREENSHOT_WAIT", "0"))
-    while time.monotonic() < linger:  # a longer chart for the README: small tenants keep arriving
+    while time.monotonic() < linger:  # a longer chart for docs/dashboard.png: small tenants keep arriving
         tenant = SMALL[int(time.monotonic()) % len(SMALL)]
         queue.enqueue(timed_job, tenant, 15, done_key, fair_tenant=tenant)
         time.sleep(min(1.0, max(0.0, linger - time.monotonic())))

@@ -1,7 +1,7 @@
 """FairQueue under rq's own API: counts and listings exact at every moment, whoever touches the queue.
 
 Each test here is a regression test for a defect found by running rq's own test suite with FairQueue in
-place of rq's Queue (issue 12): rq's internals build a plain ``Queue`` on our list for cancel, delete and
+place of rq's Queue: rq's internals build a plain ``Queue`` on our list for cancel, delete and
 registry requeues, so only the list itself can be the truth."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No import cycles inside fair_router (issue 13).
+"""No import cycles inside fair_router.
 
 A cycle makes the import order matter (a module sees the other half-initialised), hides which module is
 the lower layer, and gets patched with a function-level import, which only postpones it: ``router`` and

@@ -61,7 +61,7 @@ def test_metrics_parse_with_prometheus_clients_parser(conn: Redis, deployment: S
     assert len(tenants) == 3 and "_other" in tenants  # top 2 by waiting + running, the rest summed
     assert sum(s.value for s in waiting if s.labels["queue"] == "fq") == 8  # every waiting job, once
 
-    routed = {(s.labels["job"], s.labels["rule_queue"]): s.value for s in found["fair_router_routed"].samples
+    routed = {(s.labels["job_key"], s.labels["rule_queue"]): s.value for s in found["fair_router_routed"].samples
               if s.name == "fair_router_routed_total"}
     assert routed == {("app.routed", "routed"): 1, ("app.routed", "routed_slow"): 2}
 

@@ -96,7 +96,7 @@ def killed_mid_job(conn: Redis, fleet: Fleet, jobs: list[Job]) -> float:
 
 
 def report(label: str, seconds: float) -> None:
-    """Print a measured recovery time (``pytest -s`` shows them; the README quotes them)."""
+    """Print a measured recovery time (``pytest -s`` shows them; docs/recovery.md quotes them)."""
     print(f"\n[recovery] {label}: {seconds:.2f} s after the kill (bound {BOUND:g} s)")
 
 

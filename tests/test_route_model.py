@@ -1,4 +1,5 @@
-"""Property test: route.lua agrees with a plain-Python model of the routing semantics in design.md."""
+"""Property test: route.lua agrees with a plain-Python model of the routing semantics
+(docs/internals.md, "Window semantics")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Plan tiers: tier lookup, priority routing (ADR-16), tier settings validation."""
+"""Plan tiers: tier lookup, priority routing, tier settings validation."""
 
 from __future__ import annotations
 

@@ -7,18 +7,28 @@ from pathlib import Path
 
 import click
 
+from fair_router.commands.checking import report, server_findings
 from fair_router.commands.common import load_or_exit, router_for
+from fair_router.commands.workers import add_import_paths, path_option
 from fair_router.config.durations import format_duration
-from fair_router.config.settings import Settings
+from fair_router.config.settings import Settings, default_config_path
 from fair_router.routing.router import FairRouter, Route
+from fair_router.routing.rules import window_cap
+from fair_router.workers.pool import redact_url
 
 
 @click.command()
 @click.argument("config", required=False, type=click.Path(path_type=Path))
-def check(config: Path | None) -> None:
-    """Validate settings (CONFIG, else $FAIR_ROUTER_CONFIG / ./fair_router.yaml) and print the rules."""
+@click.option("--ping", is_flag=True, help="Also connect to Redis: reachable (else exit 1), its version, tiers.")
+@click.option("--deep", is_flag=True, help="Like --ping, and load every Lua script on that server.")
+@path_option
+def check(config: Path | None, ping: bool, deep: bool, paths: tuple[str, ...]) -> None:
+    """Validate settings (CONFIG, else $FAIR_ROUTER_CONFIG / ./fair_router.yaml), print the rules, and check
+    what breaks a deployment: queues no worker serves, job keys that do not import, unknown FAIR_ROUTER_*
+    variables. Exit 2 on a bad setting, 1 if Redis is unreachable (--ping), 0 otherwise (warnings say so)."""
+    add_import_paths(paths)  # job keys and the tier resolver import as in the workers
     settings = load_or_exit(config)
-    click.echo(f"redis_url: {settings.redis_url}\nprefix:    {settings.prefix}\n")
+    click.echo(f"redis_url: {redact_url(settings.redis_url)}\nprefix:    {settings.prefix}\n")
     rows = [("job key", "base queue", "#", "threshold", "per", "-> queue")]
     for job_key, job in settings.jobs.items():
         base = job.queue or "(decorator's)"
@@ -34,7 +44,10 @@ def check(config: Path | None) -> None:
         click.echo("\nqueue weights (strict first, in order; others by weight; unlisted = 1):")
         for name, weight in settings.queues.items():
             click.echo(f"  {name}: {weight if weight == 'strict' else f'{weight:g}'}")
-    click.echo("\nsettings OK")
+    click.echo()
+    file = config if config is not None else default_config_path()
+    report(settings, str(file) if file is not None else "FAIR_ROUTER_* environment",
+           (lambda: server_findings(settings, deep)) if ping or deep else None)
 
 
 @click.command()
@@ -57,9 +70,14 @@ def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | 
     click.echo(f"job key {job_key}, tenant {tenant!r}, base queue {route.queue}")
     if not route.rules:
         click.echo("no rules configured for this job key")
+    cap = window_cap(route.rules) if route.rules else 0
     for rule, count in zip(route.rules, view.counts, strict=True):
         state = "MATCHES" if rule.matches(count) else "ok"
-        click.echo(f"  {count:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
+        shown = f"≥{count}" if count >= cap else str(count)
+        click.echo(f"  {shown:>8} enqueued in last {format_duration(rule.per):<6} {rule.describe():<40} {state}")
+    if any(count >= cap for count in view.counts):
+        click.echo(f"  (≥{cap}: a window keeps only the newest {cap} enqueues, the largest threshold + 1, which "
+                   "decides every rule; older ones in the period are not counted)")
     reason = f" (rule: {view.next_rule.describe()})" if view.next_rule else ""
     click.echo(f"next job would go to: {view.next_queue}{reason}")
 

@@ -9,6 +9,20 @@ import click
 
 from fair_router.commands.common import connect, load_or_exit
 
+# As `rq worker --path` (default "."): the directories job functions and classes import from, so that
+# `fair-router worker` run from a project's root finds `myapp.tasks` as `rq worker` does. A console
+# script's sys.path holds its own bin directory, not the working directory.
+path_option = click.option("--path", "-P", "paths", multiple=True, default=["."], show_default=True,
+                           help="Directory to import job functions from (added to sys.path, as with "
+                                "`rq worker --path`); repeatable.")
+
+
+def add_import_paths(paths: tuple[str, ...]) -> list[str]:
+    """Append each directory, made absolute, to ``sys.path`` (as rq's CLI appends its ``--path``)."""
+    resolved = [str(Path(entry).resolve()) for entry in paths]
+    sys.path.extend(entry for entry in resolved if entry not in sys.path)
+    return resolved
+
 
 @click.command()
 @click.argument("queues", nargs=-1)
@@ -21,14 +35,16 @@ from fair_router.commands.common import connect, load_or_exit
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Quit after this many jobs.")
 @click.option("--with-scheduler/--without-scheduler", default=True, show_default=True,
               help="Also run rq's scheduler, so enqueue_in/enqueue_at jobs are moved to their queues.")
+@path_option
 def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst: bool, name: str | None,
-           logging_level: str, max_jobs: int | None, with_scheduler: bool) -> None:
+           logging_level: str, max_jobs: int | None, with_scheduler: bool, paths: tuple[str, ...]) -> None:
     """Run one weighted worker on QUEUES (default: every queue listed under `queues:` in the settings).
 
     The same as `rq worker -w fair_router.WeightedWorker QUEUES`, with URL and weights from the settings.
     """
     from fair_router.workers.weighted import WeightedWorker
 
+    add_import_paths(paths)
     settings = load_or_exit(config)
     names = list(queues) or list(settings.queues)
     if not names:
@@ -55,8 +71,9 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
 @click.option("--with-scheduler", is_flag=True, help="Run rq's scheduler in exactly one of the workers.")
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds a stopping worker may finish its job before it is cold-stopped.")
+@path_option
 def pool(config: Path | None, url: str | None, worker_class: str, logging_level: str, with_scheduler: bool,
-         grace: float) -> None:
+         grace: float, paths: tuple[str, ...]) -> None:
     """Run the workers per queue group set in `pool:`; restart dead ones; stop all on SIGINT/SIGTERM.
 
     Unlike `rq worker-pool` (N identical workers on the same queues), each queue group gets its own
@@ -68,6 +85,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
 
     from fair_router.workers.pool import WorkerPool
 
+    import_paths = add_import_paths(paths)
     settings = load_or_exit(config)
     if not settings.pool:
         click.echo("error: no workers to run: `pool:` is empty. Set it in the settings file, e.g.\n"
@@ -84,7 +102,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     logging.basicConfig(level=logging_level.upper(), format="%(asctime)s fair-router pool: %(message)s",
                         datefmt="%H:%M:%S")
     workers = WorkerPool(settings.pool, url, worker_class=worker_class, logging_level=logging_level.upper(),
-                         with_scheduler=with_scheduler, grace=grace,
+                         with_scheduler=with_scheduler, grace=grace, paths=import_paths,
                          env={"FAIR_ROUTER_CONFIG": str(config.resolve())} if config else None)
     click.echo(workers.describe())
     sys.exit(workers.run())

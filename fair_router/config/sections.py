@@ -62,8 +62,8 @@ def _resolver_path(value: object) -> object:
 
 
 class TiersConfig(BaseModel):
-    """Plan tiers (Specvital ADR-10/16): which tiers get priority queues, how many jobs each may run
-    at once, and their fair-queue weight. Built-in defaults are the ADR's own values."""
+    """Plan tiers: which tiers get priority queues, how many jobs each may run at once, and their
+    fair-queue weight. The built-in defaults are ``ADR_LIMITS`` (free 1, pro 3, pro_plus 3, enterprise 5)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

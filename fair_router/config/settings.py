@@ -46,6 +46,7 @@ from fair_router.config.validation import (
     Prefix,
     QueueGroup,
     QueueName,
+    RedisUrl,
     TenantMaxBytes,
     Weight,
     at_most,
@@ -93,7 +94,7 @@ class Settings(BaseSettings):
         env_prefix="FAIR_ROUTER_", env_nested_delimiter="__", extra="forbid", yaml_file=None
     )
 
-    redis_url: str = "redis://localhost:6379/0"
+    redis_url: RedisUrl = "redis://localhost:6379/0"
     prefix: Prefix = "fair_router"
     jobs: Annotated[dict[str, JobConfig], at_most(MAX_JOBS, "jobs")] = Field(default_factory=dict)
     queues: Annotated[dict[QueueName, Weight], at_most(MAX_QUEUES, "queues")] = Field(default_factory=dict)

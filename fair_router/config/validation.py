@@ -15,8 +15,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sized
 from typing import Annotated, Literal, TypeVar
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer
+from redis.connection import parse_url
 
 from fair_router.config.durations import parse_duration
 from fair_router.controls.rates import Rate, parse_rate
@@ -155,3 +157,28 @@ Duration = Annotated[float, BeforeValidator(parse_duration)]
 RateField = Annotated[Rate, BeforeValidator(parse_rate), PlainSerializer(str, return_type=str)]
 """Job starts per unit of time, ``"10/s"`` / ``"N/m"`` / ``"N/h"`` (:func:`fair_router.controls.rates.parse_rate`),
 serialised back to its text."""
+
+
+def _redis_url(value: str) -> str:
+    """A URL redis-py can connect with: its own parser (scheme, port range, query options), and a database
+    path that is a number, which redis-py would otherwise ignore."""
+    try:
+        parse_url(value)  # type: ignore[no-untyped-call]
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"must be redis://[:password@]host[:port][/db], rediss://... or unix:///path "
+                         f"({exc}), got {value!r}") from None
+    if parts.scheme in ("redis", "rediss"):
+        if not parts.hostname:
+            raise ValueError(f"names no host, got {value!r}")
+        if port == 0:
+            raise ValueError(f"port must be 1-65535, got {value!r}")
+        database = parts.path.strip("/")
+        if database and not database.isdigit():
+            raise ValueError(f"database must be a number (the path after the port), got {value!r}")
+    return value
+
+
+RedisUrl = Annotated[str, AfterValidator(_redis_url)]
+"""A Redis URL (``redis://``, ``rediss://`` or ``unix://``) that redis-py parses as meant."""

@@ -1,9 +1,9 @@
-"""Fleet-wide per-tenant concurrency limits (Specvital ADR-10, made distributed).
+"""Fleet-wide per-tenant concurrency limits.
 
 Before a job with a tenant runs, its worker takes a slot in Redis (``lua/acquire.lua``): expired
 leases are dropped, and the job is admitted if it already holds a slot or fewer than its tier's
 limit are held. So the limit holds across every worker process and machine sharing the Redis, which
-the ADR's in-memory limiter could not do. A slot is a *lease*: it is refreshed while the job runs and
+an in-process limiter could not do. A slot is a *lease*: it is refreshed while the job runs and
 expires ``lease_ttl`` after the last refresh, so a SIGKILLed worker's slot comes back by itself.
 
 The same script call also checks the tenant's pause flag and its rate limits (``fair_router.controls.gate``), so

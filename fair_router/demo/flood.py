@@ -2,7 +2,7 @@
 arriving; real rq workers drain it. Shared by ``fair-router demo`` and ``bench/fairness.py``.
 
 Each mode runs the same arrivals twice, with and without the flood, so that the report can say how
-visible the flood is to small tenants (design.md, "Fairness metrics"):
+visible the flood is to small tenants:
 
 - **isolation**: small tenants' p95 queue wait under the flood / their p95 wait without it;
 - **served ahead**: for each small job, how many jobs started between its enqueue and its start (p95):
@@ -11,8 +11,8 @@ visible the flood is to small tenants (design.md, "Fairness metrics"):
 - **makespan ratio**: makespan / FIFO's makespan for the same jobs (work conservation, goal <= 1.05);
 - **share accuracy**: every tenant backlogged (each enqueues a batch, one after another); Jain's index
   over each tenant's share of the first half of the dequeues divided by its fair share (FIFO ~ 1/n);
-- **Jain's index** over per-tenant mean slowdown (wait / service time), as asked for by issue 3,
-  with the caveat from design.md that FIFO scores well on it when everybody waits equally long.
+- **Jain's index** over per-tenant mean slowdown (wait / service time), in the JSON
+  report only: FIFO scores well on it when everybody waits equally long.
 
 **Worker-time share** (:func:`run_worker_time`): two tenants, backlogged, whose jobs differ in length
 (10:1); Jain's index over each tenant's worker time / its fair share while both are backlogged, and the
@@ -50,7 +50,7 @@ RQ_OVERHEAD_MS = 3.0  # rough per-job cost of rq itself, used only to size the a
 
 @dataclass(frozen=True)
 class FloodParams:
-    """Scenario parameters; defaults are issue 3's: 2,000 greedy jobs, 40 small tenants x 3, 5 ms, 2 workers."""
+    """Scenario parameters; defaults: 2,000 greedy jobs, 40 small tenants x 3, 5 ms, 2 workers."""
 
     greedy_tenants: int = 1
     greedy_jobs: int = 2000
@@ -114,7 +114,7 @@ def run_backlogged(
     progress: Callable[[int], None] | None = None,
 ) -> list[JobTiming]:
     """Every tenant backlogged: ``share_tenants`` tenants each enqueue ``share_jobs`` jobs at once, one
-    tenant after another (design.md's share-accuracy scenario)."""
+    tenant after another (the share-accuracy scenario)."""
     bursts = [[f"tenant-{i}"] * params.share_jobs for i in range(params.share_tenants)]
     return drain(connection, url, mode_name, params.workers, params.job_ms, bursts, "backlogged", [], progress,
                  flush_interval=params.flush_interval)

@@ -43,7 +43,7 @@ class FairRouterCollector(Collector):
 
 
 def metric_families(snap: Snapshot) -> Iterator[Metric]:
-    """The metric families of one snapshot (see the README's metrics table)."""
+    """The metric families of one snapshot (see the metrics table in docs/observability.md)."""
     queue_jobs = GaugeMetricFamily("fair_router_queue_jobs", "Jobs waiting in the queue (rq's list).",
                                    labels=["queue"])
     queue_running = GaugeMetricFamily("fair_router_queue_running", "Jobs of the queue running now "
@@ -82,7 +82,7 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
         yield limit
 
     routed = CounterMetricFamily("fair_router_routed", "Jobs routed, by job key and target queue (a rule's "
-                                 "queue, or the base queue when no rule matched).", labels=["job", "rule_queue"])
+                                 "queue, or the base queue when no rule matched).", labels=["job_key", "rule_queue"])
     for (job, target), count in sorted(snap.routed.items()):
         routed.add_metric([job, target], count)
     yield routed

@@ -98,7 +98,7 @@ class FairRouter(TenantAdmin):
         return rule.queue if rule else queue
 
     def route(self, job_key: str, tenant: str | int, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
-        """:meth:`record_and_route` under the public API's name (design.md): it too records the enqueue."""
+        """:meth:`record_and_route` under the public API's name: it too records the enqueue."""
         return self.record_and_route(job_key, tenant, job_id, queue, rules)
 
     def record_and_choose(self, route: Route, jobs: Sequence[tuple[str | int, str]]) -> list[Rule | None]:
@@ -142,7 +142,7 @@ class FairRouter(TenantAdmin):
 
     def tier_route(self, route: Route, tenant: str | int | None, system: bool = False) -> Route:
         """``route`` with its base queue moved to ``<queue>_priority`` / ``_default`` / ``_scheduled`` by
-        the tenant's tier (ADR-16); rules saying ``{queue}`` follow the new base. None: no tenant."""
+        the tenant's tier; rules saying ``{queue}`` follow the new base. None: no tenant."""
         checked = None if tenant is None else self.tenant_id(tenant)
         base = f"{route.queue}_{self.tiers.queue_class(checked, system)}"
         return Route(route.job_key, base, tuple(rule.for_base(base) for rule in route.rules), route.rate, route.burst)

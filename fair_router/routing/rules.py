@@ -47,6 +47,12 @@ class Rule(BaseModel):
         return f"> {self.threshold} per {format_duration(self.per)} -> {self.queue}"
 
 
+def window_cap(rules: Sequence[Rule]) -> int:
+    """How many entries a window keeps (route.lua trims to the newest ones): the largest threshold + 1, enough
+    to decide every rule exactly. A count that reaches it is a lower bound: older enqueues were trimmed."""
+    return max(rule.threshold for rule in rules) + 1
+
+
 def last_match(rules: Sequence[Rule], recorded: Sequence[int]) -> Rule | None:
     """The rule the next enqueue would be routed by: the last of ``rules`` it matches (rules go from least
     to most restrictive), given each rule's window count ``recorded``; None when none matches."""

@@ -1,4 +1,4 @@
-"""Plan tiers: which tier a tenant is on, the tier's base queue (Specvital ADR-16), and the values
+"""Plan tiers: which tier a tenant is on, the tier's base queue, and the values
 that apply to one tenant (its *profile*: concurrency limit, fair-share weight, rate, backlog cap).
 
 A tenant's tier comes from the configured resolver (``tiers.resolver``, "package.module:function",

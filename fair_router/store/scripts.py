@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from redis import Redis
 
-from fair_router.routing.rules import Rule
+from fair_router.routing.rules import Rule, window_cap
 from fair_router.store.keys import FairQueueKeys, Keys
 from fair_router.store.luascript import Call, LuaScript, assemble, compact
 
@@ -64,7 +64,7 @@ class RouteScript(LuaScript[list[int]]):
         route."""
         header = self._headers.get((base, rules))
         if header is None:
-            header = [max(r.per_ms for r in rules), max(r.threshold for r in rules) + 1, len(rules), base]
+            header = [max(r.per_ms for r in rules), window_cap(rules), len(rules), base]
             for rule in rules:
                 header += (rule.per_ms, rule.threshold, rule.queue)
             self._headers[(base, rules)] = header

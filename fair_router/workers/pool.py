@@ -1,7 +1,7 @@
 """Run a fixed number of rq worker processes per queue group, and keep them running.
 
-rq's own ``rq worker-pool`` starts N identical workers that all listen on the same queues. ADR-16's
-tiered queues need the opposite: an *allocation* per queue (5 workers on ``analysis_priority``, 3 on
+rq's own ``rq worker-pool`` starts N identical workers that all listen on the same queues. Tiered
+queues need the opposite: an *allocation* per queue (5 workers on ``analysis_priority``, 3 on
 ``analysis_default``, 2 on ``analysis_scheduled``), so that a flood in one tier can never take the
 workers reserved for another. :class:`WorkerPool` is that supervisor; ``fair-router pool`` runs it
 from the ``pool:`` setting.
@@ -46,7 +46,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -104,11 +104,13 @@ class WorkerPool:
         poll_interval: float = 0.1,
         python: str = sys.executable,
         env: Mapping[str, str] | None = None,
+        paths: Sequence[str] = (),
     ) -> None:
         if not allocation:
             raise ValueError("empty allocation: give at least one queue group and its number of workers")
         self.url = url
         self.worker_class = worker_class
+        self.paths = [str(Path(entry).resolve()) for entry in paths]  # each child imports from them (rq's --path)
         self.logging_level = logging_level
         self.grace = grace
         self.kill_after = kill_after
@@ -216,7 +218,7 @@ class WorkerPool:
     def command(self, queues: tuple[str, ...], scheduler: bool) -> list[str]:
         """The rq command line of one worker (the Redis URL goes in its environment)."""
         args = [self.python, "-m", "rq.cli", "worker", "--worker-class", self.worker_class,
-                "--logging_level", self.logging_level]
+                "--logging_level", self.logging_level, *(arg for entry in self.paths for arg in ("--path", entry))]
         return [*args, *(["--with-scheduler"] if scheduler else []), *queues]
 
     def _spawn(self, slot: _Slot) -> None:

@@ -1,0 +1,102 @@
+"""``fair-router check``'s look beyond the file: the settings' cross-references and the environment
+(:mod:`fair_router.config.crosscheck`), and with ``--ping`` / ``--deep`` the Redis server itself.
+
+Exit status: 2 when a setting is wrong (the file, key and value are named), 1 when Redis cannot be
+reached or refuses a script, 0 otherwise (warnings are printed, and the last line says there were some).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+import click
+from redis import Redis
+from redis.exceptions import RedisError
+
+from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
+from fair_router.config.settings import Settings
+from fair_router.store.keys import Keys
+from fair_router.store.luascript import assemble, lua_dir
+from fair_router.workers.pool import redact_url
+
+OLDEST_TESTED = (6, 2)
+
+
+def script_names() -> list[str]:
+    """Every script fair-router sends (``lua/*.lua``; the pieces in ``lua/lib`` go inside them)."""
+    return sorted(entry.name.removesuffix(".lua") for entry in lua_dir().iterdir() if entry.name.endswith(".lua"))
+
+
+def server_findings(settings: Settings, deep: bool) -> list[Finding]:
+    """Reach the settings' Redis: its version, tiers stored there, and with ``deep`` every script loaded by
+    SCRIPT LOAD. An unreachable server ends the command with status 1."""
+    url = redact_url(settings.redis_url)
+    connection = Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=10)
+    try:
+        connection.ping()
+        version = str(connection.info("server").get("redis_version", "?"))
+    except (RedisError, OSError) as exc:
+        click.echo(f"error: redis_url {url}: cannot reach Redis ({exc})", err=True)
+        sys.exit(1)
+    click.echo(f"redis:     {url} answers, Redis {version}")
+    findings: list[Finding] = []
+    numbers = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    if len(numbers) == 2 and numbers < OLDEST_TESTED:
+        findings.append(Finding("warning", f"redis_url {url}", f"Redis {version} is older than 6.2, which is the "
+                                "oldest fair-router is tested on"))
+    findings.extend(_stored_tiers(connection, settings))
+    if deep:
+        failed = _load_scripts(connection)
+        if failed:
+            for finding in failed:
+                click.echo(str(finding), err=True)
+            click.echo(f"error: {len(failed)} script(s) do not load on Redis {version} at {url}", err=True)
+            sys.exit(1)
+        click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD)")
+    return findings
+
+
+def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
+    """Tenants whose tier stored in Redis (``fair-router tier set``) is not a tier of these settings: they
+    are served as ``tiers.default``."""
+    known = set(settings.tiers.concurrency)
+    stored = {_text(tenant): _text(tier) for tenant, tier in connection.hgetall(Keys(settings.prefix).tiers()).items()}
+    unknown = sorted((tenant, tier) for tenant, tier in stored.items() if tier not in known)
+    if not unknown:
+        return []
+    shown = ", ".join(f"{tenant!r}: {tier!r}" for tenant, tier in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
+    return [Finding("warning", "tiers", f"{len(unknown)} tenant(s) have a tier stored in Redis that is not a key of "
+                    f"tiers.concurrency ({shown}); they are served as tier {settings.tiers.default!r}")]
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+
+
+def _load_scripts(connection: Redis) -> list[Finding]:
+    failed = []
+    for name in script_names():
+        try:
+            connection.script_load(assemble(name))
+        except RedisError as exc:
+            failed.append(Finding("error", f"lua/{name}.lua", f"SCRIPT LOAD failed: {exc}"))
+    return failed
+
+
+def report(settings: Settings, source: str, server: Callable[[], list[Finding]] | None = None) -> None:
+    """Print the findings, then a verdict; exit 2 if any is an error. ``server`` (the --ping / --deep look)
+    runs only when the settings have no error: the URL may be one of them."""
+    findings = [*cross_check(settings, source), *unknown_variables(os.environ)]
+    if server is not None and not any(finding.level == "error" for finding in findings):
+        findings += server()
+    errors = [finding for finding in findings if finding.level == "error"]
+    warnings = [finding for finding in findings if finding.level == "warning"]
+    for finding in [*errors, *warnings]:
+        click.echo(str(finding), err=True)
+    if errors:
+        click.echo(f"\nsettings have {len(errors)} error(s)" + (f" and {len(warnings)} warning(s)" * bool(warnings)),
+                   err=True)
+        sys.exit(2)
+    click.echo(f"\nsettings OK, with {len(warnings)} warning(s) above" if warnings else "\nsettings OK")

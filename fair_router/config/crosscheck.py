@@ -1,0 +1,156 @@
+"""Checks across settings that each validate alone but break a deployment together (``fair-router check``).
+
+Loading validates every value where it is given (:mod:`fair_router.config.validation`); what it cannot see is
+how values refer to each other and to the world outside the file: a rule sending jobs to a queue no worker
+started from these settings serves, a job key naming a function that does not exist (its rules would never
+apply, silently), a ``FAIR_ROUTER_*`` variable pydantic-settings ignores because no setting has that name.
+Each finding is an error (the deployment breaks: ``fair-router check`` exits 2) or a warning (it may be
+intended: exit 0, and the command says so), and names where the value is, the key and the value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Literal
+
+from fair_router.config.settings import CONFIG_ENV, Settings
+
+ENV_PREFIX = "FAIR_ROUTER_"
+OTHER_VARIABLES = {"CONFIG", "DASHBOARD_TOKEN"}  # read by the commands, not settings
+"""``FAIR_ROUTER_<name>`` variables that are not settings but are read elsewhere (the file, the dashboard)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: ``where`` is the file and key path (or the variable), ``message`` says what and why."""
+
+    level: Literal["error", "warning"]
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level}: {self.where}: {self.message}"
+
+
+def served_queues(settings: Settings) -> set[str]:
+    """The queues workers started from these settings serve: `queues:` (``fair-router worker``) and the
+    groups of `pool:` (``fair-router pool``)."""
+    return set(settings.queues) | {name for group in settings.pool for name in group.split(",")}
+
+
+def cross_check(settings: Settings, source: str) -> list[Finding]:
+    """Every cross-reference problem of ``settings``, loaded from ``source`` (a file name, or a phrase
+    naming the environment)."""
+    findings = list(_unserved(settings, source))
+    for job_key in settings.jobs:
+        findings.extend(_job_key(job_key, f"{source}: jobs[{job_key!r}]"))
+    return findings
+
+
+def _unserved(settings: Settings, source: str) -> Iterator[Finding]:
+    """Queues the settings send jobs to (base queues, rule targets, fair queues) that no worker serves."""
+    served = served_queues(settings)
+    targets: list[tuple[str, str]] = []
+    for job_key, job in settings.jobs.items():
+        if job.queue:
+            targets.append((f"jobs[{job_key!r}].queue", job.queue))
+        for i, rule in enumerate(job.rules):
+            if "{queue}" not in rule.queue:
+                targets.append((f"jobs[{job_key!r}].rules[{i}].queue", rule.queue))
+            elif job.queue:
+                targets.append((f"jobs[{job_key!r}].rules[{i}].queue", rule.queue.replace("{queue}", job.queue)))
+    targets.extend((f"fair_queues[{i}]", name) for i, name in enumerate(settings.fair_queues))
+    if not served:
+        if targets:
+            yield Finding("warning", f"{source}: queues", "no `queues:` and no `pool:`: `fair-router worker` "
+                          "and `pool` have no queues to serve, so every worker must name its queues")
+        return
+    for key, queue in targets:
+        if queue not in served:
+            yield Finding("error", f"{source}: {key}", f"queue {queue!r} has no weight in `queues:` and no "
+                          "group in `pool:`, so no worker started from these settings serves it "
+                          f"(its jobs would wait forever); add it, e.g. `queues: {{{queue}: 1}}`")
+
+
+def _job_key(job_key: str, where: str) -> Iterator[Finding]:
+    """A job key must name a ``@fair_job`` function by its dotted path, or its rules never apply."""
+    module_name, attributes, failure = _import_prefix(job_key)
+    if module_name is None:
+        if "." not in job_key:
+            yield Finding("warning", where, f"job key {job_key!r} is not a dotted path: its rules apply only to "
+                          f"a @fair_job(job_key={job_key!r})")
+        else:
+            yield Finding("error", where, f"job key {job_key!r} does not import ({failure}): its rules would "
+                          "never apply. Give the function's module.qualname, and run check where the "
+                          "workers run (or with --path)")
+        return
+    obj: object = importlib.import_module(module_name)
+    for i, name in enumerate(attributes):
+        parent, obj = obj, getattr(obj, name, None)
+        if obj is None:
+            found = ".".join([module_name, *attributes[:i]])
+            hint = _did_you_mean(name, [n for n in dir(parent) if not n.startswith("_")])
+            yield Finding("error", where, f"job key {job_key!r} does not import: {found} has no {name!r}"
+                          f"{hint}; its rules would never apply")
+            return
+    declared = getattr(obj, "job_key", None)
+    if declared is None:
+        yield Finding("warning", where, f"{job_key} is not a @fair_job function: its rules apply only to jobs "
+                      "enqueued through @fair_job or FairRouter")
+    elif declared != job_key:
+        yield Finding("error", where, f"{job_key} is a @fair_job whose job_key is {declared!r}: its windows "
+                      f"and rules go by {declared!r}, so these rules never apply")
+
+
+def _import_prefix(dotted: str) -> tuple[str | None, list[str], str]:
+    """The longest importable module prefix of ``dotted``, the attribute names after it, and why the
+    shortest prefix failed when none imports."""
+    parts = dotted.split(".")
+    failure = ""
+    for end in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:end])
+        try:
+            module: ModuleType = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name + ".").startswith(exc.name + "."):  # this module (or a parent) is missing
+                failure = str(exc)
+                continue
+            return None, [], f"importing {name} raised {type(exc).__name__}: {exc}"
+        except Exception as exc:  # the module exists but raises on import: that is the finding
+            return None, [], f"importing {name} raised {type(exc).__name__}: {exc}"
+        return module.__name__, parts[end:], ""
+    return None, [], failure or f"no module in {dotted!r}"
+
+
+def _did_you_mean(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[Finding]:
+    """``FAIR_ROUTER_*`` variables that no setting reads (pydantic-settings ignores them without a word).
+    One close to a setting's name is an error (a typo: the setting keeps its other value); others warnings."""
+    known = {name.upper() for name in Settings.model_fields} | OTHER_VARIABLES
+    findings = []
+    for variable in sorted(environ):
+        if not variable.startswith(ENV_PREFIX):
+            continue
+        head = variable[len(ENV_PREFIX):].split("__", 1)[0].upper()
+        if head in known:
+            continue
+        close = difflib.get_close_matches(head, sorted(known), n=1, cutoff=0.75)
+        value = environ[variable]
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        if close:
+            meant = ENV_PREFIX + close[0] + variable[len(ENV_PREFIX) + len(head):]
+            findings.append(Finding("error", variable, f"unknown variable (value {shown!r}), ignored by every "
+                                    f"setting; did you mean {meant}?"))
+        else:
+            findings.append(Finding("warning", variable, f"unknown variable (value {shown!r}): no setting is "
+                                    f"named {head.lower()!r} (known: {', '.join(sorted(known))}; {CONFIG_ENV} names "
+                                    "the file)"))
+    return findings
