@@ -133,7 +133,8 @@ def test_on_loopback_only_loopback_names_are_answered_and_every_response_has_the
     refused = server.request("/api/snapshot", host="attacker.example")  # a DNS-rebinding page's request
     assert refused.status == 400 and b"acme" not in refused.body
     assert_secured(refused)
-    for host in ("attacker.example:80", f"127.0.0.1.attacker.example:{server.port}", "", "localhost@evil"):
+    for host in ("attacker.example:80", f"127.0.0.1.attacker.example:{server.port}", "", "localhost@evil",
+                 "[::1]evil", "localhost:http", f"127.0.0.1:{server.port}:1"):
         assert server.request("/", host=host).status == 400, host
     for host in (f"127.0.0.1:{server.port}", "localhost", f"LOCALHOST:{server.port}", f"[::1]:{server.port}"):
         page = server.request("/", host=host)
@@ -278,6 +279,7 @@ def test_host_names_are_parsed_and_checked() -> None:
     assert split_host("[::1]:9181") == ("[::1]", "9181")
     assert split_host("Dash.Example.COM.") == ("dash.example.com", None)
     assert split_host("dash.test:8443") == ("dash.test", "8443")
+    assert split_host("[::1]") == ("[::1]", None) and split_host("[::1]x") == ("[::1]x", None)
     assert allowed_hosts("127.0.0.1", []) == ["localhost", "127.0.0.1", "[::1]"]
     assert allowed_hosts("::1", ["dash.test"])[-1] == "dash.test"
     assert allowed_hosts("0.0.0.0", ["dash.test"]) == ["dash.test"]

@@ -63,7 +63,9 @@ def split_host(value: str) -> tuple[str, str | None]:
     if value.startswith("["):
         name, _, rest = value.partition("]")
         name += "]"
-        port = rest[1:] if rest.startswith(":") else None
+        if rest and not rest.startswith(":"):
+            return value, None  # junk after the brackets: a name that matches nothing
+        port = rest[1:] or None
     elif value.count(":") == 1:
         name, _, port_text = value.partition(":")
         port = port_text
@@ -104,6 +106,8 @@ class HostAllowlist:
         if not header:
             return False
         name, port = split_host(header)
+        if port is not None and not port.isdigit():
+            return False
         return (name, None) in self.allowed or (port is not None and (name, port) in self.allowed)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
