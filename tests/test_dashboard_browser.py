@@ -191,15 +191,15 @@ def test_the_dashboard_shows_the_flood_in_a_real_browser(
     if os.environ.get("FAIR_ROUTER_SCREENSHOT"):
         shutil.copyfile(shot, os.environ["FAIR_ROUTER_SCREENSHOT"])
 
+    assert csp_errors == [], csp_errors  # the page drew itself (above) under the CSP without a violation
+    assert headers["x-frame-options"] == "DENY" and headers["x-content-type-options"] == "nosniff", headers
+    assert headers["referrer-policy"] == "no-referrer", headers
     assert max(seen_greedy_waiting, default=0) > 0, state  # the greedy tenant's row showed jobs waiting
     assert len(small_p95) >= 3, state  # small tenants' rows show a wait p95 ...
     assert all(text.endswith(("ms", " s")) for text in small_p95), small_p95  # ... as a duration
     assert {"paused", "parked"} <= set(paused_badges), state  # the paused tenant's row says both
     assert len(renders) >= 3, renders  # the page refreshed itself (each render stamps the snapshot's time)
     assert shot.stat().st_size > 10_000
-    assert csp_errors == [], csp_errors  # the page drew itself (above) under the CSP without a violation
-    assert headers["x-frame-options"] == "DENY" and headers["x-content-type-options"] == "nosniff", headers
-    assert headers["referrer-policy"] == "no-referrer", headers
 
 
 def sign_in(chromium: Any, url: str) -> None:
