@@ -289,3 +289,15 @@ def test_host_names_are_parsed_and_checked() -> None:
     for bad in ("http://x", "a b", "x:port", "user@x", ""):
         with pytest.raises(ValueError, match="is not a host name"):
             allowed_hosts("127.0.0.1", [bad])
+
+
+def test_a_port_in_use_is_one_clear_line_and_exit_1(config: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_dashboard(config, tmp_path, "--port", str(port))
+        assert proc.wait(60) == 1
+    err = (tmp_path / "dashboard.err").read_text()
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err

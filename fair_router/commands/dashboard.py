@@ -38,7 +38,7 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
     try:
         import waitress  # noqa: F401  # the server, imported when serving: a missing one is reported here
 
-        from fair_router.observe.dashboard import create_app, serve
+        from fair_router.observe.dashboard import create_app, listen
     except ImportError as exc:
         click.echo(f"error: the dashboard needs Flask, prometheus-client and waitress ({exc}): "
                    "pip install 'fair-router[dashboard]'", err=True)
@@ -70,14 +70,20 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
     except (RedisError, ValueError) as exc:
         click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
         sys.exit(2)
+    app = create_app(settings, connection, refresh, actions_token=token, read_token=read_token,
+                     allowed_hosts=hosts, metrics_open=metrics_open)
+    try:
+        server = listen(app, host, port)
+    except OSError as exc:  # the port in use, an address not on this machine, a name that does not resolve
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(1)
     if not is_loopback(host) and read_token is None:
         warn_exposed(host, port)
     access = "read token" + (", /metrics open" if metrics_open else "") if read_token else "no read token"
     click.echo(f"fair-router dashboard: http://{host}:{port}/ (Prometheus: /metrics), Redis {redact_url(url)}, "
                f"prefix {settings.prefix}, {'tenant actions on (token)' if token else 'read-only'}, {access}, "
                f"hosts {', '.join(hosts)}; Ctrl-C stops it")
-    serve(create_app(settings, connection, refresh, actions_token=token, read_token=read_token,
-                     allowed_hosts=hosts, metrics_open=metrics_open), host, port)
+    server.run()
 
 
 def warn_exposed(host: str, port: int) -> None:

@@ -27,8 +27,9 @@ Each page load and each refresh costs one snapshot: a few pipelined round trips 
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Flask, Response, abort, jsonify, redirect, render_template, request, url_for
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -40,6 +41,9 @@ from fair_router.observe.collector import metrics_text
 from fair_router.observe.guard import LOOPBACK_NAMES, HostAllowlist, ReadAccess, secure_headers
 from fair_router.observe.reader import SnapshotReader
 from fair_router.routing.router import FairRouter
+
+if TYPE_CHECKING:  # waitress is imported when serving only: mounting the blueprint does not need it
+    from waitress.server import BaseWSGIServer, MultiSocketServer
 
 DEFAULT_REFRESH = 2.0
 """Seconds between two refreshes of the page."""
@@ -180,9 +184,17 @@ def create_app(
     return app
 
 
-def serve(app: Flask, host: str, port: int, threads: int = 8, **options: Any) -> None:
-    """Serve ``app`` with waitress (the ``dashboard`` extra): a production WSGI server, pure Python, on
-    any OS; ``options`` go to ``waitress.serve``."""
-    from waitress import serve as waitress_serve
+def listen(app: Flask, host: str, port: int, threads: int = 8,
+           **options: Any) -> BaseWSGIServer | MultiSocketServer:
+    """A waitress server (the ``dashboard`` extra: a production WSGI server, pure Python, on any OS) bound
+    to ``host:port``, not yet serving: a port in use or a bad address raises OSError here, before anything
+    is printed. ``options`` go to ``waitress.create_server``."""
+    from waitress.server import create_server
 
-    waitress_serve(app, host=host, port=port, threads=threads, ident="fair-router", **options)
+    logging.basicConfig()  # waitress logs its warnings (e.g. a deep task queue) through logging
+    return create_server(app, host=host, port=port, threads=threads, ident="fair-router", **options)
+
+
+def serve(app: Flask, host: str, port: int, threads: int = 8, **options: Any) -> None:
+    """:func:`listen`, then serve until stopped (Ctrl-C ends it cleanly)."""
+    listen(app, host, port, threads, **options).run()
