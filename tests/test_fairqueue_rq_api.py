@@ -161,7 +161,8 @@ def test_a_started_job_rq_retried_after_its_worker_died_is_not_queued_twice_by_r
     worker = SimpleWorker([queue], connection=conn, queue_class=FairQueue)
     result = worker.dequeue_job_and_maintain_ttl(None)
     assert result is not None and result[0].id == job.id
-    worker.prepare_execution(result[0])  # started, then the worker dies: nothing more happens
+    worker.prepare_execution(result[0])  # started (rq 3.0 retries only STARTED jobs), then the worker dies
+    worker.prepare_job_execution(result[0])
     StartedJobRegistry(queue=queue).cleanup(timestamp=time.time() + 10**6)  # rq retries it: a plain push
     assert queue.count == 1
     queue.intermediate_queue.cleanup(worker, queue)  # what rq's maintenance calls: FairQueue.recover()

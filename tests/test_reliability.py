@@ -32,6 +32,7 @@ import yaml
 from conftest import Fleet
 from redis import Redis
 from rq import Queue, Retry
+from rq.executions import WORKER_EXECUTIONS_KEY_TEMPLATE
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
@@ -95,7 +96,7 @@ class Chaos:
 
     def kill_a_busy_worker(self, rng: random.Random) -> bool:
         """SIGKILL one chaos worker that is running a job (if any) and replace it; True if one was killed."""
-        busy = [name for name in sorted(self.chaos) if self.conn.hget(f"rq:worker:{name}", "current_job")]
+        busy = [name for name in sorted(self.chaos) if self.conn.scard(WORKER_EXECUTIONS_KEY_TEMPLATE.format(name))]
         if not busy:
             return False
         name = rng.choice(busy)

@@ -130,6 +130,17 @@ class FairPushing(FairQueueBase):
             self._script(FairPushScript)(self.fair_keys, entries[start:start + size]).queue(pipeline)
             self.caps.record(pipeline, caps[start:start + size])
 
+    def adopt(self, job: Job) -> bool:
+        """Seam hook: rq 3.0's ``RateLimit`` admits a job with a script of its own (a plain push onto rq's
+        list, from the enqueuer, a worker's slot release, cleanup or cancel), so it reaches the pop as a plain
+        entry. A rate-limited job with a tenant joins its tenant's FIFO here instead of being served in list
+        order, so fair order holds across admission. One script call; the pop is then made again."""
+        if not job.has_rate_limit or tenant_of(job.meta) is None:
+            return False
+        self._handed_out.pop(job.id, None)
+        entry = self._entry(job.id, job, bool(job.enqueue_at_front), from_inflight=True)
+        return bool(self._script(FairPushScript)(self.fair_keys, [entry]).run())
+
     def pushed_unique(self, job: Job, at_front: bool) -> None:
         """Seam hook: rq's ``unique=True`` script pushed the id itself; the job joins its tenant's FIFO in
         this second call (until then it is a plain entry)."""

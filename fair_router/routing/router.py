@@ -168,7 +168,7 @@ class FairRouter(TenantAdmin):
         every option as rq parsed it, so rq's checks and options behave exactly as with a plain Queue;
         only the job id (decided here, before routing, so the window records it) and the meta are ours.
         """
-        if not call.job_id and call.unique and at is None:
+        if not call.job_id and call.unique:
             # rq requires the caller's own id with unique=True: an id made up here would slip past that
             # check, so the call goes to rq as given and rq's check decides, before anything is recorded.
             call = call._replace(meta=self._meta(call.meta, tenant, None, system, route))
@@ -181,9 +181,10 @@ class FairRouter(TenantAdmin):
         call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, rule, system, route))
         if at is not None:
             return cast(Job, target.enqueue_at(at, call.func, **_parse_args_keywords(call)))
-        if call.pipeline is not None or call.depends_on:
+        if call.pipeline is not None or call.depends_on or call.rate_limit is not None:
             # A caller's pipeline is the caller's to execute. With dependencies rq retries its WATCH on
-            # them only with a pipeline of its own.
+            # them only with a pipeline of its own. A rate-limited job takes rq's own path (rq refuses it on
+            # a pipeline): rq saves it as rate_limited and its admission script pushes it when a slot frees.
             return target.enqueue_call(**call._asdict())
         with self.connection.pipeline() as pipe:
             # rq alone would send the queue registration and the job in two round trips; in one pipeline
@@ -279,9 +280,14 @@ def _batchable(call: EnqueueArgs) -> EnqueueArgs:
     than silently dropped."""
     for name in _NOT_IN_BATCH:
         value = getattr(call, name)
-        if value != getattr(_PARSED_DEFAULTS, name):
-            raise TypeError(f"enqueue_many: rq's batch enqueue (Queue.prepare_data) takes no per-job "
-                            f"{name}= (got {value!r})")
+        if value == getattr(_PARSED_DEFAULTS, name):
+            continue
+        if name == "rate_limit":
+            raise TypeError("enqueue_many: rate_limit= is not supported in a batch (rq admits a rate-limited job "
+                            "with its own script and refuses it on a pipeline): enqueue such jobs one by one "
+                            "with .enqueue()/.delay()")
+        raise TypeError(f"enqueue_many: rq's batch enqueue (Queue.prepare_data) takes no per-job "
+                        f"{name}= (got {value!r})")
     return call
 
 

@@ -6,7 +6,7 @@
 - pushing: :meth:`RqQueueSeam.push`, :meth:`~RqQueueSeam.push_many`, :meth:`~RqQueueSeam.pushed_unique`;
 - refusals (backlog caps): :meth:`~RqQueueSeam.may_refuse`, :meth:`~RqQueueSeam.check_room`,
   :meth:`~RqQueueSeam.execute_checked`;
-- popping: :meth:`~RqQueueSeam.pop_fair`, :attr:`~RqQueueSeam.wake_key`;
+- popping: :meth:`~RqQueueSeam.pop_fair`, :meth:`~RqQueueSeam.adopt`, :attr:`~RqQueueSeam.wake_key`;
 - maintenance: :meth:`~RqQueueSeam.recover`.
 """
 
@@ -89,6 +89,11 @@ class RqQueueSeam(Queue):
 
     def pop_fair(self, given: str = "") -> PopResult:
         """One pop of this queue; ``given`` is an entry BLPOP already took off rq's list."""
+        raise NotImplementedError
+
+    def adopt(self, job: Job) -> bool:
+        """A plain entry was popped (an id rq pushed with a script of its own): True when ``job`` was put
+        into the fair structure instead of being served now (the pop is then made again)."""
         raise NotImplementedError
 
     @property
@@ -209,7 +214,7 @@ class RqQueueSeam(Queue):
                             wake_ms = result.wake_ms if wake_ms < 0 else min(wake_ms, result.wake_ms)
                         break
                     job = _fetch(job_cls, cast(str, result.job_id), queue, connection, serializer)
-                    if job is not None:
+                    if job is not None and not _adopted(queue, result, job):
                         return job, queue
             if deadline is None:
                 return None
@@ -234,7 +239,7 @@ class RqQueueSeam(Queue):
             result = _pop(queue, connection, entry)
             if result.job_id is not None:
                 job = _fetch(job_cls, result.job_id, queue, connection, serializer)
-                if job is not None:
+                if job is not None and not _adopted(queue, result, job):
                     return job, queue
 
     # -- maintenance: rq's intermediate-queue hook ----------------------------------------------------------
@@ -255,6 +260,11 @@ def _pop(queue: Queue, connection: Redis, given: str) -> PopResult:
     if raw is None:
         return PopResult(PopKind.EMPTY, None, -1, None)
     return PopResult(PopKind.PLAIN, as_text(raw), -1, None)
+
+
+def _adopted(queue: Queue, result: PopResult, job: Job) -> bool:
+    """Whether a seam queue took a plain entry it popped into its fair structure (then pop again)."""
+    return result.kind == PopKind.PLAIN and isinstance(queue, RqQueueSeam) and queue.adopt(job)
 
 
 def _fetch(job_cls: type[Job], job_id: str, queue: Queue, connection: Redis, serializer: Any) -> Job | None:

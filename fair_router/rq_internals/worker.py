@@ -1,5 +1,5 @@
 """The rq seam, Worker side: every override of rq's Worker internals and every private rq name the weighted
-workers and crash recovery rely on, for rq 2.12. Upgrading rq means checking this module against rq's
+workers and crash recovery rely on, for rq 3.0. Upgrading rq means checking this module against rq's
 ``worker/base.py``, ``worker/worker_classes.py``, ``executions.py`` and ``registry.py``.
 
 :class:`RqWorkerSeam` overrides rq's internal entry points and calls a few hooks, which
@@ -27,7 +27,7 @@ Its services: :meth:`~RqWorkerSeam.hold_warm_shutdown`, :meth:`~RqWorkerSeam.bea
 For crash recovery (:mod:`fair_router.workers.recovery`): :func:`started_key`, :func:`execution_key`,
 :func:`has_execution` and :func:`staged_registry`.
 
-Lean bookkeeping. Between two jobs rq 2.x writes the worker's heartbeat five times (after the job, with the
+Lean bookkeeping. Between two jobs rq writes the worker's heartbeat five times (after the job, with the
 suspension check, before the fetch, after it, and with the job's preparation), three of them as two round
 trips each (HSET, then EXPIRE), and writes the "idle" state twice: a third of the ~17 round trips between
 two jobs, which decide how long a job that arrives while every worker is busy waits, and how many jobs a
@@ -192,17 +192,19 @@ class RqWorkerSeam(BaseWorker):
     # -- a job's run ----------------------------------------------------------------------------------------
 
     def prepare_execution(self, job: Job) -> Execution:
-        """rq 2.12's ``rq.executions.prepare_execution`` (what ``BaseWorker.prepare_execution`` calls as the
+        """rq 3.0's ``rq.executions.prepare_execution`` (what ``BaseWorker.prepare_execution`` calls as the
         worker takes a job up, before the fork) restated, plus ``job_started`` on the same MULTI. rq's own:
-        create the Execution (the StartedJobRegistry entry) with the job's heartbeat TTL and write the busy
-        state, in one pipeline. Keep in step with rq's when upgrading it."""
+        create the Execution (the StartedJobRegistry entry, the job's execution registry and the worker's
+        execution index) with the job's heartbeat TTL, note it in ``executions`` and write the busy state, in
+        one pipeline. Keep in step with rq's when upgrading it."""
         with self.connection.pipeline() as pipeline:
             heartbeat_ttl = self.get_heartbeat_ttl(job)
-            self.execution = Execution.create(job, heartbeat_ttl, pipeline=pipeline, worker_name=self.name)
+            execution = Execution.create(job, heartbeat_ttl, pipeline=pipeline, worker_name=self.name)
+            self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
             self.job_started(job, pipeline)
             pipeline.execute()
-        return self.execution
+        return execution
 
     _running: tuple[Job, Queue] | None = None
     """The job this worker (or its work horse, a fork of it) runs, and the queue it came from."""
@@ -237,10 +239,10 @@ class ForkingWorkerSeam(RqWorkerSeam):
     """For rq's forking Worker: the worker process also takes its heartbeat duties at each heartbeat of the job
     its horse runs, so they do not wait for the job to end."""
 
-    def maintain_heartbeats(self, job: Job) -> None:
+    def maintain_heartbeats(self, job: Job, execution: Execution) -> None:
         """rq's heartbeat of the running job (every ``job_monitoring_interval`` while the horse works), then
         ``heartbeat_due``."""
-        super().maintain_heartbeats(job)
+        super().maintain_heartbeats(job, execution)
         self.heartbeat_due()
 
 
@@ -265,10 +267,10 @@ class InProcessWorkerSeam(RqWorkerSeam):
         finally:
             self.job_beat.stop()
 
-    def cleanup_execution(self, job: Job, pipeline: Pipeline) -> None:
+    def cleanup_execution(self, job: Job, pipeline: Pipeline, execution: Execution | None = None) -> None:
         """rq deletes the job's execution here as it ends; no heartbeat may land after that."""
         self.job_beat.stop()
-        super().cleanup_execution(job, pipeline)
+        super().cleanup_execution(job, pipeline, execution)
 
     def teardown(self) -> None:
         """End the heartbeat thread with the worker."""
@@ -276,8 +278,11 @@ class InProcessWorkerSeam(RqWorkerSeam):
         super().teardown()
 
     def _beat(self, job: Job) -> None:
-        if self.execution is not None:  # set while the job runs (prepare_execution to cleanup_execution)
-            self.maintain_heartbeats(job)
+        # ``executions`` holds the job's execution while it runs (prepare_execution to cleanup_execution); rq's
+        # ``execution`` property would fall back to a Redis read when it is empty
+        execution = next(iter(self.executions.values()), None)
+        if execution is not None:
+            self.maintain_heartbeats(job, execution)
             self.running_job_beat()
 
 
@@ -352,7 +357,7 @@ def execution_key(member: str, connection: Redis) -> str:
 
 
 def has_execution(member: str) -> bool:
-    """Whether a StartedJobRegistry member names an execution (rq 2.x); one without has only rq's deadline."""
+    """Whether a StartedJobRegistry member names an execution (rq >= 2.0); one without has only rq's deadline."""
     _, execution_id = parse_composite_key(member)
     return bool(execution_id)
 

@@ -29,6 +29,21 @@ def encode(part: str) -> str:
     return "#" + hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def slot_of(key: str) -> str:
+    """A key part with ``key``'s Redis Cluster slot, for our keys that one script touches together with an
+    rq key: ``{<key>}`` for an untagged rq key (``rq:queue:<name>``), else ``{<its tag>}:<key, braces
+    dropped>`` (rq 3.0 with a hash-tagged ``RQ_KEY_PREFIX`` such as ``{myapp}``: every rq key hashes by the
+    tag, and the rest keeps our keys of different queues apart). Never assumes rq's prefix."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    if end > start + 1:
+        return "{" + key[start + 1:end] + "}:" + key.replace("{", "").replace("}", "")
+    if start >= 0 or "}" in key:
+        raise ValueError(f"rq key {key!r} has braces but no hash tag Redis Cluster would use: set "
+                         "RQ_KEY_PREFIX to a plain prefix or one with a non-empty {tag}")
+    return "{" + key + "}"
+
+
 @dataclass(frozen=True)
 class FairQueueKeys:
     """Key names of one fair queue. ``rq_list`` is rq's own list; every other key carries the hash tag
@@ -143,19 +158,19 @@ class Keys:
         """Short lock (SET NX PX) of one queue's recovery check: the weighted worker that takes it checks
         the queue, the others skip it until it expires (``fair_router.workers.recovery``). Our own, not rq's
         899-second maintenance lock, which a dead worker can leave held."""
-        return f"{self.prefix}:{{{rq_list_key}}}:recovery:turn"
+        return f"{self.prefix}:{slot_of(rq_list_key)}:recovery:turn"
 
     def abandoned(self, started_registry_key: str) -> str:
         """Sorted set of one queue's abandoned executions (rq's ``<job id>:<execution id>`` entries, score 0),
         moved out of rq's StartedJobRegistry and waiting for rq's own cleanup to hand them back. Tagged
         ``{rq:wip:<name>}``, the cluster slot of rq's untagged registry key, so the script moving entries
         touches one slot."""
-        return f"{self.prefix}:{{{started_registry_key}}}:abandoned"
+        return f"{self.prefix}:{slot_of(started_registry_key)}:abandoned"
 
     def abandoned_total(self, started_registry_key: str) -> str:
         """How many of one queue's jobs were found abandoned (an integer, never reset): counted by the script
         that stages them, so it shares that call's tag. Read by ``fair_router.observe`` (``/metrics``)."""
-        return f"{self.prefix}:{{{started_registry_key}}}:abandoned:total"
+        return f"{self.prefix}:{slot_of(started_registry_key)}:abandoned:total"
 
     # -- observability (fair_router.observe): every key tagged {obs}, so one start record is one slot --
 
@@ -184,8 +199,8 @@ class Keys:
         return f"{self.prefix}:{{obs}}:jobkeys"
 
     def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
-        """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``; rq validates queue
-        names, so the key holds no braces). The tag ``{rq:queue:<name>}`` hashes like rq's own key."""
-        base = f"{self.prefix}:{{{rq_list_key}}}:fq"
+        """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``, or under rq 3.0's
+        ``RQ_KEY_PREFIX``); the tag (:func:`slot_of`) hashes like rq's own key."""
+        base = f"{self.prefix}:{slot_of(rq_list_key)}:fq"
         fair = FairQueueKeys.names()[1:]  # every field after rq_list is a key of ours, named as the field
         return FairQueueKeys(rq_list_key, *(f"{base}:{name}" for name in fair))
