@@ -21,26 +21,46 @@ from fair_router.commands.common import load_or_exit
               help="Seconds between two refreshes of the page.")
 @click.option("--actions", is_flag=True,
               help="Turn on tenant actions (pause/resume); each needs the token in $FAIR_ROUTER_DASHBOARD_TOKEN.")
-def dashboard(host: str, port: int, config: Path | None, url: str | None, refresh: float, actions: bool) -> None:
+@click.option("--allowed-host", "allowed", multiple=True, metavar="NAME[:PORT]",
+              help="A Host name clients use (repeatable). Needed when --host is beyond loopback; any other "
+                   "Host gets 400.")
+@click.option("--metrics-open", is_flag=True,
+              help="Serve /metrics without the read token ($FAIR_ROUTER_DASHBOARD_READ_TOKEN).")
+def dashboard(host: str, port: int, config: Path | None, url: str | None, refresh: float, actions: bool,
+              allowed: tuple[str, ...], metrics_open: bool) -> None:
     """Serve the live dashboard at / and Prometheus metrics at /metrics (read-only unless --actions).
 
-    Needs the dashboard extra: pip install 'fair-router[dashboard]'.
+    With $FAIR_ROUTER_DASHBOARD_READ_TOKEN set, the page asks for it (sign-in form) and /api/* and /metrics
+    take it as 'Authorization: Bearer <token>'. Needs the dashboard extra: pip install 'fair-router[dashboard]'.
     """
     from redis.exceptions import RedisError
 
     try:
-        from fair_router.observe.dashboard import create_app, serve
+        import waitress  # noqa: F401  # the server, imported when serving: a missing one is reported here
+
+        from fair_router.observe.dashboard import create_app, listen
     except ImportError as exc:
-        click.echo(f"error: the dashboard needs Flask and prometheus-client ({exc}): "
+        click.echo(f"error: the dashboard needs Flask, prometheus-client and waitress ({exc}): "
                    "pip install 'fair-router[dashboard]'", err=True)
         sys.exit(2)
-    from fair_router.observe.dashboard import MIN_TOKEN_LENGTH, TOKEN_ENV
+    from fair_router.observe.dashboard import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV
+    from fair_router.observe.guard import allowed_hosts, is_loopback
     from fair_router.workers.pool import redact_url
 
     token = os.environ.get(TOKEN_ENV) if actions else None
     if actions and (token is None or len(token) < MIN_TOKEN_LENGTH):
         click.echo(f"error: --actions needs a token of at least {MIN_TOKEN_LENGTH} characters in ${TOKEN_ENV}",
                    err=True)
+        sys.exit(2)
+    read_token = os.environ.get(READ_TOKEN_ENV) or None
+    if read_token is not None and len(read_token) < MIN_TOKEN_LENGTH:
+        click.echo(f"error: ${READ_TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters, got "
+                   f"{len(read_token)}", err=True)
+        sys.exit(2)
+    try:
+        hosts = allowed_hosts(host, allowed)
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     settings = load_or_exit(config)
     url = url or settings.redis_url
@@ -50,6 +70,32 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
     except (RedisError, ValueError) as exc:
         click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
         sys.exit(2)
+    app = create_app(settings, connection, refresh, actions_token=token, read_token=read_token,
+                     allowed_hosts=hosts, metrics_open=metrics_open)
+    try:
+        server = listen(app, host, port)
+    except OSError as exc:  # the port in use, an address not on this machine, a name that does not resolve
+        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        sys.exit(1)
+    if not is_loopback(host) and read_token is None:
+        warn_exposed(host, port)
+    access = "read token" + (", /metrics open" if metrics_open else "") if read_token else "no read token"
     click.echo(f"fair-router dashboard: http://{host}:{port}/ (Prometheus: /metrics), Redis {redact_url(url)}, "
-               f"prefix {settings.prefix}, {'tenant actions on (token)' if token else 'read-only'}; Ctrl-C stops it")
-    serve(create_app(settings, connection, refresh, actions_token=token), host, port)
+               f"prefix {settings.prefix}, {'tenant actions on (token)' if token else 'read-only'}, {access}, "
+               f"hosts {', '.join(hosts)}; Ctrl-C stops it")
+    server.run()
+
+
+def warn_exposed(host: str, port: int) -> None:
+    """One block on stderr that cannot be missed: tenant data is open to whoever reaches the port."""
+    from fair_router.observe.dashboard import READ_TOKEN_ENV
+
+    rule = "!" * 78
+    click.echo("\n".join((
+        rule,
+        f"WARNING: the dashboard listens on {host}:{port}, beyond loopback, WITHOUT a read token.",
+        "Anyone who can reach this port (with an allowed Host) reads tenant ids, tiers, paused state and",
+        "backlogs from the page, /api/snapshot and /metrics.",
+        f"Set ${READ_TOKEN_ENV} (16+ characters) to require it; see docs/dashboard-security.md.",
+        rule,
+    )), err=True)

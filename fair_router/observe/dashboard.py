@@ -13,6 +13,12 @@ The page is read-only by default: no route changes anything. Tenant actions (pau
 ``--actions`` flag with ``$FAIR_ROUTER_DASHBOARD_TOKEN``): then ``POST api/tenant/pause|resume`` with
 ``{"tenant": ...}`` and ``Authorization: Bearer <token>`` acts, anything else gets 403.
 
+Exposed beyond one machine (``docs/dashboard-security.md``): :func:`create_app` answers only the ``Host``
+names it is given (loopback ones by default), every response carries a strict Content-Security-Policy and
+anti-framing headers, and with a ``read_token`` nothing but the static assets and the sign-in form is served
+without it (``Authorization: Bearer`` for ``api/*`` and ``/metrics``, a sign-in cookie for the page);
+``metrics_open`` leaves ``/metrics`` without it.
+
 The page fetches ``api/snapshot`` every ``refresh`` seconds and redraws itself with its own script and an
 inline SVG chart: nothing is loaded from another site, so it works offline.
 Each page load and each refresh costs one snapshot: a few pipelined round trips bounded by the top N.
@@ -21,23 +27,32 @@ Each page load and each refresh costs one snapshot: a few pipelined round trips 
 from __future__ import annotations
 
 import hmac
-from typing import Any
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from flask import Blueprint, Flask, Response, abort, jsonify, render_template, request, url_for
+from flask import Blueprint, Flask, Response, abort, jsonify, redirect, render_template, request, url_for
 from prometheus_client import CONTENT_TYPE_LATEST
 from redis import Redis
+from werkzeug.wrappers import Response as WerkzeugResponse
 
 from fair_router.config.settings import Settings, load_settings
 from fair_router.observe.collector import metrics_text
+from fair_router.observe.guard import LOOPBACK_NAMES, HostAllowlist, ReadAccess, secure_headers
 from fair_router.observe.reader import SnapshotReader
 from fair_router.routing.router import FairRouter
+
+if TYPE_CHECKING:  # waitress is imported when serving only: mounting the blueprint does not need it
+    from waitress.server import BaseWSGIServer, MultiSocketServer
 
 DEFAULT_REFRESH = 2.0
 """Seconds between two refreshes of the page."""
 TOKEN_ENV = "FAIR_ROUTER_DASHBOARD_TOKEN"
 """Environment variable the CLI reads the actions token from (a token on the command line would show in ps)."""
+READ_TOKEN_ENV = "FAIR_ROUTER_DASHBOARD_READ_TOKEN"
+"""Environment variable the CLI reads the read token from."""
 MIN_TOKEN_LENGTH = 16
-"""Shortest actions token accepted: a guessable token would make the flag pointless."""
+"""Shortest token (actions or read) accepted: a guessable token would make it pointless."""
 ACTIONS = ("pause", "resume")
 
 
@@ -46,35 +61,78 @@ def create_blueprint(
     refresh: float = DEFAULT_REFRESH,
     name: str = "fair_router",
     actions_token: str | None = None,
+    read_token: str | None = None,
+    metrics_open: bool = False,
 ) -> Blueprint:
     """The dashboard's routes (``/``, ``/api/snapshot``, ``/metrics``) as a blueprint; ``name`` must be unique
     within the app (mount two deployments under two names and prefixes). ``actions_token``: turn the tenant
     actions on (``POST /api/tenant/<pause|resume>``), each request needing this bearer token; None (the
-    default) keeps the dashboard read-only, without those routes."""
+    default) keeps the dashboard read-only, without those routes. ``read_token``: every route but the assets
+    needs it (see the module's doc); ``metrics_open``: except ``/metrics``. The blueprint's responses carry
+    the security headers; the ``Host`` check is the app's (:func:`create_app`, or wrap your own app's
+    ``wsgi_app`` in :class:`~fair_router.observe.guard.HostAllowlist`)."""
     if not refresh > 0:
         raise ValueError(f"refresh must be a positive number of seconds, got {refresh!r}")
-    if actions_token is not None and len(actions_token) < MIN_TOKEN_LENGTH:
-        raise ValueError(f"the dashboard's actions token must be at least {MIN_TOKEN_LENGTH} characters "
-                         f"(${TOKEN_ENV}), got {len(actions_token)}")
+    for kind, token, env in (("actions", actions_token, TOKEN_ENV), ("read", read_token, READ_TOKEN_ENV)):
+        if token is not None and len(token) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"the dashboard's {kind} token must be at least {MIN_TOKEN_LENGTH} characters "
+                             f"(${env}), got {len(token)}")
     # Assets under /assets, not /static: mounted without a prefix, the host app's own /static route would
     # shadow them.
     blueprint = Blueprint(name, __name__, template_folder="templates", static_folder="static",
                           static_url_path="/assets")
+    blueprint.after_request(secure_headers)
+    access = ReadAccess(read_token, f"{name}_session") if read_token else None
+
+    def refused() -> Response:
+        """401 with the scheme to use: a scraper or script learns it needs the bearer token."""
+        response = jsonify({"error": f"this dashboard needs its read token (${READ_TOKEN_ENV}) as "
+                                     "'Authorization: Bearer <token>'"})
+        response.status_code = 401
+        response.headers["WWW-Authenticate"] = 'Bearer realm="fair-router dashboard"'
+        return response
+
+    def sign_in_form(status: int, wrong: bool = False) -> tuple[str, int]:
+        return render_template("fair_router/sign_in.html", prefix=reader.settings.prefix, wrong=wrong), status
 
     @blueprint.get("/")
-    def index() -> str:
+    def index() -> str | tuple[str, int]:
+        if access is not None and not access.allows(request):
+            return sign_in_form(401)
         snapshot = reader.snapshot().to_json()
         actions = url_for(".api_tenant", action="pause").rpartition("/")[0] if actions_token else None
         return render_template("fair_router/dashboard.html", snapshot=snapshot, refresh=refresh,
-                               prefix=reader.settings.prefix, actions=actions)
+                               prefix=reader.settings.prefix, actions=actions, signed_in=access is not None)
 
     @blueprint.get("/api/snapshot")
     def api_snapshot() -> Response:
+        if access is not None and not access.allows(request):
+            return refused()
         return jsonify(reader.snapshot().to_json())
 
     @blueprint.get("/metrics")
     def metrics() -> Response:
+        if access is not None and not metrics_open and not access.allows(request):
+            return refused()
         return Response(metrics_text(reader), mimetype=CONTENT_TYPE_LATEST)
+
+    if access is not None:
+        read_access = access
+
+        @blueprint.post("/sign-in")
+        def sign_in() -> WerkzeugResponse | tuple[str, int]:
+            """The page's sign-in form (a plain POST, no script): right token -> the cookie, back to the page."""
+            if not read_access.token_matches(request.form.get("token", "")):
+                return sign_in_form(403, wrong=True)
+            response = redirect(url_for(".index"), code=303)
+            read_access.sign_in(response, path=url_for(".index"), secure=request.is_secure)
+            return response
+
+        @blueprint.post("/sign-out")
+        def sign_out() -> WerkzeugResponse:
+            response = redirect(url_for(".index"), code=303)
+            read_access.sign_out(response, path=url_for(".index"))
+            return response
 
     if actions_token is not None:
         expected = f"Bearer {actions_token}".encode()
@@ -109,21 +167,37 @@ def create_app(
     refresh: float = DEFAULT_REFRESH,
     queues: list[str] | None = None,
     actions_token: str | None = None,
+    read_token: str | None = None,
+    allowed_hosts: Iterable[str] = LOOPBACK_NAMES,
+    metrics_open: bool = False,
 ) -> Flask:
     """A Flask app serving the dashboard at ``/``; settings and connection default to the settings file and
     its ``redis_url`` (so ``gunicorn 'fair_router.observe.dashboard:create_app()'`` works). Read-only unless
-    ``actions_token`` is given (see :func:`create_blueprint`)."""
+    ``actions_token`` is given; ``read_token`` and ``metrics_open`` as in :func:`create_blueprint`.
+    ``allowed_hosts``: the ``Host`` names answered (default: loopback ones; any port unless one is given);
+    any other gets 400."""
     settings = settings or load_settings()
     connection = connection or Redis.from_url(settings.redis_url)
     app = Flask(__name__, static_folder=None)
     app.register_blueprint(create_blueprint(SnapshotReader(connection, settings, queues=queues), refresh,
-                                            actions_token=actions_token))
+                                            actions_token=actions_token, read_token=read_token,
+                                            metrics_open=metrics_open))
+    app.after_request(secure_headers)  # the app's own responses too (404, 405)
+    app.wsgi_app = HostAllowlist(app.wsgi_app, allowed_hosts)  # type: ignore[method-assign]
     return app
 
 
-def serve(app: Flask, host: str, port: int, **options: Any) -> None:
-    """Serve ``app`` with werkzeug's threaded server (fine for a read-only page and a scrape every few
-    seconds; put it behind gunicorn for more)."""
-    from werkzeug.serving import run_simple
+def listen(app: Flask, host: str, port: int, threads: int = 8,
+           **options: Any) -> BaseWSGIServer | MultiSocketServer:
+    """A waitress server (the ``dashboard`` extra: a production WSGI server, pure Python, on any OS) bound
+    to ``host:port``, not yet serving: a port in use or a bad address raises OSError here, before anything
+    is printed. ``options`` go to ``waitress.create_server``."""
+    from waitress.server import create_server
 
-    run_simple(host, port, app, threaded=True, **options)
+    logging.basicConfig()  # waitress logs its warnings (e.g. a deep task queue) through logging
+    return create_server(app, host=host, port=port, threads=threads, ident="fair-router", **options)
+
+
+def serve(app: Flask, host: str, port: int, threads: int = 8, **options: Any) -> None:
+    """:func:`listen`, then serve until stopped (Ctrl-C ends it cleanly)."""
+    listen(app, host, port, threads, **options).run()

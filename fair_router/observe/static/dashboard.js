@@ -35,6 +35,16 @@
     var columns = document.querySelectorAll("#" + id + " thead th").length;
     tbody.innerHTML = rows.length ? rows.join("") :
       '<tr class="empty"><td colspan="' + columns + '">' + esc(empty) + "</td></tr>";
+    styled(tbody);
+  }
+  // The Content-Security-Policy allows no inline style, so markup built here carries its sizes and colours
+  // as data-css="property:value" (numbers and fixed colours only), set through the CSSOM, which it allows.
+  function styled(root) {
+    root.querySelectorAll("[data-css]").forEach(function (node) {
+      var css = node.getAttribute("data-css"), colon = css.indexOf(":");
+      node.style.setProperty(css.slice(0, colon), css.slice(colon + 1));
+      node.removeAttribute("data-css");
+    });
   }
 
   function renderCards(s) {
@@ -61,9 +71,9 @@
   function shareBar(row) {
     if (!known(row.share_5m)) return "—";
     var marker = known(row.fair_share) ?
-      '<span class="fair" style="left:' + Math.min(100, row.fair_share * 100).toFixed(1) + '%"></span>' : "";
+      '<span class="fair" data-css="left:' + Math.min(100, row.fair_share * 100).toFixed(1) + '%"></span>' : "";
     var over = known(row.fair_share) && row.share_5m > row.fair_share * 1.25 ? " over" : "";
-    return '<div class="share"><div class="bar"><span class="fill' + over + '" style="width:' +
+    return '<div class="share"><div class="bar"><span class="fill' + over + '" data-css="width:' +
       Math.min(100, row.share_5m * 100).toFixed(1) + '%"></span>' + marker + '</div><span class="txt">' +
       pct(row.share_5m) + (known(row.fair_share) ? ' <span class="muted">/ ' + pct(row.fair_share) + "</span>" : "") +
       "</span></div>";
@@ -75,7 +85,7 @@
     var running = "—", runTitle = "concurrency limits off: running jobs are not known per tenant";
     if (s.limits_enabled && known(row.running)) {
       var full = known(row.limit) && row.running >= row.limit;
-      running = '<div class="slots' + (full ? " full" : "") + '"><div class="bar"><span style="width:' +
+      running = '<div class="slots' + (full ? " full" : "") + '"><div class="bar"><span data-css="width:' +
         (known(row.limit) ? Math.min(100, 100 * row.running / Math.max(1, row.limit)) : 0).toFixed(0) +
         '%"></span></div>' + row.running + (known(row.limit) ? " / " + row.limit : "") + "</div>";
       runTitle = full ? "at its limit" : "";
@@ -207,9 +217,10 @@
     legend.className = "legend";
     legend.innerHTML = lines.map(function (line) {
       var last = line.points[line.points.length - 1];
-      return '<span><i style="background:' + line.color + '"></i>' + esc(line.name) +
+      return '<span><i data-css="background:' + line.color + '"></i>' + esc(line.name) +
         ' <span class="muted">' + wait(last[1]) + "</span></span>";
     }).join("");
+    styled(legend);
     box.appendChild(legend);
   }
 
@@ -227,6 +238,7 @@
   function poll() {
     fetch(api, { cache: "no-store" })
       .then(function (response) {
+        if (response.status === 401) window.location.reload();  // signed out: the page shows the sign-in form
         if (!response.ok) throw new Error("HTTP " + response.status);
         return response.json();
       })
