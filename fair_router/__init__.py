@@ -11,6 +11,7 @@ Public API (documented in the README):
 - :class:`WeightedWorker`, :class:`WeightedSimpleWorker` — rq workers with weighted fetch order
   and fewer Redis round trips between jobs.
 - :class:`TenantBacklogFull` — an enqueue would pass a tenant's backlog cap in a FairQueue.
+- :class:`Shards`, :func:`shards_of` — shuffle-sharding: the shards dealt to each tenant.
 """
 
 from fair_router.config.settings import Settings, SettingsError, load_settings
@@ -19,6 +20,7 @@ from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.decorator import FairJob, fair_job
 from fair_router.routing.router import FairRouter
 from fair_router.routing.rules import Rule
+from fair_router.routing.shards import Shards, shards_of
 from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
 
 __all__ = [
@@ -28,9 +30,11 @@ __all__ = [
     "Rule",
     "Settings",
     "SettingsError",
+    "Shards",
     "TenantBacklogFull",
     "WeightedSimpleWorker",
     "WeightedWorker",
     "fair_job",
     "load_settings",
+    "shards_of",
 ]
