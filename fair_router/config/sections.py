@@ -13,6 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from fair_router.config.validation import AtLeastOne, Duration, FairWeight, QueueName, RateField, TierName
 from fair_router.routing.rules import Rule
+from fair_router.routing.shards import Shards
 
 
 class JobConfig(BaseModel):
@@ -24,6 +25,7 @@ class JobConfig(BaseModel):
     rules: list[Rule] = Field(default_factory=list)
     rate: RateField | None = None  # starts per tenant of this job function, e.g. "10/s"
     burst: AtLeastOne | None = None  # starts allowed at once after a quiet spell (default 1)
+    shards: Shards | None = None  # shuffle-sharding: {count: 8, per_tenant: 2}
 
     @model_validator(mode="after")
     def _burst_needs_rate(self) -> JobConfig:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
@@ -28,29 +28,20 @@ from rq.queue import EnqueueArgs, EnqueueData
 from fair_router.config.settings import TiersConfig, validated
 from fair_router.config.validation import Prefix
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
-from fair_router.controls.rates import Rate
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.admin import TenantAdmin
-from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
+from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
+from fair_router.routing.placement import Pending, Placement, Route, RouteInputs
 from fair_router.routing.rules import Rule, last_match
 from fair_router.routing.tiers import TierBook
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
+__all__ = ["ANNOUNCE_EVERY", "FairRouter", "Placement", "Route", "WindowView"]
+
 _PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
 ANNOUNCE_EVERY = 60.0
 """Seconds between two additions of a job key to the set of routed job keys (fair_router.observe)."""
-
-
-@dataclass(frozen=True)
-class Route:
-    """How one job function is routed: its window name (job key), base queue and rules."""
-
-    job_key: str
-    queue: str
-    rules: tuple[Rule, ...] = ()
-    rate: Rate | None = None  # starts per tenant of this job function, checked when a worker takes a job
-    burst: int = 1
 
 
 @dataclass(frozen=True)
@@ -96,15 +87,19 @@ class FairRouter(TenantAdmin):
     def record_and_choose(self, route: Route, jobs: Sequence[tuple[str, str]]) -> list[Rule | None]:
         """Record (tenant, job id) enqueues in their windows in order, in one Lua call; return the rule each
         one matched (None: its base queue)."""
-        if not route.rules or not jobs:
-            return [None] * len(jobs)
-        tenants: dict[str, int] = {}
-        entries = [(tenants.setdefault(tenant, len(tenants)), job_id) for tenant, job_id in jobs]
-        windows = [self.keys.window(route.job_key, tenant) for tenant in tenants]
-        call = self._route(windows, self.keys.routed(route.job_key), entries, route.queue, route.rules,
-                           now_arg(self.clock))
+        return [placed.rule for placed in self.place(route, [Pending(tenant, job_id, True) for tenant, job_id in jobs])]
+
+    def place(self, route: Route, jobs: Sequence[Pending]) -> list[Placement]:
+        """Record the enqueues to record in their windows, pick each job's rule and, for a sharded route, the
+        least loaded of its tenant's shards in that rule's family: one Lua call for the batch (none when there
+        is nothing to record or choose)."""
+        inputs = RouteInputs(route, jobs, self.keys, **self.shard_state(route))
+        if not jobs or not inputs.needed:
+            return [Placement()] * len(jobs)
+        call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
+                           now_arg(self.clock), inputs.shards)
         announced = self._announced.get(route.job_key)
-        if announced is not None and time.monotonic() - announced < ANNOUNCE_EVERY:
+        if not route.rules or (announced is not None and time.monotonic() - announced < ANNOUNCE_EVERY):
             picks = call.run()
         else:
             # The job key joins the set readers list routed counters from, in the same round trip (again
@@ -114,7 +109,13 @@ class FairRouter(TenantAdmin):
                 pipe.sadd(self.keys.observe_job_keys(), route.job_key)
                 picks = self._route.parse(pipe.execute()[0])
             self._announced[route.job_key] = time.monotonic()
-        return [route.rules[pick - 1] if pick else None for pick in picks]
+        return [Placement(route.rules[rule - 1] if rule else None, None if shard < 0 else shard)
+                for rule, shard in picks]
+
+    def shard_state(self, route: Route) -> dict[str, Any]:
+        """What :class:`RouteInputs` needs to know of the shards' servers (nothing: every shard queue is on
+        this router's Redis; a router over several shard servers says how loaded and which are down)."""
+        return {}
 
     def decide(self, route: Route, jobs: Sequence[tuple[str, str]]) -> list[Rule | None]:
         """:meth:`record_and_choose` under its 0.1 name, kept for callers: it too records the enqueues."""
@@ -134,7 +135,7 @@ class FairRouter(TenantAdmin):
         """``route`` with its base queue moved to ``<queue>_priority`` / ``_default`` / ``_scheduled`` by
         the tenant's tier (ADR-16); rules saying ``{queue}`` follow the new base."""
         base = f"{route.queue}_{self.tiers.queue_class(tenant, system)}"
-        return Route(route.job_key, base, tuple(rule.for_base(base) for rule in route.rules), route.rate, route.burst)
+        return replace(route, queue=base, rules=tuple(rule.for_base(base) for rule in route.rules))
 
     # -- enqueueing ----------------------------------------------------------------------------
 
@@ -171,14 +172,16 @@ class FairRouter(TenantAdmin):
         if not call.job_id and call.unique and at is None:
             # rq requires the caller's own id with unique=True: an id made up here would slip past that
             # check, so the call goes to rq as given and rq's check decides, before anything is recorded.
-            call = call._replace(meta=self._meta(call.meta, tenant, None, system, route))
+            call = call._replace(meta=self._meta(call.meta, tenant, Placement(), system, route))
             return self.queue(queue or route.queue, fair).enqueue_call(**call._asdict())
         job_id = call.job_id or str(uuid4())
-        rule = self.record_and_choose(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
+        if queue is not None and route.shards is not None:  # an explicit queue is taken as it is: no shard
+            route = replace(route, shards=None)
+        placed = self.place(route, [Pending(tenant, job_id, tenant is not None and not system)])[0]
         if queue is not None:
-            rule = None
-        target = self.queue(queue or (rule.queue if rule else route.queue), fair)
-        call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, rule, system, route))
+            placed = Placement()
+        target = self.queue(queue or placed.queue(route), fair)
+        call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, placed, system, route))
         if at is not None:
             return cast(Job, target.enqueue_at(at, call.func, **_parse_args_keywords(call)))
         if call.pipeline is not None or call.depends_on:
@@ -208,13 +211,11 @@ class FairRouter(TenantAdmin):
         pipeline once per target queue).
         """
         batch = [(_batchable(call), tenant, call.job_id or str(uuid4())) for call, tenant in calls]
-        tenanted = [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]
-        rules = iter(self.record_and_choose(route, tenanted))
+        placements = self.place(route, [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch])
         by_queue: dict[str, list[EnqueueData]] = {}
-        for call, tenant, job_id in batch:
-            rule = next(rules) if tenant is not None else None
-            data = _enqueue_data(call, job_id, self._meta(call.meta, tenant, rule, route=route))
-            by_queue.setdefault(rule.queue if rule else route.queue, []).append(data)
+        for (call, tenant, job_id), where in zip(batch, placements, strict=True):
+            data = _enqueue_data(call, job_id, self._meta(call.meta, tenant, where, route=route))
+            by_queue.setdefault(where.queue(route), []).append(data)
         jobs: dict[str, Job] = {}
         placed: list[tuple[Queue, Job]] = []
         with nullcontext(pipeline) if pipeline is not None else self.connection.pipeline() as pipe:
@@ -245,14 +246,14 @@ class FairRouter(TenantAdmin):
         self,
         meta: dict[str, Any] | None,
         tenant: str | None,
-        rule: Rule | None,
+        placed: Placement,
         system: bool = False,
         route: Route | None = None,
     ) -> dict[str, Any]:
         """The job's meta plus ``fair_tenant``, ``fair_rule`` (the rule as a dict, or None), for system jobs
-        ``fair_system``, and when the job function has a rate, ``fair_rate`` (job key, rate, burst: what
-        the worker checks when it takes the job)."""
-        described = None
+        ``fair_system``, when the job function has a rate, ``fair_rate`` (job key, rate, burst: what
+        the worker checks when it takes the job), and on a sharded route ``fair_shard``."""
+        described, rule = None, placed.rule
         if rule is not None:
             if rule not in self._rule_meta:
                 self._rule_meta[rule] = rule.model_dump()
@@ -260,6 +261,8 @@ class FairRouter(TenantAdmin):
         extra: dict[str, Any] = {META_SYSTEM: True} if system else {}
         if route is not None and route.rate is not None:
             extra[META_RATE] = {"job_key": route.job_key, "rate": str(route.rate), "burst": route.burst}
+        if placed.shard is not None:
+            extra[META_SHARD] = placed.shard
         return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}
 
 
