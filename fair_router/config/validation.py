@@ -40,6 +40,10 @@ def _matching(pattern: re.Pattern[str], rule: str) -> Callable[[str], str]:
     return check
 
 
+RedisUrl = Annotated[str, AfterValidator(_matching(re.compile(r"(redis|rediss|unix)://.+"),
+                                                    "a Redis URL starts with redis://, rediss:// or unix://"))]
+"""A Redis URL as redis-py's ``Redis.from_url`` reads it."""
+
 QueueName = Annotated[str, AfterValidator(_matching(_QUEUE_NAME, "queue name must be 1-200 letters, digits, "
                                                                   "'_', '-' or '.'"))]
 """An rq queue name: letters, digits, ``_``, ``-`` and ``.`` (safe in keys, logs and the rq CLI)."""

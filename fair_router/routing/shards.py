@@ -17,6 +17,7 @@ the settings and the dashboard can all speak of shards.
 from __future__ import annotations
 
 import hashlib
+import re
 from functools import lru_cache
 from typing import Annotated
 
@@ -32,6 +33,15 @@ _SUFFIX = "_shard"
 def shard_queue(queue: str, index: int) -> str:
     """The name of shard ``index`` of queue family ``queue``: ``<queue>_shard<index>``."""
     return f"{queue}{_SUFFIX}{index}"
+
+
+_MEMBER = re.compile(r"(.+)_shard(\d+)")
+
+
+def family_of(queue: str) -> tuple[str, int] | None:
+    """``(family, index)`` of a shard queue name (``default_shard3`` -> ``("default", 3)``), else None."""
+    found = _MEMBER.fullmatch(queue)
+    return None if found is None else (found.group(1), int(found.group(2)))
 
 
 def _draw(tenant: bytes, step: int, below: int) -> int:
