@@ -86,7 +86,8 @@ class FairJob(Generic[P, R]):
         """The router this job enqueues through."""
         if self._router is None:
             connection = self._connection or Redis.from_url(self.settings.redis_url)
-            self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers)
+            self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers,
+                                      shard_urls=self.settings.shard_urls)
         return self._router
 
     @property

@@ -20,6 +20,7 @@ from uuid import uuid4
 from pydantic import TypeAdapter
 from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
 from rq import Queue
 from rq.group import Group
 from rq.job import Job
@@ -33,6 +34,7 @@ from fair_router.routing.admin import TenantAdmin
 from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
 from fair_router.routing.placement import Pending, Placement, Route, RouteInputs
 from fair_router.routing.rules import Rule, last_match
+from fair_router.routing.servers import ShardServers
 from fair_router.routing.tiers import TierBook
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
@@ -63,13 +65,17 @@ class FairRouter(TenantAdmin):
         prefix: str = "fair_router",
         clock: Clock | None = None,
         tiers: TiersConfig | None = None,
+        shard_urls: Sequence[str] = (),
     ) -> None:
+        """``shard_urls``: the Redis of each shard of sharded job keys (shard i on ``shard_urls[i % len]``; none:
+        every queue on ``connection``), see :mod:`fair_router.routing.servers`."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
         super().__init__(connection, keys, TierBook(connection, keys, tiers))
         self.clock = clock
         self._route = RouteScript(connection)
         self._peek = PeekScript(connection)
         self._queues: dict[str, Queue] = {}
+        self.servers = ShardServers(shard_urls) if shard_urls else None
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
         self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
 
@@ -89,11 +95,12 @@ class FairRouter(TenantAdmin):
         one matched (None: its base queue)."""
         return [placed.rule for placed in self.place(route, [Pending(tenant, job_id, True) for tenant, job_id in jobs])]
 
-    def place(self, route: Route, jobs: Sequence[Pending]) -> list[Placement]:
+    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = ()) -> list[Placement]:
         """Record the enqueues to record in their windows, pick each job's rule and, for a sharded route, the
-        least loaded of its tenant's shards in that rule's family: one Lua call for the batch (none when there
-        is nothing to record or choose)."""
-        inputs = RouteInputs(route, jobs, self.keys, **self.shard_state(route))
+        least loaded of its tenant's shards (but ``down``) in that rule's family: one Lua call for the batch
+        (none when there is nothing to record or choose)."""
+        state = self.servers.state(route, jobs, down) if self.servers and route.shards else {"down": down}
+        inputs = RouteInputs(route, jobs, self.keys, **state)
         if not jobs or not inputs.needed:
             return [Placement()] * len(jobs)
         call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
@@ -111,11 +118,6 @@ class FairRouter(TenantAdmin):
             self._announced[route.job_key] = time.monotonic()
         return [Placement(route.rules[rule - 1] if rule else None, None if shard < 0 else shard)
                 for rule, shard in picks]
-
-    def shard_state(self, route: Route) -> dict[str, Any]:
-        """What :class:`RouteInputs` needs to know of the shards' servers (nothing: every shard queue is on
-        this router's Redis; a router over several shard servers says how loaded and which are down)."""
-        return {}
 
     def decide(self, route: Route, jobs: Sequence[tuple[str, str]]) -> list[Rule | None]:
         """:meth:`record_and_choose` under its 0.1 name, kept for callers: it too records the enqueues."""
@@ -139,16 +141,18 @@ class FairRouter(TenantAdmin):
 
     # -- enqueueing ----------------------------------------------------------------------------
 
-    def queue(self, name: str, fair: bool = False) -> Queue:
-        """The rq Queue ``name`` on this router's connection (kept, so rq caches its server version); with
-        ``fair`` a FairQueue (per-tenant FIFOs served by weighted fair share) on this router's prefix/tiers."""
+    def queue(self, name: str, fair: bool = False, shard: int | None = None) -> Queue:
+        """The rq Queue ``name`` on this router's connection, or shard ``shard``'s with ``shard_urls`` (kept, so
+        rq caches its server version); with ``fair`` a FairQueue (per-tenant FIFOs served by weighted fair share)
+        on this router's prefix/tiers."""
         key = f"fair:{name}" if fair else name
         if key not in self._queues:
+            connection = self.servers.connection(shard) if self.servers and shard is not None else self.connection
             if fair:
-                self._queues[key] = FairQueue(name, connection=self.connection, prefix=self.keys.prefix,
+                self._queues[key] = FairQueue(name, connection=connection, prefix=self.keys.prefix,
                                               tiers=self.tiers.config)
             else:
-                self._queues[key] = Queue(name, connection=self.connection)
+                self._queues[key] = Queue(name, connection=connection)
         return self._queues[key]
 
     def enqueue(
@@ -177,10 +181,22 @@ class FairRouter(TenantAdmin):
         job_id = call.job_id or str(uuid4())
         if queue is not None and route.shards is not None:  # an explicit queue is taken as it is: no shard
             route = replace(route, shards=None)
-        placed = self.place(route, [Pending(tenant, job_id, tenant is not None and not system)])[0]
-        if queue is not None:
-            placed = Placement()
-        target = self.queue(queue or placed.queue(route), fair)
+        pending = Pending(tenant, job_id, tenant is not None and not system)
+        down: list[int] = []
+        while True:
+            placed = self.place(route, [pending], down)[0]  # an explicit queue too is recorded in the window
+            if queue is not None:
+                placed = Placement()
+            try:
+                return self._enqueue_placed(route, call, job_id, tenant, placed, queue, at, system, fair)
+            except RedisConnectionError:
+                if self.servers is None or placed.shard is None:
+                    raise
+                down.append(placed.shard)  # its server went down since its load was read: the next shard
+
+    def _enqueue_placed(self, route: Route, call: EnqueueArgs, job_id: str, tenant: str | None, placed: Placement,
+                        queue: str | None, at: datetime | None, system: bool, fair: bool) -> Job:
+        target = self.queue(queue or placed.queue(route), fair, placed.shard)
         call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, placed, system, route))
         if at is not None:
             return cast(Job, target.enqueue_at(at, call.func, **_parse_args_keywords(call)))
@@ -188,7 +204,7 @@ class FairRouter(TenantAdmin):
             # A caller's pipeline is the caller's to execute. With dependencies rq retries its WATCH on
             # them only with a pipeline of its own.
             return target.enqueue_call(**call._asdict())
-        with self.connection.pipeline() as pipe:
+        with target.connection.pipeline() as pipe:
             # rq alone would send the queue registration and the job in two round trips; in one pipeline
             # (rq's own enqueue into a caller's pipeline) they go in one.
             job = target.enqueue_call(**call._replace(pipeline=pipe)._asdict())
@@ -212,14 +228,23 @@ class FairRouter(TenantAdmin):
         """
         batch = [(_batchable(call), tenant, call.job_id or str(uuid4())) for call, tenant in calls]
         placements = self.place(route, [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch])
-        by_queue: dict[str, list[EnqueueData]] = {}
+        by_queue: dict[tuple[str, int | None], list[EnqueueData]] = {}
         for (call, tenant, job_id), where in zip(batch, placements, strict=True):
             data = _enqueue_data(call, job_id, self._meta(call.meta, tenant, where, route=route))
-            by_queue.setdefault(where.queue(route), []).append(data)
+            by_queue.setdefault((where.queue(route), where.shard), []).append(data)
         jobs: dict[str, Job] = {}
+        if self.servers is not None and route.shards is not None:
+            # Queues on several servers: one pipeline each (a caller's pipeline or group is on one server).
+            if pipeline is not None or group is not None:
+                raise ValueError("enqueue_many: with shard_urls a sharded batch goes to several Redis servers; "
+                                 "it takes no pipeline= or group=")
+            for (name, shard), datas in by_queue.items():
+                part = self.enqueue_many_into(self.queue(name, fair, shard), datas)
+                jobs.update((job.id, job) for job in part)
+            return [jobs[job_id] for _, _, job_id in batch]
         placed: list[tuple[Queue, Job]] = []
         with nullcontext(pipeline) if pipeline is not None else self.connection.pipeline() as pipe:
-            for name, datas in by_queue.items():
+            for (name, _), datas in by_queue.items():
                 target = self.queue(name, fair)
                 if group is not None:
                     done = group.enqueue_many(target, datas, pipeline=pipe)
@@ -231,6 +256,13 @@ class FairRouter(TenantAdmin):
                 self._execute(pipe, placed, group)
         return [jobs[job_id] for _, _, job_id in batch]
 
+    def enqueue_many_into(self, target: Queue, datas: list[EnqueueData]) -> list[Job]:
+        """rq's ``enqueue_many`` of ``datas`` into ``target``, in one pipeline on the queue's own server."""
+        with target.connection.pipeline() as pipe:
+            done: list[Job] = target.enqueue_many(datas, pipeline=pipe)
+            self._execute(pipe, [(target, job) for job in done])
+        return done
+
     def _execute(self, pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
         """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
         of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
@@ -239,7 +271,7 @@ class FairRouter(TenantAdmin):
             caps = getattr(queue, "caps", None)  # a FairQueue's
             refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
             if refused is not None:
-                withdraw(self.connection, placed, group)
+                withdraw(queue.connection, placed, group)
                 raise refused
 
     def _meta(
