@@ -12,6 +12,7 @@ Public API (documented in docs/api.md):
   and fewer Redis round trips between jobs.
 - :class:`TenantBacklogFull` — an enqueue would pass a tenant's backlog cap in a FairQueue.
 - :class:`InvalidTenant` — a tenant id that is empty or longer than ``tenant_max_bytes`` (a ValueError).
+- :class:`Shards`, :func:`shards_of` — shuffle-sharding: the shards dealt to each tenant.
 """
 
 from fair_router.config.settings import Settings, SettingsError, load_settings
@@ -20,6 +21,7 @@ from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.decorator import FairJob, fair_job
 from fair_router.routing.router import FairRouter
 from fair_router.routing.rules import Rule
+from fair_router.routing.shards import Shards, shards_of
 from fair_router.routing.tenancy import InvalidTenant
 from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
 
@@ -31,9 +33,11 @@ __all__ = [
     "Rule",
     "Settings",
     "SettingsError",
+    "Shards",
     "TenantBacklogFull",
     "WeightedSimpleWorker",
     "WeightedWorker",
     "fair_job",
     "load_settings",
+    "shards_of",
 ]

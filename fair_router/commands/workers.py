@@ -36,8 +36,12 @@ def add_import_paths(paths: tuple[str, ...]) -> list[str]:
 @click.option("--with-scheduler/--without-scheduler", default=True, show_default=True,
               help="Also run rq's scheduler, so enqueue_in/enqueue_at jobs are moved to their queues.")
 @path_option
+@click.option("--shard", type=click.IntRange(min=0),
+              help="Serve shard I: QUEUES' members <queue>_shard<I> (default: every sharded family in `jobs:`), "
+                   "on shard I's Redis when `shard_urls` is set.")
 def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst: bool, name: str | None,
-           logging_level: str, max_jobs: int | None, with_scheduler: bool, paths: tuple[str, ...]) -> None:
+           logging_level: str, max_jobs: int | None, with_scheduler: bool, paths: tuple[str, ...],
+           shard: int | None) -> None:
     """Run one weighted worker on QUEUES (default: every queue listed under `queues:` in the settings).
 
     The same as `rq worker -w fair_router.WeightedWorker QUEUES`, with URL and weights from the settings.
@@ -47,6 +51,15 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
     add_import_paths(paths)
     settings = load_or_exit(config)
     names = list(queues) or list(settings.queues)
+    if shard is not None:
+        from fair_router.workers.shard_pool import shard_queues
+
+        names = shard_queues(settings, shard, queues)
+        url = url or settings.shard_url(shard)
+        if not names:
+            click.echo(f"error: no queues for shard {shard}: no job key under `jobs:` has shards reaching shard "
+                       f"{shard}; name the queue families (fair-router worker --shard {shard} default)", err=True)
+            sys.exit(2)
     if not names:
         click.echo("error: no queues to work on: name them (fair-router worker default low) or list them "
                    "under `queues:` in the settings", err=True)
@@ -84,6 +97,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     from rq.utils import import_worker_class
 
     from fair_router.workers.pool import WorkerPool
+    from fair_router.workers.shard_pool import pool_allocation
 
     import_paths = add_import_paths(paths)
     settings = load_or_exit(config)
@@ -93,16 +107,18 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
                    "or in the environment: FAIR_ROUTER_POOL='{\"default\": 2}'", err=True)
         sys.exit(2)
     url = url or settings.redis_url
+    allocation, urls = pool_allocation(settings)  # groups of sharded families: one group per shard
     try:
         import_worker_class(worker_class)
     except (ImportError, ValueError) as exc:
         click.echo(f"error: cannot use worker class {worker_class!r}: {exc}", err=True)
         sys.exit(2)
-    connect(url, ping=True)  # an unreachable Redis fails now (exit 1), not in every worker
+    for server in dict.fromkeys([url, *urls.values()]):
+        connect(server, ping=True)  # an unreachable Redis fails now (exit 1), not in every worker
     logging.basicConfig(level=logging_level.upper(), format="%(asctime)s fair-router pool: %(message)s",
                         datefmt="%H:%M:%S")
-    workers = WorkerPool(settings.pool, url, worker_class=worker_class, logging_level=logging_level.upper(),
+    workers = WorkerPool(allocation, url, worker_class=worker_class, logging_level=logging_level.upper(),
                          with_scheduler=with_scheduler, grace=grace, paths=import_paths,
-                         env={"FAIR_ROUTER_CONFIG": str(config.resolve())} if config else None)
+                         env={"FAIR_ROUTER_CONFIG": str(config.resolve())} if config else None, urls=urls)
     click.echo(workers.describe())
     sys.exit(workers.run())

@@ -23,6 +23,7 @@ from fair_router.config.validation import (
     at_most,
 )
 from fair_router.routing.rules import Rule
+from fair_router.routing.shards import Shards
 
 
 class JobConfig(BaseModel):
@@ -34,6 +35,7 @@ class JobConfig(BaseModel):
     rules: Annotated[list[Rule], at_most(MAX_RULES, "rules per job")] = Field(default_factory=list)
     rate: RateField | None = None  # starts per tenant of this job function, e.g. "10/s"
     burst: AtLeastOne | None = None  # starts allowed at once after a quiet spell (default 1)
+    shards: Shards | None = None  # shuffle-sharding: {count: 8, per_tenant: 2}
 
     @model_validator(mode="after")
     def _burst_needs_rate(self) -> JobConfig:

@@ -52,6 +52,7 @@ from fair_router.config.validation import (
     at_most,
 )
 from fair_router.config.yamlfile import CheckedYamlSource
+from fair_router.routing.shards import family_of
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
 
 __all__ = [
@@ -108,6 +109,7 @@ class Settings(BaseSettings):
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
+    shard_urls: list[RedisUrl] = Field(default_factory=list)  # shard i lives on shard_urls[i % len]
 
     @classmethod
     def settings_customise_sources(
@@ -127,8 +129,29 @@ class Settings(BaseSettings):
         return self.jobs.get(job_key) or JobConfig()
 
     def weight(self, queue: str) -> float | Literal["strict"]:
-        """Fetch weight of ``queue``; queues not listed get 1."""
-        return self.queues.get(queue, 1.0)
+        """Fetch weight of ``queue``; a shard queue not listed has its family's; queues not listed get 1."""
+        member = family_of(queue)
+        return self.queues.get(queue, self.queues.get(member[0], 1.0) if member else 1.0)
+
+    def is_fair(self, queue: str) -> bool:
+        """Whether weighted workers serve ``queue`` as a FairQueue: listed in ``fair_queues``, or a shard queue
+        of a listed family."""
+        member = family_of(queue)
+        return queue in self.fair_queues or (member is not None and member[0] in self.fair_queues)
+
+    def shard_url(self, index: int) -> str:
+        """The Redis of shard ``index``: ``shard_urls[index % len]``, or ``redis_url`` when none are set."""
+        return self.shard_urls[index % len(self.shard_urls)] if self.shard_urls else self.redis_url
+
+    def sharded_families(self, index: int | None = None) -> list[str]:
+        """The queue families of the sharded job keys (each one's base queue and rule queues, ``{queue}`` filled
+        in), in settings order; with ``index``, only those of job keys that have that shard."""
+        families: dict[str, None] = {}
+        for job in self.jobs.values():
+            if job.shards is not None and (index is None or index < job.shards.count):
+                base = job.queue or "default"
+                families.update(dict.fromkeys([base, *(rule.for_base(base).queue for rule in job.rules)]))
+        return list(families)
 
 
 def _shorten(value: str, limit: int = 80) -> str:

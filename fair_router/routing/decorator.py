@@ -25,6 +25,7 @@ from fair_router.config.settings import JobConfig, Settings, load_settings
 from fair_router.controls.rates import Rate
 from fair_router.routing.router import FairRouter, Route
 from fair_router.routing.rules import Rule
+from fair_router.routing.shards import Shards
 from fair_router.routing.tenancy import TenantFunc, TenantResolver
 
 P = ParamSpec("P")
@@ -49,6 +50,7 @@ class FairJob(Generic[P, R]):
         fair: bool = False,
         rate: str | Rate | None = None,
         burst: int | None = None,
+        shards: Shards | Mapping[str, Any] | None = None,
     ) -> None:
         functools.update_wrapper(self, func)
         self.func = func
@@ -57,8 +59,8 @@ class FairJob(Generic[P, R]):
         self._queue = queue
         self._rules = None if rules is None else tuple(r if isinstance(r, Rule) else Rule(**r) for r in rules)
         # Validated now, with the settings' types: a bad queue name or rate fails at import, naming it.
-        own = JobConfig(queue=queue, rate=rate, burst=burst)
-        self._rate, self._burst = own.rate, own.burst
+        own = JobConfig(queue=queue, rate=rate, burst=burst, shards=shards)
+        self._rate, self._burst, self._shards = own.rate, own.burst, own.shards
         self._connection = connection
         self._router = router
         self._settings = settings
@@ -85,7 +87,8 @@ class FairJob(Generic[P, R]):
         if self._router is None:
             connection = self._connection or Redis.from_url(self.settings.redis_url)
             self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers,
-                                      tenant_max_bytes=self.settings.tenant_max_bytes)
+                                      tenant_max_bytes=self.settings.tenant_max_bytes,
+                                      shard_urls=self.settings.shard_urls)
             self._router.fair_queue_names = frozenset(self.settings.fair_queues)
         return self._router
 
@@ -93,7 +96,7 @@ class FairJob(Generic[P, R]):
     def route(self) -> Route:
         """Job key, base queue and rules: the decorator's, else the settings' for this job key."""
         if self._route is None:
-            needed = self._rules is None or self._queue is None or self._rate is None
+            needed = self._rules is None or self._queue is None or self._rate is None or self._shards is None
             configured = self.settings.job(self.job_key) if needed else None
             queue = self._queue or (configured.queue if configured else None) or "default"
             rules = self._rules if self._rules is not None else tuple(configured.rules if configured else ())
@@ -102,7 +105,8 @@ class FairJob(Generic[P, R]):
             rate, burst = self._rate, self._burst
             if rate is None and configured is not None:
                 rate, burst = configured.rate, configured.burst
-            self._route = Route(self.job_key, queue, rules, rate, burst or 1)
+            shards = self._shards or (configured.shards if configured else None)
+            self._route = Route(self.job_key, queue, rules, rate, burst or 1, shards)
         return self._route
 
     # -- enqueueing -------------------------------------------------------------------------------
@@ -202,6 +206,7 @@ def fair_job(
     fair: bool = False,
     rate: str | Rate | None = None,
     burst: int | None = None,
+    shards: Shards | Mapping[str, Any] | None = None,
     **rq_options: Any,
 ) -> Callable[[Callable[P, R]], FairJob[P, R]]:
     """Decorate a job function for tenant-routed enqueueing.
@@ -214,13 +219,15 @@ def fair_job(
     ``fair``: enqueue into a FairQueue (per-tenant FIFOs, weighted fair share at dequeue).
     ``rate`` / ``burst``: job starts per tenant of this function ("10/s", "N/m", "N/h"; else settings
     ``jobs.<job key>.rate`` / ``.burst``), checked by weighted workers when they take a job.
+    ``shards``: shuffle-sharding, e.g. ``Shards(count=8, per_tenant=2)``: each job goes to the least loaded of
+    its tenant's shards, queue ``<queue>_shard<i>`` (else settings ``jobs.<job key>.shards``).
     ``rq_options``: defaults for rq (``job_timeout``, ``retry``, ``result_ttl``, ...).
     """
 
     def decorate(func: Callable[P, R]) -> FairJob[P, R]:
         return FairJob(
             func, queue, rules, tenant, connection, router, settings, job_key, rq_options, tier_routing, fair,
-            rate, burst,
+            rate, burst, shards,
         )
 
     return decorate

@@ -22,3 +22,6 @@ META_RATE = "fair_rate"
 
 META_COST = "fair_cost"
 """A job's declared cost in seconds (``enqueue(..., fair_cost=)``, charge="runtime")."""
+
+META_SHARD = "fair_shard"
+"""The shard a sharded job key's job was placed on (its queue is ``<family>_shard<i>``)."""

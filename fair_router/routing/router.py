@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 from uuid import uuid4
@@ -20,6 +20,7 @@ from uuid import uuid4
 from pydantic import TypeAdapter
 from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
 from rq import Queue
 from rq.group import Group
 from rq.job import Job
@@ -28,32 +29,24 @@ from rq.queue import EnqueueArgs, EnqueueData
 from fair_router.config.settings import TiersConfig, validated
 from fair_router.config.validation import Prefix, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
-from fair_router.controls.rates import Rate
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.admin import TenantAdmin
-from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
+from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
+from fair_router.routing.placement import Pending, Placement, Route, RouteInputs
 from fair_router.routing.rules import Rule, last_match
+from fair_router.routing.servers import ShardServers
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.routing.tiers import TierBook
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
+__all__ = ["ANNOUNCE_EVERY", "FairRouter", "Placement", "Route", "WindowView"]
+
 _PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
 _MAX_BYTES: TypeAdapter[int] = TypeAdapter(TenantMaxBytes)
 ANNOUNCE_EVERY = 60.0
 """Seconds between two additions of a job key to the set of routed job keys (fair_router.observe)."""
-
-
-@dataclass(frozen=True)
-class Route:
-    """How one job function is routed: its window name (job key), base queue and rules."""
-
-    job_key: str
-    queue: str
-    rules: tuple[Rule, ...] = ()
-    rate: Rate | None = None  # starts per tenant of this job function, checked when a worker takes a job
-    burst: int = 1
 
 
 @dataclass(frozen=True)
@@ -76,8 +69,11 @@ class FairRouter(TenantAdmin):
         clock: Clock | None = None,
         tiers: TiersConfig | None = None,
         tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
+        shard_urls: Sequence[str] = (),
     ) -> None:
-        """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes), the setting of that name."""
+        """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes), the setting of that name.
+        ``shard_urls``: the Redis of each shard of sharded job keys (shard i on ``shard_urls[i % len]``; none:
+        every queue on ``connection``), see :mod:`fair_router.routing.servers`."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
         super().__init__(connection, keys, TierBook(connection, keys, tiers),
                          validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"))
@@ -87,6 +83,7 @@ class FairRouter(TenantAdmin):
         self._queues: dict[str, Queue] = {}
         self.fair_queue_names: frozenset[str] = frozenset()  # settings' ``fair_queues:`` (the decorator sets it)
         self.marks = FairnessMarks(connection, keys.prefix)
+        self.servers = ShardServers(shard_urls) if shard_urls else None
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
         self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
 
@@ -105,15 +102,21 @@ class FairRouter(TenantAdmin):
         """Record (tenant, job id) enqueues in their windows in order, in one Lua call; return the rule each
         one matched (None: its base queue)."""
         checked = [(self.tenant_id(tenant), job_id) for tenant, job_id in jobs]  # all, before any is recorded
-        if not route.rules or not checked:
-            return [None] * len(checked)
-        tenants: dict[str, int] = {}
-        entries = [(tenants.setdefault(tenant, len(tenants)), job_id) for tenant, job_id in checked]
-        windows = [self.keys.window(route.job_key, tenant) for tenant in tenants]
-        call = self._route(windows, self.keys.routed(route.job_key), entries, route.queue, route.rules,
-                           now_arg(self.clock))
+        return [placed.rule for placed in self.place(route, [Pending(tenant, job_id, True)
+                                                             for tenant, job_id in checked])]
+
+    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = ()) -> list[Placement]:
+        """Record the enqueues to record in their windows, pick each job's rule and, for a sharded route, the
+        least loaded of its tenant's shards (but ``down``) in that rule's family: one Lua call for the batch
+        (none when there is nothing to record or choose)."""
+        state = self.servers.state(route, jobs, down) if self.servers and route.shards else {"down": down}
+        inputs = RouteInputs(route, jobs, self.keys, **state)
+        if not jobs or not inputs.needed:
+            return [Placement()] * len(jobs)
+        call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
+                           now_arg(self.clock), inputs.shards)
         announced = self._announced.get(route.job_key)
-        if announced is not None and time.monotonic() - announced < ANNOUNCE_EVERY:
+        if not route.rules or (announced is not None and time.monotonic() - announced < ANNOUNCE_EVERY):
             picks = call.run()
         else:
             # The job key joins the set readers list routed counters from, in the same round trip (again
@@ -123,7 +126,8 @@ class FairRouter(TenantAdmin):
                 pipe.sadd(self.keys.observe_job_keys(), route.job_key)
                 picks = self._route.parse(pipe.execute()[0])
             self._announced[route.job_key] = time.monotonic()
-        return [route.rules[pick - 1] if pick else None for pick in picks]
+        return [Placement(route.rules[rule - 1] if rule else None, None if shard < 0 else shard)
+                for rule, shard in picks]
 
     def decide(self, route: Route, jobs: Sequence[tuple[str | int, str]]) -> list[Rule | None]:
         """:meth:`record_and_choose` under its 0.1 name, kept for callers: it too records the enqueues."""
@@ -145,15 +149,16 @@ class FairRouter(TenantAdmin):
         the tenant's tier; rules saying ``{queue}`` follow the new base. None: no tenant."""
         checked = None if tenant is None else self.tenant_id(tenant)
         base = f"{route.queue}_{self.tiers.queue_class(checked, system)}"
-        return Route(route.job_key, base, tuple(rule.for_base(base) for rule in route.rules), route.rate, route.burst)
+        return replace(route, queue=base, rules=tuple(rule.for_base(base) for rule in route.rules))
 
     # -- enqueueing ----------------------------------------------------------------------------
 
-    def queue(self, name: str, fair: bool = False) -> Queue:
-        """The rq Queue ``name`` on this router's connection (kept, so rq caches its server version); with
-        ``fair`` a FairQueue (per-tenant FIFOs served by weighted fair share) on this router's prefix/tiers.
-        A queue named in ``fair_queues:`` or marked fair in Redis (:mod:`fair_router.fairqueue.marks`) is a
-        FairQueue whatever ``fair`` says, on the prefix its mark names."""
+    def queue(self, name: str, fair: bool = False, shard: int | None = None) -> Queue:
+        """The rq Queue ``name`` on this router's connection, or shard ``shard``'s with ``shard_urls`` (kept, so
+        rq caches its server version); with ``fair`` a FairQueue (per-tenant FIFOs served by weighted fair share)
+        on this router's prefix/tiers. A queue named in ``fair_queues:`` or marked fair in Redis
+        (:mod:`fair_router.fairqueue.marks`, read on ``redis_url``) is a FairQueue whatever ``fair`` says, on the
+        prefix its mark names."""
         prefix = self.keys.prefix
         if not fair:
             marked = None if name in self.fair_queue_names else self.marks.prefix_of(name)
@@ -161,11 +166,12 @@ class FairRouter(TenantAdmin):
             prefix = marked or prefix
         key = f"fair:{prefix}:{name}" if fair else name
         if key not in self._queues:
+            connection = self.servers.connection(shard) if self.servers and shard is not None else self.connection
             if fair:
-                self._queues[key] = FairQueue(name, connection=self.connection, prefix=prefix,
+                self._queues[key] = FairQueue(name, connection=connection, prefix=prefix,
                                               tiers=self.tiers.config, tenant_max_bytes=self.tenant_max_bytes)
             else:
-                self._queues[key] = Queue(name, connection=self.connection)
+                self._queues[key] = Queue(name, connection=connection)
         return self._queues[key]
 
     def enqueue(
@@ -191,14 +197,28 @@ class FairRouter(TenantAdmin):
         if not call.job_id and call.unique:
             # rq requires the caller's own id with unique=True: an id made up here would slip past that
             # check, so the call goes to rq as given and rq's check decides, before anything is recorded.
-            call = call._replace(meta=self._meta(call.meta, tenant, None, system, route))
+            call = call._replace(meta=self._meta(call.meta, tenant, Placement(), system, route))
             return self.queue(queue or route.queue, fair).enqueue_call(**call._asdict())
         job_id = call.job_id or str(uuid4())
-        rule = self.record_and_choose(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
-        if queue is not None:
-            rule = None
-        target = self.queue(queue or (rule.queue if rule else route.queue), fair)
-        call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, rule, system, route))
+        if queue is not None and route.shards is not None:  # an explicit queue is taken as it is: no shard
+            route = replace(route, shards=None)
+        pending = Pending(tenant, job_id, tenant is not None and not system)
+        down: list[int] = []
+        while True:
+            placed = self.place(route, [pending], down)[0]  # an explicit queue too is recorded in the window
+            if queue is not None:
+                placed = Placement()
+            try:
+                return self._enqueue_placed(route, call, job_id, tenant, placed, queue, at, system, fair)
+            except RedisConnectionError:
+                if self.servers is None or placed.shard is None:
+                    raise
+                down.append(placed.shard)  # its server went down since its load was read: the next shard
+
+    def _enqueue_placed(self, route: Route, call: EnqueueArgs, job_id: str, tenant: str | None, placed: Placement,
+                        queue: str | None, at: datetime | None, system: bool, fair: bool) -> Job:
+        target = self.queue(queue or placed.queue(route), fair, placed.shard)
+        call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, placed, system, route))
         if at is not None:
             return cast(Job, target.enqueue_at(at, call.func, **_parse_args_keywords(call)))
         if call.pipeline is not None or call.depends_on or call.rate_limit is not None:
@@ -206,7 +226,7 @@ class FairRouter(TenantAdmin):
             # them only with a pipeline of its own. A rate-limited job takes rq's own path (rq refuses it on
             # a pipeline): rq saves it as rate_limited and its admission script pushes it when a slot frees.
             return target.enqueue_call(**call._asdict())
-        with self.connection.pipeline() as pipe:
+        with target.connection.pipeline() as pipe:
             # rq alone would send the queue registration and the job in two round trips; in one pipeline
             # (rq's own enqueue into a caller's pipeline) they go in one.
             job = target.enqueue_call(**call._replace(pipeline=pipe)._asdict())
@@ -230,17 +250,24 @@ class FairRouter(TenantAdmin):
         """
         batch = [(_batchable(call), None if tenant is None else self.tenant_id(tenant), call.job_id or str(uuid4()))
                  for call, tenant in calls]
-        tenanted = [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]
-        rules = iter(self.record_and_choose(route, tenanted))
-        by_queue: dict[str, list[EnqueueData]] = {}
-        for call, tenant, job_id in batch:
-            rule = next(rules) if tenant is not None else None
-            data = _enqueue_data(call, job_id, self._meta(call.meta, tenant, rule, route=route))
-            by_queue.setdefault(rule.queue if rule else route.queue, []).append(data)
+        placements = self.place(route, [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch])
+        by_queue: dict[tuple[str, int | None], list[EnqueueData]] = {}
+        for (call, tenant, job_id), where in zip(batch, placements, strict=True):
+            data = _enqueue_data(call, job_id, self._meta(call.meta, tenant, where, route=route))
+            by_queue.setdefault((where.queue(route), where.shard), []).append(data)
         jobs: dict[str, Job] = {}
+        if self.servers is not None and route.shards is not None:
+            # Queues on several servers: one pipeline each (a caller's pipeline or group is on one server).
+            if pipeline is not None or group is not None:
+                raise ValueError("enqueue_many: with shard_urls a sharded batch goes to several Redis servers; "
+                                 "it takes no pipeline= or group=")
+            for (name, shard), datas in by_queue.items():
+                part = self.enqueue_many_into(self.queue(name, fair, shard), datas)
+                jobs.update((job.id, job) for job in part)
+            return [jobs[job_id] for _, _, job_id in batch]
         placed: list[tuple[Queue, Job]] = []
         with nullcontext(pipeline) if pipeline is not None else self.connection.pipeline() as pipe:
-            for name, datas in by_queue.items():
+            for (name, _), datas in by_queue.items():
                 target = self.queue(name, fair)
                 if group is not None:
                     done = group.enqueue_many(target, datas, pipeline=pipe)
@@ -252,6 +279,13 @@ class FairRouter(TenantAdmin):
                 self._execute(pipe, placed, group)
         return [jobs[job_id] for _, _, job_id in batch]
 
+    def enqueue_many_into(self, target: Queue, datas: list[EnqueueData]) -> list[Job]:
+        """rq's ``enqueue_many`` of ``datas`` into ``target``, in one pipeline on the queue's own server."""
+        with target.connection.pipeline() as pipe:
+            done: list[Job] = target.enqueue_many(datas, pipeline=pipe)
+            self._execute(pipe, [(target, job) for job in done])
+        return done
+
     def _execute(self, pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
         """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
         of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
@@ -260,21 +294,21 @@ class FairRouter(TenantAdmin):
             caps = getattr(queue, "caps", None)  # a FairQueue's
             refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
             if refused is not None:
-                withdraw(self.connection, placed, group)
+                withdraw(queue.connection, placed, group)
                 raise refused
 
     def _meta(
         self,
         meta: dict[str, Any] | None,
         tenant: str | None,
-        rule: Rule | None,
+        placed: Placement,
         system: bool = False,
         route: Route | None = None,
     ) -> dict[str, Any]:
         """The job's meta plus ``fair_tenant``, ``fair_rule`` (the rule as a dict, or None), for system jobs
-        ``fair_system``, and when the job function has a rate, ``fair_rate`` (job key, rate, burst: what
-        the worker checks when it takes the job)."""
-        described = None
+        ``fair_system``, when the job function has a rate, ``fair_rate`` (job key, rate, burst: what
+        the worker checks when it takes the job), and on a sharded route ``fair_shard``."""
+        described, rule = None, placed.rule
         if rule is not None:
             if rule not in self._rule_meta:
                 self._rule_meta[rule] = rule.model_dump()
@@ -282,6 +316,8 @@ class FairRouter(TenantAdmin):
         extra: dict[str, Any] = {META_SYSTEM: True} if system else {}
         if route is not None and route.rate is not None:
             extra[META_RATE] = {"job_key": route.job_key, "rate": str(route.rate), "burst": route.burst}
+        if placed.shard is not None:
+            extra[META_SHARD] = placed.shard
         return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}
 
 

@@ -30,8 +30,27 @@ def _text(raw: Any) -> str:
     return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
-class RouteScript(LuaScript[list[int]]):
-    """route.lua: record each job in its tenant window and return the matching rule per job."""
+class RouteJob(NamedTuple):
+    """One job for route.lua."""
+
+    window: int | None  # index into the call's windows; None: not recorded (system job, no tenant, no rules)
+    job_id: str
+    candidates: tuple[int, ...] = ()  # sharded: positions in ShardLoads.shards to choose among (empty: unsharded)
+
+
+class ShardLoads(NamedTuple):
+    """The shard section of a route.lua call: the shards its jobs may go to and how to know each family's
+    jobs waiting there. ``loads`` holds one (rq list key to LLEN or None, jobs to add) per family (base queue,
+    then each rule's queue) and shard, family by family; on shards of other Redis servers the key is None and
+    the count, read there, is the number."""
+
+    shards: list[int]
+    loads: list[tuple[str | None, int]]
+
+
+class RouteScript(LuaScript[list[tuple[int, int]]]):
+    """route.lua: record each job in its tenant window, return the matching rule per job and, for a sharded
+    job key, the least loaded of the job's candidate shards."""
 
     name = "route"
 
@@ -43,28 +62,42 @@ class RouteScript(LuaScript[list[int]]):
         self,
         windows: Sequence[str],
         routed: str,
-        jobs: Sequence[tuple[int, str]],
+        jobs: Sequence[RouteJob],
         base: str,
         rules: tuple[Rule, ...],
         now_ms: str,
-    ) -> Call[list[int]]:
-        """KEYS = ``windows`` and the job key's ``routed`` counters; ``jobs`` = (index into windows, job id);
-        ``base``: the queue of jobs no rule matches. Result: per job, 0 or the 1-based index of the rule that
-        matched."""
-        args: list[str | int | bytes] = [now_ms, *self._header(base, rules)]
-        for index, job_id in jobs:
-            args += (index + 1, Keys.member(job_id))
-        return self.call([*windows, routed], args)
+        shards: ShardLoads | None = None,
+    ) -> Call[list[tuple[int, int]]]:
+        """KEYS = the job key's ``routed`` counters, ``windows``, then the shard section's load keys;
+        ``base``: the queue family of jobs no rule matches. Result: per job (0 or the 1-based index of the rule
+        that matched, the chosen shard or -1)."""
+        keys = [routed, *windows]
+        args: list[str | int | bytes] = [now_ms, *self._header(base, rules), len(windows)]
+        if shards is None:
+            args.append(0)
+        else:
+            args += (len(shards.shards), *shards.shards)
+            for key, extra in shards.loads:
+                if key is None:
+                    args += (0, extra)
+                else:
+                    keys.append(key)
+                    args += (len(keys), extra)
+        for job in jobs:
+            args += (0 if job.window is None else job.window + 1, Keys.member(job.job_id), len(job.candidates),
+                     *(position + 1 for position in job.candidates))
+        return self.call(keys, args)
 
-    def parse(self, reply: Any) -> list[int]:
-        return [int(x) for x in reply]
+    def parse(self, reply: Any) -> list[tuple[int, int]]:
+        flat = [int(x) for x in reply]
+        return list(zip(flat[::2], flat[1::2], strict=True))
 
     def _header(self, base: str, rules: tuple[Rule, ...]) -> list[int | str]:
         """ARGV after now_ms: ttl_ms, cap, n_rules, base queue, (per_ms, threshold, queue)...; built once per
         route."""
         header = self._headers.get((base, rules))
         if header is None:
-            header = [max(r.per_ms for r in rules), window_cap(rules), len(rules), base]
+            header = [max((r.per_ms for r in rules), default=1), window_cap(rules) if rules else 1, len(rules), base]
             for rule in rules:
                 header += (rule.per_ms, rule.threshold, rule.queue)
             self._headers[(base, rules)] = header

@@ -105,6 +105,7 @@ class WorkerPool:
         python: str = sys.executable,
         env: Mapping[str, str] | None = None,
         paths: Sequence[str] = (),
+        urls: Mapping[str, str] | None = None,
     ) -> None:
         if not allocation:
             raise ValueError("empty allocation: give at least one queue group and its number of workers")
@@ -120,6 +121,7 @@ class WorkerPool:
         self.poll_interval = poll_interval
         self.python = python
         self.env = dict(env or {})
+        self.urls = dict(urls or {})  # group -> its own Redis (a shard's, with shard_urls), else `url`
         self.allocation: dict[str, int] = {}
         self.starts = 0  # worker processes started so far, restarts included
         self.log = logging.getLogger("fair_router.workers.pool")
@@ -131,7 +133,10 @@ class WorkerPool:
                 raise ValueError(f"pool entry {group!r}: {count!r} needs queue names and at least 1 worker")
             self.allocation[group] = count
             for _ in range(count):
-                self._slots.append(_Slot(group, queues, scheduler=with_scheduler and not self._slots))
+                # rq's scheduler in one worker per Redis server (each shard server schedules its own jobs)
+                scheduling = {self.urls.get(slot.group, url) for slot in self._slots if slot.scheduler}
+                scheduler = with_scheduler and self.urls.get(group, url) not in scheduling
+                self._slots.append(_Slot(group, queues, scheduler=scheduler))
 
     # -- the whole life of the pool -------------------------------------------------------------
 
@@ -222,7 +227,7 @@ class WorkerPool:
         return [*args, *(["--with-scheduler"] if scheduler else []), *queues]
 
     def _spawn(self, slot: _Slot) -> None:
-        env = {**os.environ, **self.env, "RQ_REDIS_URL": self.url}
+        env = {**os.environ, **self.env, "RQ_REDIS_URL": self.urls.get(slot.group, self.url)}
         slot.process = subprocess.Popen(self.command(slot.queues, slot.scheduler), env=env,
                                         start_new_session=True)
         slot.started_at = time.monotonic()

@@ -54,6 +54,7 @@ from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.observe.recorder import StartRecorder
 from fair_router.routing.jobmeta import META_SYSTEM, META_TENANT
+from fair_router.routing.shards import family_of
 from fair_router.routing.tiers import TierBook
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, RqWorkerSeam, rebuilt_as
 from fair_router.store.keys import Keys
@@ -102,10 +103,10 @@ class WeightedFetchMixin(RqWorkerSeam):
             self.queue_class = FairQueue  # its dequeue_any serves fair and plain queues alike
         self.fair_queues: list[FairQueue] = fair
         # None means "no queue of this worker is weighted": leave rq's order alone, as documented.
+        listed = {queue.name: weight for queue in self.queues
+                  if (weight := _weight(configured, queue.name)) is not None}
         self.fetch_weights: list[tuple[Queue, QueueWeight]] | None = (
-            [(queue, configured.get(queue.name, 1.0)) for queue in self.queues]
-            if any(queue.name in configured for queue in self.queues)
-            else None
+            [(queue, listed.get(queue.name, 1.0)) for queue in self.queues] if listed else None
         )
         self.gate = build_gate(self.connection, settings)
         # None when concurrency limits are off (the gate then takes no slots): what rq-facing code checks.
@@ -319,16 +320,24 @@ class WeightedSimpleWorker(WeightedFetchMixin, InProcessWorkerSeam, SimpleWorker
     """rq's SimpleWorker (jobs run in the worker process) with weighted fetch order."""
 
 
+def _weight(configured: Mapping[str, QueueWeight], queue: str) -> QueueWeight | None:
+    """The configured weight of ``queue``, else of its family when it is a shard queue, else None."""
+    if queue in configured:
+        return configured[queue]
+    member = family_of(queue)
+    return configured.get(member[0]) if member else None
+
+
 def _with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
     """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and the
     plain Queue objects the rq CLI builds from names before it creates the worker)."""
     items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
     built: list[Any] = []
     for item in items:
-        if isinstance(item, str) and item in settings.fair_queues:
+        if isinstance(item, str) and settings.is_fair(item):
             item = FairQueue(item, connection=kwargs.get("connection"), serializer=kwargs.get("serializer"),
                              settings=settings)
-        elif type(item) is Queue and item.name in settings.fair_queues:
+        elif type(item) is Queue and settings.is_fair(item.name):
             item = rebuilt_as(FairQueue, item, settings=settings)
         built.append(item)
     return built
@@ -338,7 +347,10 @@ def build_gate(connection: Redis, settings: Settings) -> TenantGate:
     """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never
     shares a socket (or a pool lock, across the work-horse fork) with rq's own use of the worker's
     connection."""
-    own = Redis(connection_pool=ConnectionPool(**connection.connection_pool.connection_kwargs))
+    if settings.shard_urls:  # a shard's worker: its queues are on the shard's Redis, leases stay on redis_url
+        own = Redis.from_url(settings.redis_url)
+    else:
+        own = Redis(connection_pool=ConnectionPool(**connection.connection_pool.connection_kwargs))
     keys = Keys(settings.prefix)
     limiter = ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
     return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)

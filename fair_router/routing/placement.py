@@ -1,0 +1,113 @@
+"""Where a job goes: its route (job key, base queue, rules, shards) and the placement route.lua returns.
+
+A placement is two choices made in one Lua call: the throttle rule picks the queue *family* (the base queue or
+a rule's queue), and, for a sharded job key, the least loaded of the tenant's shards picks the *member* of that
+family (``default_throttled`` -> ``default_throttled_shard3``). :func:`route_inputs` turns a batch into that
+call's windows, jobs and shard section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from rq import Queue
+
+from fair_router.controls.rates import Rate
+from fair_router.routing.rules import Rule
+from fair_router.routing.shards import Shards, shard_queue
+from fair_router.store.keys import Keys
+from fair_router.store.scripts import RouteJob, ShardLoads
+
+NO_TENANT_SHARDS = ""
+"""A sharded job without a tenant is dealt the shards of this tenant id (it has no tenant to isolate)."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one job function is routed: its window name (job key), base queue, rules and shards."""
+
+    job_key: str
+    queue: str
+    rules: tuple[Rule, ...] = ()
+    rate: Rate | None = None  # starts per tenant of this job function, checked when a worker takes a job
+    burst: int = 1
+    shards: Shards | None = None
+
+    def families(self) -> list[str]:
+        """The queue families a job may go to, in route.lua's order: the base queue, then each rule's."""
+        return [self.queue, *(rule.queue for rule in self.rules)]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What route.lua decided for one job: the rule that matched (None: the base queue) and its shard."""
+
+    rule: Rule | None = None
+    shard: int | None = None
+
+    def queue(self, route: Route) -> str:
+        """The queue the job goes to: its family, or the family's member on the chosen shard."""
+        family = self.rule.queue if self.rule else route.queue
+        return family if self.shard is None else shard_queue(family, self.shard)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One job to place: its tenant, id, and whether its enqueue counts in the tenant's window."""
+
+    tenant: str | None
+    job_id: str
+    record: bool
+
+
+class RouteInputs:
+    """route.lua's windows, jobs and shard section for one batch of one route."""
+
+    def __init__(
+        self,
+        route: Route,
+        jobs: Sequence[Pending],
+        keys: Keys,
+        loads: Mapping[str, int] | None = None,
+        down: Collection[int] = (),
+    ) -> None:
+        """``loads``: jobs waiting per shard queue name, read on the shards' own servers (None: read by the
+        script with LLEN, the shards being on the routing Redis); ``down``: shards not to choose."""
+        tenants: dict[str, int] = {}
+        recorded = bool(route.rules)
+        self.jobs = [
+            RouteJob(tenants.setdefault(job.tenant, len(tenants)) if recorded and job.record and job.tenant is not None
+                     else None, job.job_id)
+            for job in jobs
+        ]
+        self.windows = [keys.window(route.job_key, tenant) for tenant in tenants]
+        self.shards: ShardLoads | None = None
+        if route.shards is not None:
+            dealt = [tuple(s for s in route.shards.of(job.tenant if job.tenant is not None else NO_TENANT_SHARDS)
+                           if s not in down) for job in jobs]
+            for job, candidates in zip(jobs, dealt, strict=True):
+                if not candidates:
+                    raise ShardsUnavailable(route, job.tenant, route.shards.of(job.tenant or NO_TENANT_SHARDS))
+            used = sorted({shard for candidates in dealt for shard in candidates})
+            position = {shard: i for i, shard in enumerate(used)}
+            self.jobs = [job._replace(candidates=tuple(position[s] for s in candidates))
+                         for job, candidates in zip(self.jobs, dealt, strict=True)]
+            pairs = [shard_queue(family, shard) for family in route.families() for shard in used]
+            self.shards = ShardLoads(used, [(Queue.redis_queue_namespace_prefix + name, 0) if loads is None
+                                            else (None, loads.get(name, 0)) for name in pairs])
+
+    @property
+    def needed(self) -> bool:
+        """Whether the batch needs the script: a window to record or a shard to choose."""
+        return self.shards is not None or any(job.window is not None for job in self.jobs)
+
+
+class ShardsUnavailable(RuntimeError):
+    """Every shard dealt to a tenant is on a Redis that cannot be reached: the job cannot be enqueued."""
+
+    def __init__(self, route: Route, tenant: str | None, shards: Sequence[int]) -> None:
+        super().__init__(f"{route.job_key}: cannot enqueue for tenant {tenant!r}: every one of its shards "
+                         f"{list(shards)} is on a Redis that cannot be reached")
+        self.tenant = tenant
+        self.shards = tuple(shards)

@@ -1,0 +1,54 @@
+"""Which queues (and which Redis) serve one shard: ``fair-router worker --shard I`` and ``fair-router pool``.
+
+A sharded job key's jobs wait in ``<family>_shard<i>``; each shard is served by workers of its own, so a hog
+filling its shards keeps those workers busy and no others. A ``pool:`` group naming sharded families is
+therefore dealt out per shard: ``{"default,default_throttled": 2}`` with 4 shards runs 2 workers on
+``default_shard0,default_throttled_shard0``, 2 on ``..._shard1``, and so on, each on its shard's Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fair_router.config.settings import JobConfig, Settings
+from fair_router.routing.shards import family_of, shard_queue
+
+
+def shard_queues(settings: Settings, index: int, families: Sequence[str] = ()) -> list[str]:
+    """The queues of shard ``index``: each of ``families``' member on it, else every sharded family's (from
+    the settings' ``jobs``, for the job keys that have that shard)."""
+    return [shard_queue(family, index) for family in (families or settings.sharded_families(index))]
+
+
+def shard_count(settings: Settings, families: Sequence[str]) -> int:
+    """How many shards the sharded job keys routing to any of ``families`` have (0 when none is sharded)."""
+    counts = [job.shards.count for job in settings.jobs.values()
+              if job.shards is not None and set(job_families(job)) & set(families)]
+    return max(counts, default=0)
+
+
+def job_families(job: JobConfig) -> list[str]:
+    """The queue families one job key routes to: its base queue, then its rules' queues."""
+    base = job.queue or "default"
+    return [base, *(rule.for_base(base).queue for rule in job.rules)]
+
+
+def pool_allocation(settings: Settings) -> tuple[dict[str, int], dict[str, str]]:
+    """``pool:`` with every group of sharded families dealt out per shard, and each such group's Redis
+    (``shard_urls``). A group of plain queues, or of shard queues named outright, stays as it is."""
+    sharded = set(settings.sharded_families())
+    allocation: dict[str, int] = {}
+    urls: dict[str, str] = {}
+    for group, workers in settings.pool.items():
+        names = [name.strip() for name in group.split(",")]
+        if not names or not set(names) <= sharded:
+            allocation[group] = workers
+            member = family_of(names[0]) if len(names) == 1 else None
+            if member is not None and settings.shard_urls:
+                urls[group] = settings.shard_url(member[1])
+            continue
+        for index in range(shard_count(settings, names)):
+            per_shard = ",".join(shard_queue(name, index) for name in names)
+            allocation[per_shard] = workers
+            urls[per_shard] = settings.shard_url(index)
+    return allocation, urls
