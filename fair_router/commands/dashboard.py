@@ -67,9 +67,12 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
     try:
         connection = Redis.from_url(url, socket_connect_timeout=5)
         connection.ping()
-    except (RedisError, ValueError) as exc:
-        click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
+    except ValueError as exc:  # a malformed --url: bad input
+        click.echo(f"error: invalid Redis URL {redact_url(url)}: {exc}", err=True)
         sys.exit(2)
+    except RedisError as exc:  # as every command: an unreachable Redis is exit 1
+        click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
+        sys.exit(1)
     app = create_app(settings, connection, refresh, actions_token=token, read_token=read_token,
                      allowed_hosts=hosts, metrics_open=metrics_open)
     try:
