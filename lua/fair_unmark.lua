@@ -4,6 +4,7 @@
 -- KEYS[1]  rq's list of the queue (rq:queue:<name>)
 -- KEYS[2]  the fair structure's members hash under the prefix the mark names
 -- KEYS[3]  the queue's fairness mark (keys.Keys.fair_mark: the producers' prefix)
+-- ARGV     none
 -- Returns  1 when the mark was removed; 0 when there was none; -N when N jobs still wait (nothing changed).
 local waiting = math.max(redis.call('LLEN', KEYS[1]), redis.call('HLEN', KEYS[2]))
 if waiting > 0 then return -waiting end

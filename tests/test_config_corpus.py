@@ -174,5 +174,10 @@ def test_an_empty_settings_file_is_a_warning_and_the_defaults(tmp_path: Path, co
 @pytest.mark.usefixtures("isolated_settings")
 def test_the_example_settings_file_passes(tmp_path: Path) -> None:
     example = Path(__file__).parent.parent / "config.example.yaml"
-    result = CliRunner().invoke(main, ["check", str(example)])
+    app = tmp_path / "myapp"  # the job key the example configures must import (check's cross-reference)
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "tasks.py").write_text("from fair_router import fair_job\n\n\n@fair_job('default')\n"
+                                  "def process(account_id: str, item_id: int) -> None: ...\n")
+    result = CliRunner().invoke(main, ["check", str(example), "--path", str(tmp_path)])
     assert result.exit_code == 0 and "warning" not in result.output, result.output

@@ -146,8 +146,6 @@ def test_check_ping_exits_1_when_the_readme_redis_is_not_there(newcomer_venv: Pa
     assert done.returncode == 1 and "cannot reach Redis" in done.stderr, done.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="`fair_queues:` alone does not yet make rq worker -w WeightedWorker and "
-                   "@fair_job serve the queue fairly (the fairness mark in Redis is another change of this round)")
 def test_fair_queues_alone_makes_the_queue_fair_under_rq_worker(newcomer_venv: Path, app: Path,
                                                                 redis_server: RedisServer, conn: Redis) -> None:
     settings = app / "fair_router.yaml"

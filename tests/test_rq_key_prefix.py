@@ -74,7 +74,9 @@ def test_fair_state_shares_rqs_slot_under_any_rq_key_prefix(redis_server: RedisS
     # every key is rq's (under its prefix) or ours (under ours): none assumes rq's default prefix
     pending = [str(k) for k in result["pending"]]  # type: ignore[attr-defined]
     assert any(k.startswith("fr:") and ":fq:" in k for k in pending), pending
-    assert all(k.startswith((f"{rq_prefix}:", "fr:")) or k == "test:fair:order" for k in pending), pending
+    marks = [k for k in pending if k.startswith("fair_router:mark:")]  # prefix-independent by design (marks.py)
+    assert marks == [Keys.fair_mark(rq_list)] and key_slot(marks[0].encode()) == key_slot(rq_list.encode())
+    assert all(k.startswith((f"{rq_prefix}:", "fr:")) or k in ("test:fair:order", *marks) for k in pending), pending
     if prefix is not None:
         assert not any(k.startswith("rq:") for k in pending), pending
     order = result["order"]

@@ -89,7 +89,7 @@ class FairJob(Generic[P, R]):
             self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers,
                                       tenant_max_bytes=self.settings.tenant_max_bytes,
                                       shard_urls=self.settings.shard_urls)
-            self._router.fair_queue_names = frozenset(self.settings.fair_queues)
+            self._router.queues.declare_fair(self.settings.fair_queues)
         return self._router
 
     @property

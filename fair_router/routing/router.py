@@ -29,11 +29,10 @@ from rq.queue import EnqueueArgs, EnqueueData
 from fair_router.config.settings import TiersConfig, validated
 from fair_router.config.validation import Prefix, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
-from fair_router.fairqueue.marks import FairnessMarks
-from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.admin import TenantAdmin
 from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
 from fair_router.routing.placement import Pending, Placement, Route, RouteInputs
+from fair_router.routing.queues import QueueRegistry
 from fair_router.routing.rules import Rule, last_match
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
@@ -80,10 +79,8 @@ class FairRouter(TenantAdmin):
         self.clock = clock
         self._route = RouteScript(connection)
         self._peek = PeekScript(connection)
-        self._queues: dict[str, Queue] = {}
-        self.fair_queue_names: frozenset[str] = frozenset()  # settings' ``fair_queues:`` (the decorator sets it)
-        self.marks = FairnessMarks(connection, keys.prefix)
         self.servers = ShardServers(shard_urls) if shard_urls else None
+        self.queues = QueueRegistry(connection, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
         self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
 
@@ -154,25 +151,9 @@ class FairRouter(TenantAdmin):
     # -- enqueueing ----------------------------------------------------------------------------
 
     def queue(self, name: str, fair: bool = False, shard: int | None = None) -> Queue:
-        """The rq Queue ``name`` on this router's connection, or shard ``shard``'s with ``shard_urls`` (kept, so
-        rq caches its server version); with ``fair`` a FairQueue (per-tenant FIFOs served by weighted fair share)
-        on this router's prefix/tiers. A queue named in ``fair_queues:`` or marked fair in Redis
-        (:mod:`fair_router.fairqueue.marks`, read on ``redis_url``) is a FairQueue whatever ``fair`` says, on the
-        prefix its mark names."""
-        prefix = self.keys.prefix
-        if not fair:
-            marked = None if name in self.fair_queue_names else self.marks.prefix_of(name)
-            fair = name in self.fair_queue_names or marked is not None
-            prefix = marked or prefix
-        key = f"fair:{prefix}:{name}" if fair else name
-        if key not in self._queues:
-            connection = self.servers.connection(shard) if self.servers and shard is not None else self.connection
-            if fair:
-                self._queues[key] = FairQueue(name, connection=connection, prefix=prefix,
-                                              tiers=self.tiers.config, tenant_max_bytes=self.tenant_max_bytes)
-            else:
-                self._queues[key] = Queue(name, connection=connection)
-        return self._queues[key]
+        """The rq Queue ``name`` this router enqueues into (:meth:`QueueRegistry.get`: kept per name; a FairQueue
+        when ``fair``, named in ``fair_queues:`` or marked fair in Redis)."""
+        return self.queues.get(name, fair, shard)
 
     def enqueue(
         self,

@@ -38,7 +38,7 @@ Queue side (:mod:`fair_router.rq_internals.queue`, base class ``RqQueueSeam`` of
     hooks: ``push``, ``push_many``, ``pushed_unique``, ``may_refuse``, ``check_room``, ``execute_checked``,
     ``pop_fair``, ``wake_key``, ``recover``.
 
-Worker side (:mod:`fair_router.rq_internals.worker`)
+Worker side (:mod:`fair_router.rq_internals.worker`; StartedJobRegistry: :mod:`fair_router.rq_internals.registry`)
     What is touched, and why:
 
     - ``BaseWorker.reorder_queues`` and ``_ordered_queues``: rq's hook after each dequeue; the weighted order

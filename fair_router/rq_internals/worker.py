@@ -24,8 +24,7 @@ hook                                        called from (rq internals)
 
 Its services: :meth:`~RqWorkerSeam.hold_warm_shutdown`, :meth:`~RqWorkerSeam.beat_running_jobs`,
 :meth:`~RqWorkerSeam.revive_scheduler`, :attr:`~RqWorkerSeam.exception_handlers` and :func:`rebuilt_as`.
-For crash recovery (:mod:`fair_router.workers.recovery`): :func:`started_key`, :func:`execution_key`,
-:func:`has_execution` and :func:`staged_registry`.
+Crash recovery's view of rq's StartedJobRegistry is in :mod:`fair_router.rq_internals.registry`.
 
 Lean bookkeeping. Between two jobs rq writes the worker's heartbeat five times (after the job, with the
 suspension check, before the fetch, after it, and with the job's preparation), three of them as two round
@@ -51,14 +50,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from redis import Redis
 from redis.client import Pipeline
 from rq import Queue
-from rq.exceptions import NoSuchJobError
 from rq.executions import Execution
-from rq.job import Job, JobStatus
-from rq.registry import StartedJobRegistry
-from rq.utils import parse_composite_key
+from rq.job import Job
 from rq.worker import BaseWorker, WorkerStatus
 
 logger = logging.getLogger("fair_router")
@@ -342,64 +337,3 @@ def rebuilt_as(queue_class: type[Queue], queue: Queue, **extra: Any) -> Queue:
     return queue_class(queue.name, connection=queue.connection, serializer=queue.serializer,
                        job_class=queue.job_class, death_penalty_class=queue.death_penalty_class,
                        default_timeout=queue._default_timeout, **extra)
-
-
-# -- crash recovery's view of rq's StartedJobRegistry --------------------------------------------------------
-
-def started_key(queue: Queue) -> str:
-    """The key of ``queue``'s StartedJobRegistry (members ``<job id>:<execution id>``, scored by deadline)."""
-    return StartedJobRegistry(queue=queue).key
-
-
-def execution_key(member: str, connection: Redis) -> str:
-    """The execution hash a StartedJobRegistry member names; its ``last_heartbeat`` field is the job's last
-    heartbeat (epoch seconds)."""
-    return Execution.from_composite_key(member, connection).key
-
-
-def has_execution(member: str) -> bool:
-    """Whether a StartedJobRegistry member names an execution (rq >= 2.0); one without has only rq's deadline."""
-    _, execution_id = parse_composite_key(member)
-    return bool(execution_id)
-
-
-def staged_registry(queue: Queue, key: str, death_penalty_class: Any) -> StartedJobRegistry:
-    """rq's StartedJobRegistry of ``queue`` pointed at ``key``, so that its ``cleanup`` (rq's handling of
-    abandoned jobs: failure callback, exception handlers, retry or FailedJobRegistry with AbandonedJobError,
-    dependents) runs on exactly the entries staged there."""
-    return _StagedRegistry(queue, key, death_penalty_class)
-
-
-class _StagedRegistry(StartedJobRegistry):
-    """Relies on rq's ``cleanup`` reading and trimming only ``self.key`` and getting the queue to retry on
-    from ``get_queue()``."""
-
-    def __init__(self, queue: Queue, key: str, death_penalty_class: Any) -> None:
-        super().__init__(queue=queue, job_class=queue.job_class, death_penalty_class=death_penalty_class)
-        self.key = key
-        self._queue = queue
-
-    def get_queue(self) -> Queue:
-        """The worker's own queue object (a FairQueue stays one), as rq's worker uses for a failed job's
-        retry; rq's maintenance would build a plain ``Queue(name)``."""
-        return self._queue
-
-    def cleanup(self, timestamp: float | None = None, exception_handlers: list[Any] | None = None) -> None:
-        """rq's cleanup, after the entries of jobs that never started are put back on their queue. rq 3.0's
-        cleanup hands back only jobs still STARTED and drops the other entries; a job whose worker died
-        after taking it up (its execution written) but before the job started (the horse marks it STARTED)
-        never ran, and dropping its entry would leave it QUEUED on no queue at all."""
-        for raw in self.connection.zrange(self.key, 0, -1):
-            member = raw.decode() if isinstance(raw, bytes) else str(raw)
-            job_id, _ = parse_composite_key(member)
-            try:
-                job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
-            except NoSuchJobError:
-                continue  # rq's cleanup skips it too
-            if job.get_status(refresh=False) == JobStatus.QUEUED and job.origin == self._queue.name:
-                if self.connection.lpos(self._queue.key, job_id) is None:
-                    self._queue.push_job_id(job_id, at_front=True)  # not a new enqueue: no cap, no record
-                    logger.warning("crash recovery: job %s never started before its worker died; queued again",
-                                   job_id)
-                self.connection.zrem(self.key, member)
-        super().cleanup(timestamp, exception_handlers)

@@ -49,7 +49,8 @@ A queue's check
        are handed back by the next one. rq's maintenance never sees staged entries, so the two cannot hand
        back one job twice.
 
-Where this relies on rq internals (rq 3.0): all of it is behind :mod:`fair_router.rq_internals.worker`: the
+Where this relies on rq internals (rq 3.0): all of it is behind :mod:`fair_router.rq_internals.registry` and
+:mod:`fair_router.rq_internals.worker`: the
 registry's member format and execution hash (``started_key``, ``execution_key``, ``has_execution``), rq's
 ``cleanup`` run on the staging set (``staged_registry``), and on the worker side the heartbeats this check
 runs from (the seam's ``heartbeat_due`` hook), the running jobs' heartbeat period and the worker's exception
@@ -70,7 +71,8 @@ from rq.job import Job
 from rq.utils import as_text
 
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.rq_internals.worker import ExceptionHandler, execution_key, has_execution, staged_registry, started_key
+from fair_router.rq_internals.registry import execution_key, has_execution, staged_registry, started_key
+from fair_router.rq_internals.worker import ExceptionHandler
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import AbandonScript, Clock
 
