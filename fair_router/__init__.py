@@ -11,6 +11,7 @@ Public API (documented in the README):
 - :class:`WeightedWorker`, :class:`WeightedSimpleWorker` — rq workers with weighted fetch order
   and fewer Redis round trips between jobs.
 - :class:`TenantBacklogFull` — an enqueue would pass a tenant's backlog cap in a FairQueue.
+- :class:`RedisUnavailable` — an enqueue could not reach Redis after the client's retries.
 """
 
 from fair_router.config.settings import Settings, SettingsError, load_settings
@@ -19,12 +20,14 @@ from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.decorator import FairJob, fair_job
 from fair_router.routing.router import FairRouter
 from fair_router.routing.rules import Rule
+from fair_router.store.outage import RedisUnavailable
 from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
 
 __all__ = [
     "FairJob",
     "FairQueue",
     "FairRouter",
+    "RedisUnavailable",
     "Rule",
     "Settings",
     "SettingsError",

@@ -10,7 +10,7 @@ is never counted twice or rerouted.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,8 +33,10 @@ from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.admin import TenantAdmin
 from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
 from fair_router.routing.rules import Rule, last_match
+from fair_router.routing.takeback import Recorded, TakeBack
 from fair_router.routing.tiers import TierBook
 from fair_router.store.keys import Keys
+from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
 _PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
@@ -78,6 +80,7 @@ class FairRouter(TenantAdmin):
         self.clock = clock
         self._route = RouteScript(connection)
         self._peek = PeekScript(connection)
+        self._take_back = TakeBack(connection, keys)
         self._queues: dict[str, Queue] = {}
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
         self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
@@ -150,6 +153,7 @@ class FairRouter(TenantAdmin):
                 self._queues[key] = Queue(name, connection=self.connection)
         return self._queues[key]
 
+    @naming_redis
     def enqueue(
         self,
         route: Route,
@@ -167,6 +171,8 @@ class FairRouter(TenantAdmin):
         The job goes through rq's own ``Queue.enqueue_call`` (``Queue.enqueue_at`` when scheduled) with
         every option as rq parsed it, so rq's checks and options behave exactly as with a plain Queue;
         only the job id (decided here, before routing, so the window records it) and the meta are ours.
+        If the enqueue fails, the window entry it recorded is taken back (:mod:`fair_router.routing.takeback`);
+        a connection error that outlived the client's retries is raised as RedisUnavailable.
         """
         if not call.job_id and call.unique:
             # rq requires the caller's own id with unique=True: an id made up here would slip past that
@@ -174,11 +180,20 @@ class FairRouter(TenantAdmin):
             call = call._replace(meta=self._meta(call.meta, tenant, None, system, route))
             return self.queue(queue or route.queue, fair).enqueue_call(**call._asdict())
         job_id = call.job_id or str(uuid4())
-        rule = self.record_and_choose(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
-        if queue is not None:
-            rule = None
+        picked = self.record_and_choose(route, [(tenant, job_id)])[0] if tenant is not None and not system else None
+        recorded: list[Recorded] = ([(tenant, job_id, picked.queue if picked else route.queue)]
+                                    if tenant is not None and not system and route.rules else [])
+        rule = None if queue is not None else picked
         target = self.queue(queue or (rule.queue if rule else route.queue), fair)
         call = call._replace(job_id=job_id, meta=self._meta(call.meta, tenant, rule, system, route))
+        try:
+            return self._enqueue_one(target, call, at)
+        except BaseException:
+            self._take_back(route.job_key, recorded, target.job_class)
+            raise
+
+    def _enqueue_one(self, target: Queue, call: EnqueueArgs, at: datetime | None) -> Job:
+        """rq's enqueue of one routed job into ``target``."""
         if at is not None:
             return cast(Job, target.enqueue_at(at, call.func, **_parse_args_keywords(call)))
         if call.pipeline is not None or call.depends_on or call.rate_limit is not None:
@@ -193,6 +208,7 @@ class FairRouter(TenantAdmin):
             self._execute(pipe, [(target, job)])
         return job
 
+    @naming_redis
     def enqueue_many(
         self,
         route: Route,
@@ -206,11 +222,32 @@ class FairRouter(TenantAdmin):
         Each item goes through rq's own ``Queue.prepare_data`` and ``Queue.enqueue_many`` with every
         option as rq parsed it. ``pipeline``: a caller's pipeline (executed by the caller, as with rq);
         ``group``: an rq ``Group`` the jobs join, through rq's ``Group.enqueue_many`` (which executes the
-        pipeline once per target queue).
+        pipeline once per target queue). If the enqueue fails (in our own pipeline), the window entries of the
+        jobs not queued are taken back; a caller's ``pipeline`` is the caller's to execute, so entries of a
+        failure there stay (they leave the window after the rule's ``per``).
         """
         batch = [(_batchable(call), tenant, call.job_id or str(uuid4())) for call, tenant in calls]
         tenanted = [(tenant, job_id) for _, tenant, job_id in batch if tenant is not None]
-        rules = iter(self.record_and_choose(route, tenanted))
+        picks = self.record_and_choose(route, tenanted)
+        recorded: list[Recorded] = ([(tenant, job_id, rule.queue if rule else route.queue)
+                                     for (tenant, job_id), rule in zip(tenanted, picks, strict=True)]
+                                    if route.rules else [])
+        try:
+            return self._enqueue_batch(route, batch, iter(picks), fair, pipeline, group)
+        except BaseException:
+            self._take_back(route.job_key, recorded, self.queue(route.queue, fair).job_class)
+            raise
+
+    def _enqueue_batch(
+        self,
+        route: Route,
+        batch: list[tuple[EnqueueArgs, str | None, str]],
+        rules: Iterator[Rule | None],
+        fair: bool,
+        pipeline: Pipeline | None,
+        group: Group | None,
+    ) -> list[Job]:
+        """rq's enqueue of a routed batch (``rules``: the rule of each tenanted job, in order)."""
         by_queue: dict[str, list[EnqueueData]] = {}
         for call, tenant, job_id in batch:
             rule = next(rules) if tenant is not None else None
