@@ -39,7 +39,7 @@ from fair_router.config.sections import (
     RecoveryConfig,
     TiersConfig,
 )
-from fair_router.config.validation import AtLeastOne, Prefix, QueueGroup, QueueName, Weight
+from fair_router.config.validation import AtLeastOne, Duration, Prefix, QueueGroup, QueueName, Weight
 
 __all__ = [
     "ADR_LIMITS",
@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     )
 
     redis_url: str = "redis://localhost:6379/0"
+    # How long workers wait for an unreachable Redis (a restart, a network blip) before giving up
+    # (fair_router.store.outage): their Redis calls retry with backoff for up to this long.
+    redis_outage_grace: Duration = 60.0
     prefix: Prefix = "fair_router"
     jobs: dict[str, JobConfig] = Field(default_factory=dict)
     queues: dict[QueueName, Weight] = Field(default_factory=dict)

@@ -96,6 +96,11 @@ class GraceRetry(Retry):
 
     __hash__ = Retry.__hash__
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> GraceRetry:
+        """redis-py gives each connection a deep copy of its pool's retry: a fresh one, writing to the same
+        watch (a process-wide record, not a copy of it)."""
+        return GraceRetry(self.grace, self.watch)
+
     def call_with_retry(
         self,
         do: Callable[[], Any],
