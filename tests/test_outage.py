@@ -18,14 +18,16 @@ from pathlib import Path
 import pytest
 from conftest import TESTS, Fleet, kill_session, terminate, wait_for, write_settings
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from rq import Queue, Worker
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry
 
-from fair_router import FairRouter, Rule
-from fair_router.demo.redis_server import RedisServer
+from fair_router import FairRouter, Rule, load_settings
+from fair_router.demo.redis_server import RedisServer, free_port
 from fair_router.routing.router import Route
+from fair_router.store.outage import GraceRetry, OutageWatch, ride_outages
 
 QUEUES = ["default", "default_throttled", "fair", "fair_throttled"]
 ROUTES = [Route("outage.nap", "default", (Rule(queue="default_throttled", threshold=3, per=2),)),
@@ -141,3 +143,27 @@ def test_workers_ride_out_a_redis_restart(aof_redis: RedisServer, tmp_path: Path
         for proc in fleet.procs:
             terminate(proc, grace=10)
             kill_session(proc.pid)
+
+
+def test_a_client_with_the_grace_waits_for_a_restarted_redis(aof_redis: RedisServer,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same client object, its pool and a pipeline reach the server again once it is back; the retries
+    note the outage; a grace too short gives up with redis-py's ConnectionError."""
+    monkeypatch.setenv("FAIR_ROUTER_REDIS_OUTAGE_GRACE", "20s")
+    grace = load_settings().redis_outage_grace
+    assert grace == 20.0
+    client = ride_outages(Redis.from_url(aof_redis.url), grace)
+    client.set("before", 1)
+    watch = OutageWatch()
+    client.set_retry(GraceRetry(grace, watch))
+    aof_redis.crash()
+    threading.Timer(1.5, aof_redis.start).start()
+    with client.pipeline() as pipe:  # a MULTI that meets the dead server: sent again whole
+        pipe.incr("during").incr("during")
+        assert pipe.execute() == [1, 2]
+    assert client.get("before") == b"1"
+    assert watch.seconds_since() is not None
+
+    impatient = ride_outages(Redis(host="127.0.0.1", port=free_port()), grace=0.3)
+    with pytest.raises(RedisConnectionError):
+        impatient.ping()
