@@ -13,6 +13,7 @@ Public API (documented in docs/api.md):
 - :class:`TenantBacklogFull` — an enqueue would pass a tenant's backlog cap in a FairQueue.
 - :class:`InvalidTenant` — a tenant id that is empty or longer than ``tenant_max_bytes`` (a ValueError).
 - :class:`Shards`, :func:`shards_of` — shuffle-sharding: the shards dealt to each tenant.
+- :class:`RedisUnavailable` — an enqueue could not reach Redis after the client's retries.
 """
 
 from fair_router.config.settings import Settings, SettingsError, load_settings
@@ -23,6 +24,7 @@ from fair_router.routing.router import FairRouter
 from fair_router.routing.rules import Rule
 from fair_router.routing.shards import Shards, shards_of
 from fair_router.routing.tenancy import InvalidTenant
+from fair_router.store.outage import RedisUnavailable
 from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "FairQueue",
     "FairRouter",
     "InvalidTenant",
+    "RedisUnavailable",
     "Rule",
     "Settings",
     "SettingsError",

@@ -43,6 +43,7 @@ from fair_router.config.validation import (
     MAX_JOBS,
     MAX_QUEUES,
     AtLeastOne,
+    Duration,
     Prefix,
     QueueGroup,
     QueueName,
@@ -96,6 +97,9 @@ class Settings(BaseSettings):
     )
 
     redis_url: RedisUrl = "redis://localhost:6379/0"
+    # How long workers wait for an unreachable Redis (a restart, a network blip) before giving up
+    # (fair_router.store.outage): their Redis calls retry with backoff for up to this long.
+    redis_outage_grace: Duration = 60.0
     prefix: Prefix = "fair_router"
     jobs: Annotated[dict[str, JobConfig], at_most(MAX_JOBS, "jobs")] = Field(default_factory=dict)
     queues: Annotated[dict[QueueName, Weight], at_most(MAX_QUEUES, "queues")] = Field(default_factory=dict)

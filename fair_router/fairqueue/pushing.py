@@ -18,6 +18,7 @@ from fair_router.controls.backlog import Capped, TenantBacklogFull, execute, ref
 from fair_router.fairqueue.base import COST, FairQueueBase, tenant_of
 from fair_router.routing.jobmeta import META_COST, META_TENANT
 from fair_router.rq_internals.queue import RqPush
+from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import FairPushScript
 
 PUSH_BATCH = 1000
@@ -33,6 +34,7 @@ class FairPushing(FairQueueBase):
         ``fair_cost=`` (seconds the job is expected to run; charge="runtime") to ``job.meta["fair_cost"]``."""
         return super().enqueue(f, *args, **self._with_tenant(kwargs, fair_tenant, fair_cost))
 
+    @naming_redis
     def enqueue_call(self, *args: Any, fair_tenant: object = None, fair_cost: float | None = None,
                      **kwargs: Any) -> Job:
         """rq's ``enqueue_call`` with ``fair_tenant=`` and ``fair_cost=``. Raises TenantBacklogFull (nothing
@@ -43,6 +45,7 @@ class FairPushing(FairQueueBase):
         finally:
             self._capping = capping
 
+    @naming_redis
     def enqueue_at(self, datetime: Any, f: Any, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
         """rq's ``enqueue_at`` with ``fair_tenant=``. rq's scheduler later pushes the job with a plain
         Queue, so it is served as a plain entry (in list order), not by fair share."""
@@ -52,6 +55,7 @@ class FairPushing(FairQueueBase):
         """rq's ``enqueue_in`` with ``fair_tenant=`` (see :meth:`enqueue_at`)."""
         return super().enqueue_in(time_delta, func, *args, **self._with_tenant(kwargs, fair_tenant))
 
+    @naming_redis
     def enqueue_many(
         self, job_datas: Iterable[Any], pipeline: Pipeline | None = None, group_id: str | None = None
     ) -> list[Job]:

@@ -35,9 +35,11 @@ from fair_router.routing.placement import Pending, Placement, Route, RouteInputs
 from fair_router.routing.queues import QueueRegistry
 from fair_router.routing.rules import Rule, last_match
 from fair_router.routing.servers import ShardServers
+from fair_router.routing.takeback import Recorded, TakeBack
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.routing.tiers import TierBook
 from fair_router.store.keys import Keys
+from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
 __all__ = ["ANNOUNCE_EVERY", "FairRouter", "Placement", "Route", "WindowView"]
@@ -81,6 +83,7 @@ class FairRouter(TenantAdmin):
         self._peek = PeekScript(connection)
         self.servers = ShardServers(shard_urls) if shard_urls else None
         self.queues = QueueRegistry(connection, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
+        self._take_back = TakeBack(connection, keys)
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
         self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
 
@@ -155,6 +158,7 @@ class FairRouter(TenantAdmin):
         when ``fair``, named in ``fair_queues:`` or marked fair in Redis)."""
         return self.queues.get(name, fair, shard)
 
+    @naming_redis
     def enqueue(
         self,
         route: Route,
@@ -173,6 +177,8 @@ class FairRouter(TenantAdmin):
         every option as rq parsed it, so rq's checks and options behave exactly as with a plain Queue;
         only the job id (decided here, before routing, so the window records it) and the meta are ours.
         ``tenant``: a str or int id, or None for a job without tenant (its base queue, unthrottled).
+        If the enqueue fails, the window entry it recorded is taken back (:mod:`fair_router.routing.takeback`);
+        a connection error that outlived the client's retries is raised as RedisUnavailable.
         """
         tenant = None if tenant is None else self.tenant_id(tenant)
         if not call.job_id and call.unique:
@@ -187,14 +193,28 @@ class FairRouter(TenantAdmin):
         down: list[int] = []
         while True:
             placed = self.place(route, [pending], down)[0]  # an explicit queue too is recorded in the window
+            recorded = self._recorded(route, [pending], [placed])
             if queue is not None:
                 placed = Placement()
             try:
                 return self._enqueue_placed(route, call, job_id, tenant, placed, queue, at, system, fair)
-            except RedisConnectionError:
-                if self.servers is None or placed.shard is None:
+            except BaseException as exc:
+                self._take_back(route.job_key, recorded, self.queue(route.queue, fair).job_class,
+                                self._server(placed.shard))
+                if not isinstance(exc, RedisConnectionError) or self.servers is None or placed.shard is None:
                     raise
                 down.append(placed.shard)  # its server went down since its load was read: the next shard
+
+    def _server(self, shard: int | None) -> Redis:
+        """The Redis a job placed on ``shard`` is enqueued into."""
+        return self.servers.connection(shard) if self.servers is not None and shard is not None else self.connection
+
+    @staticmethod
+    def _recorded(route: Route, pendings: Sequence[Pending], placements: Sequence[Placement]) -> list[Recorded]:
+        """What route.lua recorded for these jobs: (tenant, job id, the family it counted it for)."""
+        return [(pending.tenant, pending.job_id, placed.rule.queue if placed.rule else route.queue)
+                for pending, placed in zip(pendings, placements, strict=True)
+                if pending.record and pending.tenant is not None]
 
     def _enqueue_placed(self, route: Route, call: EnqueueArgs, job_id: str, tenant: str | None, placed: Placement,
                         queue: str | None, at: datetime | None, system: bool, fair: bool) -> Job:
@@ -214,6 +234,7 @@ class FairRouter(TenantAdmin):
             self._execute(pipe, [(target, job)])
         return job
 
+    @naming_redis
     def enqueue_many(
         self,
         route: Route,
@@ -227,11 +248,33 @@ class FairRouter(TenantAdmin):
         Each item goes through rq's own ``Queue.prepare_data`` and ``Queue.enqueue_many`` with every
         option as rq parsed it. ``pipeline``: a caller's pipeline (executed by the caller, as with rq);
         ``group``: an rq ``Group`` the jobs join, through rq's ``Group.enqueue_many`` (which executes the
-        pipeline once per target queue).
+        pipeline once per target queue). If the enqueue fails (in our own pipeline), the window entries of the
+        jobs not queued are taken back; a caller's ``pipeline`` is the caller's to execute, so entries of a
+        failure there stay (they leave the window after the rule's ``per``).
         """
         batch = [(_batchable(call), None if tenant is None else self.tenant_id(tenant), call.job_id or str(uuid4()))
                  for call, tenant in calls]
-        placements = self.place(route, [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch])
+        pendings = [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch]
+        placements = self.place(route, pendings)
+        recorded = self._recorded(route, pendings, placements)
+        several = self.servers is not None and route.shards is not None
+        try:
+            return self._enqueue_batch(route, batch, placements, fair, pipeline, group)
+        except BaseException:
+            if not several:  # jobs on several servers: their entries stay (they leave the window after `per`)
+                self._take_back(route.job_key, recorded, self.queue(route.queue, fair).job_class)
+            raise
+
+    def _enqueue_batch(
+        self,
+        route: Route,
+        batch: list[tuple[EnqueueArgs, str | None, str]],
+        placements: list[Placement],
+        fair: bool,
+        pipeline: Pipeline | None,
+        group: Group | None,
+    ) -> list[Job]:
+        """rq's enqueue of a routed batch, each job where ``placements`` put it."""
         by_queue: dict[tuple[str, int | None], list[EnqueueData]] = {}
         for (call, tenant, job_id), where in zip(batch, placements, strict=True):
             data = _enqueue_data(call, job_id, self._meta(call.meta, tenant, where, route=route))

@@ -111,6 +111,23 @@ class WindowCounts(NamedTuple):
     counts: list[int]  # enqueues within each rule's period, in rule order
 
 
+class UnrecordScript(LuaScript[int]):
+    """unrecord.lua: take back window entries (and their routed counts) of jobs whose enqueue failed."""
+
+    name = "unrecord"
+
+    def __call__(self, windows: Sequence[str], routed: str, jobs: Sequence[tuple[int, str, str]]) -> Call[int]:
+        """KEYS = ``windows`` and the job key's ``routed`` counters; ``jobs`` = (index into windows, job id,
+        the queue route.lua counted it for). Result: the entries removed."""
+        args: list[str | int | bytes] = []
+        for index, job_id, queue in jobs:
+            args += (index + 1, Keys.member(job_id), queue)
+        return self.call([*windows, routed], args)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
 class PeekScript(LuaScript[WindowCounts]):
     """peek.lua: read-only count of one window for each rule's period."""
 

@@ -8,6 +8,13 @@ Why rq alone is slow here
     under a per-queue lock (``rq:clean_registries:<queue>``, 899 s) that a worker killed mid-pass leaves
     held. Idle workers meanwhile block in BLPOP for up to ~7 minutes.
 
+After a Redis outage
+    Running jobs cannot heartbeat while Redis is unreachable, so right after it returns every one of them
+    looks abandoned. A check therefore decides nothing for ``settle`` seconds (a heartbeat interval, a check
+    interval and the longest retry backoff) after this process last met Redis unreachable (its retries note
+    it, :data:`fair_router.store.outage.OUTAGES`), nor while the server's ``uptime_in_seconds`` is below that
+    (a restart this process slept through). A fresh server delays the first hand-back by the same amount.
+
 What "no heartbeat" means
     rq keeps each running job's last heartbeat in its execution hash (``last_heartbeat``). The entry's score
     in the StartedJobRegistry is that heartbeat plus a TTL that depends on the worker class and the job
@@ -74,6 +81,7 @@ from fair_router.fairqueue.queue import FairQueue
 from fair_router.rq_internals.registry import execution_key, has_execution, staged_registry, started_key
 from fair_router.rq_internals.worker import ExceptionHandler
 from fair_router.store.keys import Keys
+from fair_router.store.outage import BACKOFF_CAP, OutageWatch
 from fair_router.store.scripts import AbandonScript, Clock
 
 logger = logging.getLogger("fair_router")
@@ -85,7 +93,8 @@ CHECK_EVERY_MAX = 2.0
 class Recovery:
     """One weighted worker's share of crash recovery: checks when due, on the queues whose turn it takes."""
 
-    def __init__(self, connection: Redis, keys: Keys, abandon_after: float, clock: Clock | None = None) -> None:
+    def __init__(self, connection: Redis, keys: Keys, abandon_after: float, clock: Clock | None = None,
+                 outages: OutageWatch | None = None) -> None:
         self.connection = connection
         self.keys = keys
         self.abandon_after = abandon_after
@@ -94,6 +103,12 @@ class Recovery:
         self.beat_every = max(1, int(abandon_after // 3))
         """Seconds between two heartbeats of a running job (whole seconds: rq's monitoring alarm)."""
         self.clock = clock
+        self.outages = outages
+        """Where this process's Redis retries note an unreachable Redis (None: not watched)."""
+        self.settle = self.beat_every + self.every + BACKOFF_CAP
+        """Seconds after Redis is back (reachable again, or restarted) before a check decides anything: running
+        jobs get one heartbeat interval to beat again, plus one check interval and the longest retry backoff
+        (:mod:`fair_router.store.outage`) for their workers to notice Redis is back."""
         self.last_turns: list[str] = []
         """Names of the queues whose turn this worker took at its last check (the worker uses them to spread
         other once-per-queue duties the same way)."""
@@ -127,15 +142,19 @@ class Recovery:
         self._next = time.monotonic() + self.every
         self.last_turns = []
         try:
-            turns = self._take_turns(queues)
+            turns, up_for = self._take_turns(queues)
             self.last_turns = [queue.name for queue in turns]
             if not turns:
                 return []
-            for queue in turns:
-                if isinstance(queue, FairQueue):
-                    queue.recover(older_than=self.abandon_after)
+            # Right after an outage or a restart, running jobs' heartbeats have not resumed yet: decide nothing
+            # new (entries staged by an earlier check are still handed back).
+            decide = not self._settling() and up_for >= self.settle
+            if decide:
+                for queue in turns:
+                    if isinstance(queue, FairQueue):
+                        queue.recover(older_than=self.abandon_after)
             handed: list[str] = []
-            for queue, staged in self._stage_abandoned(turns):
+            for queue, staged in self._stage_abandoned(turns, decide):
                 if staged:
                     handed += self._hand_back(queue, exception_handlers, on_abandoned, death_penalty_class)
             return handed
@@ -143,16 +162,32 @@ class Recovery:
             logger.warning("crash recovery check failed; the next one runs in %.1f s", self.every, exc_info=True)
             return []
 
-    def _take_turns(self, queues: Sequence[Queue]) -> list[Queue]:
-        """The queues no other worker checked within the last interval (one pipelined SET NX PX each)."""
+    def _settling(self) -> bool:
+        """This process met Redis unreachable less than ``settle`` seconds ago (its retries noted it)."""
+        since = self.outages.seconds_since() if self.outages is not None else None
+        if since is not None and since < self.settle:
+            logger.info("crash recovery: Redis was unreachable %.1f s ago; no check before heartbeats resume", since)
+            return True
+        return False
+
+    def _take_turns(self, queues: Sequence[Queue]) -> tuple[list[Queue], float]:
+        """The queues no other worker checked within the last interval (one pipelined SET NX PX each), and how
+        long the server has been up by "now" (a restart this process did not see): its ``uptime_in_seconds``
+        counted from server TIME, so an injected clock moves it too."""
         with self.connection.pipeline(transaction=False) as pipe:
             for queue in queues:
                 pipe.set(self.keys.recovery_turn(queue.key), 1, nx=True, px=max(1, round(self.every * 1000)))
-            taken = pipe.execute()
-        return [queue for queue, ok in zip(queues, taken, strict=True) if ok]
+            pipe.time()
+            pipe.info("server")
+            *taken, (seconds, micros), info = pipe.execute()
+        server_now = int(seconds) + int(micros) / 1e6
+        now = self.clock() if self.clock is not None else server_now
+        up_for = now - (server_now - float(info["uptime_in_seconds"]))
+        return [queue for queue, ok in zip(queues, taken, strict=True) if ok], up_for
 
-    def _stage_abandoned(self, queues: Sequence[Queue]) -> list[tuple[Queue, int]]:
-        """Move each queue's abandoned entries to its staging set; (queue, entries now staged) per queue."""
+    def _stage_abandoned(self, queues: Sequence[Queue], decide: bool = True) -> list[tuple[Queue, int]]:
+        """Move each queue's abandoned entries to its staging set (unless not ``decide``: only count those
+        staged before); (queue, entries now staged) per queue."""
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.time()
             for queue in queues:
@@ -176,7 +211,7 @@ class Recovery:
         staged = []
         for queue, entries, already in zip(queues, running, left, strict=True):
             abandoned = [(member, score) for member, score in entries
-                         if self._abandoned(now, member, score, beats[member])]
+                         if decide and self._abandoned(now, member, score, beats[member])]
             if abandoned:
                 started = started_key(queue)
                 moved = self._abandon(started, self.keys.abandoned(started), self.keys.abandoned_total(started),

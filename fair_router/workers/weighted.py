@@ -25,6 +25,10 @@ stops), and take part in bounded crash recovery
 (:mod:`fair_router.workers.recovery`): they heartbeat running jobs every ``recovery.abandon_after / 3``, wake
 from an idle fetch at least every couple of seconds, and hand back jobs whose worker stopped heartbeating.
 
+Both ride out a Redis outage of up to ``redis_outage_grace``: the connection they are given gets a retry
+policy bounded by that time (:mod:`fair_router.store.outage`; it is the caller's client, so code sharing it
+waits as long), which rq's scheduler, the work horse and the limiter's pool inherit.
+
 Everything that touches rq's internals (overrides of rq's non-public worker methods, private attributes, the
 lean bookkeeping) is in :mod:`fair_router.rq_internals.worker`; this module implements its hooks
 (``next_fetch_order``, ``fetch_wait_cap``, ``job_started``, ``job_ended``, ``heartbeat_due``,
@@ -58,6 +62,7 @@ from fair_router.routing.shards import family_of
 from fair_router.routing.tiers import TierBook
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, RqWorkerSeam, rebuilt_as
 from fair_router.store.keys import Keys
+from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.store.scripts import Admission, Verdict
 from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import weighted_order
@@ -96,6 +101,8 @@ class WeightedFetchMixin(RqWorkerSeam):
         if settings.fair_queues:
             queues = _with_fair_queues(queues, settings, kwargs)
         super().__init__(queues, *args, **kwargs)
+        # Before anything copies the connection's settings (the limiter's pool, rq's scheduler, the horse).
+        ride_outages(self.connection, settings.redis_outage_grace)
         fair = [queue for queue in self.queues if isinstance(queue, FairQueue)]
         for queue in fair:  # also those rq built from names with --queue-class: same prefix and tiers
             queue.use_settings(settings)
@@ -113,7 +120,8 @@ class WeightedFetchMixin(RqWorkerSeam):
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
         self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
                                if settings.observe.record else None)
-        self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after)
+        self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after,
+                                 outages=OUTAGES)
         self.beat_running_jobs(self.recovery.beat_every)
         self.settings = settings
         self.marks = FairnessMarks(self.connection, settings.prefix)

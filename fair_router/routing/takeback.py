@@ -1,0 +1,67 @@
+"""Taking back what routing recorded for an enqueue that then failed: no phantom window entries.
+
+Routing records a job in its tenant's window (``lua/route.lua``) before rq's enqueue pipeline saves and
+queues it. Those are two round trips, on two different hash tags (the job key's, rq's), so they cannot be
+one atomic step. When the enqueue fails (Redis at ``maxmemory``, the connection dropped, a backlog cap),
+:class:`TakeBack` removes exactly the entries of the jobs that are not queued: it asks Redis whether each
+job's hash exists (rq's enqueue is one MULTI, so a job whose hash exists was queued, even when its reply was
+lost with the connection) and runs ``lua/unrecord.lua`` for the others, which also takes their count off
+the job key's routed counters.
+
+When even that cannot reach Redis (after the client's retries), the entry stays: it counts toward its
+tenant's rules for at most the rule's ``per`` (entries older than the longest window are never counted and
+the window expires whole), and is logged. A pending marker confirmed by the enqueue would close that gap
+at the price of one more write on every enqueue; an unreachable Redis refuses the producer's other
+enqueues too, so the gap is the outage itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq.job import Job
+
+from fair_router.store.keys import Keys
+from fair_router.store.scripts import UnrecordScript
+
+logger = logging.getLogger("fair_router")
+
+Recorded = tuple[str, str, str]
+"""One job routing recorded: (tenant, job id, the queue route.lua counted it for)."""
+
+
+class TakeBack:
+    """Removes the window entries of recorded jobs whose enqueue did not happen."""
+
+    def __init__(self, connection: Redis, keys: Keys) -> None:
+        self.connection = connection
+        self.keys = keys
+        self._unrecord = UnrecordScript(connection)
+
+    def __call__(self, job_key: str, recorded: Sequence[Recorded], job_class: type[Job] = Job,
+                 jobs_on: Redis | None = None) -> int:
+        """Take back the entries of ``recorded`` (jobs of ``job_key``) whose job hash does not exist (on
+        ``jobs_on``, the Redis the jobs were enqueued into: a shard's; else the router's); returns how many were
+        removed. Never raises: it runs while another error is on its way to the caller."""
+        if not recorded:
+            return 0
+        try:
+            with (jobs_on or self.connection).pipeline(transaction=False) as pipe:
+                for _, job_id, _ in recorded:
+                    pipe.exists(job_class.key_for(job_id))
+                present = pipe.execute()
+            missing = [entry for entry, found in zip(recorded, present, strict=True) if not found]
+            if not missing:
+                return 0
+            tenants: dict[str, int] = {}
+            jobs = [(tenants.setdefault(tenant, len(tenants)), job_id, queue) for tenant, job_id, queue in missing]
+            windows = [self.keys.window(job_key, tenant) for tenant in tenants]
+            return self._unrecord(windows, self.keys.routed(job_key), jobs).run()
+        except RedisError as exc:
+            logger.warning("routing: could not take back the window entries of %d jobs of %s whose enqueue "
+                           "failed (%s); they count toward their tenants' rules until they leave the window",
+                           len(recorded), job_key, exc)
+            return 0

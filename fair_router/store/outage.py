@@ -1,0 +1,178 @@
+"""Riding through a Redis outage: a redis-py ``Retry`` bounded by time, what it saw, and the producers' error.
+
+Why a retry policy on the client
+    rq 3.0's worker loop (``BaseWorker.work``) quits on any Redis error outside its dequeue retry: a heartbeat,
+    the suspension check, maintenance or the after-job writes that meet a restarting Redis end the process,
+    and its running job is later failed as abandoned. Retrying below rq, in the client's connections, keeps
+    every one of those calls (and the work horse's, and rq's pubsub thread's) waiting for Redis instead, for
+    up to ``redis_outage_grace`` seconds; rq never sees the outage.
+
+Why bounded by time, not by a count
+    redis-py's ``Retry`` counts attempts, and its calls nest (a command's retry reconnects through the
+    connection's own retry), so a count says little about how long a caller waits. :class:`GraceRetry` keeps
+    retrying until the same thread has waited ``grace`` seconds since the outage's first failure, however the
+    calls nest, then raises the last error.
+
+What the retries saw
+    :data:`OUTAGES` remembers when this process last met an unreachable Redis: crash recovery makes no
+    decision until running jobs have had a heartbeat interval to beat again after that
+    (:mod:`fair_router.workers.recovery`).
+
+Producers
+    Enqueues turn a connection error that outlived the client's retries into :class:`RedisUnavailable`, one
+    error naming the Redis address (:func:`naming_redis`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar, cast
+
+from redis import Redis
+from redis.backoff import EqualJitterBackoff
+from redis.exceptions import AuthenticationError, AuthorizationError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+BACKOFF_CAP = 1.0
+"""Longest wait between two attempts (seconds): a returning Redis is found within about this."""
+BACKOFF_BASE = 0.05
+"""First wait after a failure (seconds), doubled per failure up to the cap (with jitter)."""
+
+
+_NOT_AN_OUTAGE = (AuthenticationError, AuthorizationError)
+"""Connection errors that waiting does not cure (redis-py counts them as ConnectionError)."""
+
+
+class RedisUnavailable(RedisConnectionError):
+    """Redis at ``address`` could not be reached, after the client's retries; nothing was enqueued by the
+    call that raised it (what it had recorded was taken back)."""
+
+    def __init__(self, address: str, cause: BaseException) -> None:
+        self.address = address
+        super().__init__(f"Redis at {address} is unavailable ({type(cause).__name__}: {cause}); "
+                         f"nothing was enqueued")
+
+
+class OutageWatch:
+    """When this process last met Redis unreachable (monotonic seconds; None: never)."""
+
+    def __init__(self) -> None:
+        self.last_failure: float | None = None
+
+    def failed(self, at: float) -> None:
+        """A call to Redis failed with a connection error at ``at``."""
+        self.last_failure = at
+
+    def seconds_since(self) -> float | None:
+        """Seconds since the last failure seen, or None."""
+        last = self.last_failure
+        return None if last is None else time.monotonic() - last
+
+
+OUTAGES = OutageWatch()
+"""The process-wide record every :class:`GraceRetry` writes to."""
+
+
+class GraceRetry(Retry):
+    """redis-py's ``Retry`` on connection and timeout errors, retrying until ``grace`` seconds have passed
+    since the first failure of the outermost call in this thread (nested retries share that deadline)."""
+
+    def __init__(self, grace: float, watch: OutageWatch = OUTAGES) -> None:
+        super().__init__(EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE), -1,
+                         (RedisConnectionError, RedisTimeoutError, TimeoutError))
+        self.grace = grace
+        self.watch = watch
+        self._local = threading.local()
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, GraceRetry) and other.grace == self.grace and super().__eq__(other)
+
+    __hash__ = Retry.__hash__
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GraceRetry:
+        """redis-py gives each connection a deep copy of its pool's retry: a fresh one, writing to the same
+        watch (a process-wide record, not a copy of it)."""
+        return GraceRetry(self.grace, self.watch)
+
+    def call_with_retry(
+        self,
+        do: Callable[[], Any],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> Any:
+        """redis-py's contract (``fail`` after each failure, the last error raised when giving up), with the
+        deadline rather than a count deciding when to give up."""
+        local = self._local
+        outermost = not getattr(local, "active", False)
+        if outermost:
+            local.active, local.since = True, None
+        self._backoff.reset()  # type: ignore[no-untyped-call]
+        failures = 0
+        try:
+            while True:
+                try:
+                    return do()
+                except self._supported_errors as error:
+                    if isinstance(error, _NOT_AN_OUTAGE) or (is_retryable is not None and not is_retryable(error)):
+                        raise
+                    failures += 1
+                    now = time.monotonic()
+                    if local.since is None:
+                        local.since = now
+                    self.watch.failed(now)
+                    if with_failure_count:
+                        fail(error, failures)
+                    else:
+                        fail(error)
+                    left = local.since + self.grace - now
+                    if left <= 0:
+                        raise
+                    time.sleep(min(self._backoff.compute(failures), left))
+        finally:
+            if outermost:
+                local.active = False
+
+
+def ride_outages(connection: Redis, grace: float) -> Redis:
+    """Give ``connection`` (its pool's connections, present and future, and clients built later from its
+    pool's ``connection_kwargs``, such as rq's scheduler and a forked work horse) a :class:`GraceRetry` of
+    ``grace`` seconds; returns it."""
+    current = connection.get_connection_kwargs().get("retry")
+    if not (isinstance(current, GraceRetry) and current.grace == grace):
+        connection.set_retry(GraceRetry(grace))
+    return connection
+
+
+def redis_address(connection: Any) -> str:
+    """``host:port`` (or the socket path) of ``connection``'s Redis, never its password."""
+    try:
+        kwargs = connection.connection_pool.connection_kwargs
+    except AttributeError:
+        return "an unknown address"
+    if kwargs.get("path"):
+        return str(kwargs["path"])
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+
+
+def naming_redis(method: F) -> F:
+    """A producer's method (on an object with a ``connection``) raising :class:`RedisUnavailable` instead of
+    redis-py's connection or timeout error that outlived the client's retries."""
+
+    @wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except RedisUnavailable:
+            raise
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise RedisUnavailable(redis_address(self.connection), exc) from exc
+
+    return cast(F, wrapper)
