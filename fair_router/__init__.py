@@ -11,11 +11,13 @@ Public API (documented in the README):
 - :class:`WeightedWorker`, :class:`WeightedSimpleWorker` — rq workers with weighted fetch order
   and fewer Redis round trips between jobs.
 - :class:`TenantBacklogFull` — an enqueue would pass a tenant's backlog cap in a FairQueue.
+- :func:`interruptible` — a generator job function that runs in turns, giving up its worker at checkpoints.
 """
 
 from fair_router.config.settings import Settings, SettingsError, load_settings
 from fair_router.controls.backlog import TenantBacklogFull
 from fair_router.fairqueue.queue import FairQueue
+from fair_router.iteration.decorator import interruptible
 from fair_router.routing.decorator import FairJob, fair_job
 from fair_router.routing.router import FairRouter
 from fair_router.routing.rules import Rule
@@ -32,5 +34,6 @@ __all__ = [
     "WeightedSimpleWorker",
     "WeightedWorker",
     "fair_job",
+    "interruptible",
     "load_settings",
 ]

@@ -24,8 +24,9 @@ hook                                        called from (rq internals)
 
 Its services: :meth:`~RqWorkerSeam.hold_warm_shutdown`, :meth:`~RqWorkerSeam.beat_running_jobs`,
 :meth:`~RqWorkerSeam.revive_scheduler`, :attr:`~RqWorkerSeam.exception_handlers` and :func:`rebuilt_as`.
-For crash recovery (:mod:`fair_router.workers.recovery`): :func:`started_key`, :func:`execution_key`,
-:func:`has_execution` and :func:`staged_registry`.
+Crash recovery's view of rq's StartedJobRegistry is in :mod:`fair_router.rq_internals.registry`; the end of an
+interruptible job's turn and warm shutdown reaching a running job in :mod:`fair_router.rq_internals.turns`
+(whose ``TurnSeam`` is a base of ``RqWorkerSeam``, with three hooks of its own).
 
 Lean bookkeeping. Between two jobs rq writes the worker's heartbeat five times (after the job, with the
 suspension check, before the fetch, after it, and with the job's preparation), three of them as two round
@@ -51,14 +52,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from redis import Redis
 from redis.client import Pipeline
 from rq import Queue
 from rq.executions import Execution
 from rq.job import Job
-from rq.registry import StartedJobRegistry
-from rq.utils import parse_composite_key
-from rq.worker import BaseWorker, WorkerStatus
+from rq.worker import WorkerStatus
+
+from fair_router.rq_internals.turns import ForkingTurnSeam, TurnSeam
 
 logger = logging.getLogger("fair_router")
 
@@ -69,7 +69,7 @@ ExceptionHandler = Callable[..., Any]
 """rq's worker exception handler: ``(job, exc_type, exc_value, traceback) -> bool | None``."""
 
 
-class RqWorkerSeam(BaseWorker):
+class RqWorkerSeam(TurnSeam):
     """rq's worker with its internal entry points turned into hooks, and its bookkeeping between jobs lean."""
 
     # -- hooks (no-ops here) --------------------------------------------------------------------------------
@@ -235,7 +235,7 @@ class RqWorkerSeam(BaseWorker):
         super().teardown()  # type: ignore[no-untyped-call]
 
 
-class ForkingWorkerSeam(RqWorkerSeam):
+class ForkingWorkerSeam(ForkingTurnSeam, RqWorkerSeam):
     """For rq's forking Worker: the worker process also takes its heartbeat duties at each heartbeat of the job
     its horse runs, so they do not wait for the job to end."""
 
@@ -341,44 +341,3 @@ def rebuilt_as(queue_class: type[Queue], queue: Queue, **extra: Any) -> Queue:
     return queue_class(queue.name, connection=queue.connection, serializer=queue.serializer,
                        job_class=queue.job_class, death_penalty_class=queue.death_penalty_class,
                        default_timeout=queue._default_timeout, **extra)
-
-
-# -- crash recovery's view of rq's StartedJobRegistry --------------------------------------------------------
-
-def started_key(queue: Queue) -> str:
-    """The key of ``queue``'s StartedJobRegistry (members ``<job id>:<execution id>``, scored by deadline)."""
-    return StartedJobRegistry(queue=queue).key
-
-
-def execution_key(member: str, connection: Redis) -> str:
-    """The execution hash a StartedJobRegistry member names; its ``last_heartbeat`` field is the job's last
-    heartbeat (epoch seconds)."""
-    return Execution.from_composite_key(member, connection).key
-
-
-def has_execution(member: str) -> bool:
-    """Whether a StartedJobRegistry member names an execution (rq >= 2.0); one without has only rq's deadline."""
-    _, execution_id = parse_composite_key(member)
-    return bool(execution_id)
-
-
-def staged_registry(queue: Queue, key: str, death_penalty_class: Any) -> StartedJobRegistry:
-    """rq's StartedJobRegistry of ``queue`` pointed at ``key``, so that its ``cleanup`` (rq's handling of
-    abandoned jobs: failure callback, exception handlers, retry or FailedJobRegistry with AbandonedJobError,
-    dependents) runs on exactly the entries staged there."""
-    return _StagedRegistry(queue, key, death_penalty_class)
-
-
-class _StagedRegistry(StartedJobRegistry):
-    """Relies on rq's ``cleanup`` reading and trimming only ``self.key`` and getting the queue to retry on
-    from ``get_queue()``."""
-
-    def __init__(self, queue: Queue, key: str, death_penalty_class: Any) -> None:
-        super().__init__(queue=queue, job_class=queue.job_class, death_penalty_class=death_penalty_class)
-        self.key = key
-        self._queue = queue
-
-    def get_queue(self) -> Queue:
-        """The worker's own queue object (a FairQueue stays one), as rq's worker uses for a failed job's
-        retry; rq's maintenance would build a plain ``Queue(name)``."""
-        return self._queue

@@ -28,7 +28,8 @@ from an idle fetch at least every couple of seconds, and hand back jobs whose wo
 Everything that touches rq's internals (overrides of rq's non-public worker methods, private attributes, the
 lean bookkeeping) is in :mod:`fair_router.rq_internals.worker`; this module implements its hooks
 (``next_fetch_order``, ``fetch_wait_cap``, ``job_started``, ``job_ended``, ``heartbeat_due``,
-``running_job_beat``, ``worker_stopping``) with rq's public API.
+``running_job_beat``, ``worker_stopping``; for interruptible iteration ``is_turn_end``, ``host_turns``,
+``stop_turns``) with rq's public API.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from fair_router.controls.concurrency import ConcurrencyLimiter
 from fair_router.controls.gate import RateLimiter, TenantGate
 from fair_router.controls.pauses import PAUSE_PARK
 from fair_router.fairqueue.queue import FairQueue
+from fair_router.iteration.turns import HOST, is_turn_end, turns_started
 from fair_router.observe.recorder import StartRecorder
 from fair_router.routing.jobmeta import META_SYSTEM, META_TENANT
 from fair_router.routing.tiers import TierBook
@@ -111,7 +113,9 @@ class WeightedFetchMixin(RqWorkerSeam):
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
         self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
                                if settings.observe.record else None)
-        self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after)
+        self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after,
+                                 max_resumes=settings.interruptible.max_resumes)
+        self.count_turns = settings.interruptible.count_turns
         self.beat_running_jobs(self.recovery.beat_every)
 
     # -- fetch ----------------------------------------------------------------------------------------------
@@ -138,6 +142,8 @@ class WeightedFetchMixin(RqWorkerSeam):
         # wait for us (warm shutdown) rather than stop the worker midway and strand the job.
         self.hold_warm_shutdown()
         scopes = self.gate.checks(tenant, job)
+        if scopes and turns_started(job) and not self.count_turns:
+            scopes = []  # a later turn of an interruptible job: rates count its first start only
         if scopes is None:
             super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
             return
@@ -197,6 +203,20 @@ class WeightedFetchMixin(RqWorkerSeam):
         """The job's start record (:mod:`fair_router.observe.recorder`), on rq's job-start MULTI: no round trip."""
         if self.start_recorder is not None:
             self.start_recorder.job_started(job, pipeline)
+
+    # -- interruptible iteration (fair_router.iteration) -------------------------------------------------------
+
+    def is_turn_end(self, return_value: object) -> bool:
+        """An interruptible job returned at the end of a turn: the seam queues it again."""
+        return is_turn_end(return_value)
+
+    def host_turns(self, active: bool, stop: bool) -> None:
+        """Interruptible jobs run by this process may end turns (and stop at once if ``stop``)."""
+        HOST.hosting(active, stop)
+
+    def stop_turns(self) -> None:
+        """Warm shutdown: the running interruptible job stops at its next checkpoint."""
+        HOST.stop = True
 
     # -- job end --------------------------------------------------------------------------------------------
 

@@ -1,0 +1,58 @@
+"""The rq seam, crash recovery's view of rq's StartedJobRegistry (rq 3.0's ``registry.py`` and
+``executions.py``): its member format, the execution hash of a member, and rq's own ``cleanup`` run on a
+staging set of abandoned entries. Used by :mod:`fair_router.workers.recovery`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis import Redis
+from rq import Queue
+from rq.executions import Execution
+from rq.registry import StartedJobRegistry
+from rq.utils import parse_composite_key
+
+
+def started_key(queue: Queue) -> str:
+    """The key of ``queue``'s StartedJobRegistry (members ``<job id>:<execution id>``, scored by deadline)."""
+    return StartedJobRegistry(queue=queue).key
+
+
+def execution_key(member: str, connection: Redis) -> str:
+    """The execution hash a StartedJobRegistry member names; its ``last_heartbeat`` field is the job's last
+    heartbeat (epoch seconds)."""
+    return Execution.from_composite_key(member, connection).key
+
+
+def has_execution(member: str) -> bool:
+    """Whether a StartedJobRegistry member names an execution (rq >= 2.0); one without has only rq's deadline."""
+    _, execution_id = parse_composite_key(member)
+    return bool(execution_id)
+
+
+def staged_registry(queue: Queue, key: str, death_penalty_class: Any) -> StartedJobRegistry:
+    """rq's StartedJobRegistry of ``queue`` pointed at ``key``, so that its ``cleanup`` (rq's handling of
+    abandoned jobs: failure callback, exception handlers, retry or FailedJobRegistry with AbandonedJobError,
+    dependents) runs on exactly the entries staged there."""
+    return _StagedRegistry(queue, key, death_penalty_class)
+
+
+class _StagedRegistry(StartedJobRegistry):
+    """Relies on rq's ``cleanup`` reading and trimming only ``self.key`` and getting the queue to retry on
+    from ``get_queue()``."""
+
+    def __init__(self, queue: Queue, key: str, death_penalty_class: Any) -> None:
+        super().__init__(queue=queue, job_class=queue.job_class, death_penalty_class=death_penalty_class)
+        self.key = key
+        self._queue = queue
+
+    def get_queue(self) -> Queue:
+        """The worker's own queue object (a FairQueue stays one), as rq's worker uses for a failed job's
+        retry; rq's maintenance would build a plain ``Queue(name)``."""
+        return self._queue
+
+
+def job_id_of(member: str) -> str:
+    """The job id of a StartedJobRegistry member (``<job id>:<execution id>``, or a bare job id)."""
+    job_id, _ = parse_composite_key(member)
+    return str(job_id)
