@@ -4,6 +4,7 @@ caps, and the decorator's validation. The subprocess workers' scenarios are in t
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import iteration_jobs as jobs
@@ -15,6 +16,8 @@ from rq.job import Job, JobStatus
 from fair_router import FairQueue, FairRouter, Settings, SettingsError, WeightedSimpleWorker, fair_job, interruptible
 from fair_router.config.settings import TiersConfig
 from fair_router.iteration.turns import HOST
+from fair_router.store.keys import Keys
+from fair_router.workers.recovery import Recovery
 
 PREFIX = "it_test"
 
@@ -155,3 +158,48 @@ def test_outside_a_weighted_worker_the_generator_runs_to_its_end(conn: Redis) ->
 def test_bad_arguments_are_refused_naming_them(kwargs: dict[str, Any], named: str) -> None:
     with pytest.raises(SettingsError, match=named):
         interruptible(**kwargs)
+
+
+# -- crash recovery: resumed from the saved cursor, up to interruptible.max_resumes ---------------------
+
+
+def started_and_abandoned(conn: Redis, queue: Queue, meta: dict[str, Any]) -> Job:
+    """An interruptible job as a worker killed mid-turn leaves it: started (its execution in the
+    StartedJobRegistry), its cursor saved, and nobody left to finish it."""
+    queue.enqueue(jobs.batched_saves, "acme", 10, 0.0, meta={"fair_tenant": "acme", **meta})
+    worker = WeightedSimpleWorker([queue], connection=conn, settings=settings())
+    result = worker.dequeue_job_and_maintain_ttl(None)
+    assert result is not None
+    job, _ = result
+    worker.prepare_execution(job)
+    job.set_status(JobStatus.STARTED)
+    conn.delete(Keys(PREFIX).recovery_turn(queue.key))  # the worker took the queue's recovery turn: lapsed
+    return job
+
+
+@pytest.mark.parametrize("fair", [False, True], ids=["plain", "fair"])
+def test_an_abandoned_interruptible_job_is_queued_again_from_its_cursor(conn: Redis, fair: bool) -> None:
+    queue = FairQueue("imports", connection=conn, settings=settings()) if fair else Queue("imports", connection=conn)
+    job = started_and_abandoned(conn, queue, {"fair_cursor": 5, "fair_turns": 1, "fair_items": 5})
+    check = Recovery(conn, Keys(PREFIX), 3.0, clock=lambda: time.time() + 4, max_resumes=2)
+    assert check.run([queue]) == [job.id]
+    job.refresh()
+    assert job.get_status() == JobStatus.QUEUED and job.meta["fair_resumes"] == 1
+    assert queue.get_job_ids() == [job.id] and not queue.started_job_registry.get_job_ids()
+    work(conn, queue)
+    assert job.get_status() == JobStatus.FINISHED and logged(conn, job) == list(range(5, 10))
+
+
+def test_past_max_resumes_an_abandoned_interruptible_job_is_handed_back_as_rq_would(conn: Redis) -> None:
+    queue = Queue("imports", connection=conn)
+    job = started_and_abandoned(conn, queue, {"fair_cursor": 5, "fair_resumes": 2})
+    check = Recovery(conn, Keys(PREFIX), 3.0, clock=lambda: time.time() + 4, max_resumes=2)
+    assert check.run([queue]) == [job.id]
+    assert job.get_status() == JobStatus.FAILED
+    assert "AbandonedJobError" in (Job.fetch(job.id, connection=conn).exc_info or "")
+
+
+def test_max_resumes_and_count_turns_settings() -> None:
+    assert settings().interruptible.max_resumes == 5 and settings().interruptible.count_turns is False
+    with pytest.raises(ValueError, match="max_resumes"):
+        settings(interruptible={"max_resumes": -1})
