@@ -11,11 +11,16 @@ from typing import Any
 
 import iteration_jobs as jobs
 import pytest
+import yaml
+from click.testing import CliRunner
 from conftest import Fleet, wait_for, write_settings
 from redis import Redis
 from rq.job import Job, JobStatus
 
-from fair_router import FairQueue
+from fair_router import FairQueue, Settings
+from fair_router.cli import main
+from fair_router.demo.redis_server import RedisServer
+from fair_router.observe.reader import SnapshotReader
 
 PREFIX = "itf_test"
 QUEUE = "imports"
@@ -91,15 +96,30 @@ def test_small_tenants_wait_about_a_slice_not_the_whole_long_job(conn: Redis, fl
           f"without: {', '.join(f'{w:.2f}' for w in without['waits'].values())} s")
 
 
+def shows_running_iteration(conn: Redis, job: Job, tmp_path: Path, url: str) -> None:
+    """The dashboard's snapshot and ``fair-router tenant show`` list the running job with its progress."""
+    (shown,) = SnapshotReader(conn, Settings(prefix=PREFIX)).snapshot().iterations
+    assert (shown.job_id, shown.queue, shown.tenant, shown.turns) == (job.id, QUEUE, "big", 1)
+    assert shown.items >= 10 and shown.cursor == str(shown.items)  # saved at every checkpoint here
+    config = tmp_path / "cli.yaml"
+    config.write_text(yaml.safe_dump({"prefix": PREFIX, "redis_url": url}), encoding="utf-8")
+    result = CliRunner().invoke(main, ["tenant", "show", "big", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert f"iterating   job {job.id} in {QUEUE} (iteration_jobs.one_long_turn): cursor " in result.output
+    assert "turn 1, " in result.output
+    assert "iterating" not in CliRunner().invoke(main, ["tenant", "show", "t1", "--config", str(config)]).output
+
+
 @pytest.mark.parametrize("worker_class", ["fair_router.WeightedWorker", "fair_router.WeightedSimpleWorker"])
 def test_sigterm_mid_job_stops_it_at_a_checkpoint_and_a_new_worker_finishes_it(
-    conn: Redis, fleet: Fleet, worker_class: str
+    conn: Redis, fleet: Fleet, worker_class: str, tmp_path: Path, redis_server: RedisServer
 ) -> None:
     (proc,) = fleet.start(1, worker_class=worker_class, scheduler=False)
     fleet.wait_registered(conn, 1)
     queue = FairQueue(QUEUE, connection=conn, prefix=PREFIX)
     big = queue.enqueue(jobs.one_long_turn, "big", 150, 0.02, fair_tenant="big", result_ttl=600)
     wait_for(lambda: len(items(conn, big)) >= 10, 30, "the job to be well under way", fleet)
+    shows_running_iteration(conn, big, tmp_path, redis_server.url)
     at_sigterm = len(items(conn, big))
     proc.send_signal(signal.SIGTERM)
     assert fleet.wait_exit(proc, timeout=30) == 0
