@@ -203,3 +203,31 @@ def test_max_resumes_and_count_turns_settings() -> None:
     assert settings().interruptible.max_resumes == 5 and settings().interruptible.count_turns is False
     with pytest.raises(ValueError, match="max_resumes"):
         settings(interruptible={"max_resumes": -1})
+
+
+@pytest.mark.parametrize("count_turns", [False, True])
+def test_rate_limits_count_later_turns_only_with_count_turns(conn: Redis, count_turns: bool) -> None:
+    limited = settings(tiers=TiersConfig(rate={"free": "1/m"}), interruptible={"count_turns": count_turns})
+    queue = FairQueue("imports", connection=conn, settings=limited)
+    big = queue.enqueue(jobs.every_item_a_turn, "acme", 3, 0.005, fair_tenant="acme")
+    work(conn, queue, limited)
+    if count_turns:  # its second turn is a second start within the minute: held (parked), not run
+        assert big.get_status() == JobStatus.QUEUED and logged(conn, big) == [0]
+    else:
+        assert big.get_status() == JobStatus.FINISHED and logged(conn, big) == [0, 1, 2]
+
+
+def test_each_turn_takes_and_releases_a_concurrency_slot(conn: Redis) -> None:
+    limited = settings(concurrency={"enabled": True})
+    queue = FairQueue("imports", connection=conn, settings=limited)
+    big = queue.enqueue(jobs.every_item_a_turn, "acme", 3, 0.005, fair_tenant="acme")
+    worker = WeightedSimpleWorker([queue], connection=conn, settings=limited)
+    worker.work(burst=True, max_jobs=1, logging_level="WARNING")
+    assert big.get_status() == JobStatus.QUEUED
+    assert conn.zcard(Keys(PREFIX).leases("acme")) == 0  # released with the turn's end
+    worker.work(burst=True, logging_level="WARNING")
+    assert big.get_status() == JobStatus.FINISHED
+    assert conn.zcard(Keys(PREFIX).leases("acme")) == 0
+    big.refresh()
+    acquired = conn.hget(Keys(PREFIX).limit_stats(), "free:acquired")  # counted as the worker stopped
+    assert acquired is not None and int(acquired) == big.meta["fair_turns"]  # one slot per turn
