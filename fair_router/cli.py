@@ -10,6 +10,7 @@ import click
 
 from fair_router.commands.dashboard import dashboard
 from fair_router.commands.demo import demo
+from fair_router.commands.queues import queue
 from fair_router.commands.routing import check, stats
 from fair_router.commands.tenants import tenant, tier
 from fair_router.commands.workers import pool, worker
@@ -20,7 +21,7 @@ def main() -> None:
     """fair-router: fair multi-tenant background jobs for RQ."""
 
 
-for command in (check, stats, tier, tenant, demo, dashboard, worker, pool):
+for command in (check, stats, tier, tenant, queue, demo, dashboard, worker, pool):
     main.add_command(command)
 
 

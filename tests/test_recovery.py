@@ -234,6 +234,22 @@ def test_a_fair_job_handed_back_is_queued_once(conn: Redis) -> None:
     assert queue.count == 1 and queue.get_job_ids() == [job.id]
 
 
+@pytest.mark.parametrize("fair", [False, True], ids=["plain", "fair"])
+def test_a_job_whose_worker_died_before_it_started_is_queued_again_not_dropped(conn: Redis, fair: bool) -> None:
+    """rq 3.0's cleanup hands back only STARTED jobs: one whose worker died after writing its execution but
+    before its horse marked it started never ran, and goes back to the front of its queue, retries intact."""
+    queue = FairQueue(QUEUE, connection=conn, prefix=PREFIX) if fair else Queue(QUEUE, connection=conn)
+    job = started_by_a_worker_that_died(conn, queue, retry=Retry(max=1))
+    job.set_status(JobStatus.QUEUED)  # as prepare_execution leaves it: the horse never got to STARTED
+    enqueue(queue, recovery_jobs.long_job, 2, tenant="acme")
+    check_now(conn, queue, ABANDON + 1)
+    assert status(conn, job) == JobStatus.QUEUED
+    assert queue.get_job_ids()[0] == job.id and queue.count == 2
+    assert Job.fetch(job.id, connection=conn).retries_left == 1  # it never ran: no retry spent
+    assert StartedJobRegistry(queue=queue).get_job_ids(cleanup=False) == []
+    assert conn.zcard(KEYS.abandoned(StartedJobRegistry(queue=queue).key)) == 0
+
+
 # -- real workers, killed mid-job -----------------------------------------------------------------
 
 

@@ -8,11 +8,13 @@ from typing import Any, TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 from redis import Redis
+from redis.client import Pipeline
 from rq.job import Job
 
 from fair_router.config.settings import Charge, Settings, TiersConfig, load_settings, validated
 from fair_router.config.validation import Prefix, Seconds
 from fair_router.controls.backlog import BacklogCaps
+from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.routing.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.routing.tiers import TierBook
 from fair_router.rq_internals.queue import RqQueueSeam
@@ -81,11 +83,22 @@ class FairQueueBase(RqQueueSeam):
         self.caps = BacklogCaps(name)  # backlog caps of the pushes in flight (fair_router.controls.backlog)
         self._capping = False  # set while a new enqueue (not a retry, requeue or dependent) is under way
 
-    def use_settings(self, settings: Settings) -> None:
-        """Take prefix and tiers from ``settings`` (the weighted worker calls this on queues rq built)."""
+    def use_settings(self, settings: Settings, prefix: str | None = None) -> None:
+        """Take prefix and tiers from ``settings`` (the weighted worker calls this on queues rq built);
+        ``prefix``: the queue's fairness mark names another prefix for its fair state."""
         self._settings = settings
-        self._prefix, self._tiers_config = settings.prefix, settings.tiers
+        self._prefix, self._tiers_config = prefix or settings.prefix, settings.tiers
         self._fair_keys = self._tier_book = None
+
+    _marked = False
+
+    def mark_fair(self, pipeline: Pipeline | None = None) -> None:
+        """Record in Redis that this queue is fair (its fairness mark, :mod:`fair_router.fairqueue.marks`),
+        once per object, on ``pipeline`` when given: from then on every weighted worker and producer of ours
+        serves and fills it as a FairQueue, whatever flags they were started with."""
+        if not self._marked:
+            self._marked = True
+            FairnessMarks(self.connection, self.prefix_keys.prefix).mark([self.name], pipeline)
 
     @property
     def charge(self) -> Charge:

@@ -108,6 +108,7 @@ class FairPushing(FairQueueBase):
         capped = self._capped_push(push)
         entry = self._entry(push.job_id, push.job, push.at_front, capped.cap if capped else 0)
         call = self._script(FairPushScript)(self.fair_keys, [entry])
+        self.mark_fair(pipeline)
         if pipeline is not None:
             call.queue(pipeline)
             self.caps.record(pipeline, [capped])
@@ -125,6 +126,7 @@ class FairPushing(FairQueueBase):
         caps = [self._capped_push(push) for push in pushes]
         entries = [self._entry(push.job_id, push.job, push.at_front, capped.cap if capped else 0)
                    for push, capped in zip(pushes, caps, strict=True)]
+        self.mark_fair(pipeline)
         size = max(1, len(entries)) if any(caps) else PUSH_BATCH
         for start in range(0, len(entries), size):
             self._script(FairPushScript)(self.fair_keys, entries[start:start + size]).queue(pipeline)

@@ -85,6 +85,7 @@ class FairJob(Generic[P, R]):
         if self._router is None:
             connection = self._connection or Redis.from_url(self.settings.redis_url)
             self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers)
+            self._router.fair_queue_names = frozenset(self.settings.fair_queues)
         return self._router
 
     @property

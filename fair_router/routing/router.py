@@ -29,6 +29,7 @@ from fair_router.config.settings import TiersConfig, validated
 from fair_router.config.validation import Prefix
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
 from fair_router.controls.rates import Rate
+from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.admin import TenantAdmin
 from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SYSTEM, META_TENANT
@@ -79,6 +80,8 @@ class FairRouter(TenantAdmin):
         self._route = RouteScript(connection)
         self._peek = PeekScript(connection)
         self._queues: dict[str, Queue] = {}
+        self.fair_queue_names: frozenset[str] = frozenset()  # settings' ``fair_queues:`` (the decorator sets it)
+        self.marks = FairnessMarks(connection, keys.prefix)
         self._rule_meta: dict[Rule, dict[str, Any]] = {}
         self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
 
@@ -140,11 +143,18 @@ class FairRouter(TenantAdmin):
 
     def queue(self, name: str, fair: bool = False) -> Queue:
         """The rq Queue ``name`` on this router's connection (kept, so rq caches its server version); with
-        ``fair`` a FairQueue (per-tenant FIFOs served by weighted fair share) on this router's prefix/tiers."""
-        key = f"fair:{name}" if fair else name
+        ``fair`` a FairQueue (per-tenant FIFOs served by weighted fair share) on this router's prefix/tiers.
+        A queue named in ``fair_queues:`` or marked fair in Redis (:mod:`fair_router.fairqueue.marks`) is a
+        FairQueue whatever ``fair`` says, on the prefix its mark names."""
+        prefix = self.keys.prefix
+        if not fair:
+            marked = None if name in self.fair_queue_names else self.marks.prefix_of(name)
+            fair = name in self.fair_queue_names or marked is not None
+            prefix = marked or prefix
+        key = f"fair:{prefix}:{name}" if fair else name
         if key not in self._queues:
             if fair:
-                self._queues[key] = FairQueue(name, connection=self.connection, prefix=self.keys.prefix,
+                self._queues[key] = FairQueue(name, connection=self.connection, prefix=prefix,
                                               tiers=self.tiers.config)
             else:
                 self._queues[key] = Queue(name, connection=self.connection)

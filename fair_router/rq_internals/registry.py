@@ -4,13 +4,18 @@ staging set of abandoned entries. Used by :mod:`fair_router.workers.recovery`.""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from redis import Redis
 from rq import Queue
+from rq.exceptions import NoSuchJobError
 from rq.executions import Execution
+from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 from rq.utils import parse_composite_key
+
+logger = logging.getLogger("fair_router")
 
 
 def started_key(queue: Queue) -> str:
@@ -50,6 +55,26 @@ class _StagedRegistry(StartedJobRegistry):
         """The worker's own queue object (a FairQueue stays one), as rq's worker uses for a failed job's
         retry; rq's maintenance would build a plain ``Queue(name)``."""
         return self._queue
+
+    def cleanup(self, timestamp: float | None = None, exception_handlers: list[Any] | None = None) -> None:
+        """rq's cleanup, after the entries of jobs that never started are put back on their queue. rq 3.0's
+        cleanup hands back only jobs still STARTED and drops the other entries; a job whose worker died
+        after taking it up (its execution written) but before the job started (the horse marks it STARTED)
+        never ran, and dropping its entry would leave it QUEUED on no queue at all."""
+        for raw in self.connection.zrange(self.key, 0, -1):
+            member = raw.decode() if isinstance(raw, bytes) else str(raw)
+            job_id, _ = parse_composite_key(member)
+            try:
+                job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
+            except NoSuchJobError:
+                continue  # rq's cleanup skips it too
+            if job.get_status(refresh=False) == JobStatus.QUEUED and job.origin == self._queue.name:
+                if self.connection.lpos(self._queue.key, job_id) is None:
+                    self._queue.push_job_id(job_id, at_front=True)  # not a new enqueue: no cap, no record
+                    logger.warning("crash recovery: job %s never started before its worker died; queued again",
+                                   job_id)
+                self.connection.zrem(self.key, member)
+        super().cleanup(timestamp, exception_handlers)
 
 
 def job_id_of(member: str) -> str:

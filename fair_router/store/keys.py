@@ -198,6 +198,13 @@ class Keys:
         """Set of the job keys routers have routed (so readers find their :meth:`routed` counters)."""
         return f"{self.prefix}:{{obs}}:jobkeys"
 
+    @staticmethod
+    def fair_mark(rq_list_key: str) -> str:
+        """A queue's fairness mark (a string: the prefix of the producers' fair state), set when a FairQueue is
+        first used or named in ``fair_queues:``. Its name does not depend on any prefix of ours, so a worker
+        or producer with another prefix still finds it (and reports the mismatch); it shares rq's slot."""
+        return f"fair_router:mark:{slot_of(rq_list_key)}"
+
     def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
         """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``, or under rq 3.0's
         ``RQ_KEY_PREFIX``); the tag (:func:`slot_of`) hashes like rq's own key."""

@@ -324,3 +324,16 @@ class ObserveStartScript(LuaScript[list[int]]):
 
     def parse(self, reply: Any) -> list[int]:
         return [int(flag) for flag in reply]
+
+
+class FairUnmarkScript(LuaScript[int]):
+    """fair_unmark.lua: remove a queue's fairness mark, only while the queue is empty."""
+
+    name = "fair_unmark"
+
+    def __call__(self, rq_list: str, members: str, mark: str) -> Call[int]:
+        """KEYS = [rq_list, members, mark]. Result: 1 removed, 0 there was none, -N: N jobs still wait."""
+        return self.call([rq_list, members, mark], [])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from pydantic import TypeAdapter
 from redis import ConnectionPool, Redis
@@ -51,6 +51,7 @@ from fair_router.config.validation import QueueName, QueueWeight, Weight
 from fair_router.controls.concurrency import ConcurrencyLimiter
 from fair_router.controls.gate import RateLimiter, TenantGate
 from fair_router.controls.pauses import PAUSE_PARK
+from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import HOST, is_turn_end, turns_started
 from fair_router.observe.recorder import StartRecorder
@@ -117,6 +118,42 @@ class WeightedFetchMixin(RqWorkerSeam):
                                  max_resumes=settings.interruptible.max_resumes)
         self.count_turns = settings.interruptible.count_turns
         self.beat_running_jobs(self.recovery.beat_every)
+        self.settings = settings
+        self.marks = FairnessMarks(self.connection, settings.prefix)
+        # `fair_queues:` alone makes a queue fair, for producers too: the mark says so in Redis
+        self.marks.mark([queue.name for queue in fair if queue.name in settings.fair_queues])
+        self.follow_fairness_marks()
+
+    # -- fairness marks (fair_router.fairqueue.marks) ---------------------------------------------------------
+
+    def follow_fairness_marks(self) -> None:
+        """Serve every queue whose fairness mark is set as a FairQueue on the mark's prefix, whatever this
+        worker was started with (no ``--queue-class``, another prefix): fairness never switches off because
+        one process was started with the wrong flags. One round trip per :data:`RECHECK_EVERY` at most."""
+        marked = self.marks.read(queue.name for queue in self.queues)
+        for queue in list(self.queues):
+            prefix = marked.get(queue.name)
+            if prefix is None:
+                continue
+            if prefix != self.settings.prefix:
+                self.marks.prefix_of(queue.name)  # logs the mismatch
+            if isinstance(queue, FairQueue):
+                if queue.prefix_keys.prefix != prefix:
+                    queue.use_settings(self.settings, prefix)
+            elif type(queue) is Queue:
+                fair = cast(FairQueue, rebuilt_as(FairQueue, queue, settings=self.settings))
+                fair.use_settings(self.settings, prefix)
+                self._replace_queue(queue, fair)
+                self.log.info("Worker %s: queue %s is marked fair: serving it as a FairQueue", self.name, queue.name)
+
+    def _replace_queue(self, old: Queue, new: FairQueue) -> None:
+        self.queues = [new if queue is old else queue for queue in self.queues]
+        self._ordered_queues = [new if queue is old else queue for queue in self._ordered_queues]
+        if self.fetch_weights is not None:
+            self.fetch_weights = [(new if queue is old else queue, weight) for queue, weight in self.fetch_weights]
+        self.fair_queues.append(new)
+        if not issubclass(self.queue_class, FairQueue):
+            self.queue_class = FairQueue
 
     # -- fetch ----------------------------------------------------------------------------------------------
 
@@ -229,9 +266,11 @@ class WeightedFetchMixin(RqWorkerSeam):
     # -- crash recovery, at the worker's own heartbeats ------------------------------------------------------
 
     def heartbeat_due(self) -> None:
-        """Hand back abandoned jobs when a check is due; send the gathered start records if overdue."""
+        """Hand back abandoned jobs when a check is due; send the gathered start records if overdue; serve
+        queues marked fair since the last look as FairQueues."""
         self.recover_abandoned()
         self.flush_overdue_start_records()
+        self.follow_fairness_marks()
 
     def running_job_beat(self) -> None:
         """A long job does not hold back the start records gathered before it."""

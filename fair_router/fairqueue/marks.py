@@ -1,0 +1,96 @@
+"""Fairness that never switches off silently: a queue is fair because Redis says so, not because every
+process was started with the right flag.
+
+A FairQueue records the fact the first time it pushes a job (and a weighted worker for every queue named
+in ``fair_queues:``): the queue's *fairness mark*, :meth:`fair_router.store.keys.Keys.fair_mark`, holding
+the prefix of the fair state. From then on every weighted worker serves the queue as a FairQueue (without
+``--queue-class``) and every producer of ours enqueues into it as one (without ``fair=True``). Only
+``fair-router queue plain NAME`` removes the mark, and only while the queue is empty. A process whose prefix
+differs from the mark's uses the mark's prefix for that queue's fair state and logs the mismatch, rather
+than serving the queue first-in first-out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from redis import Redis
+from redis.client import Pipeline
+from rq import Queue
+
+from fair_router.store.keys import Keys
+from fair_router.store.scripts import FairUnmarkScript
+
+logger = logging.getLogger("fair_router")
+
+RECHECK_EVERY = 10.0
+"""Seconds a producer or worker trusts what it read of a queue's mark: a queue marked after a process read
+it is served fairly by that process within this long."""
+
+
+def mark_key(name: str) -> str:
+    """The fairness mark of the queue ``name`` (under rq's key prefix)."""
+    return Keys.fair_mark(Queue.redis_queue_namespace_prefix + name)
+
+
+class FairnessMarks:
+    """Reads and writes queues' fairness marks on one connection, remembering for :data:`RECHECK_EVERY`
+    seconds what it read (per object: no module-level cache)."""
+
+    def __init__(self, connection: Redis, prefix: str) -> None:
+        self.connection = connection
+        self.prefix = prefix
+        self._read: dict[str, tuple[float, str | None]] = {}  # queue name -> (monotonic time read, mark)
+
+    def mark(self, names: Iterable[str], pipeline: Pipeline | None = None) -> None:
+        """Mark the queues ``names`` fair with this object's prefix (queued on ``pipeline`` when given)."""
+        names = list(names)
+        if not names:
+            return
+        pipe = pipeline if pipeline is not None else self.connection.pipeline(transaction=False)
+        for name in names:
+            pipe.set(mark_key(name), self.prefix)
+            self._read[name] = (time.monotonic(), self.prefix)
+        if pipeline is None:
+            pipe.execute()
+
+    def read(self, names: Iterable[str]) -> dict[str, str]:
+        """The marked queues among ``names``: name -> the prefix of their fair state. One round trip for the
+        names not read in the last :data:`RECHECK_EVERY` seconds, none when all were."""
+        now = time.monotonic()
+        names = list(dict.fromkeys(names))
+        stale = [name for name in names if name not in self._read or now - self._read[name][0] > RECHECK_EVERY]
+        if stale:
+            with self.connection.pipeline(transaction=False) as pipe:
+                for name in stale:
+                    pipe.get(mark_key(name))
+                for name, raw in zip(stale, pipe.execute(), strict=True):
+                    self._read[name] = (now, raw.decode() if isinstance(raw, bytes) else raw)
+        marked: dict[str, str] = {}
+        for name in names:
+            prefix = self._read[name][1]
+            if prefix is not None:
+                marked[name] = prefix
+        return marked
+
+    def prefix_of(self, name: str) -> str | None:
+        """The prefix of ``name``'s fair state if the queue is marked fair, else None; a prefix other than
+        this object's is logged (once per read) as the mismatch it is."""
+        prefix = self.read([name]).get(name)
+        if prefix is not None and prefix != self.prefix:
+            logger.error("queue %r is fair with its state under prefix %r, but this process uses prefix %r: "
+                         "serving it with %r's state (set the same prefix everywhere)", name, prefix, self.prefix,
+                         prefix)
+        return prefix
+
+    def clear(self, name: str) -> int:
+        """Remove ``name``'s mark if the queue is empty: 1 removed, 0 none was set, -N when N jobs still wait
+        (nothing changed)."""
+        rq_list = Queue.redis_queue_namespace_prefix + name
+        prefix = self.read([name]).get(name) or self.prefix
+        result = FairUnmarkScript(self.connection)(rq_list, Keys(prefix).fair_queue(rq_list).members,
+                                                   mark_key(name)).run()
+        self._read.pop(name, None)
+        return result
