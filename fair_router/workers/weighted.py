@@ -73,7 +73,24 @@ def validate_weights(weights: Mapping[str, object], source: str = "weights=") ->
     return validated(_WEIGHTS, dict(weights), source)
 
 
-class WeightedFetchMixin(RqWorkerSeam):
+class InterruptibleTurns(RqWorkerSeam):
+    """The seam's hooks for interruptible iteration (:mod:`fair_router.iteration`): the job and its worker
+    meet in the process's :data:`~fair_router.iteration.turns.HOST`."""
+
+    def is_turn_end(self, return_value: object) -> bool:
+        """An interruptible job returned at the end of a turn: the seam queues it again."""
+        return is_turn_end(return_value)
+
+    def host_turns(self, active: bool, stop: bool) -> None:
+        """Interruptible jobs run by this process may end turns (and stop at once if ``stop``)."""
+        HOST.hosting(active, stop)
+
+    def stop_turns(self) -> None:
+        """Warm shutdown: the running interruptible job stops at its next checkpoint."""
+        HOST.stop = True
+
+
+class WeightedFetchMixin(InterruptibleTurns):
     """What both weighted workers add to rq's, through the seam's hooks (:mod:`fair_router.rq_internals.worker`):
     the weighted fetch order, tenant controls at job start, start records, runtime-charge settlement and
     their share of crash recovery."""
@@ -240,20 +257,6 @@ class WeightedFetchMixin(RqWorkerSeam):
         """The job's start record (:mod:`fair_router.observe.recorder`), on rq's job-start MULTI: no round trip."""
         if self.start_recorder is not None:
             self.start_recorder.job_started(job, pipeline)
-
-    # -- interruptible iteration (fair_router.iteration) -------------------------------------------------------
-
-    def is_turn_end(self, return_value: object) -> bool:
-        """An interruptible job returned at the end of a turn: the seam queues it again."""
-        return is_turn_end(return_value)
-
-    def host_turns(self, active: bool, stop: bool) -> None:
-        """Interruptible jobs run by this process may end turns (and stop at once if ``stop``)."""
-        HOST.hosting(active, stop)
-
-    def stop_turns(self) -> None:
-        """Warm shutdown: the running interruptible job stops at its next checkpoint."""
-        HOST.stop = True
 
     # -- job end --------------------------------------------------------------------------------------------
 
