@@ -14,11 +14,13 @@ Public API (documented in docs/api.md):
 - :class:`InvalidTenant` — a tenant id that is empty or longer than ``tenant_max_bytes`` (a ValueError).
 - :class:`Shards`, :func:`shards_of` — shuffle-sharding: the shards dealt to each tenant.
 - :class:`RedisUnavailable` — an enqueue could not reach Redis after the client's retries.
+- :func:`interruptible` — a generator job function that runs in turns, giving up its worker at checkpoints.
 """
 
 from fair_router.config.settings import Settings, SettingsError, load_settings
 from fair_router.controls.backlog import TenantBacklogFull
 from fair_router.fairqueue.queue import FairQueue
+from fair_router.iteration.decorator import interruptible
 from fair_router.routing.decorator import FairJob, fair_job
 from fair_router.routing.router import FairRouter
 from fair_router.routing.rules import Rule
@@ -41,6 +43,7 @@ __all__ = [
     "WeightedSimpleWorker",
     "WeightedWorker",
     "fair_job",
+    "interruptible",
     "load_settings",
     "shards_of",
 ]

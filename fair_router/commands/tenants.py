@@ -10,6 +10,7 @@ import click
 from fair_router.commands.common import COUNT, FAIR_WEIGHT, RATE, load_or_exit, router_for
 from fair_router.config.settings import Settings
 from fair_router.controls.rates import Rate
+from fair_router.observe.iterations import known_queues, running_iterations
 
 
 @click.group()
@@ -71,7 +72,8 @@ def tenant_set(tenant_id: str, limit: int | None, weight: float | None, rate: Ra
 @click.argument("tenant_id", metavar="TENANT")
 @click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
 def tenant_show(tenant_id: str, config: Path | None) -> None:
-    """TENANT's tier, effective limit, weight, rate and backlog cap, running and waiting jobs, paused or not."""
+    """TENANT's tier, effective limit, weight, rate and backlog cap, running and waiting jobs, paused or not,
+    and its interruptible jobs running (cursor, turns, items)."""
     _show_tenant(load_or_exit(config), tenant_id)
 
 
@@ -115,3 +117,6 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
         click.echo(f"  waiting     {count} in {queue}")
     if not waiting:
         click.echo("  waiting     none in any fair queue")
+    for it in running_iterations(router.connection, known_queues(router.connection), tenant_id):
+        click.echo(f"  iterating   job {it.job_id} in {it.queue} ({it.func}): cursor {it.cursor}, "
+                   f"turn {it.turns}, {it.items} items")

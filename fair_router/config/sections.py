@@ -1,5 +1,6 @@
 """The settings' sections, one pydantic model each: a job function's routing, plan tiers, concurrency limits,
-crash recovery, observability; and what a fair queue charges. :class:`~fair_router.config.settings.Settings`
+crash recovery, interruptible iteration, observability; and what a fair queue charges.
+:class:`~fair_router.config.settings.Settings`
 holds one of each (and re-exports them: callers import every settings type from there); they are also built
 directly, e.g. ``TiersConfig(...)`` for a ``FairQueue`` made in code.
 """
@@ -134,6 +135,19 @@ class RecoveryConfig(BaseModel):
                 f"abandon_after/3 in whole seconds), got {value:g}s"
             )
         return value
+
+
+class InterruptibleConfig(BaseModel):
+    """Interruptible iteration (``fair_router.interruptible``): long generator jobs that give up their worker
+    at checkpoints and take turns in fair order."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_resumes: Annotated[int, Field(ge=0)] = 5
+    """Crash recovery queues an abandoned interruptible job again from its last saved cursor at most this
+    many times; after that it is handed back as rq would (retried, else failed as abandoned)."""
+    count_turns: bool = False
+    """Rate limits count every turn of an interruptible job as a start (else only its first turn)."""
 
 
 class ObserveConfig(BaseModel):

@@ -34,6 +34,7 @@ from fair_router.config.sections import (
     MIN_ABANDON_AFTER,
     Charge,
     ConcurrencyConfig,
+    InterruptibleConfig,
     JobConfig,
     ObserveConfig,
     RecoveryConfig,
@@ -63,6 +64,7 @@ __all__ = [
     "MIN_ABANDON_AFTER",
     "Charge",
     "ConcurrencyConfig",
+    "InterruptibleConfig",
     "JobConfig",
     "Loc",
     "ObserveConfig",
@@ -112,6 +114,7 @@ class Settings(BaseSettings):
     tiers: TiersConfig = Field(default_factory=TiersConfig)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
+    interruptible: InterruptibleConfig = Field(default_factory=InterruptibleConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     shard_urls: list[RedisUrl] = Field(default_factory=list)  # shard i lives on shard_urls[i % len]
 

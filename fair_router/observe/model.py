@@ -67,6 +67,20 @@ class TenantView:
 
 
 @dataclass
+class RunningIteration:
+    """An interruptible job running now (:mod:`fair_router.iteration`): where it is, as of its last saved
+    checkpoint."""
+
+    job_id: str
+    queue: str
+    tenant: str | None
+    func: str
+    cursor: str  # repr of its last saved cursor, shortened
+    turns: int  # turns started, this one included
+    items: int  # checkpoints passed over all turns
+
+
+@dataclass
 class Snapshot:
     """Everything the views show, read at one moment (``at``, epoch seconds)."""
 
@@ -82,6 +96,7 @@ class Snapshot:
     events: dict[tuple[str, str], int]  # (event, queue) -> count: recovered, abandoned
     tick_seconds: int = 10
     capped_starts_5m: int = 0  # starts of tenants past observe.tenants_per_minute (recorded as #other)
+    iterations: list[RunningIteration] = field(default_factory=list)  # interruptible jobs running now
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the dashboard's ``api/snapshot``)."""
@@ -99,6 +114,7 @@ class Snapshot:
             "limits": [{"tier": tier, **counts} for tier, counts in sorted(self.limit_counters.items())],
             "events": [{"event": event, "queue": queue, "count": n}
                        for (event, queue), n in sorted(self.events.items())],
+            "iterations": [vars(iteration) for iteration in self.iterations],
         }
 
 

@@ -1,6 +1,6 @@
 """One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
 
-Cost per call, whatever the number of tenants: at most five pipelined round trips of at most
+Cost per call, whatever the number of tenants: at most seven pipelined round trips of at most
 ``10 + 5 * queues + job keys + 8 * top_n + top_n * rule job keys`` commands:
 
 1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
@@ -10,7 +10,9 @@ Cost per call, whatever the number of tenants: at most five pipelined round trip
 3. per candidate (at most ``4 * top_n``: the most waiting, the most recently started): its start record,
    its concurrency slots held, its tier;
 4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);
-5. for the top N only: where its next job would be routed (``peek.lua``, job keys configured in settings).
+5. for the top N only: where its next job would be routed (``peek.lua``, job keys configured in settings);
+6. the interruptible jobs running (:mod:`fair_router.observe.iterations`: two more, bounded by the running
+   jobs).
 
 The top N are the tenants with the most jobs waiting plus running (slots held), then the most starts
 in the last minute; every other tenant is summed into one ``_other`` row (the all-tenant record minus
@@ -31,6 +33,7 @@ from fair_router.config.settings import Settings
 from fair_router.controls.concurrency import COUNTERS
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.events import parse_events
+from fair_router.observe.iterations import running_iterations
 from fair_router.observe.model import OTHER_LABEL, QueueView, Snapshot, TenantView, WaitFigures
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
 from fair_router.routing.rules import last_match
@@ -152,7 +155,8 @@ class SnapshotReader:
         capped = _window(_ints(other), int(now // 60), 5).count
         counted = parse_events(events) | {("abandoned", name): count for name, count in abandoned_by_queue.items()}
         return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,
-                        _limit_table(_ints(limits)), counted, TICK_SECONDS, capped)
+                        _limit_table(_ints(limits)), counted, TICK_SECONDS, capped,
+                        running_iterations(self.connection, [queue.name for queue in queues if queue.running]))
 
     # -- steps ----------------------------------------------------------------------------------------
 

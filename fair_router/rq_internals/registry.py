@@ -77,3 +77,9 @@ class _StagedRegistry(StartedJobRegistry):
                                    job_id)
                 self.connection.zrem(self.key, member)
         super().cleanup(timestamp, exception_handlers)
+
+
+def job_id_of(member: str) -> str:
+    """The job id of a StartedJobRegistry member (``<job id>:<execution id>``, or a bare job id)."""
+    job_id, _ = parse_composite_key(member)
+    return str(job_id)

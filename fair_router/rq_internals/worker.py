@@ -24,7 +24,9 @@ hook                                        called from (rq internals)
 
 Its services: :meth:`~RqWorkerSeam.hold_warm_shutdown`, :meth:`~RqWorkerSeam.beat_running_jobs`,
 :meth:`~RqWorkerSeam.revive_scheduler`, :attr:`~RqWorkerSeam.exception_handlers` and :func:`rebuilt_as`.
-Crash recovery's view of rq's StartedJobRegistry is in :mod:`fair_router.rq_internals.registry`.
+Crash recovery's view of rq's StartedJobRegistry is in :mod:`fair_router.rq_internals.registry`; the end of an
+interruptible job's turn and warm shutdown reaching a running job in :mod:`fair_router.rq_internals.turns`
+(whose ``TurnSeam`` is a base of ``RqWorkerSeam``, with three hooks of its own).
 
 Lean bookkeeping. Between two jobs rq writes the worker's heartbeat five times (after the job, with the
 suspension check, before the fetch, after it, and with the job's preparation), three of them as two round
@@ -54,7 +56,9 @@ from redis.client import Pipeline
 from rq import Queue
 from rq.executions import Execution
 from rq.job import Job
-from rq.worker import BaseWorker, WorkerStatus
+from rq.worker import WorkerStatus
+
+from fair_router.rq_internals.turns import ForkingTurnSeam, TurnSeam
 
 logger = logging.getLogger("fair_router")
 
@@ -65,7 +69,7 @@ ExceptionHandler = Callable[..., Any]
 """rq's worker exception handler: ``(job, exc_type, exc_value, traceback) -> bool | None``."""
 
 
-class RqWorkerSeam(BaseWorker):
+class RqWorkerSeam(TurnSeam):
     """rq's worker with its internal entry points turned into hooks, and its bookkeeping between jobs lean."""
 
     # -- hooks (no-ops here) --------------------------------------------------------------------------------
@@ -231,7 +235,7 @@ class RqWorkerSeam(BaseWorker):
         super().teardown()  # type: ignore[no-untyped-call]
 
 
-class ForkingWorkerSeam(RqWorkerSeam):
+class ForkingWorkerSeam(ForkingTurnSeam, RqWorkerSeam):
     """For rq's forking Worker: the worker process also takes its heartbeat duties at each heartbeat of the job
     its horse runs, so they do not wait for the job to end."""
 

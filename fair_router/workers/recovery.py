@@ -70,15 +70,19 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from redis import Redis
+from redis.exceptions import WatchError
 from rq import Queue
-from rq.job import Job
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
 from rq.utils import as_text
 
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.rq_internals.registry import execution_key, has_execution, staged_registry, started_key
+from fair_router.iteration.turns import CURSOR, RESUMES, is_interruptible
+from fair_router.rq_internals.registry import execution_key, has_execution, job_id_of, staged_registry, started_key
+from fair_router.rq_internals.turns import requeue
 from fair_router.rq_internals.worker import ExceptionHandler
 from fair_router.store.keys import Keys
 from fair_router.store.outage import BACKOFF_CAP, OutageWatch
@@ -94,8 +98,10 @@ class Recovery:
     """One weighted worker's share of crash recovery: checks when due, on the queues whose turn it takes."""
 
     def __init__(self, connection: Redis, keys: Keys, abandon_after: float, clock: Clock | None = None,
-                 outages: OutageWatch | None = None) -> None:
+                 outages: OutageWatch | None = None, max_resumes: int = 5) -> None:
         self.connection = connection
+        self.max_resumes = max_resumes
+        """An abandoned interruptible job is queued again from its saved cursor at most this many times."""
         self.keys = keys
         self.abandon_after = abandon_after
         self.every = min(abandon_after / 4, CHECK_EVERY_MAX)
@@ -235,23 +241,75 @@ class Recovery:
         on_abandoned: Callable[[Job], None] | None,
         death_penalty_class: Any,
     ) -> list[str]:
-        """rq's own cleanup over the queue's staging set; returns the ids of the jobs it handed back."""
+        """rq's own cleanup over the queue's staging set, after interruptible jobs with resumes left were
+        queued again from their saved cursor; returns the ids of the jobs handed back."""
         handed: list[str] = []
+        staged = self.keys.abandoned(started_key(queue))
 
         def first(job: Job, *exc_info: Any) -> None:
             """Runs before the worker's handlers; returns None, so rq goes on to them."""
             handed.append(job.id)
-            try:
-                if isinstance(queue, FairQueue) and queue.charge == "runtime":
-                    queue.settle(job.id, None)  # its tenant pays its worker's time from the pop until now
-                if on_abandoned is not None:
-                    on_abandoned(job)
-            except Exception:
-                logger.warning("crash recovery: settling or on_abandoned(%s) failed", job.id, exc_info=True)
+            self._free(queue, job, on_abandoned)
 
+        for member, job in self._resumable(queue, staged):
+            if self._resume(queue, staged, member, job):
+                handed.append(job.id)
+                self._free(queue, job, on_abandoned)
         registry = staged_registry(queue, self.keys.abandoned(started_key(queue)), death_penalty_class)
         registry.cleanup(exception_handlers=[first, *exception_handlers])
         for job_id in handed:
             logger.warning("crash recovery: job %s of %s had no heartbeat for %g s; handed back",
                            job_id, queue.name, self.abandon_after)
         return handed
+
+    @staticmethod
+    def _free(queue: Queue, job: Job, on_abandoned: Callable[[Job], None] | None) -> None:
+        """Settle a runtime-charged job's charge (its tenant pays its worker's time from the pop until now)
+        and free its tenant slot (``on_abandoned``); logged, never raised."""
+        try:
+            if isinstance(queue, FairQueue) and queue.charge == "runtime":
+                queue.settle(job.id, None)
+            if on_abandoned is not None:
+                on_abandoned(job)
+        except Exception:
+            logger.warning("crash recovery: settling or on_abandoned(%s) failed", job.id, exc_info=True)
+
+    # -- interruptible jobs (fair_router.iteration): resumed from their saved cursor -------------------------
+
+    def _resumable(self, queue: Queue, staged: str) -> list[tuple[str, Job]]:
+        """The staged jobs that are interruptible, still STARTED, with resumes left (``max_resumes``)."""
+        found = []
+        for raw in self.connection.zrange(staged, 0, -1):
+            member = as_text(cast(bytes, raw))
+            try:
+                job = queue.job_class.fetch(job_id_of(member), connection=self.connection,
+                                            serializer=queue.serializer)
+            except NoSuchJobError:
+                continue
+            if job.get_status(refresh=False) != JobStatus.STARTED or not is_interruptible(job):
+                continue
+            if int(job.meta.get(RESUMES) or 0) < self.max_resumes:
+                found.append((member, job))
+        return found
+
+    def _resume(self, queue: Queue, staged: str, member: str, job: Job) -> bool:
+        """Queue ``job`` again from its saved cursor and take its entry off the staging set, in one MULTI
+        watched on the set (a check that handled it meanwhile wins: False)."""
+        job.meta[RESUMES] = int(job.meta.get(RESUMES) or 0) + 1
+        with self.connection.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(staged)  # type: ignore[no-untyped-call]
+                    if pipe.zscore(staged, member) is None:
+                        return False
+                    pipe.multi()
+                    pipe.zrem(staged, member)
+                    requeue(queue, job, pipe)
+                    pipe.execute()
+                    break
+                except WatchError:
+                    continue
+        logger.warning("crash recovery: interruptible job %s of %s had no heartbeat for %g s; queued again from "
+                       "its cursor %r (resume %d of %d)", job.id, queue.name, self.abandon_after,
+                       job.meta.get(CURSOR), job.meta[RESUMES], self.max_resumes)
+        return True

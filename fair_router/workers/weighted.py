@@ -32,7 +32,8 @@ waits as long), which rq's scheduler, the work horse and the limiter's pool inhe
 Everything that touches rq's internals (overrides of rq's non-public worker methods, private attributes, the
 lean bookkeeping) is in :mod:`fair_router.rq_internals.worker`; this module implements its hooks
 (``next_fetch_order``, ``fetch_wait_cap``, ``job_started``, ``job_ended``, ``heartbeat_due``,
-``running_job_beat``, ``worker_stopping``) with rq's public API.
+``running_job_beat``, ``worker_stopping``; for interruptible iteration ``is_turn_end``, ``host_turns``,
+``stop_turns``) with rq's public API.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from fair_router.controls.gate import RateLimiter, TenantGate
 from fair_router.controls.pauses import PAUSE_PARK
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
+from fair_router.iteration.turns import HOST, is_turn_end, turns_started
 from fair_router.observe.recorder import StartRecorder
 from fair_router.routing.jobmeta import META_SYSTEM, META_TENANT
 from fair_router.routing.shards import family_of
@@ -77,7 +79,24 @@ def validate_weights(weights: Mapping[str, object], source: str = "weights=") ->
     return validated(_WEIGHTS, dict(weights), source)
 
 
-class WeightedFetchMixin(RqWorkerSeam):
+class InterruptibleTurns(RqWorkerSeam):
+    """The seam's hooks for interruptible iteration (:mod:`fair_router.iteration`): the job and its worker
+    meet in the process's :data:`~fair_router.iteration.turns.HOST`."""
+
+    def is_turn_end(self, return_value: object) -> bool:
+        """An interruptible job returned at the end of a turn: the seam queues it again."""
+        return is_turn_end(return_value)
+
+    def host_turns(self, active: bool, stop: bool) -> None:
+        """Interruptible jobs run by this process may end turns (and stop at once if ``stop``)."""
+        HOST.hosting(active, stop)
+
+    def stop_turns(self) -> None:
+        """Warm shutdown: the running interruptible job stops at its next checkpoint."""
+        HOST.stop = True
+
+
+class WeightedFetchMixin(InterruptibleTurns):
     """What both weighted workers add to rq's, through the seam's hooks (:mod:`fair_router.rq_internals.worker`):
     the weighted fetch order, tenant controls at job start, start records, runtime-charge settlement and
     their share of crash recovery."""
@@ -121,7 +140,8 @@ class WeightedFetchMixin(RqWorkerSeam):
         self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
                                if settings.observe.record else None)
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after,
-                                 outages=OUTAGES)
+                                 outages=OUTAGES, max_resumes=settings.interruptible.max_resumes)
+        self.count_turns = settings.interruptible.count_turns
         self.beat_running_jobs(self.recovery.beat_every)
         self.settings = settings
         self.marks = FairnessMarks(self.connection, settings.prefix)
@@ -184,6 +204,8 @@ class WeightedFetchMixin(RqWorkerSeam):
         # wait for us (warm shutdown) rather than stop the worker midway and strand the job.
         self.hold_warm_shutdown()
         scopes = self.gate.checks(tenant, job)
+        if scopes and turns_started(job) and not self.count_turns:
+            scopes = []  # a later turn of an interruptible job: rates count its first start only
         if scopes is None:
             super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
             return

@@ -153,6 +153,12 @@
       return "<tr>" + cell("", null, esc(e.event)) + cell("", null, esc(e.queue)) + cell("num", e.count, count(e.count)) +
         "</tr>";
     }), "none");
+    fill("iterations", (s.iterations || []).map(function (it) {
+      return "<tr>" + cell("", null, esc(it.job_id)) + cell("", null, esc(it.queue)) +
+        cell("", null, known(it.tenant) ? esc(it.tenant) : '<span class="muted">—</span>') +
+        cell("", null, esc(it.func)) + cell("", null, "<code>" + esc(it.cursor) + "</code>") +
+        cell("num", it.turns, count(it.turns)) + cell("num", it.items, count(it.items)) + "</tr>";
+    }), "none running");
   }
 
   function el(name, attrs, text) {

@@ -1,0 +1,122 @@
+"""``@interruptible(slice="1s", save_every=1)``: a generator job function that runs in turns.
+
+The function yields a cursor at each checkpoint ("everything before this cursor is done") and returns its
+result. In a weighted worker, the first checkpoint after ``slice`` has elapsed in the current turn ends the
+turn: the cursor is kept in ``job.meta["fair_cursor"]`` (with ``fair_turns`` and ``fair_items``), the worker
+queues the job again under the same id, and the next turn calls the function again with
+``cursor=<saved cursor>``. The cursor must be something the job's serializer can store (pickle by default;
+an int, a string or a small tuple keeps the meta small).
+
+Checkpoints are saved to Redis every ``save_every`` checkpoints (one HSET of the job's meta), and always with
+the end of a turn (riding the pipeline that queues the job again, so it costs no round trip of its own). A
+job that crashes is resumed by crash recovery from its last saved cursor: at most ``save_every`` checkpoints'
+worth of work runs twice per crash.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar, cast
+
+from pydantic import TypeAdapter
+from rq import get_current_job
+from rq.job import Job
+
+from fair_router.config.settings import validated
+from fair_router.config.validation import AtLeastOne, Duration
+from fair_router.iteration.turns import CURSOR, HOST, ITEMS, MARKER, TURN_END, TURNS
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_SLICE: TypeAdapter[float] = TypeAdapter(Duration)
+_EVERY: TypeAdapter[int] = TypeAdapter(AtLeastOne)
+
+
+@dataclass(frozen=True)
+class Slicing:
+    """How an interruptible function runs: ``slice`` seconds per turn, a save every ``save_every`` checkpoints."""
+
+    slice: float
+    save_every: int
+
+
+def interruptible(
+    slice: str | float | timedelta = "1s",
+    save_every: int = 1,
+) -> Callable[[Callable[P, Generator[Any, Any, R]]], Callable[P, R]]:
+    """Make a generator job function interruptible (see the module docstring): it runs in turns of about
+    ``slice`` (a duration: seconds, ``"300ms"``, ``"1s"``, a timedelta), saving its cursor every
+    ``save_every`` checkpoints. Put it under ``@fair_job(...)``. Bad values raise SettingsError naming them."""
+    slicing = Slicing(validated(_SLICE, slice, "interruptible(slice=...)"),
+                      validated(_EVERY, save_every, "interruptible(save_every=...)"))
+
+    def decorate(func: Callable[P, Generator[Any, Any, R]]) -> Callable[P, R]:
+        @functools.wraps(func)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            job = get_current_job()
+            if job is None or not HOST.active:
+                return _to_the_end(func(*args, **kwargs))  # nobody can queue a turn again: run it all
+            return Turn(job, slicing).run(func, args, kwargs)
+
+        setattr(run, MARKER, slicing)
+        return run
+
+    return decorate
+
+
+def _to_the_end(steps: Generator[Any, Any, R]) -> R:
+    """Run a generator to its return value (or return a plain function's result as it is)."""
+    if not isinstance(steps, Generator):
+        return steps
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            result: R = end.value
+            return result
+
+
+class Turn:
+    """One turn of an interruptible job in a weighted worker: from the saved cursor to the end of the slice
+    (or a warm shutdown), or to the generator's return."""
+
+    def __init__(self, job: Job, slicing: Slicing) -> None:
+        self.job = job
+        self.slicing = slicing
+
+    def run(self, func: Callable[..., Generator[Any, Any, R]], args: Any, kwargs: Any) -> R:
+        """The generator's return value, or :data:`TURN_END` (typed as R: the worker takes it, never a caller)."""
+        meta, job = self.job.meta, self.job
+        if CURSOR in meta:
+            kwargs = {**kwargs, "cursor": meta[CURSOR]}
+        items = int(meta.get(ITEMS) or 0)
+        meta[TURNS] = int(meta.get(TURNS) or 0) + 1
+        steps = func(*args, **kwargs)
+        if not isinstance(steps, Generator):
+            return steps  # not a generator function after all: its result
+        deadline = time.monotonic() + self.slicing.slice
+        pending, dirty = 0, True  # checkpoints not saved yet; the new turn count is not saved either
+        while True:
+            try:
+                cursor = next(steps)
+            except StopIteration as end:
+                if dirty:  # the final counts (rq's success handling does not write the meta)
+                    job.save_meta()  # type: ignore[no-untyped-call]
+                result: R = end.value
+                return result
+            items += 1
+            meta[CURSOR], meta[ITEMS] = cursor, items
+            if HOST.stop or time.monotonic() >= deadline:
+                steps.close()  # the generator's finally blocks run now, not at garbage collection
+                return cast(R, TURN_END)  # the worker saves the meta as it queues the job again
+            pending += 1
+            if pending >= self.slicing.save_every:
+                job.save_meta()  # type: ignore[no-untyped-call]
+                pending, dirty = 0, False
+            else:
+                dirty = True

@@ -1,0 +1,80 @@
+"""What an interruptible job, the worker running it and crash recovery share.
+
+A job cannot reach the worker that runs it through rq's public API, and the worker must not depend on job
+code; so they meet here: the worker sets :data:`HOST` in the process that runs the job (the forking worker
+in its own process before the fork, so the work horse inherits it; a signal handler sets ``stop`` later),
+and a job ends a turn by returning :data:`TURN_END`, which the worker recognises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rq.job import Job
+
+CURSOR = "fair_cursor"
+"""``job.meta`` key: the cursor of the last checkpoint (the value the generator yielded), saved with the job."""
+TURNS = "fair_turns"
+"""``job.meta`` key: how many turns the job has started (1 during its first)."""
+ITEMS = "fair_items"
+"""``job.meta`` key: checkpoints passed over all turns (after a crash, counted again from the saved one)."""
+RESUMES = "fair_resumes"
+"""``job.meta`` key: how many times crash recovery queued the job again from its saved cursor."""
+
+MARKER = "__fair_interruptible__"
+"""Attribute of a function decorated with ``interruptible`` (its ``Slicing``); copied by ``functools.wraps``,
+so a ``@fair_job`` over it carries it too."""
+
+
+class TurnEnd:
+    """The return value of an interruptible job whose turn ended before its generator did: the worker queues
+    the job again instead of handling a success (no FINISHED, callbacks, dependents or result)."""
+
+    def __repr__(self) -> str:
+        return "TURN_END"
+
+
+TURN_END = TurnEnd()
+
+
+class Host:
+    """What the worker that runs jobs in this process tells interruptible jobs. Plain attributes, no lock: a
+    signal handler sets ``stop`` while the job's code runs (a lock taken there could deadlock)."""
+
+    def __init__(self) -> None:
+        self.active = False
+        """A worker that can queue a turn again runs the current job (else a job runs to its end at once:
+        a plain rq worker, or a queue with ``is_async=False``)."""
+        self.stop = False
+        """Warm shutdown: the running job stops at its next checkpoint."""
+
+    def hosting(self, active: bool, stop: bool = False) -> None:
+        """A job starts (``active``; ``stop`` when a warm shutdown is already pending) or has ended."""
+        self.active, self.stop = active, stop
+
+
+HOST = Host()
+"""This process's host (one worker runs one job at a time per process)."""
+
+
+def is_turn_end(value: Any) -> bool:
+    """Whether a job's return value ends a turn rather than the job."""
+    return isinstance(value, TurnEnd)
+
+
+def is_interruptible(job: Job) -> bool:
+    """Whether ``job``'s function is decorated with ``interruptible`` (imports it, as a worker would; a function
+    that cannot be imported counts as not interruptible)."""
+    try:
+        func = job.func
+    except Exception:
+        return False
+    return getattr(func, MARKER, None) is not None
+
+
+def turns_started(job: Job) -> int:
+    """How many turns ``job`` has started (0 before its first)."""
+    try:
+        return int(job.meta.get(TURNS) or 0)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,57 @@
+"""The interruptible jobs running now (:mod:`fair_router.iteration`), with their cursor, turns and items: what
+the dashboard and ``fair-router tenant show`` list.
+
+Two pipelined round trips whatever the number of queues: every queue's StartedJobRegistry members, then
+those jobs (``Job.fetch_many``). Bounded by the jobs running, that is by the number of busy workers. The
+job's meta is read with rq's default serializer (the one the workers wrote it with)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from redis import Redis
+from rq import Queue
+from rq.job import Job
+from rq.registry import StartedJobRegistry
+
+from fair_router.iteration.turns import CURSOR, ITEMS, TURNS
+from fair_router.observe.model import RunningIteration
+from fair_router.routing.jobmeta import META_TENANT
+from fair_router.rq_internals.registry import job_id_of
+
+CURSOR_SHOWN = 40
+"""Characters of a cursor's repr shown (a cursor can be any value the job's serializer stores)."""
+
+
+def known_queues(connection: Redis) -> list[str]:
+    """Every queue rq knows (its set of queues)."""
+    prefix = len(Queue.redis_queue_namespace_prefix)
+    return sorted(raw.decode()[prefix:] if isinstance(raw, bytes) else str(raw)[prefix:]
+                  for raw in connection.smembers(Queue.redis_queues_keys))
+
+
+def running_iterations(connection: Redis, queues: Sequence[str], tenant: str | None = None) -> list[RunningIteration]:
+    """The interruptible jobs running in ``queues`` (those that have started a turn), of ``tenant`` only if
+    given, by queue then job id."""
+    with connection.pipeline(transaction=False) as pipe:
+        for name in queues:
+            pipe.zrange(StartedJobRegistry(name, connection=connection).key, 0, -1)
+        replies = pipe.execute()
+    running = [(name, job_id_of(member.decode() if isinstance(member, bytes) else str(member)))
+               for name, members in zip(queues, replies, strict=True) for member in members]
+    if not running:
+        return []
+    found = []
+    for (name, _), job in zip(running, Job.fetch_many([job_id for _, job_id in running], connection=connection),
+                              strict=True):
+        if job is None or TURNS not in job.meta:
+            continue
+        owner = job.meta.get(META_TENANT)
+        if tenant is not None and owner != tenant:
+            continue
+        cursor = repr(job.meta.get(CURSOR))
+        found.append(RunningIteration(
+            job.id, name, None if owner is None else str(owner), job.func_name or "",
+            cursor if len(cursor) <= CURSOR_SHOWN else cursor[:CURSOR_SHOWN - 1] + "…",
+            int(job.meta.get(TURNS) or 0), int(job.meta.get(ITEMS) or 0)))
+    return sorted(found, key=lambda it: (it.queue, it.job_id))
