@@ -5,6 +5,7 @@ warning, not an error."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -179,5 +180,11 @@ def test_the_example_settings_file_passes(tmp_path: Path) -> None:
     (app / "__init__.py").write_text("")
     (app / "tasks.py").write_text("from fair_router import fair_job\n\n\n@fair_job('default')\n"
                                   "def process(account_id: str, item_id: int) -> None: ...\n")
-    result = CliRunner().invoke(main, ["check", str(example), "--path", str(tmp_path)])
+    try:
+        result = CliRunner().invoke(main, ["check", str(example), "--path", str(tmp_path)])
+    finally:  # check imported this myapp in-process: it must not shadow the docs' own myapp later
+        for name in [name for name in sys.modules if name == "myapp" or name.startswith("myapp.")]:
+            del sys.modules[name]
+        if str(tmp_path) in sys.path:
+            sys.path.remove(str(tmp_path))
     assert result.exit_code == 0 and "warning" not in result.output, result.output
