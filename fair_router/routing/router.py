@@ -32,8 +32,8 @@ from fair_router.controls.backlog import BacklogCaps, execute, withdraw
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.admin import TenantAdmin
-from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
-from fair_router.routing.placement import Pending, Placement, Route, RouteInputs
+from fair_router.routing.onetrip import OneTrip
+from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
 from fair_router.routing.rules import Rule, last_match
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
@@ -84,7 +84,10 @@ class FairRouter(TenantAdmin):
         self.fair_queue_names: frozenset[str] = frozenset()  # settings' ``fair_queues:`` (the decorator sets it)
         self.marks = FairnessMarks(connection, keys.prefix)
         self.servers = ShardServers(shard_urls) if shard_urls else None
-        self._rule_meta: dict[Rule, dict[str, Any]] = {}
+        self._meta = JobMetas()
+        self.one_round_trip = True
+        """Routed enqueues in one MULTI with the job (:mod:`fair_router.routing.onetrip`); False on a Redis Cluster."""
+        self._one_trip = OneTrip(self)
         self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
 
     # -- recording and choosing ----------------------------------------------------------------
@@ -115,19 +118,27 @@ class FairRouter(TenantAdmin):
             return [Placement()] * len(jobs)
         call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
                            now_arg(self.clock), inputs.shards)
-        announced = self._announced.get(route.job_key)
-        if not route.rules or (announced is not None and time.monotonic() - announced < ANNOUNCE_EVERY):
+        if not self.announce_due(route):
             picks = call.run()
         else:
-            # The job key joins the set readers list routed counters from, in the same round trip (again
-            # every ANNOUNCE_EVERY seconds, so a Redis that lost it learns it back).
             with self.connection.pipeline(transaction=False) as pipe:
                 call.queue(pipe)
-                pipe.sadd(self.keys.observe_job_keys(), route.job_key)
+                self.announce(route, pipe)
                 picks = self._route.parse(pipe.execute()[0])
-            self._announced[route.job_key] = time.monotonic()
         return [Placement(route.rules[rule - 1] if rule else None, None if shard < 0 else shard)
                 for rule, shard in picks]
+
+    def announce_due(self, route: Route) -> bool:
+        """Whether a routed enqueue of ``route`` adds its job key to the set readers list routed counters from
+        (:meth:`announce`): the first time, then every ANNOUNCE_EVERY seconds, so a Redis that lost it learns
+        it back."""
+        announced = self._announced.get(route.job_key)
+        return bool(route.rules) and (announced is None or time.monotonic() - announced >= ANNOUNCE_EVERY)
+
+    def announce(self, route: Route, pipe: Pipeline) -> None:
+        """Queue the addition of the job key (:meth:`announce_due`) on ``pipe``, with the routing call."""
+        pipe.sadd(self.keys.observe_job_keys(), route.job_key)
+        self._announced[route.job_key] = time.monotonic()
 
     def decide(self, route: Route, jobs: Sequence[tuple[str | int, str]]) -> list[Rule | None]:
         """:meth:`record_and_choose` under its 0.1 name, kept for callers: it too records the enqueues."""
@@ -203,6 +214,8 @@ class FairRouter(TenantAdmin):
         if queue is not None and route.shards is not None:  # an explicit queue is taken as it is: no shard
             route = replace(route, shards=None)
         pending = Pending(tenant, job_id, tenant is not None and not system)
+        if queue is None and at is None and not fair and self._one_trip.applies(route, call, pending):
+            return self._one_trip.enqueue(route, call, pending, system)
         down: list[int] = []
         while True:
             placed = self.place(route, [pending], down)[0]  # an explicit queue too is recorded in the window
@@ -296,29 +309,6 @@ class FairRouter(TenantAdmin):
             if refused is not None:
                 withdraw(queue.connection, placed, group)
                 raise refused
-
-    def _meta(
-        self,
-        meta: dict[str, Any] | None,
-        tenant: str | None,
-        placed: Placement,
-        system: bool = False,
-        route: Route | None = None,
-    ) -> dict[str, Any]:
-        """The job's meta plus ``fair_tenant``, ``fair_rule`` (the rule as a dict, or None), for system jobs
-        ``fair_system``, when the job function has a rate, ``fair_rate`` (job key, rate, burst: what
-        the worker checks when it takes the job), and on a sharded route ``fair_shard``."""
-        described, rule = None, placed.rule
-        if rule is not None:
-            if rule not in self._rule_meta:
-                self._rule_meta[rule] = rule.model_dump()
-            described = dict(self._rule_meta[rule])
-        extra: dict[str, Any] = {META_SYSTEM: True} if system else {}
-        if route is not None and route.rate is not None:
-            extra[META_RATE] = {"job_key": route.job_key, "rate": str(route.rate), "burst": route.burst}
-        if placed.shard is not None:
-            extra[META_SHARD] = placed.shard
-        return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}
 
 
 def _parse_args_keywords(call: EnqueueArgs) -> dict[str, Any]:

@@ -48,6 +48,17 @@ class ShardLoads(NamedTuple):
     loads: list[tuple[str | None, int]]
 
 
+class RoutePush(NamedTuple):
+    """route.lua's push section: where one job saved earlier in the same MULTI goes once its rule is chosen."""
+
+    job_key: str  # the job's hash (rq's job key)
+    queues_key: str  # rq's set of queue keys
+    at_front: bool
+    job_id: str
+    lists: list[str]  # the rq list of each family: base queue, then each rule's
+    metas: list[bytes]  # the job's serialized meta for each family (the rule that routed it is in it)
+
+
 class RouteScript(LuaScript[list[tuple[int, int]]]):
     """route.lua: record each job in its tenant window, return the matching rule per job and, for a sharded
     job key, the least loaded of the job's candidate shards."""
@@ -67,10 +78,11 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
         rules: tuple[Rule, ...],
         now_ms: str,
         shards: ShardLoads | None = None,
+        push: RoutePush | None = None,
     ) -> Call[list[tuple[int, int]]]:
-        """KEYS = the job key's ``routed`` counters, ``windows``, then the shard section's load keys;
-        ``base``: the queue family of jobs no rule matches. Result: per job (0 or the 1-based index of the rule
-        that matched, the chosen shard or -1)."""
+        """KEYS = the job key's ``routed`` counters, ``windows``, then the shard section's load keys, then the
+        push section's keys; ``base``: the queue family of jobs no rule matches; ``push``: one job to push.
+        Result: per job (0 or the 1-based index of the rule that matched, the chosen shard or -1)."""
         keys = [routed, *windows]
         args: list[str | int | bytes] = [now_ms, *self._header(base, rules), len(windows)]
         if shards is None:
@@ -83,6 +95,14 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
                 else:
                     keys.append(key)
                     args += (len(keys), extra)
+        if push is None:
+            args.append(0)
+        else:
+            keys += (push.job_key, push.queues_key)
+            args += (1, len(keys) - 1, len(keys), int(push.at_front), push.job_id)
+            for rq_list, meta in zip(push.lists, push.metas, strict=True):
+                keys.append(rq_list)
+                args += (len(keys), meta)
         for job in jobs:
             args += (0 if job.window is None else job.window + 1, Keys.member(job.job_id), len(job.candidates),
                      *(position + 1 for position in job.candidates))
