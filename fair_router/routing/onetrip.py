@@ -17,20 +17,19 @@ slots: set ``FairRouter.one_round_trip = False`` there (two round trips, each on
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from redis import Redis
 from redis.client import Pipeline
 from rq import Queue
 from rq.job import Job
 from rq.queue import EnqueueArgs
 
-from fair_router.routing.placement import Pending, Placement, Route, RouteInputs
+from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
 from fair_router.rq_internals.queue import RqQueueSeam
+from fair_router.store.keys import Keys
 from fair_router.store.luascript import execute_loaded
-from fair_router.store.scripts import RoutePush, now_arg
-
-if TYPE_CHECKING:
-    from fair_router.routing.router import FairRouter
+from fair_router.store.scripts import Clock, RoutePush, RouteScript, now_arg
 
 PushCall = Callable[[Job, Pipeline, bool], None]
 """Queues the route.lua call that pushes ``job`` (``at_front``) on the pipeline that saved it."""
@@ -67,10 +66,28 @@ class PlacedQueue(Queue):
         self.push_call(self._job, pipeline, bool(at_front))
 
 
+class Router(Protocol):
+    """What of :class:`~fair_router.routing.router.FairRouter` the one-trip enqueue uses (named here: the
+    router imports this module)."""
+
+    connection: Redis
+    keys: Keys
+    clock: Clock | None
+    one_round_trip: bool
+    _route: RouteScript
+    _meta: JobMetas
+
+    def queue(self, name: str, fair: bool = False, shard: int | None = None) -> Queue: ...
+
+    def announce_due(self, route: Route) -> bool: ...
+
+    def announce(self, route: Route, pipe: Pipeline) -> None: ...
+
+
 class OneTrip:
     """A router's one-round-trip enqueue (module docstring): when it applies, and the enqueue."""
 
-    def __init__(self, router: FairRouter) -> None:
+    def __init__(self, router: Router) -> None:
         self.router = router
         self._bases: dict[str, PlacedQueue] = {}
 

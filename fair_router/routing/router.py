@@ -85,8 +85,7 @@ class FairRouter(TenantAdmin):
         self.marks = FairnessMarks(connection, keys.prefix)
         self.servers = ShardServers(shard_urls) if shard_urls else None
         self._meta = JobMetas()
-        self.one_round_trip = True
-        """Routed enqueues in one MULTI with the job (:mod:`fair_router.routing.onetrip`); False on a Redis Cluster."""
+        self.one_round_trip = True  # routed enqueues in one MULTI (routing.onetrip); set False on a Redis Cluster
         self._one_trip = OneTrip(self)
         self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
 
