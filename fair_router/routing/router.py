@@ -1,8 +1,9 @@
 """FairRouter: where a job's queue is decided, at enqueue time.
 
 Each enqueue is recorded in the sliding window of its (job key, tenant) by one Lua call
-(``lua/route.lua``), which also returns the last throttle rule the tenant now exceeds; the job is then
-enqueued into that rule's queue with plain rq in one pipelined round trip. Everything rq does later
+(``lua/route.lua``), which also picks the last throttle rule the tenant now exceeds; the job goes into that
+rule's queue, in the same MULTI as rq's save of the job where it can (:mod:`fair_router.routing.onetrip`),
+else with plain rq in one pipelined round trip after the script. Everything rq does later
 (retries, the scheduler, dependents) goes back to ``job.origin`` and never passes through here, so it
 is never counted twice or rerouted.
 """
