@@ -16,6 +16,7 @@ slots: set ``FairRouter.one_round_trip = False`` there (two round trips, each on
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -46,24 +47,33 @@ class PlacedQueue(Queue):
 
     def __init__(self, name: str, connection: Any) -> None:
         super().__init__(name, connection=connection)
-        self.push_call: PushCall | None = None
-        self._job: Job | None = None
+        self._local = threading.local()  # per thread (a router may serve several): .job, .push_call
+
+    def enqueue_with(self, push_call: PushCall, call: EnqueueArgs) -> Job:
+        """rq's ``enqueue_call`` of ``call`` (whose pipeline is the router's), its push by ``push_call``."""
+        self._local.push_call = push_call
+        try:
+            job: Job = self.enqueue_call(**call._asdict())
+            return job
+        finally:
+            self._local.push_call = None
 
     def enqueue_job(self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False,
                     unique: bool = False) -> Job:
         if pipeline is None or unique or job._dependency_ids or job.has_rate_limit:
             raise ValueError("PlacedQueue enqueues into the router's pipeline only, without dependencies, "
                              "rate limits or unique")
-        self._job = job
+        self._local.job = job
         try:
             return self._enqueue_job(job, pipeline=pipeline, at_front=at_front)
         finally:
-            self._job = None
+            self._local.job = None
 
     def push_job_id(self, job_id: str, pipeline: Pipeline | None = None, at_front: bool = False) -> None:
-        if self._job is None or self._job.id != job_id or pipeline is None or self.push_call is None:
+        job, push_call = getattr(self._local, "job", None), getattr(self._local, "push_call", None)
+        if job is None or job.id != job_id or pipeline is None or push_call is None:
             raise RuntimeError(f"PlacedQueue {self.name!r}: push of {job_id!r} outside the router's enqueue")
-        self.push_call(self._job, pipeline, bool(at_front))
+        push_call(job, pipeline, bool(at_front))
 
 
 class Router(Protocol):
@@ -123,9 +133,7 @@ class OneTrip:
             at.append(len(pipe.command_stack) - 1)
 
         with router.connection.pipeline() as pipe:
-            base.push_call = push
-            job: Job = base.enqueue_call(**call._replace(job_id=pending.job_id, meta=metas[0],
-                                                         pipeline=pipe)._asdict())
+            job = base.enqueue_with(push, call._replace(job_id=pending.job_id, meta=metas[0], pipeline=pipe))
             if router.announce_due(route):
                 router.announce(route, pipe)
             results = execute_loaded(pipe, lambda p: p.execute())
