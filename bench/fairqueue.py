@@ -9,12 +9,14 @@ O(log tenants)). Filling is not timed.
 
 Then single enqueues: each round times ``--enqueues`` one-by-one ``enqueue`` calls (tenants in turn) on
 a FairQueue and on a plain Queue, sides alternating first; reported as the median fair/plain ratio of
-enqueues/s (no goal in the issue; rq's enqueue is two round trips, the fair push rides in its MULTI).
+enqueues/s (goal >= 0.95x: rq's enqueue is two round trips, a fair one is one MULTI with the fair push as
+an EVALSHA in it). ``--enqueue-only`` runs only this part.
 
 Always runs on a private redis-server (it empties the database between drains, so it never touches
 a server of yours).
 
-    .venv/bin/python bench/fairqueue.py [--jobs 2000] [--rounds 3] [--tenants 10,1000,10000] [--json PATH]
+    .venv/bin/python bench/fairqueue.py [--jobs 2000] [--rounds 3] [--tenants 10,1000,10000] [--enqueues 1000]
+                                        [--enqueue-only] [--json PATH]
 """
 
 from __future__ import annotations
@@ -121,9 +123,10 @@ def main() -> None:
     parser.add_argument("--tenants", default="10,1000,10000", help="comma-separated active tenant counts")
     parser.add_argument("--enqueues", type=int, default=1000, help="single enqueues timed per side and round")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--enqueue-only", action="store_true", help="only the single-enqueue comparison")
     args = parser.parse_args()
     logging.getLogger("rq").setLevel(logging.WARNING)
-    counts = [int(x) for x in args.tenants.split(",")]
+    counts = [] if args.enqueue_only else [int(x) for x in args.tenants.split(",")]
     with RedisServer() as server:
         rows = run(server.client(), counts, args.jobs, args.rounds)
         enqueue = enqueue_ratios(server.client(), args.enqueues, args.rounds)

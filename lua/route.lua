@@ -12,8 +12,15 @@
 --          then n_windows, then the shard section: n_used (0 = not sharded), then n_used shard numbers,
 --          then for each family f = 0 (base), 1..n_rules and each used shard u, a pair (load key index into
 --          KEYS or 0, base load): the family's member on that shard waits `LLEN(key) + base` jobs;
+--          then the push section: 0 (none), or 1 then job hash KEYS index, rq:queues KEYS index, at_front ('1'/'0'),
+--          job_id, and for each family f = 0..n_rules a pair (its rq list KEYS index, the job's meta for it);
 --          then per job, in enqueue order: window index (1-based among the windows; 0 = not recorded, e.g.
 --          a system job), job_id, n_candidates, then that many used-shard positions (1-based) to choose among.
+-- Push     (one unsharded job, rq's keys on this server: FairRouter's one-round-trip enqueue) the job, saved
+--          by rq earlier in the same MULTI with its base queue as origin, goes to the queue its rule chose, as
+--          rq's enqueue would put it there: origin and meta (the rule is in it) set, the id pushed onto the
+--          list (LPUSH at_front, else RPUSH), the list added to rq:queues. On a Redis Cluster these keys are on
+--          other slots: the router routes first and enqueues with rq after (two round trips).
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
 --          A batch's own jobs count in the loads: ten jobs of one tenant spread over its shards.
@@ -59,6 +66,10 @@ local function load_of(slot)
   end
   return known
 end
+
+local push = tonumber(ARGV[at]) == 1
+local push_at = at + 1
+at = push and (at + 5 + 2 * (n_rules + 1)) or (at + 1)
 
 local reply, routed = {}, {}
 local touched = {}
@@ -108,6 +119,15 @@ end
 -- Counted per target queue family (fair_router.observe reads them): one HINCRBY per rule used by the batch.
 for rule, n in pairs(routed) do
   redis.call('HINCRBY', KEYS[1], target[rule], n)
+end
+
+if push then
+  local job, at_front, job_id = KEYS[tonumber(ARGV[push_at])], ARGV[push_at + 2] == '1', ARGV[push_at + 3]
+  local family = push_at + 4 + 2 * reply[1]
+  local list = KEYS[tonumber(ARGV[family])]
+  redis.call('HSET', job, 'origin', target[reply[1]], 'meta', ARGV[family + 1])
+  redis.call(at_front and 'LPUSH' or 'RPUSH', list, job_id)
+  redis.call('SADD', KEYS[tonumber(ARGV[push_at + 1])], list)
 end
 
 -- Entries older than the longest window are never counted; an idle window expires whole.

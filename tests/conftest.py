@@ -6,9 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, cast
 
@@ -65,6 +66,54 @@ def command_calls(conn: Redis, *names: str) -> int:
         return int(cast(dict[str, Any], conn.info("stats"))["total_commands_processed"])
     stats = cast(dict[str, Any], conn.info("commandstats"))
     return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names)
+
+
+@contextmanager
+def monitored(conn: Redis) -> Iterator[list[tuple[str, str]]]:
+    """The commands the server runs meanwhile, from its MONITOR feed: (client address, command name); commands
+    a script runs are left out."""
+    feed: list[tuple[str, str]] = []
+    ready, stop = threading.Event(), f"monitor-stop-{id(feed)}"
+
+    def listen() -> None:
+        with conn.monitor() as monitor:
+            ready.set()
+            for entry in monitor.listen():
+                if entry["command"] == f"ECHO {stop}":
+                    return
+                if entry["client_type"] != "lua":
+                    feed.append((f"{entry['client_address']}:{entry['client_port']}",
+                                 entry["command"].split(" ", 1)[0].upper()))
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    assert ready.wait(10)  # the server has answered MONITOR: every later command is in the feed
+    try:
+        yield feed
+    finally:
+        conn.echo(stop)
+        thread.join(30)
+        assert not thread.is_alive()
+
+
+def round_trips(feed: Sequence[tuple[str, str]]) -> int:
+    """Round trips in a :func:`monitored` feed: a MULTI ... EXEC block counts one, any other command one.
+    (redis-py sends a pipeline without MULTI in one round trip too, but ours all use MULTI.) A new
+    connection's handshake (HELLO, CLIENT SETINFO: the pool opens one while MONITOR holds another) is not
+    counted."""
+    inside: dict[str, bool] = {}
+    trips = 0
+    for client, name in feed:
+        if name in ("HELLO", "CLIENT", "AUTH", "SELECT"):
+            continue
+        if name == "MULTI":
+            inside[client] = True
+            trips += 1
+        elif name in ("EXEC", "DISCARD"):
+            inside[client] = False
+        elif not inside.get(client, False):
+            trips += 1
+    return trips
 
 
 TESTS = Path(__file__).resolve().parent

@@ -21,7 +21,7 @@ from typing import Any
 import fair_jobs
 import pytest
 import yaml
-from conftest import command_calls, terminate
+from conftest import command_calls, monitored, round_trips, terminate
 from redis import Redis
 from rq import Queue, Retry, SimpleWorker, Worker
 from rq.job import Job, JobStatus
@@ -31,7 +31,7 @@ from rq.scheduler import RQScheduler
 from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.config.settings import TiersConfig
 from fair_router.demo.redis_server import RedisServer
-from fair_router.store.scripts import PopKind
+from fair_router.store.fair_scripts import PopKind
 
 TESTS = Path(__file__).resolve().parent
 PREFIX = "fq_test"
@@ -537,21 +537,32 @@ def test_enqueue_many_pushes_in_batches_inside_the_callers_pipeline(conn: Redis)
     assert child.get_status() == JobStatus.DEFERRED and queue.count == 2501 - 6 + 1
 
 
-def test_a_fair_enqueue_sends_no_script_exists_and_survives_a_flushed_script_cache(conn: Redis) -> None:
-    """redis-py asks SCRIPT EXISTS before executing any pipeline that holds a registered script: a round
-    trip more than rq's enqueue. Our pushes go into rq's MULTI as EVAL instead, which also cannot meet
-    NOSCRIPT when the server has lost its scripts (a restart)."""
+def test_a_fair_enqueue_is_one_round_trip_and_survives_a_flushed_script_cache(conn: Redis) -> None:
+    """rq's enqueue takes two round trips (the queue's registration, then the job's MULTI); a fair enqueue
+    sends both in one MULTI, its push an EVALSHA of the script loaded once (not the 12 KB source, and no
+    SCRIPT EXISTS, which redis-py sends before a pipeline holding a registered script). When the server
+    has lost its scripts (a restart), the enqueue loads them and runs again: the job is queued once."""
     queue = fair(conn)
     queue.enqueue(fair_jobs.log, "A", 0, fair_tenant="A")
     conn.config_resetstat()
-    queue.enqueue(fair_jobs.log, "A", 1, fair_tenant="A")
+    with monitored(conn) as feed:
+        queue.enqueue(fair_jobs.log, "A", 1, fair_tenant="A")
+    assert round_trips(feed) == 1, feed
+    assert ("EVALSHA" in [name for _, name in feed]) and ("SADD" in [name for _, name in feed])
     queue.enqueue_many([Queue.prepare_data(fair_jobs.log, ("B", 0), meta={"fair_tenant": "B"})])
-    assert command_calls(conn, "script|exists", "script") == 0  # "script" is the name before Redis 7
-    assert command_calls(conn, "eval") == 2
+    assert command_calls(conn, "script|exists", "script|load", "script") == 0  # "script": before Redis 7
+    assert command_calls(conn, "eval") == 0 and command_calls(conn, "evalsha") == 2
     conn.script_flush()
     queue.enqueue(fair_jobs.log, "A", 2, fair_tenant="A")
-    assert queue.count == 4
+    assert command_calls(conn, "script|load", "script") == 1
+    assert queue.count == 4 and conn.llen(queue.key) == 4
     assert pop_ids(queue, 4, {job.id: job.meta["fair_tenant"] for job in queue.jobs}) == ["A", "B", "A", "A"]
+    # Into a caller's pipeline (which we cannot run twice) the push goes as EVAL of the source.
+    conn.script_flush()
+    with conn.pipeline() as pipe:
+        job = queue.enqueue(fair_jobs.log, "C", 0, fair_tenant="C", pipeline=pipe)
+        pipe.execute()
+    assert queue.get_job_ids() == [job.id]
 
 
 def test_tenants_that_went_idle_leave_no_state_once_the_virtual_time_passes_them(conn: Redis) -> None:

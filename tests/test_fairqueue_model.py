@@ -24,7 +24,7 @@ from rq.registry import CanceledJobRegistry
 from fair_router import FairQueue
 from fair_router.config.settings import TiersConfig
 from fair_router.demo.redis_server import RedisServer
-from fair_router.store.scripts import PopKind
+from fair_router.store.fair_scripts import PopKind
 
 PREFIX = "fq_model"
 NAME = "default"

@@ -3,13 +3,10 @@ worker's job-start hook with real in-process rq workers."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, cast
 
 import pytest
-from conftest import command_calls
+from conftest import command_calls, monitored
 from pydantic import ValidationError
 from redis import Redis
 from rq import Queue
@@ -215,34 +212,6 @@ def test_the_worker_gathers_starts_and_flushes_them_on_rq_s_own_job_start_pipeli
         rq_waits = sum((job.started_at - job.enqueued_at).total_seconds() for job in finished if job is not None)
         ours = snap.everyone.histogram.total_us / 1e6
         assert rq_waits - jobs * 0.25 <= ours <= rq_waits + 0.001 * jobs, (mode, ours, rq_waits)
-
-
-@contextmanager
-def monitored(conn: Redis) -> Iterator[list[tuple[str, str]]]:
-    """The commands the server runs meanwhile, from its MONITOR feed: (client address, command name); commands
-    a script runs are left out."""
-    feed: list[tuple[str, str]] = []
-    ready, stop = threading.Event(), f"monitor-stop-{id(feed)}"
-
-    def listen() -> None:
-        with conn.monitor() as monitor:
-            ready.set()
-            for entry in monitor.listen():
-                if entry["command"] == f"ECHO {stop}":
-                    return
-                if entry["client_type"] != "lua":
-                    feed.append((f"{entry['client_address']}:{entry['client_port']}",
-                                 entry["command"].split(" ", 1)[0].upper()))
-
-    thread = threading.Thread(target=listen, daemon=True)
-    thread.start()
-    assert ready.wait(10)  # the server has answered MONITOR: every later command is in the feed
-    try:
-        yield feed
-    finally:
-        conn.echo(stop)
-        thread.join(30)
-        assert not thread.is_alive()
 
 
 def _in_transaction(feed: list[tuple[str, str]], command: str) -> list[bool]:

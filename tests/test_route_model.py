@@ -72,4 +72,4 @@ def test_route_script_matches_model(conn: Redis, rules: list[Rule], ops: list[tu
         job_id = issued[-1 - repeat % len(issued)] if repeat is not None and issued else f"job-{n}"
         issued.append(job_id)
         expected = model.route(tenant, job_id, clock.ms, "base")
-        assert router.route("app.job", tenant, job_id, "base", rules) == expected, (n, tenant, job_id)
+        assert router.record_and_route("app.job", tenant, job_id, "base", rules) == expected, (n, tenant, job_id)

@@ -89,12 +89,12 @@ def test_same_job_id_counts_once(conn: Redis) -> None:
     assert router.record_and_route("k", "t", "new", "base", rules) == "slow"
 
 
-def test_route_and_decide_are_the_recording_calls_under_their_old_names(conn: Redis) -> None:
-    """``route`` (the design's public name) and ``decide`` (0.1.0's) record exactly as the calls they alias."""
+def test_record_and_route_and_record_and_choose_record_in_the_same_window(conn: Redis) -> None:
+    """The one-job and the batch recording calls count into the same windows."""
     router = FairRouter(conn, clock=FakeClock())
     rules = [Rule(queue="slow", threshold=2, per="1h")]
-    assert router.route("k", "t", "a", "base", rules) == "base"
-    assert router.decide(Route("k", "base", tuple(rules)), [("t", "b"), ("u", "c")]) == [None, None]
+    assert router.record_and_route("k", "t", "a", "base", rules) == "base"
+    assert router.record_and_choose(Route("k", "base", tuple(rules)), [("t", "b"), ("u", "c")]) == [None, None]
     assert router.record_and_route("k", "t", "d", "base", rules) == "slow"  # a, b and d
     assert conn.zcard(router.keys.window("k", "t")) == 3 and conn.zcard(router.keys.window("k", "u")) == 1
 

@@ -19,9 +19,9 @@ from fair_router.routing.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.routing.tenancy import optional_tenant_id
 from fair_router.routing.tiers import TierBook
 from fair_router.rq_internals.queue import RqQueueSeam
+from fair_router.store.fair_scripts import PushEntry
 from fair_router.store.keys import FairQueueKeys, Keys, encode
 from fair_router.store.luascript import LuaScript
-from fair_router.store.scripts import PushEntry
 
 _S = TypeVar("_S", bound=LuaScript[Any])
 

@@ -13,7 +13,7 @@ from rq.utils import as_text
 
 from fair_router.fairqueue.base import FairQueueBase
 from fair_router.fairqueue.serving_order import FairSnapshot, serving_order
-from fair_router.store.scripts import FairRemoveScript
+from fair_router.store.fair_scripts import FairRemoveScript
 
 FIRST_ESTIMATE = 0.01
 """charge="runtime": seconds a pop charges while nothing has been measured on the queue (fair_pop.lua's)."""

@@ -16,7 +16,7 @@ from rq.utils import as_text
 
 from fair_router.fairqueue.base import FairQueueBase
 from fair_router.observe.events import count_event
-from fair_router.store.scripts import FairPushScript, FairSettleScript
+from fair_router.store.fair_scripts import FairPushScript, FairSettleScript
 
 
 class FairMaintenance(FairQueueBase):

@@ -20,8 +20,8 @@ from redis import Redis
 from redis.client import Pipeline
 from rq import Queue
 
+from fair_router.store.fair_scripts import FairUnmarkScript
 from fair_router.store.keys import Keys
-from fair_router.store.scripts import FairUnmarkScript
 
 logger = logging.getLogger("fair_router")
 

@@ -12,7 +12,7 @@ from redis.client import Pipeline
 from rq.job import Job
 
 from fair_router.fairqueue.base import FairQueueBase
-from fair_router.store.scripts import FairParkScript, FairPopScript, FairUnparkScript, PopResult
+from fair_router.store.fair_scripts import FairParkScript, FairPopScript, FairUnparkScript, PopResult
 
 
 class FairPopping(FairQueueBase):

@@ -18,8 +18,9 @@ from fair_router.controls.backlog import Capped, TenantBacklogFull, execute, ref
 from fair_router.fairqueue.base import COST, FairQueueBase, tenant_of
 from fair_router.routing.jobmeta import META_COST, META_TENANT
 from fair_router.rq_internals.queue import RqPush
+from fair_router.store.fair_scripts import FairPushScript
+from fair_router.store.luascript import execute_loaded
 from fair_router.store.outage import naming_redis
-from fair_router.store.scripts import FairPushScript
 
 PUSH_BATCH = 1000
 """Jobs per fair_push.lua call in ``enqueue_many``: one call stays a few ms of Redis time."""
@@ -96,7 +97,7 @@ class FairPushing(FairQueueBase):
     def execute_checked(self, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
         """Execute ``pipe`` (our own, holding the enqueue of ``jobs``); if a push hit a backlog cap, delete the
         saved jobs and raise TenantBacklogFull, so nothing of the enqueue stays behind."""
-        results = execute(pipe)
+        results = execute_loaded(pipe, execute)
         refused = self.caps.refusal(pipe, results)
         if refused is not None:
             withdraw(self.connection, [(self, job) for job in jobs])
@@ -117,7 +118,8 @@ class FairPushing(FairQueueBase):
         call = self._script(FairPushScript)(self.fair_keys, [entry])
         self.mark_fair(pipeline)
         if pipeline is not None:
-            call.queue(pipeline)
+            # On a pipeline of ours an EVALSHA (40 bytes, not the script's 12 KB); on a caller's, EVAL.
+            call.queue_loaded(pipeline) if self.owns(pipeline) else call.queue(pipeline)
             self.caps.record(pipeline, [capped])
             return
         try:
@@ -136,7 +138,8 @@ class FairPushing(FairQueueBase):
         self.mark_fair(pipeline)
         size = max(1, len(entries)) if any(caps) else PUSH_BATCH
         for start in range(0, len(entries), size):
-            self._script(FairPushScript)(self.fair_keys, entries[start:start + size]).queue(pipeline)
+            call = self._script(FairPushScript)(self.fair_keys, entries[start:start + size])
+            call.queue_loaded(pipeline) if self.owns(pipeline) else call.queue(pipeline)
             self.caps.record(pipeline, caps[start:start + size])
 
     def adopt(self, job: Job) -> bool:

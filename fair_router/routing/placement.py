@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rq import Queue
 
 from fair_router.controls.rates import Rate
+from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
 from fair_router.routing.rules import Rule
 from fair_router.routing.shards import Shards, shard_queue
 from fair_router.store.keys import Keys
@@ -111,3 +113,26 @@ class ShardsUnavailable(RuntimeError):
                          f"{list(shards)} is on a Redis that cannot be reached")
         self.tenant = tenant
         self.shards = tuple(shards)
+
+
+class JobMetas:
+    """A routed job's meta: the caller's plus ``fair_tenant``, ``fair_rule`` (the rule as a dict, or None),
+    for system jobs ``fair_system``, when the job function has a rate, ``fair_rate`` (job key, rate, burst:
+    what the worker checks when it takes the job), and on a sharded route ``fair_shard``."""
+
+    def __init__(self) -> None:
+        self._rules: dict[Rule, dict[str, Any]] = {}  # each rule's model_dump, made once
+
+    def __call__(self, meta: dict[str, Any] | None, tenant: str | None, placed: Placement, system: bool = False,
+                 route: Route | None = None) -> dict[str, Any]:
+        described, rule = None, placed.rule
+        if rule is not None:
+            if rule not in self._rules:
+                self._rules[rule] = rule.model_dump()
+            described = dict(self._rules[rule])
+        extra: dict[str, Any] = {META_SYSTEM: True} if system else {}
+        if route is not None and route.rate is not None:
+            extra[META_RATE] = {"job_key": route.job_key, "rate": str(route.rate), "burst": route.burst}
+        if placed.shard is not None:
+            extra[META_SHARD] = placed.shard
+        return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}

@@ -1,15 +1,15 @@
 """FairRouter: where a job's queue is decided, at enqueue time.
 
 Each enqueue is recorded in the sliding window of its (job key, tenant) by one Lua call
-(``lua/route.lua``), which also returns the last throttle rule the tenant now exceeds; the job is then
-enqueued into that rule's queue with plain rq in one pipelined round trip. Everything rq does later
+(``lua/route.lua``), which also picks the last throttle rule the tenant now exceeds; the job goes into that
+rule's queue, in the same MULTI as rq's save of the job where it can (:mod:`fair_router.routing.onetrip`),
+else with plain rq in one pipelined round trip after the script. Everything rq does later
 (retries, the scheduler, dependents) goes back to ``job.origin`` and never passes through here, so it
 is never counted twice or rerouted.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -30,24 +30,23 @@ from fair_router.config.settings import TiersConfig, validated
 from fair_router.config.validation import Prefix, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
 from fair_router.routing.admin import TenantAdmin
-from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
-from fair_router.routing.placement import Pending, Placement, Route, RouteInputs
+from fair_router.routing.announce import Announcer
+from fair_router.routing.onetrip import OneTrip
+from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
 from fair_router.routing.queues import QueueRegistry
 from fair_router.routing.rules import Rule, last_match
 from fair_router.routing.servers import ShardServers
-from fair_router.routing.takeback import Recorded, TakeBack
+from fair_router.routing.takeback import TakeBack, recorded_by
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.routing.tiers import TierBook
 from fair_router.store.keys import Keys
 from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
-__all__ = ["ANNOUNCE_EVERY", "FairRouter", "Placement", "Route", "WindowView"]
+__all__ = ["FairRouter", "Placement", "Route", "WindowView"]
 
 _PREFIX: TypeAdapter[str] = TypeAdapter(Prefix)
 _MAX_BYTES: TypeAdapter[int] = TypeAdapter(TenantMaxBytes)
-ANNOUNCE_EVERY = 60.0
-"""Seconds between two additions of a job key to the set of routed job keys (fair_router.observe)."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +83,10 @@ class FairRouter(TenantAdmin):
         self.servers = ShardServers(shard_urls) if shard_urls else None
         self.queues = QueueRegistry(connection, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
         self._take_back = TakeBack(connection, keys)
-        self._rule_meta: dict[Rule, dict[str, Any]] = {}
-        self._announced: dict[str, float] = {}  # job key -> when this router last added it to observe_job_keys
+        self._meta = JobMetas()
+        self.one_round_trip = True  # routed enqueues in one MULTI (routing.onetrip); set False on a Redis Cluster
+        self._one_trip = OneTrip(self)
+        self.announcer = Announcer(keys)
 
     # -- recording and choosing ----------------------------------------------------------------
 
@@ -93,10 +94,6 @@ class FairRouter(TenantAdmin):
         """Record one enqueue of ``job_id`` for ``tenant`` in its window and return the queue it goes to."""
         rule = self.record_and_choose(Route(job_key, queue, tuple(rules)), [(tenant, job_id)])[0]
         return rule.queue if rule else queue
-
-    def route(self, job_key: str, tenant: str | int, job_id: str, queue: str, rules: Sequence[Rule]) -> str:
-        """:meth:`record_and_route` under the public API's name: it too records the enqueue."""
-        return self.record_and_route(job_key, tenant, job_id, queue, rules)
 
     def record_and_choose(self, route: Route, jobs: Sequence[tuple[str | int, str]]) -> list[Rule | None]:
         """Record (tenant, job id) enqueues in their windows in order, in one Lua call; return the rule each
@@ -115,23 +112,15 @@ class FairRouter(TenantAdmin):
             return [Placement()] * len(jobs)
         call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
                            now_arg(self.clock), inputs.shards)
-        announced = self._announced.get(route.job_key)
-        if not route.rules or (announced is not None and time.monotonic() - announced < ANNOUNCE_EVERY):
+        if not self.announcer.due(route):
             picks = call.run()
         else:
-            # The job key joins the set readers list routed counters from, in the same round trip (again
-            # every ANNOUNCE_EVERY seconds, so a Redis that lost it learns it back).
             with self.connection.pipeline(transaction=False) as pipe:
                 call.queue(pipe)
-                pipe.sadd(self.keys.observe_job_keys(), route.job_key)
+                self.announcer.announce(route, pipe)
                 picks = self._route.parse(pipe.execute()[0])
-            self._announced[route.job_key] = time.monotonic()
         return [Placement(route.rules[rule - 1] if rule else None, None if shard < 0 else shard)
                 for rule, shard in picks]
-
-    def decide(self, route: Route, jobs: Sequence[tuple[str | int, str]]) -> list[Rule | None]:
-        """:meth:`record_and_choose` under its 0.1 name, kept for callers: it too records the enqueues."""
-        return self.record_and_choose(route, jobs)
 
     def peek(self, route: Route, tenant: str | int) -> WindowView:
         """Window counts per rule and where the tenant's next job would go; records nothing."""
@@ -190,10 +179,12 @@ class FairRouter(TenantAdmin):
         if queue is not None and route.shards is not None:  # an explicit queue is taken as it is: no shard
             route = replace(route, shards=None)
         pending = Pending(tenant, job_id, tenant is not None and not system)
+        if queue is None and at is None and not fair and self._one_trip.applies(route, call, pending):
+            return self._one_trip.enqueue(route, call, pending, system)
         down: list[int] = []
         while True:
             placed = self.place(route, [pending], down)[0]  # an explicit queue too is recorded in the window
-            recorded = self._recorded(route, [pending], [placed])
+            recorded = recorded_by(route, [pending], [placed])
             if queue is not None:
                 placed = Placement()
             try:
@@ -208,13 +199,6 @@ class FairRouter(TenantAdmin):
     def _server(self, shard: int | None) -> Redis:
         """The Redis a job placed on ``shard`` is enqueued into."""
         return self.servers.connection(shard) if self.servers is not None and shard is not None else self.connection
-
-    @staticmethod
-    def _recorded(route: Route, pendings: Sequence[Pending], placements: Sequence[Placement]) -> list[Recorded]:
-        """What route.lua recorded for these jobs: (tenant, job id, the family it counted it for)."""
-        return [(pending.tenant, pending.job_id, placed.rule.queue if placed.rule else route.queue)
-                for pending, placed in zip(pendings, placements, strict=True)
-                if pending.record and pending.tenant is not None]
 
     def _enqueue_placed(self, route: Route, call: EnqueueArgs, job_id: str, tenant: str | None, placed: Placement,
                         queue: str | None, at: datetime | None, system: bool, fair: bool) -> Job:
@@ -256,7 +240,7 @@ class FairRouter(TenantAdmin):
                  for call, tenant in calls]
         pendings = [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch]
         placements = self.place(route, pendings)
-        recorded = self._recorded(route, pendings, placements)
+        recorded = recorded_by(route, pendings, placements)
         several = self.servers is not None and route.shards is not None
         try:
             return self._enqueue_batch(route, batch, placements, fair, pipeline, group)
@@ -320,29 +304,6 @@ class FairRouter(TenantAdmin):
             if refused is not None:
                 withdraw(queue.connection, placed, group)
                 raise refused
-
-    def _meta(
-        self,
-        meta: dict[str, Any] | None,
-        tenant: str | None,
-        placed: Placement,
-        system: bool = False,
-        route: Route | None = None,
-    ) -> dict[str, Any]:
-        """The job's meta plus ``fair_tenant``, ``fair_rule`` (the rule as a dict, or None), for system jobs
-        ``fair_system``, when the job function has a rate, ``fair_rate`` (job key, rate, burst: what
-        the worker checks when it takes the job), and on a sharded route ``fair_shard``."""
-        described, rule = None, placed.rule
-        if rule is not None:
-            if rule not in self._rule_meta:
-                self._rule_meta[rule] = rule.model_dump()
-            described = dict(self._rule_meta[rule])
-        extra: dict[str, Any] = {META_SYSTEM: True} if system else {}
-        if route is not None and route.rate is not None:
-            extra[META_RATE] = {"job_key": route.job_key, "rate": str(route.rate), "burst": route.burst}
-        if placed.shard is not None:
-            extra[META_SHARD] = placed.shard
-        return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}
 
 
 def _parse_args_keywords(call: EnqueueArgs) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq.job import Job
 
+from fair_router.routing.placement import Pending, Placement, Route
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import UnrecordScript
 
@@ -31,6 +32,13 @@ logger = logging.getLogger("fair_router")
 
 Recorded = tuple[str, str, str]
 """One job routing recorded: (tenant, job id, the queue route.lua counted it for)."""
+
+
+def recorded_by(route: Route, pendings: Sequence[Pending], placements: Sequence[Placement]) -> list[Recorded]:
+    """What route.lua recorded for these jobs: (tenant, job id, the family it counted it for)."""
+    return [(pending.tenant, pending.job_id, placed.rule.queue if placed.rule else route.queue)
+            for pending, placed in zip(pendings, placements, strict=True)
+            if pending.record and pending.tenant is not None]
 
 
 class TakeBack:

@@ -14,6 +14,12 @@ Queue side (:mod:`fair_router.rq_internals.queue`, base class ``RqQueueSeam`` of
       would raise the backlog-cap refusal as a bare ``ResponseError``) and to add a ``unique=True`` job to
       the fair structure (rq's unique path pushes with its own script, never calling ``push_job_id``). rq
       has no public enqueue hook (no before/after-enqueue callback) to do this instead.
+    - ``Queue.enqueue_job`` (public, overridden): an enqueue without a caller's pipeline, dependencies,
+      rate limit or ``unique`` runs rq's own ``enqueue_job`` on a pipeline of ours (one MULTI for the queue's
+      registration, which rq executes on a pipeline of its own first, and the job); it reads the job's
+      private ``_dependency_ids`` as rq's ``enqueue_job`` does (the public ``dependency_ids`` is a round trip).
+      The router's one-trip enqueue (:mod:`fair_router.routing.onetrip`, ``PlacedQueue``) overrides
+      ``enqueue_job`` and ``push_job_id`` the same way, calling rq's private ``_enqueue_job`` to save the job.
     - ``Queue.push_job_id`` (public, overridden) relies on an internal order: ``_enqueue_async_job`` saves
       the job and then pushes its id on the same pipeline (so the fair push joins rq's MULTI), and rq's
       ``enqueue_many`` passes ``at_front=None``.

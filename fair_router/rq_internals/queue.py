@@ -24,7 +24,7 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
-from fair_router.store.scripts import PopKind, PopResult
+from fair_router.store.fair_scripts import PopKind, PopResult
 
 STALLED_POLL = 1.0
 """Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id
@@ -60,6 +60,7 @@ class RqQueueSeam(Queue):
         super().__init__(*args, **kwargs)
         self._enqueuing: Job | None = None  # the job rq's _enqueue_job is about to push (see push_job_id)
         self._batches: dict[int, list[RqPush]] = {}  # id(pipeline) -> enqueue_many's pushes on it
+        self._own: set[int] = set()  # id() of the pipelines in flight that this queue executes itself
 
     # -- hooks (FairQueue implements them) ---------------------------------------------------------------
 
@@ -107,6 +108,30 @@ class RqQueueSeam(Queue):
 
     # -- enqueue: rq's private _enqueue_job, and the pushes it leads to --------------------------------------
 
+    def owns(self, pipeline: Pipeline | None) -> bool:
+        """Whether ``pipeline`` is one this queue made and executes itself (so a push on it may be an EVALSHA,
+        retried after NOSCRIPT: :func:`fair_router.store.luascript.execute_loaded`)."""
+        return pipeline is not None and id(pipeline) in self._own
+
+    def enqueue_job(
+        self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
+    ) -> Job:
+        """rq's ``enqueue_job`` in one round trip where rq takes two: rq executes the queue's registration
+        (SADD rq:queues) on a pipeline of its own, then saves and pushes on another; here both go on one
+        pipeline of ours (rq's own enqueue into a given pipeline). Jobs with dependencies (rq's WATCH retry
+        needs its own pipeline), rate limits (refused by rq on a pipeline), ``unique=True`` (rq's script) and
+        a caller's pipeline take rq's path unchanged."""
+        if pipeline is not None or unique or not self.is_async or job._dependency_ids or job.has_rate_limit:
+            return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
+        with self.connection.pipeline() as own:
+            self._own.add(id(own))
+            try:
+                job = super().enqueue_job(job, pipeline=own, at_front=at_front)
+                self.execute_checked(own, [job])
+            finally:
+                self._own.discard(id(own))
+        return job
+
     def _enqueue_job(
         self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
     ) -> Job:
@@ -120,16 +145,22 @@ class RqQueueSeam(Queue):
             return super()._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         refusable = self.may_refuse(job.meta)
         in_batch = pipeline is not None and id(pipeline) in self._batches  # enqueue_many checked the batch
-        if refusable and not in_batch and (pipeline is not None or unique):  # not ours to execute: check first
+        ours = in_batch or self.owns(pipeline)
+        if refusable and not ours and (pipeline is not None or unique):  # not ours to execute: check first
             self.check_room([job.meta])
-        own = self.connection.pipeline() if refusable and pipeline is None and not unique else None
+        own = self.connection.pipeline() if pipeline is None and not unique else None
+        if own is not None:
+            self._own.add(id(own))
         self._enqueuing = job
         try:
             job = super()._enqueue_job(job, pipeline=own or pipeline, at_front=at_front, unique=unique)
+            if own is not None:
+                self.execute_checked(own, [job])
         finally:
             self._enqueuing = None
-        if own is not None:
-            self.execute_checked(own, [job])
+            if own is not None:
+                self._own.discard(id(own))
+                own.reset()
         if unique:
             self.pushed_unique(job, bool(at_front))
         return job
@@ -166,15 +197,20 @@ class RqQueueSeam(Queue):
         pipe = pipeline if pipeline is not None else self.connection.pipeline()
         batch: list[RqPush] = []
         self._batches[id(pipe)] = batch
-        try:
-            jobs = super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
-        finally:
-            # Also when rq raised midway: the jobs it saved into a caller's pipeline get their pushes, as
-            # with rq's own push per job.
-            del self._batches[id(pipe)]
-            self.push_many(batch, pipe)
         if pipeline is None:
-            self.execute_checked(pipe, jobs)
+            self._own.add(id(pipe))
+        try:
+            try:
+                jobs = super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
+            finally:
+                # Also when rq raised midway: the jobs it saved into a caller's pipeline get their pushes, as
+                # with rq's own push per job.
+                del self._batches[id(pipe)]
+                self.push_many(batch, pipe)
+            if pipeline is None:
+                self.execute_checked(pipe, jobs)
+        finally:
+            self._own.discard(id(pipe))
         return jobs
 
     # -- dequeue: rq's dequeue_any contract, with fair pops ---------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from redis import Redis
 
 from fair_router.routing.rules import Rule, window_cap
-from fair_router.store.keys import FairQueueKeys, Keys
+from fair_router.store.keys import Keys
 from fair_router.store.luascript import Call, LuaScript, assemble, compact
 
 Clock = Callable[[], float]
@@ -48,6 +48,17 @@ class ShardLoads(NamedTuple):
     loads: list[tuple[str | None, int]]
 
 
+class RoutePush(NamedTuple):
+    """route.lua's push section: where one job saved earlier in the same MULTI goes once its rule is chosen."""
+
+    job_key: str  # the job's hash (rq's job key)
+    queues_key: str  # rq's set of queue keys
+    at_front: bool
+    job_id: str
+    lists: list[str]  # the rq list of each family: base queue, then each rule's
+    metas: list[bytes]  # the job's serialized meta for each family (the rule that routed it is in it)
+
+
 class RouteScript(LuaScript[list[tuple[int, int]]]):
     """route.lua: record each job in its tenant window, return the matching rule per job and, for a sharded
     job key, the least loaded of the job's candidate shards."""
@@ -67,10 +78,11 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
         rules: tuple[Rule, ...],
         now_ms: str,
         shards: ShardLoads | None = None,
+        push: RoutePush | None = None,
     ) -> Call[list[tuple[int, int]]]:
-        """KEYS = the job key's ``routed`` counters, ``windows``, then the shard section's load keys;
-        ``base``: the queue family of jobs no rule matches. Result: per job (0 or the 1-based index of the rule
-        that matched, the chosen shard or -1)."""
+        """KEYS = the job key's ``routed`` counters, ``windows``, then the shard section's load keys, then the
+        push section's keys; ``base``: the queue family of jobs no rule matches; ``push``: one job to push.
+        Result: per job (0 or the 1-based index of the rule that matched, the chosen shard or -1)."""
         keys = [routed, *windows]
         args: list[str | int | bytes] = [now_ms, *self._header(base, rules), len(windows)]
         if shards is None:
@@ -83,6 +95,14 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
                 else:
                     keys.append(key)
                     args += (len(keys), extra)
+        if push is None:
+            args.append(0)
+        else:
+            keys += (push.job_key, push.queues_key)
+            args += (1, len(keys) - 1, len(keys), int(push.at_front), push.job_id)
+            for rq_list, meta in zip(push.lists, push.metas, strict=True):
+                keys.append(rq_list)
+                args += (len(keys), meta)
         for job in jobs:
             args += (0 if job.window is None else job.window + 1, Keys.member(job.job_id), len(job.candidates),
                      *(position + 1 for position in job.candidates))
@@ -203,133 +223,6 @@ class AcquireScript(LuaScript[Admission]):
         return Admission(Verdict(status), reclaimed, at_ms, now)
 
 
-class PushEntry(NamedTuple):
-    """One job for fair_push.lua."""
-
-    job_id: str
-    tenant: str  # encoded (FairQueue.tenant_key)
-    weight: float
-    at_front: bool = False
-    from_inflight: bool = False  # only if still recorded as popped-not-started (recovery)
-    listed: bool = False  # rq already pushed the id onto its list (unique=True): only give it a FIFO place
-    cap: int = 0  # the tenant's backlog cap in this queue (0: none); a call passing one pushes nothing
-    func: str = ""  # charge="runtime": the job's function, whose recent run time its pop charges
-    declared: float | None = None  # charge="runtime": the job's declared cost in seconds (fair_cost=)
-
-
-class FairPushScript(LuaScript[int]):
-    """fair_push.lua: add jobs to a fair queue (or put popped ones back after a dead worker)."""
-
-    name = "fair_push"
-
-    def __call__(self, keys: FairQueueKeys, jobs: Sequence[PushEntry]) -> Call[int]:
-        """ARGV = nine per job (PushEntry's fields). Result: how many were added, or -(i + 1) when job i would
-        pass its cap and nothing was added."""
-        args: list[str | float | int] = []
-        for job in jobs:
-            args += (job.job_id, job.tenant, repr(float(job.weight)), int(job.at_front), int(job.from_inflight),
-                     int(job.listed), job.cap, job.func, "" if job.declared is None else repr(float(job.declared)))
-        return self.call(keys.all_for_scripts(), args)
-
-    def parse(self, reply: Any) -> int:
-        return int(reply)
-
-
-class PopKind(IntEnum):
-    """What a fair pop found."""
-
-    EMPTY = 0  # nothing waits
-    PLAIN = 1  # an id rq's internals pushed, served in list order
-    FAIR = 2  # the stride scheduler's choice
-    STALLED = 3  # jobs wait, but only those of parked tenants
-
-
-class PopResult(NamedTuple):
-    kind: PopKind
-    job_id: str | None
-    wake_ms: int  # STALLED / EMPTY: when the first park ends (epoch ms), -1 if none
-    seq: int | None  # FAIR: the job's place in its tenant's FIFO (for fair_park)
-
-
-class FairPopScript(LuaScript[PopResult]):
-    """fair_pop.lua: the next job of a fair queue, plain entries first-come, fair jobs by stride."""
-
-    name = "fair_pop"
-
-    def __call__(
-        self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str, runtime: bool = False
-    ) -> Call[PopResult]:
-        """``given``: an entry the caller already took off rq's list (BLPOP), else ''; ``acks``: ids this
-        caller popped before, which have run since; ``runtime``: charge the estimated run time, not 1 job."""
-        return self.call(keys.all_for_scripts(), [now_ms, given, int(runtime), len(acks), *acks])
-
-    def parse(self, reply: Any) -> PopResult:
-        kind, job_id, wake, seq = reply
-        return PopResult(PopKind(int(kind)), _text(job_id) or None, int(wake), None if seq in (b"", "") else int(seq))
-
-
-class FairParkScript(LuaScript[int]):
-    """fair_park.lua: put a refused job back at its tenant's front and park the tenant."""
-
-    name = "fair_park"
-
-    def __call__(
-        self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None
-    ) -> Call[int]:
-        """``seq``: the job's FIFO place when a fair choice served it (pop kind 2 or 3): it goes back there,
-        and the 1 / weight its pop added to the tenant's pass is taken back; None for a plain entry, whose
-        pop added nothing (it goes to the front). Result: 1 if the job was put back, 0 if it was waiting."""
-        refund = seq is not None
-        args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq]
-        return self.call(keys.all_for_scripts(), args)
-
-    def parse(self, reply: Any) -> int:
-        return int(reply)
-
-
-class FairUnparkScript(LuaScript[int]):
-    """fair_unpark.lua: a tenant's slot was released; make it eligible and wake one worker if needed."""
-
-    name = "fair_unpark"
-
-    def __call__(self, keys: FairQueueKeys, tenant: str) -> Call[int]:
-        """Result: 1 if the tenant has jobs waiting in this queue, else 0."""
-        return self.call(keys.all_for_scripts(), [tenant])
-
-    def parse(self, reply: Any) -> int:
-        return int(reply)
-
-
-class FairSettleScript(LuaScript[int]):
-    """fair_settle.lua: charge="runtime": replace a popped job's estimated charge with its real cost."""
-
-    name = "fair_settle"
-
-    def __call__(
-        self, keys: FairQueueKeys, job_id: str, measured: float | None, trust: bool, now_ms: str = ""
-    ) -> Call[int]:
-        """``measured``: seconds the job ran; None when its worker died (charged from its pop until now).
-        Result: 1 if there was a charge to settle."""
-        args = [now_ms, job_id, "" if measured is None else repr(float(measured)), int(trust)]
-        return self.call(keys.all_for_scripts(), args)
-
-    def parse(self, reply: Any) -> int:
-        return int(reply)
-
-
-class FairRemoveScript(LuaScript[int]):
-    """fair_remove.lua: take one job out of a fair queue, keeping the token accounting exact."""
-
-    name = "fair_remove"
-
-    def __call__(self, keys: FairQueueKeys, job_id: str) -> Call[int]:
-        """Result: list entries removed (1, or 0 when the job was not waiting), as rq's LREM."""
-        return self.call(keys.all_for_scripts(), [job_id])
-
-    def parse(self, reply: Any) -> int:
-        return int(reply)
-
-
 class AbandonScript(LuaScript[list[str]]):
     """abandon.lua: move abandoned executions from rq's StartedJobRegistry to our staging set, each only if
     its score is still the one read (no heartbeat since)."""
@@ -374,16 +267,3 @@ class ObserveStartScript(LuaScript[list[int]]):
 
     def parse(self, reply: Any) -> list[int]:
         return [int(flag) for flag in reply]
-
-
-class FairUnmarkScript(LuaScript[int]):
-    """fair_unmark.lua: remove a queue's fairness mark, only while the queue is empty."""
-
-    name = "fair_unmark"
-
-    def __call__(self, rq_list: str, members: str, mark: str) -> Call[int]:
-        """KEYS = [rq_list, members, mark]. Result: 1 removed, 0 there was none, -N: N jobs still wait."""
-        return self.call([rq_list, members, mark], [])
-
-    def parse(self, reply: Any) -> int:
-        return int(reply)

@@ -1,0 +1,153 @@
+"""Typed wrappers of the fair queue's Lua scripts (``lua/fair_*.lua``), apart from the other wrappers
+(:mod:`fair_router.store.scripts`): every one takes the queue's keys in :class:`~fair_router.store.keys.FairQueueKeys`
+order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum
+from typing import Any, NamedTuple
+
+from fair_router.store.keys import FairQueueKeys
+from fair_router.store.luascript import Call, LuaScript
+from fair_router.store.scripts import _text
+
+
+class PushEntry(NamedTuple):
+    """One job for fair_push.lua."""
+
+    job_id: str
+    tenant: str  # encoded (FairQueue.tenant_key)
+    weight: float
+    at_front: bool = False
+    from_inflight: bool = False  # only if still recorded as popped-not-started (recovery)
+    listed: bool = False  # rq already pushed the id onto its list (unique=True): only give it a FIFO place
+    cap: int = 0  # the tenant's backlog cap in this queue (0: none); a call passing one pushes nothing
+    func: str = ""  # charge="runtime": the job's function, whose recent run time its pop charges
+    declared: float | None = None  # charge="runtime": the job's declared cost in seconds (fair_cost=)
+
+
+class FairPushScript(LuaScript[int]):
+    """fair_push.lua: add jobs to a fair queue (or put popped ones back after a dead worker)."""
+
+    name = "fair_push"
+
+    def __call__(self, keys: FairQueueKeys, jobs: Sequence[PushEntry]) -> Call[int]:
+        """ARGV = nine per job (PushEntry's fields). Result: how many were added, or -(i + 1) when job i would
+        pass its cap and nothing was added."""
+        args: list[str | float | int] = []
+        for job in jobs:
+            args += (job.job_id, job.tenant, repr(float(job.weight)), int(job.at_front), int(job.from_inflight),
+                     int(job.listed), job.cap, job.func, "" if job.declared is None else repr(float(job.declared)))
+        return self.call(keys.all_for_scripts(), args)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+class PopKind(IntEnum):
+    """What a fair pop found."""
+
+    EMPTY = 0  # nothing waits
+    PLAIN = 1  # an id rq's internals pushed, served in list order
+    FAIR = 2  # the stride scheduler's choice
+    STALLED = 3  # jobs wait, but only those of parked tenants
+
+
+class PopResult(NamedTuple):
+    kind: PopKind
+    job_id: str | None
+    wake_ms: int  # STALLED / EMPTY: when the first park ends (epoch ms), -1 if none
+    seq: int | None  # FAIR: the job's place in its tenant's FIFO (for fair_park)
+
+
+class FairPopScript(LuaScript[PopResult]):
+    """fair_pop.lua: the next job of a fair queue, plain entries first-come, fair jobs by stride."""
+
+    name = "fair_pop"
+
+    def __call__(
+        self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str, runtime: bool = False
+    ) -> Call[PopResult]:
+        """``given``: an entry the caller already took off rq's list (BLPOP), else ''; ``acks``: ids this
+        caller popped before, which have run since; ``runtime``: charge the estimated run time, not 1 job."""
+        return self.call(keys.all_for_scripts(), [now_ms, given, int(runtime), len(acks), *acks])
+
+    def parse(self, reply: Any) -> PopResult:
+        kind, job_id, wake, seq = reply
+        return PopResult(PopKind(int(kind)), _text(job_id) or None, int(wake), None if seq in (b"", "") else int(seq))
+
+
+class FairParkScript(LuaScript[int]):
+    """fair_park.lua: put a refused job back at its tenant's front and park the tenant."""
+
+    name = "fair_park"
+
+    def __call__(
+        self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None
+    ) -> Call[int]:
+        """``seq``: the job's FIFO place when a fair choice served it (pop kind 2 or 3): it goes back there,
+        and the 1 / weight its pop added to the tenant's pass is taken back; None for a plain entry, whose
+        pop added nothing (it goes to the front). Result: 1 if the job was put back, 0 if it was waiting."""
+        refund = seq is not None
+        args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq]
+        return self.call(keys.all_for_scripts(), args)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+class FairUnparkScript(LuaScript[int]):
+    """fair_unpark.lua: a tenant's slot was released; make it eligible and wake one worker if needed."""
+
+    name = "fair_unpark"
+
+    def __call__(self, keys: FairQueueKeys, tenant: str) -> Call[int]:
+        """Result: 1 if the tenant has jobs waiting in this queue, else 0."""
+        return self.call(keys.all_for_scripts(), [tenant])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+class FairSettleScript(LuaScript[int]):
+    """fair_settle.lua: charge="runtime": replace a popped job's estimated charge with its real cost."""
+
+    name = "fair_settle"
+
+    def __call__(
+        self, keys: FairQueueKeys, job_id: str, measured: float | None, trust: bool, now_ms: str = ""
+    ) -> Call[int]:
+        """``measured``: seconds the job ran; None when its worker died (charged from its pop until now).
+        Result: 1 if there was a charge to settle."""
+        args = [now_ms, job_id, "" if measured is None else repr(float(measured)), int(trust)]
+        return self.call(keys.all_for_scripts(), args)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+class FairRemoveScript(LuaScript[int]):
+    """fair_remove.lua: take one job out of a fair queue, keeping the token accounting exact."""
+
+    name = "fair_remove"
+
+    def __call__(self, keys: FairQueueKeys, job_id: str) -> Call[int]:
+        """Result: list entries removed (1, or 0 when the job was not waiting), as rq's LREM."""
+        return self.call(keys.all_for_scripts(), [job_id])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+class FairUnmarkScript(LuaScript[int]):
+    """fair_unmark.lua: remove a queue's fairness mark, only while the queue is empty."""
+
+    name = "fair_unmark"
+
+    def __call__(self, rq_list: str, members: str, mark: str) -> Call[int]:
+        """KEYS = [rq_list, members, mark]. Result: 1 removed, 0 there was none, -N: N jobs still wait."""
+        return self.call([rq_list, members, mark], [])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)

@@ -1,0 +1,81 @@
+"""A routed enqueue in one round trip (fair_router.routing.onetrip): counted with MONITOR on the real server,
+the saved job compared with plain rq's, and what a failing or a NOSCRIPT enqueue leaves behind."""
+
+from __future__ import annotations
+
+import pytest
+import routed_jobs
+from conftest import command_calls, monitored, round_trips
+from redis import Redis
+from rq import Queue
+from rq.job import Job
+from test_router import FakeClock, make_job
+
+from fair_router.store.keys import Keys
+
+
+def saved(conn: Redis, job: Job) -> dict[str, bytes]:
+    """The job hash without its times and meta (compared apart, minus our keys)."""
+    found = {key.decode(): value for key, value in conn.hgetall(job.key).items()}
+    for volatile in ("created_at", "enqueued_at", "meta"):
+        found.pop(volatile, None)
+    return found
+
+
+def test_a_routed_enqueue_is_one_round_trip_and_saves_the_job_as_rq_does_in_the_chosen_queue(conn: Redis) -> None:
+    echo = make_job(conn)
+    for i in range(2):
+        echo.delay("acme", i)
+    with monitored(conn) as feed:
+        routed = echo.delay("acme", 2)  # the third within the hour: rule 1, default_throttled
+    assert round_trips(feed) == 1, feed
+    assert [name for _, name in feed if name.startswith("EVAL")] == ["EVALSHA"]
+    assert routed.origin == "default_throttled" and routed.meta["fair_rule"]["queue"] == "default_throttled"
+    plain = Queue("default_throttled", connection=conn).enqueue(routed_jobs.echo, "acme", 2)
+    assert saved(conn, routed) == saved(conn, plain)
+    fetched = Job.fetch(routed.id, connection=conn)
+    assert fetched.origin == "default_throttled" and fetched.meta == routed.meta
+    assert Queue("default_throttled", connection=conn).get_job_ids() == [routed.id, plain.id]
+    assert b"rq:queue:default_throttled" in conn.smembers("rq:queues")
+    front = echo.enqueue("acme", 3, at_front=True)
+    assert Queue("default_throttled", connection=conn).get_job_ids()[0] == front.id
+    assert Queue("default", connection=conn).count == 2
+
+
+def test_only_the_chosen_queue_is_registered(conn: Redis) -> None:
+    echo = make_job(conn)
+    conn.zadd(echo.router.keys.window(echo.job_key, "acme"), {f"old{i}": 1_700_000_000_000 for i in range(9)})
+    assert echo.delay("acme", 1).origin == "default_superslow"
+    assert conn.smembers("rq:queues") == {b"rq:queue:default_superslow"}
+
+
+def test_an_enqueue_that_fails_before_its_transaction_leaves_no_record(conn: Redis) -> None:
+    """rq's save fails client-side (a meta the serializer cannot pickle): the MULTI never goes out, so the
+    enqueue is not counted in the tenant's window (two round trips recorded it before rq's save)."""
+    echo = make_job(conn)
+    with pytest.raises(Exception):  # noqa: B017 - pickle's own error type for a lambda varies
+        echo.enqueue("acme", 1, meta={"bad": lambda: None})
+    assert conn.keys("fair_router:*") == [] and conn.keys("rq:*") == []
+
+
+def test_after_a_flushed_script_cache_the_enqueue_loads_the_script_and_counts_once(conn: Redis) -> None:
+    echo = make_job(conn, clock=FakeClock())
+    echo.delay("acme", 0)
+    conn.script_flush()
+    before = command_calls(conn, "evalsha")
+    job = echo.delay("acme", 1)
+    assert command_calls(conn, "evalsha") - before == 2  # NOSCRIPT, then the run after SCRIPT LOAD
+    assert Queue("default", connection=conn).get_job_ids()[-1] == job.id
+    assert Queue("default", connection=conn).count == 2
+    window = echo.router.keys.window(echo.job_key, "acme")
+    assert conn.zcard(window) == 2 and conn.zscore(window, Keys.member(job.id)) is not None
+
+
+def test_a_router_for_a_cluster_routes_first_in_two_round_trips(conn: Redis) -> None:
+    echo = make_job(conn)
+    echo.router.one_round_trip = False
+    echo.delay("acme", 0)
+    with monitored(conn) as feed:
+        job = echo.delay("acme", 1)
+    assert round_trips(feed) == 2, feed
+    assert Queue("default", connection=conn).get_job_ids()[-1] == job.id
