@@ -18,19 +18,22 @@ from fair_router.commands.common import connect
 @click.option("--quick", is_flag=True, help="A smaller flood (500 greedy jobs, 10 small tenants).")
 def demo(plot: Path, no_plot: bool, quick: bool) -> None:
     """Routing, the flood scenario (FIFO, router, fair queue) on real workers, with what the dashboard shows
-    halfway through each flood, then mixed job lengths (job vs runtime charging); writes the wait plot unless
-    --no-plot.
+    halfway through each flood, then mixed job lengths (job vs runtime charging), then long jobs with and without
+    interruptible iteration; writes the wait plot unless --no-plot.
 
     Uses $REDIS_URL / $FAIR_ROUTER_REDIS_URL, else a private redis-server.
     """
     from fair_router.demo.flood import FloodParams, MixedParams
     from fair_router.demo.harness import MODES
+    from fair_router.demo.long_jobs import LongParams
     from fair_router.demo.run import (
         demo_redis,
         print_flood,
+        print_long_jobs,
         print_routing,
         print_worker_time,
         run_flood_demo,
+        run_long_jobs_demo,
         run_routing_demo,
         run_worker_time_demo,
     )
@@ -44,9 +47,12 @@ def demo(plot: Path, no_plot: bool, quick: bool) -> None:
         print_routing(run_routing_demo(connection))
         report = run_flood_demo(connection, url, params, MODES)
         worker_time = run_worker_time_demo(connection, url, mixed)
+        long_jobs = run_long_jobs_demo(connection, url, LongParams())
     print_flood(report)
     click.echo("\n== worker-time share: job-count charging vs runtime charging (FairQueue charge=) ==")
     print_worker_time(worker_time)
+    click.echo("\n== long jobs: small tenants' wait (enqueue -> start) without and with interruptible iteration ==")
+    print_long_jobs(long_jobs)
     if no_plot:
         return
     if importlib.util.find_spec("matplotlib") is None:
@@ -54,5 +60,5 @@ def demo(plot: Path, no_plot: bool, quick: bool) -> None:
         return
     from fair_router.demo.plot import plot_waits
 
-    plot_waits(report, plot)
+    plot_waits(report, plot, long_jobs)
     click.echo(f"\nplot written to {plot}")

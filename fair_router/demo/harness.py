@@ -150,7 +150,7 @@ def drain(
         return done
     kinds: dict[str, tuple[str, str]] = {}
     with workers(url, chosen, worker_count, flush_interval):
-        _wait_for_workers(connection, chosen.queues, worker_count)
+        wait_for_workers(connection, chosen.queues, worker_count)
         for burst in bursts:
             for job in enqueue.bulk([(tenant, length[tenant], done_key) for tenant in burst]):
                 kinds[job.id] = (job.args[0], burst_kind)
@@ -172,8 +172,14 @@ def drain(
             reported = report(reported)
     jobs = [job for job in Job.fetch_many(list(kinds), connection=connection) if job is not None]
     timings = [_timing(job, *kinds[job.id]) for job in jobs]
-    # Finished jobs and their results go too: left to expire, they would make Redis a little bigger and
-    # slower for every later run, which biases the comparison against the modes that run later.
+    clean_up(connection, chosen, jobs, done_key)
+    return timings
+
+
+def clean_up(connection: Redis, chosen: Mode, jobs: Sequence[Job], done_key: str) -> None:
+    """Delete a run's jobs, queues, done counter and start records. Finished jobs and their results go too:
+    left to expire, they would make Redis a little bigger and slower for every later run, which biases the
+    comparison against the modes that run later."""
     with connection.pipeline(transaction=False) as pipe:
         for job in jobs:
             job.delete(pipeline=pipe, remove_from_queue=False)
@@ -182,7 +188,6 @@ def drain(
         Queue(name, connection=connection).delete(delete_jobs=True)
     connection.delete(done_key)
     _clear_observe(connection)
-    return timings
 
 
 def _clear_observe(connection: Redis) -> None:
@@ -215,7 +220,7 @@ def _report(connection: Redis, done_key: str, reported: int, progress: Callable[
     return max(done, reported)
 
 
-def _wait_for_workers(connection: Redis, queues: Sequence[str], count: int) -> None:
+def wait_for_workers(connection: Redis, queues: Sequence[str], count: int) -> None:
     """Block until ``count`` workers listen on these queues, so start-up is not counted as wait."""
     deadline = time.monotonic() + 60
     while len(Worker.all(queue=Queue(queues[0], connection=connection))) < count:

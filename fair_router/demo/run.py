@@ -24,6 +24,8 @@ from fair_router.demo.flood import (
     total_jobs,
 )
 from fair_router.demo.harness import Midway, Mode, observed_settings
+from fair_router.demo.long_jobs import SLICE, LongParams, run_long_jobs
+from fair_router.demo.long_jobs import total_jobs as long_total_jobs
 from fair_router.demo.redis_server import RedisServer
 from fair_router.routing.decorator import fair_job
 from fair_router.routing.router import FairRouter
@@ -168,3 +170,24 @@ def print_worker_time(report: dict[str, Any]) -> None:
         m = modes[charge]
         click.echo(f"  {charge:<10}{m['long_share']:>12.3f}{'':>14}{m['jain']:>8.3f}{m['throughput']:>9.0f}"
                    f"{m['throughput'] / modes['jobs']['throughput']:>8.3f}x")
+
+
+def run_long_jobs_demo(connection: Redis, url: str, params: LongParams) -> dict[str, Any]:
+    """The long-jobs scenario, without then with interruptible iteration, with a progress bar."""
+    click.echo(f"\nlong jobs: {params.workers} x {params.items} items x {params.item_ms:g} ms "
+               f"({params.long_seconds:.1f}s) of one tenant hold all {params.workers} workers of a FairQueue; "
+               f"{params.small_tenants} small tenants then enqueue one {params.small_ms:g} ms job each; "
+               f"without turns, then @interruptible(slice=\"{SLICE:g}s\")")
+    with click.progressbar(length=long_total_jobs(params), label="running", show_pos=True) as bar:
+        return run_long_jobs(connection, url, params, progress=bar.update)
+
+
+def print_long_jobs(report: dict[str, Any]) -> None:
+    """Small tenants' waits (p50, p95, max) without and with turns, the long jobs' turns, the verdict."""
+    click.echo(f"  {'long jobs':<26}{'p50 wait':>10}{'p95 wait':>10}{'max wait':>10}{'turns':>8}")
+    labels = {"whole": "in one go (no turns)", "turns": f"in turns of {SLICE:g}s"}
+    for variant, entry in report["variants"].items():
+        s = entry["summary"]
+        turns = "/".join(str(run["turns"]) for run in entry["long"])
+        click.echo(f"  {labels[variant]:<26}{s['p50']:>9.3f}s{s['p95']:>9.3f}s{s['max']:>9.3f}s{turns:>8}")
+    click.echo(f"  verdict: {report['verdict']}")
