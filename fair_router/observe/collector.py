@@ -49,10 +49,18 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
     queue_running = GaugeMetricFamily("fair_router_queue_running", "Jobs of the queue running now "
                                       "(rq's StartedJobRegistry).", labels=["queue"])
     for queue in snap.queues:
-        queue_jobs.add_metric([queue.name], queue.jobs)
-        queue_running.add_metric([queue.name], queue.running)
+        if not queue.down:  # its shard server did not answer: no figure rather than a false 0
+            queue_jobs.add_metric([queue.name], queue.jobs)
+            queue_running.add_metric([queue.name], queue.running)
     yield queue_jobs
     yield queue_running
+    if snap.shard_servers:
+        up = GaugeMetricFamily("fair_router_shard_server_up", "1 when the shard server (shard_urls) answered "
+                               "this scrape, 0 when it did not (its queues then have no samples).",
+                               labels=["server"])
+        for server in snap.shard_servers:
+            up.add_metric([server.server], int(server.up))
+        yield up
 
     rows = [*snap.tenants, snap.other]
     waiting = GaugeMetricFamily("fair_router_tenant_waiting", "Jobs of the tenant waiting in a fair queue "

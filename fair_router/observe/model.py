@@ -39,6 +39,18 @@ class QueueView:
     fair: bool
     tenants_waiting: int = 0  # fair queues: tenants with jobs waiting
     tenants_parked: int = 0  # fair queues: tenants at their concurrency limit, skipped by pops
+    server: str = ""  # the shard server it lives on (``host:port/db``); "" for redis_url
+    down: bool = False  # its shard server did not answer: the figures above are not known
+
+
+@dataclass
+class ShardServerView:
+    """One shard server (``shard_urls``): the shards it holds and whether it answered this snapshot."""
+
+    server: str  # host:port/db, without the password
+    shards: list[int]
+    up: bool
+    error: str | None = None  # why it is taken for down
 
 
 @dataclass
@@ -97,6 +109,7 @@ class Snapshot:
     tick_seconds: int = 10
     capped_starts_5m: int = 0  # starts of tenants past observe.tenants_per_minute (recorded as #other)
     iterations: list[RunningIteration] = field(default_factory=list)  # interruptible jobs running now
+    shard_servers: list[ShardServerView] = field(default_factory=list)  # shard_urls' servers, when set
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the dashboard's ``api/snapshot``)."""
@@ -115,6 +128,7 @@ class Snapshot:
             "events": [{"event": event, "queue": queue, "count": n}
                        for (event, queue), n in sorted(self.events.items())],
             "iterations": [vars(iteration) for iteration in self.iterations],
+            "shard_servers": [vars(server) for server in self.shard_servers],
         }
 
 

@@ -1,7 +1,7 @@
 """One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
 
-Cost per call, whatever the number of tenants: at most seven pipelined round trips of at most
-``10 + 5 * queues + job keys + 8 * top_n + top_n * rule job keys`` commands:
+Cost per call, whatever the number of tenants: at most seven pipelined round trips (plus one per shard
+server) of at most ``10 + 5 * queues + job keys + 8 * top_n + top_n * rule job keys`` commands:
 
 1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
 2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant
@@ -12,7 +12,9 @@ Cost per call, whatever the number of tenants: at most seven pipelined round tri
 4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);
 5. for the top N only: where its next job would be routed (``peek.lua``, job keys configured in settings);
 6. the interruptible jobs running (:mod:`fair_router.observe.iterations`: two more, bounded by the running
-   jobs).
+   jobs);
+7. with ``shard_urls``: one per shard server, the round trip 2 reads of the shard queues living there
+   (:mod:`fair_router.observe.queueread`); a server that does not answer is shown as down.
 
 The top N are the tenants with the most jobs waiting plus running (slots held), then the most starts
 in the last minute; every other tenant is summed into one ``_other`` row (the all-tenant record minus
@@ -27,22 +29,20 @@ from urllib.parse import unquote
 
 from redis import Redis
 from rq import Queue
-from rq.registry import StartedJobRegistry
 
 from fair_router.config.settings import Settings
 from fair_router.controls.concurrency import COUNTERS
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.events import parse_events
 from fair_router.observe.iterations import running_iterations
-from fair_router.observe.model import OTHER_LABEL, QueueView, Snapshot, TenantView, WaitFigures
+from fair_router.observe.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
+from fair_router.observe.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
 from fair_router.routing.rules import last_match
 from fair_router.routing.tiers import load_resolver
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import Clock, PeekScript
 
-PER_QUEUE = 5
-"""Commands per queue in the second round trip: length, running, backlog, parked, abandoned count."""
 RECENT_WINDOW = 120.0
 """Seconds since a tenant's last admission (first start of a minute) for it to count as recently started."""
 
@@ -85,6 +85,7 @@ class SnapshotReader:
         self._peek = PeekScript(connection)
         self._resolver = load_resolver(settings.tiers.resolver) if settings.tiers.resolver else None
         self._rules = {key: job.rules for key, job in settings.jobs.items() if job.rules}
+        self._shards = ShardQueues(settings, self.keys)
 
     def snapshot(self) -> Snapshot:
         """Read everything the views show (a few pipelined round trips, see the module docstring)."""
@@ -105,26 +106,21 @@ class SnapshotReader:
 
         with self.connection.pipeline(transaction=False) as pipe:
             for name in names:
-                fair = keys.fair_queue(Queue.redis_queue_namespace_prefix + name)
-                pipe.llen(fair.rq_list)
-                pipe.zcount(StartedJobRegistry(name, connection=self.connection).key, now, "+inf")
-                pipe.hgetall(fair.backlog)
-                pipe.zrangebyscore(fair.parked, now * 1000, "+inf")
-                pipe.get(keys.abandoned_total(StartedJobRegistry(name, connection=self.connection).key))
+                queue_commands(pipe, self.connection, keys, name, now)
             for job_key in routed_keys:
                 pipe.hgetall(keys.routed(job_key))
             replies = pipe.execute()
+        reads = [parse_queue(self.settings, name, replies[PER_QUEUE * i: PER_QUEUE * (i + 1)])
+                 for i, name in enumerate(names)]
+        shard_servers, shard_reads = self._shards.read(now)
         queues, backlogs, parked, abandoned_by_queue = [], {}, {}, {}
-        for i, name in enumerate(names):
-            length, running, backlog, parked_raw, abandoned = replies[PER_QUEUE * i: PER_QUEUE * (i + 1)]
-            if abandoned is not None:
-                abandoned_by_queue[name] = int(abandoned)
-            backlog = {k: v for k, v in _ints(backlog).items() if v > 0}
-            is_fair = name in self.settings.fair_queues or bool(backlog)
-            if is_fair:
-                backlogs[name], parked[name] = backlog, {_text(t) for t in parked_raw}
-            queues.append(QueueView(name, self.settings.weight(name), int(length), int(running), is_fair,
-                                    len(backlog), len(parked.get(name, ()))))
+        for read in [*reads, *shard_reads]:
+            name = read.view.name
+            if read.abandoned is not None:
+                abandoned_by_queue[name] = read.abandoned
+            if read.backlog is not None:
+                backlogs[name], parked[name] = read.backlog, read.parked
+            queues.append(read.view)
         routed_replies = replies[PER_QUEUE * len(names):]
         routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, routed_replies, strict=True)
                   for queue, count in _ints(raw).items()}
@@ -156,7 +152,9 @@ class SnapshotReader:
         counted = parse_events(events) | {("abandoned", name): count for name, count in abandoned_by_queue.items()}
         return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,
                         _limit_table(_ints(limits)), counted, TICK_SECONDS, capped,
-                        running_iterations(self.connection, [queue.name for queue in queues if queue.running]))
+                        running_iterations(self.connection, [queue.name for queue in queues
+                                                             if queue.running and not queue.server]),
+                        shard_servers)
 
     # -- steps ----------------------------------------------------------------------------------------
 
@@ -164,7 +162,8 @@ class SnapshotReader:
         if self.queues is not None:
             return list(self.queues)
         listed = [*self.settings.queues, *self.settings.fair_queues]
-        return list(dict.fromkeys([*listed, *sorted(set(known) - set(listed))]))
+        names = dict.fromkeys([*listed, *sorted(set(known) - set(listed))])
+        return [name for name in names if name not in self._shards.names]  # those are read on their servers
 
     def _candidates(
         self, candidates: list[str], now: float, backlogs: dict[str, dict[str, int]], parked: dict[str, set[str]]
@@ -224,7 +223,8 @@ class SnapshotReader:
     def _fair_weights(self, backlogs: dict[str, dict[str, int]]) -> dict[str, float]:
         """Weight of each tenant waiting in a fair queue (its tier's ``tiers.weights``, as the fair queue
         uses), read from the fair queues' weight hashes."""
-        asks = [(queue, list(backlog)) for queue, backlog in backlogs.items() if backlog]
+        asks = [(queue, list(backlog)) for queue, backlog in backlogs.items()
+                if backlog and queue not in self._shards.names]
         if not asks:
             return {}
         with self.connection.pipeline(transaction=False) as pipe:

@@ -47,12 +47,17 @@
     });
   }
 
+  function downNote(s) {
+    var down = (s.shard_servers || []).filter(function (v) { return !v.up; }).length;
+    return down ? ", " + down + " shard server" + (down === 1 ? "" : "s") + " down" : "";
+  }
+
   function renderCards(s) {
     var waiting = 0, running = 0;
     s.queues.forEach(function (q) { waiting += q.jobs; running += q.running; });
     var all = s.everyone;
     var cards = [
-      ["jobs waiting", count(waiting), s.queues.length + (s.queues.length === 1 ? " queue" : " queues")],
+      ["jobs waiting", count(waiting), s.queues.length + (s.queues.length === 1 ? " queue" : " queues") + downNote(s)],
       ["jobs running", count(running), s.limits_enabled ? "concurrency limits on" : "concurrency limits off"],
       ["starts", count(all.wait_5m.starts), "last 5 min"],
       ["wait p50 · p95", wait(all.wait_5m.p50) + " · " + wait(all.wait_5m.p95), "all tenants, 5 min"],
@@ -129,12 +134,17 @@
 
   function renderQueues(s) {
     fill("queues", s.queues.map(function (q) {
-      return '<tr data-queue="' + esc(q.name) + '">' + cell("", q.name, esc(q.name)) +
+      var server = q.server ? esc(q.server) : '<span class="muted">redis_url</span>';
+      if (q.down) server += ' <span class="badge down">down</span>';
+      var dash = q.down ? "—" : null;
+      return '<tr data-queue="' + esc(q.name) + '" data-server="' + esc(q.server) + '"' +
+        (q.down ? ' class="down"' : "") + ">" + cell("", q.name, esc(q.name)) + cell("", null, server) +
         cell("num", q.weight, esc(typeof q.weight === "number" ? String(q.weight) : q.weight)) +
-        cell("num", q.jobs, count(q.jobs)) + cell("num", q.running, count(q.running)) +
+        cell("num", q.down ? null : q.jobs, dash || count(q.jobs)) +
+        cell("num", q.down ? null : q.running, dash || count(q.running)) +
         cell("", null, q.fair ? '<span class="badge fairq">fair</span>' : '<span class="muted">plain</span>') +
-        cell("num", null, q.fair ? count(q.tenants_waiting) : "—") +
-        cell("num", null, q.fair ? count(q.tenants_parked) : "—") + "</tr>";
+        cell("num", null, q.fair && !q.down ? count(q.tenants_waiting) : "—") +
+        cell("num", null, q.fair && !q.down ? count(q.tenants_parked) : "—") + "</tr>";
     }), "no queues yet");
   }
 
