@@ -118,10 +118,20 @@ class TurnSeam(BaseWorker):
 class ForkingTurnSeam(TurnSeam):
     """For rq's forking Worker: warm shutdown reaches the work horse as :data:`TURN_SIGNAL`."""
 
+    _previous_turn_handler: Any = None
+
     def _install_signal_handlers(self) -> None:
-        """rq's SIGINT/SIGTERM handlers, and the turn signal's, which a horse forked later inherits."""
+        """rq's SIGINT/SIGTERM handlers, and the turn signal's, which a horse forked later inherits (the
+        process's previous one is put back at teardown: the process may go on without this worker)."""
         super()._install_signal_handlers()  # type: ignore[no-untyped-call]
-        signal.signal(TURN_SIGNAL, self._turn_signal)
+        self._previous_turn_handler = signal.signal(TURN_SIGNAL, self._turn_signal)
+
+    def teardown(self) -> None:
+        """rq's teardown; in the worker process, the turn signal's previous handler back."""
+        super().teardown()  # type: ignore[no-untyped-call]
+        if not self.is_horse and self._previous_turn_handler is not None:
+            signal.signal(TURN_SIGNAL, self._previous_turn_handler)
+            self._previous_turn_handler = None
 
     def setup_work_horse_signals(self) -> None:
         """rq's (SIGINT ignored, SIGTERM default), and the turn signal's handler."""

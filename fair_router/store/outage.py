@@ -101,6 +101,11 @@ class GraceRetry(Retry):
         watch (a process-wide record, not a copy of it)."""
         return GraceRetry(self.grace, self.watch)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Picklable (rq's tests and user code pickle a client's connection kwargs, this retry among them): the
+        copy is a fresh one of the same grace, writing to this process's record."""
+        return (GraceRetry, (self.grace,))
+
     def call_with_retry(
         self,
         do: Callable[[], Any],
