@@ -62,7 +62,7 @@ def test_small_flood_runs_every_job_in_every_mode(
     report["dashboard"] = views
     print_flood(report)
     out = capsys.readouterr().out
-    assert "Jain" not in out and out.count("jobs served ahead") == 3
+    assert "Jain" not in out and out.count("jobs served ahead (") == 3 and out.count("verdict: ") == 3
     assert out.count("dashboard halfway through the flood") == 2
 
 
@@ -94,3 +94,15 @@ def test_summarize_pools_waits_and_takes_the_median_makespan_over_runs() -> None
     assert summary["makespan"] == 20.0
     assert summary["small_p50"] == 2.0 and summary["small_p95"] == 3.0
     assert summary["throughput"] == 2 / 20.0
+
+
+def test_each_mode_gets_a_one_line_verdict_that_follows_its_figures() -> None:
+    from fair_router.demo.run import METRICS_EXPLAINED, verdict
+
+    fifo = {"small_p95": 9.5, "small_ahead_p95": 1973, "share_jain": 0.556}
+    router = {"small_p95": 0.018, "small_p95_vs_fifo": 0.002, "makespan_vs_fifo": 0.98, "share_jain": 0.648}
+    fair = {"small_p95": 0.013, "small_p95_vs_fifo": 0.001, "makespan_vs_fifo": 0.99, "share_jain": 0.999}
+    assert "whole flood" in verdict("fifo", fifo) and "1973 jobs ahead" in verdict("fifo", fifo)
+    assert "500x shorter" in verdict("router", router) and "do not get equal shares" in verdict("router", router)
+    assert "1000x shorter" in verdict("fair", fair) and "get equal shares (accuracy 0.999)" in verdict("fair", fair)
+    assert len(METRICS_EXPLAINED) == 5 and all(line.endswith(".") for line in METRICS_EXPLAINED)

@@ -114,15 +114,42 @@ def dashboard_view(connection: Redis, views: dict[str, list[str]]) -> Midway:
     return look
 
 
+METRICS_EXPLAINED = (
+    "p50 / p95 wait: how long a job waited between its enqueue and its start (half / 95 % of jobs waited less).",
+    "makespan: first enqueue to last job done; against FIFO's, what fairness costs in total throughput.",
+    "jobs served ahead: jobs that started between a small job's enqueue and its own start (FIFO: the flood).",
+    "share accuracy: how evenly backlogged tenants share the workers (1.000 = each its equal share).",
+    "isolation: small tenants' p95 wait with the flood divided by the same without it (1.0 = untouched).",
+)
+"""One sentence per figure of the flood tables, printed once before them."""
+
+
+def verdict(mode: str, s: dict[str, float]) -> str:
+    """One line saying what a mode's figures mean for a small tenant and for fairness."""
+    if mode == "fifo":
+        return (f"first come, first served: a small tenant waits behind the whole flood (p95 "
+                f"{s['small_p95']:.2f}s, {s['small_ahead_p95']:.0f} jobs ahead of it)")
+    ratio = s.get("small_p95_vs_fifo", 1.0)
+    shorter = f"{1 / ratio:.0f}x shorter than FIFO's" if ratio > 0 else "no wait at all"
+    fair = ("backlogged tenants get equal shares" if s["share_jain"] >= 0.95 else
+            "backlogged tenants do not get equal shares (it slows the greedy one, it does not divide the queue)")
+    return (f"small tenants' p95 wait {s['small_p95']:.3f}s, {shorter}; makespan "
+            f"{s.get('makespan_vs_fifo', 1):.2f}x FIFO; {fair} (accuracy {s['share_jain']:.3f})")
+
+
 def print_flood(report: dict[str, object]) -> None:
     """One table per mode: per-class p50/p95 wait, then makespan, throughput, jobs served ahead, share
     accuracy, isolation; then what the dashboard showed halfway through the flood."""
     modes = report["modes"]
     views = report.get("dashboard") or {}
     assert isinstance(modes, dict) and isinstance(views, dict)
+    click.echo("\nwhat the figures mean:")
+    for line in METRICS_EXPLAINED:
+        click.echo(f"  {line}")
     for name, entry in modes.items():
         s = entry["summary"]
         click.echo(f"\n== {name} ==")
+        click.echo(f"  verdict: {verdict(name, s)}")
         click.echo(f"  {'tenant class':<14}{'p50 wait':>12}{'p95 wait':>12}")
         for kind in ("greedy", "small"):
             click.echo(f"  {kind:<14}{s[kind + '_p50']:>11.3f}s{s[kind + '_p95']:>11.3f}s")
