@@ -278,6 +278,15 @@ def test_the_snapshot_names_the_top_n_and_sums_the_rest(conn: Redis, isolated_se
     assert snap.queues[0].tenants_waiting == 4 and snap.queues[0].tenants_parked == 1
 
 
+def test_a_lone_waiting_tenant_shows_no_fair_share(conn: Redis, isolated_settings: None) -> None:
+    """With one tenant waiting there is nothing to share: no "fair share 100%" mark beside its bar."""
+    settings = Settings(prefix="obs", fair_queues=["fq"], observe=ObserveConfig(top_tenants=2))
+    queue = FairQueue("fq", connection=conn, settings=settings)
+    queue.enqueue(noop, fair_tenant="alone")
+    (row,) = SnapshotReader(conn, settings).snapshot().tenants
+    assert row.tenant == "alone" and row.waiting == {"fq": 1} and row.fair_share is None
+
+
 def test_a_snapshot_costs_the_same_commands_for_50_or_500_tenants(conn: Redis, isolated_settings: None) -> None:
     costs = []
     for tenants in (50, 500):

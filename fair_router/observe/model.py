@@ -69,7 +69,7 @@ class TenantView:
     wait_5m: WaitFigures = field(default_factory=WaitFigures)
     wait_60m: WaitFigures = field(default_factory=WaitFigures)
     share_5m: float | None = None  # its share of all starts over the last 5 minutes
-    fair_share: float | None = None  # weight / sum of weights of the tenants waiting in fair queues now
+    fair_share: float | None = None  # weight / sum of weights of the tenants waiting in fair queues now (None: alone)
     series: list[tuple[float, float]] = field(default_factory=list)  # (tick start, mean wait s), ~10 minutes
     histogram: Histogram = field(default_factory=Histogram)  # cumulative waits (Prometheus)
 

@@ -143,7 +143,7 @@ class SnapshotReader:
         fair_weights = self._fair_weights(backlogs)
         for row in top:
             row.share_5m = row.wait_5m.starts / everyone_row.wait_5m.starts if everyone_row.wait_5m.starts else None
-            if row.key in fair_weights:
+            if row.key in fair_weights and len(fair_weights) > 1:  # alone, a tenant shares with nobody: no mark
                 row.fair_share = fair_weights[row.key] / sum(fair_weights.values())
         total_running = sum(queue.running for queue in queues)
         other_row = _rest(everyone_row, all_fields, records[:n], now, backlogs,
