@@ -142,6 +142,7 @@ class Admission(NamedTuple):
     reclaimed: int
     at_ms: int  # RATE / RESERVED: when the job may start (epoch ms, the script's clock)
     now_ms: int  # the script's clock when it decided
+    next_ms: int = 0  # GRANTED: when the tenant's own rate allows its next start (0: at once)
 
     @property
     def admitted(self) -> bool:
@@ -172,18 +173,20 @@ class AcquireScript(LuaScript[Admission]):
         now_ms: str,
         rates: Sequence[RateScope] = (),
         reserve: bool = False,
+        tenant_scopes: int = 0,
     ) -> Call[Admission]:
         """KEYS = [leases, paused, paid, *rate keys]; ARGV = now_ms, job_id, limit (0 takes no slot), lease_ms,
-        reserve, then (interval_ms, tolerance_ms) per rate scope."""
+        reserve, tenant_scopes (the first rate scopes that hold all of the tenant's jobs: their next start
+        is returned), then (interval_ms, tolerance_ms) per rate scope."""
         keys = [leases, paused, paid, *(scope.key for scope in rates)]
-        args: list[str | int] = [now_ms, job_id, limit, lease_ms, int(reserve)]
+        args: list[str | int] = [now_ms, job_id, limit, lease_ms, int(reserve), tenant_scopes]
         for scope in rates:
             args += (scope.interval_ms, scope.tolerance_ms)
         return self.call(keys, args)
 
     def parse(self, reply: Any) -> Admission:
-        status, reclaimed, at_ms, now = (int(x) for x in reply)
-        return Admission(Verdict(status), reclaimed, at_ms, now)
+        status, reclaimed, at_ms, now, next_ms = (int(x) for x in reply)
+        return Admission(Verdict(status), reclaimed, at_ms, now, next_ms)
 
 
 class PushEntry(NamedTuple):
@@ -240,11 +243,14 @@ class FairPopScript(LuaScript[PopResult]):
     name = "fair_pop"
 
     def __call__(
-        self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str, runtime: bool = False
+        self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str, runtime: bool = False,
+        lease_ms: int = 0,
     ) -> Call[PopResult]:
         """``given``: an entry the caller already took off rq's list (BLPOP), else ''; ``acks``: ids this
-        caller popped before, which have run since; ``runtime``: charge the estimated run time, not 1 job."""
-        return self.call(keys.all_for_scripts(), [now_ms, given, int(runtime), len(acks), *acks])
+        caller popped before, which have run since; ``runtime``: charge the estimated run time, not 1 job;
+        ``lease_ms``: how long a limited tenant's job counts against its limit here without a release
+        (lua/lib/claims.lua; 0 = no claims)."""
+        return self.call(keys.all_for_scripts(), [now_ms, given, int(runtime), lease_ms, len(acks), *acks])
 
     def parse(self, reply: Any) -> PopResult:
         kind, job_id, wake, seq = reply
@@ -257,13 +263,16 @@ class FairParkScript(LuaScript[int]):
     name = "fair_park"
 
     def __call__(
-        self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None
+        self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None,
+        limit: int | None = None,
     ) -> Call[int]:
         """``seq``: the job's FIFO place when a fair choice served it (pop kind 2 or 3): it goes back there,
         and the 1 / weight its pop added to the tenant's pass is taken back; None for a plain entry, whose
-        pop added nothing (it goes to the front). Result: 1 if the job was put back, 0 if it was waiting."""
+        pop added nothing (it goes to the front). ``limit``: the tenant's concurrency limit (0 none, None
+        not known). Result: 1 if the job was put back, 0 if it was waiting."""
         refund = seq is not None
-        args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq]
+        args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq,
+                                 "" if limit is None else limit]
         return self.call(keys.all_for_scripts(), args)
 
     def parse(self, reply: Any) -> int:
@@ -275,9 +284,24 @@ class FairUnparkScript(LuaScript[int]):
 
     name = "fair_unpark"
 
-    def __call__(self, keys: FairQueueKeys, tenant: str) -> Call[int]:
+    def __call__(self, keys: FairQueueKeys, tenant: str, job_id: str = "", limit: int | None = None,
+                 now_ms: str = "") -> Call[int]:
+        """``job_id``: the job whose slot was released (its claim here ends); ``limit``: the tenant's limit
+        (0 none, None not known). Result: 1 if the tenant has jobs waiting in this queue and may be served."""
+        return self.call(keys.all_for_scripts(), [tenant, job_id, "" if limit is None else limit, now_ms])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+class FairHoldScript(LuaScript[int]):
+    """fair_hold.lua: park a tenant before a pop hands out its job (paused, or rate-held until its next start)."""
+
+    name = "fair_hold"
+
+    def __call__(self, keys: FairQueueKeys, tenant: str, until_ms: int) -> Call[int]:
         """Result: 1 if the tenant has jobs waiting in this queue, else 0."""
-        return self.call(keys.all_for_scripts(), [tenant])
+        return self.call(keys.all_for_scripts(), [tenant, until_ms])
 
     def parse(self, reply: Any) -> int:
         return int(reply)

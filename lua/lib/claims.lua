@@ -1,0 +1,48 @@
+-- lib/claims.lua: a mirror, on the fair queue's own cluster slot, of its limited tenants' concurrency slots,
+-- so that a pop parks a tenant that reached its limit instead of handing out a job acquire.lua would refuse.
+-- `limits`: tenant -> its limit as workers last reported it (with each release and each refused start);
+-- `claims`: "<tenant>|<job id>" -> expiry (ms): jobs of limited tenants that pops handed out, until their
+-- release, their refusal or (a dead worker, a job outliving its lease) their expiry; `claimed`: tenant ->
+-- its claims. acquire.lua stays the authority: the mirror only spares the pops it would refuse.
+-- include: fair_keys
+
+-- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns true
+-- when the tenant is at that limit now (its next pops must wait for a release).
+local function claim(tenant, job_id, now_ms, lease_ms)
+  local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+  if not limit or lease_ms <= 0 then return false end
+  redis.call('ZADD', claims, now_ms + lease_ms, tenant .. '|' .. job_id)
+  return redis.call('HINCRBY', claimed, tenant, 1) >= limit
+end
+
+-- A claim ends (released, refused, expired); nothing when `job_id` held none here.
+local function unclaim(tenant, job_id)
+  if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 1
+      and redis.call('HINCRBY', claimed, tenant, -1) <= 0 then
+    redis.call('HDEL', claimed, tenant)
+  end
+end
+
+-- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
+local function learn_limit(tenant, limit)
+  local n = tonumber(limit)
+  if n and n > 0 then
+    redis.call('HSET', limits, tenant, n)
+  elseif n then
+    redis.call('HDEL', limits, tenant)
+  end
+end
+
+-- True when `tenant` holds fewer claims here than its known limit (or has no known limit).
+local function under_limit(tenant)
+  local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+  return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
+end
+
+-- Drop claims past their expiry, 64 a call at most.
+local function sweep_claims(now_ms)
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', claims, '-inf', now_ms, 'LIMIT', 0, 64)) do
+    local tenant, job_id = string.match(member, '^([^|]*)|(.*)$')
+    unclaim(tenant, job_id)
+  end
+end
