@@ -1,11 +1,24 @@
--- fair_hold.lua: park a tenant that may not start jobs for now (paused, or its rate's next start lies
--- ahead) before any pop hands one of its jobs out: pops skip it until `until_ms` or an unpark.
--- include: fair_keys, stride
+-- fair_hold.lua: park a tenant that may not start jobs for now before any pop hands one of its jobs out:
+-- paused (until `until_ms`, a later bound it has stays), or (paced) a start of a tenant with a rate of its
+-- own was admitted: parked exactly until its rate allows its next start, or unparked when that is now. The
+-- start report also marks it paced (lib/claims.lua): pops park it after each take until the next report.
+-- include: fair_keys, time, stride, claims
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
--- ARGV     tenant (encoded), until_ms (a later bound the tenant has stays)
--- Returns  1 if the tenant has jobs waiting here (it is parked), else 0 (nothing to hold: nothing changes).
-local tenant, until_ms = ARGV[1], tonumber(ARGV[2])
+-- ARGV     tenant (encoded), until_ms, paced ('1' = a paced tenant's start report, '0' = a pause), now_ms
+--          ('' = server TIME)
+-- Returns  1 if the tenant has jobs waiting here, else 0 (a pause then changes nothing).
+local tenant, until_ms, paced = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local now_ms = clock_ms(ARGV[4])
 
+if paced then report_pace(tenant, now_ms) end
 if redis.call('HEXISTS', backlog, tenant) == 0 then return 0 end
-hold(tenant, until_ms, 0)
+if not paced then
+  hold(tenant, until_ms, 0)
+elseif not under_limit(tenant) then  -- parked at its concurrency limit too: that park ends at a release
+  redis.call('ZADD', parked, 'GT', until_ms, tenant)
+elseif until_ms > now_ms then
+  redis.call('ZADD', parked, until_ms, tenant)
+elseif end_park(tenant) then
+  wake_one()
+end
 return 1

@@ -64,7 +64,10 @@ class FairPopping(FairQueueBase):
         call = self._script(FairUnparkScript)(self.fair_keys, self.tenant_key(tenant), job_id, limit)
         return call.run_or_queue(pipeline)
 
-    def hold(self, tenant: str, until_ms: int, pipeline: Pipeline | None = None) -> Any:
-        """``tenant`` may start no job before ``until_ms`` (epoch ms; paused, or its rate's next start): pops
-        skip it until then or an :meth:`unpark`, so none hands out a job its start would refuse."""
-        return self._script(FairHoldScript)(self.fair_keys, self.tenant_key(tenant), until_ms).run_or_queue(pipeline)
+    def hold(self, tenant: str, until_ms: int, pipeline: Pipeline | None = None, paced: bool = False) -> Any:
+        """``tenant`` may start no job before ``until_ms`` (epoch ms): pops skip it until then or an
+        :meth:`unpark`, so none hands out a job its start would refuse. ``paced``: a start of the tenant, which
+        has a rate of its own, was admitted and its rate allows the next at ``until_ms`` (0: at once); pops
+        then park it after each take until the next such report (lua/lib/claims.lua)."""
+        call = self._script(FairHoldScript)(self.fair_keys, self.tenant_key(tenant), until_ms, paced)
+        return call.run_or_queue(pipeline)

@@ -295,13 +295,15 @@ class FairUnparkScript(LuaScript[int]):
 
 
 class FairHoldScript(LuaScript[int]):
-    """fair_hold.lua: park a tenant before a pop hands out its job (paused, or rate-held until its next start)."""
+    """fair_hold.lua: park a tenant before a pop hands out its job (paused), or report a paced tenant's start
+    (parked exactly until its rate's next start)."""
 
     name = "fair_hold"
 
-    def __call__(self, keys: FairQueueKeys, tenant: str, until_ms: int) -> Call[int]:
+    def __call__(self, keys: FairQueueKeys, tenant: str, until_ms: int, paced: bool = False,
+                 now_ms: str = "") -> Call[int]:
         """Result: 1 if the tenant has jobs waiting in this queue, else 0."""
-        return self.call(keys.all_for_scripts(), [tenant, until_ms])
+        return self.call(keys.all_for_scripts(), [tenant, until_ms, int(paced), now_ms])
 
     def parse(self, reply: Any) -> int:
         return int(reply)

@@ -183,7 +183,7 @@ class WeightedFetchMixin(RqWorkerSeam):
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not isinstance(queue, FairQueue),
                                                  pipeline=pipe)
-        if admission.admitted and admission.next_ms > admission.now_ms and isinstance(queue, FairQueue):
+        if admission.admitted and isinstance(queue, FairQueue) and self.gate.own_rate(tenant, scopes):
             self._rate_hold = (queue, tenant, admission.next_ms)  # rides rq's job-start MULTI (job_started)
         if lease is not None:
             with self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, lease)):
@@ -194,8 +194,9 @@ class WeightedFetchMixin(RqWorkerSeam):
             self._turn_away(job, queue, tenant, admission)
 
     _rate_hold: tuple[FairQueue, str, int] | None = None
-    """A FairQueue tenant whose own rate allows its next start only at the given ms: parked there till then
-    with the job start's writes, so no pop hands out a job its start would refuse."""
+    """A FairQueue tenant with a rate of its own whose start was admitted, and when its rate allows the next
+    (ms, 0 at once): reported there with the job start's writes (parked till then), so no pop hands out a job
+    its start would refuse."""
 
     def _turn_away(self, job: Job, queue: Queue, tenant: str, admission: Admission) -> None:
         """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is
@@ -244,7 +245,7 @@ class WeightedFetchMixin(RqWorkerSeam):
         if self._rate_hold is not None:
             queue, tenant, until_ms = self._rate_hold
             self._rate_hold = None
-            queue.hold(tenant, until_ms, pipeline)
+            queue.hold(tenant, until_ms, pipeline, paced=True)
         if self.start_recorder is not None:
             self.start_recorder.job_started(job, pipeline)
 

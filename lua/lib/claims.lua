@@ -3,16 +3,31 @@
 -- `limits`: tenant -> its limit as workers last reported it (with each release and each refused start);
 -- `claims`: "<tenant>|<job id>" -> expiry (ms): jobs of limited tenants that pops handed out, until their
 -- release, their refusal or (a dead worker, a job outliving its lease) their expiry; `claimed`: tenant ->
--- its claims. acquire.lua stays the authority: the mirror only spares the pops it would refuse.
+-- its claims. A tenant with a rate of its own is *paced*: `limits` field "<tenant>|r" holds until when
+-- (ms) its last start report (fair_hold.lua) keeps it so; a pop parks a paced tenant after each take, for
+-- PACED_WAIT_MS at most, until that job's start reports when its rate allows the next one.
+-- acquire.lua stays the authority: the mirror only spares the pops it would refuse.
 -- include: fair_keys
+local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report
+local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
 
--- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns true
--- when the tenant is at that limit now (its next pops must wait for a release).
+-- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
+-- until when the tenant must be parked (ms): `lease_ms` on when it is at its limit (till a release),
+-- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on.
 local function claim(tenant, job_id, now_ms, lease_ms)
-  local limit = tonumber(redis.call('HGET', limits, tenant) or '')
-  if not limit or lease_ms <= 0 then return false end
-  redis.call('ZADD', claims, now_ms + lease_ms, tenant .. '|' .. job_id)
-  return redis.call('HINCRBY', claimed, tenant, 1) >= limit
+  local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
+  local limit, paced = tonumber(known[1]), tonumber(known[2])
+  if limit and lease_ms > 0 then
+    redis.call('ZADD', claims, now_ms + lease_ms, tenant .. '|' .. job_id)
+    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+  end
+  if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
+  return nil
+end
+
+-- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS.
+local function report_pace(tenant, now_ms)
+  redis.call('HSET', limits, tenant .. '|r', now_ms + PACED_FOR_MS)
 end
 
 -- A claim ends (released, refused, expired); nothing when `job_id` held none here.

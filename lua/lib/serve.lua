@@ -41,7 +41,7 @@ end
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
--- or for `lease_ms`.
+-- or for `lease_ms`, a paced one until its start reports.
 local function take(job_id, seq, tenant, pass, now_ms, runtime, lease_ms)
   redis.call('HDEL', fifo, tenant .. ':' .. seq)
   redis.call('HDEL', members, job_id)
@@ -65,5 +65,6 @@ local function take(job_id, seq, tenant, pass, now_ms, runtime, lease_ms)
     redis.call('ZADD', active, next_pass, tenant)
   end
   redis.call('ZADD', inflight, now_ms, job_id)
-  if claim(tenant, job_id, now_ms, lease_ms) then hold(tenant, now_ms + lease_ms, 0) end
+  local until_ms = claim(tenant, job_id, now_ms, lease_ms)
+  if until_ms then hold(tenant, until_ms, 0) end
 end
