@@ -15,9 +15,9 @@ if redis.call('HEXISTS', backlog, tenant) == 0 then return 0 end
 if not paced then
   hold(tenant, until_ms, 0)
 elseif not under_limit(tenant) then  -- parked at its concurrency limit too: that park ends at a release
-  redis.call('ZADD', parked, 'GT', until_ms, tenant)
+  park_until(tenant, until_ms, true)
 elseif until_ms > now_ms then
-  redis.call('ZADD', parked, until_ms, tenant)
+  park_until(tenant, until_ms, false)
 elseif end_park(tenant) then
   wake_one()
 end

@@ -21,22 +21,31 @@ local n_acks = tonumber(ARGV[5])
 local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
+local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited')
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
+
+local function first_park_end()
+  local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
--- past their expiry go with them. One ZRANGE when no park is due.
-local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
-if #first > 0 and tonumber(first[2]) <= now_ms then
+-- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
+local due = tonumber(st[3] or '')
+if due and due <= now_ms then
   for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', parked, '-inf', now_ms, 'LIMIT', 0, 64)) do
     end_park(tenant)
   end
   sweep_claims(now_ms)
-  if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
-end
-
-local function first_park_end()
-  first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
-  if #first == 0 then return -1 end
-  return tonumber(first[2])
+  local next_due = first_park_end()
+  if next_due < 0 then
+    redis.call('HDEL', state, 'due')
+    redis.call('DEL', wake)
+  else
+    redis.call('HSET', state, 'due', next_due)
+  end
 end
 
 -- Only parked tenants' members are at hand, `entry` (a member, just popped off the head; members entry
@@ -75,15 +84,17 @@ if not entry then
   if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
   return {0, '', first_park_end(), ''}
 end
-local head = redis.call('HINCRBY', state, 'head', 1)  -- the head left (LPOP here, or the caller's BLPOP)
+local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 local entry_value = redis.call('HGET', members, entry)
 if not entry_value then
+  redis.call('HSET', state, 'head', head)
   redis.call('ZADD', inflight, now_ms, entry)
   return {1, entry, -1, ''}
 end
 for _ = 1, MAX_STALE do
   local job_id, seq, tenant, pass = choose()
   if not job_id then
+    redis.call('HSET', state, 'head', head)
     local plain = plain_further_down(entry, entry_value, head)
     if plain then
       redis.call('ZADD', inflight, now_ms, plain)
@@ -92,7 +103,7 @@ for _ = 1, MAX_STALE do
     break
   end
   if job_id == entry then
-    take(job_id, seq, tenant, pass, now_ms, runtime, lease_ms)
+    take(job_id, seq, tenant, pass, pop)
     return {2, job_id, -1, seq}
   end
   local value = redis.call('HGET', members, job_id)
@@ -107,10 +118,11 @@ for _ = 1, MAX_STALE do
     -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
     redis.call('LSET', rq_list, index, entry)
     set_pos(entry, head + index, entry_value)
-    take(job_id, seq, tenant, pass, now_ms, runtime, lease_ms)
+    take(job_id, seq, tenant, pass, pop)
     return {2, job_id, -1, seq}
   end
   leave(job_id, value)  -- stale: rq removed it behind our back
 end
+redis.call('HSET', state, 'head', head)
 set_pos(entry, list_push(entry, true), entry_value)  -- back where it was
 return {3, '', first_park_end(), ''}

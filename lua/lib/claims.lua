@@ -13,8 +13,10 @@ local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, unt
 
 -- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
 -- until when the tenant must be parked (ms): `lease_ms` on when it is at its limit (till a release),
--- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on.
-local function claim(tenant, job_id, now_ms, lease_ms)
+-- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on. `limited`:
+-- state.limited, set once any limit or pace was reported here.
+local function claim(tenant, job_id, now_ms, lease_ms, limited)
+  if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
   local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
   local limit, paced = tonumber(known[1]), tonumber(known[2])
   if limit and lease_ms > 0 then
@@ -28,6 +30,7 @@ end
 -- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS.
 local function report_pace(tenant, now_ms)
   redis.call('HSET', limits, tenant .. '|r', now_ms + PACED_FOR_MS)
+  redis.call('HSET', state, 'limited', 1)
 end
 
 -- A claim ends (released, refused, expired); nothing when `job_id` held none here.
@@ -43,6 +46,7 @@ local function learn_limit(tenant, limit)
   local n = tonumber(limit)
   if n and n > 0 then
     redis.call('HSET', limits, tenant, n)
+    redis.call('HSET', state, 'limited', 1)
   elseif n then
     redis.call('HDEL', limits, tenant)
   end

@@ -7,9 +7,9 @@ local function set_pos(job_id, pos, value)
   redis.call('HSET', members, job_id, pos .. '|' .. field)
 end
 
--- Re-record the position of every member from the list itself: O(list length), after drift.
-local function reindex()
-  local head = head_pos()
+-- Re-record the position of every member from the list itself (`head`: the list head's position):
+-- O(list length), after drift.
+local function reindex(head)
   local listed = redis.call('LRANGE', rq_list, 0, -1)
   for i, entry in ipairs(listed) do
     local value = redis.call('HGET', members, entry)
@@ -33,6 +33,6 @@ local function locate(job_id, pos, head)
     end
   end
   local found = redis.call('LPOS', rq_list, job_id)
-  if found then reindex() end
+  if found then reindex(head) end
   return found or nil
 end

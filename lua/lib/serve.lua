@@ -41,23 +41,25 @@ end
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
--- or for `lease_ms`, a paced one until its start reports.
-local function take(job_id, seq, tenant, pass, now_ms, runtime, lease_ms)
+-- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
+-- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+local function take(job_id, seq, tenant, pass, pop)
+  local now_ms = pop.now_ms
   redis.call('HDEL', fifo, tenant .. ':' .. seq)
   redis.call('HDEL', members, job_id)
   local weight = tonumber(redis.call('HGET', weights, tenant) or '1')
   local step = 1
-  if runtime then
+  if pop.runtime then
     local cost, declared, func = estimate(job_id, tenant)
     step = cost
     redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
     redis.call('HDEL', costs, job_id)
   end
   local next_pass = pass + step / weight
-  redis.call('HSET', state, 'vtime', pass)
+  redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
-  -- drop them, so idle tenants leave no state behind (O(log n) when there is none to drop).
-  redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass)
+  -- drop them as it advances, so idle tenants leave no state behind.
+  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
   if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
     idle(tenant, next_pass)
   else
@@ -65,6 +67,6 @@ local function take(job_id, seq, tenant, pass, now_ms, runtime, lease_ms)
     redis.call('ZADD', active, next_pass, tenant)
   end
   redis.call('ZADD', inflight, now_ms, job_id)
-  local until_ms = claim(tenant, job_id, now_ms, lease_ms)
+  local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
   if until_ms then hold(tenant, until_ms, 0) end
 end
