@@ -48,27 +48,6 @@ if due and due <= now_ms then
   end
 end
 
--- Only parked tenants' members are at hand, `entry` (a member, just popped off the head; members entry
--- `value`; `head` the list head's position) among them: serve the first plain entry further down, if
--- there is one (there is when the list holds more entries than there are members). `entry` takes its
--- slot, so no other entry moves.
-local function plain_further_down(entry, value, head)
-  if redis.call('LLEN', rq_list) + 1 <= redis.call('HLEN', members) then return nil end
-  local start = 0
-  while true do
-    local chunk = redis.call('LRANGE', rq_list, start, start + 99)
-    if #chunk == 0 then return nil end
-    for i, plain in ipairs(chunk) do
-      if redis.call('HEXISTS', members, plain) == 0 then
-        redis.call('LSET', rq_list, start + i - 1, entry)
-        set_pos(entry, head + start + i - 1, value)
-        return plain
-      end
-    end
-    start = start + 100
-  end
-end
-
 local entry = given
 if entry == '' then entry = redis.call('LPOP', rq_list) end
 if not entry then

@@ -194,9 +194,7 @@ class WeightedFetchMixin(RqWorkerSeam):
             self._turn_away(job, queue, tenant, admission)
 
     _rate_hold: tuple[FairQueue, str, int] | None = None
-    """A FairQueue tenant with a rate of its own whose start was admitted, and when its rate allows the next
-    (ms, 0 at once): reported there with the job start's writes (parked till then), so no pop hands out a job
-    its start would refuse."""
+    """(queue, tenant with a rate of its own, ms its next start is allowed): reported on the job start's MULTI."""
 
     def _turn_away(self, job: Job, queue: Queue, tenant: str, admission: Admission) -> None:
         """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is

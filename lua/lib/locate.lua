@@ -36,3 +36,24 @@ local function locate(job_id, pos, head)
   if found then reindex(head) end
   return found or nil
 end
+
+-- A pop found only parked tenants' members at hand, `entry` (a member, just popped off the head; members
+-- entry `value`; `head` the list head's position) among them: the first plain entry further down, if there
+-- is one (there is when the list holds more entries than there are members), which `entry` replaces on
+-- the list, so no other entry moves. Returns that plain entry, or nil.
+local function plain_further_down(entry, value, head)
+  if redis.call('LLEN', rq_list) + 1 <= redis.call('HLEN', members) then return nil end
+  local start = 0
+  while true do
+    local chunk = redis.call('LRANGE', rq_list, start, start + 99)
+    if #chunk == 0 then return nil end
+    for i, plain in ipairs(chunk) do
+      if redis.call('HEXISTS', members, plain) == 0 then
+        redis.call('LSET', rq_list, start + i - 1, entry)
+        set_pos(entry, head + start + i - 1, value)
+        return plain
+      end
+    end
+    start = start + 100
+  end
+end
