@@ -33,12 +33,11 @@ local function report_pace(tenant, now_ms)
   redis.call('HSET', state, 'limited', 1)
 end
 
--- A claim ends (released, refused, expired); nothing when `job_id` held none here.
+-- A claim ends (released, refused, expired). Returns true when `job_id` held one here.
 local function unclaim(tenant, job_id)
-  if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 1
-      and redis.call('HINCRBY', claimed, tenant, -1) <= 0 then
-    redis.call('HDEL', claimed, tenant)
-  end
+  if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
+  if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
+  return true
 end
 
 -- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
