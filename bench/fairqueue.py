@@ -56,8 +56,13 @@ def fill(queue: Queue, tenants: int, total: int) -> None:
         queue.enqueue_many(batch)
 
 
+COMMANDS: dict[tuple[bool, int], list[tuple[float, float]]] = {}
+"""(fair, tenants) -> per drain: (Redis commands per job, fair pop EVALSHA us per call), from INFO commandstats."""
+
+
 def drain(conn: Redis, fair: bool, tenants: int, jobs: int) -> float:
-    """Fill, then time one burst worker taking ``jobs`` jobs; returns jobs/s."""
+    """Fill, then time one burst worker taking ``jobs`` jobs; returns jobs/s. Also notes the drain's Redis
+    commands per job (commands run by scripts count, as Redis counts them) and the pop script's time."""
     conn.flushdb()
     settings = Settings(prefix="bench")
     queue = FairQueue("bench", connection=conn, settings=settings) if fair else Queue("bench", connection=conn)
@@ -65,9 +70,15 @@ def drain(conn: Redis, fair: bool, tenants: int, jobs: int) -> float:
     worker = SimpleWorker([queue], connection=conn)
     if fair:
         worker.queue_class = FairQueue  # as `rq worker --queue-class fair_router.FairQueue`
+    conn.config_resetstat()
     start = time.perf_counter()
     worker.work(burst=True, max_jobs=jobs, logging_level="WARNING")
     elapsed = time.perf_counter() - start
+    stats = conn.info("commandstats")
+    calls = sum(value["calls"] for name, value in stats.items()
+                if not name.startswith(("cmdstat_config", "cmdstat_info")))
+    pop = stats.get("cmdstat_evalsha", {}).get("usec_per_call", 0.0)
+    COMMANDS.setdefault((fair, tenants), []).append((calls / jobs, pop))
     done = FinishedJobRegistry("bench", connection=conn).count
     assert done == jobs, f"drained {done} of {jobs}"
     return jobs / elapsed
@@ -138,6 +149,10 @@ def main() -> None:
         print(f"{row['tenants']:>8} {row['plain_jobs_per_s']:>13.0f} {row['fair_jobs_per_s']:>12.0f} "
               f"{row['ratio']:>10.2f}x  {per_round}")
     print(f"({args.jobs} jobs per drain, median of {args.rounds} interleaved rounds; goal >= 0.80x and flat)")
+    for (fair, tenants), rows in sorted(COMMANDS.items()):
+        side = "fair " if fair else "plain"
+        print(f"{side} {tenants:>7} tenants: {statistics.median(r[0] for r in rows):5.1f} Redis commands/job"
+              + (f", fair pop {statistics.median(r[1] for r in rows):5.1f} us/call (EVALSHA)" if fair else ""))
     print(f"single enqueue, fair/plain enqueues/s: {statistics.median(enqueue):.2f}x (per round "
           + " ".join(f"{x:.2f}" for x in enqueue) + f"; {args.enqueues} enqueues per side and round)")
 

@@ -1,15 +1,18 @@
 -- fair_park.lua: a popped job's tenant is at its concurrency limit. Put the job back on rq's list and
 -- in its tenant's FIFO (where it was, else at the front) and park the tenant (pops skip it) until
--- `until_ms` or a slot frees.
--- include: fair_keys, members, fifo, charge
+-- `until_ms` or a slot frees. The job's claim ends (lib/claims.lua), and the tenant's limit is learnt.
+-- include: fair_keys, stride, members, fifo, charge, claims
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     job_id, tenant (encoded), weight, until_ms, refund ('1' = a fair choice served the job: take
 --          back what its pop added to the tenant's pass, 1 / weight or, charge="runtime", the estimate /
 --          weight recorded in `charged`; '0' = a plain entry, nothing added),
---          seq (the job's place in its tenant's FIFO when a fair choice served it, else '')
+--          seq (the job's place in its tenant's FIFO when a fair choice served it, else ''),
+--          limit (the tenant's concurrency limit, 0 = none, '' = not known to the caller)
 -- Returns  1 when the job was put back, 0 when it was already waiting.
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local refund, old_seq = ARGV[5] == '1', tonumber(ARGV[6])
+learn_limit(tenant, ARGV[7] or '')
+unclaim(tenant, job_id)
 
 redis.call('ZREM', inflight, job_id)
 -- A refused job did not run: its tenant gets its turn back instead of losing one per refusal. The step
@@ -25,17 +28,7 @@ if charge then
 elseif refund then
   step = 1 / tonumber(redis.call('HGET', weights, tenant) or weight)
 end
-local pass = redis.call('ZSCORE', active, tenant)
-if pass then
-  -- Parked tenants keep their place: on return they start at max(virtual time, the pass kept here).
-  redis.call('ZREM', active, tenant)
-  redis.call('ZADD', kept, tonumber(pass) - step, tenant)
-elseif step > 0 then
-  -- Not active: the pop took its last job (it went idle with the advanced pass), or it is parked already.
-  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
-  if last then redis.call('ZADD', kept, last - step, tenant) end
-end
-redis.call('ZADD', parked, until_ms, tenant)
+hold(tenant, until_ms, step)  -- it keeps its place: on return it starts at max(virtual time, kept pass)
 if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by

@@ -1,11 +1,20 @@
--- fair_unpark.lua: one of a tenant's concurrency slots was released. Make the tenant eligible again
--- in this queue and wake one worker blocked while only parked tenants' jobs waited.
--- include: fair_keys, stride
+-- fair_unpark.lua: one of a tenant's concurrency slots was released (or a pause ended). Its claim here
+-- ends (lib/claims.lua) and, if it has jobs or had that claim here, its limit is learnt; below that limit
+-- the tenant is eligible again in this queue and one worker blocked while only parked tenants' jobs waited
+-- is woken.
+-- include: fair_keys, time, stride, claims
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
--- ARGV     tenant (encoded)
--- Returns  1 if the tenant has jobs waiting here, else 0.
-local tenant = ARGV[1]
+-- ARGV     tenant (encoded), job_id (the job that released the slot, '' = none), limit (the tenant's
+--          concurrency limit, 0 = none, '' = not known to the caller), now_ms ('' = server TIME)
+-- Returns  1 if the tenant has jobs waiting here and may be served, else 0.
+local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
 
-if not end_park(tenant) then return 0 end
+local here = redis.call('HEXISTS', backlog, tenant) == 1
+if job_id ~= '' then
+  here = unclaim(tenant, job_id) or here
+  sweep_claims(clock_ms(ARGV[4] or ''))
+end
+if here then learn_limit(tenant, limit) end
+if not under_limit(tenant) or not end_park(tenant) then return 0 end
 wake_one()
 return 1

@@ -104,19 +104,21 @@ class ConcurrencyLimiter:
         reserve: bool = False,
         slot: bool = True,
         refresh: bool = False,
+        tenant_scopes: int = 0,
     ) -> tuple[Admission, Lease | None]:
         """One acquire.lua call for a job start: the tenant's pause, the GCRA ``rates`` (``reserve``: on a
         rate refusal, take the job's token and reserve its start) and, with ``slot``, a concurrency slot
         under the tenant's limit (its override, else its tier's). The lease is None unless a slot is held.
         A refusal is counted by its reason (``refused``: at the limit, ``paused``, ``rate_deferred``), with
-        the next round trip; with ``pipeline``, the counts pending from earlier ride in this one."""
+        the next round trip; with ``pipeline``, the counts pending from earlier ride in this one. The first
+        ``tenant_scopes`` rates hold all of the tenant's jobs: an admission says when they allow its next start."""
         profile = self.tiers.profile(tenant)
         keys = self.keys
         if pipeline is not None:
             self._flush(pipeline)
         call = self._acquire(
             keys.leases(tenant), keys.paused(tenant), keys.rate_paid(tenant, job_id), job_id,
-            profile.limit if slot else 0, self.lease_ms, now_arg(self.clock), rates, reserve,
+            profile.limit if slot else 0, self.lease_ms, now_arg(self.clock), rates, reserve, tenant_scopes,
         )
         # With ``pipeline``, the call joins the commands already queued there and runs with them.
         admission = call.run() if pipeline is None else self._acquire.parse(call.queue(pipeline).execute()[-1])

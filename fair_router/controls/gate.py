@@ -96,8 +96,14 @@ class TenantGate:
                 pipeline: Pipeline | None = None) -> tuple[Admission, Lease | None]:
         """Decide whether ``job`` may start now (``scopes`` from :meth:`checks`). ``reserve`` (plain queues):
         a rate refusal takes the job's token and reserves its start time, returned as ``at_ms``. The lease
-        is set when a slot is held."""
-        return self.limiter.admit(tenant, job.id, pipeline, rates=scopes, reserve=reserve, slot=self.slots)
+        is set when a slot is held. The tenant's own rate comes first in ``scopes`` (:meth:`RateLimiter.scopes`):
+        an admission's ``next_ms`` is when it allows the tenant's next start."""
+        return self.limiter.admit(tenant, job.id, pipeline, rates=scopes, reserve=reserve, slot=self.slots,
+                                  tenant_scopes=int(self.own_rate(tenant, scopes)))
+
+    def own_rate(self, tenant: str, scopes: list[RateScope] | None) -> bool:
+        """True when the tenant has a rate of its own, the first of ``scopes`` (its override or tier's)."""
+        return bool(scopes) and self.limiter.tiers.profile(tenant).rate is not None
 
     def defer_until(self, job: Job, queue: Queue, at_ms: int) -> datetime:
         """Reschedule ``job`` to its queue for ``at_ms`` (rounded up to whole seconds, as rq's scheduler keeps

@@ -8,11 +8,13 @@ tenant at once in every fair queue rq knows, so its jobs flow again without wait
 
 from __future__ import annotations
 
+import time
+
 from redis import Redis
 from rq import Queue
 from rq.utils import as_text
 
-from fair_router.store.fair_scripts import FairUnparkScript
+from fair_router.store.fair_scripts import FairHoldScript, FairUnparkScript
 from fair_router.store.keys import Keys, encode
 
 PAUSE_PARK = 60.0
@@ -27,10 +29,18 @@ class TenantPauses:
         self.connection = connection
         self.keys = keys
         self._unpark = FairUnparkScript(connection)
+        self._hold = FairHoldScript(connection)
 
     def pause(self, tenant: str) -> None:
-        """From now on no job of ``tenant`` starts (jobs already running finish)."""
+        """From now on no job of ``tenant`` starts (jobs already running finish). Where its jobs wait in a fair
+        queue rq knows, it is parked at once (for :data:`PAUSE_PARK` at most), so no pop hands one out."""
         self.connection.set(self.keys.paused(tenant), 1)
+        queues = sorted(as_text(raw) for raw in self.connection.smembers(Queue.redis_queues_keys))
+        until_ms = round((time.time() + PAUSE_PARK) * 1000)
+        with self.connection.pipeline(transaction=False) as pipe:
+            for key in queues:  # a plain queue has no backlog hash: the call changes nothing there
+                self._hold(self.keys.fair_queue(key), encode(tenant), until_ms).queue(pipe)
+            pipe.execute()
 
     def resume(self, tenant: str) -> int:
         """Let ``tenant``'s jobs start again, and unpark it at once in every fair queue rq knows (``rq:queues``);

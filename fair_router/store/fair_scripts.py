@@ -67,11 +67,14 @@ class FairPopScript(LuaScript[PopResult]):
     name = "fair_pop"
 
     def __call__(
-        self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str, runtime: bool = False
+        self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str, runtime: bool = False,
+        lease_ms: int = 0,
     ) -> Call[PopResult]:
         """``given``: an entry the caller already took off rq's list (BLPOP), else ''; ``acks``: ids this
-        caller popped before, which have run since; ``runtime``: charge the estimated run time, not 1 job."""
-        return self.call(keys.all_for_scripts(), [now_ms, given, int(runtime), len(acks), *acks])
+        caller popped before, which have run since; ``runtime``: charge the estimated run time, not 1 job;
+        ``lease_ms``: how long a limited tenant's job counts against its limit here without a release
+        (lua/lib/claims.lua; 0 = no claims)."""
+        return self.call(keys.all_for_scripts(), [now_ms, given, int(runtime), lease_ms, len(acks), *acks])
 
     def parse(self, reply: Any) -> PopResult:
         kind, job_id, wake, seq = reply
@@ -84,13 +87,16 @@ class FairParkScript(LuaScript[int]):
     name = "fair_park"
 
     def __call__(
-        self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None
+        self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None,
+        limit: int | None = None,
     ) -> Call[int]:
         """``seq``: the job's FIFO place when a fair choice served it (pop kind 2 or 3): it goes back there,
         and the 1 / weight its pop added to the tenant's pass is taken back; None for a plain entry, whose
-        pop added nothing (it goes to the front). Result: 1 if the job was put back, 0 if it was waiting."""
+        pop added nothing (it goes to the front). ``limit``: the tenant's concurrency limit (0 none, None
+        not known). Result: 1 if the job was put back, 0 if it was waiting."""
         refund = seq is not None
-        args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq]
+        args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq,
+                                 "" if limit is None else limit]
         return self.call(keys.all_for_scripts(), args)
 
     def parse(self, reply: Any) -> int:
@@ -102,9 +108,11 @@ class FairUnparkScript(LuaScript[int]):
 
     name = "fair_unpark"
 
-    def __call__(self, keys: FairQueueKeys, tenant: str) -> Call[int]:
-        """Result: 1 if the tenant has jobs waiting in this queue, else 0."""
-        return self.call(keys.all_for_scripts(), [tenant])
+    def __call__(self, keys: FairQueueKeys, tenant: str, job_id: str = "", limit: int | None = None,
+                 now_ms: str = "") -> Call[int]:
+        """``job_id``: the job whose slot was released (its claim here ends); ``limit``: the tenant's limit
+        (0 none, None not known). Result: 1 if the tenant has jobs waiting in this queue and may be served."""
+        return self.call(keys.all_for_scripts(), [tenant, job_id, "" if limit is None else limit, now_ms])
 
     def parse(self, reply: Any) -> int:
         return int(reply)
@@ -148,6 +156,21 @@ class FairUnmarkScript(LuaScript[int]):
     def __call__(self, rq_list: str, members: str, mark: str) -> Call[int]:
         """KEYS = [rq_list, members, mark]. Result: 1 removed, 0 there was none, -N: N jobs still wait."""
         return self.call([rq_list, members, mark], [])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+class FairHoldScript(LuaScript[int]):
+    """fair_hold.lua: park a tenant before a pop hands out its job (paused), or report a paced tenant's start
+    (parked exactly until its rate's next start)."""
+
+    name = "fair_hold"
+
+    def __call__(self, keys: FairQueueKeys, tenant: str, until_ms: int, paced: bool = False,
+                 now_ms: str = "") -> Call[int]:
+        """Result: 1 if the tenant has jobs waiting in this queue, else 0."""
+        return self.call(keys.all_for_scripts(), [tenant, until_ms, int(paced), now_ms])
 
     def parse(self, reply: Any) -> int:
         return int(reply)

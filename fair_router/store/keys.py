@@ -59,7 +59,7 @@ class FairQueueKeys:
     active: str  # ZSET tenant -> pass (stride scheduling), tenants that may be served now
     kept: str  # ZSET tenant -> pass when it went idle or was parked, while above the virtual time
     weights: str  # HASH tenant -> weight, set at each push from the tenant's tier
-    parked: str  # ZSET tenant -> until (ms): tenants at their concurrency limit, skipped by pops
+    parked: str  # ZSET tenant -> until (ms): tenants at their limit, paused or over their rate: pops skip them
     state: str  # HASH vtime (pass of the last served tenant) | pushes | fronts (list-order estimate)
     inflight: str  # ZSET job id -> pop time (ms): popped, not yet known to have started
     wake: str  # LIST wake-ups for workers blocked while only parked tenants' jobs wait on rq's list
@@ -67,6 +67,9 @@ class FairQueueKeys:
     charged: str  # HASH job id -> "<tenant>|<weight>|<estimate s>|<pop ms>|<declared>|<function>": popped,
     #               charged by estimate, not yet settled with its run time (charge="runtime")
     runtimes: str  # HASH "<tenant>|<function>" (also "*|<function>", "*|*") -> recent mean run time (s)
+    limits: str  # HASH tenant -> concurrency limit as workers last reported it (lua/lib/claims.lua)
+    claims: str  # ZSET "<tenant>|<job id>" -> expiry (ms): limited tenants' jobs handed out by pops, unreleased
+    claimed: str  # HASH tenant -> its claims: at its limit, a pop parks the tenant instead of serving it
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

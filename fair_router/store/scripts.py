@@ -179,6 +179,7 @@ class Admission(NamedTuple):
     reclaimed: int
     at_ms: int  # RATE / RESERVED: when the job may start (epoch ms, the script's clock)
     now_ms: int  # the script's clock when it decided
+    next_ms: int = 0  # GRANTED: when the tenant's own rate allows its next start (0: at once)
 
     @property
     def admitted(self) -> bool:
@@ -209,18 +210,20 @@ class AcquireScript(LuaScript[Admission]):
         now_ms: str,
         rates: Sequence[RateScope] = (),
         reserve: bool = False,
+        tenant_scopes: int = 0,
     ) -> Call[Admission]:
         """KEYS = [leases, paused, paid, *rate keys]; ARGV = now_ms, job_id, limit (0 takes no slot), lease_ms,
-        reserve, then (interval_ms, tolerance_ms) per rate scope."""
+        reserve, tenant_scopes (the first rate scopes that hold all of the tenant's jobs: their next start
+        is returned), then (interval_ms, tolerance_ms) per rate scope."""
         keys = [leases, paused, paid, *(scope.key for scope in rates)]
-        args: list[str | int] = [now_ms, job_id, limit, lease_ms, int(reserve)]
+        args: list[str | int] = [now_ms, job_id, limit, lease_ms, int(reserve), tenant_scopes]
         for scope in rates:
             args += (scope.interval_ms, scope.tolerance_ms)
         return self.call(keys, args)
 
     def parse(self, reply: Any) -> Admission:
-        status, reclaimed, at_ms, now = (int(x) for x in reply)
-        return Admission(Verdict(status), reclaimed, at_ms, now)
+        status, reclaimed, at_ms, now, next_ms = (int(x) for x in reply)
+        return Admission(Verdict(status), reclaimed, at_ms, now, next_ms)
 
 
 class AbandonScript(LuaScript[list[str]]):

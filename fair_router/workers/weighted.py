@@ -52,7 +52,7 @@ from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings, load_settings, validated
 from fair_router.config.validation import QueueName, QueueWeight, Weight
-from fair_router.controls.concurrency import ConcurrencyLimiter
+from fair_router.controls.concurrency import ConcurrencyLimiter, Lease
 from fair_router.controls.gate import RateLimiter, TenantGate
 from fair_router.controls.pauses import PAUSE_PARK
 from fair_router.fairqueue.marks import FairnessMarks
@@ -213,13 +213,18 @@ class WeightedFetchMixin(InterruptibleTurns):
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not isinstance(queue, FairQueue),
                                                  pipeline=pipe)
+        if admission.admitted and isinstance(queue, FairQueue) and self.gate.own_rate(tenant, scopes):
+            self._rate_hold = (queue, tenant, admission.next_ms)  # rides rq's job-start MULTI (job_started)
         if lease is not None:
-            with self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, tenant)):
+            with self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, lease)):
                 super().execute_job(job, queue)
         elif admission.admitted:
             super().execute_job(job, queue)
         else:
             self._turn_away(job, queue, tenant, admission)
+
+    _rate_hold: tuple[FairQueue, str, int] | None = None
+    """(queue, tenant with a rate of its own, ms its next start is allowed): reported on the job start's MULTI."""
 
     def _turn_away(self, job: Job, queue: Queue, tenant: str, admission: Admission) -> None:
         """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is
@@ -234,7 +239,7 @@ class WeightedFetchMixin(InterruptibleTurns):
                 seconds, why = PAUSE_PARK, "paused"
             else:
                 seconds, why = max(0.001, (admission.at_ms - admission.now_ms) / 1000), "over its rate"
-            queue.park(job, tenant, seconds)
+            queue.park(job, tenant, seconds, limiter.tiers.profile(tenant).limit if self.gate.slots else None)
             # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
             # next may send no round trip through the limiter for a long while.
             limiter.count(limiter.tiers.tier(tenant), "parked")
@@ -250,19 +255,25 @@ class WeightedFetchMixin(InterruptibleTurns):
             why = "at its limit" if verdict == Verdict.AT_LIMIT else "paused"
         self.log.info("Worker %s: %s is %s; job %s deferred until %s", self.name, tenant, why, job.id, when)
 
-    def _slot_freed(self, tenant: str, pipe: Pipeline) -> None:
-        """Queued on the slot's release: unpark ``tenant`` in this worker's fair queues, and send the
-        heartbeat rq's loop sends after every job here, in the same round trip (rq's own is then
-        skipped as a repeat, see fair_router.rq_internals.worker)."""
-        self._unpark(tenant, pipe)
+    def _slot_freed(self, lease: Lease, pipe: Pipeline) -> None:
+        """Queued on the slot's release: unpark the tenant in this worker's fair queues (its job's claim
+        ends there, lua/lib/claims.lua), and send the heartbeat rq's loop sends after every job here, in the
+        same round trip (rq's own is then skipped as a repeat, see fair_router.rq_internals.worker)."""
+        self._unpark(lease.tenant, pipe, lease.job_id)
         self.heartbeat(pipeline=pipe)
 
-    def _unpark(self, tenant: str, pipe: Pipeline) -> None:
+    def _unpark(self, tenant: str, pipe: Pipeline, job_id: str = "") -> None:
+        limit = self.gate.limiter.tiers.profile(tenant).limit if self.gate.slots else None
         for queue in self.fair_queues:
-            queue.unpark(tenant, pipeline=pipe)
+            queue.unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
 
     def job_started(self, job: Job, pipeline: Pipeline) -> None:
-        """The job's start record (:mod:`fair_router.observe.recorder`), on rq's job-start MULTI: no round trip."""
+        """The job's start record (:mod:`fair_router.observe.recorder`) and the park of a tenant whose rate
+        holds its next start, on rq's job-start MULTI: no round trip."""
+        if self._rate_hold is not None:
+            queue, tenant, until_ms = self._rate_hold
+            self._rate_hold = None
+            queue.hold(tenant, until_ms, pipeline, paced=True)
         if self.start_recorder is not None:
             self.start_recorder.job_started(job, pipeline)
 
@@ -313,7 +324,7 @@ class WeightedFetchMixin(InterruptibleTurns):
         """A job handed back frees its tenant's slot now rather than when its lease expires."""
         tenant = job.meta.get(META_TENANT)
         if self.limiter is not None and tenant and not job.meta.get(META_SYSTEM):
-            self.limiter.reclaim(str(tenant), job.id, also=partial(self._unpark, str(tenant)))
+            self.limiter.reclaim(str(tenant), job.id, also=partial(self._unpark, str(tenant), job_id=job.id))
 
     # -- stop -----------------------------------------------------------------------------------------------
 

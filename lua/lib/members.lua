@@ -11,7 +11,7 @@
 -- at its ends (state.head is the position of the list head: LPOP adds 1, LPUSH takes 1). So a pop can
 -- take its chosen id out with LINDEX/LSET at a known index, O(list length / listpack node size), where
 -- an LREM would compare every entry. rq's own LREM or LPUSH behind our back shifts positions it does
--- not tell us about: locate() then looks around the recorded index, and re-records every position when
+-- not tell us about: locate() (lib/locate.lua) then looks around the recorded index, and re-records every position when
 -- the drift has grown.
 
 -- A members entry is "<list position>|<tenant>:<seq>" (position '' when unknown), `tenant:seq` its FIFO
@@ -26,15 +26,6 @@ local function head_pos()
   return tonumber(redis.call('HGET', state, 'head') or '0')
 end
 
--- Record that member `job_id` now sits at list position `pos`.
-local function set_pos(job_id, pos)
-  local value = redis.call('HGET', members, job_id)
-  if value then
-    local field = parse_member(value)
-    redis.call('HSET', members, job_id, pos .. '|' .. field)
-  end
-end
-
 -- Push `job_id` at the list's tail (or head); returns its list position.
 local function list_push(job_id, at_front)
   if at_front then
@@ -42,34 +33,4 @@ local function list_push(job_id, at_front)
     return redis.call('HINCRBY', state, 'head', -1)
   end
   return head_pos() + redis.call('RPUSH', rq_list, job_id) - 1
-end
-
--- Re-record the position of every member from the list itself: O(list length), after drift.
-local function reindex()
-  local head = head_pos()
-  local listed = redis.call('LRANGE', rq_list, 0, -1)
-  for i, entry in ipairs(listed) do set_pos(entry, head + i - 1) end
-end
-
--- The index of member `job_id` on rq's list, or nil when it is not there (stale). `pos`: its recorded
--- position (nil when unknown). Exact unless rq shifted the list behind our back; then a look around
--- the expected index, else a scan of the whole list and a reindex.
-local function locate(job_id, pos)
-  local len = redis.call('LLEN', rq_list)
-  if pos then
-    local expected = pos - head_pos()
-    if expected >= 0 and expected < len and redis.call('LINDEX', rq_list, expected) == job_id then
-      return expected
-    end
-    for _, reach in ipairs({8, 128}) do
-      local lo = math.max(0, expected - reach)
-      local near = redis.call('LRANGE', rq_list, lo, math.min(len - 1, expected + reach))
-      for i, entry in ipairs(near) do
-        if entry == job_id then return lo + i - 1 end
-      end
-    end
-  end
-  local found = redis.call('LPOS', rq_list, job_id)
-  if found then reindex() end
-  return found or nil
 end

@@ -28,6 +28,32 @@ local function idle(tenant, pass)
   if pass then redis.call('ZADD', kept, pass, tenant) end
 end
 
+-- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
+-- before the first park end, so that a pop looks for parks to end only once one may be due.
+local function park_until(tenant, until_ms, later)
+  if later then
+    redis.call('ZADD', parked, 'GT', until_ms, tenant)
+  else
+    redis.call('ZADD', parked, until_ms, tenant)
+  end
+  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
+end
+
+-- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
+local function hold(tenant, until_ms, step)
+  local pass = redis.call('ZSCORE', active, tenant)
+  if pass then
+    redis.call('ZREM', active, tenant)
+    redis.call('ZADD', kept, tonumber(pass) - step, tenant)
+  elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
+    local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+    if last then redis.call('ZADD', kept, last - step, tenant) end
+  end
+  park_until(tenant, until_ms, true)
+end
+
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)

@@ -1,0 +1,66 @@
+-- lib/claims.lua: a mirror, on the fair queue's own cluster slot, of its limited tenants' concurrency slots,
+-- so that a pop parks a tenant that reached its limit instead of handing out a job acquire.lua would refuse.
+-- `limits`: tenant -> its limit as workers last reported it (with each release and each refused start);
+-- `claims`: "<tenant>|<job id>" -> expiry (ms): jobs of limited tenants that pops handed out, until their
+-- release, their refusal or (a dead worker, a job outliving its lease) their expiry; `claimed`: tenant ->
+-- its claims. A tenant with a rate of its own is *paced*: `limits` field "<tenant>|r" holds until when
+-- (ms) its last start report (fair_hold.lua) keeps it so; a pop parks a paced tenant after each take, for
+-- PACED_WAIT_MS at most, until that job's start reports when its rate allows the next one.
+-- acquire.lua stays the authority: the mirror only spares the pops it would refuse.
+-- include: fair_keys
+local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report
+local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
+
+-- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
+-- until when the tenant must be parked (ms): `lease_ms` on when it is at its limit (till a release),
+-- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on. `limited`:
+-- state.limited, set once any limit or pace was reported here.
+local function claim(tenant, job_id, now_ms, lease_ms, limited)
+  if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
+  local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
+  local limit, paced = tonumber(known[1]), tonumber(known[2])
+  if limit and lease_ms > 0 then
+    redis.call('ZADD', claims, now_ms + lease_ms, tenant .. '|' .. job_id)
+    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+  end
+  if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
+  return nil
+end
+
+-- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS.
+local function report_pace(tenant, now_ms)
+  redis.call('HSET', limits, tenant .. '|r', now_ms + PACED_FOR_MS)
+  redis.call('HSET', state, 'limited', 1)
+end
+
+-- A claim ends (released, refused, expired). Returns true when `job_id` held one here.
+local function unclaim(tenant, job_id)
+  if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
+  if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
+  return true
+end
+
+-- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
+local function learn_limit(tenant, limit)
+  local n = tonumber(limit)
+  if n and n > 0 then
+    redis.call('HSET', limits, tenant, n)
+    redis.call('HSET', state, 'limited', 1)
+  elseif n then
+    redis.call('HDEL', limits, tenant)
+  end
+end
+
+-- True when `tenant` holds fewer claims here than its known limit (or has no known limit).
+local function under_limit(tenant)
+  local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+  return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
+end
+
+-- Drop claims past their expiry, 64 a call at most.
+local function sweep_claims(now_ms)
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', claims, '-inf', now_ms, 'LIMIT', 0, 64)) do
+    local tenant, job_id = string.match(member, '^([^|]*)|(.*)$')
+    unclaim(tenant, job_id)
+  end
+end

@@ -1,0 +1,72 @@
+-- lib/serve.lua: the stride choice of a fair pop and serving it (its tenant's pass advances).
+-- include: fair_keys, stride, charge, claims
+local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
+
+-- The stride choice, not yet taken: the min-pass active tenant's oldest job. Returns job id, seq, tenant,
+-- pass; or nil when no tenant can be served.
+local function choose()
+  while true do
+    local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+    if #top == 0 then return nil end
+    local tenant, pass = top[1], tonumber(top[2])
+    local h = tonumber(redis.call('HGET', head, tenant) or '1')
+    local job_id = redis.call('HGET', fifo, tenant .. ':' .. h)
+    if job_id then return job_id, h, tenant, pass end
+    local t = tonumber(redis.call('HGET', tail, tenant) or '0')
+    while h < t do  -- skips holes left by FairQueue.remove and by stale members dropped
+      h = h + 1
+      job_id = redis.call('HGET', fifo, tenant .. ':' .. h)
+      if job_id then return job_id, h, tenant, pass end
+    end
+    idle(tenant, false)  -- nothing left in its FIFO (its backlog count was off): drop it
+  end
+end
+
+-- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
+-- mean run time of its function for this tenant, else for any tenant, else of any job here. The pop
+-- cannot read rq's job hash (another cluster slot), so the push recorded the function in `costs`.
+-- Returns the estimate (seconds), the declared cost ('' if none) and the function.
+local function estimate(job_id, tenant)
+  local declared, func = '', ''
+  local info = redis.call('HGET', costs, job_id)
+  if info then declared, func = string.match(info, '^([^|]*)|(.*)$') end
+  local cost = tonumber(declared)
+  if not cost then
+    local known = redis.call('HMGET', runtimes, tenant .. '|' .. func, '*|' .. func, '*|*')
+    cost = tonumber(known[1]) or tonumber(known[2]) or tonumber(known[3]) or FIRST_ESTIMATE
+  end
+  return cost, declared, func
+end
+
+-- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
+-- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
+-- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
+-- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
+-- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+local function take(job_id, seq, tenant, pass, pop)
+  local now_ms = pop.now_ms
+  redis.call('HDEL', fifo, tenant .. ':' .. seq)
+  redis.call('HDEL', members, job_id)
+  local weight = tonumber(redis.call('HGET', weights, tenant) or '1')
+  local step = 1
+  if pop.runtime then
+    local cost, declared, func = estimate(job_id, tenant)
+    step = cost
+    redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
+    redis.call('HDEL', costs, job_id)
+  end
+  local next_pass = pass + step / weight
+  redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
+  -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
+  -- drop them as it advances, so idle tenants leave no state behind.
+  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
+  if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
+    idle(tenant, next_pass)
+  else
+    redis.call('HSET', head, tenant, seq + 1)
+    redis.call('ZADD', active, next_pass, tenant)
+  end
+  redis.call('ZADD', inflight, now_ms, job_id)
+  local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
+  if until_ms then hold(tenant, until_ms, 0) end
+end
