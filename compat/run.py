@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compat.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("variants", nargs="*", choices=[*VARIANTS, []], metavar="VARIANT",
                         help=f"{', '.join(VARIANTS)} (default: {' '.join(CI_VARIANTS)})")
-    parser.add_argument("--timeout", type=float, default=480, help="seconds per variant (default 480)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per variant (default 900)")
     parser.add_argument("--jobs", "-j", type=int, default=3,
                         help="variants run at once, each on its own redis-server (default 3: the suite mostly "
                              "waits on sleeps and subprocesses); with 1, pytest's output is shown as it comes")

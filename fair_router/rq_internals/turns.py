@@ -75,6 +75,9 @@ class TurnSeam(BaseWorker):
     def stop_turns(self) -> None:
         """Warm shutdown: the job running in this process should stop at its next checkpoint."""
 
+    def turn_ended(self, job: Job, queue: Queue, pipeline: Pipeline) -> None:
+        """Queue writes on the MULTI that puts a job back in its queue at the end of a turn."""
+
     # -- a job's run ----------------------------------------------------------------------------------------
 
     def execute_job(self, job: Job, queue: Queue) -> None:
@@ -105,6 +108,7 @@ class TurnSeam(BaseWorker):
                 self.increment_total_working_time(job.ended_at - job.started_at, pipe)
             self.cleanup_execution(job, pipeline=pipe, execution=execution)
             requeue(queue, job, pipe)
+            self.turn_ended(job, queue, pipe)
             pipe.execute()
         self.log.info("Worker %s: job %s gave up its turn; queued again in %s", self.name, job.id, queue.name)
 

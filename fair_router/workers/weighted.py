@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from pydantic import TypeAdapter
 from redis import ConnectionPool, Redis
@@ -57,15 +57,16 @@ from fair_router.controls.gate import RateLimiter, TenantGate
 from fair_router.controls.pauses import PAUSE_PARK
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.iteration.turns import HOST, is_turn_end, turns_started
+from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
 from fair_router.routing.jobmeta import META_SYSTEM, META_TENANT
 from fair_router.routing.shards import family_of
 from fair_router.routing.tiers import TierBook
-from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, RqWorkerSeam, rebuilt_as
+from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, rebuilt_as
 from fair_router.store.keys import Keys
 from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.store.scripts import Admission, Verdict
+from fair_router.workers.marked import FollowsFairnessMarks
 from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import weighted_order
 
@@ -79,24 +80,7 @@ def validate_weights(weights: Mapping[str, object], source: str = "weights=") ->
     return validated(_WEIGHTS, dict(weights), source)
 
 
-class InterruptibleTurns(RqWorkerSeam):
-    """The seam's hooks for interruptible iteration (:mod:`fair_router.iteration`): the job and its worker
-    meet in the process's :data:`~fair_router.iteration.turns.HOST`."""
-
-    def is_turn_end(self, return_value: object) -> bool:
-        """An interruptible job returned at the end of a turn: the seam queues it again."""
-        return is_turn_end(return_value)
-
-    def host_turns(self, active: bool, stop: bool) -> None:
-        """Interruptible jobs run by this process may end turns (and stop at once if ``stop``)."""
-        HOST.hosting(active, stop)
-
-    def stop_turns(self) -> None:
-        """Warm shutdown: the running interruptible job stops at its next checkpoint."""
-        HOST.stop = True
-
-
-class WeightedFetchMixin(InterruptibleTurns):
+class WeightedFetchMixin(FollowsFairnessMarks):
     """What both weighted workers add to rq's, through the seam's hooks (:mod:`fair_router.rq_internals.worker`):
     the weighted fetch order, tenant controls at job start, start records, runtime-charge settlement and
     their share of crash recovery."""
@@ -148,37 +132,6 @@ class WeightedFetchMixin(InterruptibleTurns):
         # `fair_queues:` alone makes a queue fair, for producers too: the mark says so in Redis
         self.marks.mark([queue.name for queue in fair if queue.name in settings.fair_queues])
         self.follow_fairness_marks()
-
-    # -- fairness marks (fair_router.fairqueue.marks) ---------------------------------------------------------
-
-    def follow_fairness_marks(self) -> None:
-        """Serve every queue whose fairness mark is set as a FairQueue on the mark's prefix, whatever this
-        worker was started with (no ``--queue-class``, another prefix): fairness never switches off because
-        one process was started with the wrong flags. One round trip per :data:`RECHECK_EVERY` at most."""
-        marked = self.marks.read(queue.name for queue in self.queues)
-        for queue in list(self.queues):
-            prefix = marked.get(queue.name)
-            if prefix is None:
-                continue
-            if prefix != self.settings.prefix:
-                self.marks.prefix_of(queue.name)  # logs the mismatch
-            if isinstance(queue, FairQueue):
-                if queue.prefix_keys.prefix != prefix:
-                    queue.use_settings(self.settings, prefix)
-            elif type(queue) is Queue:
-                fair = cast(FairQueue, rebuilt_as(FairQueue, queue, settings=self.settings))
-                fair.use_settings(self.settings, prefix)
-                self._replace_queue(queue, fair)
-                self.log.info("Worker %s: queue %s is marked fair: serving it as a FairQueue", self.name, queue.name)
-
-    def _replace_queue(self, old: Queue, new: FairQueue) -> None:
-        self.queues = [new if queue is old else queue for queue in self.queues]
-        self._ordered_queues = [new if queue is old else queue for queue in self._ordered_queues]
-        if self.fetch_weights is not None:
-            self.fetch_weights = [(new if queue is old else queue, weight) for queue, weight in self.fetch_weights]
-        self.fair_queues.append(new)
-        if not issubclass(self.queue_class, FairQueue):
-            self.queue_class = FairQueue
 
     # -- fetch ----------------------------------------------------------------------------------------------
 

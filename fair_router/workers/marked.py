@@ -1,0 +1,52 @@
+"""Weighted workers follow the queues' fairness marks (:mod:`fair_router.fairqueue.marks`): a queue marked
+fair is served as a FairQueue on the mark's prefix, whatever the worker was started with."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from rq import Queue
+
+from fair_router.config.settings import Settings
+from fair_router.config.validation import QueueWeight
+from fair_router.fairqueue.marks import FairnessMarks
+from fair_router.fairqueue.queue import FairQueue
+from fair_router.rq_internals.worker import rebuilt_as
+from fair_router.workers.turnhooks import InterruptibleTurns
+
+
+class FollowsFairnessMarks(InterruptibleTurns):
+    """The marks part of the weighted workers; the worker sets the attributes below when it is built."""
+
+    settings: Settings
+    marks: FairnessMarks
+    fair_queues: list[FairQueue]
+    fetch_weights: list[tuple[Queue, QueueWeight]] | None
+
+    def follow_fairness_marks(self) -> None:
+        """Serve every queue whose fairness mark is set as a FairQueue on the mark's prefix, whatever this
+        worker was started with (no ``--queue-class``, another prefix): fairness never switches off because
+        one process was started with the wrong flags. One round trip per :data:`RECHECK_EVERY` at most."""
+        marked = self.marks.read(queue.name for queue in self.queues)
+        for queue in list(self.queues):
+            prefix = marked.get(queue.name)
+            if prefix is None:
+                continue
+            if prefix != self.settings.prefix:
+                self.marks.prefix_of(queue.name)  # logs the mismatch
+            if isinstance(queue, FairQueue):
+                if queue.prefix_keys.prefix != prefix:
+                    queue.use_settings(self.settings, prefix)
+            elif type(queue) is Queue:
+                fair = cast(FairQueue, rebuilt_as(FairQueue, queue, settings=self.settings))
+                fair.use_settings(self.settings, prefix)
+                self._replace_queue(queue, fair)
+                self.log.info("Worker %s: queue %s is marked fair: serving it as a FairQueue", self.name, queue.name)
+
+    def _replace_queue(self, old: Queue, new: FairQueue) -> None:
+        self.queues = [new if queue is old else queue for queue in self.queues]
+        self._ordered_queues = [new if queue is old else queue for queue in self._ordered_queues]
+        if self.fetch_weights is not None:
+            self.fetch_weights = [(new if queue is old else queue, weight) for queue, weight in self.fetch_weights]
+        self.fair_queues.append(new)
+        self.queue_class = FairQueue
