@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.jobs import noop
 from fair_router import FairQueue, Settings
+from fair_router.demo.harness import stop_processes
 from fair_router.demo.redis_server import RedisServer
 
 PREFIX = "scale"
@@ -93,14 +94,7 @@ def start_workers(url: str, n: int, config: Path, log_dir: Path) -> list[subproc
 
 
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_processes(procs, grace=30)
 
 
 def measure(

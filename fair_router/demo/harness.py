@@ -100,14 +100,8 @@ def workers(url: str, chosen: Mode, count: int, flush_interval: float = 1.0) -> 
         try:
             yield
         finally:
+            stop_processes(procs, grace=15)
             for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
                 if proc.stderr:
                     proc.stderr.close()
 
@@ -265,3 +259,16 @@ def _enqueuer(connection: Redis, chosen: Mode, weights: Mapping[str, float]) -> 
 
 def _tier(weight: float) -> str:
     return f"w{weight:g}"
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
+    """SIGTERM every process (warm shutdown, all at once), then wait; one still running after ``grace``
+    seconds is killed."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
