@@ -35,6 +35,7 @@ from rq.job import Job
 
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.routing.tiers import TierBook
+from fair_router.store.cluster import is_rq_slot_client
 from fair_router.store.keys import Keys
 from fair_router.store.scripts import AcquireScript, Admission, Clock, RateScope, Verdict, now_arg
 
@@ -167,7 +168,8 @@ class ConcurrencyLimiter:
         with job.connection.pipeline() as pipe:
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)  # rq parks single-queue fetches there
             queue.schedule_job(job, when, pipeline=pipe)
-            self._flush(pipe)
+            if not is_rq_slot_client(job.connection):  # on a cluster the counters are on another slot
+                self._flush(pipe)
             pipe.execute()
 
     @contextmanager

@@ -100,6 +100,7 @@ class StartRecorder:
         constants = (config.tenants_per_minute, max(1, round(config.retention)), MINUTE_SLOTS, TICK_SECONDS * 1000,
                      TICK_SLOTS, N_BUCKETS, RECENT_SECONDS * 1000)
         self._script = ObserveStartScript(connection, constants)
+        self.connection = connection
         self._fixed_keys = [keys.observe_record(OTHER), keys.observe_record(ALL), keys.observe_recent()]
         self._pending: dict[tuple[str | None, int], _Group] = {}
         # A WeightedSimpleWorker's job heartbeat thread may flush while the worker thread adds a start.
@@ -115,16 +116,17 @@ class StartRecorder:
         with self._lock:
             return sum(group.starts for group in self._pending.values())
 
-    def job_started(self, job: Job, pipeline: Pipeline) -> None:
+    def job_started(self, job: Job, pipeline: Pipeline | None) -> None:
         """Note ``job``'s start; when the interval has passed, queue the flush on ``pipeline`` (rq's own, at
-        job start). A job without ``enqueued_at`` (never enqueued, e.g. run directly) has no wait to record."""
+        job start; None: sent on this recorder's connection, as on a Redis Cluster where rq's slot is not the
+        records'). A job without ``enqueued_at`` (never enqueued, e.g. run directly) has no wait to record."""
         if job.enqueued_at is None:
             return
         now = self._now()
         tenant = job.meta.get(META_TENANT)
         self.add(None if tenant is None or tenant == "" else str(tenant), now - job.enqueued_at.timestamp(), now)
         if now - self._last_flush >= self.interval:
-            self.flush(pipeline)
+            self.flush(pipeline if pipeline is not None else self.connection)
 
     def add(self, tenant: str | None, wait: float, at: float | None = None) -> None:
         """Gather one start of ``tenant`` (None: no tenant) at ``at`` (default now) that waited ``wait``

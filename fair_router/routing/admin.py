@@ -9,6 +9,8 @@ callers find them.
 
 from __future__ import annotations
 
+from typing import cast
+
 from redis import Redis
 from rq import Queue
 from rq.utils import as_text
@@ -27,12 +29,15 @@ class TenantAdmin:
     TypeError for other types, InvalidTenant past ``tenant_max_bytes``), checked before anything is written."""
 
     def __init__(self, connection: Redis, keys: Keys, tiers: TierBook,
-                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> None:
+                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES, rq_connection: Redis | None = None) -> None:
+        """``connection``: our state (a RedisCluster on a cluster); ``rq_connection``: rq's keys and the fair
+        queues' state (on a cluster the owner of rq's slot; else ``connection``)."""
         self.connection = connection
+        self.rq_connection = rq_connection or connection
         self.keys = keys
         self.tiers = tiers
         self.tenant_max_bytes = tenant_max_bytes
-        self._pauses = TenantPauses(connection, keys)
+        self._pauses = TenantPauses(connection, keys, self.rq_connection)
 
     def tenant_id(self, tenant: object) -> str:
         """``tenant`` normalised (an int as its decimal string) and checked against ``tenant_max_bytes``."""
@@ -90,13 +95,18 @@ class TenantAdmin:
         """``tenant``'s running jobs (unexpired concurrency leases; 0 when limits are off) and its waiting jobs
         per fair queue that has any (queue name -> count)."""
         tenant = self.tenant_id(tenant)
-        queues = sorted(as_text(raw) for raw in self.connection.smembers(Queue.redis_queues_keys))
-        with self.connection.pipeline(transaction=False) as pipe:
+        queues = sorted(as_text(raw) for raw in self.rq_connection.smembers(Queue.redis_queues_keys))
+        apart = self.rq_connection is not self.connection  # a cluster: the leases are on another slot
+        with self.rq_connection.pipeline(transaction=False) as pipe:
             pipe.time()
-            pipe.zrange(self.keys.leases(tenant), 0, -1, withscores=True)
+            if not apart:
+                pipe.zrange(self.keys.leases(tenant), 0, -1, withscores=True)
             for key in queues:
                 pipe.hget(self.keys.fair_queue(key).backlog, encode(tenant))
-            (seconds, micros), leases, *counts = pipe.execute()
+            (seconds, micros), *counts = pipe.execute()
+        lease_key = self.keys.leases(tenant)
+        leases = cast(list[tuple[bytes, float]],
+                      self.connection.zrange(lease_key, 0, -1, withscores=True) if apart else counts.pop(0))
         now_ms = seconds * 1000 + micros // 1000
         running = sum(1 for _, expiry in leases if expiry > now_ms)
         prefix = len(Queue.redis_queue_namespace_prefix)

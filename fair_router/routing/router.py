@@ -39,6 +39,7 @@ from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.routing.tiers import TierBook
+from fair_router.store.cluster import pair_of
 from fair_router.store.keys import Keys
 from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
@@ -75,16 +76,21 @@ class FairRouter(TenantAdmin):
         ``shard_urls``: the Redis of each shard of sharded job keys (shard i on ``shard_urls[i % len]``; none:
         every queue on ``connection``), see :mod:`fair_router.routing.servers`."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
+        pair = pair_of(connection)  # a RedisCluster: our state there, rq's queues on the owner of rq's slot
+        connection = pair.state
         super().__init__(connection, keys, TierBook(connection, keys, tiers),
-                         validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"))
+                         validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"),
+                         rq_connection=pair.rq)
         self.clock = clock
         self._route = RouteScript(connection)
         self._peek = PeekScript(connection)
         self.servers = ShardServers(shard_urls) if shard_urls else None
-        self.queues = QueueRegistry(connection, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
+        self.queues = QueueRegistry(pair.rq, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
         self._take_back = TakeBack(connection, keys)
         self._meta = JobMetas()
-        self.one_round_trip = True  # routed enqueues in one MULTI (routing.onetrip); set False on a Redis Cluster
+        # Routed enqueues in one MULTI (routing.onetrip); not on a Redis Cluster, where route.lua's keys and
+        # rq's are on different slots (two round trips there, each on its own slot).
+        self.one_round_trip = not pair.cluster
         self._one_trip = OneTrip(self)
         self.announcer = Announcer(keys)
 
@@ -198,7 +204,9 @@ class FairRouter(TenantAdmin):
 
     def _server(self, shard: int | None) -> Redis:
         """The Redis a job placed on ``shard`` is enqueued into."""
-        return self.servers.connection(shard) if self.servers is not None and shard is not None else self.connection
+        if self.servers is not None and shard is not None:
+            return self.servers.connection(shard)
+        return self.rq_connection
 
     def _enqueue_placed(self, route: Route, call: EnqueueArgs, job_id: str, tenant: str | None, placed: Placement,
                         queue: str | None, at: datetime | None, system: bool, fair: bool) -> Job:
@@ -246,7 +254,8 @@ class FairRouter(TenantAdmin):
             return self._enqueue_batch(route, batch, placements, fair, pipeline, group)
         except BaseException:
             if not several:  # jobs on several servers: their entries stay (they leave the window after `per`)
-                self._take_back(route.job_key, recorded, self.queue(route.queue, fair).job_class)
+                self._take_back(route.job_key, recorded, self.queue(route.queue, fair).job_class,
+                                self.rq_connection)
             raise
 
     def _enqueue_batch(
@@ -274,7 +283,7 @@ class FairRouter(TenantAdmin):
                 jobs.update((job.id, job) for job in part)
             return [jobs[job_id] for _, _, job_id in batch]
         placed: list[tuple[Queue, Job]] = []
-        with nullcontext(pipeline) if pipeline is not None else self.connection.pipeline() as pipe:
+        with nullcontext(pipeline) if pipeline is not None else self.rq_connection.pipeline() as pipe:
             for (name, _), datas in by_queue.items():
                 target = self.queue(name, fair)
                 if group is not None:

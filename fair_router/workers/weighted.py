@@ -63,6 +63,7 @@ from fair_router.routing.jobmeta import META_SYSTEM, META_TENANT
 from fair_router.routing.shards import family_of
 from fair_router.routing.tiers import TierBook
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, rebuilt_as
+from fair_router.store.cluster import is_rq_slot_client, pair_of, state_of
 from fair_router.store.keys import Keys
 from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.store.scripts import Admission, Verdict
@@ -97,6 +98,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         ``settings`` (else loaded from the file and environment)."""
         # Checked before rq connects, so a bad weight is reported even while Redis is down.
         settings = settings or load_settings()  # validated at load: errors name the file and key
+        if settings.redis_cluster:  # rq gets the owner of rq's slot, whatever node --url named
+            queues = _on_rq_slot(queues, kwargs)
         if weights is None:
             configured = settings.queues
         else:
@@ -106,6 +109,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         super().__init__(queues, *args, **kwargs)
         # Before anything copies the connection's settings (the limiter's pool, rq's scheduler, the horse).
         ride_outages(self.connection, settings.redis_outage_grace)
+        # Our own state: the same client on a standalone Redis, a RedisCluster on a cluster.
+        self.state_connection = state_of(self.connection)
         fair = [queue for queue in self.queues if isinstance(queue, FairQueue)]
         for queue in fair:  # also those rq built from names with --queue-class: same prefix and tiers
             queue.use_settings(settings)
@@ -121,7 +126,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.gate = build_gate(self.connection, settings)
         # None when concurrency limits are off (the gate then takes no slots): what rq-facing code checks.
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
-        self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
+        self.start_recorder = (StartRecorder(self.state_connection, Keys(settings.prefix), settings.observe)
                                if settings.observe.record else None)
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after,
                                  outages=OUTAGES, max_resumes=settings.interruptible.max_resumes)
@@ -162,7 +167,9 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         if scopes is None:
             super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
             return
-        with self.connection.pipeline(transaction=False) as pipe:  # state and every check: one round trip
+        # State and every check: one round trip (on a cluster a RedisCluster pipeline, which sends each to
+        # its slot's node).
+        with self.state_connection.pipeline(transaction=False) as pipe:
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not isinstance(queue, FairQueue),
                                                  pipeline=pipe)
@@ -228,7 +235,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             self._rate_hold = None
             queue.hold(tenant, until_ms, pipeline, paced=True)
         if self.start_recorder is not None:
-            self.start_recorder.job_started(job, pipeline)
+            # On a cluster the records' slot is not rq's: they are sent on their own, with the next flush.
+            self.start_recorder.job_started(job, pipeline if self.state_connection is self.connection else None)
 
     # -- job end --------------------------------------------------------------------------------------------
 
@@ -295,7 +303,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         if self.start_recorder is None or self.is_horse:
             return
         try:
-            self.start_recorder.flush(self.connection, older_than=older_than)
+            self.start_recorder.flush(self.state_connection, older_than=older_than)
         except RedisError as exc:
             self.log.warning("Worker %s: job start records lost (%s)", self.name, exc)
 
@@ -322,6 +330,21 @@ def _weight(configured: Mapping[str, QueueWeight], queue: str) -> QueueWeight | 
     return configured.get(member[0]) if member else None
 
 
+def _on_rq_slot(queues: Any, kwargs: dict[str, Any]) -> Any:
+    """redis_cluster on: the worker's connection (rq's CLI builds it from ``--url``, any node) replaced by the
+    plain client to the owner of rq's slot, for the worker and the Queue objects rq built on it."""
+    given = kwargs.get("connection")
+    if given is None:
+        raise ValueError("redis_cluster is on: the worker needs a connection (rq's --url) to seed the cluster")
+    rq = pair_of(given, cluster=True).rq
+    kwargs["connection"] = rq
+    items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
+    for item in items:
+        if isinstance(item, Queue):
+            item.connection = rq
+    return items
+
+
 def _with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
     """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and the
     plain Queue objects the rq CLI builds from names before it creates the worker)."""
@@ -341,8 +364,11 @@ def build_gate(connection: Redis, settings: Settings) -> TenantGate:
     """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never
     shares a socket (or a pool lock, across the work-horse fork) with rq's own use of the worker's
     connection."""
+    own: Any
     if settings.shard_urls:  # a shard's worker: its queues are on the shard's Redis, leases stay on redis_url
         own = Redis.from_url(settings.redis_url)
+    elif is_rq_slot_client(connection):  # a cluster: leases and rates on the RedisCluster
+        own = state_of(connection)
     else:
         own = Redis(connection_pool=ConnectionPool(**connection.connection_pool.connection_kwargs))
     keys = Keys(settings.prefix)
