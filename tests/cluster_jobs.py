@@ -12,13 +12,13 @@ from rq import get_current_job
 from fair_router import fair_job
 
 LOG = "{rq}:test:cluster:ran"
-"""Every run appends ``<kind> <tenant> <n>`` here: which jobs ran, in the order they ran."""
+"""Every run appends ``<kind> <tenant> <n> <queue>`` here: which jobs ran, in the order they ran."""
 
 
 def _log(kind: str, tenant: str, n: int) -> None:
     job = get_current_job()
     assert job is not None
-    job.connection.rpush(LOG, f"{kind} {tenant} {n}")
+    job.connection.rpush(LOG, f"{kind} {tenant} {n} {job.origin}")
 
 
 @fair_job(queue="cl_routed", tenant=lambda tenant, n: tenant)
