@@ -46,7 +46,8 @@ def write_config(tmp_path: Path) -> Path:
     path.write_text(yaml.safe_dump({
         "prefix": "frc",
         "fair_queues": ["cl_fair"],
-        "jobs": {"cluster_jobs.routed": {"rules": [{"queue": "{queue}_throttled", "threshold": 5, "per": "1h"}]}},
+        "jobs": {"cluster_jobs.routed": {
+            "queue": "cl_routed", "rules": [{"queue": "{queue}_throttled", "threshold": 5, "per": "1h"}]}},
         "recovery": {"abandon_after": 30},
     }), encoding="utf-8")
     return path
@@ -179,11 +180,13 @@ READ = """
     reader = SnapshotReader(state, settings)
     snap = reader.snapshot()
     metrics = metrics_text(reader)
-    print(json.dumps({{
-        "queues": {{q.name: q.waiting for q in snap.queues}},
-        "top": [row.label for row in snap.top],
-        "metrics": "fair_router" in (metrics.decode() if isinstance(metrics, bytes) else metrics),
-    }}))
+    print(json.dumps({
+        "queues": {q.name: q.jobs for q in snap.queues},
+        "fair": {q.name: q.tenants_waiting for q in snap.queues if q.fair},
+        "top": [row.tenant for row in snap.tenants],
+        "routed": {f"{k}|{q}": n for (k, q), n in snap.routed.items()},
+        "metrics": metrics.decode(),
+    }))
 """
 
 
@@ -199,16 +202,20 @@ def test_cli_and_dashboard_reader_on_the_cluster(redis_cluster: Any, state: Redi
     assert "cl_fair: fair" in queue.stdout and "cl_routed: plain" in queue.stdout
     stats = cli(env, "stats", "cluster_jobs.routed", "t0")
     assert stats.returncode == 0, stats.stderr
-    assert "cl_routed_throttled" in stats.stdout
+    assert "≥6 enqueued in last 1h" in stats.stdout and "next job would go to: {queue}_throttled" in stats.stdout
     assert cli(env, "tenant", "set", "t1", "--limit", "3").returncode == 0
     assert cli(env, "tenant", "pause", "t1").returncode == 0
     shown = cli(env, "tenant", "show", "t1")
     assert shown.returncode == 0, shown.stderr
-    assert "paused" in shown.stdout and "3" in shown.stdout, shown.stdout
-    assert "cl_fair" in shown.stdout  # its waiting job, read from the fair queue's state on rq's slot
+    assert "(PAUSED)" in shown.stdout and "3 at once (override)" in shown.stdout, shown.stdout
+    assert "waiting     1 in cl_fair" in shown.stdout  # read from the fair queue's state on rq's slot
     assert cli(env, "tenant", "resume", "t1").returncode == 0
     assert not state.exists("frc:{lease:t1}:paused")
 
     read = run_python(READ, env)
-    assert read["queues"]["cl_fair"] == 8 + 9 + 1 and read["queues"]["cl_routed_throttled"] == 8 + 1 - 5
-    assert "t0" in read["top"] and read["metrics"]
+    # (t0's enqueue_in jobs wait in rq's scheduled registries, not in the lists)
+    assert read["queues"]["cl_fair"] == 8 + 9 and read["queues"]["cl_routed_throttled"] == 8 - 5
+    assert read["fair"] == {"cl_fair": 10}
+    assert "t0" in read["top"]
+    assert read["routed"] == {"cluster_jobs.routed|cl_routed": 5 + 9, "cluster_jobs.routed|cl_routed_throttled": 4}
+    assert 'queue="cl_fair"' in read["metrics"]
