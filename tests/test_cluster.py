@@ -172,8 +172,8 @@ def test_routed_and_fair_jobs_of_100_tenants_drained_by_both_kinds_of_workers(
 READ = """
     import json
     from fair_router import load_settings
-    from fair_router.observe.reader import SnapshotReader
-    from fair_router.observe.collector import metrics_text
+    from fair_router.dashboard.reader import SnapshotReader
+    from fair_router.dashboard.collector import metrics_text
     from fair_router.store.cluster import connections_for
     settings = load_settings()
     state = connections_for(settings.redis_url, True).state

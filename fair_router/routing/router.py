@@ -27,20 +27,20 @@ from rq.job import Job
 from rq.queue import EnqueueArgs, EnqueueData
 
 from fair_router.config.settings import TiersConfig, validated
-from fair_router.config.validation import Prefix, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
+from fair_router.core.rules import Rule, last_match
+from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES
+from fair_router.core.validation import Prefix, TenantMaxBytes
 from fair_router.routing.admin import TenantAdmin
 from fair_router.routing.announce import Announcer
 from fair_router.routing.onetrip import OneTrip
 from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
 from fair_router.routing.queues import QueueRegistry
-from fair_router.routing.rules import Rule, last_match
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
-from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
-from fair_router.routing.tiers import TierBook
 from fair_router.store.cluster import pair_of
-from fair_router.store.keys import Keys
 from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
@@ -76,8 +76,7 @@ class FairRouter(TenantAdmin):
         ``shard_urls``: the Redis of each shard of sharded job keys (shard i on ``shard_urls[i % len]``; none:
         every queue on ``connection``), see :mod:`fair_router.routing.servers`."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
-        pair = pair_of(connection)  # a RedisCluster: our state there, rq's queues on the owner of rq's slot
-        connection = pair.state
+        connection = (pair := pair_of(connection)).state  # a RedisCluster: rq's queues on rq's slot owner
         super().__init__(connection, keys, TierBook(connection, keys, tiers),
                          validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"),
                          rq_connection=pair.rq)
@@ -88,9 +87,7 @@ class FairRouter(TenantAdmin):
         self.queues = QueueRegistry(pair.rq, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
         self._take_back = TakeBack(connection, keys)
         self._meta = JobMetas()
-        # Routed enqueues in one MULTI (routing.onetrip); not on a Redis Cluster, where route.lua's keys and
-        # rq's are on different slots (two round trips there, each on its own slot).
-        self.one_round_trip = not pair.cluster
+        self.one_round_trip = not pair.cluster  # one MULTI (routing.onetrip); a cluster: route.lua's slot is not rq's
         self._one_trip = OneTrip(self)
         self.announcer = Announcer(keys)
 
@@ -204,9 +201,7 @@ class FairRouter(TenantAdmin):
 
     def _server(self, shard: int | None) -> Redis:
         """The Redis a job placed on ``shard`` is enqueued into."""
-        if self.servers is not None and shard is not None:
-            return self.servers.connection(shard)
-        return self.rq_connection
+        return self.servers.connection(shard) if self.servers is not None and shard is not None else self.rq_connection
 
     def _enqueue_placed(self, route: Route, call: EnqueueArgs, job_id: str, tenant: str | None, placed: Placement,
                         queue: str | None, at: datetime | None, system: bool, fair: bool) -> Job:
