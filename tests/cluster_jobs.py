@@ -5,6 +5,7 @@ the plain client to the owner of rq's slot."""
 from __future__ import annotations
 
 import os
+import time
 from datetime import timedelta
 
 from rq import get_current_job
@@ -19,6 +20,8 @@ def _log(kind: str, tenant: str, n: int) -> None:
     job = get_current_job()
     assert job is not None
     job.connection.rpush(LOG, f"{kind} {tenant} {n} {job.origin}")
+    if os.environ.get("CLUSTER_WAIT_REPLICA"):  # the failover test: the record survives its master's death
+        job.connection.execute_command("WAIT", 1, 100)
 
 
 @fair_job(queue="cl_routed", tenant=lambda tenant, n: tenant)
@@ -62,3 +65,29 @@ if __name__ == "__main__" and os.environ.get("CLUSTER_PRODUCE"):
     import json
 
     print(json.dumps(produce(int(os.environ["CLUSTER_TENANTS"]), int(os.environ["CLUSTER_BIG"]))))
+
+
+def flood(count: int, acked_path: str) -> None:
+    """Enqueue ``count`` jobs (fair and routed alternately, 20 tenants) through a failover: an enqueue that
+    raises is tried again as a new job; every one that returned is written to ``acked_path`` after the owner
+    of rq's slot confirmed it reached its replica (``WAIT 1``, 100 ms: after the failover the promoted master
+    has no replica left and WAIT gives up), so the killed master cannot take it along."""
+    from fair_router.store.cluster import rq_of
+
+    rq = rq_of(routed.router.connection)
+    with open(acked_path, "a", encoding="utf-8") as acked:
+        n = 0
+        while n < count:
+            kind, job = ("fair", fair) if n % 2 else ("routed", routed)
+            tenant = f"t{n % 20}"
+            try:
+                job.delay(tenant, n)
+                rq.execute_command("WAIT", 1, 100)
+            except Exception as exc:  # the failover: the enqueue may or may not have happened; not acknowledged
+                print(f"attempt {n} failed: {type(exc).__name__}: {exc}", flush=True)
+                time.sleep(0.1)
+            else:
+                acked.write(f"{kind} {tenant} {n}\n")
+                acked.flush()
+            n += 1
+            time.sleep(0.02)

@@ -118,6 +118,14 @@ class RedisClusterFixture:
             return True
         self._wait(ok, "cluster_state:ok on every node", timeout)
 
+        def synced() -> bool:  # a replica that never synced with its master cannot be promoted
+            for node in self.alive():
+                info = node.client().info("replication")
+                if info.get("role") == "slave" and info.get("master_link_status") != "up":
+                    return False
+            return True
+        self._wait(synced, "every replica in sync with its master", timeout)
+
     def master_of(self, key: str) -> ClusterNode:
         """The node that owns ``key``'s slot now (asked of a live node)."""
         client = self.alive()[0].client()

@@ -38,12 +38,14 @@ queue keeps its ``enqueued_at``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import RedisError
 from rq.job import Job
 
 from fair_router.config.settings import ObserveConfig
@@ -51,6 +53,8 @@ from fair_router.core.jobmeta import META_TENANT
 from fair_router.core.keys import Keys, encode
 from fair_router.observe.buckets import N_BUCKETS, bucket_of
 from fair_router.store.scripts import Clock, ObserveStartScript
+
+logger = logging.getLogger("fair_router")
 
 MINUTE_SLOTS = 62
 """Minutes a record keeps: 60 whole ones for the 60-minute figures, the current one, one spare."""
@@ -126,7 +130,13 @@ class StartRecorder:
         tenant = job.meta.get(META_TENANT)
         self.add(None if tenant is None or tenant == "" else str(tenant), now - job.enqueued_at.timestamp(), now)
         if now - self._last_flush >= self.interval:
-            self.flush(pipeline if pipeline is not None else self.connection)
+            if pipeline is not None:
+                self.flush(pipeline)
+                return
+            try:  # on its own (a cluster): a failed send costs these statistics, never the job's start
+                self.flush(self.connection)
+            except RedisError as exc:
+                logger.warning("job start records lost (%s)", exc)
 
     def add(self, tenant: str | None, wait: float, at: float | None = None) -> None:
         """Gather one start of ``tenant`` (None: no tenant) at ``at`` (default now) that waited ``wait``

@@ -22,6 +22,7 @@ On a standalone Redis both are the same plain client (:func:`connections_for` wi
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -29,10 +30,12 @@ from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 from redis import Redis, RedisCluster
+from redis.backoff import EqualJitterBackoff, NoBackoff
 from redis.connection import Connection, ConnectionPool
 from redis.crc import key_slot
+from redis.exceptions import ClusterDownError, MovedError, RedisError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MovedError, RedisError
+from redis.retry import Retry
 
 StateConnection = Redis
 """Where our own state lives: a plain client (standalone) or a ``RedisCluster``, typed as ``Redis`` (redis-py's
@@ -82,14 +85,20 @@ def slot_owner(seeds: list[tuple[str, int]], slot: int, timeout: float = 2.0) ->
     when the first seed is gone). Raises redis-py's ConnectionError when no seed answers or none owns it."""
     last: Exception | None = None
     for host, port in list(seeds):
-        client = Redis(host=host, port=port, socket_timeout=timeout, socket_connect_timeout=timeout)
+        # No retry of its own (redis-py's default spends seconds on a refused connection): the next seed instead.
+        client = Redis(host=host, port=port, socket_timeout=timeout, socket_connect_timeout=timeout,
+                       retry=Retry(NoBackoff(), 0))
         try:
             ranges = client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
-        except RedisError as exc:
+        except (RedisError, OSError, AttributeError, ValueError) as exc:
+            # Whatever a node going down or coming up answers (a refused or reset connection, a garbled
+            # handshake: redis-py raised AttributeError on one mid-failover): the next seed is asked.
             last = exc
             continue
         finally:
             client.close()
+        seeds.remove((host, port))
+        seeds.insert(0, (host, port))  # asked first next time (a dead seed costs a refused connection each time)
         owner: tuple[str, int] | None = None
         for start, end, master, *replicas in ranges:
             for node in (master, *replicas):
@@ -128,6 +137,9 @@ class RqSlotConnection(Connection):
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().read_response(*args, **kwargs)
+        except (ClusterDownError, TryAgainError) as exc:  # a failover under way: wait as for a lost connection
+            self.disconnect()  # type: ignore[no-untyped-call]
+            raise SlotMoved(f"rq's slot {self.slot} is not served right now ({exc}): reconnecting") from exc
         except MovedError as exc:
             if exc.slot_id != self.slot:  # a key of another slot sent on rq's connection: a bug, not a failover
                 raise MovedError(f"{exc.args[0]} (a key outside rq's slot {self.slot} was sent on the connection "
@@ -195,8 +207,17 @@ def pair_of(connection: Any, cluster: bool = False) -> Connections:
 def _cluster_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The connection settings of a plain client a ``RedisCluster`` takes too (credentials, timeouts)."""
     names = ("username", "password", "socket_timeout", "socket_connect_timeout", "ssl", "ssl_cert_reqs",
-             "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "client_name", "retry")
+             "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "client_name")
     return {name: kwargs[name] for name in names if kwargs.get(name) is not None}
+
+
+def ride_cluster_outages(state: Any, grace: float) -> None:
+    """Give a ``RedisCluster`` a retry policy lasting about ``grace`` seconds through a failover: redis-py's
+    cluster client counts attempts (each after a ClusterDown waits 0.25 s and re-reads the slot map), so the
+    count is ``grace / 0.25``. A plain client is left alone (:func:`fair_router.store.outage.ride_outages`
+    gives it a retry bounded by time)."""
+    if isinstance(state, RedisCluster):
+        state.set_retry(Retry(EqualJitterBackoff(cap=1.0, base=0.05), retries=max(3, math.ceil(grace / 0.25))))
 
 
 def is_rq_slot_client(connection: Any) -> bool:

@@ -64,7 +64,7 @@ from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, rebuilt_as
-from fair_router.store.cluster import is_rq_slot_client, pair_of, state_of
+from fair_router.store.cluster import is_rq_slot_client, pair_of, ride_cluster_outages, state_of
 from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.store.scripts import Admission, Verdict
 from fair_router.workers.marked import FollowsFairnessMarks
@@ -111,6 +111,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         ride_outages(self.connection, settings.redis_outage_grace)
         # Our own state: the same client on a standalone Redis, a RedisCluster on a cluster.
         self.state_connection = state_of(self.connection)
+        ride_cluster_outages(self.state_connection, settings.redis_outage_grace)
         fair = [queue for queue in self.queues if isinstance(queue, FairQueue)]
         for queue in fair:  # also those rq built from names with --queue-class: same prefix and tiers
             queue.use_settings(settings)
