@@ -41,9 +41,10 @@ def cluster_env(cluster: Any, config: Path) -> dict[str, str]:
     return env
 
 
-def write_config(tmp_path: Path) -> Path:
+def write_config(tmp_path: Path, **extra: Any) -> Path:
     path = tmp_path / "fair_router.yaml"
     path.write_text(yaml.safe_dump({
+        **extra,
         "prefix": "frc",
         "fair_queues": ["cl_fair"],
         "jobs": {"cluster_jobs.routed": {
@@ -102,6 +103,40 @@ def test_refuses_to_start_without_a_hash_tagged_rq_key_prefix(redis_cluster: Any
     assert rq_worker.returncode != 0 and "RQ_KEY_PREFIX" in rq_worker.stderr + rq_worker.stdout
 
 
+def worker_logs(tmp_path: Path) -> str:
+    return "\n".join(path.read_text(errors="replace")[-3000:] for path in sorted(tmp_path.glob("worker-*.log")))
+
+
+def drain(cluster: Any, env: dict[str, str], state: RedisCluster, tmp_path: Path, expected: int) -> None:
+    """Run a ``fair-router worker`` and an ``rq worker -w fair_router.WeightedWorker`` until ``expected`` jobs
+    ran, then stop them (warm): both must still be running then and exit with status 0."""
+    rq_owner = cluster.master_of("{rq}")
+    # Any node as the URL: one not owning rq's slot, so rq's CLI needs the cluster-aware connection class.
+    other = next(node for node in cluster.nodes if node.port != rq_owner.port)
+    queues = ["cl_fair", "cl_routed", "cl_routed_throttled"]
+    logs = [(tmp_path / f"worker-{i}.log").open("wb") for i in range(3)]
+    workers = [
+        subprocess.Popen([sys.executable, "-m", "fair_router.cli", "worker", "--with-scheduler", "--url", other.url,
+                          *queues], env=env, stdout=logs[0], stderr=subprocess.STDOUT, cwd=TESTS,
+                         start_new_session=True),
+        subprocess.Popen([sys.executable, "-m", "rq.cli", "worker", "-w", "fair_router.WeightedWorker",
+                          "--connection-class", "fair_router.store.cluster.RqSlotRedis", "--url", other.url,
+                          *queues], env=env, stdout=logs[1], stderr=subprocess.STDOUT, cwd=TESTS,
+                         start_new_session=True),
+    ]
+    try:
+        wait_for(lambda: state.llen(LOG) >= expected or any(w.poll() is not None for w in workers), 240,
+                 f"{expected} jobs to run")
+        assert all(w.poll() is None for w in workers), worker_logs(tmp_path)
+        time.sleep(0.5)  # nothing more should come (a job run twice would show now)
+    finally:
+        for proc in workers:
+            terminate(proc, grace=15)
+        for log in logs:
+            log.close()
+    assert [w.returncode for w in workers] == [0, 0], worker_logs(tmp_path)
+
+
 PRODUCE = """
     import json, cluster_jobs
     print(json.dumps(cluster_jobs.produce({tenants}, {big})))
@@ -114,42 +149,13 @@ def test_routed_and_fair_jobs_of_100_tenants_drained_by_both_kinds_of_workers(
     produced = run_python(PRODUCE.format(tenants=SMALL, big=BIG), env)
     expected = produced["routed"] + produced["fair"]
     assert produced == {"routed": BIG + SMALL, "fair": BIG + SMALL}
-    # Our state spread over the masters: windows per job key, fair state on rq's slot.
-    rq_owner = redis_cluster.master_of("{rq}")
+    # rq's keys on the owner of rq's slot (where the plain client went), reachable through the cluster too.
     assert state.llen("{rq}:queue:cl_fair") > 0 and state.exists("{rq}:queue:cl_routed_throttled")
-    assert rq_owner.client().exists("{rq}:queue:cl_fair")  # the plain client's node holds rq's keys
+    assert redis_cluster.master_of("{rq}").client().exists("{rq}:queue:cl_fair")
 
-    # Any node as the URL: one not owning rq's slot, so rq's CLI needs the cluster-aware connection class.
-    other = next(node for node in redis_cluster.nodes if node.port != rq_owner.port)
-    queues = ["cl_fair", "cl_routed", "cl_routed_throttled"]
-    logs = [(tmp_path / f"worker-{i}.log").open("wb") for i in range(3)]
-    workers = [
-        subprocess.Popen([sys.executable, "-m", "fair_router.cli", "worker", "--with-scheduler", "--url", other.url,
-                          *queues], env=env, stdout=logs[0], stderr=subprocess.STDOUT, cwd=TESTS,
-                         start_new_session=True),
-        subprocess.Popen([sys.executable, "-m", "rq.cli", "worker", "-w", "fair_router.WeightedWorker",
-                          "--connection-class", "fair_router.store.cluster.RqSlotRedis", "--url", other.url,
-                          *queues], env=env, stdout=logs[1], stderr=subprocess.STDOUT, cwd=TESTS,
-                         start_new_session=True),
-    ]
-
-    def worker_logs() -> str:
-        return "\n".join(path.read_text(errors="replace")[-3000:] for path in sorted(tmp_path.glob("worker-*.log")))
-
-    try:
-        wait_for(lambda: state.llen(LOG) >= expected or any(w.poll() is not None for w in workers), 240,
-                 f"{expected} jobs to run")
-        assert all(w.poll() is None for w in workers), worker_logs()
-        time.sleep(0.5)  # nothing more should come (a job run twice would show now)
-    finally:
-        for proc in workers:
-            terminate(proc, grace=15)
-        for log in logs:
-            log.close()
-    assert [w.returncode for w in workers] == [0, 0], worker_logs()
-
+    drain(redis_cluster, env, state, tmp_path, expected)
     ran = [entry.decode().split() for entry in state.lrange(LOG, 0, -1)]
-    assert len(ran) == expected, worker_logs()
+    assert len(ran) == expected, worker_logs(tmp_path)
     assert len({(kind, tenant, n) for kind, tenant, n, _ in ran}) == expected  # each job once
     kinds = Counter(kind for kind, *_ in ran)
     assert kinds == {"routed": produced["routed"], "fair": produced["fair"]}
@@ -219,3 +225,21 @@ def test_cli_and_dashboard_reader_on_the_cluster(redis_cluster: Any, state: Redi
     assert "t0" in read["top"]
     assert read["routed"] == {"cluster_jobs.routed|cl_routed": 5 + 9, "cluster_jobs.routed|cl_routed_throttled": 4}
     assert 'queue="cl_fair"' in read["metrics"]
+
+
+def test_concurrency_limits_on_the_cluster(redis_cluster: Any, state: RedisCluster, tmp_path: Path) -> None:
+    """With concurrency limits on, the job-start checks (a RedisCluster pipeline with the worker's state write),
+    parks in the fair queue, snoozes on plain queues and slot releases work across slots: every job runs,
+    none fails, no lease is left."""
+    env = cluster_env(redis_cluster, write_config(
+        tmp_path, concurrency={"enabled": True, "snooze": "1s", "jitter": "0.5s"}))
+    produced = run_python(PRODUCE.format(tenants=10, big=20), env)
+    expected = produced["routed"] + produced["fair"]
+    drain(redis_cluster, env, state, tmp_path, expected)
+    ran = [entry.decode().split() for entry in state.lrange(LOG, 0, -1)]
+    assert len({(kind, tenant, n) for kind, tenant, n, _ in ran}) == len(ran) == expected
+    assert int(state.zcard("{rq}:failed:cl_fair") or 0) == 0 and int(state.zcard("{rq}:failed:cl_routed") or 0) == 0
+    assert not [key for key in state.scan_iter("frc:{lease:*", target_nodes=RedisCluster.PRIMARIES)
+                if state.zcard(key)]
+    counters = state.hgetall("frc:{stats}:limits")
+    assert int(counters.get(b"free:acquired", 0)) >= expected  # every tenant job took its slot
