@@ -8,7 +8,7 @@ import os
 import time
 from datetime import timedelta
 
-from rq import get_current_job
+from rq import Retry, get_current_job
 
 from fair_router import fair_job
 
@@ -34,6 +34,13 @@ def routed(tenant: str, n: int) -> None:
 def fair(tenant: str, n: int) -> None:
     """A job of the fair queue ``cl_fair``."""
     _log("fair", tenant, n)
+
+
+@fair_job(queue="cl_slow", tenant=lambda tenant, seconds: tenant, retry=Retry(max=1))
+def slow(tenant: str, seconds: float) -> None:
+    """A job long enough to kill its worker while it runs (the crash recovery test)."""
+    time.sleep(seconds)
+    _log("slow", tenant, 0)
 
 
 def produce(tenants: int, big_jobs: int) -> dict[str, int]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import TESTS, terminate, wait_for
+from conftest import TESTS, kill_session, terminate, wait_for
 from redis import RedisCluster
 
 from fair_router.store.cluster import ClusterSetupError, check_rq_prefix, connections_for
@@ -180,7 +180,8 @@ READ = """
     from fair_router import load_settings
     from fair_router.dashboard.reader import SnapshotReader
     from fair_router.dashboard.collector import metrics_text
-    from fair_router.store.cluster import connections_for
+    from fair_router.core.keys import Keys
+from fair_router.store.cluster import connections_for
     settings = load_settings()
     state = connections_for(settings.redis_url, True).state
     reader = SnapshotReader(state, settings)
@@ -243,3 +244,35 @@ def test_concurrency_limits_on_the_cluster(redis_cluster: Any, state: RedisClust
                 if state.zcard(key)]
     counters = state.hgetall("frc:{stats}:limits")
     assert int(counters.get(b"free:acquired", 0)) >= expected  # every tenant job took its slot
+
+
+def test_crash_recovery_on_the_cluster(redis_cluster: Any, state: RedisCluster, tmp_path: Path) -> None:
+    """A worker killed (with its work horse) mid-job: another weighted worker finds the job abandoned after
+    ``abandon_after`` (its recovery keys on rq's slot) and rq retries it; it then runs to the end."""
+    env = cluster_env(redis_cluster, write_config(tmp_path, recovery={"abandon_after": 3}))
+    job_id = run_python("""
+        import json, cluster_jobs
+        print(json.dumps(cluster_jobs.slow.delay("t1", 4).id))
+    """, env)
+    log = (tmp_path / "worker-0.log").open("wb")
+    first = subprocess.Popen([sys.executable, "-m", "fair_router.cli", "worker", "cl_slow"], env=env, stdout=log,
+                             stderr=subprocess.STDOUT, cwd=TESTS, start_new_session=True)
+    second = None
+    try:
+        wait_for(lambda: state.zcard("{rq}:wip:cl_slow") > 0, 60, "the job to start")
+        kill_session(first.pid)  # the worker's machine dies: worker and work horse at once
+        first.wait()
+        second = subprocess.Popen([sys.executable, "-m", "rq.cli", "worker", "-w", "fair_router.WeightedWorker",
+                                   "--connection-class", "fair_router.store.cluster.RqSlotRedis", "--url",
+                                   redis_cluster.seed_url, "cl_slow"], env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, cwd=TESTS, start_new_session=True)
+        wait_for(lambda: state.llen(LOG) > 0 or second.poll() is not None, 90, "the job to run again")
+        assert second.poll() is None, worker_logs(tmp_path)
+        wait_for(lambda: state.hget(f"{{rq}}:job:{job_id}", "status") == b"finished", 30, "the job to finish")
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                terminate(proc, grace=15)
+        log.close()
+    assert [entry.decode().split()[:3] for entry in state.lrange(LOG, 0, -1)] == [["slow", "t1", "0"]]
+    assert int(state.get("frc:{rq}:{rq}:wip:cl_slow:abandoned:total") or 0) >= 0
