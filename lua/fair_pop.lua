@@ -56,12 +56,12 @@ local entry = given
 if entry == '' then entry = redis.call('LPOP', rq_list) end
 if not entry then
   -- Nothing waits: any member left is stale. Drop them all, keeping their tenants' passes.
-  if redis.call('HLEN', members) > 0 then
+  if redis.call('HLEN', members) > 0 then  -- (members' entries and their FIFO places)
     for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
       idle(tenant, redis.call('ZSCORE', active, tenant))
     end
     for _, tenant in ipairs(redis.call('HKEYS', backlog)) do idle(tenant, false) end
-    redis.call('DEL', members, fifo, costs)
+    redis.call('DEL', members, costs)
   end
   redis.call('HDEL', state, 'head')
   if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
@@ -98,7 +98,7 @@ for _ = 1, MAX_STALE do
     break
   end
   if not value then  -- a FIFO place without its members entry: never written so; drop it
-    redis.call('HDEL', fifo, tenant .. ':' .. seq)
+    redis.call('HDEL', members, tenant .. ':' .. seq)
     value = '|' .. tenant .. ':' .. seq
     redis.call('HINCRBY', backlog, tenant, 1)
   end

@@ -51,8 +51,10 @@ class FairQueueKeys:
     rq's list and all the fair state on one Redis Cluster slot."""
 
     rq_list: str
-    members: str  # HASH job id -> "<order>|<encoded tenant>:<seq>" for every fair job waiting in the queue
-    fifo: str  # HASH "<encoded tenant>:<seq>" -> job id (per-tenant FIFO, seq grows at the tail)
+    members: str  # HASH job id -> "<list position>|<encoded tenant>:<seq>" for every fair job waiting in the
+    #               queue, and its tenant's FIFO: "<encoded tenant>:<seq>" -> job id (seq grows at the tail). rq 3.0
+    #               job ids never hold ':' (rq's validate_job_id), so the two kinds of fields cannot meet, and a
+    #               job's two fields are written and deleted by one command
     backlog: str  # HASH tenant -> number of its waiting jobs
     active: str  # ZSET tenant -> pass (stride scheduling), tenants that may be served now
     kept: str  # ZSET tenant -> pass when it went idle or was parked, while above the virtual time

@@ -34,7 +34,8 @@ class FairListing(FairQueueBase):
             pipe.hgetall(keys.state)
             pipe.hgetall(keys.costs)
             pipe.hgetall(keys.runtimes)
-            listed, members, active, kept, state, costs, runtimes = pipe.execute()
+            listed, fields, active, kept, state, costs, runtimes = pipe.execute()
+        members = {k: v for k, v in fields.items() if ":" not in as_text(k)}  # not FIFO places (core/keys.py)
         snapshot = FairSnapshot(
             listed=[as_text(raw) for raw in listed],
             members={as_text(k): as_text(v) for k, v in members.items()},

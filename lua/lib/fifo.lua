@@ -1,4 +1,5 @@
--- lib/fifo.lua: each tenant's FIFO of waiting members: a job's place, its entry and its leaving.
+-- lib/fifo.lua: each tenant's FIFO of waiting members: a job's place, its entry and its leaving. The FIFO's
+-- fields ("<tenant>:<seq>" -> job id) live in `members`, beside the members' own (lib/members.lua).
 -- include: fair_keys, stride, members
 --
 -- A tenant with waiting jobs has a *record*, field "=<tenant>" of `state` (stride.lua tenant_field):
@@ -21,7 +22,7 @@ local function place(tenant, at_front, wanted, weight)
   if not h then
     seq = wanted or 0
     h, t = seq, seq
-  elseif wanted and wanted <= t and redis.call('HEXISTS', fifo, tenant .. ':' .. wanted) == 0 then
+  elseif wanted and wanted <= t and redis.call('HEXISTS', members, tenant .. ':' .. wanted) == 0 then
     seq = wanted
     if wanted < h then h = wanted end
   elseif at_front then
@@ -38,8 +39,7 @@ end
 -- A job joins its tenant's FIFO at `seq` (from place()); its id sits at list position `pos` ('' when unknown).
 local function enter(job_id, tenant, seq, pos)
   local field = tenant .. ':' .. seq
-  redis.call('HSET', fifo, field, job_id)
-  redis.call('HSET', members, job_id, pos .. '|' .. field)
+  redis.call('HSET', members, field, job_id, job_id, pos .. '|' .. field)  -- its FIFO place and its entry
   redis.call('HINCRBY', backlog, tenant, 1)
 end
 
@@ -47,8 +47,7 @@ end
 -- found stale). Its tenant goes idle, keeping its pass, when that was its last job.
 local function leave(job_id, value)
   local field, tenant = parse_member(value)
-  redis.call('HDEL', members, job_id)
-  redis.call('HDEL', fifo, field)
+  redis.call('HDEL', members, job_id, field)
   redis.call('HDEL', costs, job_id)
   if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
     idle(tenant, redis.call('ZSCORE', active, tenant))

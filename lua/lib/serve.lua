@@ -19,7 +19,7 @@ local function choose(first)
     end
     local h, t, weight = parse_tenant(record)
     while h and h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
-      local job_id = redis.call('HGET', fifo, tenant .. ':' .. h)
+      local job_id = redis.call('HGET', members, tenant .. ':' .. h)
       if job_id then return job_id, h, tenant, pass, t, weight end
       h = h + 1
     end
@@ -51,8 +51,7 @@ end
 -- `tail`, `stored`: the tenant's tail seq and weight from its record (choose()).
 local function take(job_id, seq, tenant, pass, pop, tail, stored)
   local now_ms = pop.now_ms
-  redis.call('HDEL', fifo, tenant .. ':' .. seq)
-  redis.call('HDEL', members, job_id)
+  redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
   local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
