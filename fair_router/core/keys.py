@@ -209,6 +209,12 @@ class Keys:
         or producer with another prefix still finds it (and reports the mismatch); it shares rq's slot."""
         return f"fair_router:mark:{slot_of(rq_list_key)}"
 
+    def fair_queue_legacy(self, rq_list_key: str) -> tuple[str, str, str, str]:
+        """The head, tail, weights and fifo hashes of a fair queue written before tenant records (kept in the
+        ``state`` and ``members`` hashes since): read once by ``lua/fair_migrate.lua``, which moves them."""
+        base = f"{self.prefix}:{slot_of(rq_list_key)}:fq"
+        return (f"{base}:head", f"{base}:tail", f"{base}:weights", f"{base}:fifo")
+
     def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
         """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``, or under rq 3.0's
         ``RQ_KEY_PREFIX``); the tag (:func:`slot_of`) hashes like rq's own key."""

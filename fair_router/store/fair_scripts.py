@@ -177,6 +177,20 @@ class FairUnmarkScript(LuaScript[int]):
         return int(reply)
 
 
+class FairMigrateScript(LuaScript[int]):
+    """fair_migrate.lua: move a fair queue's state from the layout before tenant records into today's, once, so
+    an upgrade never strands a waiting job (``Keys.fair_queue_legacy`` names the old keys)."""
+
+    name = "fair_migrate"
+
+    def __call__(self, keys: FairQueueKeys, legacy: Sequence[str]) -> Call[int]:
+        """KEYS = [state, members, *legacy (head, tail, weights, fifo)]. Result: the tenants moved."""
+        return self.call([keys.state, keys.members, *legacy], [])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
 class FairHoldScript(LuaScript[int]):
     """fair_hold.lua: park a tenant before a pop hands out its job (paused), or report a paced tenant's start
     (parked exactly until its rate's next start)."""
