@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from redis.client import Pipeline
 from redis.exceptions import RedisError
 
-from fair_router.config.errors import validated
-from fair_router.config.validation import Duration, Replicas
+from fair_router.core.validation import Duration, Replicas
 from fair_router.store.outage import redis_address
+
+T = TypeVar("T")
 
 _REPLICAS: TypeAdapter[int] = TypeAdapter(Replicas)
 _TIMEOUT: TypeAdapter[float] = TypeAdapter(Duration)
@@ -72,8 +73,8 @@ class ReplicaWait:
     """How many replicas an enqueue waits for (0: none, no WAIT sent) and for how long (seconds)."""
 
     def __init__(self, replicas: int = 0, timeout: float = 1.0) -> None:
-        self.replicas = validated(_REPLICAS, replicas, "replicas_to_wait")
-        self.timeout = validated(_TIMEOUT, timeout, "replicas_timeout")
+        self.replicas = _checked(_REPLICAS, replicas, "replicas_to_wait")
+        self.timeout = _checked(_TIMEOUT, timeout, "replicas_timeout")
 
     @classmethod
     def of(cls, settings: ReplicaSettings) -> ReplicaWait:
@@ -112,6 +113,14 @@ class ReplicaWait:
             yield confirmation
         finally:
             del pipe._execute_transaction
+
+
+def _checked(adapter: TypeAdapter[T], value: object, setting: str) -> T:
+    """``value`` checked as the setting it stands for; ValueError naming the setting, the value and why."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        raise ValueError(f"{setting}={value!r}: {exc.errors()[0]['msg']}") from None
 
 
 class _PackAfterMulti:
