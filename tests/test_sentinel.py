@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 from conftest import wait_for
 from redis import Redis
+from redis.connection import SSLConnection, UnixDomainSocketConnection
 from redis.sentinel import Sentinel
 from rq.job import Job, JobStatus
 from test_replicas import Replica
 
 from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, fair_job
 from fair_router.demo.redis_server import RedisServer, find_redis_server, free_port
+from fair_router.workers.weighted import build_gate
 
 SETTINGS = Settings(prefix="sentinel", fair_queues=["fairq"], replicas_to_wait=1, replicas_timeout="2s")
 
@@ -83,3 +85,11 @@ def test_jobs_acknowledged_by_a_replica_survive_a_sentinel_failover(
                          settings=later).work(burst=True, logging_level="WARNING")
     statuses = [Job.fetch(job.id, connection=client).get_status() for job in jobs]
     assert statuses == [JobStatus.FINISHED] * len(jobs)
+
+
+@pytest.mark.parametrize("url, kind", [("unix:///run/redis.sock", UnixDomainSocketConnection),
+                                       ("rediss://cache.example:6380/0", SSLConnection)])
+def test_the_limiters_own_pool_keeps_the_workers_connection_class(url: str, kind: type) -> None:
+    """Its pool was rebuilt from the kwargs alone: a unix socket raised TypeError, TLS connected in clear."""
+    gate = build_gate(Redis.from_url(url), Settings())
+    assert gate.limiter.connection.connection_pool.connection_class is kind
