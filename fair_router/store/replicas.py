@@ -136,7 +136,8 @@ class _PackAfterMulti:
     def _send(self, command: Any, check_health: bool = True) -> None:
         chunks = list(command) if isinstance(command, list) else [command]
         if not self.sent and chunks and bytes(chunks[0]).startswith(self.multi):
-            chunks += self.wait
+            # Onto the last chunk (EXEC, usually a few bytes): one sendall, so one packet with the transaction's end.
+            chunks[-1] = bytes(chunks[-1]) + b"".join(bytes(chunk) for chunk in self.wait)
             self.sent = True
         self.send(chunks, check_health)
 
