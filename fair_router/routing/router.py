@@ -42,6 +42,7 @@ from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
 from fair_router.store.cluster import pair_of
 from fair_router.store.outage import naming_redis
+from fair_router.store.replicas import ReplicaWait
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
 __all__ = ["FairRouter", "Placement", "Route", "WindowView"]
@@ -71,25 +72,24 @@ class FairRouter(TenantAdmin):
         tiers: TiersConfig | None = None,
         tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
         shard_urls: Sequence[str] = (),
+        replicas: ReplicaWait | None = None,
     ) -> None:
-        """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes), the setting of that name.
-        ``shard_urls``: the Redis of each shard of sharded job keys (shard i on ``shard_urls[i % len]``; none:
-        every queue on ``connection``), see :mod:`fair_router.routing.servers`."""
+        """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes). ``shard_urls``: the Redis of each shard
+        of sharded job keys (shard i on ``shard_urls[i % len]``; none: all on ``connection``; see routing.servers).
+        ``replicas``: what each enqueue waits for (settings ``replicas_to_wait``, ``replicas_timeout``)."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
         connection = (pair := pair_of(connection)).state  # a RedisCluster: rq's queues on rq's slot owner
-        super().__init__(connection, keys, TierBook(connection, keys, tiers),
-                         validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"),
-                         rq_connection=pair.rq)
+        super().__init__(connection, keys, TierBook(connection, keys, tiers), validated(
+            _MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"), rq_connection=pair.rq)
         self.clock = clock
-        self._route = RouteScript(connection)
-        self._peek = PeekScript(connection)
+        self._route, self._peek = RouteScript(connection), PeekScript(connection)
         self.servers = ShardServers(shard_urls) if shard_urls else None
         self.queues = QueueRegistry(pair.rq, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
-        self._take_back = TakeBack(connection, keys)
-        self._meta = JobMetas()
+        self._take_back, self._meta = TakeBack(connection, keys), JobMetas()
         self.one_round_trip = not pair.cluster  # one MULTI (routing.onetrip); a cluster: route.lua's slot is not rq's
         self._one_trip = OneTrip(self)
         self.announcer = Announcer(keys)
+        self.replicas = replicas or ReplicaWait()
 
     # -- recording and choosing ----------------------------------------------------------------
 
@@ -301,13 +301,15 @@ class FairRouter(TenantAdmin):
     def _execute(self, pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
         """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
         of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
-        results = execute(pipe)
+        with self.replicas.confirming(pipe) as confirmation:
+            results = execute(pipe)
         for queue in {id(queue): queue for queue, _ in placed}.values():
             caps = getattr(queue, "caps", None)  # a FairQueue's
             refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
             if refused is not None:
                 withdraw(queue.connection, placed, group)
                 raise refused
+        confirmation.check([job.id for _, job in placed])
 
 
 def _parse_args_keywords(call: EnqueueArgs) -> dict[str, Any]:

@@ -371,7 +371,8 @@ def build_gate(connection: Redis, settings: Settings) -> TenantGate:
     elif is_rq_slot_client(connection):  # a cluster: leases and rates on the RedisCluster
         own = state_of(connection)
     else:
-        own = Redis(connection_pool=ConnectionPool(**connection.connection_pool.connection_kwargs))
+        pool = connection.connection_pool  # same connection class: TLS, a unix socket, a Sentinel-managed primary
+        own = Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
     keys = Keys(settings.prefix)
     limiter = ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
     return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)
