@@ -3,7 +3,7 @@
 -- stride scheduler's choice (lib/serve.lua: the min-pass active tenant's oldest job), whose id the head
 -- entry then replaces on the list (LSET at its recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, serve
+-- include: fair_keys, time, stride, members, fifo, locate, claims, serve, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -51,14 +51,7 @@ end
 local entry = given
 if entry == '' then entry = redis.call('LPOP', rq_list) end
 if not entry then
-  -- Nothing waits: any member left is stale. Drop them all, keeping their tenants' passes.
-  if redis.call('HLEN', members) > 0 then
-    for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
-      idle(tenant, redis.call('ZSCORE', active, tenant))
-    end
-    for _, tenant in ipairs(redis.call('HKEYS', backlog)) do idle(tenant, false) end
-    redis.call('DEL', members, fifo, costs)
-  end
+  drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
   redis.call('HDEL', state, 'head')
   if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
   return {0, '', first_park_end(), ''}
@@ -100,7 +93,7 @@ for _ = 1, MAX_STALE do
     take(job_id, seq, tenant, pass, pop)
     return {2, job_id, -1, seq}
   end
-  leave(job_id, value)  -- stale: rq removed it behind our back
+  drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)
 end
 redis.call('HSET', state, 'head', head)
 set_pos(entry, list_push(entry, true), entry_value)  -- back where it was

@@ -29,6 +29,8 @@ def render(snap: Snapshot) -> list[str]:
     lines = ["  queues: " + ", ".join(
         f"{q.name} (weight {q.weight if isinstance(q.weight, str) else f'{q.weight:g}'}, {q.jobs} waiting, "
         f"{q.running} running{', fair' if q.fair else ''})" for q in snap.queues)]
+    lines += [f"  warning: queue {q.name}: {q.plain_pops}+ jobs taken first-in first-out by a plain rq worker; start "
+              "its workers with -w fair_router.WeightedWorker" for q in snap.queues if q.plain_pops]
     header = ("tenant", "waiting", "running", "throttled by / state", "wait p50 · p95 (5 min)",
               "share of starts / fair")
     rows = [header] + [_row(row, snap) for row in snap.tenants]

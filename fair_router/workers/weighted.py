@@ -246,6 +246,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.recover_abandoned()
         self.flush_overdue_start_records()
         self.follow_fairness_marks()
+        self.report_plain_pops()
 
     def running_job_beat(self) -> None:
         """A long job does not hold back the start records gathered before it."""
@@ -282,9 +283,19 @@ class WeightedFetchMixin(FollowsFairnessMarks):
     # -- stop -----------------------------------------------------------------------------------------------
 
     def worker_stopping(self) -> None:
-        """Write the gathered start records and the limiter's pending counters before the worker goes."""
+        """Write the gathered start records and the limiter's pending counters before the worker goes; look for
+        plain workers' pops a last time."""
         self.flush_start_records()
+        self._look_for_plain_pops()
         self.gate.limiter.flush()
+
+    def _look_for_plain_pops(self) -> None:
+        if self.is_horse:
+            return
+        try:
+            self.report_plain_pops(now=True)
+        except RedisError as exc:
+            self.log.warning("Worker %s: could not look for plain workers' pops (%s)", self.name, exc)
 
     # -- start records (fair_router.observe.recorder) ---------------------------------------------------------
 

@@ -1,0 +1,37 @@
+-- lib/stale.lua: members found gone from rq's list (stale, lib/members.lua), counted so that our processes
+-- can tell and report it. state.stale: how many were dropped, ever; state.stale_ids: the latest STALE_KEPT of
+-- them (space-separated), which fair_tidy.lua hands to Python to look at their jobs: one that ran was
+-- taken by a worker without our pop (a plain `rq worker`), one that did not was removed by rq (cancel, delete).
+-- include: fair_keys, stride, members, fifo
+local STALE_KEPT = 16
+
+-- Count the stale members `ids` (just dropped) and keep the latest of them.
+local function note_stale(ids)
+  if #ids == 0 then return end
+  redis.call('HINCRBY', state, 'stale', #ids)
+  local kept = {}
+  for id in string.gmatch(redis.call('HGET', state, 'stale_ids') or '', '%S+') do kept[#kept + 1] = id end
+  for _, id in ipairs(ids) do kept[#kept + 1] = id end
+  redis.call('HSET', state, 'stale_ids', table.concat(kept, ' ', math.max(1, #kept - STALE_KEPT + 1), #kept))
+end
+
+-- A member the pop met is not on rq's list: it leaves (its tenant's count with it) and is counted.
+local function drop_stale(job_id, value)
+  leave(job_id, value)
+  note_stale({job_id})
+end
+
+-- rq's list is empty: every member left is stale. Drop them all, keeping their tenants' passes, and count them.
+local function drop_all_stale()
+  local n = redis.call('HLEN', members)
+  if n == 0 then return 0 end
+  local ids = redis.call('HRANDFIELD', members, STALE_KEPT)
+  for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
+    idle(tenant, redis.call('ZSCORE', active, tenant))
+  end
+  for _, tenant in ipairs(redis.call('HKEYS', backlog)) do idle(tenant, false) end
+  redis.call('DEL', members, fifo, costs)
+  note_stale(ids)
+  if n > #ids then redis.call('HINCRBY', state, 'stale', n - #ids) end
+  return n
+end
