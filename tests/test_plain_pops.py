@@ -14,8 +14,8 @@ from redis import Redis
 
 from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker
 from fair_router.cli import main
+from fair_router.dashboard.reader import SnapshotReader
 from fair_router.fairqueue.plainpops import PlainPops
-from fair_router.observe.reader import SnapshotReader
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 

@@ -18,9 +18,9 @@ from rq import Queue
 
 from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
 from fair_router.config.settings import Settings
+from fair_router.core.keys import Keys
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.plainpops import PlainPops
-from fair_router.store.keys import Keys
 from fair_router.store.luascript import assemble, lua_dir
 from fair_router.workers.pool import redact_url
 

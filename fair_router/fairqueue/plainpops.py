@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from redis import Redis
 from rq.job import Job
 
+from fair_router.core.keys import FairQueueKeys
 from fair_router.store.fair_scripts import FairTidyScript
-from fair_router.store.keys import FairQueueKeys
 
 logger = logging.getLogger("fair_router")
 

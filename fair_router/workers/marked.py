@@ -9,7 +9,7 @@ from typing import cast
 from rq import Queue
 
 from fair_router.config.settings import Settings
-from fair_router.config.validation import QueueWeight
+from fair_router.core.validation import QueueWeight
 from fair_router.fairqueue.marks import RECHECK_EVERY, FairnessMarks
 from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.fairqueue.queue import FairQueue
