@@ -53,7 +53,7 @@ def _row(row: TenantView, snap: Snapshot) -> tuple[str, str, str, str, str, str]
     running = "-" if row.running is None else f"{row.running}" + (f"/{row.limit}" if row.limit is not None else "")
     state = (["paused"] if row.paused else []) + (["parked in " + ", ".join(row.parked)] if row.parked else [])
     rule = "; ".join(([row.rule] if row.rule else []) + state) or "-"
-    fair = "" if row.fair_share is None else f" / {_share(row.fair_share)}"
-    waiting = str(row.waiting_total) if any(q.fair for q in snap.queues) else "-"
+    fair = " (queue to itself)" if row.alone else "" if row.fair_share is None else f" / {_share(row.fair_share)}"
+    waiting = str(row.waiting_total) if any(q.fair for q in snap.queues) or snap.routed else "-"
     return (row.tenant, waiting, running, rule, f"{format_wait(row.wait_5m.p50)} · {format_wait(row.wait_5m.p95)}",
             _share(row.share_5m) + fair)

@@ -40,6 +40,7 @@ from fair_router.routing.placement import JobMetas, Pending, Placement, Route, R
 from fair_router.routing.queues import QueueRegistry
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
+from fair_router.routing.waiting import counts_waiting
 from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
@@ -102,16 +103,17 @@ class FairRouter(TenantAdmin):
         return [placed.rule for placed in self.place(route, [Pending(tenant, job_id, True)
                                                              for tenant, job_id in checked])]
 
-    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = ()) -> list[Placement]:
+    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = (), count: bool = False
+              ) -> list[Placement]:
         """Record the enqueues to record in their windows, pick each job's rule and, for a sharded route, the
-        least loaded of its tenant's shards (but ``down``) in that rule's family: one Lua call for the batch
-        (none when there is nothing to record or choose)."""
+        least loaded of its tenant's shards (but ``down``) in that rule's family: one Lua call for the batch (none
+        when nothing is to record or choose); ``count``: they count waiting there (:mod:`.waiting`)."""
         state = self.servers.state(route, jobs, down) if self.servers and route.shards else {"down": down}
         inputs = RouteInputs(route, jobs, self.keys, **state)
         if not jobs or not inputs.needed:
             return [Placement()] * len(jobs)
         call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
-                           now_arg(self.clock), inputs.shards)
+                           now_arg(self.clock), inputs.shards, waiting=inputs.waiting(route) if count else None)
         if not self.announcer.due(route):
             picks = call.run()
         else:
@@ -182,8 +184,9 @@ class FairRouter(TenantAdmin):
         if queue is None and at is None and not fair and self._one_trip.applies(route, call, pending):
             return self._one_trip.enqueue(route, call, pending, system)
         down: list[int] = []
+        counted = queue is None and at is None and counts_waiting(self.queue, route, fair, call, self.servers)
         while True:
-            placed = self.place(route, [pending], down)[0]  # an explicit queue too is recorded in the window
+            placed = self.place(route, [pending], down, counted)[0]  # an explicit queue too is recorded in the window
             recorded = recorded_by(route, [pending], [placed])
             if queue is not None:
                 placed = Placement()
@@ -239,7 +242,8 @@ class FairRouter(TenantAdmin):
         batch = [(_batchable(call), None if tenant is None else self.tenant_id(tenant), call.job_id or str(uuid4()))
                  for call, tenant in calls]
         pendings = [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch]
-        placements = self.place(route, pendings)
+        counted = all(counts_waiting(self.queue, route, fair, call, self.servers) for call, _, _ in batch)
+        placements = self.place(route, pendings, count=counted)
         recorded = recorded_by(route, pendings, placements)
         several = self.servers is not None and route.shards is not None
         try:

@@ -63,6 +63,7 @@ from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
+from fair_router.routing.waiting import WaitCounts
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, rebuilt_as
 from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.store.scripts import Admission, Verdict
@@ -123,6 +124,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
         self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
                                if settings.observe.record else None)
+        self.wait_counts = WaitCounts(self.connection, Keys(settings.prefix))
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after,
                                  outages=OUTAGES, max_resumes=settings.interruptible.max_resumes)
         self.count_turns = settings.interruptible.count_turns
@@ -229,6 +231,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             queue.hold(tenant, until_ms, pipeline, paced=True)
         if self.start_recorder is not None:
             self.start_recorder.job_started(job, pipeline)
+        if all(job.origin != queue.name for queue in self.fair_queues):
+            self.wait_counts.started(job, pipeline)  # a routed job stops counting waiting (routing/waiting.py)
 
     # -- job end --------------------------------------------------------------------------------------------
 

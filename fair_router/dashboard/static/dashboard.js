@@ -81,6 +81,7 @@
     return '<div class="share"><div class="bar"><span class="fill' + over + '" data-css="width:' +
       Math.min(100, row.share_5m * 100).toFixed(1) + '%"></span>' + marker + '</div><span class="txt">' +
       pct(row.share_5m) + (known(row.fair_share) ? ' <span class="muted">/ ' + pct(row.fair_share) + "</span>" : "") +
+      (row.alone ? ' <span class="muted alone">has the queue to itself</span>' : "") +
       "</span></div>";
   }
 
