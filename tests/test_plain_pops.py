@@ -3,7 +3,6 @@ and how our processes detect and report it (fair_router.fairqueue.plainpops). Re
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import fair_jobs
@@ -32,16 +31,23 @@ def backlog(conn: Redis, queue: FairQueue) -> dict[str, int]:
     return {k.decode(): int(v) for k, v in conn.hgetall(queue.fair_keys.backlog).items()}
 
 
-def plain_worker(redis_url: str, tmp_path: Path, config: dict[str, object], *args: str) -> None:
-    """`rq worker --burst fairq` with rq's own Worker class: what `rq worker` runs without `-w`."""
-    fleet = Fleet(redis_url, tmp_path, queues=["fairq"])
+def burst_worker(redis_url: str, tmp_path: Path, config: dict[str, object], worker_class: str, *args: str) -> str:
+    """`rq worker -w <worker_class> --burst fairq` in a subprocess; returns its log."""
+    fleet = Fleet(redis_url, tmp_path / worker_class, queues=["fairq"])
+    (tmp_path / worker_class).mkdir()
     fleet.config = write_settings(tmp_path, config)
-    (proc,) = fleet.start(worker_class="rq.worker.Worker", scheduler=False, burst=True, args=args)
+    (proc,) = fleet.start(worker_class=worker_class, scheduler=False, burst=True, args=args)
     assert fleet.wait_exit(proc, 60) == 0, fleet.logs()
+    return fleet.logs()
+
+
+def plain_worker(redis_url: str, tmp_path: Path, config: dict[str, object], *args: str) -> None:
+    """rq's own Worker class: what `rq worker` runs without `-w`."""
+    burst_worker(redis_url, tmp_path, config, "rq.worker.Worker", *args)
 
 
 def test_a_plain_worker_taking_part_of_a_fair_queue_leaves_counts_exact_once_a_weighted_worker_pops(
-        redis_server, conn: Redis, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        redis_server, conn: Redis, tmp_path: Path) -> None:
     config = {"prefix": "pp", "redis_url": redis_server.url}
     settings = Settings.model_validate(config)
     queue = FairQueue("fairq", connection=conn, settings=settings)
@@ -53,14 +59,13 @@ def test_a_plain_worker_taking_part_of_a_fair_queue_leaves_counts_exact_once_a_w
     assert conn.llen(queue.key) == sum(TENANTS.values()) - 5
     assert conn.lrange(fair_jobs.LOG, 0, -1) == [f"big:{i}".encode() for i in range(5)]
 
-    with caplog.at_level(logging.WARNING, logger="rq.worker"):
-        WeightedSimpleWorker([queue], connection=conn, settings=settings).work(burst=True)
+    log = burst_worker(redis_server.url, tmp_path, config, "fair_router.WeightedWorker")
     assert len(conn.lrange(fair_jobs.LOG, 0, -1)) == sum(TENANTS.values())  # every job ran once
     assert backlog(conn, queue) == {} and conn.hlen(queue.fair_keys.members) == 0
     state = conn.hmget(queue.fair_keys.state, "stale", "plain")
     assert state == [b"5", b"5"]  # each stale member counted once; all five seen run by the plain worker
-    warnings = [r.getMessage() for r in caplog.records if "not fair-router's" in r.getMessage()]
-    assert len(warnings) == 1 and "'fairq'" in warnings[0] and "fair_router.WeightedWorker" in warnings[0]
+    warnings = [line for line in log.splitlines() if "not fair-router's" in line]
+    assert len(warnings) == 1 and "'fairq'" in warnings[0] and "fair_router.WeightedWorker" in warnings[0], log
 
 
 def test_a_plain_worker_draining_a_fair_queue_is_reported_by_check_the_dashboard_and_tenant_show(
