@@ -13,6 +13,7 @@ from rq.job import Job
 
 from fair_router import FairRouter, Rule, Settings, WeightedSimpleWorker, fair_job
 from fair_router.core.keys import Keys
+from fair_router.dashboard.collector import metric_families
 from fair_router.dashboard.reader import SnapshotReader
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
@@ -57,6 +58,10 @@ def test_waiting_counts_on_routed_plain_queues_follow_enqueues_and_starts(conn: 
     counts, order, other = shown(conn, settings)
     assert counts == truth and other == {}
     assert order[0] == "hog"  # ranked by jobs waiting: never hidden in _other
+    (family,) = [f for f in metric_families(SnapshotReader(conn, settings).snapshot())
+                 if f.name == "fair_router_tenant_waiting"]
+    gauges = {(s.labels["queue"], s.labels["tenant"]): s.value for s in family.samples}
+    assert gauges[("default_superslow", "hog")] == HOG - 4 and gauges[("default_superslow", "_other")] == 0
 
     worker = WeightedSimpleWorker(QUEUES, connection=conn, settings=settings)
     for step in (7, 20):
