@@ -59,6 +59,7 @@ end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 local entry_value = redis.call('HGET', members, entry)
 if not entry_value then
+  if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
   redis.call('HSET', state, 'head', head)
   redis.call('ZADD', inflight, now_ms, entry)
   return {1, entry, -1, ''}

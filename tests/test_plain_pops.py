@@ -107,3 +107,21 @@ def test_jobs_removed_by_rq_itself_are_not_taken_for_a_plain_worker(conn: Redis)
     report = PlainPops(conn).check("fairq", queue.fair_keys)
     assert (report.stale, report.plain) == (2, 0)
     assert FairRouter(conn, prefix="pp").tenant_jobs("a")[1] == {}
+
+
+def test_a_job_in_another_weighted_workers_hand_is_not_taken_for_a_plain_pop(conn: Redis) -> None:
+    """A weighted worker's BLPOP takes the head entry off rq's list before its fair pop runs; a pop of another
+    worker in between finds that member gone and drops it for stale. The first pop, given the entry, puts
+    the stale count right again."""
+    settings = Settings(prefix="pp")
+    queue = FairQueue("fairq", connection=conn, settings=settings)
+    first = queue.enqueue(fair_jobs.log, "a", 0, fair_tenant="a")
+    queue.enqueue(fair_jobs.log, "a", 1, fair_tenant="a")
+    given = conn.lpop(queue.key)  # worker A's BLPOP
+    assert given == first.id.encode()
+    other = FairQueue("fairq", connection=conn, settings=settings).pop_fair()  # worker B's pop meanwhile
+    assert other.job_id != first.id and conn.hget(queue.fair_keys.state, "stale") == b"1"
+    assert queue.pop_fair(given.decode()).job_id == first.id  # worker A's pop, given its entry
+    first.set_status("finished")  # it ran, on a weighted worker
+    report = PlainPops(conn).check("fairq", queue.fair_keys)
+    assert (report.stale, report.plain) == (0, 0)

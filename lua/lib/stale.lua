@@ -15,6 +15,20 @@ local function note_stale(ids)
   redis.call('HSET', state, 'stale_ids', table.concat(kept, ' ', math.max(1, #kept - STALE_KEPT + 1), #kept))
 end
 
+-- `job_id`, given to a pop by the caller's BLPOP, is no member: if a pop of another worker meanwhile dropped it as
+-- stale (it was off the list, in this caller's hand), it was not: taken out of the stale count and ids again.
+local function unnote_stale(job_id)
+  local noted = redis.call('HGET', state, 'stale_ids')
+  if not noted then return end
+  local kept, found = {}, false
+  for id in string.gmatch(noted, '%S+') do
+    if id == job_id and not found then found = true else kept[#kept + 1] = id end
+  end
+  if not found then return end
+  redis.call('HINCRBY', state, 'stale', -1)
+  redis.call('HSET', state, 'stale_ids', table.concat(kept, ' '))
+end
+
 -- A member the pop met is not on rq's list: it leaves (its tenant's count with it) and is counted.
 local function drop_stale(job_id, value)
   leave(job_id, value)
