@@ -5,10 +5,10 @@
 -- include: fair_keys, stale
 -- KEYS     keys.FairQueueKeys, in field order.
 -- ARGV     none. (The caller adds the ids it finds run by some worker to state.plain itself: one HINCRBY.)
--- Returns  {stale ids (space-separated, '' none), state.stale, state.plain, members left, rq's list length}.
+-- Returns  {stale ids (space-separated, '' none), state.stale, state.plain, rq's list length}.
 local length = redis.call('LLEN', rq_list)
 if length == 0 then drop_all_stale() end
 local ids = redis.call('HGET', state, 'stale_ids') or ''
 if ids ~= '' then redis.call('HDEL', state, 'stale_ids') end
 local counts = redis.call('HMGET', state, 'stale', 'plain')
-return {ids, tonumber(counts[1] or '0'), tonumber(counts[2] or '0'), redis.call('HLEN', members), length}
+return {ids, tonumber(counts[1] or '0'), tonumber(counts[2] or '0'), length}

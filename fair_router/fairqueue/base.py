@@ -20,7 +20,7 @@ from fair_router.core.tenancy import optional_tenant_id
 from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.rq_internals.queue import RqQueueSeam
-from fair_router.store.fair_scripts import PushEntry
+from fair_router.store.fair_scripts import FairMigrateScript, PushEntry
 from fair_router.store.luascript import LuaScript
 
 _S = TypeVar("_S", bound=LuaScript[Any])
@@ -139,7 +139,10 @@ class FairQueueBase(RqQueueSeam):
     def fair_keys(self) -> FairQueueKeys:
         """This queue's fair keys (all on the cluster slot of rq's list)."""
         if self._fair_keys is None:
-            self._fair_keys = self.prefix_keys.fair_queue(self.key)
+            keys = self.prefix_keys.fair_queue(self.key)
+            # Once per object: jobs left waiting by a build before tenant records keep their places.
+            self._script(FairMigrateScript)(keys, self.prefix_keys.fair_queue_legacy(self.key)).run()
+            self._fair_keys = keys
         return self._fair_keys
 
     @property

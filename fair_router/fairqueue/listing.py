@@ -13,7 +13,7 @@ from rq.utils import as_text
 
 from fair_router.fairqueue.base import FairQueueBase
 from fair_router.fairqueue.serving_order import FairSnapshot, serving_order
-from fair_router.store.fair_scripts import FairRemoveScript
+from fair_router.store.fair_scripts import FairRemoveScript, tenant_weights
 
 FIRST_ESTIMATE = 0.01
 """charge="runtime": seconds a pop charges while nothing has been measured on the queue (fair_pop.lua's)."""
@@ -31,18 +31,18 @@ class FairListing(FairQueueBase):
             pipe.hgetall(keys.members)
             pipe.zrange(keys.active, 0, -1, withscores=True)
             pipe.zrange(keys.kept, 0, -1, withscores=True)
-            pipe.hgetall(keys.weights)
-            pipe.hget(keys.state, "vtime")
+            pipe.hgetall(keys.state)
             pipe.hgetall(keys.costs)
             pipe.hgetall(keys.runtimes)
-            listed, members, active, kept, weights, vtime, costs, runtimes = pipe.execute()
+            listed, fields, active, kept, state, costs, runtimes = pipe.execute()
+        members = {k: v for k, v in fields.items() if ":" not in as_text(k)}  # not FIFO places (core/keys.py)
         snapshot = FairSnapshot(
             listed=[as_text(raw) for raw in listed],
             members={as_text(k): as_text(v) for k, v in members.items()},
             active={as_text(k): float(v) for k, v in active},
             kept={as_text(k): float(v) for k, v in kept},
-            weights={as_text(k): float(v) for k, v in weights.items()},
-            vtime=float(vtime or 0),
+            weights=tenant_weights(state),
+            vtime=float(state.get(b"vtime") or 0),
             costs=_estimates(members, costs, runtimes) if self.charge == "runtime" else {},
         )
         ids = serving_order(snapshot)

@@ -42,6 +42,7 @@ from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
 from fair_router.routing.waiting import counts_waiting
 from fair_router.store.outage import naming_redis
+from fair_router.store.replicas import ReplicaWait
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
 __all__ = ["FairRouter", "Placement", "Route", "WindowView"]
@@ -71,10 +72,11 @@ class FairRouter(TenantAdmin):
         tiers: TiersConfig | None = None,
         tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
         shard_urls: Sequence[str] = (),
+        replicas: ReplicaWait | None = None,
     ) -> None:
-        """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes), the setting of that name.
-        ``shard_urls``: the Redis of each shard of sharded job keys (shard i on ``shard_urls[i % len]``; none:
-        every queue on ``connection``), see :mod:`fair_router.routing.servers`."""
+        """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes). ``shard_urls``: the Redis of each shard
+        of sharded job keys (shard i on ``shard_urls[i % len]``; none: all on ``connection``; see routing.servers).
+        ``replicas``: what each enqueue waits for (settings ``replicas_to_wait``, ``replicas_timeout``)."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
         super().__init__(connection, keys, TierBook(connection, keys, tiers),
                          validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"))
@@ -88,6 +90,7 @@ class FairRouter(TenantAdmin):
         self.one_round_trip = True  # routed enqueues in one MULTI (routing.onetrip); set False on a Redis Cluster
         self._one_trip = OneTrip(self)
         self.announcer = Announcer(keys)
+        self.replicas = replicas or ReplicaWait()
 
     # -- recording and choosing ----------------------------------------------------------------
 
@@ -301,13 +304,15 @@ class FairRouter(TenantAdmin):
     def _execute(self, pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
         """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
         of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
-        results = execute(pipe)
+        with self.replicas.confirming(pipe) as confirmation:
+            results = execute(pipe)
         for queue in {id(queue): queue for queue, _ in placed}.values():
             caps = getattr(queue, "caps", None)  # a FairQueue's
             refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
             if refused is not None:
                 withdraw(queue.connection, placed, group)
                 raise refused
+        confirmation.check([job.id for _, job in placed])
 
 
 def _parse_args_keywords(call: EnqueueArgs) -> dict[str, Any]:

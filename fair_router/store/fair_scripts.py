@@ -12,6 +12,22 @@ from fair_router.core.keys import FairQueueKeys
 from fair_router.store.luascript import Call, LuaScript
 from fair_router.store.scripts import _text
 
+TENANT_FIELD = "="
+"""The prefix of a tenant's record field in a fair queue's ``state`` hash (lua/lib/fifo.lua): never part of an
+encoded tenant, so records and the state's own fields (head, vtime, due, limited) cannot meet."""
+
+
+def record_weight(record: Any) -> float | None:
+    """The weight in a tenant's record ("<head seq>|<tail seq>|<weight>"); None when there is no record."""
+    return None if record is None else float(_text(record).rpartition("|")[2])
+
+
+def tenant_weights(state: dict[Any, Any]) -> dict[str, float]:
+    """Tenant (encoded) -> weight from its last push, for every tenant with waiting jobs, out of the ``state``
+    hash's tenant records."""
+    texts = ((_text(field), value) for field, value in state.items())
+    return {field[1:]: float(record_weight(value) or 1.0) for field, value in texts if field.startswith(TENANT_FIELD)}
+
 
 class PushEntry(NamedTuple):
     """One job for fair_push.lua."""
@@ -161,6 +177,20 @@ class FairUnmarkScript(LuaScript[int]):
         return int(reply)
 
 
+class FairMigrateScript(LuaScript[int]):
+    """fair_migrate.lua: move a fair queue's state from the layout before tenant records into today's, once, so
+    an upgrade never strands a waiting job (``Keys.fair_queue_legacy`` names the old keys)."""
+
+    name = "fair_migrate"
+
+    def __call__(self, keys: FairQueueKeys, legacy: Sequence[str]) -> Call[int]:
+        """KEYS = [state, members, *legacy (head, tail, weights, fifo)]. Result: the tenants moved."""
+        return self.call([keys.state, keys.members, *legacy], [])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
 class FairHoldScript(LuaScript[int]):
     """fair_hold.lua: park a tenant before a pop hands out its job (paused), or report a paced tenant's start
     (parked exactly until its rate's next start)."""
@@ -182,7 +212,6 @@ class TidyResult(NamedTuple):
     ids: list[str]  # stale ids noted since the last tidy, handed to this caller only
     stale: int  # members ever found gone from rq's list (dropped, their tenants' counts with them)
     plain: int  # of those, how many our processes found run by a worker without our pop (a lower bound)
-    members: int  # members left
     length: int  # entries on rq's list
 
 
@@ -195,5 +224,5 @@ class FairTidyScript(LuaScript[TidyResult]):
         return self.call(keys.all_for_scripts(), [])
 
     def parse(self, reply: Any) -> TidyResult:
-        ids, stale, plain, members, length = reply
-        return TidyResult(_text(ids).split(), int(stale), int(plain), int(members), int(length))
+        ids, stale, plain, length = reply
+        return TidyResult(_text(ids).split(), int(stale), int(plain), int(length))

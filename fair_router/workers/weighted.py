@@ -359,7 +359,8 @@ def build_gate(connection: Redis, settings: Settings) -> TenantGate:
     if settings.shard_urls:  # a shard's worker: its queues are on the shard's Redis, leases stay on redis_url
         own = Redis.from_url(settings.redis_url)
     else:
-        own = Redis(connection_pool=ConnectionPool(**connection.connection_pool.connection_kwargs))
+        pool = connection.connection_pool  # same connection class: TLS, a unix socket, a Sentinel-managed primary
+        own = Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
     keys = Keys(settings.prefix)
     limiter = ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
     return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)

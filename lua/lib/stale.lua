@@ -35,16 +35,24 @@ local function drop_stale(job_id, value)
   note_stale({job_id})
 end
 
--- rq's list is empty: every member left is stale. Drop them all, keeping their tenants' passes, and count them.
+-- rq's list is empty: every member left is stale. Drop them all, keeping their tenants' passes, and count them
+-- (their tenants' backlog counts: `members` also holds their FIFO places, lib/fifo.lua). Returns how many.
 local function drop_all_stale()
-  local n = redis.call('HLEN', members)
-  if n == 0 then return 0 end
-  local ids = redis.call('HRANDFIELD', members, STALE_KEPT)
+  if redis.call('HLEN', members) == 0 then return 0 end
+  local n, ids = 0, {}
+  local backlogs = redis.call('HGETALL', backlog)
+  for i = 2, #backlogs, 2 do n = n + tonumber(backlogs[i]) end
+  -- a sample of the member entries (a FIFO place "<tenant>:<seq>" holds a job id, a member entry "<pos>|<place>")
+  local sample = redis.call('HRANDFIELD', members, 2 * STALE_KEPT, 'WITHVALUES')
+  for i = 1, #sample, 2 do
+    local place = #ids < STALE_KEPT and string.match(sample[i + 1], '^[^|]*|(.+)$')
+    if place and redis.call('HGET', members, place) == sample[i] then ids[#ids + 1] = sample[i] end
+  end
   for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
     idle(tenant, redis.call('ZSCORE', active, tenant))
   end
-  for _, tenant in ipairs(redis.call('HKEYS', backlog)) do idle(tenant, false) end
-  redis.call('DEL', members, fifo, costs)
+  for i = 1, #backlogs, 2 do idle(backlogs[i], false) end
+  redis.call('DEL', members, costs)
   note_stale(ids)
   if n > #ids then redis.call('HINCRBY', state, 'stale', n - #ids) end
   return n
