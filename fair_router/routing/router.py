@@ -108,9 +108,7 @@ class FairRouter(TenantAdmin):
 
     def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = (), count: bool = False
               ) -> list[Placement]:
-        """Record the enqueues to record in their windows, pick each job's rule and, for a sharded route, the
-        least loaded of its tenant's shards (but ``down``) in that rule's family: one Lua call for the batch (none
-        when nothing is to record or choose); ``count``: they count waiting there (:mod:`.waiting`)."""
+        """Record enqueues, pick rules and least loaded shards (not ``down``) in one Lua call; ``count``: waiting.py."""
         state = self.servers.state(route, jobs, down) if self.servers and route.shards else {"down": down}
         inputs = RouteInputs(route, jobs, self.keys, **state)
         if not jobs or not inputs.needed:
@@ -187,7 +185,7 @@ class FairRouter(TenantAdmin):
         if queue is None and at is None and not fair and self._one_trip.applies(route, call, pending):
             return self._one_trip.enqueue(route, call, pending, system)
         down: list[int] = []
-        counted = queue is None and at is None and counts_waiting(self.queue, route, fair, call, self.servers)
+        counted = queue is None and at is None and counts_waiting(self.queue, route, fair, [(call,)], self.servers)
         while True:
             placed = self.place(route, [pending], down, counted)[0]  # an explicit queue too is recorded in the window
             recorded = recorded_by(route, [pending], [placed])
@@ -245,8 +243,7 @@ class FairRouter(TenantAdmin):
         batch = [(_batchable(call), None if tenant is None else self.tenant_id(tenant), call.job_id or str(uuid4()))
                  for call, tenant in calls]
         pendings = [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch]
-        counted = all(counts_waiting(self.queue, route, fair, call, self.servers) for call, _, _ in batch)
-        placements = self.place(route, pendings, count=counted)
+        placements = self.place(route, pendings, count=counts_waiting(self.queue, route, fair, batch, self.servers))
         recorded = recorded_by(route, pendings, placements)
         several = self.servers is not None and route.shards is not None
         try:

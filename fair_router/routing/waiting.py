@@ -15,13 +15,13 @@ dashboard stops trusting it (the list length says).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
 from rq import Queue
 from rq.job import Job
-from rq.queue import EnqueueArgs
 
 from fair_router.core.jobmeta import META_WAITING
 from fair_router.core.keys import Keys, encode
@@ -30,12 +30,15 @@ from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.scripts import UnwaitScript
 
 
-def counts_waiting(queue_of: Callable[[str, bool], Queue], route: Route, fair: bool, call: EnqueueArgs,
-                   shard_servers: object) -> bool:
-    """Whether route.lua counts ``call``'s job waiting in the queue it chooses: every queue of the route (as
-    ``queue_of(name, fair)`` gives it) a plain one, on the router's Redis (``shard_servers`` None for a sharded
-    route), and the job pushed at once by rq's ordinary path (no dependencies, no rate limit)."""
-    if call.depends_on or call.rate_limit is not None or (shard_servers is not None and route.shards is not None):
+def counts_waiting(queue_of: Callable[[str, bool], Queue], route: Route, fair: bool,
+                   calls: Sequence[tuple[Any, ...]], shard_servers: object) -> bool:
+    """Whether route.lua counts the jobs of ``calls`` (each item's first element, an EnqueueArgs) waiting in the
+    queues it chooses: every queue of the route (as ``queue_of(name, fair)`` gives it) a plain one, on the
+    router's Redis (``shard_servers`` None for a sharded route), and every job pushed at once by rq's ordinary
+    path (no dependencies, no rate limit)."""
+    if shard_servers is not None and route.shards is not None:
+        return False
+    if any(item[0].depends_on or item[0].rate_limit is not None for item in calls):
         return False
     return not any(isinstance(queue_of(name, fair), RqQueueSeam) for name in route.families())
 
