@@ -31,8 +31,8 @@ from redis import Redis
 from rq import Queue
 
 from fair_router.config.settings import Settings
-from fair_router.controls.concurrency import COUNTERS
 from fair_router.observe.buckets import Histogram, from_fields, merge
+from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
 from fair_router.observe.iterations import running_iterations
 from fair_router.observe.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
@@ -151,7 +151,7 @@ class SnapshotReader:
         capped = _window(_ints(other), int(now // 60), 5).count
         counted = parse_events(events) | {("abandoned", name): count for name, count in abandoned_by_queue.items()}
         return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,
-                        _limit_table(_ints(limits)), counted, TICK_SECONDS, capped,
+                        counter_table(_ints(limits)), counted, TICK_SECONDS, capped,
                         running_iterations(self.connection, [queue.name for queue in queues
                                                              if queue.running and not queue.server]),
                         shard_servers)
@@ -299,13 +299,4 @@ def _series(
         if count > 0:
             points.append((float(held * TICK_SECONDS), max(0, total) / count / 1e6))
     return sorted(points)
-
-
-def _limit_table(raw: dict[str, int]) -> dict[str, dict[str, int]]:
-    """``<tier>:<counter>`` fields as tier -> every counter of ``limits.COUNTERS`` (0 when never written)."""
-    table: dict[str, dict[str, int]] = {}
-    for name, value in raw.items():
-        tier, _, counter = name.rpartition(":")
-        table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[counter] = value
-    return table
 

@@ -3,8 +3,8 @@ overrides of the tier's values, pause and resume, and its running and waiting jo
 
 Used by ``fair-router tier|tenant`` and the dashboard's actions. It is apart from the router's own work
 (recording enqueues, choosing and enqueueing into queues) because it shares none of it: only the connection,
-the keys and the tier book. FairRouter inherits it, so ``router.pause(tenant)`` and the rest stay where
-callers find them.
+the keys and the tier book. A FairRouter has one (``router.tenants``) and delegates to it, so
+``router.pause(tenant)`` and the rest stay where callers find them.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from rq.queue import EnqueueArgs, EnqueueData
 from fair_router.config.settings import TiersConfig, validated
 from fair_router.config.validation import Prefix, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
+from fair_router.controls.rates import Rate
 from fair_router.routing.admin import TenantAdmin
 from fair_router.routing.announce import Announcer
 from fair_router.routing.onetrip import OneTrip
@@ -38,7 +39,7 @@ from fair_router.routing.rules import Rule, last_match
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
-from fair_router.routing.tiers import TierBook
+from fair_router.routing.tiers import TenantProfile, TierBook
 from fair_router.store.keys import Keys
 from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
@@ -58,9 +59,10 @@ class WindowView:
     next_rule: Rule | None
 
 
-class FairRouter(TenantAdmin):
-    """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection. The tenant
-    admin API (tiers, overrides, pause, running and waiting jobs) comes from :class:`TenantAdmin`."""
+class FairRouter:
+    """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection. It has a
+    tenant admin (``router.tenants``: tiers, overrides, pause, running and waiting jobs), whose methods it
+    offers as thin delegates, and a queue registry (``router.queues``)."""
 
     def __init__(
         self,
@@ -75,8 +77,9 @@ class FairRouter(TenantAdmin):
         ``shard_urls``: the Redis of each shard of sharded job keys (shard i on ``shard_urls[i % len]``; none:
         every queue on ``connection``), see :mod:`fair_router.routing.servers`."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
-        super().__init__(connection, keys, TierBook(connection, keys, tiers),
-                         validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"))
+        self.connection, self.keys, self.tiers = connection, keys, TierBook(connection, keys, tiers)
+        self.tenant_max_bytes: int = validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)")
+        self.tenants = TenantAdmin(connection, keys, self.tiers, self.tenant_max_bytes)
         self.clock = clock
         self._route = RouteScript(connection)
         self._peek = PeekScript(connection)
@@ -87,6 +90,46 @@ class FairRouter(TenantAdmin):
         self.one_round_trip = True  # routed enqueues in one MULTI (routing.onetrip); set False on a Redis Cluster
         self._one_trip = OneTrip(self)
         self.announcer = Announcer(keys)
+
+    # -- the tenant admin's API (router.tenants), delegated --------------------------------------
+
+    def tenant_id(self, tenant: object) -> str:
+        """``tenant`` normalised and checked (:meth:`TenantAdmin.tenant_id`)."""
+        return self.tenants.tenant_id(tenant)
+
+    def set_tier(self, tenant: str | int, tier: str) -> None:
+        """Put ``tenant`` on ``tier`` (:meth:`TenantAdmin.set_tier`)."""
+        self.tenants.set_tier(tenant, tier)
+
+    def get_tier(self, tenant: str | int) -> str:
+        """``tenant``'s tier (:meth:`TenantAdmin.get_tier`)."""
+        return self.tenants.get_tier(tenant)
+
+    def set_tenant(self, tenant: str | int, limit: int | None = None, weight: float | None = None,
+                   rate: str | Rate | None = None, burst: int | None = None, max_backlog: int | None = None,
+                   reset: bool = False) -> TenantProfile:
+        """Override ``tenant``'s tier values (:meth:`TenantAdmin.set_tenant`); returns the profile in effect."""
+        return self.tenants.set_tenant(tenant, limit, weight, rate, burst, max_backlog, reset)
+
+    def tenant(self, tenant: str | int) -> TenantProfile:
+        """The values in effect for ``tenant`` (:meth:`TenantAdmin.tenant`)."""
+        return self.tenants.tenant(tenant)
+
+    def pause(self, tenant: str | int) -> None:
+        """No job of ``tenant`` starts until :meth:`resume` (:meth:`TenantAdmin.pause`)."""
+        self.tenants.pause(tenant)
+
+    def resume(self, tenant: str | int) -> None:
+        """``tenant``'s jobs may start again (:meth:`TenantAdmin.resume`)."""
+        self.tenants.resume(tenant)
+
+    def paused(self, tenant: str | int) -> bool:
+        """Whether ``tenant`` is paused (:meth:`TenantAdmin.paused`)."""
+        return self.tenants.paused(tenant)
+
+    def tenant_jobs(self, tenant: str | int) -> tuple[int, dict[str, int]]:
+        """``tenant``'s running jobs and its waiting jobs per fair queue (:meth:`TenantAdmin.tenant_jobs`)."""
+        return self.tenants.tenant_jobs(tenant)
 
     # -- recording and choosing ----------------------------------------------------------------
 
