@@ -9,6 +9,9 @@ the keys and the tier book. A FairRouter has one (``router.tenants``) and delega
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
 from redis import Redis
 from rq import Queue
 from rq.utils import as_text
@@ -18,6 +21,18 @@ from fair_router.controls.rates import Rate
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
 from fair_router.routing.tiers import TenantOverrides, TenantProfile, TierBook
 from fair_router.store.keys import Keys, encode
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def delegate(method: Callable[Concatenate[TenantAdmin, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """``method`` of TenantAdmin as a method of a class that *has* one as ``self.tenants`` (FairRouter): a
+    thin delegate with the same signature and docstring, instead of inheriting the admin."""
+    def delegated(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(self.tenants, *args, **kwargs)
+    delegated.__name__, delegated.__qualname__, delegated.__doc__ = method.__name__, method.__name__, method.__doc__
+    return delegated
 
 
 class TenantAdmin:

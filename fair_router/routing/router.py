@@ -29,8 +29,7 @@ from rq.queue import EnqueueArgs, EnqueueData
 from fair_router.config.settings import TiersConfig, validated
 from fair_router.config.validation import Prefix, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
-from fair_router.controls.rates import Rate
-from fair_router.routing.admin import TenantAdmin
+from fair_router.routing.admin import TenantAdmin, delegate
 from fair_router.routing.announce import Announcer
 from fair_router.routing.onetrip import OneTrip
 from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
@@ -39,7 +38,7 @@ from fair_router.routing.rules import Rule, last_match
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
 from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
-from fair_router.routing.tiers import TenantProfile, TierBook
+from fair_router.routing.tiers import TierBook
 from fair_router.store.keys import Keys
 from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
@@ -91,45 +90,17 @@ class FairRouter:
         self._one_trip = OneTrip(self)
         self.announcer = Announcer(keys)
 
-    # -- the tenant admin's API (router.tenants), delegated --------------------------------------
+    # -- the tenant admin's API: thin delegates to router.tenants (routing.admin.delegate) ---------
 
-    def tenant_id(self, tenant: object) -> str:
-        """``tenant`` normalised and checked (:meth:`TenantAdmin.tenant_id`)."""
-        return self.tenants.tenant_id(tenant)
-
-    def set_tier(self, tenant: str | int, tier: str) -> None:
-        """Put ``tenant`` on ``tier`` (:meth:`TenantAdmin.set_tier`)."""
-        self.tenants.set_tier(tenant, tier)
-
-    def get_tier(self, tenant: str | int) -> str:
-        """``tenant``'s tier (:meth:`TenantAdmin.get_tier`)."""
-        return self.tenants.get_tier(tenant)
-
-    def set_tenant(self, tenant: str | int, limit: int | None = None, weight: float | None = None,
-                   rate: str | Rate | None = None, burst: int | None = None, max_backlog: int | None = None,
-                   reset: bool = False) -> TenantProfile:
-        """Override ``tenant``'s tier values (:meth:`TenantAdmin.set_tenant`); returns the profile in effect."""
-        return self.tenants.set_tenant(tenant, limit, weight, rate, burst, max_backlog, reset)
-
-    def tenant(self, tenant: str | int) -> TenantProfile:
-        """The values in effect for ``tenant`` (:meth:`TenantAdmin.tenant`)."""
-        return self.tenants.tenant(tenant)
-
-    def pause(self, tenant: str | int) -> None:
-        """No job of ``tenant`` starts until :meth:`resume` (:meth:`TenantAdmin.pause`)."""
-        self.tenants.pause(tenant)
-
-    def resume(self, tenant: str | int) -> None:
-        """``tenant``'s jobs may start again (:meth:`TenantAdmin.resume`)."""
-        self.tenants.resume(tenant)
-
-    def paused(self, tenant: str | int) -> bool:
-        """Whether ``tenant`` is paused (:meth:`TenantAdmin.paused`)."""
-        return self.tenants.paused(tenant)
-
-    def tenant_jobs(self, tenant: str | int) -> tuple[int, dict[str, int]]:
-        """``tenant``'s running jobs and its waiting jobs per fair queue (:meth:`TenantAdmin.tenant_jobs`)."""
-        return self.tenants.tenant_jobs(tenant)
+    tenant_id = delegate(TenantAdmin.tenant_id)
+    set_tier = delegate(TenantAdmin.set_tier)
+    get_tier = delegate(TenantAdmin.get_tier)
+    set_tenant = delegate(TenantAdmin.set_tenant)
+    tenant = delegate(TenantAdmin.tenant)
+    pause = delegate(TenantAdmin.pause)
+    resume = delegate(TenantAdmin.resume)
+    paused = delegate(TenantAdmin.paused)
+    tenant_jobs = delegate(TenantAdmin.tenant_jobs)
 
     # -- recording and choosing ----------------------------------------------------------------
 
@@ -258,7 +229,7 @@ class FairRouter:
             # rq alone would send the queue registration and the job in two round trips; in one pipeline
             # (rq's own enqueue into a caller's pipeline) they go in one.
             job = target.enqueue_call(**call._replace(pipeline=pipe)._asdict())
-            self._execute(pipe, [(target, job)])
+            _execute(pipe, [(target, job)])
         return job
 
     @naming_redis
@@ -327,26 +298,27 @@ class FairRouter:
                 jobs.update((job.id, job) for job in done)
                 placed += [(target, job) for job in done]
             if pipeline is None:
-                self._execute(pipe, placed, group)
+                _execute(pipe, placed, group)
         return [jobs[job_id] for _, _, job_id in batch]
 
     def enqueue_many_into(self, target: Queue, datas: list[EnqueueData]) -> list[Job]:
         """rq's ``enqueue_many`` of ``datas`` into ``target``, in one pipeline on the queue's own server."""
         with target.connection.pipeline() as pipe:
             done: list[Job] = target.enqueue_many(datas, pipeline=pipe)
-            self._execute(pipe, [(target, job) for job in done])
+            _execute(pipe, [(target, job) for job in done])
         return done
 
-    def _execute(self, pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
-        """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
-        of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
-        results = execute(pipe)
-        for queue in {id(queue): queue for queue, _ in placed}.values():
-            caps = getattr(queue, "caps", None)  # a FairQueue's
-            refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
-            if refused is not None:
-                withdraw(queue.connection, placed, group)
-                raise refused
+
+def _execute(pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
+    """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
+    of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
+    results = execute(pipe)
+    for queue in {id(queue): queue for queue, _ in placed}.values():
+        caps = getattr(queue, "caps", None)  # a FairQueue's
+        refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
+        if refused is not None:
+            withdraw(queue.connection, placed, group)
+            raise refused
 
 
 def _parse_args_keywords(call: EnqueueArgs) -> dict[str, Any]:
