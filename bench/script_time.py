@@ -22,18 +22,11 @@ from redis import Redis
 from rq.job import Job
 
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig, Settings, TiersConfig
-from fair_router.observe.recorder import StartRecorder
-from fair_router.store.keys import Keys
-
-try:  # after issue 21's restructure
-    from fair_router.workers.limiter import ConcurrencyLimiter
-except ImportError:  # before it
-    from fair_router.controls.concurrency import ConcurrencyLimiter  # type: ignore[no-redef]
-try:
-    from fair_router.controls.tiers import TierBook  # type: ignore[import-not-found,unused-ignore]
-except ImportError:
-    from fair_router.routing.tiers import TierBook  # type: ignore[no-redef,unused-ignore]
 from fair_router.controls.gate import RateLimiter, TenantGate
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
+from fair_router.observe.recorder import StartRecorder
+from fair_router.workers.limiter import ConcurrencyLimiter
 
 
 def free_port() -> int:

@@ -35,8 +35,8 @@ from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.pauses import PauseCheck
 from fair_router.controls.pipeline import NoTally, Refusal, Section, Start, StartControl, StartPipeline, Tally
 from fair_router.controls.ratelimit import RateLimiter
-from fair_router.routing.tiers import TierBook
-from fair_router.store.keys import Keys
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
 from fair_router.store.scripts import Admission, Clock, Verdict
 
 logger = logging.getLogger("fair_router")

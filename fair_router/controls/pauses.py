@@ -16,8 +16,8 @@ from rq import Queue
 from rq.utils import as_text
 
 from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
+from fair_router.core.keys import Keys, encode
 from fair_router.store.fair_scripts import FairHoldScript, FairUnparkScript
-from fair_router.store.keys import Keys, encode
 from fair_router.store.scripts import Admission, Verdict
 
 PAUSE_PARK = 60.0

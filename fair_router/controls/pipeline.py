@@ -28,7 +28,7 @@ from typing import ClassVar, NamedTuple, Protocol
 from redis import Redis
 from redis.client import Pipeline
 
-from fair_router.routing.tiers import TenantProfile
+from fair_router.core.profiles import TenantProfile
 from fair_router.store.scripts import Admission, Clock, RateScope, StartScript, Verdict, now_arg
 
 

@@ -12,15 +12,15 @@ from redis.client import Pipeline
 from rq.job import Job
 
 from fair_router.config.settings import Charge, Settings, TiersConfig, load_settings, validated
-from fair_router.config.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps
+from fair_router.controls.tiers import TierBook
+from fair_router.core.jobmeta import META_COST, META_SYSTEM, META_TENANT
+from fair_router.core.keys import FairQueueKeys, Keys, encode
+from fair_router.core.tenancy import optional_tenant_id
+from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.fairqueue.marks import FairnessMarks
-from fair_router.routing.jobmeta import META_COST, META_SYSTEM, META_TENANT
-from fair_router.routing.tenancy import optional_tenant_id
-from fair_router.routing.tiers import TierBook
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.fair_scripts import PushEntry
-from fair_router.store.keys import FairQueueKeys, Keys, encode
 from fair_router.store.luascript import LuaScript
 
 _S = TypeVar("_S", bound=LuaScript[Any])
@@ -122,7 +122,7 @@ class FairQueueBase(RqQueueSeam):
 
     def tenant_id(self, tenant: object) -> str | None:
         """A ``fair_tenant`` as this queue stores it: None (no tenant), else
-        :func:`~fair_router.routing.tenancy.tenant_id` (TypeError / InvalidTenant before anything is written)."""
+        :func:`~fair_router.core.tenancy.tenant_id` (TypeError / InvalidTenant before anything is written)."""
         return optional_tenant_id(tenant, self.tenant_max_bytes)
 
     def _loaded(self) -> Settings:

@@ -15,8 +15,8 @@ from rq.job import Job
 
 from fair_router.config.settings import validated
 from fair_router.controls.backlog import Capped, TenantBacklogFull, execute, refused_entry, withdraw
+from fair_router.core.jobmeta import META_COST, META_TENANT
 from fair_router.fairqueue.base import COST, FairQueueBase, tenant_of
-from fair_router.routing.jobmeta import META_COST, META_TENANT
 from fair_router.rq_internals.queue import RqPush
 from fair_router.store.fair_scripts import FairPushScript
 from fair_router.store.luascript import execute_loaded

@@ -16,7 +16,7 @@ from typing import Any
 from redis import Redis
 from redis.client import Pipeline
 
-from fair_router.store.keys import Keys
+from fair_router.core.keys import Keys
 
 COUNTERS = ("acquired", "refused", "paused", "rate_deferred", "snoozed", "parked", "released", "reclaimed")
 """Per-tier counters. A job start refused is counted once by its reason: ``refused`` (the tenant at its

@@ -11,9 +11,9 @@ from redis import Redis
 
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.concurrency import ConcurrencySlots
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
 from fair_router.observe.counters import TierCounters
-from fair_router.routing.tiers import TierBook
-from fair_router.store.keys import Keys
 from fair_router.store.scripts import Clock
 
 
