@@ -22,7 +22,8 @@ from redis import Redis
 from rq.job import Job
 
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig, Settings, TiersConfig
-from fair_router.controls.gate import RateLimiter, TenantGate
+from fair_router.controls.gate import TenantGate
+from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.observe.recorder import StartRecorder
