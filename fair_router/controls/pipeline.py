@@ -14,6 +14,9 @@ A control's hooks, in the order a start meets them:
 - :meth:`StartControl.on_refused`: what becomes of a start it refused (the counter, how long a fair queue
   parks the tenant, when a plain queue's job comes back), so the worker has no branch per control.
 
+Backlog caps are no start control: they are decided where jobs are pushed, atomically with the push
+(``lua/fair_push.lua``, :mod:`fair_router.controls.backlog`), before any worker sees the job.
+
 What a start holds while its job runs (a slot's lease) is kept alive and released by the limiter
 (:mod:`fair_router.controls.concurrency`); counts go to a :class:`Tally` (the workers give
 :class:`fair_router.observe.counters.TierCounters`, which also reads them back).
