@@ -14,22 +14,23 @@
 -- Returns  {status, reclaimed, at_ms, now_ms, next_ms} (store/scripts.py Verdict and Admission).
 local function run_start(controls)
   local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0}
-  local ks, as, ns = {}, {}, {}
-  local k, a = 0, 2
-  for i = 1, #controls do
-    local n_keys, n_args = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
-    ks[i], as[i], ns[i] = k, a + 2, n_keys
-    k, a = k + n_keys, a + 2 + n_args
-  end
-  for i, control in ipairs(controls) do
-    if control.held and control.held(s, ks[i], as[i], ns[i]) then return {2, s.reclaimed, 0, s.now_ms, 0} end
-  end
-  for i, control in ipairs(controls) do
-    local refused = control.check(s, ks[i], as[i], ns[i])
-    if refused then return {refused, s.reclaimed, s.at_ms, s.now_ms, 0} end
-  end
-  for i, control in ipairs(controls) do
-    if control.take then control.take(s, ks[i], as[i], ns[i]) end
+  local n = #controls
+  -- pass 0 (held), 1 (check), 2 (take); offsets walked again per pass: no tables built per call
+  for pass = 0, 2 do
+    local k, a = 0, 2
+    for i = 1, n do
+      local control, n_keys = controls[i], tonumber(ARGV[a + 1])
+      local first = a + 2
+      if pass == 0 then
+        if control.held and control.held(s, k, first, n_keys) then return {2, s.reclaimed, 0, s.now_ms, 0} end
+      elseif pass == 1 then
+        local refused = control.check(s, k, first, n_keys)
+        if refused then return {refused, s.reclaimed, s.at_ms, s.now_ms, 0} end
+      elseif control.take then
+        control.take(s, k, first, n_keys)
+      end
+      k, a = k + n_keys, first + tonumber(ARGV[a + 2])
+    end
   end
   return {1, s.reclaimed, 0, s.now_ms, s.next_ms}
 end
