@@ -82,8 +82,7 @@ class FairRouter:
         self.tenant_max_bytes: int = validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)")
         self.tenants = TenantAdmin(connection, keys, self.tiers, self.tenant_max_bytes)
         self.clock = clock
-        self._route = RouteScript(connection)
-        self._peek = PeekScript(connection)
+        self._route, self._peek = RouteScript(connection), PeekScript(connection)
         self.servers = ShardServers(shard_urls) if shard_urls else None
         self.queues = QueueRegistry(connection, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
         self._take_back = TakeBack(connection, keys)
