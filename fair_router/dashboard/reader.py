@@ -33,7 +33,6 @@ from redis import Redis
 from rq import Queue
 
 from fair_router.config.settings import Settings
-from fair_router.controls.concurrency import COUNTERS
 from fair_router.controls.tiers import load_resolver
 from fair_router.core.keys import Keys
 from fair_router.core.rules import last_match
@@ -41,6 +40,7 @@ from fair_router.dashboard.iterations import running_iterations
 from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
 from fair_router.observe.buckets import Histogram, from_fields, merge
+from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
 from fair_router.routing.waiting import parse_field
@@ -159,7 +159,7 @@ class SnapshotReader:
         capped = _window(_ints(other), int(now // 60), 5).count
         counted = parse_events(events) | {("abandoned", name): count for name, count in abandoned_by_queue.items()}
         return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,
-                        _limit_table(_ints(limits)), counted, TICK_SECONDS, capped,
+                        counter_table(_ints(limits)), counted, TICK_SECONDS, capped,
                         running_iterations(self.connection, [queue.name for queue in queues
                                                              if queue.running and not queue.server]),
                         shard_servers)
@@ -321,13 +321,4 @@ def _series(
         if count > 0:
             points.append((float(held * TICK_SECONDS), max(0, total) / count / 1e6))
     return sorted(points)
-
-
-def _limit_table(raw: dict[str, int]) -> dict[str, dict[str, int]]:
-    """``<tier>:<counter>`` fields as tier -> every counter of ``limits.COUNTERS`` (0 when never written)."""
-    table: dict[str, dict[str, int]] = {}
-    for name, value in raw.items():
-        tier, _, counter = name.rpartition(":")
-        table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[counter] = value
-    return table
 

@@ -33,7 +33,7 @@ from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, last_match
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.core.validation import Prefix, TenantMaxBytes
-from fair_router.routing.admin import TenantAdmin
+from fair_router.routing.admin import TenantAdmin, delegate
 from fair_router.routing.announce import Announcer
 from fair_router.routing.onetrip import OneTrip
 from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
@@ -60,9 +60,10 @@ class WindowView:
     next_rule: Rule | None
 
 
-class FairRouter(TenantAdmin):
-    """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection. The tenant
-    admin API (tiers, overrides, pause, running and waiting jobs) comes from :class:`TenantAdmin`."""
+class FairRouter:
+    """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection. It has a
+    tenant admin (``router.tenants``: tiers, overrides, pause, running and waiting jobs), whose methods it
+    offers as thin delegates, and a queue registry (``router.queues``)."""
 
     def __init__(
         self,
@@ -78,11 +79,11 @@ class FairRouter(TenantAdmin):
         of sharded job keys (shard i on ``shard_urls[i % len]``; none: all on ``connection``; see routing.servers).
         ``replicas``: what each enqueue waits for (settings ``replicas_to_wait``, ``replicas_timeout``)."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
-        super().__init__(connection, keys, TierBook(connection, keys, tiers),
-                         validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"))
+        self.connection, self.keys, self.tiers = connection, keys, TierBook(connection, keys, tiers)
+        self.tenant_max_bytes: int = validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)")
+        self.tenants = TenantAdmin(connection, keys, self.tiers, self.tenant_max_bytes)
         self.clock = clock
-        self._route = RouteScript(connection)
-        self._peek = PeekScript(connection)
+        self._route, self._peek = RouteScript(connection), PeekScript(connection)
         self.servers = ShardServers(shard_urls) if shard_urls else None
         self.queues = QueueRegistry(connection, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
         self._take_back = TakeBack(connection, keys)
@@ -91,6 +92,18 @@ class FairRouter(TenantAdmin):
         self._one_trip = OneTrip(self)
         self.announcer = Announcer(keys)
         self.replicas = replicas or ReplicaWait()
+
+    # -- the tenant admin's API: thin delegates to router.tenants (routing.admin.delegate) ---------
+
+    tenant_id = delegate(TenantAdmin.tenant_id)
+    set_tier = delegate(TenantAdmin.set_tier)
+    get_tier = delegate(TenantAdmin.get_tier)
+    set_tenant = delegate(TenantAdmin.set_tenant)
+    tenant = delegate(TenantAdmin.tenant)
+    pause = delegate(TenantAdmin.pause)
+    resume = delegate(TenantAdmin.resume)
+    paused = delegate(TenantAdmin.paused)
+    tenant_jobs = delegate(TenantAdmin.tenant_jobs)
 
     # -- recording and choosing ----------------------------------------------------------------
 
@@ -219,7 +232,7 @@ class FairRouter(TenantAdmin):
             # rq alone would send the queue registration and the job in two round trips; in one pipeline
             # (rq's own enqueue into a caller's pipeline) they go in one.
             job = target.enqueue_call(**call._replace(pipeline=pipe)._asdict())
-            self._execute(pipe, [(target, job)])
+            _execute(pipe, [(target, job)], self.replicas)
         return job
 
     @naming_redis
@@ -288,28 +301,31 @@ class FairRouter(TenantAdmin):
                 jobs.update((job.id, job) for job in done)
                 placed += [(target, job) for job in done]
             if pipeline is None:
-                self._execute(pipe, placed, group)
+                _execute(pipe, placed, self.replicas, group)
         return [jobs[job_id] for _, _, job_id in batch]
 
     def enqueue_many_into(self, target: Queue, datas: list[EnqueueData]) -> list[Job]:
         """rq's ``enqueue_many`` of ``datas`` into ``target``, in one pipeline on the queue's own server."""
         with target.connection.pipeline() as pipe:
             done: list[Job] = target.enqueue_many(datas, pipeline=pipe)
-            self._execute(pipe, [(target, job) for job in done])
+            _execute(pipe, [(target, job) for job in done], self.replicas)
         return done
 
-    def _execute(self, pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
-        """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
-        of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
-        with self.replicas.confirming(pipe) as confirmation:
-            results = execute(pipe)
-        for queue in {id(queue): queue for queue, _ in placed}.values():
-            caps = getattr(queue, "caps", None)  # a FairQueue's
-            refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
-            if refused is not None:
-                withdraw(queue.connection, placed, group)
-                raise refused
-        confirmation.check([job.id for _, job in placed])
+
+def _execute(pipe: Pipeline, placed: list[tuple[Queue, Job]], replicas: ReplicaWait,
+             group: Group | None = None) -> None:
+    """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
+    of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing. Then
+    confirm the writes reached ``replicas`` (its WAIT goes in the same write as the pipeline)."""
+    with replicas.confirming(pipe) as confirmation:
+        results = execute(pipe)
+    for queue in {id(queue): queue for queue, _ in placed}.values():
+        caps = getattr(queue, "caps", None)  # a FairQueue's
+        refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
+        if refused is not None:
+            withdraw(queue.connection, placed, group)
+            raise refused
+    confirmation.check([job.id for _, job in placed])
 
 
 def _parse_args_keywords(call: EnqueueArgs) -> dict[str, Any]:

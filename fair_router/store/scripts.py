@@ -16,7 +16,7 @@ from redis import Redis
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, window_cap
 from fair_router.core.shards import SHARD_SUFFIX
-from fair_router.store.luascript import Call, LuaScript, assemble, compact
+from fair_router.store.luascript import Call, LuaScript, assemble, assemble_source, compact, lua_dir
 
 Clock = Callable[[], float]
 """Returns epoch seconds. ``None`` in its place means Redis server ``TIME``."""
@@ -191,7 +191,7 @@ class PeekScript(LuaScript[WindowCounts]):
 
 
 class Verdict(IntEnum):
-    """acquire.lua's status for one job start."""
+    """The start script's status for one job start (lua/lib/start.lua and its control pieces)."""
 
     AT_LIMIT = 0  # refused: the tenant's concurrency slots are all taken
     GRANTED = 1  # admitted (a slot taken when concurrency limits are on)
@@ -202,7 +202,7 @@ class Verdict(IntEnum):
 
 
 class Admission(NamedTuple):
-    """What acquire.lua decided for one job start."""
+    """What the start script decided for one job start."""
 
     status: Verdict
     reclaimed: int
@@ -223,31 +223,35 @@ class RateScope(NamedTuple):
     tolerance_ms: int
 
 
-class AcquireScript(LuaScript[Admission]):
-    """acquire.lua: admit a job start (pause, rates) and take or extend a tenant's concurrency slot."""
+class StartScript(LuaScript[Admission]):
+    """The job-start script, built from the list of start controls: ``lua/lib/start.lua`` runs the
+    ``lua/lib/start_<piece>.lua`` pieces in the list's order (its header says how), so one call per start
+    decides every control whatever the list holds."""
 
-    name = "acquire"
+    name = "start"
 
-    def __call__(
-        self,
-        leases: str,
-        paused: str,
-        paid: str,
-        job_id: str,
-        limit: int,
-        lease_ms: int,
-        now_ms: str,
-        rates: Sequence[RateScope] = (),
-        reserve: bool = False,
-        tenant_scopes: int = 0,
-    ) -> Call[Admission]:
-        """KEYS = [leases, paused, paid, *rate keys]; ARGV = now_ms, job_id, limit (0 takes no slot), lease_ms,
-        reserve, tenant_scopes (the first rate scopes that hold all of the tenant's jobs: their next start
-        is returned), then (interval_ms, tolerance_ms) per rate scope."""
-        keys = [leases, paused, paid, *(scope.key for scope in rates)]
-        args: list[str | int] = [now_ms, job_id, limit, lease_ms, int(reserve), tenant_scopes]
-        for scope in rates:
-            args += (scope.interval_ms, scope.tolerance_ms)
+    def __init__(self, connection: Redis, pieces: Sequence[str]) -> None:
+        """``pieces``: each control's ``lua/lib`` piece (``start_pause``, ``start_slot``, ...), in order."""
+        self.pieces = tuple(pieces)
+        super().__init__(connection)
+
+    def build_source(self) -> str:
+        listed = ", ".join(self.pieces)
+        main = (f"-- the job-start script of controls {listed} (fair_router.store.scripts.StartScript)\n"
+                f"-- include: start, {listed}\n"
+                f"return run_start({{{listed}}})\n")
+        # compacted: a worker's pipeline sends it as EVAL with every job start
+        return compact(assemble_source(main, f"start script ({listed})", lua_dir()))
+
+    def __call__(self, now_ms: str, job_id: str, sections: Sequence[tuple[Sequence[str], Sequence[str | int]]]
+                 ) -> Call[Admission]:
+        """KEYS = every section's keys in order; ARGV = now_ms, job_id, then per section (one per piece, in
+        order): its number of keys, of args, and its args."""
+        keys: list[str] = []
+        args: list[str | int] = [now_ms, job_id]
+        for section_keys, section_args in sections:
+            keys += section_keys
+            args += (len(section_keys), len(section_args), *section_args)
         return self.call(keys, args)
 
     def parse(self, reply: Any) -> Admission:
