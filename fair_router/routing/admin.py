@@ -112,7 +112,10 @@ class TenantAdmin:
             pipe.zrange(self.keys.leases(tenant), 0, -1, withscores=True)
             for key in queues:
                 pipe.hget(self.keys.fair_queue(key).backlog, encode(tenant))
-            (seconds, micros), leases, *counts = pipe.execute()
+                pipe.llen(key)
+            (seconds, micros), leases, *replies = pipe.execute()
+        # an empty list has nothing waiting, whatever members a plain rq worker left behind (fairqueue.plainpops)
+        counts = [count if length else None for count, length in zip(replies[::2], replies[1::2], strict=True)]
         now_ms = seconds * 1000 + micros // 1000
         running = sum(1 for _, expiry in leases if expiry > now_ms)
         prefix = len(Queue.redis_queue_namespace_prefix)

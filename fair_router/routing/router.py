@@ -40,6 +40,7 @@ from fair_router.routing.placement import JobMetas, Pending, Placement, Route, R
 from fair_router.routing.queues import QueueRegistry
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
+from fair_router.routing.waiting import counts_waiting
 from fair_router.store.outage import naming_redis
 from fair_router.store.replicas import ReplicaWait
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
@@ -118,16 +119,15 @@ class FairRouter:
         return [placed.rule for placed in self.place(route, [Pending(tenant, job_id, True)
                                                              for tenant, job_id in checked])]
 
-    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = ()) -> list[Placement]:
-        """Record the enqueues to record in their windows, pick each job's rule and, for a sharded route, the
-        least loaded of its tenant's shards (but ``down``) in that rule's family: one Lua call for the batch
-        (none when there is nothing to record or choose)."""
+    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = (), count: bool = False
+              ) -> list[Placement]:
+        """Record enqueues, pick rules and least loaded shards (not ``down``) in one Lua call; ``count``: waiting.py."""
         state = self.servers.state(route, jobs, down) if self.servers and route.shards else {"down": down}
         inputs = RouteInputs(route, jobs, self.keys, **state)
         if not jobs or not inputs.needed:
             return [Placement()] * len(jobs)
         call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
-                           now_arg(self.clock), inputs.shards)
+                           now_arg(self.clock), inputs.shards, waiting=inputs.waiting(route) if count else None)
         if not self.announcer.due(route):
             picks = call.run()
         else:
@@ -198,8 +198,9 @@ class FairRouter:
         if queue is None and at is None and not fair and self._one_trip.applies(route, call, pending):
             return self._one_trip.enqueue(route, call, pending, system)
         down: list[int] = []
+        counted = queue is None and at is None and counts_waiting(self.queue, route, fair, [(call,)], self.servers)
         while True:
-            placed = self.place(route, [pending], down)[0]  # an explicit queue too is recorded in the window
+            placed = self.place(route, [pending], down, counted)[0]  # an explicit queue too is recorded in the window
             recorded = recorded_by(route, [pending], [placed])
             if queue is not None:
                 placed = Placement()
@@ -255,7 +256,7 @@ class FairRouter:
         batch = [(_batchable(call), None if tenant is None else self.tenant_id(tenant), call.job_id or str(uuid4()))
                  for call, tenant in calls]
         pendings = [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch]
-        placements = self.place(route, pendings)
+        placements = self.place(route, pendings, count=counts_waiting(self.queue, route, fair, batch, self.servers))
         recorded = recorded_by(route, pendings, placements)
         several = self.servers is not None and route.shards is not None
         try:

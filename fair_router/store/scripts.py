@@ -15,6 +15,7 @@ from redis import Redis
 
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, window_cap
+from fair_router.core.shards import SHARD_SUFFIX
 from fair_router.store.luascript import Call, LuaScript, assemble, assemble_source, compact, lua_dir
 
 Clock = Callable[[], float]
@@ -59,6 +60,13 @@ class RoutePush(NamedTuple):
     metas: list[bytes]  # the job's serialized meta for each family (the rule that routed it is in it)
 
 
+class RouteWaiting(NamedTuple):
+    """route.lua's waiting section: its recorded jobs count waiting for their tenants in the queues chosen."""
+
+    keys: tuple[str, str]  # the job key's waiting counts and jobs (Keys.waiting)
+    tenants: list[str]  # the encoded tenant of each window, in window order
+
+
 class RouteScript(LuaScript[list[tuple[int, int]]]):
     """route.lua: record each job in its tenant window, return the matching rule per job and, for a sharded
     job key, the least loaded of the job's candidate shards."""
@@ -79,12 +87,19 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
         now_ms: str,
         shards: ShardLoads | None = None,
         push: RoutePush | None = None,
+        waiting: RouteWaiting | None = None,
     ) -> Call[list[tuple[int, int]]]:
         """KEYS = the job key's ``routed`` counters, ``windows``, then the shard section's load keys, then the
-        push section's keys; ``base``: the queue family of jobs no rule matches; ``push``: one job to push.
+        push section's keys; ``base``: the queue family of jobs no rule matches; ``push``: one job to push;
+        ``waiting``: count the recorded jobs waiting in the plain queues they go to (routing/waiting.py).
         Result: per job (0 or the 1-based index of the rule that matched, the chosen shard or -1)."""
         keys = [routed, *windows]
         args: list[str | int | bytes] = [now_ms, *self._header(base, rules), len(windows)]
+        if waiting is None:
+            args.append(0)
+        else:
+            keys += waiting.keys
+            args += (1, *waiting.tenants, SHARD_SUFFIX)
         if shards is None:
             args.append(0)
         else:
@@ -136,13 +151,27 @@ class UnrecordScript(LuaScript[int]):
 
     name = "unrecord"
 
-    def __call__(self, windows: Sequence[str], routed: str, jobs: Sequence[tuple[int, str, str]]) -> Call[int]:
-        """KEYS = ``windows`` and the job key's ``routed`` counters; ``jobs`` = (index into windows, job id,
-        the queue route.lua counted it for). Result: the entries removed."""
+    def __call__(self, windows: Sequence[str], routed: str, jobs: Sequence[tuple[int, str, str]],
+                 waiting: tuple[str, str]) -> Call[int]:
+        """KEYS = ``windows``, the job key's waiting counts and jobs, and its ``routed`` counters; ``jobs`` =
+        (index into windows, job id, the queue route.lua counted it for). Result: the entries removed."""
         args: list[str | int | bytes] = []
         for index, job_id, queue in jobs:
             args += (index + 1, Keys.member(job_id), queue)
-        return self.call([*windows, routed], args)
+        return self.call([*windows, *waiting, routed], args)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+class UnwaitScript(LuaScript[int]):
+    """unwait.lua: routed jobs that started stop counting waiting in the plain queue they went to."""
+
+    name = "unwait"
+
+    def __call__(self, waiting: tuple[str, str], job_ids: Sequence[str]) -> Call[int]:
+        """KEYS = the job key's waiting counts and jobs (:meth:`Keys.waiting`). Result: the jobs that were counted."""
+        return self.call(list(waiting), [Keys.member(job_id) for job_id in job_ids])
 
     def parse(self, reply: Any) -> int:
         return int(reply)

@@ -64,6 +64,7 @@ from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
+from fair_router.routing.waiting import WaitCounts
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, rebuilt_as
 from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.store.scripts import Admission
@@ -125,6 +126,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
         self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
                                if settings.observe.record else None)
+        self.wait_counts = WaitCounts(self.connection, Keys(settings.prefix))
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after,
                                  outages=OUTAGES, max_resumes=settings.interruptible.max_resumes)
         self.count_turns = settings.interruptible.count_turns
@@ -228,6 +230,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             queue.hold(tenant, until_ms, pipeline, paced=True)
         if self.start_recorder is not None:
             self.start_recorder.job_started(job, pipeline)
+        if all(job.origin != queue.name for queue in self.fair_queues):
+            self.wait_counts.started(job, pipeline)  # a routed job stops counting waiting (routing/waiting.py)
 
     # -- job end --------------------------------------------------------------------------------------------
 
@@ -245,6 +249,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.recover_abandoned()
         self.flush_overdue_start_records()
         self.follow_fairness_marks()
+        self.report_plain_pops()
 
     def running_job_beat(self) -> None:
         """A long job does not hold back the start records gathered before it."""
@@ -281,9 +286,19 @@ class WeightedFetchMixin(FollowsFairnessMarks):
     # -- stop -----------------------------------------------------------------------------------------------
 
     def worker_stopping(self) -> None:
-        """Write the gathered start records and the limiter's pending counters before the worker goes."""
+        """Write the gathered start records and the limiter's pending counters before the worker goes; look for
+        plain workers' pops a last time."""
         self.flush_start_records()
+        self._look_for_plain_pops()
         self.gate.limiter.flush()
+
+    def _look_for_plain_pops(self) -> None:
+        if self.is_horse:
+            return
+        try:
+            self.report_plain_pops(now=True)
+        except RedisError as exc:
+            self.log.warning("Worker %s: could not look for plain workers' pops (%s)", self.name, exc)
 
     # -- start records (fair_router.observe.recorder) ---------------------------------------------------------
 
