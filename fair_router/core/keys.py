@@ -114,6 +114,12 @@ class Keys:
         rule matched) -> jobs routed there. Written by route.lua, so it shares the windows' tag."""
         return f"{self.prefix}:{{{encode(job_key)}}}:routed"
 
+    def waiting(self, job_key: str) -> tuple[str, str]:
+        """The waiting counts of one job key's jobs in the plain queues it routes into (lua/lib/waiting.lua): HASH
+        "<queue>|<encoded tenant>" -> jobs waiting, and HASH job id digest (:meth:`member`) -> its field, so each
+        job counts once. Tagged by job key, as the windows: route.lua writes them in the same call."""
+        return f"{self.prefix}:{{{encode(job_key)}}}:waiting", f"{self.prefix}:{{{encode(job_key)}}}:waiting_jobs"
+
     def tiers(self) -> str:
         """Hash tenant -> tier name, written by ``FairRouter.set_tier`` / ``fair-router tier set``."""
         return f"{self.prefix}:{{tiers}}:map"

@@ -129,7 +129,7 @@ class OneTrip:
             serialized = [job.serializer.dumps(meta) for meta in metas]
             target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, lists, serialized)
             router._route(inputs.windows, router.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
-                          now_arg(router.clock), None, target).queue_loaded(pipe)
+                          now_arg(router.clock), None, target, inputs.waiting(route)).queue_loaded(pipe)
             at.append(len(pipe.command_stack) - 1)
 
         with router.connection.pipeline() as pipe:
