@@ -81,18 +81,16 @@ class FairRouter:
         ``replicas``: what each enqueue waits for (settings ``replicas_to_wait``, ``replicas_timeout``)."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
         connection = (pair := pair_of(connection)).state  # a RedisCluster: rq's queues on rq's slot owner
-        self.connection, self.keys, self.tiers = connection, keys, TierBook(connection, keys, tiers)
-        self.rq_connection = pair.rq
+        self.connection, self.rq_connection, self.keys = connection, pair.rq, keys
+        self.tiers = TierBook(connection, keys, tiers)
         self.tenant_max_bytes: int = validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)")
         self.tenants = TenantAdmin(connection, keys, self.tiers, self.tenant_max_bytes, rq_connection=pair.rq)
-        self.clock = clock
-        self._route, self._peek = RouteScript(connection), PeekScript(connection)
+        self.clock, self._route, self._peek = clock, RouteScript(connection), PeekScript(connection)
         self.servers = ShardServers(shard_urls) if shard_urls else None
         self.queues = QueueRegistry(pair.rq, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
         self._take_back, self._meta = TakeBack(connection, keys), JobMetas()
         self.one_round_trip = not pair.cluster  # one MULTI (routing.onetrip); a cluster: route.lua's slot is not rq's
-        self._one_trip = OneTrip(self)
-        self.announcer = Announcer(keys)
+        self._one_trip, self.announcer = OneTrip(self), Announcer(keys)
         self.replicas = replicas or ReplicaWait()
 
     # -- the tenant admin's API: thin delegates to router.tenants (routing.admin.delegate) ---------
