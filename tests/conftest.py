@@ -253,3 +253,12 @@ def fleet_of(redis_server: RedisServer, tmp_path: Path) -> Iterator[Callable[...
     yield start
     for fleet in fleets:
         fleet.stop_all()
+
+
+@pytest.fixture(scope="module")
+def redis_cluster() -> Iterator[Any]:
+    """A real 3-master Redis Cluster (no replicas) for a module's tests (tests/rediscluster.py)."""
+    from rediscluster import RedisClusterFixture
+
+    with RedisClusterFixture(masters=3, replicas=0) as cluster:
+        yield cluster

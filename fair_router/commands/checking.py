@@ -21,6 +21,7 @@ from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.plainpops import PlainPops
+from fair_router.store.cluster import ClusterSetupError, connections_for
 from fair_router.store.luascript import assemble, lua_dir
 from fair_router.workers.pool import redact_url
 
@@ -36,10 +37,16 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
     """Reach the settings' Redis: its version, tiers stored there, and with ``deep`` every script loaded by
     SCRIPT LOAD. An unreachable server ends the command with status 1."""
     url = redact_url(settings.redis_url)
-    connection = Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=10)
+    try:  # on a Redis Cluster: our state through a RedisCluster, the version from the owner of rq's slot
+        pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5,
+                               socket_timeout=10)
+    except ClusterSetupError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    connection = pair.state
     try:
         connection.ping()
-        version = str(connection.info("server").get("redis_version", "?"))
+        version = str(pair.rq.info("server").get("redis_version", "?"))
     except (RedisError, OSError) as exc:
         click.echo(f"error: redis_url {url}: cannot reach Redis ({exc})", err=True)
         sys.exit(1)

@@ -16,6 +16,7 @@ from fair_router.commands.failures import BadInput, redacted, remember_redis
 from fair_router.config.settings import Settings, SettingsError, SettingsWarning, load_settings
 from fair_router.core.validation import AtLeastOne, FairWeight, RateField
 from fair_router.routing.router import FairRouter
+from fair_router.store.cluster import ClusterSetupError, connections_for
 
 CONNECT_TIMEOUT = 5.0
 """Seconds a command waits for Redis to accept its connection: an unreachable host fails in seconds."""
@@ -43,13 +44,17 @@ def load_or_exit(config: Path | None) -> Settings:
     return settings
 
 
-def connect(url: str, ping: bool = False) -> Redis:
+def connect(url: str, ping: bool = False, cluster: bool = False) -> Redis:
     """A client of the Redis at ``url`` (its redacted form is recorded for error messages); ``ping``: check it
     answers now, so a long-running command fails at start rather than in its loop. A URL redis-py cannot
-    parse is bad input (exit status 2)."""
+    parse is bad input (exit status 2). ``cluster`` (the ``redis_cluster`` setting): ``url`` is a seed node and
+    the client a ``RedisCluster`` for our state (:func:`fair_router.store.cluster.rq_of` gives rq's); a
+    ``RQ_KEY_PREFIX`` without a hash tag is bad input."""
     remember_redis(url)
     try:
-        connection = Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT)
+        connection = connections_for(url, cluster, socket_connect_timeout=CONNECT_TIMEOUT).state
+    except ClusterSetupError as exc:
+        raise BadInput(str(exc)) from None
     except ValueError as exc:
         raise BadInput(f"invalid Redis URL {redacted(url)}: {exc}") from None
     if ping:
@@ -59,8 +64,8 @@ def connect(url: str, ping: bool = False) -> Redis:
 
 def router_for(settings: Settings) -> FairRouter:
     """A router on the settings' Redis, prefix and tiers: the commands read and write what workers use."""
-    return FairRouter(connect(settings.redis_url), prefix=settings.prefix, tiers=settings.tiers,
-                      tenant_max_bytes=settings.tenant_max_bytes)
+    return FairRouter(connect(settings.redis_url, cluster=settings.redis_cluster), prefix=settings.prefix,
+                      tiers=settings.tiers, tenant_max_bytes=settings.tenant_max_bytes)
 
 
 class Validated(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on, plain before

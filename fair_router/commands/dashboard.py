@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import click
-from redis import Redis
 
 from fair_router.commands.common import load_or_exit
+from fair_router.store.cluster import connections_for
 
 
 @click.command()
@@ -65,7 +65,7 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
     settings = load_or_exit(config)
     url = url or settings.redis_url
     try:
-        connection = Redis.from_url(url, socket_connect_timeout=5)
+        connection = connections_for(url, settings.redis_cluster, socket_connect_timeout=5).state
         connection.ping()
     except ValueError as exc:  # a malformed --url: bad input
         click.echo(f"error: invalid Redis URL {redact_url(url)}: {exc}", err=True)

@@ -7,15 +7,15 @@ import sys
 from pathlib import Path
 
 import click
-from redis import Redis
 
-from fair_router.commands.common import load_or_exit
+from fair_router.commands.common import connect, load_or_exit
 from fair_router.fairqueue.marks import FairnessMarks
+from fair_router.store.cluster import rq_of
 
 
 def _marks(config: Path | None) -> FairnessMarks:
     settings = load_or_exit(config)
-    return FairnessMarks(Redis.from_url(settings.redis_url), settings.prefix)
+    return FairnessMarks(rq_of(connect(settings.redis_url, cluster=settings.redis_cluster)), settings.prefix)
 
 
 @click.group()

@@ -64,7 +64,8 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
         click.echo("error: no queues to work on: name them (fair-router worker default low) or list them "
                    "under `queues:` in the settings", err=True)
         sys.exit(2)
-    connection = connect(url or settings.redis_url, ping=True)  # an unreachable Redis fails now (exit 1)
+    # An unreachable Redis fails now (exit 1); on a cluster a RedisCluster, the worker takes rq's client from it.
+    connection = connect(url or settings.redis_url, ping=True, cluster=settings.redis_cluster)
     try:
         rq_worker = WeightedWorker(names, connection=connection, name=name, settings=settings)  # --config's
     except ValueError as exc:
@@ -114,10 +115,12 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
         click.echo(f"error: cannot use worker class {worker_class!r}: {exc}", err=True)
         sys.exit(2)
     for server in dict.fromkeys([url, *urls.values()]):
-        connect(server, ping=True)  # an unreachable Redis fails now (exit 1), not in every worker
+        # An unreachable Redis fails now (exit 1), not in every worker.
+        connect(server, ping=True, cluster=settings.redis_cluster and server == url)
     logging.basicConfig(level=logging_level.upper(), format="%(asctime)s fair-router pool: %(message)s",
                         datefmt="%H:%M:%S")
     workers = WorkerPool(allocation, url, worker_class=worker_class, logging_level=logging_level.upper(),
+                         cluster=settings.redis_cluster,
                          with_scheduler=with_scheduler, grace=grace, paths=import_paths,
                          env={"FAIR_ROUTER_CONFIG": str(config.resolve())} if config else None, urls=urls)
     click.echo(workers.describe())

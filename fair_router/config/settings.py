@@ -100,6 +100,10 @@ class Settings(BaseSettings):
     )
 
     redis_url: RedisUrl = "redis://localhost:6379/0"
+    # redis_url names any node of a Redis Cluster (a seed): our state goes through redis-py's RedisCluster,
+    # rq through a plain client to the master of rq's slot (fair_router.store.cluster; needs a hash-tagged
+    # RQ_KEY_PREFIX such as {rq}).
+    redis_cluster: bool = False
     # How long workers wait for an unreachable Redis (a restart, a network blip) before giving up
     # (fair_router.store.outage): their Redis calls retry with backoff for up to this long.
     redis_outage_grace: Duration = 60.0

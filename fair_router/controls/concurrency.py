@@ -37,6 +37,7 @@ from fair_router.controls.pipeline import NoTally, Refusal, Section, Start, Star
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
+from fair_router.store.cluster import is_rq_slot_client
 from fair_router.store.scripts import Admission, Clock, Verdict
 
 logger = logging.getLogger("fair_router")
@@ -153,7 +154,8 @@ class ConcurrencySlots:
         with job.connection.pipeline() as pipe:
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)  # rq parks single-queue fetches there
             queue.schedule_job(job, when, pipeline=pipe)
-            self._flush(pipe)
+            if not is_rq_slot_client(job.connection):  # on a cluster the counters are on another slot
+                self._flush(pipe)
             pipe.execute()
 
     @contextmanager

@@ -28,19 +28,22 @@ once in every fair queue rq knows, so this only bounds a resume that missed a qu
 class TenantPauses:
     """pause / resume / paused: a flag per tenant that the start script reads at every job start."""
 
-    def __init__(self, connection: Redis, keys: Keys) -> None:
+    def __init__(self, connection: Redis, keys: Keys, rq_connection: Redis | None = None) -> None:
+        """``connection``: where the pause flags are (a RedisCluster on a cluster); ``rq_connection``: rq's
+        queues and the fair queues' state (the owner of rq's slot there; else ``connection``)."""
         self.connection = connection
+        self.rq = rq_connection or connection
         self.keys = keys
-        self._unpark = FairUnparkScript(connection)
-        self._hold = FairHoldScript(connection)
+        self._unpark = FairUnparkScript(self.rq)
+        self._hold = FairHoldScript(self.rq)
 
     def pause(self, tenant: str) -> None:
         """From now on no job of ``tenant`` starts (jobs already running finish). Where its jobs wait in a fair
         queue rq knows, it is parked at once (for :data:`PAUSE_PARK` at most), so no pop hands one out."""
         self.connection.set(self.keys.paused(tenant), 1)
-        queues = sorted(as_text(raw) for raw in self.connection.smembers(Queue.redis_queues_keys))
+        queues = sorted(as_text(raw) for raw in self.rq.smembers(Queue.redis_queues_keys))
         until_ms = round((time.time() + PAUSE_PARK) * 1000)
-        with self.connection.pipeline(transaction=False) as pipe:
+        with self.rq.pipeline(transaction=False) as pipe:
             for key in queues:  # a plain queue has no backlog hash: the call changes nothing there
                 self._hold(self.keys.fair_queue(key), encode(tenant), until_ms).queue(pipe)
             pipe.execute()
@@ -49,10 +52,10 @@ class TenantPauses:
         """Let ``tenant``'s jobs start again, and unpark it at once in every fair queue rq knows (``rq:queues``);
         returns in how many of them it has jobs waiting. Deferred jobs on plain queues come back when due."""
         self.connection.delete(self.keys.paused(tenant))
-        queues = sorted(as_text(raw) for raw in self.connection.smembers(Queue.redis_queues_keys))
+        queues = sorted(as_text(raw) for raw in self.rq.smembers(Queue.redis_queues_keys))
         if not queues:
             return 0
-        with self.connection.pipeline(transaction=False) as pipe:
+        with self.rq.pipeline(transaction=False) as pipe:
             for key in queues:  # a plain queue has no parked set: the call changes nothing there
                 self._unpark(self.keys.fair_queue(key), encode(tenant)).queue(pipe)
             return sum(self._unpark.parse(reply) for reply in pipe.execute())

@@ -41,6 +41,7 @@ from fair_router.dashboard.collector import metrics_text
 from fair_router.dashboard.guard import LOOPBACK_NAMES, HostAllowlist, ReadAccess, secure_headers
 from fair_router.dashboard.reader import SnapshotReader
 from fair_router.routing.router import FairRouter
+from fair_router.store.cluster import connections_for
 
 if TYPE_CHECKING:  # waitress is imported when serving only: mounting the blueprint does not need it
     from waitress.server import BaseWSGIServer, MultiSocketServer
@@ -177,7 +178,7 @@ def create_app(
     ``allowed_hosts``: the ``Host`` names answered (default: loopback ones; any port unless one is given);
     any other gets 400."""
     settings = settings or load_settings()
-    connection = connection or Redis.from_url(settings.redis_url)
+    connection = connection or connections_for(settings.redis_url, settings.redis_cluster).state
     app = Flask(__name__, static_folder=None)
     app.register_blueprint(create_blueprint(SnapshotReader(connection, settings, queues=queues), refresh,
                                             actions_token=actions_token, read_token=read_token,

@@ -44,6 +44,7 @@ from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
 from fair_router.routing.waiting import parse_field
+from fair_router.store.cluster import rq_of
 from fair_router.store.fair_scripts import TENANT_FIELD, record_weight
 from fair_router.store.scripts import Clock, PeekScript
 
@@ -81,6 +82,7 @@ class SnapshotReader:
         """``queues``: the queues to show (default: the settings' ``queues`` and ``fair_queues`` and every
         queue rq knows); ``clock``: epoch seconds instead of Redis ``TIME`` (tests)."""
         self.connection = connection
+        self.rq = rq_of(connection)  # rq's keys: the same client, or on a cluster the owner of rq's slot
         self.settings = settings
         self.keys = Keys(settings.prefix)
         self.queues = list(queues) if queues is not None else None
@@ -94,8 +96,10 @@ class SnapshotReader:
     def snapshot(self) -> Snapshot:
         """Read everything the views show (a few pipelined round trips, see the module docstring)."""
         keys, n = self.keys, self.top_n
+        apart = self.rq is not self.connection  # a cluster: TIME (no key) cannot ride a cluster pipeline
         with self.connection.pipeline(transaction=False) as pipe:
-            pipe.time()
+            if not apart:
+                pipe.time()
             pipe.smembers(Queue.redis_queues_keys)
             pipe.zrevrange(keys.observe_recent(), 0, 2 * n - 1, withscores=True)
             pipe.hgetall(keys.observe_events())
@@ -103,7 +107,10 @@ class SnapshotReader:
             pipe.smembers(keys.observe_job_keys())
             pipe.hgetall(keys.observe_record(ALL))
             pipe.hgetall(keys.observe_record(OTHER))
-            server_time, rq_queues, recent, events, limits, job_keys, everyone, other = pipe.execute()
+            replies = pipe.execute()
+        if apart:
+            replies.insert(0, self.rq.time() if self.clock is None else None)
+        server_time, rq_queues, recent, events, limits, job_keys, everyone, other = replies
         now = self.clock() if self.clock is not None else int(server_time[0]) + int(server_time[1]) / 1e6
         names = self._queue_names(_text(key).removeprefix(Queue.redis_queue_namespace_prefix) for key in rq_queues)
         routed_keys = sorted({*map(_text, job_keys), *self._rules})
@@ -160,7 +167,7 @@ class SnapshotReader:
         counted = parse_events(events) | {("abandoned", name): count for name, count in abandoned_by_queue.items()}
         return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,
                         counter_table(_ints(limits)), counted, TICK_SECONDS, capped,
-                        running_iterations(self.connection, [queue.name for queue in queues
+                        running_iterations(self.rq, [queue.name for queue in queues
                                                              if queue.running and not queue.server]),
                         shard_servers)
 

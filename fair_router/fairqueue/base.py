@@ -20,6 +20,7 @@ from fair_router.core.tenancy import optional_tenant_id
 from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.rq_internals.queue import RqQueueSeam
+from fair_router.store.cluster import is_cluster, rq_of, state_of
 from fair_router.store.fair_scripts import FairMigrateScript, PushEntry
 from fair_router.store.luascript import LuaScript
 
@@ -63,6 +64,8 @@ class FairQueueBase(RqQueueSeam):
         :mod:`fair_router.fairqueue`), whether a declared ``fair_cost`` is the charge (``trust_cost``) and the
         longest ``fair_tenant`` id taken (``tenant_max_bytes``, UTF-8 bytes); all default to ``settings``
         (else loaded on first use, as ``--queue-class`` builds queues with rq's arguments only)."""
+        if is_cluster(connection):  # our state there; the queue itself on the owner of rq's slot
+            connection = rq_of(connection)
         super().__init__(name, connection, *args, **kwargs)
         if "{" in name or "}" in name:
             raise ValueError(f"fair queue names cannot hold braces: {name!r}")
@@ -150,7 +153,8 @@ class FairQueueBase(RqQueueSeam):
         """Tenant -> tier (cached), for the weight of each push."""
         if self._tier_book is None:
             tiers = self._tiers_config or self._loaded().tiers
-            self._tier_book = TierBook(self.connection, self.prefix_keys, tiers)
+            # The tier map and overrides are our state (a RedisCluster on a cluster), not on rq's slot.
+            self._tier_book = TierBook(state_of(self.connection), self.prefix_keys, tiers)
         return self._tier_book
 
     def _script(self, kind: type[_S]) -> _S:

@@ -38,12 +38,14 @@ queue keeps its ``enqueued_at``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import RedisError
 from rq.job import Job
 
 from fair_router.config.settings import ObserveConfig
@@ -51,6 +53,8 @@ from fair_router.core.jobmeta import META_TENANT
 from fair_router.core.keys import Keys, encode
 from fair_router.observe.buckets import N_BUCKETS, bucket_of
 from fair_router.store.scripts import Clock, ObserveStartScript
+
+logger = logging.getLogger("fair_router")
 
 MINUTE_SLOTS = 62
 """Minutes a record keeps: 60 whole ones for the 60-minute figures, the current one, one spare."""
@@ -100,6 +104,7 @@ class StartRecorder:
         constants = (config.tenants_per_minute, max(1, round(config.retention)), MINUTE_SLOTS, TICK_SECONDS * 1000,
                      TICK_SLOTS, N_BUCKETS, RECENT_SECONDS * 1000)
         self._script = ObserveStartScript(connection, constants)
+        self.connection = connection
         self._fixed_keys = [keys.observe_record(OTHER), keys.observe_record(ALL), keys.observe_recent()]
         self._pending: dict[tuple[str | None, int], _Group] = {}
         # A WeightedSimpleWorker's job heartbeat thread may flush while the worker thread adds a start.
@@ -115,16 +120,23 @@ class StartRecorder:
         with self._lock:
             return sum(group.starts for group in self._pending.values())
 
-    def job_started(self, job: Job, pipeline: Pipeline) -> None:
+    def job_started(self, job: Job, pipeline: Pipeline | None) -> None:
         """Note ``job``'s start; when the interval has passed, queue the flush on ``pipeline`` (rq's own, at
-        job start). A job without ``enqueued_at`` (never enqueued, e.g. run directly) has no wait to record."""
+        job start; None: sent on this recorder's connection, as on a Redis Cluster where rq's slot is not the
+        records'). A job without ``enqueued_at`` (never enqueued, e.g. run directly) has no wait to record."""
         if job.enqueued_at is None:
             return
         now = self._now()
         tenant = job.meta.get(META_TENANT)
         self.add(None if tenant is None or tenant == "" else str(tenant), now - job.enqueued_at.timestamp(), now)
         if now - self._last_flush >= self.interval:
-            self.flush(pipeline)
+            if pipeline is not None:
+                self.flush(pipeline)
+                return
+            try:  # on its own (a cluster): a failed send costs these statistics, never the job's start
+                self.flush(self.connection)
+            except RedisError as exc:
+                logger.warning("job start records lost (%s)", exc)
 
     def add(self, tenant: str | None, wait: float, at: float | None = None) -> None:
         """Gather one start of ``tenant`` (None: no tenant) at ``at`` (default now) that waited ``wait``

@@ -10,7 +10,7 @@ the keys and the tier book. A FairRouter has one (``router.tenants``) and delega
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from redis import Redis
 from rq import Queue
@@ -43,12 +43,15 @@ class TenantAdmin:
     TypeError for other types, InvalidTenant past ``tenant_max_bytes``), checked before anything is written."""
 
     def __init__(self, connection: Redis, keys: Keys, tiers: TierBook,
-                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> None:
+                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES, rq_connection: Redis | None = None) -> None:
+        """``connection``: our state (a RedisCluster on a cluster); ``rq_connection``: rq's keys and the fair
+        queues' state (on a cluster the owner of rq's slot; else ``connection``)."""
         self.connection = connection
+        self.rq_connection = rq_connection or connection
         self.keys = keys
         self.tiers = tiers
         self.tenant_max_bytes = tenant_max_bytes
-        self._pauses = TenantPauses(connection, keys)
+        self._pauses = TenantPauses(connection, keys, self.rq_connection)
 
     def tenant_id(self, tenant: object) -> str:
         """``tenant`` normalised (an int as its decimal string) and checked against ``tenant_max_bytes``."""
@@ -106,14 +109,19 @@ class TenantAdmin:
         """``tenant``'s running jobs (unexpired concurrency leases; 0 when limits are off) and its waiting jobs
         per fair queue that has any (queue name -> count)."""
         tenant = self.tenant_id(tenant)
-        queues = sorted(as_text(raw) for raw in self.connection.smembers(Queue.redis_queues_keys))
-        with self.connection.pipeline(transaction=False) as pipe:
+        queues = sorted(as_text(raw) for raw in self.rq_connection.smembers(Queue.redis_queues_keys))
+        apart = self.rq_connection is not self.connection  # a cluster: the leases are on another slot
+        with self.rq_connection.pipeline(transaction=False) as pipe:
             pipe.time()
-            pipe.zrange(self.keys.leases(tenant), 0, -1, withscores=True)
+            if not apart:
+                pipe.zrange(self.keys.leases(tenant), 0, -1, withscores=True)
             for key in queues:
                 pipe.hget(self.keys.fair_queue(key).backlog, encode(tenant))
                 pipe.llen(key)
-            (seconds, micros), leases, *replies = pipe.execute()
+            (seconds, micros), *replies = pipe.execute()
+        lease_key = self.keys.leases(tenant)
+        leases = cast(list[tuple[bytes, float]],
+                      self.connection.zrange(lease_key, 0, -1, withscores=True) if apart else replies.pop(0))
         # an empty list has nothing waiting, whatever members a plain rq worker left behind (fairqueue.plainpops)
         counts = [count if length else None for count, length in zip(replies[::2], replies[1::2], strict=True)]
         now_ms = seconds * 1000 + micros // 1000

@@ -27,6 +27,7 @@ from fair_router.core.rules import Rule
 from fair_router.core.shards import Shards
 from fair_router.core.tenancy import TenantFunc, TenantResolver
 from fair_router.routing.router import FairRouter, Route
+from fair_router.store.cluster import connections_for
 from fair_router.store.replicas import ReplicaWait
 
 P = ParamSpec("P")
@@ -86,7 +87,7 @@ class FairJob(Generic[P, R]):
     def router(self) -> FairRouter:
         """The router this job enqueues through."""
         if self._router is None:
-            connection = self._connection or Redis.from_url(self.settings.redis_url)
+            connection = self._connection or connections_for(self.settings.redis_url, self.settings.redis_cluster).state
             self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers,
                                       tenant_max_bytes=self.settings.tenant_max_bytes,
                                       shard_urls=self.settings.shard_urls,

@@ -41,6 +41,7 @@ from fair_router.routing.queues import QueueRegistry
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
 from fair_router.routing.waiting import counts_waiting
+from fair_router.store.cluster import pair_of
 from fair_router.store.outage import naming_redis
 from fair_router.store.replicas import ReplicaWait
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
@@ -79,18 +80,17 @@ class FairRouter:
         of sharded job keys (shard i on ``shard_urls[i % len]``; none: all on ``connection``; see routing.servers).
         ``replicas``: what each enqueue waits for (settings ``replicas_to_wait``, ``replicas_timeout``)."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
-        self.connection, self.keys, self.tiers = connection, keys, TierBook(connection, keys, tiers)
+        connection = (pair := pair_of(connection)).state  # a RedisCluster: rq's queues on rq's slot owner
+        self.connection, self.rq_connection, self.keys = connection, pair.rq, keys
+        self.tiers = TierBook(connection, keys, tiers)
         self.tenant_max_bytes: int = validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)")
-        self.tenants = TenantAdmin(connection, keys, self.tiers, self.tenant_max_bytes)
-        self.clock = clock
-        self._route, self._peek = RouteScript(connection), PeekScript(connection)
+        self.tenants = TenantAdmin(connection, keys, self.tiers, self.tenant_max_bytes, rq_connection=pair.rq)
+        self.clock, self._route, self._peek = clock, RouteScript(connection), PeekScript(connection)
         self.servers = ShardServers(shard_urls) if shard_urls else None
-        self.queues = QueueRegistry(connection, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
-        self._take_back = TakeBack(connection, keys)
-        self._meta = JobMetas()
-        self.one_round_trip = True  # routed enqueues in one MULTI (routing.onetrip); set False on a Redis Cluster
-        self._one_trip = OneTrip(self)
-        self.announcer = Announcer(keys)
+        self.queues = QueueRegistry(pair.rq, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
+        self._take_back, self._meta = TakeBack(connection, keys), JobMetas()
+        self.one_round_trip = not pair.cluster  # one MULTI (routing.onetrip); a cluster: route.lua's slot is not rq's
+        self._one_trip, self.announcer = OneTrip(self), Announcer(keys)
         self.replicas = replicas or ReplicaWait()
 
     # -- the tenant admin's API: thin delegates to router.tenants (routing.admin.delegate) ---------
@@ -215,7 +215,7 @@ class FairRouter:
 
     def _server(self, shard: int | None) -> Redis:
         """The Redis a job placed on ``shard`` is enqueued into."""
-        return self.servers.connection(shard) if self.servers is not None and shard is not None else self.connection
+        return self.servers.connection(shard) if self.servers is not None and shard is not None else self.rq_connection
 
     def _enqueue_placed(self, route: Route, call: EnqueueArgs, job_id: str, tenant: str | None, placed: Placement,
                         queue: str | None, at: datetime | None, system: bool, fair: bool) -> Job:
@@ -263,7 +263,8 @@ class FairRouter:
             return self._enqueue_batch(route, batch, placements, fair, pipeline, group)
         except BaseException:
             if not several:  # jobs on several servers: their entries stay (they leave the window after `per`)
-                self._take_back(route.job_key, recorded, self.queue(route.queue, fair).job_class)
+                self._take_back(route.job_key, recorded, self.queue(route.queue, fair).job_class,
+                                self.rq_connection)
             raise
 
     def _enqueue_batch(
@@ -291,7 +292,7 @@ class FairRouter:
                 jobs.update((job.id, job) for job in part)
             return [jobs[job_id] for _, _, job_id in batch]
         placed: list[tuple[Queue, Job]] = []
-        with nullcontext(pipeline) if pipeline is not None else self.connection.pipeline() as pipe:
+        with nullcontext(pipeline) if pipeline is not None else self.rq_connection.pipeline() as pipe:
             for (name, _), datas in by_queue.items():
                 target = self.queue(name, fair)
                 if group is not None:

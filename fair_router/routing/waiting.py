@@ -62,8 +62,9 @@ class WaitCounts:
         self.keys = keys
         self._unwait = UnwaitScript(connection)
 
-    def started(self, job: Job, pipe: Pipeline) -> None:
-        """Queue on ``pipe`` (rq's job-start MULTI) the end of ``job``'s count, if it has one."""
+    def started(self, job: Job, pipe: Pipeline | None) -> None:
+        """Queue on ``pipe`` (rq's job-start MULTI) the end of ``job``'s count, if it has one; None: run it now
+        on this object's connection (a Redis Cluster: the counts are not on rq's slot)."""
         job_key = (job.meta or {}).get(META_WAITING)
         if job_key:
-            self._unwait(self.keys.waiting(str(job_key)), [job.id]).queue(pipe)
+            self._unwait(self.keys.waiting(str(job_key)), [job.id]).run_or_queue(pipe)

@@ -187,12 +187,18 @@ class Call(Generic[R]):
         """Queue it on ``pipeline`` (EVAL of the source; module docstring). Its reply is in the pipeline's
         execute() list at its place: ``script.parse(reply)`` types it. Returns the pipeline, as redis-py's
         commands do."""
-        pipeline.eval(self.script.source, len(self.keys), *self.keys, *self.args)
+        # execute_command rather than .eval(): a RedisCluster's pipeline has no eval() but routes an EVAL by
+        # its keys (all in one slot); on a plain pipeline it is what .eval() sends.
+        pipeline.execute_command(  # type: ignore[no-untyped-call]
+            "EVAL", self.script.source, len(self.keys), *self.keys, *self.args)
         return pipeline
 
     def queue_loaded(self, pipeline: Pipeline) -> Pipeline:
         """Queue it as EVALSHA on ``pipeline``, a pipeline of ours that :func:`execute_loaded` executes (the
-        module docstring says why only those); loads the script first if this process has not yet."""
+        module docstring says why only those); loads the script first if this process has not yet. A Redis
+        Cluster's pipeline gets EVAL (its scripts are loaded per node; no pool to remember them by)."""
+        if not hasattr(pipeline, "connection_pool"):
+            return self.queue(pipeline)
         self.script.ensure_loaded()
         pipeline.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
         return pipeline

@@ -106,10 +106,14 @@ class WorkerPool:
         env: Mapping[str, str] | None = None,
         paths: Sequence[str] = (),
         urls: Mapping[str, str] | None = None,
+        cluster: bool = False,
     ) -> None:
+        """``cluster``: the URL is a seed node of a Redis Cluster (``redis_cluster``): each child's rq CLI builds
+        its connection with :class:`fair_router.store.cluster.RqSlotRedis` (rq's slot owner, followed)."""
         if not allocation:
             raise ValueError("empty allocation: give at least one queue group and its number of workers")
         self.url = url
+        self.cluster = cluster
         self.worker_class = worker_class
         self.paths = [str(Path(entry).resolve()) for entry in paths]  # each child imports from them (rq's --path)
         self.logging_level = logging_level
@@ -224,6 +228,8 @@ class WorkerPool:
         """The rq command line of one worker (the Redis URL goes in its environment)."""
         args = [self.python, "-m", "rq.cli", "worker", "--worker-class", self.worker_class,
                 "--logging_level", self.logging_level, *(arg for entry in self.paths for arg in ("--path", entry))]
+        if self.cluster:
+            args += ["--connection-class", "fair_router.store.cluster.RqSlotRedis"]
         return [*args, *(["--with-scheduler"] if scheduler else []), *queues]
 
     def _spawn(self, slot: _Slot) -> None:

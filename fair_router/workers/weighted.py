@@ -66,6 +66,7 @@ from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
 from fair_router.routing.waiting import WaitCounts
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, rebuilt_as
+from fair_router.store.cluster import is_rq_slot_client, pair_of, ride_cluster_outages, state_of
 from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.store.scripts import Admission
 from fair_router.workers.limiter import ConcurrencyLimiter
@@ -100,6 +101,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         ``settings`` (else loaded from the file and environment)."""
         # Checked before rq connects, so a bad weight is reported even while Redis is down.
         settings = settings or load_settings()  # validated at load: errors name the file and key
+        if settings.redis_cluster:  # rq gets the owner of rq's slot, whatever node --url named
+            queues = _on_rq_slot(queues, kwargs)
         if weights is None:
             configured = settings.queues
         else:
@@ -109,6 +112,9 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         super().__init__(queues, *args, **kwargs)
         # Before anything copies the connection's settings (the limiter's pool, rq's scheduler, the horse).
         ride_outages(self.connection, settings.redis_outage_grace)
+        # Our own state: the same client on a standalone Redis, a RedisCluster on a cluster.
+        self.state_connection = state_of(self.connection)
+        ride_cluster_outages(self.state_connection, settings.redis_outage_grace)
         fair = [queue for queue in self.queues if isinstance(queue, FairQueue)]
         for queue in fair:  # also those rq built from names with --queue-class: same prefix and tiers
             queue.use_settings(settings)
@@ -124,9 +130,9 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.gate = build_gate(self.connection, settings)
         # None when concurrency limits are off (the gate then takes no slots): what rq-facing code checks.
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
-        self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
+        self.start_recorder = (StartRecorder(self.state_connection, Keys(settings.prefix), settings.observe)
                                if settings.observe.record else None)
-        self.wait_counts = WaitCounts(self.connection, Keys(settings.prefix))
+        self.wait_counts = WaitCounts(self.state_connection, Keys(settings.prefix))
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after,
                                  outages=OUTAGES, max_resumes=settings.interruptible.max_resumes)
         self.count_turns = settings.interruptible.count_turns
@@ -166,7 +172,9 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         if scopes is None:
             super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
             return
-        with self.connection.pipeline(transaction=False) as pipe:  # state and every check: one round trip
+        # State and every check: one round trip (on a cluster a RedisCluster pipeline, which sends each to
+        # its slot's node).
+        with self.state_connection.pipeline(transaction=False) as pipe:
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
             admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not isinstance(queue, FairQueue),
                                                  pipeline=pipe)
@@ -229,9 +237,10 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             self._rate_hold = None
             queue.hold(tenant, until_ms, pipeline, paced=True)
         if self.start_recorder is not None:
-            self.start_recorder.job_started(job, pipeline)
-        if all(job.origin != queue.name for queue in self.fair_queues):
-            self.wait_counts.started(job, pipeline)  # a routed job stops counting waiting (routing/waiting.py)
+            # On a cluster the records' slot is not rq's: they are sent on their own, with the next flush.
+            self.start_recorder.job_started(job, pipeline if self.state_connection is self.connection else None)
+        if all(job.origin != queue.name for queue in self.fair_queues):  # a routed job stops counting waiting
+            self.wait_counts.started(job, pipeline if self.state_connection is self.connection else None)
 
     # -- job end --------------------------------------------------------------------------------------------
 
@@ -309,7 +318,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         if self.start_recorder is None or self.is_horse:
             return
         try:
-            self.start_recorder.flush(self.connection, older_than=older_than)
+            self.start_recorder.flush(self.state_connection, older_than=older_than)
         except RedisError as exc:
             self.log.warning("Worker %s: job start records lost (%s)", self.name, exc)
 
@@ -336,6 +345,21 @@ def _weight(configured: Mapping[str, QueueWeight], queue: str) -> QueueWeight | 
     return configured.get(member[0]) if member else None
 
 
+def _on_rq_slot(queues: Any, kwargs: dict[str, Any]) -> Any:
+    """redis_cluster on: the worker's connection (rq's CLI builds it from ``--url``, any node) replaced by the
+    plain client to the owner of rq's slot, for the worker and the Queue objects rq built on it."""
+    given = kwargs.get("connection")
+    if given is None:
+        raise ValueError("redis_cluster is on: the worker needs a connection (rq's --url) to seed the cluster")
+    rq = pair_of(given, cluster=True).rq
+    kwargs["connection"] = rq
+    items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
+    for item in items:
+        if isinstance(item, Queue):
+            item.connection = rq
+    return items
+
+
 def _with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
     """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and the
     plain Queue objects the rq CLI builds from names before it creates the worker)."""
@@ -355,8 +379,11 @@ def build_gate(connection: Redis, settings: Settings) -> TenantGate:
     """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never
     shares a socket (or a pool lock, across the work-horse fork) with rq's own use of the worker's
     connection."""
+    own: Any
     if settings.shard_urls:  # a shard's worker: its queues are on the shard's Redis, leases stay on redis_url
         own = Redis.from_url(settings.redis_url)
+    elif is_rq_slot_client(connection):  # a cluster: leases and rates on the RedisCluster
+        own = state_of(connection)
     else:
         pool = connection.connection_pool  # same connection class: TLS, a unix socket, a Sentinel-managed primary
         own = Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
