@@ -23,7 +23,8 @@ from fair_router.store.replicas import ReplicasNotAcknowledged, ReplicaWait
 
 ROUTE = Route("replicas.job", "default", (Rule(queue="default_throttled", threshold=100, per=60),))
 FAIR_ROUTE = Route("replicas.fair", "fair", (Rule(queue="fair_throttled", threshold=100, per=60),))
-SETTINGS = Settings(prefix="replicas", replicas_to_wait=1, replicas_timeout="300ms")
+# replicas_timeout: ample for a loaded machine (an up replica answers at once; a stopped one costs it per enqueue)
+SETTINGS = Settings(prefix="replicas", replicas_to_wait=1, replicas_timeout="2s")
 
 
 class Replica:
@@ -69,7 +70,7 @@ def replicated(tmp_path: Path) -> Iterator[tuple[RedisServer, Replica]]:
 def enqueue_each_way(conn: Redis, tag: str) -> list[tuple[str, Job | None, Exception | None]]:
     """One enqueue by every producer that confirms (routed one-trip, routed into a FairQueue, enqueue_many,
     the decorator's delay, FairQueue.enqueue): (what, the job or None, the error or None)."""
-    router = FairRouter(conn, prefix="replicas", replicas=ReplicaWait(1, 0.3))
+    router = FairRouter(conn, prefix="replicas", replicas=ReplicaWait(1, 2.0))
     delayed = fair_job("default", rules=[Rule(queue="default_throttled", threshold=100, per=60)],
                        tenant=lambda *args: "acme", connection=conn, settings=SETTINGS, job_key="replicas.delay")
     producers = {
