@@ -32,9 +32,9 @@ from bench.jobs import sleep_ms
 from fair_router import FairQueue, Settings
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.concurrency import ConcurrencyLimiter
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
-from fair_router.routing.tiers import TierBook
-from fair_router.store.keys import Keys
 
 PREFIX = "flood"
 QUEUE = "flood"

@@ -41,9 +41,9 @@ from rq.registry import FailedJobRegistry
 
 from fair_router import WeightedSimpleWorker
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig, Settings, TiersConfig
+from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
 from fair_router.observe.recorder import StartRecorder
-from fair_router.store.keys import Keys
 from fair_router.workers.sampling import weighted_order
 
 # rq stores a job's function by dotted path and refuses functions defined in __main__.

@@ -19,13 +19,13 @@ Public API (documented in docs/api.md):
 
 from fair_router.config.settings import Settings, SettingsError, load_settings
 from fair_router.controls.backlog import TenantBacklogFull
+from fair_router.core.rules import Rule
+from fair_router.core.shards import Shards, shards_of
+from fair_router.core.tenancy import InvalidTenant
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.decorator import interruptible
 from fair_router.routing.decorator import FairJob, fair_job
 from fair_router.routing.router import FairRouter
-from fair_router.routing.rules import Rule
-from fair_router.routing.shards import Shards, shards_of
-from fair_router.routing.tenancy import InvalidTenant
 from fair_router.store.outage import RedisUnavailable
 from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
 

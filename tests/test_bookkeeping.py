@@ -15,9 +15,9 @@ from worker_jobs import noop
 
 from fair_router import Settings, WeightedSimpleWorker, WeightedWorker
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig
-from fair_router.routing.jobmeta import META_TENANT
+from fair_router.core.jobmeta import META_TENANT
+from fair_router.core.keys import Keys
 from fair_router.rq_internals import worker as rq_worker
-from fair_router.store.keys import Keys
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 

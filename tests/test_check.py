@@ -14,8 +14,8 @@ import pytest
 from redis import Redis
 
 from fair_router.commands.checking import script_names
+from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer, free_port
-from fair_router.store.keys import Keys
 from fair_router.store.luascript import assemble
 
 BIN = Path(sys.executable).parent

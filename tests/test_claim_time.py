@@ -18,8 +18,8 @@ from fair_router import FairQueue, Settings
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
 from fair_router.controls.concurrency import COUNTERS, ConcurrencyLimiter
 from fair_router.controls.pauses import TenantPauses
-from fair_router.routing.tiers import TierBook
-from fair_router.store.keys import Keys
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
 
 PREFIX = "claims_test"
 KEYS = Keys(PREFIX)

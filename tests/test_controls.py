@@ -29,10 +29,10 @@ from fair_router.cli import main
 from fair_router.config.settings import ConcurrencyConfig, SettingsError, TiersConfig
 from fair_router.controls.concurrency import ConcurrencyLimiter
 from fair_router.controls.gate import RateLimiter, TenantGate
-from fair_router.controls.rates import Rate, parse_rate
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
+from fair_router.core.rates import Rate, parse_rate
 from fair_router.demo.redis_server import RedisServer
-from fair_router.routing.tiers import TierBook
-from fair_router.store.keys import Keys
 from fair_router.store.scripts import Verdict
 
 PREFIX = "controls_test"

@@ -38,10 +38,10 @@ from conftest import terminate
 from redis import Redis
 from rq import Queue, Worker
 
+from fair_router.dashboard.app import READ_TOKEN_ENV
 from fair_router.demo.harness import timed_job
 from fair_router.demo.redis_server import RedisServer
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.observe.dashboard import READ_TOKEN_ENV
 from fair_router.routing.router import FairRouter
 
 QUEUE = "flood"

@@ -26,10 +26,10 @@ from redis import Redis
 from worker_jobs import noop
 
 from fair_router import FairQueue, Settings
+from fair_router.dashboard.app import READ_TOKEN_ENV, TOKEN_ENV, create_app, create_blueprint
+from fair_router.dashboard.guard import SESSION_SECONDS, allowed_hosts, split_host
+from fair_router.dashboard.reader import SnapshotReader
 from fair_router.demo.redis_server import RedisServer
-from fair_router.observe.dashboard import READ_TOKEN_ENV, TOKEN_ENV, create_app, create_blueprint
-from fair_router.observe.guard import SESSION_SECONDS, allowed_hosts, split_host
-from fair_router.observe.reader import SnapshotReader
 
 PREFIX = "exposed"
 READ_TOKEN = "read-token-for-the-tests-0123"

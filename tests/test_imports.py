@@ -1,4 +1,4 @@
-"""No import cycles inside fair_router.
+"""No import cycles inside fair_router, between modules or between packages.
 
 A cycle makes the import order matter (a module sees the other half-initialised), hides which module is
 the lower layer, and gets patched with a function-level import, which only postpones it: ``router`` and
@@ -78,6 +78,69 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
             if cycle:
                 return cycle
     return None
+
+
+FLOORS = {
+    "core": 0,
+    "config": 1, "store": 1,
+    "controls": 2, "observe": 2, "rq_internals": 2, "iteration": 2,
+    "fairqueue": 3,
+    "routing": 4,
+    "workers": 5, "dashboard": 5,
+    "demo": 6,
+    "commands": 7,
+}
+"""Each package's floor (docs/internals.md, "Floors"): a package imports only from lower floors. ``core`` holds
+the vocabulary every feature speaks (tenants, job meta, rules, rates, keys); features never import each other
+sideways, so a change to one cannot reach another except through a lower floor."""
+
+
+def package_of(module: str, package: Path) -> str | None:
+    """The first-level package of ``module`` (``fair_router.routing.router`` -> ``routing``), or None for a
+    top-level module (``fair_router``, ``fair_router.cli``: they sit on top and import everything)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (package / parts[1]).is_dir() else None
+
+
+def package_graph(package: Path) -> dict[str, dict[str, list[str]]]:
+    """First-level package -> the packages it imports -> the module imports behind that edge."""
+    edges: dict[str, dict[str, list[str]]] = {}
+    for module, imported in import_graph(package).items():
+        source = package_of(module, package)
+        for target in imported:
+            into = package_of(target, package)
+            if source and into and into != source:
+                edges.setdefault(source, {}).setdefault(into, []).append(f"{module} -> {target}")
+    return edges
+
+
+def test_packages_stand_on_floors() -> None:
+    """Every package is on a floor, and every import between packages goes down: so the package graph has no
+    cycle (``config`` and ``routing`` once imported each other, as did ``routing`` and ``fairqueue``)."""
+    packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert packages == set(FLOORS), f"packages without a floor, or floors without a package: {packages ^ set(FLOORS)}"
+    edges = package_graph(PACKAGE)
+    assert edges["routing"]["core"], "the graph is real"
+    upward = [f"{source} (floor {FLOORS[source]}) imports {into} (floor {FLOORS[into]}): {why[0]}"
+              for source, targets in edges.items() for into, why in targets.items() if FLOORS[into] >= FLOORS[source]]
+    assert not upward, "\n".join(upward)
+    assert not edges.get("core"), f"core imports a feature package: {edges.get('core')}"
+    graph = {source: set(targets) for source, targets in edges.items()}
+    assert find_cycle(graph) is None
+
+
+def test_the_floor_check_sees_a_sideways_import(tmp_path: Path) -> None:
+    """The package graph of a small tree: ``pkg.low.a`` importing ``pkg.high.b`` is an edge low -> high."""
+    package = tmp_path / "pkg"
+    for sub in ("low", "high"):
+        (package / sub).mkdir(parents=True)
+        (package / sub / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "high" / "b.py").write_text("X = 1\n")
+    (package / "low" / "a.py").write_text("from pkg.high.b import X\n")
+    graph = package_graph(package)
+    assert set(graph) == {"low"}
+    assert sorted(graph["low"]["high"]) == ["pkg.low.a -> pkg.high", "pkg.low.a -> pkg.high.b"]
 
 
 def test_fair_router_has_no_import_cycles() -> None:

@@ -15,8 +15,8 @@ from rq.job import Job, JobStatus
 
 from fair_router import FairQueue, FairRouter, Settings, SettingsError, WeightedSimpleWorker, fair_job, interruptible
 from fair_router.config.settings import TiersConfig
+from fair_router.core.keys import Keys
 from fair_router.iteration.turns import HOST
-from fair_router.store.keys import Keys
 from fair_router.workers.recovery import Recovery
 
 PREFIX = "it_test"

@@ -19,8 +19,8 @@ from rq.job import Job, JobStatus
 
 from fair_router import FairQueue, Settings
 from fair_router.cli import main
+from fair_router.dashboard.reader import SnapshotReader
 from fair_router.demo.redis_server import RedisServer
-from fair_router.observe.reader import SnapshotReader
 
 PREFIX = "itf_test"
 QUEUE = "imports"

@@ -30,8 +30,8 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegist
 from fair_router import FairJob, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.concurrency import COUNTERS, ConcurrencyLimiter, Lease
-from fair_router.routing.tiers import TierBook
-from fair_router.store.keys import Keys
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
 
 PREFIX = "limits_test"
 QUEUE = "limited"

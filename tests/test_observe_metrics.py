@@ -14,8 +14,8 @@ from worker_jobs import noop
 
 from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, fair_job
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig
-from fair_router.observe.dashboard import create_app, create_blueprint
-from fair_router.observe.reader import SnapshotReader
+from fair_router.dashboard.app import create_app, create_blueprint
+from fair_router.dashboard.reader import SnapshotReader
 from fair_router.routing.router import FairRouter
 
 PREFIX = "metrics"

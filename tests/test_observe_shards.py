@@ -12,11 +12,11 @@ from redis import Redis
 from routed_jobs import echo
 
 from fair_router import Settings, fair_job
+from fair_router.dashboard.app import create_app
+from fair_router.dashboard.collector import metrics_text
+from fair_router.dashboard.queueread import server_label
+from fair_router.dashboard.reader import SnapshotReader
 from fair_router.demo.redis_server import RedisServer
-from fair_router.observe.collector import metrics_text
-from fair_router.observe.dashboard import create_app
-from fair_router.observe.queueread import server_label
-from fair_router.observe.reader import SnapshotReader
 
 JOB = {"shard.echo": {"queue": "work", "shards": {"count": 4, "per_tenant": 2}}}
 

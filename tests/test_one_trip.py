@@ -11,7 +11,7 @@ from rq import Queue
 from rq.job import Job
 from test_router import FakeClock, make_job
 
-from fair_router.store.keys import Keys
+from fair_router.core.keys import Keys
 
 
 def saved(conn: Redis, job: Job) -> dict[str, bytes]:

@@ -37,8 +37,8 @@ from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
 from fair_router import FairQueue, FairRouter
+from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
-from fair_router.store.keys import Keys
 
 PREFIX = "chaos"
 FAIR, PLAIN = "chaos_fair", "chaos_plain"

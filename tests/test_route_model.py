@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from redis import Redis
 
 from fair_router import FairRouter, Rule
-from fair_router.store.keys import Keys
+from fair_router.core.keys import Keys
 
 
 @dataclass

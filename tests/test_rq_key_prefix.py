@@ -16,8 +16,8 @@ from conftest import TESTS
 from redis import Redis
 from redis.crc import key_slot
 
+from fair_router.core.keys import Keys, slot_of
 from fair_router.demo.redis_server import RedisServer
-from fair_router.store.keys import Keys, slot_of
 
 SCRIPT = textwrap.dedent("""
     import json, sys
@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent("""
     from rq.registry import StartedJobRegistry
     import fair_jobs
     from fair_router import FairQueue, Settings, WeightedSimpleWorker
-    from fair_router.store.keys import Keys
+    from fair_router.core.keys import Keys
 
     conn = Redis.from_url(sys.argv[1])
     settings = Settings(prefix="fr")

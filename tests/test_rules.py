@@ -4,8 +4,8 @@ import pytest
 from pydantic import ValidationError
 
 from fair_router import Rule
-from fair_router.config.durations import format_duration, parse_duration
-from fair_router.routing.rules import last_match
+from fair_router.core.durations import format_duration, parse_duration
+from fair_router.core.rules import last_match
 
 
 @pytest.mark.parametrize(

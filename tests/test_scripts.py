@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from fair_router.store.keys import FairQueueKeys, Keys
+from fair_router.core.keys import FairQueueKeys, Keys
 from fair_router.store.luascript import assemble, assemble_source, fair_keys_lua, includes, lua_dir
 
 LUA = Path(__file__).resolve().parent.parent / "lua"

@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from fair_router import Shards, shards_of
-from fair_router.routing.shards import shard_queue
+from fair_router.core.shards import shard_queue
 
 # Computed once with this implementation; a change to the deal moves every tenant's jobs to other shards,
 # so it must fail here first.

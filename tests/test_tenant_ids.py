@@ -2,7 +2,7 @@
 string); anything else raises TypeError naming the type; an empty id, one over ``tenant_max_bytes`` bytes of
 UTF-8 or one with lone surrogates raises InvalidTenant (a ValueError naming the limit); and a refused call
 writes nothing to Redis. Each path is driven with arbitrary values of many types (hypothesis) and checked
-against :func:`expected`, a model written here independently of ``fair_router.routing.tenancy``."""
+against :func:`expected`, a model written here independently of ``fair_router.core.tenancy``."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from rq.job import Job
 
 from fair_router import FairQueue, FairRouter, Rule, fair_job
 from fair_router.config.settings import Settings, TiersConfig
+from fair_router.core.tenancy import InvalidTenant, tenant_id
 from fair_router.demo.redis_server import RedisServer
-from fair_router.routing.tenancy import InvalidTenant, tenant_id
 
 MAX = 256
 

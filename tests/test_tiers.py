@@ -12,8 +12,8 @@ from redis import Redis
 from fair_router import FairRouter, Rule, SettingsError, fair_job, load_settings
 from fair_router.cli import main
 from fair_router.config.settings import TiersConfig
+from fair_router.controls.tiers import TierBook
 from fair_router.demo.redis_server import RedisServer
-from fair_router.routing.tiers import TierBook
 
 
 class Ticks:

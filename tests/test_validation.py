@@ -1,4 +1,4 @@
-"""One validated vocabulary (fair_router/config/validation.py): a value means the same, and a bad one reads the same,
+"""One validated vocabulary (fair_router/core/validation.py): a value means the same, and a bad one reads the same,
 whether it comes from the settings, a constructor, the decorator or a CLI option."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from redis import Redis
 
 from fair_router import FairQueue, FairRouter, SettingsError, WeightedSimpleWorker, fair_job, load_settings
 from fair_router.cli import main
-from fair_router.controls.rates import Rate
+from fair_router.core.rates import Rate
 
 PREFIX_REASON = "prefix must be 1-100 letters, digits, '_', '.', ':' or '-' (no braces), got 'a{b}'"
 

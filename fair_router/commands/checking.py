@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
 from fair_router.config.settings import Settings
-from fair_router.store.keys import Keys
+from fair_router.core.keys import Keys
 from fair_router.store.luascript import assemble, lua_dir
 from fair_router.workers.pool import redact_url
 

@@ -14,7 +14,7 @@ from redis import Redis
 
 from fair_router.commands.failures import BadInput, redacted, remember_redis
 from fair_router.config.settings import Settings, SettingsError, SettingsWarning, load_settings
-from fair_router.config.validation import AtLeastOne, FairWeight, RateField
+from fair_router.core.validation import AtLeastOne, FairWeight, RateField
 from fair_router.routing.router import FairRouter
 
 CONNECT_TIMEOUT = 5.0
@@ -64,7 +64,7 @@ def router_for(settings: Settings) -> FairRouter:
 
 
 class Validated(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on, plain before
-    """A click parameter checked by one of :mod:`fair_router.config.validation`'s types, through a pydantic
+    """A click parameter checked by one of :mod:`fair_router.core.validation`'s types, through a pydantic
     TypeAdapter: an option takes exactly what the setting it overrides takes, with the same message."""
 
     def __init__(self, annotated: Any, name: str) -> None:

@@ -38,13 +38,13 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
     try:
         import waitress  # noqa: F401  # the server, imported when serving: a missing one is reported here
 
-        from fair_router.observe.dashboard import create_app, listen
+        from fair_router.dashboard.app import create_app, listen
     except ImportError as exc:
         click.echo(f"error: the dashboard needs Flask, prometheus-client and waitress ({exc}): "
                    "pip install 'fair-router[dashboard]'", err=True)
         sys.exit(2)
-    from fair_router.observe.dashboard import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV
-    from fair_router.observe.guard import allowed_hosts, is_loopback
+    from fair_router.dashboard.app import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV
+    from fair_router.dashboard.guard import allowed_hosts, is_loopback
     from fair_router.workers.pool import redact_url
 
     token = os.environ.get(TOKEN_ENV) if actions else None
@@ -91,7 +91,7 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
 
 def warn_exposed(host: str, port: int) -> None:
     """One block on stderr that cannot be missed: tenant data is open to whoever reaches the port."""
-    from fair_router.observe.dashboard import READ_TOKEN_ENV
+    from fair_router.dashboard.app import READ_TOKEN_ENV
 
     rule = "!" * 78
     click.echo("\n".join((

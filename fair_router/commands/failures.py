@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fair_router.config.errors import SettingsError
-from fair_router.routing.tenancy import InvalidTenant
+from fair_router.core.tenancy import InvalidTenant
 
 DEBUG = "fair_router.debug"
 """``ctx.meta`` key: ``--debug`` was given (exceptions propagate with their traceback)."""

@@ -10,10 +10,10 @@ import click
 from fair_router.commands.checking import report, server_findings
 from fair_router.commands.common import load_or_exit, router_for
 from fair_router.commands.workers import add_import_paths, path_option
-from fair_router.config.durations import format_duration
 from fair_router.config.settings import Settings, default_config_path
+from fair_router.core.durations import format_duration
+from fair_router.core.rules import window_cap
 from fair_router.routing.router import FairRouter, Route
-from fair_router.routing.rules import window_cap
 from fair_router.workers.pool import redact_url
 
 

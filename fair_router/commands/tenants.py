@@ -9,8 +9,8 @@ import click
 
 from fair_router.commands.common import COUNT, FAIR_WEIGHT, RATE, load_or_exit, router_for
 from fair_router.config.settings import Settings
-from fair_router.controls.rates import Rate
-from fair_router.observe.iterations import known_queues, running_iterations
+from fair_router.core.rates import Rate
+from fair_router.dashboard.iterations import known_queues, running_iterations
 
 
 @click.group()

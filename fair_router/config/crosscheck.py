@@ -1,6 +1,6 @@
 """Checks across settings that each validate alone but break a deployment together (``fair-router check``).
 
-Loading validates every value where it is given (:mod:`fair_router.config.validation`); what it cannot see is
+Loading validates every value where it is given (:mod:`fair_router.core.validation`); what it cannot see is
 how values refer to each other and to the world outside the file: a rule sending jobs to a queue no worker
 started from these settings serves, a job key naming a function that does not exist (its rules would never
 apply, silently), a ``FAIR_ROUTER_*`` variable pydantic-settings ignores because no setting has that name.

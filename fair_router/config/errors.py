@@ -75,7 +75,7 @@ T = TypeVar("T")
 
 
 def validated(adapter: TypeAdapter[T], value: object, source: str) -> T:
-    """``value`` checked by ``adapter`` (built on :mod:`fair_router.config.validation`'s types) where it is given
+    """``value`` checked by ``adapter`` (built on :mod:`fair_router.core.validation`'s types) where it is given
     outside the settings: a constructor argument or a CLI option. Raises SettingsError naming ``source``
     (e.g. ``FairRouter(prefix=...)``), the key when ``value`` is a mapping, the reason and the value."""
     try:

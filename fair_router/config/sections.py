@@ -12,7 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from fair_router.config.validation import (
+from fair_router.core.rules import Rule
+from fair_router.core.shards import Shards
+from fair_router.core.validation import (
     MAX_RULES,
     MAX_TIERS,
     AtLeastOne,
@@ -23,8 +25,6 @@ from fair_router.config.validation import (
     TierName,
     at_most,
 )
-from fair_router.routing.rules import Rule
-from fair_router.routing.shards import Shards
 
 
 class JobConfig(BaseModel):

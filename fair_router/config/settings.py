@@ -40,7 +40,10 @@ from fair_router.config.sections import (
     RecoveryConfig,
     TiersConfig,
 )
-from fair_router.config.validation import (
+from fair_router.config.yamlfile import CheckedYamlSource
+from fair_router.core.shards import family_of
+from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES
+from fair_router.core.validation import (
     MAX_JOBS,
     MAX_QUEUES,
     AtLeastOne,
@@ -53,9 +56,6 @@ from fair_router.config.validation import (
     Weight,
     at_most,
 )
-from fair_router.config.yamlfile import CheckedYamlSource
-from fair_router.routing.shards import family_of
-from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
 
 __all__ = [
     "ADR_LIMITS",

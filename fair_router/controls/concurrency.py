@@ -34,8 +34,8 @@ from rq import Queue
 from rq.job import Job
 
 from fair_router.config.settings import ConcurrencyConfig
-from fair_router.routing.tiers import TierBook
-from fair_router.store.keys import Keys
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
 from fair_router.store.scripts import AcquireScript, Admission, Clock, RateScope, Verdict, now_arg
 
 logger = logging.getLogger("fair_router")

@@ -33,10 +33,10 @@ from rq.job import Job
 
 from fair_router.config.settings import JobConfig
 from fair_router.controls.concurrency import ConcurrencyLimiter, Lease
-from fair_router.controls.rates import Rate, parse_rate
-from fair_router.routing.jobmeta import META_RATE
-from fair_router.routing.tiers import TenantProfile
-from fair_router.store.keys import Keys
+from fair_router.core.jobmeta import META_RATE
+from fair_router.core.keys import Keys
+from fair_router.core.profiles import TenantProfile
+from fair_router.core.rates import Rate, parse_rate
 from fair_router.store.scripts import Admission, RateScope
 
 logger = logging.getLogger("fair_router")

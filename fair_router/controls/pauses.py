@@ -14,8 +14,8 @@ from redis import Redis
 from rq import Queue
 from rq.utils import as_text
 
+from fair_router.core.keys import Keys, encode
 from fair_router.store.fair_scripts import FairHoldScript, FairUnparkScript
-from fair_router.store.keys import Keys, encode
 
 PAUSE_PARK = 60.0
 """Seconds a fair queue skips a paused tenant before its next pop checks again; ``resume`` unparks it at

@@ -26,12 +26,12 @@ from rq import Queue, Worker, get_current_job
 from rq.job import Job
 
 from fair_router.config.settings import Charge, JobConfig, ObserveConfig, Settings, TiersConfig
+from fair_router.core.keys import Keys
+from fair_router.core.rules import Rule
 from fair_router.demo.metrics import JobTiming
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.decorator import fair_job
 from fair_router.routing.router import FairRouter
-from fair_router.routing.rules import Rule
-from fair_router.store.keys import Keys
 
 MODES = ("fifo", "router", "fair")
 PREFIX = "fair_router_flood"

@@ -15,6 +15,7 @@ from typing import Any
 import click
 from redis import Redis
 
+from fair_router.core.rules import Rule
 from fair_router.demo.flood import (
     CHARGES,
     FloodParams,
@@ -29,7 +30,6 @@ from fair_router.demo.long_jobs import total_jobs as long_total_jobs
 from fair_router.demo.redis_server import RedisServer
 from fair_router.routing.decorator import fair_job
 from fair_router.routing.router import FairRouter
-from fair_router.routing.rules import Rule
 
 DEMO_PREFIX = "fair_router_demo"
 DEMO_RULES = [
@@ -102,8 +102,8 @@ def run_flood_demo(
 def dashboard_view(connection: Redis, views: dict[str, list[str]]) -> Midway:
     """A ``midway`` callback that reads the mode's dashboard (the same reader and figures as ``fair-router
     dashboard``) into ``views[mode]`` as text lines."""
-    from fair_router.observe.reader import SnapshotReader
-    from fair_router.observe.text import render
+    from fair_router.dashboard.reader import SnapshotReader
+    from fair_router.dashboard.text import render
 
     def look(chosen: Mode) -> None:
         if not chosen.worker_class.startswith("fair_router."):

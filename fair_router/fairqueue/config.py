@@ -15,12 +15,12 @@ from redis import Redis
 from rq.job import Job
 
 from fair_router.config.settings import Charge, Settings, TiersConfig, load_settings, validated
-from fair_router.config.validation import Prefix, Seconds, TenantMaxBytes
-from fair_router.routing.jobmeta import META_COST, META_SYSTEM, META_TENANT
-from fair_router.routing.tenancy import optional_tenant_id
-from fair_router.routing.tiers import TierBook
+from fair_router.controls.tiers import TierBook
+from fair_router.core.jobmeta import META_COST, META_SYSTEM, META_TENANT
+from fair_router.core.keys import Keys, encode
+from fair_router.core.tenancy import optional_tenant_id
+from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.store.fair_scripts import PushEntry
-from fair_router.store.keys import Keys, encode
 
 NO_TENANT = "#none"
 """Encoded pseudo-tenant of jobs without a tenant. ``encode`` never yields it: '#' only starts the

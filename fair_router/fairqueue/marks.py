@@ -2,7 +2,7 @@
 process was started with the right flag.
 
 A FairQueue records the fact the first time it pushes a job (and a weighted worker for every queue named
-in ``fair_queues:``): the queue's *fairness mark*, :meth:`fair_router.store.keys.Keys.fair_mark`, holding
+in ``fair_queues:``): the queue's *fairness mark*, :meth:`fair_router.core.keys.Keys.fair_mark`, holding
 the prefix of the fair state. From then on every weighted worker serves the queue as a FairQueue (without
 ``--queue-class``) and every producer of ours enqueues into it as one (without ``fair=True``). Only
 ``fair-router queue plain NAME`` removes the mark, and only while the queue is empty. A process whose prefix
@@ -20,8 +20,8 @@ from redis import Redis
 from redis.client import Pipeline
 from rq import Queue
 
+from fair_router.core.keys import Keys
 from fair_router.store.fair_store import RedisFairStore
-from fair_router.store.keys import Keys
 
 logger = logging.getLogger("fair_router")
 

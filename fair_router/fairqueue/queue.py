@@ -19,16 +19,16 @@ from rq.job import Job
 from rq.utils import as_text
 
 from fair_router.config.settings import Charge, Settings, TiersConfig
+from fair_router.controls.tiers import TierBook
+from fair_router.core.jobmeta import META_TENANT
+from fair_router.core.keys import FairQueueKeys, Keys
 from fair_router.fairqueue.config import FairConfig, tenant_key, tenant_of
 from fair_router.fairqueue.listing import serving_ids
 from fair_router.fairqueue.maintenance import recover_popped
 from fair_router.fairqueue.pushing import FairPushes
-from fair_router.routing.jobmeta import META_TENANT
-from fair_router.routing.tiers import TierBook
 from fair_router.rq_internals.queue import RqPush, RqQueueSeam
 from fair_router.store.fair_scripts import PopResult
 from fair_router.store.fair_store import FairStore, RedisFairStore
-from fair_router.store.keys import FairQueueKeys, Keys
 from fair_router.store.outage import naming_redis
 
 

@@ -27,7 +27,7 @@ from rq import get_current_job
 from rq.job import Job
 
 from fair_router.config.settings import validated
-from fair_router.config.validation import AtLeastOne, Duration
+from fair_router.core.validation import AtLeastOne, Duration
 from fair_router.iteration.turns import CURSOR, HOST, ITEMS, MARKER, TURN_END, TURNS
 
 P = ParamSpec("P")

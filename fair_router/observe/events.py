@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fair_router.store.keys import Keys
+from fair_router.core.keys import Keys
 
 EVENTS = ("recovered", "abandoned")
 """Known events. ``recovered``: a fair job popped but never started, given back (``FairQueue.recover``);

@@ -47,9 +47,9 @@ from redis.client import Pipeline
 from rq.job import Job
 
 from fair_router.config.settings import ObserveConfig
+from fair_router.core.jobmeta import META_TENANT
+from fair_router.core.keys import Keys, encode
 from fair_router.observe.buckets import N_BUCKETS, bucket_of
-from fair_router.routing.jobmeta import META_TENANT
-from fair_router.store.keys import Keys, encode
 from fair_router.store.scripts import Clock, ObserveStartScript
 
 MINUTE_SLOTS = 62

@@ -14,16 +14,17 @@ from rq import Queue
 from rq.utils import as_text
 
 from fair_router.controls.pauses import TenantPauses
-from fair_router.controls.rates import Rate
-from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
-from fair_router.routing.tiers import TenantOverrides, TenantProfile, TierBook
-from fair_router.store.keys import Keys, encode
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys, encode
+from fair_router.core.profiles import TenantOverrides, TenantProfile
+from fair_router.core.rates import Rate
+from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
 
 
 class TenantAdmin:
     """Read and change one tenant's controls; every worker and producer sees a change within 5 s.
 
-    Every method takes a tenant id as a ``str`` or an ``int`` (:func:`~fair_router.routing.tenancy.tenant_id`:
+    Every method takes a tenant id as a ``str`` or an ``int`` (:func:`~fair_router.core.tenancy.tenant_id`:
     TypeError for other types, InvalidTenant past ``tenant_max_bytes``), checked before anything is written."""
 
     def __init__(self, connection: Redis, keys: Keys, tiers: TierBook,

@@ -7,8 +7,8 @@ import time
 
 from redis.client import Pipeline
 
+from fair_router.core.keys import Keys
 from fair_router.routing.placement import Route
-from fair_router.store.keys import Keys
 
 ANNOUNCE_EVERY = 60.0
 """Seconds between two additions of a job key to the set of routed job keys (fair_router.observe)."""

@@ -22,11 +22,11 @@ from rq.job import Job
 from rq.queue import EnqueueArgs
 
 from fair_router.config.settings import JobConfig, Settings, load_settings
-from fair_router.controls.rates import Rate
+from fair_router.core.rates import Rate
+from fair_router.core.rules import Rule
+from fair_router.core.shards import Shards
+from fair_router.core.tenancy import TenantFunc, TenantResolver
 from fair_router.routing.router import FairRouter, Route
-from fair_router.routing.rules import Rule
-from fair_router.routing.shards import Shards
-from fair_router.routing.tenancy import TenantFunc, TenantResolver
 
 P = ParamSpec("P")
 R = TypeVar("R")

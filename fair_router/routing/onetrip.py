@@ -26,10 +26,10 @@ from rq import Queue
 from rq.job import Job
 from rq.queue import EnqueueArgs
 
+from fair_router.core.keys import Keys
 from fair_router.routing.announce import Announcer
 from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
 from fair_router.rq_internals.queue import RqQueueSeam
-from fair_router.store.keys import Keys
 from fair_router.store.luascript import execute_loaded
 from fair_router.store.scripts import Clock, RoutePush, RouteScript, now_arg
 

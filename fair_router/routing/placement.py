@@ -14,11 +14,11 @@ from typing import Any
 
 from rq import Queue
 
-from fair_router.controls.rates import Rate
-from fair_router.routing.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
-from fair_router.routing.rules import Rule
-from fair_router.routing.shards import Shards, shard_queue
-from fair_router.store.keys import Keys
+from fair_router.core.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
+from fair_router.core.keys import Keys
+from fair_router.core.rates import Rate
+from fair_router.core.rules import Rule
+from fair_router.core.shards import Shards, shard_queue
 from fair_router.store.scripts import RouteJob, ShardLoads
 
 NO_TENANT_SHARDS = ""

@@ -27,19 +27,19 @@ from rq.job import Job
 from rq.queue import EnqueueArgs, EnqueueData
 
 from fair_router.config.settings import TiersConfig, validated
-from fair_router.config.validation import Prefix, TenantMaxBytes
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
+from fair_router.core.rules import Rule, last_match
+from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES
+from fair_router.core.validation import Prefix, TenantMaxBytes
 from fair_router.routing.admin import TenantAdmin
 from fair_router.routing.announce import Announcer
 from fair_router.routing.onetrip import OneTrip
 from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
 from fair_router.routing.queues import QueueRegistry
-from fair_router.routing.rules import Rule, last_match
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
-from fair_router.routing.tenancy import DEFAULT_TENANT_MAX_BYTES
-from fair_router.routing.tiers import TierBook
-from fair_router.store.keys import Keys
 from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 

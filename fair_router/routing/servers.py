@@ -19,8 +19,8 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 
+from fair_router.core.shards import shard_queue
 from fair_router.routing.placement import NO_TENANT_SHARDS, Pending, Route
-from fair_router.routing.shards import shard_queue
 
 TIMEOUT = 2.0
 """Seconds to wait for a shard server before taking it for down."""

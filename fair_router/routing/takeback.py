@@ -24,8 +24,8 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq.job import Job
 
+from fair_router.core.keys import Keys
 from fair_router.routing.placement import Pending, Placement, Route
-from fair_router.store.keys import Keys
 from fair_router.store.scripts import UnrecordScript
 
 logger = logging.getLogger("fair_router")

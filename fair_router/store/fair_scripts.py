@@ -1,5 +1,5 @@
 """Typed wrappers of the fair queue's Lua scripts (``lua/fair_*.lua``), apart from the other wrappers
-(:mod:`fair_router.store.scripts`): every one takes the queue's keys in :class:`~fair_router.store.keys.FairQueueKeys`
+(:mod:`fair_router.store.scripts`): every one takes the queue's keys in :class:`~fair_router.core.keys.FairQueueKeys`
 order."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from enum import IntEnum
 from typing import Any, NamedTuple
 
-from fair_router.store.keys import FairQueueKeys
+from fair_router.core.keys import FairQueueKeys
 from fair_router.store.luascript import Call, LuaScript
 from fair_router.store.scripts import _text
 

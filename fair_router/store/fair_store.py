@@ -19,6 +19,7 @@ from typing import Any, Protocol, TypeVar, cast
 from redis import Redis
 from redis.client import Pipeline
 
+from fair_router.core.keys import FairQueueKeys
 from fair_router.store.fair_scripts import (
     FairHoldScript,
     FairParkScript,
@@ -31,7 +32,6 @@ from fair_router.store.fair_scripts import (
     PopResult,
     PushEntry,
 )
-from fair_router.store.keys import FairQueueKeys
 from fair_router.store.luascript import LuaScript
 
 _S = TypeVar("_S", bound=LuaScript[Any])

@@ -6,7 +6,7 @@ found, assembled with the shared pieces it includes, registered and run.
 every piece the script needs in front of it, each once, a piece after the pieces it includes. Redis 6.2 and
 7.0 have no function libraries, so this text assembly is how the scripts share code. One piece is generated
 rather than read: ``fair_keys`` binds ``KEYS[i]`` to a local named as the i-th field of
-:class:`~fair_router.store.keys.FairQueueKeys`, which is the one statement of the fair scripts' KEYS order.
+:class:`~fair_router.core.keys.FairQueueKeys`, which is the one statement of the fair scripts' KEYS order.
 
 **Wrappers.** Every wrapper derives from :class:`LuaScript`: it reads and assembles its script once, when
 built, registers it on the client it was built with, and its ``__call__`` names the script's KEYS and ARGV
@@ -44,7 +44,7 @@ from redis.client import Pipeline
 from redis.connection import ConnectionPool
 from redis.exceptions import NoScriptError
 
-from fair_router.store.keys import FairQueueKeys
+from fair_router.core.keys import FairQueueKeys
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):

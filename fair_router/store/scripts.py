@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 from redis import Redis
 
-from fair_router.routing.rules import Rule, window_cap
-from fair_router.store.keys import Keys
+from fair_router.core.keys import Keys
+from fair_router.core.rules import Rule, window_cap
 from fair_router.store.luascript import Call, LuaScript, assemble, compact
 
 Clock = Callable[[], float]

@@ -8,7 +8,7 @@ from typing import cast
 from rq import Queue
 
 from fair_router.config.settings import Settings
-from fair_router.config.validation import QueueWeight
+from fair_router.core.validation import QueueWeight
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.rq_internals.worker import rebuilt_as

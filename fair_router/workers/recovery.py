@@ -79,12 +79,12 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.utils import as_text
 
+from fair_router.core.keys import Keys
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import CURSOR, RESUMES, is_interruptible
 from fair_router.rq_internals.registry import execution_key, has_execution, job_id_of, staged_registry, started_key
 from fair_router.rq_internals.turns import requeue
 from fair_router.rq_internals.worker import ExceptionHandler
-from fair_router.store.keys import Keys
 from fair_router.store.outage import BACKOFF_CAP, OutageWatch
 from fair_router.store.scripts import AbandonScript, Clock
 

@@ -22,7 +22,7 @@ import random
 from collections.abc import Iterable
 from typing import TypeVar
 
-from fair_router.config.validation import QueueWeight
+from fair_router.core.validation import QueueWeight
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ def weighted_order(items: Iterable[tuple[T, QueueWeight]], rng: random.Random | 
 
     ``rng`` makes the draw reproducible (tests); by default the ``random`` module's generator is used.
     Weights are trusted: this runs before every fetch, so they are checked once, where they enter
-    (:data:`fair_router.config.validation.Weight`: the ``queues:`` setting, a worker's ``weights=``).
+    (:data:`fair_router.core.validation.Weight`: the ``queues:`` setting, a worker's ``weights=``).
     """
     expovariate = (rng or random).expovariate
     strict: list[T] = []

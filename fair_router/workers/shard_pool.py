@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fair_router.config.settings import JobConfig, Settings
-from fair_router.routing.shards import family_of, shard_queue
+from fair_router.core.shards import family_of, shard_queue
 
 
 def shard_queues(settings: Settings, index: int, families: Sequence[str] = ()) -> list[str]:

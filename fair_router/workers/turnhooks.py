@@ -7,9 +7,9 @@ from redis.client import Pipeline
 from rq import Queue
 from rq.job import Job
 
+from fair_router.core.jobmeta import META_TENANT
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import HOST, is_turn_end
-from fair_router.routing.jobmeta import META_TENANT
 from fair_router.rq_internals.worker import RqWorkerSeam
 
 

@@ -51,19 +51,19 @@ from rq.job import Job
 from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings, load_settings, validated
-from fair_router.config.validation import QueueName, QueueWeight, Weight
 from fair_router.controls.concurrency import ConcurrencyLimiter, Lease
 from fair_router.controls.gate import RateLimiter, TenantGate
 from fair_router.controls.pauses import PAUSE_PARK
+from fair_router.controls.tiers import TierBook
+from fair_router.core.jobmeta import META_SYSTEM, META_TENANT
+from fair_router.core.keys import Keys
+from fair_router.core.shards import family_of
+from fair_router.core.validation import QueueName, QueueWeight, Weight
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
-from fair_router.routing.jobmeta import META_SYSTEM, META_TENANT
-from fair_router.routing.shards import family_of
-from fair_router.routing.tiers import TierBook
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, rebuilt_as
-from fair_router.store.keys import Keys
 from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.store.scripts import Admission, Verdict
 from fair_router.workers.marked import FollowsFairnessMarks

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from fair_router.config.durations import format_duration
-from fair_router.config.validation import MAX_COUNT, Duration, RuleQueue
+from fair_router.core.durations import format_duration
+from fair_router.core.validation import MAX_COUNT, Duration, RuleQueue
 
 
 class Rule(BaseModel):

@@ -89,7 +89,7 @@ class FairQueueKeys:
 
 @dataclass(frozen=True)
 class Keys:
-    """Key names under one prefix, checked where it enters (``fair_router.config.validation.Prefix``: no braces)."""
+    """Key names under one prefix, checked where it enters (``fair_router.core.validation.Prefix``: no braces)."""
 
     prefix: str = "fair_router"
 

@@ -14,9 +14,9 @@ from rq import Queue
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
+from fair_router.core.jobmeta import META_TENANT
+from fair_router.dashboard.model import RunningIteration
 from fair_router.iteration.turns import CURSOR, ITEMS, TURNS
-from fair_router.observe.model import RunningIteration
-from fair_router.routing.jobmeta import META_TENANT
 from fair_router.rq_internals.registry import job_id_of
 
 CURSOR_SHOWN = 40

@@ -1,7 +1,7 @@
 """What the views show: one :class:`Snapshot` of queues, the busiest tenants and the counters.
 
 The dashboard page, its JSON, ``/metrics`` and ``fair-router demo`` all render the same Snapshot, read by
-:class:`fair_router.observe.reader.SnapshotReader`.
+:class:`fair_router.dashboard.reader.SnapshotReader`.
 """
 
 from __future__ import annotations

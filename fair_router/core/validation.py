@@ -20,8 +20,8 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer
 from redis.connection import parse_url
 
-from fair_router.config.durations import parse_duration
-from fair_router.controls.rates import Rate, parse_rate
+from fair_router.core.durations import parse_duration
+from fair_router.core.rates import Rate, parse_rate
 
 MAX_WEIGHT = 1e6
 """Largest queue or fair-share weight: a million to one is far past any useful share, and keeps sums of
@@ -152,10 +152,10 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 """A positive duration in seconds, given as seconds, a ``timedelta`` or ``"250ms"`` / ``"30s"`` / ``"5m"`` /
-``"1h"`` / ``"1d"`` (:func:`fair_router.config.durations.parse_duration`)."""
+``"1h"`` / ``"1d"`` (:func:`fair_router.core.durations.parse_duration`)."""
 
 RateField = Annotated[Rate, BeforeValidator(parse_rate), PlainSerializer(str, return_type=str)]
-"""Job starts per unit of time, ``"10/s"`` / ``"N/m"`` / ``"N/h"`` (:func:`fair_router.controls.rates.parse_rate`),
+"""Job starts per unit of time, ``"10/s"`` / ``"N/m"`` / ``"N/h"`` (:func:`fair_router.core.rates.parse_rate`),
 serialised back to its text."""
 
 

@@ -4,8 +4,8 @@ and ``/metrics`` (Prometheus text), all from one :class:`SnapshotReader`.
 ``fair-router dashboard`` serves :func:`create_app`. To add the page to an existing Flask app, or beside
 rq-dashboard, mount :func:`create_blueprint` under any prefix::
 
-    from fair_router.observe.dashboard import create_blueprint
-    from fair_router.observe.reader import SnapshotReader
+    from fair_router.dashboard.app import create_blueprint
+    from fair_router.dashboard.reader import SnapshotReader
     app.register_blueprint(create_blueprint(SnapshotReader(redis, settings)), url_prefix="/fair")
 
 The page is read-only by default: no route changes anything. Tenant actions (pause and resume, through
@@ -37,9 +37,9 @@ from redis import Redis
 from werkzeug.wrappers import Response as WerkzeugResponse
 
 from fair_router.config.settings import Settings, load_settings
-from fair_router.observe.collector import metrics_text
-from fair_router.observe.guard import LOOPBACK_NAMES, HostAllowlist, ReadAccess, secure_headers
-from fair_router.observe.reader import SnapshotReader
+from fair_router.dashboard.collector import metrics_text
+from fair_router.dashboard.guard import LOOPBACK_NAMES, HostAllowlist, ReadAccess, secure_headers
+from fair_router.dashboard.reader import SnapshotReader
 from fair_router.routing.router import FairRouter
 
 if TYPE_CHECKING:  # waitress is imported when serving only: mounting the blueprint does not need it
@@ -70,7 +70,7 @@ def create_blueprint(
     default) keeps the dashboard read-only, without those routes. ``read_token``: every route but the assets
     needs it (see the module's doc); ``metrics_open``: except ``/metrics``. The blueprint's responses carry
     the security headers; the ``Host`` check is the app's (:func:`create_app`, or wrap your own app's
-    ``wsgi_app`` in :class:`~fair_router.observe.guard.HostAllowlist`)."""
+    ``wsgi_app`` in :class:`~fair_router.dashboard.guard.HostAllowlist`)."""
     if not refresh > 0:
         raise ValueError(f"refresh must be a positive number of seconds, got {refresh!r}")
     for kind, token, env in (("actions", actions_token, TOKEN_ENV), ("read", read_token, READ_TOKEN_ENV)):
@@ -149,7 +149,7 @@ def create_blueprint(
                 abort(404)
             body = request.get_json(silent=True)
             given_tenant = body.get("tenant") if isinstance(body, dict) else None
-            try:  # a str or int id within tenant_max_bytes, as everywhere (fair_router.routing.tenancy)
+            try:  # a str or int id within tenant_max_bytes, as everywhere (fair_router.core.tenancy)
                 tenant = router.tenant_id(given_tenant)
             except (TypeError, ValueError) as exc:
                 refused = jsonify({"error": f'the body must be {{"tenant": "<tenant id>"}}: {exc}'})
@@ -172,7 +172,7 @@ def create_app(
     metrics_open: bool = False,
 ) -> Flask:
     """A Flask app serving the dashboard at ``/``; settings and connection default to the settings file and
-    its ``redis_url`` (so ``gunicorn 'fair_router.observe.dashboard:create_app()'`` works). Read-only unless
+    its ``redis_url`` (so ``gunicorn 'fair_router.dashboard.app:create_app()'`` works). Read-only unless
     ``actions_token`` is given; ``read_token`` and ``metrics_open`` as in :func:`create_blueprint`.
     ``allowed_hosts``: the ``Host`` names answered (default: loopback ones; any port unless one is given);
     any other gets 400."""

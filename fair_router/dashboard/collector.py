@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fair_router.dashboard.model import OTHER_LABEL, Snapshot
+from fair_router.dashboard.reader import SnapshotReader
 from fair_router.observe.events import EVENTS
-from fair_router.observe.model import OTHER_LABEL, Snapshot
-from fair_router.observe.reader import SnapshotReader
 
 LIMIT_EVENTS = ("acquired", "refused", "released", "reclaimed")
 EVENT_HELP = {

@@ -11,10 +11,10 @@ server) of at most ``10 + 5 * queues + job keys + 8 * top_n + top_n * rule job k
    its concurrency slots held, its tier;
 4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);
 5. for the top N only: where its next job would be routed (``peek.lua``, job keys configured in settings);
-6. the interruptible jobs running (:mod:`fair_router.observe.iterations`: two more, bounded by the running
+6. the interruptible jobs running (:mod:`fair_router.dashboard.iterations`: two more, bounded by the running
    jobs);
 7. with ``shard_urls``: one per shard server, the round trip 2 reads of the shard queues living there
-   (:mod:`fair_router.observe.queueread`); a server that does not answer is shown as down.
+   (:mod:`fair_router.dashboard.queueread`); a server that does not answer is shown as down.
 
 The top N are the tenants with the most jobs waiting plus running (slots held), then the most starts
 in the last minute; every other tenant is summed into one ``_other`` row (the all-tenant record minus
@@ -32,15 +32,15 @@ from rq import Queue
 
 from fair_router.config.settings import Settings
 from fair_router.controls.concurrency import COUNTERS
+from fair_router.controls.tiers import load_resolver
+from fair_router.core.keys import Keys
+from fair_router.core.rules import last_match
+from fair_router.dashboard.iterations import running_iterations
+from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
+from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.events import parse_events
-from fair_router.observe.iterations import running_iterations
-from fair_router.observe.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
-from fair_router.observe.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
-from fair_router.routing.rules import last_match
-from fair_router.routing.tiers import load_resolver
-from fair_router.store.keys import Keys
 from fair_router.store.scripts import Clock, PeekScript
 
 RECENT_WINDOW = 120.0

@@ -1,5 +1,5 @@
-"""Plan tiers: which tier a tenant is on, the tier's base queue, and the values
-that apply to one tenant (its *profile*: concurrency limit, fair-share weight, rate, backlog cap).
+"""Plan tiers: which tier a tenant is on, the tier's base queue, and the values that apply to one tenant
+(its :class:`~fair_router.core.profiles.TenantProfile`: concurrency limit, fair-share weight, rate, backlog cap).
 
 A tenant's tier comes from the configured resolver (``tiers.resolver``, "package.module:function",
 tenant -> tier name), else from a Redis hash written by :meth:`FairRouter.set_tier` /
@@ -15,19 +15,15 @@ import importlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 from redis import Redis
 
 from fair_router.config.settings import TiersConfig
-from fair_router.config.validation import AtLeastOne, FairWeight, RateField
-from fair_router.controls.rates import Rate
-from fair_router.store.keys import Keys
+from fair_router.core.keys import Keys
+from fair_router.core.profiles import DEFAULT, PRIORITY, SCHEDULED, TenantOverrides, TenantProfile
 
 logger = logging.getLogger("fair_router")
-
-PRIORITY, DEFAULT, SCHEDULED = "priority", "default", "scheduled"
 
 
 def load_resolver(path: str) -> Callable[[str], object]:
@@ -35,36 +31,6 @@ def load_resolver(path: str) -> Callable[[str], object]:
     module_name, _, attribute = path.partition(":")
     resolver: Callable[[str], object] = getattr(importlib.import_module(module_name), attribute)
     return resolver
-
-
-class TenantOverrides(BaseModel):
-    """One tenant's own values, beating its tier's (None: the tier's value applies)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    limit: AtLeastOne | None = None
-    weight: FairWeight | None = None
-    rate: RateField | None = None
-    burst: AtLeastOne | None = None
-    max_backlog: AtLeastOne | None = None
-
-    def fields(self) -> dict[str, str]:
-        """The values set, as the strings stored in Redis."""
-        return {name: str(value) for name, value in self.model_dump(exclude_none=True, mode="json").items()}
-
-
-@dataclass(frozen=True)
-class TenantProfile:
-    """The values in effect for one tenant: its tier's, with its overrides on top."""
-
-    tier: str
-    limit: int
-    weight: float
-    rate: Rate | None
-    burst: int
-    max_backlog: int | None
-    overrides: TenantOverrides
-    paused: bool = False  # as of the lookup (cached like the rest; acquire.lua reads the flag itself)
 
 
 class TierBook:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fair_router.observe.model import Snapshot, TenantView
+from fair_router.dashboard.model import Snapshot, TenantView
 
 
 def format_wait(seconds: float | None) -> str:

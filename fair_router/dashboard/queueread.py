@@ -23,10 +23,10 @@ from rq import Queue
 from rq.registry import StartedJobRegistry
 
 from fair_router.config.settings import Settings
-from fair_router.observe.model import QueueView, ShardServerView
+from fair_router.core.keys import Keys
+from fair_router.core.shards import shard_queue
+from fair_router.dashboard.model import QueueView, ShardServerView
 from fair_router.routing.servers import TIMEOUT, ShardServers
-from fair_router.routing.shards import shard_queue
-from fair_router.store.keys import Keys
 
 PER_QUEUE = 5
 """Commands per queue: length, running, backlog, parked, abandoned count."""

@@ -1,0 +1,47 @@
+"""A tenant's profile: the values in effect for it (its tier's, with its own overrides on top).
+
+Value types only, on the ground floor: the tier book (``fair_router.controls.tiers``) builds them from the
+settings and Redis, and the router, the fair queue, the start checks and the dashboard read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from fair_router.core.rates import Rate
+from fair_router.core.validation import AtLeastOne, FairWeight, RateField
+
+PRIORITY, DEFAULT, SCHEDULED = "priority", "default", "scheduled"
+"""The three queue classes a job can be routed to by tier (``TierBook.queue_class``)."""
+
+
+class TenantOverrides(BaseModel):
+    """One tenant's own values, beating its tier's (None: the tier's value applies)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    limit: AtLeastOne | None = None
+    weight: FairWeight | None = None
+    rate: RateField | None = None
+    burst: AtLeastOne | None = None
+    max_backlog: AtLeastOne | None = None
+
+    def fields(self) -> dict[str, str]:
+        """The values set, as the strings stored in Redis."""
+        return {name: str(value) for name, value in self.model_dump(exclude_none=True, mode="json").items()}
+
+
+@dataclass(frozen=True)
+class TenantProfile:
+    """The values in effect for one tenant: its tier's, with its overrides on top."""
+
+    tier: str
+    limit: int
+    weight: float
+    rate: Rate | None
+    burst: int
+    max_backlog: int | None
+    overrides: TenantOverrides
+    paused: bool = False  # as of the lookup (cached like the rest; acquire.lua reads the flag itself)
