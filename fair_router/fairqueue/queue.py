@@ -60,6 +60,7 @@ class FairQueue(RqQueueSeam):
             self.recover_after = recover_after
         self._store: FairStore | None = None
         self._pushes = FairPushes(name, self._config)
+        self.caps = self._pushes.caps  # backlog caps of pushes in flight: FairRouter reads them after its pipelines
         # Popped through this object -> FIFO seq of a fair choice (None: a plain entry); acknowledged with the
         # next pop (an rq worker runs each job to its end before it dequeues again).
         self._handed_out: dict[str, int | None] = {}
