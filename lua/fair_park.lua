@@ -26,13 +26,14 @@ if charge then
   declared, func = charged_declared, charged_func
   if refund then step = estimate / charged_weight end
 elseif refund then
-  step = 1 / tonumber(redis.call('HGET', weights, tenant) or weight)
+  local _, _, stored = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  step = 1 / tonumber(stored or weight)
 end
 hold(tenant, until_ms, step)  -- it keeps its place: on return it starts at max(virtual time, kept pass)
 if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by
 -- several workers at once come back in FIFO order whatever order their parks land in; else the front.
-enter(job_id, tenant, place(tenant, true, old_seq), weight, list_push(job_id, true))
+enter(job_id, tenant, place(tenant, true, old_seq, weight), list_push(job_id, true))
 if declared then keep_costs(job_id, declared, func) end
 return 1

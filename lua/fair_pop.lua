@@ -21,9 +21,12 @@ local n_acks = tonumber(ARGV[5])
 local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
-local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited')
+-- The min-pass tenant first, so that one HMGET reads its record (lib/fifo.lua) with the state's fields.
+local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
 local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
+local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- choose()'s first look
 
 local function first_park_end()
   local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
@@ -46,32 +49,45 @@ if due and due <= now_ms then
   else
     redis.call('HSET', state, 'due', next_due)
   end
+  first = nil  -- parks ended: the min-pass tenant may have changed
 end
 
 local entry = given
 if entry == '' then entry = redis.call('LPOP', rq_list) end
 if not entry then
   -- Nothing waits: any member left is stale. Drop them all, keeping their tenants' passes.
-  if redis.call('HLEN', members) > 0 then
+  if redis.call('HLEN', members) > 0 then  -- (members' entries and their FIFO places)
     for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
       idle(tenant, redis.call('ZSCORE', active, tenant))
     end
     for _, tenant in ipairs(redis.call('HKEYS', backlog)) do idle(tenant, false) end
-    redis.call('DEL', members, fifo, costs)
+    redis.call('DEL', members, costs)
   end
   redis.call('HDEL', state, 'head')
   if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
   return {0, '', first_park_end(), ''}
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
-local entry_value = redis.call('HGET', members, entry)
-if not entry_value then
-  redis.call('HSET', state, 'head', head)
-  redis.call('ZADD', inflight, now_ms, entry)
-  return {1, entry, -1, ''}
-end
+local entry_value = nil  -- the entry's members value, read once the choice is not the entry itself
 for _ = 1, MAX_STALE do
-  local job_id, seq, tenant, pass = choose()
+  local job_id, seq, tenant, pass, tail, weight = choose(first)
+  first = nil
+  if job_id and job_id == entry then  -- the common case: the entry is the choice (no members lookup)
+    take(job_id, seq, tenant, pass, pop, tail, weight)
+    return {2, job_id, -1, seq}
+  end
+  local value = nil
+  if entry_value == nil then
+    local got = redis.call('HMGET', members, entry, job_id or entry)
+    entry_value, value = got[1], got[2]
+    if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
+      redis.call('HSET', state, 'head', head)
+      redis.call('ZADD', inflight, now_ms, entry)
+      return {1, entry, -1, ''}
+    end
+  elseif job_id then
+    value = redis.call('HGET', members, job_id)
+  end
   if not job_id then
     redis.call('HSET', state, 'head', head)
     local plain = plain_further_down(entry, entry_value, head)
@@ -81,13 +97,8 @@ for _ = 1, MAX_STALE do
     end
     break
   end
-  if job_id == entry then
-    take(job_id, seq, tenant, pass, pop)
-    return {2, job_id, -1, seq}
-  end
-  local value = redis.call('HGET', members, job_id)
   if not value then  -- a FIFO place without its members entry: never written so; drop it
-    redis.call('HDEL', fifo, tenant .. ':' .. seq)
+    redis.call('HDEL', members, tenant .. ':' .. seq)
     value = '|' .. tenant .. ':' .. seq
     redis.call('HINCRBY', backlog, tenant, 1)
   end
@@ -97,7 +108,7 @@ for _ = 1, MAX_STALE do
     -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
     redis.call('LSET', rq_list, index, entry)
     set_pos(entry, head + index, entry_value)
-    take(job_id, seq, tenant, pass, pop)
+    take(job_id, seq, tenant, pass, pop, tail, weight)
     return {2, job_id, -1, seq}
   end
   leave(job_id, value)  -- stale: rq removed it behind our back

@@ -46,7 +46,7 @@ for i = 1, #ARGV, GROUP do
     elseif redis.call('LINDEX', rq_list, 0) == job_id then  -- rq's LPUSH: the head moved one up
       pos = redis.call('HINCRBY', state, 'head', -1)
     end
-    enter(job_id, tenant, place(tenant, at_front, nil), weight, pos)
+    enter(job_id, tenant, place(tenant, at_front, nil, weight), pos)
     keep_costs(job_id, declared, func)
     if not redis.call('ZSCORE', parked, tenant) then
       activate(tenant)

@@ -51,16 +51,17 @@ class FairQueueKeys:
     rq's list and all the fair state on one Redis Cluster slot."""
 
     rq_list: str
-    members: str  # HASH job id -> "<order>|<encoded tenant>:<seq>" for every fair job waiting in the queue
-    fifo: str  # HASH "<encoded tenant>:<seq>" -> job id (per-tenant FIFO, seq grows at the tail)
-    head: str  # HASH tenant -> seq of its oldest waiting job
-    tail: str  # HASH tenant -> seq of its newest waiting job
+    members: str  # HASH job id -> "<list position>|<encoded tenant>:<seq>" for every fair job waiting in the
+    #               queue, and its tenant's FIFO: "<encoded tenant>:<seq>" -> job id (seq grows at the tail). rq 3.0
+    #               job ids never hold ':' (rq's validate_job_id), so the two kinds of fields cannot meet, and a
+    #               job's two fields are written and deleted by one command
     backlog: str  # HASH tenant -> number of its waiting jobs
     active: str  # ZSET tenant -> pass (stride scheduling), tenants that may be served now
     kept: str  # ZSET tenant -> pass when it went idle or was parked, while above the virtual time
-    weights: str  # HASH tenant -> weight, set at each push from the tenant's tier
     parked: str  # ZSET tenant -> until (ms): tenants at their limit, paused or over their rate: pops skip them
-    state: str  # HASH vtime (pass of the last served tenant) | pushes | fronts (list-order estimate)
+    state: str  # HASH head (list head's position) | vtime (pass of the last served tenant) | due | limited, and
+    #             per tenant with waiting jobs "=<tenant>" -> "<head seq>|<tail seq>|<weight>" (its FIFO's ends
+    #             and its weight from its last push: lua/lib/fifo.lua), so a pop reads and writes it with the rest
     inflight: str  # ZSET job id -> pop time (ms): popped, not yet known to have started
     wake: str  # LIST wake-ups for workers blocked while only parked tenants' jobs wait on rq's list
     costs: str  # HASH job id -> "<declared seconds or ''>|<function>" of waiting members (charge="runtime")

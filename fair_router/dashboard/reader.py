@@ -41,6 +41,7 @@ from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue,
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.events import parse_events
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
+from fair_router.store.fair_scripts import TENANT_FIELD, record_weight
 from fair_router.store.scripts import Clock, PeekScript
 
 RECENT_WINDOW = 120.0
@@ -222,19 +223,20 @@ class SnapshotReader:
 
     def _fair_weights(self, backlogs: dict[str, dict[str, int]]) -> dict[str, float]:
         """Weight of each tenant waiting in a fair queue (its tier's ``tiers.weights``, as the fair queue
-        uses), read from the fair queues' weight hashes."""
+        uses), read from the tenants' records in the fair queues' state hashes."""
         asks = [(queue, list(backlog)) for queue, backlog in backlogs.items()
                 if backlog and queue not in self._shards.names]
         if not asks:
             return {}
         with self.connection.pipeline(transaction=False) as pipe:
             for queue, tenants in asks:
-                pipe.hmget(self.keys.fair_queue(Queue.redis_queue_namespace_prefix + queue).weights, tenants)
+                state = self.keys.fair_queue(Queue.redis_queue_namespace_prefix + queue).state
+                pipe.hmget(state, [TENANT_FIELD + tenant for tenant in tenants])
             replies = pipe.execute()
         weights: dict[str, float] = {}
         for (_, tenants), values in zip(asks, replies, strict=True):
             for tenant, value in zip(tenants, values, strict=True):
-                weights[tenant] = max(weights.get(tenant, 0.0), float(value) if value is not None else 1.0)
+                weights[tenant] = max(weights.get(tenant, 0.0), record_weight(value) or 1.0)
         return weights
 
 

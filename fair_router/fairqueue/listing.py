@@ -8,6 +8,7 @@ from __future__ import annotations
 from rq.utils import as_text
 
 from fair_router.fairqueue.serving_order import FairSnapshot, serving_order
+from fair_router.store.fair_scripts import tenant_weights
 from fair_router.store.fair_store import FairStore
 
 FIRST_ESTIMATE = 0.01
@@ -22,18 +23,18 @@ def snapshot(store: FairStore, runtime: bool) -> FairSnapshot:
         pipe.hgetall(keys.members)
         pipe.zrange(keys.active, 0, -1, withscores=True)
         pipe.zrange(keys.kept, 0, -1, withscores=True)
-        pipe.hgetall(keys.weights)
-        pipe.hget(keys.state, "vtime")
+        pipe.hgetall(keys.state)
         pipe.hgetall(keys.costs)
         pipe.hgetall(keys.runtimes)
-        listed, members, active, kept, weights, vtime, costs, runtimes = pipe.execute()
+        listed, fields, active, kept, state, costs, runtimes = pipe.execute()
+    members = {k: v for k, v in fields.items() if ":" not in as_text(k)}  # not FIFO places (core/keys.py)
     return FairSnapshot(
         listed=[as_text(raw) for raw in listed],
         members={as_text(k): as_text(v) for k, v in members.items()},
         active={as_text(k): float(v) for k, v in active},
         kept={as_text(k): float(v) for k, v in kept},
-        weights={as_text(k): float(v) for k, v in weights.items()},
-        vtime=float(vtime or 0),
+        weights=tenant_weights(state),
+        vtime=float(state.get(b"vtime") or 0),
         costs=_estimates(members, costs, runtimes) if runtime else {},
     )
 

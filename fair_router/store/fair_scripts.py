@@ -12,6 +12,22 @@ from fair_router.core.keys import FairQueueKeys
 from fair_router.store.luascript import Call, LuaScript
 from fair_router.store.scripts import _text
 
+TENANT_FIELD = "="
+"""The prefix of a tenant's record field in a fair queue's ``state`` hash (lua/lib/fifo.lua): never part of an
+encoded tenant, so records and the state's own fields (head, vtime, due, limited) cannot meet."""
+
+
+def record_weight(record: Any) -> float | None:
+    """The weight in a tenant's record ("<head seq>|<tail seq>|<weight>"); None when there is no record."""
+    return None if record is None else float(_text(record).rpartition("|")[2])
+
+
+def tenant_weights(state: dict[Any, Any]) -> dict[str, float]:
+    """Tenant (encoded) -> weight from its last push, for every tenant with waiting jobs, out of the ``state``
+    hash's tenant records."""
+    texts = ((_text(field), value) for field, value in state.items())
+    return {field[1:]: float(record_weight(value) or 1.0) for field, value in texts if field.startswith(TENANT_FIELD)}
+
 
 class PushEntry(NamedTuple):
     """One job for fair_push.lua."""

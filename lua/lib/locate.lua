@@ -42,7 +42,8 @@ end
 -- is one (there is when the list holds more entries than there are members), which `entry` replaces on
 -- the list, so no other entry moves. Returns that plain entry, or nil.
 local function plain_further_down(entry, value, head)
-  if redis.call('LLEN', rq_list) + 1 <= redis.call('HLEN', members) then return nil end
+  -- Each member has two fields in `members` (its entry and its FIFO place).
+  if redis.call('LLEN', rq_list) + 1 <= redis.call('HLEN', members) / 2 then return nil end
   local start = 0
   while true do
     local chunk = redis.call('LRANGE', rq_list, start, start + 99)

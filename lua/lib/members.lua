@@ -15,7 +15,8 @@
 -- the drift has grown.
 
 -- A members entry is "<list position>|<tenant>:<seq>" (position '' when unknown), `tenant:seq` its FIFO
--- field. Returns field, tenant, position.
+-- field, which lives in `members` too ("<tenant>:<seq>" -> job id; rq 3.0 job ids hold no ':').
+-- Returns field, tenant, position.
 local function parse_member(value)
   local pos, field = string.match(value, '^([^|]*)|(.*)$')
   if not field then field = value end

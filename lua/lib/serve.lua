@@ -1,22 +1,27 @@
 -- lib/serve.lua: the stride choice of a fair pop and serving it (its tenant's pass advances).
--- include: fair_keys, stride, charge, claims
+-- include: fair_keys, stride, fifo, charge, claims
 local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
 
--- The stride choice, not yet taken: the min-pass active tenant's oldest job. Returns job id, seq, tenant,
--- pass; or nil when no tenant can be served.
-local function choose()
+-- The stride choice, not yet taken: the min-pass active tenant's oldest job. `first`: {tenant, pass, record}
+-- of the min-pass tenant when the caller read them already, else nil. Returns job id, seq, tenant, pass,
+-- and the tenant's tail seq and weight (its record, for take); or nil when no tenant can be served.
+local function choose(first)
   while true do
-    local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
-    if #top == 0 then return nil end
-    local tenant, pass = top[1], tonumber(top[2])
-    local h = tonumber(redis.call('HGET', head, tenant) or '1')
-    local job_id = redis.call('HGET', fifo, tenant .. ':' .. h)
-    if job_id then return job_id, h, tenant, pass end
-    local t = tonumber(redis.call('HGET', tail, tenant) or '0')
-    while h < t do  -- skips holes left by FairQueue.remove and by stale members dropped
+    local tenant, pass, record
+    if first then
+      tenant, pass, record = first[1], first[2], first[3]
+      first = nil
+    else
+      local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+      if #top == 0 then return nil end
+      tenant, pass = top[1], tonumber(top[2])
+      record = redis.call('HGET', state, tenant_field(tenant))
+    end
+    local h, t, weight = parse_tenant(record)
+    while h and h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
+      local job_id = redis.call('HGET', members, tenant .. ':' .. h)
+      if job_id then return job_id, h, tenant, pass, t, weight end
       h = h + 1
-      job_id = redis.call('HGET', fifo, tenant .. ':' .. h)
-      if job_id then return job_id, h, tenant, pass end
     end
     idle(tenant, false)  -- nothing left in its FIFO (its backlog count was off): drop it
   end
@@ -43,11 +48,11 @@ end
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
-local function take(job_id, seq, tenant, pass, pop)
+-- `tail`, `stored`: the tenant's tail seq and weight from its record (choose()).
+local function take(job_id, seq, tenant, pass, pop, tail, stored)
   local now_ms = pop.now_ms
-  redis.call('HDEL', fifo, tenant .. ':' .. seq)
-  redis.call('HDEL', members, job_id)
-  local weight = tonumber(redis.call('HGET', weights, tenant) or '1')
+  redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
+  local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
     local cost, declared, func = estimate(job_id, tenant)
@@ -56,14 +61,15 @@ local function take(job_id, seq, tenant, pass, pop)
     redis.call('HDEL', costs, job_id)
   end
   local next_pass = pass + step / weight
-  redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
   if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
+    redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
     idle(tenant, next_pass)
-  else
-    redis.call('HSET', head, tenant, seq + 1)
+  else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on)
+    redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+               (seq + 1) .. '|' .. tail .. '|' .. stored)
     redis.call('ZADD', active, next_pass, tenant)
   end
   redis.call('ZADD', inflight, now_ms, job_id)

@@ -4,6 +4,12 @@
 
 local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
 
+-- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
+-- record cannot meet the state's own fields (head, vtime, due, limited).
+local function tenant_field(tenant)
+  return '=' .. tenant
+end
+
 -- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
 -- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
 -- cannot reset it by draining and refilling.
@@ -21,10 +27,8 @@ end
 local function idle(tenant, pass)
   redis.call('ZREM', active, tenant)
   redis.call('ZREM', parked, tenant)
-  redis.call('HDEL', head, tenant)
-  redis.call('HDEL', tail, tenant)
+  redis.call('HDEL', state, tenant_field(tenant))
   redis.call('HDEL', backlog, tenant)
-  redis.call('HDEL', weights, tenant)
   if pass then redis.call('ZADD', kept, pass, tenant) end
 end
 
