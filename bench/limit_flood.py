@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.jobs import sleep_ms
 from fair_router import FairQueue, Settings
 from fair_router.config.settings import ConcurrencyConfig
-from fair_router.controls.concurrency import ConcurrencyLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
+from fair_router.workers.limiter import ConcurrencyLimiter
 
 PREFIX = "flood"
 QUEUE = "flood"

@@ -41,6 +41,7 @@ from rq.registry import FinishedJobRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.jobs import noop
+from bench.redisstats import NOT_JOBS, server_cpu
 from fair_router import FairQueue, Settings
 from fair_router.demo.harness import stop_processes
 from fair_router.demo.redis_server import RedisServer
@@ -48,7 +49,6 @@ from fair_router.demo.redis_server import RedisServer
 PREFIX = "scale"
 QUEUE = "scale"
 ROOT = Path(__file__).resolve().parent.parent
-NOT_JOBS = ("cmdstat_info", "cmdstat_config|resetstat", "cmdstat_config")
 
 
 def settings_file(directory: Path, rate: str) -> Path:
@@ -72,12 +72,6 @@ def fill(conn: Redis, tenants: int, total: int) -> None:
             batch = []
     if batch:
         queue.enqueue_many(batch)
-
-
-def server_cpu(conn: Redis) -> float:
-    """Seconds of CPU the redis-server process used so far (user + system): its whole cost, I/O included."""
-    info = conn.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def start_workers(url: str, n: int, config: Path, log_dir: Path) -> list[subprocess.Popen[bytes]]:

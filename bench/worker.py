@@ -49,6 +49,8 @@ from fair_router.workers.sampling import weighted_order
 # rq stores a job's function by dotted path and refuses functions defined in __main__.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs import noop
+from redisstats import commands_so_far
+from redisstats import server_cpu as redis_cpu
 
 GOAL = 0.95
 LIMITS_GOAL = 0.90
@@ -61,17 +63,6 @@ SIDES: dict[str, type[SimpleWorker]] = {
 }
 NEVER_BINDING = TiersConfig(rate={"free": "1000/s"}, burst={"free": 1000})
 """A rate on the tier every bench tenant is on that no drain here can reach: checked, never deferring."""
-
-
-def commands_so_far(conn: Redis) -> int:
-    """Commands the server has executed (all clients): a noise-free cost measure next to jobs/s."""
-    return sum(int(stat["calls"]) for stat in conn.info("commandstats").values())
-
-
-def redis_cpu(conn: Redis) -> float:
-    """CPU seconds the Redis server has used (user + system, all its threads)."""
-    cpu = conn.info("cpu")
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def drain(conn: Redis, run: str, label: str, side: str, jobs: int) -> tuple[float, float, float, float]:

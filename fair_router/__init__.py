@@ -14,6 +14,7 @@ Public API (documented in docs/api.md):
 - :class:`InvalidTenant` — a tenant id that is empty or longer than ``tenant_max_bytes`` (a ValueError).
 - :class:`Shards`, :func:`shards_of` — shuffle-sharding: the shards dealt to each tenant.
 - :class:`RedisUnavailable` — an enqueue could not reach Redis after the client's retries.
+- :class:`ReplicasNotAcknowledged` — fewer replicas than ``replicas_to_wait`` acknowledged an enqueue.
 - :func:`interruptible` — a generator job function that runs in turns, giving up its worker at checkpoints.
 """
 
@@ -27,6 +28,7 @@ from fair_router.iteration.decorator import interruptible
 from fair_router.routing.decorator import FairJob, fair_job
 from fair_router.routing.router import FairRouter
 from fair_router.store.outage import RedisUnavailable
+from fair_router.store.replicas import ReplicasNotAcknowledged
 from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "FairRouter",
     "InvalidTenant",
     "RedisUnavailable",
+    "ReplicasNotAcknowledged",
     "Rule",
     "Settings",
     "SettingsError",

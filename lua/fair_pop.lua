@@ -3,7 +3,7 @@
 -- stride scheduler's choice (lib/serve.lua: the min-pass active tenant's oldest job), whose id the head
 -- entry then replaces on the list (LSET at its recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, serve
+-- include: fair_keys, time, stride, members, fifo, locate, claims, serve, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -55,14 +55,7 @@ end
 local entry = given
 if entry == '' then entry = redis.call('LPOP', rq_list) end
 if not entry then
-  -- Nothing waits: any member left is stale. Drop them all, keeping their tenants' passes.
-  if redis.call('HLEN', members) > 0 then  -- (members' entries and their FIFO places)
-    for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
-      idle(tenant, redis.call('ZSCORE', active, tenant))
-    end
-    for _, tenant in ipairs(redis.call('HKEYS', backlog)) do idle(tenant, false) end
-    redis.call('DEL', members, costs)
-  end
+  drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
   redis.call('HDEL', state, 'head')
   if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
   return {0, '', first_park_end(), ''}
@@ -81,6 +74,7 @@ for _ = 1, MAX_STALE do
     local got = redis.call('HMGET', members, entry, job_id or entry)
     entry_value, value = got[1], got[2]
     if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
+      if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
       redis.call('HSET', state, 'head', head)
       redis.call('ZADD', inflight, now_ms, entry)
       return {1, entry, -1, ''}
@@ -111,7 +105,7 @@ for _ = 1, MAX_STALE do
     take(job_id, seq, tenant, pass, pop, tail, weight)
     return {2, job_id, -1, seq}
   end
-  leave(job_id, value)  -- stale: rq removed it behind our back
+  drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)
 end
 redis.call('HSET', state, 'head', head)
 set_pos(entry, list_push(entry, true), entry_value)  -- back where it was

@@ -16,10 +16,11 @@ from rq.registry import FailedJobRegistry
 
 from fair_router import FairQueue, Settings
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
-from fair_router.controls.concurrency import COUNTERS, ConcurrencyLimiter
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
+from fair_router.observe.counters import COUNTERS
+from fair_router.workers.limiter import ConcurrencyLimiter
 
 PREFIX = "claims_test"
 KEYS = Keys(PREFIX)

@@ -58,3 +58,43 @@ def test_a_fair_job_costs_about_11_redis_commands_more_than_a_plain_one(conn: Re
         worker.work(burst=True, max_jobs=JOBS, logging_level="WARNING")
         per_job[side] = all_calls(conn) / JOBS
     assert per_job["fair"] - per_job["plain"] <= 12, per_job  # 11 (it was 16)
+
+
+def to_legacy_layout(conn: Redis, queue: FairQueue) -> int:
+    """Rewrite ``queue``'s fair state into the layout of builds before tenant records (head, tail and weights
+    hashes per tenant, FIFO places in a hash of their own), as such a build left it in Redis."""
+    keys, (head, tail, weights, fifo) = queue.fair_keys, queue.prefix_keys.fair_queue_legacy(queue.key)
+    records = {field[1:]: value for field, value in conn.hgetall(keys.state).items()
+               for field in [field.decode()] if field.startswith("=")}
+    for tenant, record in records.items():
+        h, t, w = record.decode().split("|")
+        conn.hset(head, tenant, h)
+        conn.hset(tail, tenant, t)
+        conn.hset(weights, tenant, w)
+        conn.hdel(keys.state, "=" + tenant)
+    for field, job_id in conn.hgetall(keys.members).items():
+        if b":" in field:
+            conn.hset(fifo, field, job_id)
+            conn.hdel(keys.members, field)
+    return len(records)
+
+
+def test_jobs_waiting_across_the_upgrade_to_tenant_records_keep_their_places(conn: Redis) -> None:
+    """Two queues filled alike; one is rewritten into the old layout. A new FairQueue object moves it back
+    (lua/fair_migrate.lua) and serves exactly the same jobs in the same order as the untouched one."""
+    orders = []
+    for name, legacy in (("same", False), ("upgraded", True)):
+        queue = FairQueue(name, connection=conn)
+        queue.enqueue_many([Queue.prepare_data(fair_jobs.log, (f"t{i % 3}", i), job_id=f"j{i}",
+                                               meta={"fair_tenant": f"t{i % 3 if i < 30 else 0}"})
+                            for i in range(40)])
+        if legacy:
+            assert to_legacy_layout(conn, queue) == 3
+            assert not [f for f in conn.hkeys(queue.fair_keys.state) if f.startswith(b"=")]
+        fresh = FairQueue(name, connection=conn)
+        served = []
+        while (job_id := fresh.pop_job_id()) is not None:
+            served.append(job_id)
+        orders.append(served)
+        assert not conn.exists(*queue.prefix_keys.fair_queue_legacy(queue.key))
+    assert len(orders[0]) == 40 and orders[0] == orders[1]

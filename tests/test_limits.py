@@ -29,9 +29,11 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegist
 
 from fair_router import FairJob, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.config.settings import ConcurrencyConfig
-from fair_router.controls.concurrency import COUNTERS, ConcurrencyLimiter, Lease
+from fair_router.controls.concurrency import Lease
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
+from fair_router.observe.counters import COUNTERS
+from fair_router.workers.limiter import ConcurrencyLimiter
 
 PREFIX = "limits_test"
 QUEUE = "limited"

@@ -16,7 +16,6 @@ from worker_jobs import noop
 
 from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, WeightedWorker, fair_job
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig
-from fair_router.controls.concurrency import ConcurrencyLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.dashboard.reader import SnapshotReader
@@ -24,6 +23,7 @@ from fair_router.dashboard.text import render
 from fair_router.observe.buckets import BOUNDS_US, PROMETHEUS_LE_US, Histogram, bucket_of
 from fair_router.observe.recorder import ALL, MAX_GROUPS, StartRecorder
 from fair_router.routing.router import FairRouter
+from fair_router.workers.limiter import ConcurrencyLimiter
 
 T0 = 1_800_000_000.0  # a fixed epoch second: on a minute boundary, so minute windows are exact below
 

@@ -30,9 +30,11 @@ from fair_router.routing.router import Route
 from fair_router.store.outage import GraceRetry, OutageWatch, ride_outages
 
 QUEUES = ["default", "default_throttled", "fair", "fair_throttled"]
-ROUTES = [Route("outage.nap", "default", (Rule(queue="default_throttled", threshold=3, per=2),)),
-          Route("outage.nap_fair", "fair", (Rule(queue="fair_throttled", threshold=3, per=2),))]
-"""Routed jobs into plain queues, and routed jobs into FairQueues."""
+ROUTES = [Route("outage.nap", "default", (Rule(queue="default_throttled", threshold=1, per=10),)),
+          Route("outage.nap_fair", "fair", (Rule(queue="fair_throttled", threshold=1, per=10),))]
+"""Routed jobs into plain queues, and routed jobs into FairQueues; each (route, tenant) window gets one job in
+ten of the flood, so a rule any busier (it was 3 per 2 s) sent nothing to the throttled queues when a loaded
+machine slowed the flood: past the first job, each tenant's jobs go to the throttled queue."""
 TENANTS = [f"t{i}" for i in range(5)]
 DOWN = 5.0
 

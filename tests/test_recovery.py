@@ -30,10 +30,10 @@ from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from fair_router import FairQueue, Settings, SettingsError, WeightedSimpleWorker, load_settings
 from fair_router.config.settings import ConcurrencyConfig, RecoveryConfig
-from fair_router.controls.concurrency import ConcurrencyLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.store.scripts import AbandonScript
+from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.recovery import Recovery
 
 PREFIX = "recovery_test"

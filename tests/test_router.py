@@ -207,7 +207,7 @@ def test_delay_routes_and_records_meta(conn: Redis) -> None:
     echo = make_job(conn)
     jobs = [echo.delay("acme", i) for i in range(6)]
     assert [j.origin for j in jobs] == ["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"] * 2
-    assert jobs[0].meta == {"fair_tenant": "acme", "fair_rule": None}
+    assert jobs[0].meta == {"fair_tenant": "acme", "fair_rule": None, "fair_waiting": "routed_jobs.echo"}
     assert jobs[3].meta["fair_rule"] == {"queue": "default_throttled", "threshold": 2, "per": 3600.0}
     assert echo.delay("small", 1).origin == "default"
     assert Queue("default_superslow", connection=conn).job_ids == [jobs[4].id, jobs[5].id]

@@ -14,10 +14,13 @@ from collections.abc import Callable
 import click
 from redis import Redis
 from redis.exceptions import RedisError
+from rq import Queue
 
 from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
 from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
+from fair_router.fairqueue.marks import FairnessMarks
+from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.store.luascript import assemble, lua_dir
 from fair_router.workers.pool import redact_url
 
@@ -47,6 +50,7 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
         findings.append(Finding("warning", f"redis_url {url}", f"Redis {version} is older than 6.2, which is the "
                                 "oldest fair-router is tested on"))
     findings.extend(_stored_tiers(connection, settings))
+    findings.extend(_plain_pops(connection, settings))
     if deep:
         failed = _load_scripts(connection)
         if failed:
@@ -69,6 +73,23 @@ def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
     shown = ", ".join(f"{tenant!r}: {tier!r}" for tenant, tier in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
     return [Finding("warning", "tiers", f"{len(unknown)} tenant(s) have a tier stored in Redis that is not a key of "
                     f"tiers.concurrency ({shown}); they are served as tier {settings.tiers.default!r}")]
+
+
+def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
+    """Fair queues (marked, or named in ``fair_queues:``) whose jobs a plain rq worker took
+    (:mod:`fair_router.fairqueue.plainpops`): a warning each. Looking also tidies an empty queue's counts."""
+    known = [_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
+             for key in connection.smembers(Queue.redis_queues_keys)]
+    names = list(dict.fromkeys([*settings.fair_queues, *sorted(known)]))
+    marked = FairnessMarks(connection, settings.prefix).read(names)
+    pops, findings = PlainPops(connection), []
+    for name in names:
+        if name in marked or name in settings.fair_queues:
+            keys = Keys(marked.get(name, settings.prefix)).fair_queue(Queue.redis_queue_namespace_prefix + name)
+            found = pops.check(name, keys)
+            if found.plain:
+                findings.append(Finding("warning", f"queue {name}", found.describe()))
+    return findings
 
 
 def _text(raw: bytes | str) -> str:

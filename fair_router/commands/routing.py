@@ -83,10 +83,9 @@ def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | 
 
 
 def _print_limits(settings: Settings, router: FairRouter) -> None:
-    from fair_router.controls.concurrency import COUNTERS, ConcurrencyLimiter
+    from fair_router.observe.counters import COUNTERS, TierCounters
 
-    limiter = ConcurrencyLimiter(router.connection, router.keys, router.tiers, settings.concurrency)
-    counters = limiter.counters()
+    counters = TierCounters(router.connection, router.keys).read()
     state = "enabled" if settings.concurrency.enabled else "disabled (concurrency.enabled: false)"
     click.echo(f"concurrency limits: {state}; lease_ttl {format_duration(settings.concurrency.lease_ttl)}, "
                f"snooze {format_duration(settings.concurrency.snooze)} + up to "

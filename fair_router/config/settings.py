@@ -52,6 +52,7 @@ from fair_router.core.validation import (
     QueueGroup,
     QueueName,
     RedisUrl,
+    Replicas,
     TenantMaxBytes,
     Weight,
     at_most,
@@ -102,6 +103,10 @@ class Settings(BaseSettings):
     # How long workers wait for an unreachable Redis (a restart, a network blip) before giving up
     # (fair_router.store.outage): their Redis calls retry with backoff for up to this long.
     redis_outage_grace: Duration = 60.0
+    # Replicas that must acknowledge each enqueue (Redis WAIT after rq's MULTI, same write), and how long an
+    # enqueue waits for them; fewer raise ReplicasNotAcknowledged (fair_router.store.replicas). 0: no WAIT.
+    replicas_to_wait: Replicas = 0
+    replicas_timeout: Duration = 1.0
     prefix: Prefix = "fair_router"
     jobs: Annotated[dict[str, JobConfig], at_most(MAX_JOBS, "jobs")] = Field(default_factory=dict)
     queues: Annotated[dict[QueueName, Weight], at_most(MAX_QUEUES, "queues")] = Field(default_factory=dict)

@@ -1,19 +1,18 @@
-"""Fleet-wide per-tenant concurrency limits.
+"""Fleet-wide per-tenant concurrency limits: the slot control of a job start, and the leases it takes.
 
-Before a job with a tenant runs, its worker takes a slot in Redis (``lua/acquire.lua``): expired
-leases are dropped, and the job is admitted if it already holds a slot or fewer than its tier's
-limit are held. So the limit holds across every worker process and machine sharing the Redis, which
-an in-process limiter could not do. A slot is a *lease*: it is refreshed while the job runs and
-expires ``lease_ttl`` after the last refresh, so a SIGKILLed worker's slot comes back by itself.
-
-The same script call also checks the tenant's pause flag and its rate limits (``fair_router.controls.gate``), so
-those cost no round trip of their own.
+Before a job with a tenant runs, its worker takes a slot in Redis (:class:`ConcurrencySlot`, decided by
+``lua/lib/start_slot.lua`` inside the start script of :mod:`fair_router.controls.pipeline`): expired leases
+are dropped, and the job is admitted if it already holds a slot or fewer than its tier's limit are held. So
+the limit holds across every worker process and machine sharing the Redis, which an in-process limiter
+could not do. A slot is a *lease*: it is refreshed while the job runs and expires ``lease_ttl`` after the
+last refresh, so a SIGKILLed worker's slot comes back by itself.
 
 A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a uniform
 jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
 
-Counters per tier (:data:`COUNTERS`) are plain increments; they ride along in the next acquire, release,
-snooze or defer pipeline rather than costing a round trip of their own.
+Counts (slots acquired, released, reclaimed, jobs snoozed) go to the limiter's tally (the workers give
+:class:`fair_router.observe.counters.TierCounters`); they ride along in the next acquire, release, snooze or
+defer pipeline rather than costing a round trip of their own.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ import logging
 import random
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -34,19 +32,39 @@ from rq import Queue
 from rq.job import Job
 
 from fair_router.config.settings import ConcurrencyConfig
+from fair_router.controls.pauses import PauseCheck
+from fair_router.controls.pipeline import NoTally, Refusal, Section, Start, StartControl, StartPipeline, Tally
+from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
-from fair_router.store.scripts import AcquireScript, Admission, Clock, RateScope, Verdict, now_arg
+from fair_router.store.scripts import Admission, Clock, Verdict
 
 logger = logging.getLogger("fair_router")
-COUNTERS = ("acquired", "refused", "paused", "rate_deferred", "snoozed", "parked", "released", "reclaimed")
-"""Per-tier counters. A job start refused is counted once by its reason: ``refused`` (the tenant at its
-concurrency limit), ``paused`` or ``rate_deferred``; and once by what became of the job: ``parked`` (its
-tenant parked in a FairQueue), ``snoozed`` (a plain queue's job rescheduled after the snooze: at its limit
-or paused) or deferred to its reserved start (a rate on a plain queue: ``rate_deferred`` only)."""
-REFUSALS = {Verdict.AT_LIMIT: "refused", Verdict.PAUSED: "paused", Verdict.RATE: "rate_deferred",
-            Verdict.RESERVED: "rate_deferred"}
-"""The counter of each refusal verdict of acquire.lua."""
+
+
+class ConcurrencySlot(StartControl):
+    """The start control of the tenant's concurrency limit: one lease per running job."""
+
+    piece = "start_slot"
+    verdicts = (Verdict.AT_LIMIT,)
+    counter = "refused"
+
+    def __init__(self, keys: Keys, config: ConcurrencyConfig) -> None:
+        self.keys = keys
+        self.config = config
+        self.lease_ms = max(1, round(config.lease_ttl * 1000))
+
+    def needed(self, start: Start) -> bool:
+        """Always: with limits on, every start takes (or refreshes) a slot."""
+        return True
+
+    def section(self, start: Start) -> Section:
+        """The tenant's leases; its limit (override, else tier) and the lease's life."""
+        return Section([self.keys.leases(start.tenant)], [start.profile.limit, self.lease_ms])
+
+    def on_refused(self, start: Start, admission: Admission) -> Refusal:
+        """Parked until a slot frees (a release unparks it), at most a lease's life; snoozed on a plain queue."""
+        return Refusal(self.counter, "at its limit", self.config.lease_ttl)
 
 
 @dataclass(frozen=True)
@@ -58,8 +76,9 @@ class Lease:
     job_id: str
 
 
-class ConcurrencyLimiter:
-    """acquire / release / keep_alive / snooze for per-tenant concurrency slots."""
+class ConcurrencySlots:
+    """acquire / release / keep_alive / snooze for per-tenant concurrency slots (the workers' limiter,
+    :class:`fair_router.workers.limiter.ConcurrencyLimiter`, adds reading its counts back)."""
 
     def __init__(
         self,
@@ -69,15 +88,18 @@ class ConcurrencyLimiter:
         config: ConcurrencyConfig,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        tally: Tally | None = None,
     ) -> None:
         self.connection = connection
         self.keys = keys
         self.tiers = tiers
         self.config = config
         self.clock = clock
+        self.tally: Tally = tally or NoTally()
         self._rng = rng or random.Random()
-        self._acquire = AcquireScript(connection)
-        self._pending: Counter[str] = Counter()
+        # a slot's own checks (the lease refresh): pause, slot, and a reserved start's early return
+        self._checks = StartPipeline(connection, [PauseCheck(keys), ConcurrencySlot(keys, config),
+                                                  RateLimiter(keys)], self.tally, clock)
         self._held: dict[str, Lease] = {}
         self._refresher: threading.Thread | None = None
         self._lock = threading.RLock()
@@ -92,44 +114,10 @@ class ConcurrencyLimiter:
         """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). With
         ``pipeline``, the call rides in the same round trip as the commands queued there. ``refresh``: the
         job already runs in this slot (a refused refresh is a lost slot, not a refused job)."""
-        return self.admit(tenant, job_id, pipeline, refresh=refresh)[1]
-
-    def admit(
-        self,
-        tenant: str,
-        job_id: str,
-        pipeline: Pipeline | None = None,
-        *,
-        rates: Sequence[RateScope] = (),
-        reserve: bool = False,
-        slot: bool = True,
-        refresh: bool = False,
-        tenant_scopes: int = 0,
-    ) -> tuple[Admission, Lease | None]:
-        """One acquire.lua call for a job start: the tenant's pause, the GCRA ``rates`` (``reserve``: on a
-        rate refusal, take the job's token and reserve its start) and, with ``slot``, a concurrency slot
-        under the tenant's limit (its override, else its tier's). The lease is None unless a slot is held.
-        A refusal is counted by its reason (``refused``: at the limit, ``paused``, ``rate_deferred``), with
-        the next round trip; with ``pipeline``, the counts pending from earlier ride in this one. The first
-        ``tenant_scopes`` rates hold all of the tenant's jobs: an admission says when they allow its next start."""
         profile = self.tiers.profile(tenant)
-        keys = self.keys
-        if pipeline is not None:
-            self._flush(pipeline)
-        call = self._acquire(
-            keys.leases(tenant), keys.paused(tenant), keys.rate_paid(tenant, job_id), job_id,
-            profile.limit if slot else 0, self.lease_ms, now_arg(self.clock), rates, reserve, tenant_scopes,
-        )
-        # With ``pipeline``, the call joins the commands already queued there and runs with them.
-        admission = call.run() if pipeline is None else self._acquire.parse(call.queue(pipeline).execute()[-1])
-        refused = REFUSALS.get(admission.status)
-        with self._lock:
-            self._pending[f"{profile.tier}:reclaimed"] += admission.reclaimed
-            self._pending[f"{profile.tier}:acquired"] += slot and admission.status == Verdict.GRANTED
-            if refused is not None and not refresh:
-                self._pending[f"{profile.tier}:{refused}"] += 1
-        held = slot and admission.admitted
-        return admission, Lease(tenant, profile.tier, job_id) if held else None
+        start = Start(tenant, job_id, profile, refresh=refresh)
+        admitted = self._checks.run(start, pipeline).admitted
+        return Lease(tenant, profile.tier, job_id) if admitted else None
 
     def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None) -> None:
         """Give the slot back (idempotent); pending counters, and whatever ``also`` queues on the
@@ -148,16 +136,14 @@ class ConcurrencyLimiter:
             if also is not None:
                 also(pipe)
             removed = int(pipe.execute()[0])
-        with self._lock:  # counted with the next round trip (or flush())
-            self._pending[f"{lease.tier}:{counter}"] += removed
+        self.tally.add(lease.tier, counter, removed)  # with the next round trip (or flush())
         return removed > 0
 
     def snooze(self, job: Job, queue: Queue, lease_tier: str) -> datetime:
         """Reschedule ``job`` to its own queue after snooze + U(0, jitter); not a failure."""
         delay = self.config.snooze + self._rng.uniform(0, self.config.jitter)
         when = datetime.now(timezone.utc) + timedelta(seconds=delay)
-        with self._lock:
-            self._pending[f"{lease_tier}:snoozed"] += 1
+        self.tally.add(lease_tier, "snoozed")
         self.defer(job, queue, when)
         return when
 
@@ -206,35 +192,16 @@ class ConcurrencyLimiter:
                 except Exception:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
-    def counters(self) -> dict[str, dict[str, int]]:
-        """tier -> {counter: count} for every counter of :data:`COUNTERS`, from Redis."""
-        raw = self.connection.hgetall(self.keys.limit_stats())
-        table: dict[str, dict[str, int]] = {}
-        for field, value in raw.items():
-            tier, _, name = (field.decode() if isinstance(field, bytes) else field).rpartition(":")
-            table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[name] = int(value)
-        return table
-
     def count(self, tier: str, counter: str, amount: int = 1) -> None:
-        """Add to one of ``tier``'s counters (:data:`COUNTERS`) with the next round trip (or :meth:`flush`)."""
-        if counter not in COUNTERS:
-            raise ValueError(f"unknown counter {counter!r}: known counters are {', '.join(COUNTERS)}")
-        with self._lock:
-            self._pending[f"{tier}:{counter}"] += amount
+        """Add to one of ``tier``'s counters with the next round trip (or :meth:`flush`)."""
+        self.tally.add(tier, counter, amount)
 
     def flush(self) -> None:
-        """Write pending counter increments now (the worker calls this when it stops)."""
+        """Write pending counts now (the worker calls this when it stops)."""
         with self.connection.pipeline(transaction=False) as pipe:
             if self._flush(pipe):
                 pipe.execute()
 
     def _flush(self, pipe: Pipeline) -> int:
-        """Queue pending counter increments on ``pipe``; returns how many fields."""
-        with self._lock:
-            pending, self._pending = self._pending, Counter()
-        fields = 0
-        for field, amount in pending.items():
-            if amount:
-                pipe.hincrby(self.keys.limit_stats(), field, amount)
-                fields += 1
-        return fields
+        """Queue pending counts on ``pipe``; returns how many commands."""
+        return self.tally.queue(pipe)

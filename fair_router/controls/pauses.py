@@ -1,4 +1,5 @@
-"""Pausing a tenant: a flag per tenant in Redis, read by ``lua/acquire.lua`` at every job start.
+"""Pausing a tenant: a flag per tenant in Redis, read at every job start by the pause control
+(:class:`PauseCheck`, decided by ``lua/lib/start_pause.lua`` in the start script).
 
 A paused tenant's jobs wait where they are: a weighted worker that takes one parks the tenant in that
 FairQueue (pops skip it) or, on a plain queue, defers the job like a concurrency snooze. Nothing is failed
@@ -14,8 +15,10 @@ from redis import Redis
 from rq import Queue
 from rq.utils import as_text
 
+from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
 from fair_router.core.keys import Keys, encode
 from fair_router.store.fair_scripts import FairHoldScript, FairUnparkScript
+from fair_router.store.scripts import Admission, Verdict
 
 PAUSE_PARK = 60.0
 """Seconds a fair queue skips a paused tenant before its next pop checks again; ``resume`` unparks it at
@@ -23,7 +26,7 @@ once in every fair queue rq knows, so this only bounds a resume that missed a qu
 
 
 class TenantPauses:
-    """pause / resume / paused: a flag per tenant that acquire.lua reads at every job start."""
+    """pause / resume / paused: a flag per tenant that the start script reads at every job start."""
 
     def __init__(self, connection: Redis, keys: Keys) -> None:
         self.connection = connection
@@ -56,3 +59,26 @@ class TenantPauses:
 
     def paused(self, tenant: str) -> bool:
         return bool(self.connection.exists(self.keys.paused(tenant)))
+
+
+class PauseCheck(StartControl):
+    """The start control of pauses: refused while the tenant's flag exists."""
+
+    piece = "start_pause"
+    verdicts = (Verdict.PAUSED,)
+    counter = "paused"
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+
+    def needed(self, start: Start) -> bool:
+        """Only a tenant paused as of the tier cache (5 s); any call that goes reads the flag itself."""
+        return start.profile.paused
+
+    def section(self, start: Start) -> Section:
+        """The tenant's pause flag."""
+        return Section([self.keys.paused(start.tenant)], [])
+
+    def on_refused(self, start: Start, admission: Admission) -> Refusal:
+        """Parked for :data:`PAUSE_PARK` at most (resume unparks it at once); snoozed on a plain queue."""
+        return Refusal(self.counter, "paused", PAUSE_PARK)

@@ -23,5 +23,8 @@ META_RATE = "fair_rate"
 META_COST = "fair_cost"
 """A job's declared cost in seconds (``enqueue(..., fair_cost=)``, charge="runtime")."""
 
+META_WAITING = "fair_waiting"
+"""The job key under whose waiting counts a routed job waits in a plain queue (its start takes its count back)."""
+
 META_SHARD = "fair_shard"
 """The shard a sharded job key's job was placed on (its queue is ``<family>_shard<i>``)."""

@@ -114,6 +114,12 @@ class Keys:
         rule matched) -> jobs routed there. Written by route.lua, so it shares the windows' tag."""
         return f"{self.prefix}:{{{encode(job_key)}}}:routed"
 
+    def waiting(self, job_key: str) -> tuple[str, str]:
+        """The waiting counts of one job key's jobs in the plain queues it routes into (lua/lib/waiting.lua): HASH
+        "<queue>|<encoded tenant>" -> jobs waiting, and HASH job id digest (:meth:`member`) -> its field, so each
+        job counts once. Tagged by job key, as the windows: route.lua writes them in the same call."""
+        return f"{self.prefix}:{{{encode(job_key)}}}:waiting", f"{self.prefix}:{{{encode(job_key)}}}:waiting_jobs"
+
     def tiers(self) -> str:
         """Hash tenant -> tier name, written by ``FairRouter.set_tier`` / ``fair-router tier set``."""
         return f"{self.prefix}:{{tiers}}:map"
@@ -208,6 +214,12 @@ class Keys:
         first used or named in ``fair_queues:``. Its name does not depend on any prefix of ours, so a worker
         or producer with another prefix still finds it (and reports the mismatch); it shares rq's slot."""
         return f"fair_router:mark:{slot_of(rq_list_key)}"
+
+    def fair_queue_legacy(self, rq_list_key: str) -> tuple[str, str, str, str]:
+        """The head, tail, weights and fifo hashes of a fair queue written before tenant records (kept in the
+        ``state`` and ``members`` hashes since): read once by ``lua/fair_migrate.lua``, which moves them."""
+        base = f"{self.prefix}:{slot_of(rq_list_key)}:fq"
+        return (f"{base}:head", f"{base}:tail", f"{base}:weights", f"{base}:fifo")
 
     def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
         """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``, or under rq 3.0's

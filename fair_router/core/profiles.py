@@ -44,4 +44,4 @@ class TenantProfile:
     burst: int
     max_backlog: int | None
     overrides: TenantOverrides
-    paused: bool = False  # as of the lookup (cached like the rest; acquire.lua reads the flag itself)
+    paused: bool = False  # as of the lookup (cached like the rest; the start script reads the flag itself)

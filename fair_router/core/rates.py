@@ -1,6 +1,6 @@
 """Rates as users write them: ``"2/s"``, ``"100/m"``, ``"5000/h"`` (jobs started per unit of time).
 
-A rate limit is enforced by GCRA (``lua/acquire.lua``): a start is allowed once every
+A rate limit is enforced by GCRA (``lua/lib/start_rate.lua``, in the job-start script): a start is allowed once every
 ``interval = unit / count``, and ``burst`` starts may come at once after a quiet spell. Parsing it in
 one place keeps the YAML, the environment, ``@fair_job(rate=...)`` and the CLI in agreement.
 """

@@ -28,6 +28,8 @@ MAX_SHARDS = 1024
 
 _PERSON = b"fair-router.sh"  # BLAKE2b personalisation (at most 16 bytes): digests of no other use collide
 _SUFFIX = "_shard"
+SHARD_SUFFIX = _SUFFIX
+"""What a shard queue's name adds to its family's before the shard number (route.lua names them too)."""
 
 
 def shard_queue(queue: str, index: int) -> str:

@@ -147,6 +147,9 @@ most :data:`MAX_COUNT`)."""
 TenantMaxBytes = Annotated[int, Field(ge=16, le=65536)]
 """The ``tenant_max_bytes`` setting: the longest tenant id taken, in bytes of UTF-8 (16 to 64 KiB)."""
 
+Replicas = Annotated[int, Field(ge=0, le=1000)]
+"""The ``replicas_to_wait`` setting: replicas that must acknowledge each enqueue (0: none, no WAIT sent)."""
+
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A measured or declared time in seconds, zero allowed (a job's ``fair_cost``)."""
 

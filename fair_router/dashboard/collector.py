@@ -54,6 +54,12 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
             queue_running.add_metric([queue.name], queue.running)
     yield queue_jobs
     yield queue_running
+    plain_pops = GaugeMetricFamily("fair_router_queue_plain_pops", "Jobs of the fair queue found taken by a worker "
+                                   "that is not fair-router's (a plain rq worker; a lower bound).", labels=["queue"])
+    for queue in snap.queues:
+        if queue.fair:
+            plain_pops.add_metric([queue.name], queue.plain_pops)
+    yield plain_pops
     if snap.shard_servers:
         up = GaugeMetricFamily("fair_router_shard_server_up", "1 when the shard server (shard_urls) answered "
                                "this scrape, 0 when it did not (its queues then have no samples).",
@@ -63,10 +69,12 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
         yield up
 
     rows = [*snap.tenants, snap.other]
-    waiting = GaugeMetricFamily("fair_router_tenant_waiting", "Jobs of the tenant waiting in a fair queue "
-                                f"(top N tenants, the rest as tenant=\"{OTHER_LABEL}\").", labels=["queue", "tenant"])
+    waiting = GaugeMetricFamily("fair_router_tenant_waiting", "Jobs of the tenant waiting in a fair queue or a "
+                                f"routed plain one (top N tenants, the rest as tenant=\"{OTHER_LABEL}\").",
+                                labels=["queue", "tenant"])
+    routed_into = {queue for _, queue in snap.routed}
     for queue in snap.queues:
-        if queue.fair:
+        if queue.fair or queue.name in routed_into or any(queue.name in row.waiting for row in rows):
             for row in rows:
                 waiting.add_metric([queue.name, row.tenant], row.waiting.get(queue.name, 0))
     yield waiting

@@ -41,6 +41,8 @@ class QueueView:
     tenants_parked: int = 0  # fair queues: tenants at their concurrency limit, skipped by pops
     server: str = ""  # the shard server it lives on (``host:port/db``); "" for redis_url
     down: bool = False  # its shard server did not answer: the figures above are not known
+    stale_pops: int = 0  # fair queues: jobs taken off rq's list behind the fair pop (fairqueue.plainpops)
+    plain_pops: int = 0  # of those, found run by a worker that is not fair-router's (a plain `rq worker`)
 
 
 @dataclass
@@ -60,7 +62,7 @@ class TenantView:
     tenant: str  # as shown
     key: str  # as encoded in keys; "" for the summed rows
     tier: str | None = None
-    waiting: dict[str, int] = field(default_factory=dict)  # fair queue -> jobs waiting
+    waiting: dict[str, int] = field(default_factory=dict)  # queue -> jobs waiting (fair queues, routed plain ones)
     running: int | None = None  # concurrency slots held (None: limits off, so not known per tenant)
     limit: int | None = None  # its tier's concurrency limit (None: limits off)
     rule: str | None = None  # the throttle rule its next job would meet (job keys configured in settings)
@@ -70,6 +72,7 @@ class TenantView:
     wait_60m: WaitFigures = field(default_factory=WaitFigures)
     share_5m: float | None = None  # its share of all starts over the last 5 minutes
     fair_share: float | None = None  # weight / sum of weights of the tenants waiting in fair queues now (None: alone)
+    alone: bool = False  # the only tenant waiting in every queue it waits in: it has the queue to itself
     series: list[tuple[float, float]] = field(default_factory=list)  # (tick start, mean wait s), ~10 minutes
     histogram: Histogram = field(default_factory=Histogram)  # cumulative waits (Prometheus)
 

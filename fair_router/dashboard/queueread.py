@@ -28,8 +28,8 @@ from fair_router.core.shards import shard_queue
 from fair_router.dashboard.model import QueueView, ShardServerView
 from fair_router.routing.servers import TIMEOUT, ShardServers
 
-PER_QUEUE = 5
-"""Commands per queue: length, running, backlog, parked, abandoned count."""
+PER_QUEUE = 6
+"""Commands per queue: length, running, backlog, parked, abandoned count, stale and plain pops."""
 
 
 def _text(value: Any) -> str:
@@ -55,17 +55,19 @@ def queue_commands(pipe: Pipeline, connection: Redis, keys: Keys, name: str, now
     pipe.hgetall(fair.backlog)
     pipe.zrangebyscore(fair.parked, now * 1000, "+inf")
     pipe.get(keys.abandoned_total(started))
+    pipe.hmget(fair.state, "stale", "plain")
 
 
 def parse_queue(settings: Settings, name: str, replies: list[Any], server: str = "") -> QueueRead:
     """The :class:`QueueRead` of queue ``name`` from its :data:`PER_QUEUE` replies."""
-    length, running, backlog_raw, parked_raw, abandoned = replies
+    length, running, backlog_raw, parked_raw, abandoned, (stale, plain) = replies
     backlog = {_text(k): int(float(v)) for k, v in backlog_raw.items()}
-    backlog = {k: v for k, v in backlog.items() if v > 0}
+    # an empty list has nothing waiting, whatever members a plain rq worker left (fairqueue.plainpops)
+    backlog = {k: v for k, v in backlog.items() if v > 0 and length}
     fair = settings.is_fair(name) or bool(backlog)
     parked = {_text(t) for t in parked_raw} if fair else set()
     view = QueueView(name, settings.weight(name), int(length), int(running), fair,
-                     len(backlog), len(parked), server=server)
+                     len(backlog), len(parked), server=server, stale_pops=int(stale or 0), plain_pops=int(plain or 0))
     return QueueRead(view, backlog if fair else None, parked, None if abandoned is None else int(abandoned))
 
 

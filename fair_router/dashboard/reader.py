@@ -1,12 +1,14 @@
 """One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
 
 Cost per call, whatever the number of tenants: at most seven pipelined round trips (plus one per shard
-server) of at most ``10 + 5 * queues + job keys + 8 * top_n + top_n * rule job keys`` commands:
+server) of at most ``10 + 6 * queues + 2 * job keys + 8 * top_n + top_n * rule job keys`` commands:
 
 1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
 2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant
    (``HGETALL`` of the fair queue's backlog hash, whose size is the number of tenants waiting there)
-   and the parked tenants; the routed counters of each job key;
+   and the parked tenants, its stale members (:mod:`fair_router.fairqueue.plainpops`); the routed counters of
+   each job key and its jobs waiting per plain queue and tenant (:mod:`fair_router.routing.waiting`; an empty
+   queue's are not trusted);
 3. per candidate (at most ``4 * top_n``: the most waiting, the most recently started): its start record,
    its concurrency slots held, its tier;
 4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);
@@ -16,9 +18,9 @@ server) of at most ``10 + 5 * queues + job keys + 8 * top_n + top_n * rule job k
 7. with ``shard_urls``: one per shard server, the round trip 2 reads of the shard queues living there
    (:mod:`fair_router.dashboard.queueread`); a server that does not answer is shown as down.
 
-The top N are the tenants with the most jobs waiting plus running (slots held), then the most starts
-in the last minute; every other tenant is summed into one ``_other`` row (the all-tenant record minus
-the top N's).
+The top N are the tenants with the most jobs waiting (fair and routed plain queues) plus running (slots
+held), then the most starts in the last 5 minutes; every other tenant is summed into one ``_other`` row
+(the all-tenant record minus the top N's).
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from redis import Redis
 from rq import Queue
 
 from fair_router.config.settings import Settings
-from fair_router.controls.concurrency import COUNTERS
 from fair_router.controls.tiers import load_resolver
 from fair_router.core.keys import Keys
 from fair_router.core.rules import last_match
@@ -39,8 +40,10 @@ from fair_router.dashboard.iterations import running_iterations
 from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
 from fair_router.observe.buckets import Histogram, from_fields, merge
+from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
+from fair_router.routing.waiting import parse_field
 from fair_router.store.fair_scripts import TENANT_FIELD, record_weight
 from fair_router.store.scripts import Clock, PeekScript
 
@@ -110,6 +113,7 @@ class SnapshotReader:
                 queue_commands(pipe, self.connection, keys, name, now)
             for job_key in routed_keys:
                 pipe.hgetall(keys.routed(job_key))
+                pipe.hgetall(keys.waiting(job_key)[0])
             replies = pipe.execute()
         reads = [parse_queue(self.settings, name, replies[PER_QUEUE * i: PER_QUEUE * (i + 1)])
                  for i, name in enumerate(names)]
@@ -123,17 +127,19 @@ class SnapshotReader:
                 backlogs[name], parked[name] = read.backlog, read.parked
             queues.append(read.view)
         routed_replies = replies[PER_QUEUE * len(names):]
-        routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, routed_replies, strict=True)
+        routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, routed_replies[::2], strict=True)
                   for queue, count in _ints(raw).items()}
+        lengths = {queue.name: queue.jobs for queue in queues if not queue.down}
+        waiting = {**_plain_waiting(routed_replies[1::2], lengths), **backlogs}  # queue -> tenant -> jobs
 
         waiting_total: dict[str, int] = {}
-        for backlog in backlogs.values():
+        for backlog in waiting.values():
             for tenant, count in backlog.items():
                 waiting_total[tenant] = waiting_total.get(tenant, 0) + count
         recently = [_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
         by_waiting = sorted(waiting_total, key=lambda t: -waiting_total[t])[: 2 * n]
         candidates = list(dict.fromkeys([*by_waiting, *recently]))
-        records = self._candidates(candidates, now, backlogs, parked)
+        records = self._candidates(candidates, now, waiting, parked)
         limits_on = self.settings.concurrency.enabled
         records.sort(key=lambda pair: (-(pair[0].waiting_total + (pair[0].running or 0)), -pair[0].wait_5m.starts))
         top = [row for row, _ in records[:n]]
@@ -144,15 +150,16 @@ class SnapshotReader:
         fair_weights = self._fair_weights(backlogs)
         for row in top:
             row.share_5m = row.wait_5m.starts / everyone_row.wait_5m.starts if everyone_row.wait_5m.starts else None
-            if row.key in fair_weights and len(fair_weights) > 1:  # alone, a tenant shares with nobody: no mark
+            row.alone = bool(row.waiting) and all(len(waiting[queue]) == 1 for queue in row.waiting)
+            if row.key in fair_weights and not row.alone:  # alone, a tenant shares with nobody: no mark
                 row.fair_share = fair_weights[row.key] / sum(fair_weights.values())
         total_running = sum(queue.running for queue in queues)
-        other_row = _rest(everyone_row, all_fields, records[:n], now, backlogs,
+        other_row = _rest(everyone_row, all_fields, records[:n], now, waiting,
                           total_running if limits_on else None)
         capped = _window(_ints(other), int(now // 60), 5).count
         counted = parse_events(events) | {("abandoned", name): count for name, count in abandoned_by_queue.items()}
         return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,
-                        _limit_table(_ints(limits)), counted, TICK_SECONDS, capped,
+                        counter_table(_ints(limits)), counted, TICK_SECONDS, capped,
                         running_iterations(self.connection, [queue.name for queue in queues
                                                              if queue.running and not queue.server]),
                         shard_servers)
@@ -252,6 +259,19 @@ def _row(key: str, label: str, fields: dict[str, int], now: float) -> TenantView
     return row
 
 
+def _plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Plain queues' waiting counts (:mod:`fair_router.routing.waiting`) from the job keys' HGETALL replies: queue
+    -> encoded tenant -> jobs. An empty queue has nothing waiting, whatever counts were left (a job deleted
+    before it started, or taken by a plain rq worker, keeps its count until then)."""
+    waiting: dict[str, dict[str, int]] = {}
+    for raw in replies:
+        for name, count in _ints(raw).items():
+            queue, tenant = parse_field(name)
+            if count > 0 and lengths.get(queue):
+                waiting.setdefault(queue, {})[tenant] = waiting.get(queue, {}).get(tenant, 0) + count
+    return waiting
+
+
 def _rest(
     everyone: TenantView,
     all_fields: dict[str, int],
@@ -301,13 +321,4 @@ def _series(
         if count > 0:
             points.append((float(held * TICK_SECONDS), max(0, total) / count / 1e6))
     return sorted(points)
-
-
-def _limit_table(raw: dict[str, int]) -> dict[str, dict[str, int]]:
-    """``<tier>:<counter>`` fields as tier -> every counter of ``limits.COUNTERS`` (0 when never written)."""
-    table: dict[str, dict[str, int]] = {}
-    for name, value in raw.items():
-        tier, _, counter = name.rpartition(":")
-        table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[counter] = value
-    return table
 

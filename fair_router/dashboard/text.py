@@ -29,6 +29,8 @@ def render(snap: Snapshot) -> list[str]:
     lines = ["  queues: " + ", ".join(
         f"{q.name} (weight {q.weight if isinstance(q.weight, str) else f'{q.weight:g}'}, {q.jobs} waiting, "
         f"{q.running} running{', fair' if q.fair else ''})" for q in snap.queues)]
+    lines += [f"  warning: queue {q.name}: {q.plain_pops}+ jobs taken first-in first-out by a plain rq worker; start "
+              "its workers with -w fair_router.WeightedWorker" for q in snap.queues if q.plain_pops]
     header = ("tenant", "waiting", "running", "throttled by / state", "wait p50 · p95 (5 min)",
               "share of starts / fair")
     rows = [header] + [_row(row, snap) for row in snap.tenants]
@@ -51,7 +53,7 @@ def _row(row: TenantView, snap: Snapshot) -> tuple[str, str, str, str, str, str]
     running = "-" if row.running is None else f"{row.running}" + (f"/{row.limit}" if row.limit is not None else "")
     state = (["paused"] if row.paused else []) + (["parked in " + ", ".join(row.parked)] if row.parked else [])
     rule = "; ".join(([row.rule] if row.rule else []) + state) or "-"
-    fair = "" if row.fair_share is None else f" / {_share(row.fair_share)}"
-    waiting = str(row.waiting_total) if any(q.fair for q in snap.queues) else "-"
+    fair = " (queue to itself)" if row.alone else "" if row.fair_share is None else f" / {_share(row.fair_share)}"
+    waiting = str(row.waiting_total) if any(q.fair for q in snap.queues) or snap.routed else "-"
     return (row.tenant, waiting, running, rule, f"{format_wait(row.wait_5m.p50)} · {format_wait(row.wait_5m.p95)}",
             _share(row.share_5m) + fair)

@@ -21,6 +21,7 @@ from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.rq_internals.queue import RqPush
 from fair_router.store.fair_store import FairStore
 from fair_router.store.luascript import execute_loaded
+from fair_router.store.replicas import ReplicaWait
 
 PUSH_BATCH = 1000
 """Jobs per fair_push.lua call in ``enqueue_many``: one call stays a few ms of Redis time."""
@@ -71,11 +72,13 @@ class FairPushes:
     def execute_checked(self, queue: Queue, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
         """Execute ``pipe`` (our own, holding the enqueue of ``jobs`` into ``queue``); if a push hit a backlog
         cap, delete the saved jobs and raise TenantBacklogFull, so nothing of the enqueue stays behind."""
-        results = execute_loaded(pipe, execute)
+        with ReplicaWait.of(self.config.settings).confirming(pipe) as confirmation:  # settings replicas_to_wait
+            results = execute_loaded(pipe, execute)
         refused = self.caps.refusal(pipe, results)
         if refused is not None:
             withdraw(queue.connection, [(queue, job) for job in jobs])
             raise refused
+        confirmation.check([job.id for job in jobs])
         return results
 
     def _capped_push(self, push: RqPush) -> Capped | None:

@@ -77,7 +77,9 @@ class FairQueue(RqQueueSeam):
     def store(self) -> FairStore:
         """This queue's fair state (its keys and scripts), built on first use."""
         if self._store is None:
-            self._store = RedisFairStore(self.connection, self._config.keys.fair_queue(self.key))
+            store = RedisFairStore(self.connection, self._config.keys.fair_queue(self.key))
+            store.migrate(self._config.keys.fair_queue_legacy(self.key))  # once per object: an upgrade's jobs
+            self._store = store
         return self._store
 
     @property

@@ -3,11 +3,14 @@ overrides of the tier's values, pause and resume, and its running and waiting jo
 
 Used by ``fair-router tier|tenant`` and the dashboard's actions. It is apart from the router's own work
 (recording enqueues, choosing and enqueueing into queues) because it shares none of it: only the connection,
-the keys and the tier book. FairRouter inherits it, so ``router.pause(tenant)`` and the rest stay where
-callers find them.
+the keys and the tier book. A FairRouter has one (``router.tenants``) and delegates to it, so
+``router.pause(tenant)`` and the rest stay where callers find them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from redis import Redis
 from rq import Queue
@@ -19,6 +22,18 @@ from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides, TenantProfile
 from fair_router.core.rates import Rate
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def delegate(method: Callable[Concatenate[TenantAdmin, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """``method`` of TenantAdmin as a method of a class that *has* one as ``self.tenants`` (FairRouter): a
+    thin delegate with the same signature and docstring, instead of inheriting the admin."""
+    def delegated(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(self.tenants, *args, **kwargs)
+    delegated.__name__, delegated.__qualname__, delegated.__doc__ = method.__name__, method.__name__, method.__doc__
+    return delegated
 
 
 class TenantAdmin:
@@ -97,7 +112,10 @@ class TenantAdmin:
             pipe.zrange(self.keys.leases(tenant), 0, -1, withscores=True)
             for key in queues:
                 pipe.hget(self.keys.fair_queue(key).backlog, encode(tenant))
-            (seconds, micros), leases, *counts = pipe.execute()
+                pipe.llen(key)
+            (seconds, micros), leases, *replies = pipe.execute()
+        # an empty list has nothing waiting, whatever members a plain rq worker left behind (fairqueue.plainpops)
+        counts = [count if length else None for count, length in zip(replies[::2], replies[1::2], strict=True)]
         now_ms = seconds * 1000 + micros // 1000
         running = sum(1 for _, expiry in leases if expiry > now_ms)
         prefix = len(Queue.redis_queue_namespace_prefix)

@@ -27,6 +27,7 @@ from fair_router.core.rules import Rule
 from fair_router.core.shards import Shards
 from fair_router.core.tenancy import TenantFunc, TenantResolver
 from fair_router.routing.router import FairRouter, Route
+from fair_router.store.replicas import ReplicaWait
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -88,7 +89,8 @@ class FairJob(Generic[P, R]):
             connection = self._connection or Redis.from_url(self.settings.redis_url)
             self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers,
                                       tenant_max_bytes=self.settings.tenant_max_bytes,
-                                      shard_urls=self.settings.shard_urls)
+                                      shard_urls=self.settings.shard_urls,
+                                      replicas=ReplicaWait.of(self.settings))
             self._router.queues.declare_fair(self.settings.fair_queues)
         return self._router
 

@@ -31,6 +31,7 @@ from fair_router.routing.announce import Announcer
 from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.luascript import execute_loaded
+from fair_router.store.replicas import ReplicaWait
 from fair_router.store.scripts import Clock, RoutePush, RouteScript, now_arg
 
 PushCall = Callable[[Job, Pipeline, bool], None]
@@ -88,6 +89,7 @@ class Router(Protocol):
     _route: RouteScript
     _meta: JobMetas
     announcer: Announcer
+    replicas: ReplicaWait
 
     def queue(self, name: str, fair: bool = False, shard: int | None = None) -> Queue: ...
 
@@ -127,14 +129,16 @@ class OneTrip:
             serialized = [job.serializer.dumps(meta) for meta in metas]
             target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, lists, serialized)
             router._route(inputs.windows, router.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
-                          now_arg(router.clock), None, target).queue_loaded(pipe)
+                          now_arg(router.clock), None, target, inputs.waiting(route)).queue_loaded(pipe)
             at.append(len(pipe.command_stack) - 1)
 
         with router.connection.pipeline() as pipe:
             job = base.enqueue_with(push, call._replace(job_id=pending.job_id, meta=metas[0], pipeline=pipe))
             if router.announcer.due(route):
                 router.announcer.announce(route, pipe)
-            results = execute_loaded(pipe, lambda p: p.execute())
+            with router.replicas.confirming(pipe) as confirmation:
+                results = execute_loaded(pipe, lambda p: p.execute())
         rule = router._route.parse(results[at[-1]])[0][0]
         job.meta, job.origin = metas[rule], route.families()[rule]
+        confirmation.check([job.id])
         return job

@@ -14,12 +14,12 @@ from typing import Any
 
 from rq import Queue
 
-from fair_router.core.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT
-from fair_router.core.keys import Keys
+from fair_router.core.jobmeta import META_RATE, META_RULE, META_SHARD, META_SYSTEM, META_TENANT, META_WAITING
+from fair_router.core.keys import Keys, encode
 from fair_router.core.rates import Rate
 from fair_router.core.rules import Rule
 from fair_router.core.shards import Shards, shard_queue
-from fair_router.store.scripts import RouteJob, ShardLoads
+from fair_router.store.scripts import RouteJob, RouteWaiting, ShardLoads
 
 NO_TENANT_SHARDS = ""
 """A sharded job without a tenant is dealt the shards of this tenant id (it has no tenant to isolate)."""
@@ -84,6 +84,7 @@ class RouteInputs:
             for job in jobs
         ]
         self.windows = [keys.window(route.job_key, tenant) for tenant in tenants]
+        self._tenants, self._keys = list(tenants), keys
         self.shards: ShardLoads | None = None
         if route.shards is not None:
             dealt = [tuple(s for s in route.shards.of(job.tenant if job.tenant is not None else NO_TENANT_SHARDS)
@@ -98,6 +99,12 @@ class RouteInputs:
             pairs = [shard_queue(family, shard) for family in route.families() for shard in used]
             self.shards = ShardLoads(used, [(Queue.redis_queue_namespace_prefix + name, 0) if loads is None
                                             else (None, loads.get(name, 0)) for name in pairs])
+
+    def waiting(self, route: Route) -> RouteWaiting | None:
+        """route.lua's waiting section for this batch: its recorded jobs count waiting (routing/waiting.py)."""
+        if not self.windows:
+            return None
+        return RouteWaiting(self._keys.waiting(route.job_key), [encode(tenant) for tenant in self._tenants])
 
     @property
     def needed(self) -> bool:
@@ -135,4 +142,6 @@ class JobMetas:
             extra[META_RATE] = {"job_key": route.job_key, "rate": str(route.rate), "burst": route.burst}
         if placed.shard is not None:
             extra[META_SHARD] = placed.shard
+        if route is not None and tenant is not None and not system:
+            extra[META_WAITING] = route.job_key  # counted waiting under it while in a plain queue (WaitCounts)
         return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}

@@ -33,14 +33,16 @@ from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, last_match
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.core.validation import Prefix, TenantMaxBytes
-from fair_router.routing.admin import TenantAdmin
+from fair_router.routing.admin import TenantAdmin, delegate
 from fair_router.routing.announce import Announcer
 from fair_router.routing.onetrip import OneTrip
 from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
 from fair_router.routing.queues import QueueRegistry
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
+from fair_router.routing.waiting import counts_waiting
 from fair_router.store.outage import naming_redis
+from fair_router.store.replicas import ReplicaWait
 from fair_router.store.scripts import Clock, PeekScript, RouteScript, now_arg
 
 __all__ = ["FairRouter", "Placement", "Route", "WindowView"]
@@ -58,9 +60,10 @@ class WindowView:
     next_rule: Rule | None
 
 
-class FairRouter(TenantAdmin):
-    """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection. The tenant
-    admin API (tiers, overrides, pause, running and waiting jobs) comes from :class:`TenantAdmin`."""
+class FairRouter:
+    """Records enqueues per tenant and routes jobs to throttled queues; one per Redis connection. It has a
+    tenant admin (``router.tenants``: tiers, overrides, pause, running and waiting jobs), whose methods it
+    offers as thin delegates, and a queue registry (``router.queues``)."""
 
     def __init__(
         self,
@@ -70,16 +73,17 @@ class FairRouter(TenantAdmin):
         tiers: TiersConfig | None = None,
         tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
         shard_urls: Sequence[str] = (),
+        replicas: ReplicaWait | None = None,
     ) -> None:
-        """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes), the setting of that name.
-        ``shard_urls``: the Redis of each shard of sharded job keys (shard i on ``shard_urls[i % len]``; none:
-        every queue on ``connection``), see :mod:`fair_router.routing.servers`."""
+        """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes). ``shard_urls``: the Redis of each shard
+        of sharded job keys (shard i on ``shard_urls[i % len]``; none: all on ``connection``; see routing.servers).
+        ``replicas``: what each enqueue waits for (settings ``replicas_to_wait``, ``replicas_timeout``)."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
-        super().__init__(connection, keys, TierBook(connection, keys, tiers),
-                         validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)"))
+        self.connection, self.keys, self.tiers = connection, keys, TierBook(connection, keys, tiers)
+        self.tenant_max_bytes: int = validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)")
+        self.tenants = TenantAdmin(connection, keys, self.tiers, self.tenant_max_bytes)
         self.clock = clock
-        self._route = RouteScript(connection)
-        self._peek = PeekScript(connection)
+        self._route, self._peek = RouteScript(connection), PeekScript(connection)
         self.servers = ShardServers(shard_urls) if shard_urls else None
         self.queues = QueueRegistry(connection, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
         self._take_back = TakeBack(connection, keys)
@@ -87,6 +91,19 @@ class FairRouter(TenantAdmin):
         self.one_round_trip = True  # routed enqueues in one MULTI (routing.onetrip); set False on a Redis Cluster
         self._one_trip = OneTrip(self)
         self.announcer = Announcer(keys)
+        self.replicas = replicas or ReplicaWait()
+
+    # -- the tenant admin's API: thin delegates to router.tenants (routing.admin.delegate) ---------
+
+    tenant_id = delegate(TenantAdmin.tenant_id)
+    set_tier = delegate(TenantAdmin.set_tier)
+    get_tier = delegate(TenantAdmin.get_tier)
+    set_tenant = delegate(TenantAdmin.set_tenant)
+    tenant = delegate(TenantAdmin.tenant)
+    pause = delegate(TenantAdmin.pause)
+    resume = delegate(TenantAdmin.resume)
+    paused = delegate(TenantAdmin.paused)
+    tenant_jobs = delegate(TenantAdmin.tenant_jobs)
 
     # -- recording and choosing ----------------------------------------------------------------
 
@@ -102,16 +119,15 @@ class FairRouter(TenantAdmin):
         return [placed.rule for placed in self.place(route, [Pending(tenant, job_id, True)
                                                              for tenant, job_id in checked])]
 
-    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = ()) -> list[Placement]:
-        """Record the enqueues to record in their windows, pick each job's rule and, for a sharded route, the
-        least loaded of its tenant's shards (but ``down``) in that rule's family: one Lua call for the batch
-        (none when there is nothing to record or choose)."""
+    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = (), count: bool = False
+              ) -> list[Placement]:
+        """Record enqueues, pick rules and least loaded shards (not ``down``) in one Lua call; ``count``: waiting.py."""
         state = self.servers.state(route, jobs, down) if self.servers and route.shards else {"down": down}
         inputs = RouteInputs(route, jobs, self.keys, **state)
         if not jobs or not inputs.needed:
             return [Placement()] * len(jobs)
         call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
-                           now_arg(self.clock), inputs.shards)
+                           now_arg(self.clock), inputs.shards, waiting=inputs.waiting(route) if count else None)
         if not self.announcer.due(route):
             picks = call.run()
         else:
@@ -182,8 +198,9 @@ class FairRouter(TenantAdmin):
         if queue is None and at is None and not fair and self._one_trip.applies(route, call, pending):
             return self._one_trip.enqueue(route, call, pending, system)
         down: list[int] = []
+        counted = queue is None and at is None and counts_waiting(self.queue, route, fair, [(call,)], self.servers)
         while True:
-            placed = self.place(route, [pending], down)[0]  # an explicit queue too is recorded in the window
+            placed = self.place(route, [pending], down, counted)[0]  # an explicit queue too is recorded in the window
             recorded = recorded_by(route, [pending], [placed])
             if queue is not None:
                 placed = Placement()
@@ -215,7 +232,7 @@ class FairRouter(TenantAdmin):
             # rq alone would send the queue registration and the job in two round trips; in one pipeline
             # (rq's own enqueue into a caller's pipeline) they go in one.
             job = target.enqueue_call(**call._replace(pipeline=pipe)._asdict())
-            self._execute(pipe, [(target, job)])
+            _execute(pipe, [(target, job)], self.replicas)
         return job
 
     @naming_redis
@@ -239,7 +256,7 @@ class FairRouter(TenantAdmin):
         batch = [(_batchable(call), None if tenant is None else self.tenant_id(tenant), call.job_id or str(uuid4()))
                  for call, tenant in calls]
         pendings = [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch]
-        placements = self.place(route, pendings)
+        placements = self.place(route, pendings, count=counts_waiting(self.queue, route, fair, batch, self.servers))
         recorded = recorded_by(route, pendings, placements)
         several = self.servers is not None and route.shards is not None
         try:
@@ -284,26 +301,31 @@ class FairRouter(TenantAdmin):
                 jobs.update((job.id, job) for job in done)
                 placed += [(target, job) for job in done]
             if pipeline is None:
-                self._execute(pipe, placed, group)
+                _execute(pipe, placed, self.replicas, group)
         return [jobs[job_id] for _, _, job_id in batch]
 
     def enqueue_many_into(self, target: Queue, datas: list[EnqueueData]) -> list[Job]:
         """rq's ``enqueue_many`` of ``datas`` into ``target``, in one pipeline on the queue's own server."""
         with target.connection.pipeline() as pipe:
             done: list[Job] = target.enqueue_many(datas, pipeline=pipe)
-            self._execute(pipe, [(target, job) for job in done])
+            _execute(pipe, [(target, job) for job in done], self.replicas)
         return done
 
-    def _execute(self, pipe: Pipeline, placed: list[tuple[Queue, Job]], group: Group | None = None) -> None:
-        """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
-        of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing."""
+
+def _execute(pipe: Pipeline, placed: list[tuple[Queue, Job]], replicas: ReplicaWait,
+             group: Group | None = None) -> None:
+    """Run an enqueue pipeline of ours. When a fair queue's push in it hit a backlog cap, take every job
+    of the call back (those pushed to other queues too) and raise TenantBacklogFull: all or nothing. Then
+    confirm the writes reached ``replicas`` (its WAIT goes in the same write as the pipeline)."""
+    with replicas.confirming(pipe) as confirmation:
         results = execute(pipe)
-        for queue in {id(queue): queue for queue, _ in placed}.values():
-            caps = getattr(queue, "caps", None)  # a FairQueue's
-            refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
-            if refused is not None:
-                withdraw(queue.connection, placed, group)
-                raise refused
+    for queue in {id(queue): queue for queue, _ in placed}.values():
+        caps = getattr(queue, "caps", None)  # a FairQueue's
+        refused = caps.refusal(pipe, results) if isinstance(caps, BacklogCaps) else None
+        if refused is not None:
+            withdraw(queue.connection, placed, group)
+            raise refused
+    confirmation.check([job.id for _, job in placed])
 
 
 def _parse_args_keywords(call: EnqueueArgs) -> dict[str, Any]:

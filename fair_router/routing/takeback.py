@@ -67,7 +67,7 @@ class TakeBack:
             tenants: dict[str, int] = {}
             jobs = [(tenants.setdefault(tenant, len(tenants)), job_id, queue) for tenant, job_id, queue in missing]
             windows = [self.keys.window(job_key, tenant) for tenant in tenants]
-            return self._unrecord(windows, self.keys.routed(job_key), jobs).run()
+            return self._unrecord(windows, self.keys.routed(job_key), jobs, self.keys.waiting(job_key)).run()
         except RedisError as exc:
             logger.warning("routing: could not take back the window entries of %d jobs of %s whose enqueue "
                            "failed (%s); they count toward their tenants' rules until they leave the window",

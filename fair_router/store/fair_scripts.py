@@ -177,6 +177,20 @@ class FairUnmarkScript(LuaScript[int]):
         return int(reply)
 
 
+class FairMigrateScript(LuaScript[int]):
+    """fair_migrate.lua: move a fair queue's state from the layout before tenant records into today's, once, so
+    an upgrade never strands a waiting job (``Keys.fair_queue_legacy`` names the old keys)."""
+
+    name = "fair_migrate"
+
+    def __call__(self, keys: FairQueueKeys, legacy: Sequence[str]) -> Call[int]:
+        """KEYS = [state, members, *legacy (head, tail, weights, fifo)]. Result: the tenants moved."""
+        return self.call([keys.state, keys.members, *legacy], [])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
 class FairHoldScript(LuaScript[int]):
     """fair_hold.lua: park a tenant before a pop hands out its job (paused), or report a paced tenant's start
     (parked exactly until its rate's next start)."""
@@ -190,3 +204,25 @@ class FairHoldScript(LuaScript[int]):
 
     def parse(self, reply: Any) -> int:
         return int(reply)
+
+
+class TidyResult(NamedTuple):
+    """What fair_tidy.lua reports of a fair queue's stale members (lua/lib/stale.lua)."""
+
+    ids: list[str]  # stale ids noted since the last tidy, handed to this caller only
+    stale: int  # members ever found gone from rq's list (dropped, their tenants' counts with them)
+    plain: int  # of those, how many our processes found run by a worker without our pop (a lower bound)
+    length: int  # entries on rq's list
+
+
+class FairTidyScript(LuaScript[TidyResult]):
+    """fair_tidy.lua: drop the stale members of an empty fair queue and hand over the stale ids noted."""
+
+    name = "fair_tidy"
+
+    def __call__(self, keys: FairQueueKeys) -> Call[TidyResult]:
+        return self.call(keys.all_for_scripts(), [])
+
+    def parse(self, reply: Any) -> TidyResult:
+        ids, stale, plain, length = reply
+        return TidyResult(_text(ids).split(), int(stale), int(plain), int(length))

@@ -22,6 +22,7 @@ from redis.client import Pipeline
 from fair_router.core.keys import FairQueueKeys
 from fair_router.store.fair_scripts import (
     FairHoldScript,
+    FairMigrateScript,
     FairParkScript,
     FairPopScript,
     FairPushScript,
@@ -97,6 +98,11 @@ class RedisFairStore:
         if script is None:
             script = self._scripts[kind] = kind(self._connection)
         return cast(_S, script)
+
+    def migrate(self, legacy: Sequence[str]) -> int:
+        """Move state left in the layout before tenant records (``Keys.fair_queue_legacy``) into today's, so an
+        upgrade strands no waiting job; the tenants moved."""
+        return self._script(FairMigrateScript)(self._keys, legacy).run()
 
     def push(self, entries: Sequence[PushEntry], pipeline: Pipeline | None = None, loaded: bool = False) -> int | None:
         call = self._script(FairPushScript)(self._keys, entries)

@@ -15,7 +15,8 @@ from redis import Redis
 
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, window_cap
-from fair_router.store.luascript import Call, LuaScript, assemble, compact
+from fair_router.core.shards import SHARD_SUFFIX
+from fair_router.store.luascript import Call, LuaScript, assemble, assemble_source, compact, lua_dir
 
 Clock = Callable[[], float]
 """Returns epoch seconds. ``None`` in its place means Redis server ``TIME``."""
@@ -59,6 +60,13 @@ class RoutePush(NamedTuple):
     metas: list[bytes]  # the job's serialized meta for each family (the rule that routed it is in it)
 
 
+class RouteWaiting(NamedTuple):
+    """route.lua's waiting section: its recorded jobs count waiting for their tenants in the queues chosen."""
+
+    keys: tuple[str, str]  # the job key's waiting counts and jobs (Keys.waiting)
+    tenants: list[str]  # the encoded tenant of each window, in window order
+
+
 class RouteScript(LuaScript[list[tuple[int, int]]]):
     """route.lua: record each job in its tenant window, return the matching rule per job and, for a sharded
     job key, the least loaded of the job's candidate shards."""
@@ -79,12 +87,19 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
         now_ms: str,
         shards: ShardLoads | None = None,
         push: RoutePush | None = None,
+        waiting: RouteWaiting | None = None,
     ) -> Call[list[tuple[int, int]]]:
         """KEYS = the job key's ``routed`` counters, ``windows``, then the shard section's load keys, then the
-        push section's keys; ``base``: the queue family of jobs no rule matches; ``push``: one job to push.
+        push section's keys; ``base``: the queue family of jobs no rule matches; ``push``: one job to push;
+        ``waiting``: count the recorded jobs waiting in the plain queues they go to (routing/waiting.py).
         Result: per job (0 or the 1-based index of the rule that matched, the chosen shard or -1)."""
         keys = [routed, *windows]
         args: list[str | int | bytes] = [now_ms, *self._header(base, rules), len(windows)]
+        if waiting is None:
+            args.append(0)
+        else:
+            keys += waiting.keys
+            args += (1, *waiting.tenants, SHARD_SUFFIX)
         if shards is None:
             args.append(0)
         else:
@@ -136,13 +151,27 @@ class UnrecordScript(LuaScript[int]):
 
     name = "unrecord"
 
-    def __call__(self, windows: Sequence[str], routed: str, jobs: Sequence[tuple[int, str, str]]) -> Call[int]:
-        """KEYS = ``windows`` and the job key's ``routed`` counters; ``jobs`` = (index into windows, job id,
-        the queue route.lua counted it for). Result: the entries removed."""
+    def __call__(self, windows: Sequence[str], routed: str, jobs: Sequence[tuple[int, str, str]],
+                 waiting: tuple[str, str]) -> Call[int]:
+        """KEYS = ``windows``, the job key's waiting counts and jobs, and its ``routed`` counters; ``jobs`` =
+        (index into windows, job id, the queue route.lua counted it for). Result: the entries removed."""
         args: list[str | int | bytes] = []
         for index, job_id, queue in jobs:
             args += (index + 1, Keys.member(job_id), queue)
-        return self.call([*windows, routed], args)
+        return self.call([*windows, *waiting, routed], args)
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+class UnwaitScript(LuaScript[int]):
+    """unwait.lua: routed jobs that started stop counting waiting in the plain queue they went to."""
+
+    name = "unwait"
+
+    def __call__(self, waiting: tuple[str, str], job_ids: Sequence[str]) -> Call[int]:
+        """KEYS = the job key's waiting counts and jobs (:meth:`Keys.waiting`). Result: the jobs that were counted."""
+        return self.call(list(waiting), [Keys.member(job_id) for job_id in job_ids])
 
     def parse(self, reply: Any) -> int:
         return int(reply)
@@ -162,7 +191,7 @@ class PeekScript(LuaScript[WindowCounts]):
 
 
 class Verdict(IntEnum):
-    """acquire.lua's status for one job start."""
+    """The start script's status for one job start (lua/lib/start.lua and its control pieces)."""
 
     AT_LIMIT = 0  # refused: the tenant's concurrency slots are all taken
     GRANTED = 1  # admitted (a slot taken when concurrency limits are on)
@@ -173,7 +202,7 @@ class Verdict(IntEnum):
 
 
 class Admission(NamedTuple):
-    """What acquire.lua decided for one job start."""
+    """What the start script decided for one job start."""
 
     status: Verdict
     reclaimed: int
@@ -194,31 +223,35 @@ class RateScope(NamedTuple):
     tolerance_ms: int
 
 
-class AcquireScript(LuaScript[Admission]):
-    """acquire.lua: admit a job start (pause, rates) and take or extend a tenant's concurrency slot."""
+class StartScript(LuaScript[Admission]):
+    """The job-start script, built from the list of start controls: ``lua/lib/start.lua`` runs the
+    ``lua/lib/start_<piece>.lua`` pieces in the list's order (its header says how), so one call per start
+    decides every control whatever the list holds."""
 
-    name = "acquire"
+    name = "start"
 
-    def __call__(
-        self,
-        leases: str,
-        paused: str,
-        paid: str,
-        job_id: str,
-        limit: int,
-        lease_ms: int,
-        now_ms: str,
-        rates: Sequence[RateScope] = (),
-        reserve: bool = False,
-        tenant_scopes: int = 0,
-    ) -> Call[Admission]:
-        """KEYS = [leases, paused, paid, *rate keys]; ARGV = now_ms, job_id, limit (0 takes no slot), lease_ms,
-        reserve, tenant_scopes (the first rate scopes that hold all of the tenant's jobs: their next start
-        is returned), then (interval_ms, tolerance_ms) per rate scope."""
-        keys = [leases, paused, paid, *(scope.key for scope in rates)]
-        args: list[str | int] = [now_ms, job_id, limit, lease_ms, int(reserve), tenant_scopes]
-        for scope in rates:
-            args += (scope.interval_ms, scope.tolerance_ms)
+    def __init__(self, connection: Redis, pieces: Sequence[str]) -> None:
+        """``pieces``: each control's ``lua/lib`` piece (``start_pause``, ``start_slot``, ...), in order."""
+        self.pieces = tuple(pieces)
+        super().__init__(connection)
+
+    def build_source(self) -> str:
+        listed = ", ".join(self.pieces)
+        main = (f"-- the job-start script of controls {listed} (fair_router.store.scripts.StartScript)\n"
+                f"-- include: start, {listed}\n"
+                f"return run_start({{{listed}}})\n")
+        # compacted: a worker's pipeline sends it as EVAL with every job start
+        return compact(assemble_source(main, f"start script ({listed})", lua_dir()))
+
+    def __call__(self, now_ms: str, job_id: str, sections: Sequence[tuple[Sequence[str], Sequence[str | int]]]
+                 ) -> Call[Admission]:
+        """KEYS = every section's keys in order; ARGV = now_ms, job_id, then per section (one per piece, in
+        order): its number of keys, of args, and its args."""
+        keys: list[str] = []
+        args: list[str | int] = [now_ms, job_id]
+        for section_keys, section_args in sections:
+            keys += section_keys
+            args += (len(section_keys), len(section_args), *section_args)
         return self.call(keys, args)
 
     def parse(self, reply: Any) -> Admission:

@@ -3,13 +3,15 @@ fair is served as a FairQueue on the mark's prefix, whatever the worker was star
 
 from __future__ import annotations
 
+import time
 from typing import cast
 
 from rq import Queue
 
 from fair_router.config.settings import Settings
 from fair_router.core.validation import QueueWeight
-from fair_router.fairqueue.marks import FairnessMarks
+from fair_router.fairqueue.marks import RECHECK_EVERY, FairnessMarks
+from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.rq_internals.worker import rebuilt_as
 from fair_router.workers.turnhooks import InterruptibleTurns
@@ -42,6 +44,26 @@ class FollowsFairnessMarks(InterruptibleTurns):
                 fair.use_settings(self.settings, prefix)
                 self._replace_queue(queue, fair)
                 self.log.info("Worker %s: queue %s is marked fair: serving it as a FairQueue", self.name, queue.name)
+
+    _plain_pops: PlainPops | None = None
+    _plain_looked = 0.0  # monotonic time of the last look
+    _plain_warned: set[str] | None = None
+
+    def report_plain_pops(self, now: bool = False) -> None:
+        """Look at this worker's fair queues for jobs a plain rq worker took (:mod:`fair_router.fairqueue.plainpops`;
+        this also keeps their tenants' counts exact when the queue is empty) and log a warning, once per queue,
+        naming it and what to do. At most once per :data:`RECHECK_EVERY` seconds unless ``now``."""
+        if not self.fair_queues or (not now and time.monotonic() - self._plain_looked < RECHECK_EVERY):
+            return
+        self._plain_looked = time.monotonic()
+        if self._plain_pops is None:
+            self._plain_pops, self._plain_warned = PlainPops(self.fair_queues[0].connection), set()
+        warned = self._plain_warned if self._plain_warned is not None else set()
+        for queue in self.fair_queues:
+            report = self._plain_pops.check(queue.name, queue.fair_keys)
+            if report.plain and queue.name not in warned:
+                warned.add(queue.name)
+                self.log.warning("Worker %s: %s", self.name, report.describe())
 
     def _replace_queue(self, old: Queue, new: FairQueue) -> None:
         self.queues = [new if queue is old else queue for queue in self.queues]

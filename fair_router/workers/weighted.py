@@ -15,9 +15,10 @@ Queues named in ``fair_queues`` (or built by ``--queue-class fair_router.FairQue
 which serves fair and plain queues alike, and a tenant at its concurrency limit is parked in its fair
 queue (skipped by pops until one of its slots frees) instead of having its job snoozed.
 
-Before a tenant's job runs, both check its tenant controls (:mod:`fair_router.controls.gate`: pause, rate limits
-and, with ``concurrency.enabled``, a slot) in one script call riding with the "busy" state write; a job that
-may not start yet waits (parked in its FairQueue, or deferred on a plain queue), never failed.
+Before a tenant's job runs, both run its start controls (:mod:`fair_router.controls.gate`: pause, with
+``concurrency.enabled`` a slot, and rate limits, as a pipeline of :mod:`fair_router.controls.pipeline`) in one
+script call riding with the "busy" state write; a job that may not start yet waits (parked in its FairQueue,
+or deferred on a plain queue, as the refusing control says), never failed.
 
 Both workers also leave out rq's repeated heartbeats and state writes between jobs, record each job's
 wait as they start it (:mod:`fair_router.observe`; sent in batches about once a second, and when the worker
@@ -51,9 +52,9 @@ from rq.job import Job
 from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings, load_settings, validated
-from fair_router.controls.concurrency import ConcurrencyLimiter, Lease
-from fair_router.controls.gate import RateLimiter, TenantGate
-from fair_router.controls.pauses import PAUSE_PARK
+from fair_router.controls.concurrency import Lease
+from fair_router.controls.gate import TenantGate
+from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_SYSTEM, META_TENANT
 from fair_router.core.keys import Keys
@@ -63,9 +64,11 @@ from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
+from fair_router.routing.waiting import WaitCounts
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, rebuilt_as
 from fair_router.store.outage import OUTAGES, ride_outages
-from fair_router.store.scripts import Admission, Verdict
+from fair_router.store.scripts import Admission
+from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.marked import FollowsFairnessMarks
 from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import weighted_order
@@ -123,6 +126,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
         self.start_recorder = (StartRecorder(self.connection, Keys(settings.prefix), settings.observe)
                                if settings.observe.record else None)
+        self.wait_counts = WaitCounts(self.connection, Keys(settings.prefix))
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after,
                                  outages=OUTAGES, max_resumes=settings.interruptible.max_resumes)
         self.count_turns = settings.interruptible.count_turns
@@ -181,32 +185,29 @@ class WeightedFetchMixin(FollowsFairnessMarks):
 
     def _turn_away(self, job: Job, queue: Queue, tenant: str, admission: Admission) -> None:
         """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is
-        parked (skipped by pops, so other tenants flow and nothing churns) until a slot frees, its next rate
-        token falls due, or it is resumed; on a plain queue it is deferred through rq's scheduler (to the
-        exact time of its reserved token for a rate, after the snooze for a limit or a pause)."""
-        limiter, verdict = self.gate.limiter, admission.status
+        parked (skipped by pops, so other tenants flow and nothing churns) for as long as the refusing
+        control says (until a slot frees, its next rate token falls due, or it is resumed); on a plain queue
+        it is deferred through rq's scheduler (to the exact time of its reserved token for a rate, after the
+        snooze otherwise)."""
+        limiter, refusal = self.gate.limiter, self.gate.refusal(tenant, job, admission)
+        if refusal is None:  # not a refusal: nothing to turn away
+            return
         if isinstance(queue, FairQueue):
-            if verdict == Verdict.AT_LIMIT:
-                seconds, why = limiter.config.lease_ttl, "at its limit"
-            elif verdict == Verdict.PAUSED:
-                seconds, why = PAUSE_PARK, "paused"
-            else:
-                seconds, why = max(0.001, (admission.at_ms - admission.now_ms) / 1000), "over its rate"
+            seconds = refusal.park_seconds
             queue.park(job, tenant, seconds, limiter.tiers.profile(tenant).limit if self.gate.slots else None)
             # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
             # next may send no round trip through the limiter for a long while.
             limiter.count(limiter.tiers.tier(tenant), "parked")
             limiter.flush()
             self.log.info("Worker %s: %s is %s; job %s back in %s, tenant parked for up to %.3f s",
-                          self.name, tenant, why, job.id, queue.name, seconds)
+                          self.name, tenant, refusal.why, job.id, queue.name, seconds)
             return
-        if verdict in (Verdict.RATE, Verdict.RESERVED):
-            when = self.gate.defer_until(job, queue, admission.at_ms)
-            why = "over its rate"
+        if refusal.until_ms is not None:
+            when = self.gate.defer_until(job, queue, refusal.until_ms)
         else:
             when = limiter.snooze(job, queue, limiter.tiers.tier(tenant))
-            why = "at its limit" if verdict == Verdict.AT_LIMIT else "paused"
-        self.log.info("Worker %s: %s is %s; job %s deferred until %s", self.name, tenant, why, job.id, when)
+        self.log.info("Worker %s: %s is %s; job %s deferred until %s", self.name, tenant, refusal.why, job.id,
+                      when)
 
     def _slot_freed(self, lease: Lease, pipe: Pipeline) -> None:
         """Queued on the slot's release: unpark the tenant in this worker's fair queues (its job's claim
@@ -229,6 +230,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             queue.hold(tenant, until_ms, pipeline, paced=True)
         if self.start_recorder is not None:
             self.start_recorder.job_started(job, pipeline)
+        if all(job.origin != queue.name for queue in self.fair_queues):
+            self.wait_counts.started(job, pipeline)  # a routed job stops counting waiting (routing/waiting.py)
 
     # -- job end --------------------------------------------------------------------------------------------
 
@@ -246,6 +249,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.recover_abandoned()
         self.flush_overdue_start_records()
         self.follow_fairness_marks()
+        self.report_plain_pops()
 
     def running_job_beat(self) -> None:
         """A long job does not hold back the start records gathered before it."""
@@ -282,9 +286,19 @@ class WeightedFetchMixin(FollowsFairnessMarks):
     # -- stop -----------------------------------------------------------------------------------------------
 
     def worker_stopping(self) -> None:
-        """Write the gathered start records and the limiter's pending counters before the worker goes."""
+        """Write the gathered start records and the limiter's pending counters before the worker goes; look for
+        plain workers' pops a last time."""
         self.flush_start_records()
+        self._look_for_plain_pops()
         self.gate.limiter.flush()
+
+    def _look_for_plain_pops(self) -> None:
+        if self.is_horse:
+            return
+        try:
+            self.report_plain_pops(now=True)
+        except RedisError as exc:
+            self.log.warning("Worker %s: could not look for plain workers' pops (%s)", self.name, exc)
 
     # -- start records (fair_router.observe.recorder) ---------------------------------------------------------
 
@@ -344,7 +358,8 @@ def build_gate(connection: Redis, settings: Settings) -> TenantGate:
     if settings.shard_urls:  # a shard's worker: its queues are on the shard's Redis, leases stay on redis_url
         own = Redis.from_url(settings.redis_url)
     else:
-        own = Redis(connection_pool=ConnectionPool(**connection.connection_pool.connection_kwargs))
+        pool = connection.connection_pool  # same connection class: TLS, a unix socket, a Sentinel-managed primary
+        own = Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
     keys = Keys(settings.prefix)
     limiter = ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
     return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)

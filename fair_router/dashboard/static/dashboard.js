@@ -81,6 +81,7 @@
     return '<div class="share"><div class="bar"><span class="fill' + over + '" data-css="width:' +
       Math.min(100, row.share_5m * 100).toFixed(1) + '%"></span>' + marker + '</div><span class="txt">' +
       pct(row.share_5m) + (known(row.fair_share) ? ' <span class="muted">/ ' + pct(row.fair_share) + "</span>" : "") +
+      (row.alone ? ' <span class="muted alone">has the queue to itself</span>' : "") +
       "</span></div>";
   }
 
@@ -142,7 +143,10 @@
         cell("num", q.weight, esc(typeof q.weight === "number" ? String(q.weight) : q.weight)) +
         cell("num", q.down ? null : q.jobs, dash || count(q.jobs)) +
         cell("num", q.down ? null : q.running, dash || count(q.running)) +
-        cell("", null, q.fair ? '<span class="badge fairq">fair</span>' : '<span class="muted">plain</span>') +
+        cell("", null, (q.fair ? '<span class="badge fairq">fair</span>' : '<span class="muted">plain</span>') +
+          (q.plain_pops ? ' <span class="badge plainpop" title="taken first-in first-out by a worker that is not ' +
+            "fair-router's (a plain rq worker): start it with -w fair_router.WeightedWorker\">" +
+            count(q.plain_pops) + "+ jobs taken by a plain rq worker</span>" : "")) +
         cell("num", null, q.fair && !q.down ? count(q.tenants_waiting) : "—") +
         cell("num", null, q.fair && !q.down ? count(q.tenants_parked) : "—") + "</tr>";
     }), "no queues yet");

@@ -1,0 +1,190 @@
+"""What one job costs Redis, end to end, and how many jobs/s one Redis primary can carry (issue 22).
+
+Four set-ups, each enqueueing ``--jobs`` no-op jobs one call at a time from 50 tenants (round-robin), then
+draining them with one in-process burst worker (enqueue, route, fetch, start, finish):
+
+- ``plain rq``: ``Queue.enqueue``, drained by rq's ``SimpleWorker``;
+- ``router``: ``@fair_job`` with a throttle rule (``FairRouter``'s routed enqueue: the window record and the
+  job in one MULTI), drained by ``WeightedSimpleWorker`` (weighted fetch order; recording off);
+- ``FairQueue``: ``FairQueue.enqueue`` with ``fair_tenant=``, drained by ``WeightedSimpleWorker`` (the fair
+  pop; recording off);
+- ``FairQueue + limits + rec``: the same with concurrency limits on (a lease per job), a never-binding rate
+  on every tenant (the GCRA check at each start) and start recording on (fair_router.observe).
+
+Each measurement runs on a dedicated redis-server (flushed before it, ``CONFIG RESETSTAT``, then ``INFO``
+deltas after the enqueues and after the drain). Reported per job: Redis commands (as Redis counts them:
+those scripts and MULTIs run included, MULTI/EXEC themselves too), the commands' own time (``INFO
+commandstats`` usec of every command but EVAL/EVALSHA/EXEC, which contain the others), the scripts' time
+(EVAL/EVALSHA usec, their commands included) and the server's CPU time (``INFO cpu``, user + system: what
+the single Redis thread spends on the job, reading requests and writing replies included). Redis runs
+commands on one thread, so the ceiling of one primary is ``1e6 / server CPU us per job`` jobs/s (a bound:
+no client waits, no other traffic, the primary's core to itself). The worker's own start-up and
+registration are in the drain (a few dozen commands, spread over ``--jobs``). Rounds interleave the
+set-ups (rotating who goes first); medians are reported.
+
+    .venv/bin/python bench/capacity.py [--jobs 500] [--rounds 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from rq import Queue, SimpleWorker
+from rq.registry import FailedJobRegistry, FinishedJobRegistry
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.jobs import noop
+from bench.redisstats import Usage
+from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, fair_job
+from fair_router.config.settings import ConcurrencyConfig, ObserveConfig, TiersConfig
+from fair_router.demo.redis_server import RedisServer
+
+PREFIX = "capacity"
+QUEUE = "capacity"
+THROTTLED = f"{QUEUE}_throttled"
+TENANTS = 50
+BARE = Settings(prefix=PREFIX, observe=ObserveConfig(record=False))
+FULL = Settings(prefix=PREFIX, concurrency=ConcurrencyConfig(enabled=True), observe=ObserveConfig(record=True),
+                tiers=TiersConfig(rate={"free": "100000/s"}, burst={"free": 1000}))
+
+
+def tenant(i: int) -> str:
+    return f"tenant-{i % TENANTS}"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One way of running jobs: how they are enqueued (one call each) and the worker that drains them."""
+
+    label: str
+    enqueue: Callable[[Redis, int], None]
+    worker: Callable[[Redis], SimpleWorker]
+    queues: tuple[str, ...] = (QUEUE,)
+
+
+def plain_enqueue(conn: Redis, jobs: int) -> None:
+    queue = Queue(QUEUE, connection=conn)
+    for i in range(jobs):
+        queue.enqueue(noop, i)
+
+
+def routed_enqueue(conn: Redis, jobs: int) -> None:
+    # A rule every tenant stays under here (10 jobs per 50 tenants per round at 500 jobs): each enqueue is
+    # recorded in its tenant's window and its rule checked, as in production; none is throttled.
+    job = fair_job(QUEUE, rules=[Rule(queue=THROTTLED, threshold=1000, per=60)], connection=conn, settings=BARE,
+                   job_key="capacity.noop")(noop)
+    for i in range(jobs):
+        job.enqueue(i, fair_tenant=tenant(i))
+
+
+def fair_enqueue(settings: Settings) -> Callable[[Redis, int], None]:
+    def enqueue(conn: Redis, jobs: int) -> None:
+        queue = FairQueue(QUEUE, connection=conn, settings=settings)
+        for i in range(jobs):
+            queue.enqueue(noop, i, fair_tenant=tenant(i))
+
+    return enqueue
+
+
+def weighted(settings: Settings, queues: tuple[str, ...]) -> Callable[[Redis], SimpleWorker]:
+    return lambda conn: WeightedSimpleWorker(list(queues), connection=conn, settings=settings)
+
+
+SETUPS = {
+    "plain": Setup("plain rq", plain_enqueue, lambda conn: SimpleWorker([QUEUE], connection=conn)),
+    "router": Setup("router", routed_enqueue, weighted(BARE, (QUEUE, THROTTLED)), (QUEUE, THROTTLED)),
+    "fair": Setup("FairQueue", fair_enqueue(BARE), weighted(BARE.model_copy(update={"fair_queues": [QUEUE]}),
+                                                              (QUEUE,))),
+    "fair_limited": Setup("FairQueue + limits + rec", fair_enqueue(FULL),
+                          weighted(FULL.model_copy(update={"fair_queues": [QUEUE]}), (QUEUE,))),
+}
+
+
+def measure(conn: Redis, setup: Setup, jobs: int) -> dict[str, float]:
+    """One enqueue-then-drain of ``jobs`` jobs on an emptied server: per-job costs of each phase."""
+    conn.flushdb()
+    conn.config_resetstat()
+    before = Usage.now(conn)
+    setup.enqueue(conn, jobs)
+    enqueued = Usage.now(conn)
+    setup.worker(conn).work(burst=True, logging_level="WARNING")
+    drained = Usage.now(conn)
+    finished = sum(FinishedJobRegistry(name, connection=conn).count for name in setup.queues)
+    failed = sum(FailedJobRegistry(name, connection=conn).count for name in setup.queues)
+    if finished != jobs or failed:
+        raise RuntimeError(f"{setup.label}: {finished} of {jobs} jobs finished, {failed} failed")
+    enqueue, drain, total = enqueued - before, drained - enqueued, drained - before
+    return {
+        "enqueue_commands": enqueue.commands / jobs, "drain_commands": drain.commands / jobs,
+        "commands": total.commands / jobs, "command_usec": total.command_usec / jobs,
+        "script_usec": total.script_usec / jobs, "cpu_usec": total.cpu * 1e6 / jobs,
+        "enqueue_cpu_usec": enqueue.cpu * 1e6 / jobs, "drain_cpu_usec": drain.cpu * 1e6 / jobs,
+    }
+
+
+def run(conn: Redis, jobs: int, rounds: int, names: tuple[str, ...] = tuple(SETUPS)) -> dict[str, Any]:
+    """A warm-up of every set-up, then ``rounds`` interleaved rounds; medians per set-up and figure."""
+    for name in names:
+        measure(conn, SETUPS[name], min(jobs, 50))
+    per_round: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    for rnd in range(rounds):
+        for name in names[rnd % len(names):] + names[: rnd % len(names)]:
+            per_round[name].append(measure(conn, SETUPS[name], jobs))
+    medians = {name: {field: statistics.median(got[field] for got in rows) for field in rows[0]}
+               for name, rows in per_round.items()}
+    for row in medians.values():
+        row["ceiling_jobs_per_s"] = 1e6 / row["cpu_usec"]
+    return {"jobs": jobs, "rounds": rounds, "medians": medians, "rounds_detail": per_round}
+
+
+def table(report: dict[str, Any]) -> str:
+    """The medians as a markdown table."""
+    medians = report["medians"]
+    base = medians.get("plain", {}).get("cpu_usec")
+    lines = ["| set-up | commands/job (enqueue + drain) | commands' us/job | scripts' us/job | server CPU us/job "
+             "| vs plain rq | ceiling of one primary (jobs/s) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, row in medians.items():
+        ratio = f"{row['cpu_usec'] / base:.2f}x" if base else "-"
+        lines.append(f"| {SETUPS[name].label} | {row['commands']:.1f} ({row['enqueue_commands']:.1f} + "
+                     f"{row['drain_commands']:.1f}) | {row['command_usec']:.0f} | {row['script_usec']:.0f} | "
+                     f"{row['cpu_usec']:.0f} | {ratio} | {row['ceiling_jobs_per_s']:,.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=500, help="jobs per set-up per round")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians are reported)")
+    parser.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated subset of {', '.join(SETUPS)}")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    names = tuple(name.strip() for name in args.setups.split(","))
+    if args.jobs < 1 or args.rounds < 1 or any(name not in SETUPS for name in names):
+        parser.error(f"--jobs and --rounds at least 1; --setups from {', '.join(SETUPS)}")
+    with RedisServer() as server:
+        conn = server.client()
+        version = conn.info("server")["redis_version"]
+        report = run(conn, args.jobs, args.rounds, names)
+        conn.close()
+    report["redis"] = version
+    print(f"Redis {version}, {args.rounds} rounds x {args.jobs} jobs per set-up, medians:\n")
+    print(table(report))
+    print("\nceiling = 1e6 / server CPU us per job: Redis runs commands on one thread, so this is what one primary "
+          "carries at best (no other traffic, its core to itself).")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The rate control of a job start: GCRA (the generic cell rate algorithm), decided by
+``lua/lib/start_rate.lua`` inside the start script of :mod:`fair_router.controls.pipeline`.
+
+Per (scope, tenant) one timestamp, the *theoretical arrival time*. A rate of N per unit allows a start every
+``unit / N``; ``burst`` starts may come at once after a quiet spell. A job start must pass its tenant's rate
+(``tiers.rate`` or the tenant's override) and its job function's (``@fair_job(rate=...)`` /
+``jobs.<key>.rate``), both keyed by tenant. A job over its rate is never failed or dropped: in a FairQueue
+its tenant is parked until its next allowed start (other tenants flow, nothing churns); on a plain queue the
+job's start is *reserved* (its token taken now) and the job deferred to exactly that time through rq's
+scheduler, so a backlog on a plain queue comes back one job per token instead of as a herd.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rq.job import Job
+
+from fair_router.config.settings import JobConfig
+from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
+from fair_router.core.jobmeta import META_RATE
+from fair_router.core.keys import Keys
+from fair_router.core.profiles import TenantProfile
+from fair_router.core.rates import Rate, parse_rate
+from fair_router.store.scripts import Admission, RateScope, Verdict
+
+
+def scope(key: str, rate: Rate, burst: int) -> RateScope:
+    """The GCRA parameters of ``rate`` with ``burst`` starts at once."""
+    interval = rate.interval_ms
+    return RateScope(key, interval, (burst - 1) * interval)
+
+
+class RateLimiter(StartControl):
+    """The start control of rates: which scopes a job start must pass (its tenant's rate and its job
+    function's), and what becomes of a start over one."""
+
+    piece = "start_rate"
+    verdicts = (Verdict.RATE, Verdict.RESERVED)
+    counter = "rate_deferred"
+
+    def __init__(self, keys: Keys, jobs: Mapping[str, JobConfig] | None = None) -> None:
+        self.keys = keys
+        self.jobs = jobs or {}
+
+    def scopes(self, tenant: str, profile: TenantProfile, job: Job) -> list[RateScope]:
+        """The tenant's rate (override, else tier), then the job function's: the rate the enqueue wrote into
+        the job (``@fair_job(rate=...)`` or ``jobs.<key>.rate`` of the producer's settings), else this
+        worker's ``jobs.<function path>.rate``."""
+        found = []
+        if profile.rate is not None:
+            found.append(scope(self.keys.rate(tenant), profile.rate, profile.burst))
+        own = job.meta.get(META_RATE)
+        if isinstance(own, dict) and own.get("rate"):
+            found.append(scope(self.keys.rate(tenant, str(own["job_key"])), parse_rate(own["rate"]),
+                               int(own.get("burst") or 1)))
+        elif self.jobs and job.func_name:
+            name = job.func_name
+            configured = self.jobs.get(name)
+            if configured is not None and configured.rate is not None:
+                found.append(scope(self.keys.rate(tenant, name), configured.rate, configured.burst or 1))
+        return found
+
+    def needed(self, start: Start) -> bool:
+        """Only a start with a rate to pass."""
+        return bool(start.rates)
+
+    def section(self, start: Start) -> Section:
+        """The job's reserved start and one GCRA state per scope; reserve, tenant_scopes, (interval, tolerance)s."""
+        args: list[str | int] = [int(start.reserve), start.tenant_scopes]
+        for rate in start.rates:
+            args += (rate.interval_ms, rate.tolerance_ms)
+        return Section([self.keys.rate_paid(start.tenant, start.job_id), *(rate.key for rate in start.rates)], args)
+
+    def on_refused(self, start: Start, admission: Admission) -> Refusal:
+        """Parked until its next token falls due; a plain queue's job comes back at its reserved start."""
+        return Refusal(self.counter, "over its rate", max(0.001, (admission.at_ms - admission.now_ms) / 1000),
+                       until_ms=admission.at_ms)

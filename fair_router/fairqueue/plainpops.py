@@ -1,0 +1,76 @@
+"""Plain rq workers on a fair queue: detected and reported, never a silent count error.
+
+A plain ``rq worker`` (none of our code runs in it) serving a fair queue takes jobs off rq's list with its own
+LPOP, first-in first-out. The jobs run, but their fair-structure entries (members, lua/lib/members.lua) stay
+behind, *stale*, and their tenants' waiting counts with them. The fair scripts drop a stale member as soon as
+they meet it (a pop, or :class:`PlainPops` on an empty queue, which drops them all), count it in the queue's
+state hash and note its id (lua/lib/stale.lua). :class:`PlainPops` then looks at the jobs of the ids noted:
+one that was started was taken by a worker without our pop (ours never leave a member behind), one that was
+not was removed by rq itself (``Job.cancel``, ``Job.delete`` through a plain Queue), which is no fault. Those
+found run are counted in the queue's state (``plain``), which the weighted workers (a warning, once per
+queue), the dashboard and ``fair-router check --ping`` (a warning) report.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from redis import Redis
+from rq.job import Job
+
+from fair_router.core.keys import FairQueueKeys
+from fair_router.store.fair_scripts import FairTidyScript
+
+logger = logging.getLogger("fair_router")
+
+RAN = frozenset({"started", "finished", "failed", "stopped"})
+"""Job statuses that mean some worker took the job."""
+
+ADVICE = ("start every worker of this queue as a weighted worker (`fair-router worker`, or `rq worker -w "
+          "fair_router.WeightedWorker`): a plain `rq worker` takes its jobs first-in first-out, outside fair share")
+
+
+@dataclass
+class PlainPopReport:
+    """One fair queue's stale members as our processes know them."""
+
+    queue: str
+    stale: int  # members found gone from rq's list, ever
+    plain: int  # of those, found run by a worker without our pop (a lower bound: a sample is looked at)
+
+    def describe(self) -> str:
+        """One sentence naming the queue, what happened and what to do."""
+        return (f"queue {self.queue!r}: at least {self.plain} of its fair jobs were taken by a worker that is not "
+                f"fair-router's ({self.stale} taken off its list behind the fair pop in all); {ADVICE}")
+
+
+class PlainPops:
+    """Looks at fair queues' stale members on one connection (see the module docstring)."""
+
+    def __init__(self, connection: Redis) -> None:
+        self.connection = connection
+        self._tidy = FairTidyScript(connection)
+
+    def check(self, queue: str, keys: FairQueueKeys) -> PlainPopReport:
+        """Tidy queue ``queue`` (its fair keys ``keys``): with rq's list empty every member left is dropped, so
+        its tenants' counts are exact; the stale ids noted since the last look are looked at, and those whose
+        job ran are counted. Two round trips when ids were noted, else one."""
+        result = self._tidy(keys).run()
+        plain = result.plain
+        ran = self._ran(result.ids) if result.ids else 0
+        if ran:
+            plain = int(self.connection.hincrby(keys.state, "plain", ran))
+        return PlainPopReport(queue, result.stale, plain)
+
+    def _ran(self, ids: list[str]) -> int:
+        """How many of the jobs ``ids`` some worker took (their status says so)."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hget(Job.key_for(job_id), "status")
+            statuses = pipe.execute()
+        return sum(1 for status in statuses if status is not None and _text(status) in RAN)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

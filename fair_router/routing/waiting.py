@@ -1,0 +1,69 @@
+"""Per-tenant waiting counts of the plain queues fair-router routes into, so the dashboard shows what waits
+there without scanning a list (a fair queue keeps its own, its backlog hash).
+
+A routed job with a tenant carries ``fair_waiting`` (its job key) in its meta. When route.lua records it in its
+tenant's window for an enqueue into plain queues (no fair queue among the route's), it also counts the job
+waiting for its tenant in the queue it chose (lua/lib/waiting.lua, keys tagged by the job key as the windows:
+no extra call); an enqueue that fails is taken back with its window entry (``lua/unrecord.lua``). A weighted
+worker's start takes the count back (``lua/unwait.lua`` on rq's job-start MULTI: no round trip). Each job counts
+once (the counts keep the job's id digest until it starts), so a retry or a second start never counts twice.
+Not counted: jobs of job keys without throttle rules (route.lua records nothing for them), an explicit
+``queue=``, dependencies, a rate limit or a schedule (rq's own paths), and shards on other servers. A job
+deleted before it starts, or started by a plain rq worker, keeps its count until its queue is empty, when the
+dashboard stops trusting it (the list length says).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis import Redis
+from redis.client import Pipeline
+from rq import Queue
+from rq.job import Job
+
+from fair_router.core.jobmeta import META_WAITING
+from fair_router.core.keys import Keys, encode
+from fair_router.routing.placement import Route
+from fair_router.rq_internals.queue import RqQueueSeam
+from fair_router.store.scripts import UnwaitScript
+
+
+def counts_waiting(queue_of: Callable[[str, bool], Queue], route: Route, fair: bool,
+                   calls: Sequence[tuple[Any, ...]], shard_servers: object) -> bool:
+    """Whether route.lua counts the jobs of ``calls`` (each item's first element, an EnqueueArgs) waiting in the
+    queues it chooses: every queue of the route (as ``queue_of(name, fair)`` gives it) a plain one, on the
+    router's Redis (``shard_servers`` None for a sharded route), and every job pushed at once by rq's ordinary
+    path (no dependencies, no rate limit)."""
+    if shard_servers is not None and route.shards is not None:
+        return False
+    if any(item[0].depends_on or item[0].rate_limit is not None for item in calls):
+        return False
+    return not any(isinstance(queue_of(name, fair), RqQueueSeam) for name in route.families())
+
+
+def field(queue: str, tenant: str) -> str:
+    """The waiting counts' field of ``tenant`` (as given, not encoded) in ``queue``."""
+    return f"{queue}|{encode(tenant)}"
+
+
+def parse_field(name: str) -> tuple[str, str]:
+    """(queue, encoded tenant) of a waiting counts' field (queue names hold no '|')."""
+    queue, _, tenant = name.partition("|")
+    return queue, tenant
+
+
+class WaitCounts:
+    """Takes started jobs out of the plain queues' waiting counts, on one Redis (the worker's)."""
+
+    def __init__(self, connection: Redis, keys: Keys) -> None:
+        self.connection = connection
+        self.keys = keys
+        self._unwait = UnwaitScript(connection)
+
+    def started(self, job: Job, pipe: Pipeline) -> None:
+        """Queue on ``pipe`` (rq's job-start MULTI) the end of ``job``'s count, if it has one."""
+        job_key = (job.meta or {}).get(META_WAITING)
+        if job_key:
+            self._unwait(self.keys.waiting(str(job_key)), [job.id]).queue(pipe)

@@ -1,0 +1,30 @@
+"""The concurrency limiter the workers run: the controls' slots (:mod:`fair_router.controls.concurrency`)
+with their counts kept by :class:`fair_router.observe.counters.TierCounters`, which also reads them back.
+Wired here, above both, so that ``controls`` never imports ``observe`` (whose readers import the controls'
+vocabulary)."""
+
+from __future__ import annotations
+
+import random
+
+from redis import Redis
+
+from fair_router.config.settings import ConcurrencyConfig
+from fair_router.controls.concurrency import ConcurrencySlots
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
+from fair_router.observe.counters import TierCounters
+from fair_router.store.scripts import Clock
+
+
+class ConcurrencyLimiter(ConcurrencySlots):
+    """Per-tenant concurrency slots whose counts go to a TierCounters (:meth:`counters` reads them)."""
+
+    def __init__(self, connection: Redis, keys: Keys, tiers: TierBook, config: ConcurrencyConfig,
+                 clock: Clock | None = None, rng: random.Random | None = None) -> None:
+        self.counts = TierCounters(connection, keys)
+        super().__init__(connection, keys, tiers, config, clock, rng, tally=self.counts)
+
+    def counters(self) -> dict[str, dict[str, int]]:
+        """tier -> {counter: count} for every counter of ``observe.counters.COUNTERS``, from Redis."""
+        return self.counts.read()

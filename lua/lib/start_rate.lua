@@ -1,0 +1,53 @@
+-- start_rate.lua: the rate control of a job start (controls/gate.py): GCRA, one timestamp per scope (its
+-- theoretical arrival time, TAT). A scope with interval T and tolerance tau admits a start at `now` when
+-- TAT - tau <= now; the start moves its TAT to max(TAT, now) + T. Refused: 3 (next start at s.at_ms), or 5
+-- with reserve (the job's token taken now, its start reserved at s.at_ms: it comes back without paying).
+-- KEYS +1  this job's reserved start (ms), +2.. one TAT per scope (a string expiring when its TAT passes).
+-- ARGV +1  reserve ('1'), +2 tenant_scopes (the first scopes hold every job of the tenant: s.next_ms says
+--          when they allow its next start), then per scope: interval_ms, tolerance_ms ((burst - 1) * T).
+local start_rate = {}
+local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
+
+-- Takes a token of every scope for a start at `start`; returns when the first tenant_scopes allow the next.
+local function rate_take(s, k, a, start)
+  local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
+  for i = 1, s.rate_n do
+    local tat = math.max(s.tats[i], start) + tonumber(ARGV[a + 1 + 2 * i])
+    redis.call('SET', KEYS[k + 1 + i], tat, 'PX', tat - s.now_ms)
+    local at = tat - tonumber(ARGV[a + 2 + 2 * i])
+    if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
+  end
+  return next_ms
+end
+
+function start_rate.check(s, k, a, n_keys)
+  local paid, now_ms = KEYS[k + 1], s.now_ms
+  local n, tats, allowed = n_keys - 1, {}, now_ms
+  local reserved = tonumber(redis.call('GET', paid) or '')
+  if reserved then
+    if reserved > now_ms then  -- back early: not yet its time
+      s.at_ms = reserved
+      return 3
+    end
+    n = 0  -- its token was taken when it was deferred
+  end
+  for i = 1, n do
+    local tat = tonumber(redis.call('GET', KEYS[k + 1 + i]) or '0')
+    if tat < now_ms then tat = now_ms end
+    tats[i] = tat
+    local at = tat - tonumber(ARGV[a + 2 + 2 * i])
+    if at > allowed then allowed = at end
+  end
+  s.rate_n, s.tats, s.reserved = n, tats, reserved
+  if allowed <= now_ms then return nil end
+  s.at_ms = allowed
+  if ARGV[a + 1] ~= '1' then return 3 end
+  rate_take(s, k, a, allowed)
+  redis.call('SET', paid, allowed, 'PX', allowed - now_ms + PAID_KEEP_MS)
+  return 5
+end
+
+function start_rate.take(s, k, a)
+  s.next_ms = rate_take(s, k, a, s.now_ms)
+  if s.reserved then redis.call('DEL', KEYS[k + 1]) end
+end

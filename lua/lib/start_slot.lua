@@ -1,0 +1,28 @@
+-- start_slot.lua: the concurrency-slot control of a job start (controls/concurrency.py): a lease per running
+-- job, refused (0) at the tenant's limit; a job that holds its slot already has its lease extended (HELD).
+-- KEYS +1  the tenant's leases: sorted set, member = job id, score = lease expiry (ms).
+-- ARGV +1  limit (slots the tenant may hold), +2 lease_ms.
+local start_slot = {}
+-- Expired leases are dropped first (their workers died or stalled: the slot comes back), counted as reclaimed.
+function start_slot.held(s, k, a)
+  local leases = KEYS[k + 1]
+  s.reclaimed = s.reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
+  if redis.call('ZSCORE', leases, s.job_id) then
+    redis.call('ZADD', leases, s.now_ms + tonumber(ARGV[a + 2]), s.job_id)
+    return true
+  end
+  return false
+end
+function start_slot.check(s, k, a)
+  if redis.call('ZCARD', KEYS[k + 1]) >= tonumber(ARGV[a + 1]) then return 0 end
+end
+function start_slot.take(s, k, a)
+  local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
+  redis.call('ZADD', leases, s.now_ms + lease_ms, s.job_id)
+  -- Every lease ends within lease_ms of its last refresh, but the key outlives it by a day: a lease
+  -- whose worker died must still be here for the next start to drop *and count* as reclaimed (a key
+  -- expiring with its last lease took that lease away uncounted). Expired leases never count toward
+  -- the limit, so the longer life costs only the memory of an idle tenant's small set.
+  local keep_ms = lease_ms + 86400000
+  if redis.call('PTTL', leases) < keep_ms then redis.call('PEXPIRE', leases, keep_ms) end
+end

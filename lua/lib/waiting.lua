@@ -1,0 +1,34 @@
+-- lib/waiting.lua: per-tenant waiting counts of the plain queues fair-router routes into (what the dashboard
+-- shows waiting there, no scan): `counts` HASH "<queue>|<encoded tenant>" -> jobs waiting; `jobs` HASH job id
+-- digest -> its field, so that a job counts once and its start takes back exactly its own count. Both keys
+-- carry the job key's tag (core/keys.py Keys.waiting), the tag of route.lua's windows.
+
+-- Job `member` (its id digest) waits under `field`; a job counted already stays counted once.
+local function wait(counts, jobs, member, field)
+  if redis.call('HSETNX', jobs, member, field) == 1 then redis.call('HINCRBY', counts, field, 1) end
+end
+
+-- Job `member` started (or left): its count is taken back. Returns 1, or 0 when it was not counted.
+local function unwait(counts, jobs, member)
+  local field = redis.call('HGET', jobs, member)
+  if not field then return 0 end
+  redis.call('HDEL', jobs, member)
+  if redis.call('HINCRBY', counts, field, -1) <= 0 then redis.call('HDEL', counts, field) end
+  return 1
+end
+
+-- route.lua's waiting section from ARGV[at]: 0 (none), or 1 then the encoded tenant of each of the n_windows
+-- windows and the shard queues' suffix; the counts and jobs are KEYS[2 + n_windows], KEYS[3 + n_windows].
+-- Returns the section (nil: none) and the ARGV index after it.
+local function read_waiting(at, n_windows)
+  if tonumber(ARGV[at]) ~= 1 then return nil, at + 1 end
+  return {tenants = at, counts = KEYS[2 + n_windows], jobs = KEYS[3 + n_windows], suffix = ARGV[at + 1 + n_windows]},
+    at + 2 + n_windows
+end
+
+-- route.lua: job `member`, recorded in window `window` (its tenant's), goes to family `queue` on `shard` (-1:
+-- unsharded): it counts waiting there.
+local function route_wait(section, window, member, queue, shard)
+  if shard >= 0 then queue = queue .. section.suffix .. shard end
+  wait(section.counts, section.jobs, member, queue .. '|' .. ARGV[section.tenants + window])
+end
