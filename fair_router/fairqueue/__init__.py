@@ -92,16 +92,18 @@ Known gaps (not by design)
       LPUSH on the list shifts recorded positions; the next pops look around them, and one O(n) reindex
       resets them when the drift has grown past 128 entries.
 
-Where each part lives (FairQueue in :mod:`fair_router.fairqueue.queue` is their composition)
-    - :mod:`~fair_router.fairqueue.base`: configuration (prefix, tiers, charge), keys, script wrappers, and
-      how a job becomes a push entry (tenant, weight, cost);
-    - :mod:`~fair_router.fairqueue.pushing`: rq's enqueue methods, the fair pushes, backlog caps;
-    - :mod:`~fair_router.fairqueue.popping`: the fair pop, park and unpark;
-    - :mod:`~fair_router.fairqueue.maintenance`: runtime-charge settlement, recovery of popped jobs;
-    - :mod:`~fair_router.fairqueue.listing`: what rq's tools read and remove (listings, positions,
-      ``remove``, ``empty``, ``compact``), with :mod:`~fair_router.fairqueue.serving_order`;
+Where each part lives (FairQueue, in :mod:`fair_router.fairqueue.queue`, is one class over rq's Queue that
+delegates to them: it has them, it does not inherit them)
+    - :mod:`fair_router.store.fair_store`: the ``FairStore`` interface (push, pop, park, unpark, hold, settle,
+      remove, unmark: one atomic step each) and ``RedisFairStore``, the fair keys and their scripts;
+    - :mod:`~fair_router.fairqueue.config`: configuration (prefix, tiers, charge), weights, and how a job
+      becomes a push entry (tenant, weight, cost);
+    - :mod:`~fair_router.fairqueue.pushing`: the fair pushes, the fairness mark, backlog caps;
+    - :mod:`~fair_router.fairqueue.maintenance`: recovery of popped jobs (settlement is one store call);
+    - :mod:`~fair_router.fairqueue.listing`: listings in serving order, with
+      :mod:`~fair_router.fairqueue.serving_order`;
     - :mod:`fair_router.rq_internals.queue`: the base class ``RqQueueSeam``, everything that touches rq's
       internals (``_enqueue_job``, the push interception, ``dequeue_any``, the intermediate-queue hook),
-      calling the hook methods the parts above implement.
+      calling the hook methods FairQueue implements.
     This package's ``__init__`` imports nothing, so importing a part never runs the others.
 """

@@ -21,7 +21,7 @@ from redis.client import Pipeline
 from rq import Queue
 
 from fair_router.core.keys import Keys
-from fair_router.store.fair_scripts import FairUnmarkScript
+from fair_router.store.fair_store import RedisFairStore
 
 logger = logging.getLogger("fair_router")
 
@@ -90,7 +90,6 @@ class FairnessMarks:
         (nothing changed)."""
         rq_list = Queue.redis_queue_namespace_prefix + name
         prefix = self.read([name]).get(name) or self.prefix
-        result = FairUnmarkScript(self.connection)(rq_list, Keys(prefix).fair_queue(rq_list).members,
-                                                   mark_key(name)).run()
+        result = RedisFairStore(self.connection, Keys(prefix).fair_queue(rq_list)).unmark(mark_key(name))
         self._read.pop(name, None)
         return result

@@ -71,7 +71,7 @@ only before a 64-digit digest."""
 OTHER = "#other"
 """Record of the starts of tenants past the per-minute cap."""
 NO_TENANT = "#none"
-"""Tenant part of jobs without a tenant (as in :mod:`fair_router.fairqueue.base`)."""
+"""Tenant part of jobs without a tenant (as in :mod:`fair_router.fairqueue.config`)."""
 
 
 MAX_GROUPS = 1000
