@@ -1,4 +1,4 @@
-"""What one job costs Redis, end to end, and how many jobs/s one Redis primary can carry (issue 22).
+"""What one job costs Redis, end to end, and how many jobs/s one Redis primary can carry.
 
 Four set-ups, each enqueueing ``--jobs`` no-op jobs one call at a time from 50 tenants (round-robin), then
 draining them with one in-process burst worker (enqueue, route, fetch, start, finish):

@@ -1,4 +1,4 @@
-"""The at-limit flood of issue 27: starts refused at the limit per slot acquired, from the limiter's counters.
+"""The at-limit flood: starts refused at the limit per slot acquired, from the limiter's counters.
 
 Two ``rq worker -w fair_router.WeightedWorker`` processes (rq's forking worker, as deployed) serve one FairQueue
 with concurrency limits on and every tenant limited to one job at a time (the free tier); one tenant floods

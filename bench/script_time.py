@@ -1,4 +1,4 @@
-"""Server time per call of the job-start script and the start-record script (issue 21: splitting the Lua into
+"""Server time per call of the job-start script and the start-record script (splitting the Lua into
 lua/lib pieces must keep it flat). Runs ``--calls`` job starts through the workers' start checks (pause, a
 concurrency slot, a tenant rate and a job rate, one EVAL per start on a pipeline, as a worker sends it) and
 ``--calls`` start-record flushes of 20 starts over 10 tenants, against a fresh redis-server, and prints the

@@ -1,4 +1,4 @@
-"""Shuffle-sharding, measured (issue 26).
+"""Shuffle-sharding, measured.
 
 1. Simulated blast radius: the fraction of 100,000 tenants whose whole shard set equals a hog's, against
    1 / C(N, k), for a few (N, k).

@@ -1,4 +1,4 @@
-"""Limits checked at claim time (issue 27): a FairQueue's pop parks a tenant at its concurrency limit, paused,
+"""Limits checked at claim time: a FairQueue's pop parks a tenant at its concurrency limit, paused,
 or held by its own rate, instead of handing out a job whose start acquire.lua would then refuse. Real `rq
 worker` processes on the real redis-server; assertions on the limiter's counters, never on times."""
 

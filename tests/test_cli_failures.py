@@ -1,4 +1,4 @@
-"""Every ``fair-router`` command fails cleanly (issue 24): against a Redis that is down, a malformed URL and a
+"""Every ``fair-router`` command fails cleanly: against a Redis that is down, a malformed URL and a
 Redis that refuses the credentials, each command (found by walking the click group, so new commands are
 covered without a change here) prints one line naming what failed and where, exits 1 (2 for bad input), and
 never prints a traceback unless ``--debug`` is given. Run as the real console entry point, in subprocesses

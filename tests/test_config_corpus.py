@@ -1,4 +1,4 @@
-"""A corpus of bad settings files (issue 24), each run through the real CLI (``fair-router check`` on
+"""A corpus of bad settings files, each run through the real CLI (``fair-router check`` on
 ``fair_router.cli:main``): exit status 2, a message naming the file, the key and the value (or what is wrong
 with the file as a whole), a few KB at most whatever the input, and no traceback. An empty file is a
 warning, not an error."""

@@ -6,7 +6,7 @@ once), so the greedy tenant runs one job at a time and is parked whenever a seco
 One small tenant is paused (``FairRouter.pause``) before its jobs arrive: its row must say "paused" and
 "parked" (a worker that took its job parked it in the fair queue).
 
-The server runs with a read token (issue 24): the browser first gets the sign-in form, is refused a wrong
+The server runs with a read token: the browser first gets the sign-in form, is refused a wrong
 token, signs in with the right one (a plain form POST setting an HttpOnly cookie) and only then sees the page.
 The page must draw itself under the Content-Security-Policy with no violation in Chromium's console; the
 headers are read by a fetch in the page, and an injected inline script must be blocked (the policy is enforced,

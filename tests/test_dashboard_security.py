@@ -1,4 +1,4 @@
-"""The dashboard when exposed (issue 24): the ``Host`` allowlist, the security headers, the read token and
+"""The dashboard when exposed: the ``Host`` allowlist, the security headers, the read token and
 the start-up checks, through real HTTP requests (``http.client``) to ``fair-router dashboard`` running as its
 own process (waitress) on a real Redis; the Flask test client only where a browser-less detail is checked
 (an expired sign-in, the blueprint mounted in another app)."""

@@ -1,4 +1,4 @@
-"""How many Redis commands a fair job costs (issue 27), counted by the server (INFO commandstats, where the
+"""How many Redis commands a fair job costs, counted by the server (INFO commandstats, where the
 commands a script runs count one by one, as a plain rq job's do). Never a time."""
 
 from __future__ import annotations

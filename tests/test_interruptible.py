@@ -1,4 +1,4 @@
-"""Interruptible iteration (issue 25) with in-process weighted workers (WeightedSimpleWorker) on the real
+"""Interruptible iteration with in-process weighted workers (WeightedSimpleWorker) on the real
 redis-server: turns, the end of a turn not being a success, retries, warm shutdown, plain queues, backlog
 caps, and the decorator's validation. The subprocess workers' scenarios are in test_interruptible_fleet.py."""
 

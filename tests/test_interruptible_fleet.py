@@ -1,4 +1,4 @@
-"""Interruptible iteration (issue 25) with real `rq worker` processes: small tenants waiting behind a long
+"""Interruptible iteration with real `rq worker` processes: small tenants waiting behind a long
 job, SIGTERM mid-job (warm shutdown reaches the work horse), SIGKILL of worker and horse (crash recovery
 resumes from the saved cursor). Assertions are about order and counts, never wall times."""
 

@@ -1,4 +1,4 @@
-"""The demo's long-jobs scenario (issue 25), small, on real `rq worker` processes: small tenants behind long
+"""The demo's long-jobs scenario, small, on real `rq worker` processes: small tenants behind long
 jobs wait less when the long jobs run in turns. Compared within one run, never against wall times."""
 
 from __future__ import annotations

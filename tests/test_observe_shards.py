@@ -1,4 +1,4 @@
-"""The dashboard and metrics read every shard (issue 26): with two real redis-servers as ``shard_urls``, the
+"""The dashboard and metrics read every shard: with two real redis-servers as ``shard_urls``, the
 snapshot, ``/api/snapshot`` and ``/metrics`` show each shard queue's length as read on its own server, with
 the server named; a shard server that is down is shown as down, not as an error."""
 

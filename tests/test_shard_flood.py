@@ -1,4 +1,4 @@
-"""The issue's flood test (issue 26): a hog's backlog fills its own shards; every small tenant whose shard
+"""The issue's flood test: a hog's backlog fills its own shards; every small tenant whose shard
 set differs from the hog's is steered to a shard the hog did not load and finishes while the hog still has a
 backlog. Real rq worker processes, one per shard."""
 

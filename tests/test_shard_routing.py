@@ -1,4 +1,4 @@
-"""Sharded routing (issue 26): the least loaded of the tenant's shards, chosen in route.lua, composed with the
+"""Sharded routing: the least loaded of the tenant's shards, chosen in route.lua, composed with the
 throttle rules, for plain and fair queues, from the decorator or the settings."""
 
 from __future__ import annotations

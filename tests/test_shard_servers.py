@@ -1,4 +1,4 @@
-"""Shards on several Redis primaries (issue 26): with two real redis-servers as shard_urls each job lies on
+"""Shards on several Redis primaries: with two real redis-servers as shard_urls each job lies on
 its shard's server and per-shard workers drain both, 0 jobs lost; a shard server that is down is routed
 around, and a tenant whose every shard is down gets a clear error."""
 

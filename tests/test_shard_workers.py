@@ -1,4 +1,4 @@
-"""Workers per shard (issue 26): `fair-router worker --shard I` and the pool's per-shard groups."""
+"""Workers per shard: `fair-router worker --shard I` and the pool's per-shard groups."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shuffle-sharding's deal (issue 26): shards_of is deterministic, distinct, even and stable."""
+"""Shuffle-sharding's deal: shards_of is deterministic, distinct, even and stable."""
 
 from __future__ import annotations
 

@@ -1,15 +1,17 @@
-"""The shape of the code, checked with ``ast`` and the files themselves (issue 21):
+"""The shape of the code, checked with ``ast`` and the files themselves:
 
 - no class in fair_router has more than two fair-router base classes: inheritance is for being a kind of
   thing, not for sharing code (a class that wants a third helper should *have* it);
 - ``FairRouter`` has its tenant admin and its queue registry rather than being them;
 - no Lua script (``lua/*.lua``, ``lua/lib/*.lua``) is over ~120 lines: a longer one is split into
-  ``lua/lib`` pieces with one-line contracts.
+  ``lua/lib`` pieces with one-line contracts;
+- nothing cites an issue number or a document kept outside the repository.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import fair_router
@@ -91,3 +93,21 @@ def test_no_lua_script_is_over_120_lines() -> None:
                                                  f"pieces): {too_long}"
     fixed = LUA_ALLOWED - set(too_long)
     assert not fixed, f"{fixed} no longer need(s) the allowlist: take it out of LUA_ALLOWED"
+
+
+OUTSIDE_REFERENCE = re.compile(r"\b[Ii]ssues? #?\d+|\bADR-\d+|\bdesign\.md\b")
+"""What a reader of the repository cannot follow: an issue tracker's numbers, decision records and design
+notes that live elsewhere."""
+
+
+def test_nothing_cites_documents_or_issue_numbers_outside_the_repository() -> None:
+    root = PACKAGE.parent
+    texts = [root / "README.md", root / "CHANGELOG.md", *root.glob("docs/*.md"), *LUA.rglob("*.lua"),
+             *(path for folder in ("fair_router", "bench", "tests", "compat")
+               for path in (root / folder).rglob("*.py"))]
+    assert len(texts) > 50
+    cited = [f"{path.relative_to(root)}:{number}: {line.strip()}" for path in texts
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if OUTSIDE_REFERENCE.search(line) and path.name != "test_structure.py"]
+    assert not cited, "\n".join(cited)
+    assert OUTSIDE_REFERENCE.search("as issue 27 asks") and OUTSIDE_REFERENCE.search("see ADR-10")

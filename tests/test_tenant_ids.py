@@ -1,4 +1,4 @@
-"""One tenant type on every public path (issue 24): a tenant id is a ``str`` or an ``int`` (its decimal
+"""One tenant type on every public path: a tenant id is a ``str`` or an ``int`` (its decimal
 string); anything else raises TypeError naming the type; an empty id, one over ``tenant_max_bytes`` bytes of
 UTF-8 or one with lone surrogates raises InvalidTenant (a ValueError naming the limit); and a refused call
 writes nothing to Redis. Each path is driven with arbitrary values of many types (hypothesis) and checked

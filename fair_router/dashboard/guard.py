@@ -1,4 +1,4 @@
-"""What makes the dashboard safe to expose (issue 24): a ``Host`` header allowlist, security headers on every
+"""What makes the dashboard safe to expose: a ``Host`` header allowlist, security headers on every
 response, and an optional read token.
 
 - :class:`HostAllowlist` is WSGI middleware: a request whose ``Host`` is not one of the allowed names gets
