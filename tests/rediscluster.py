@@ -20,6 +20,7 @@ from types import TracebackType
 
 from redis import Redis
 
+from fair_router.demo.harness import stop_processes
 from fair_router.demo.redis_server import find_redis_server
 
 NODE_TIMEOUT_MS = 2000
@@ -143,14 +144,8 @@ class RedisClusterFixture:
             node.process.wait()
 
     def stop(self) -> None:
-        for node in self.nodes:
-            if node.process is not None and node.process.poll() is None:
-                node.process.terminate()
-                try:
-                    node.process.wait(5)
-                except subprocess.TimeoutExpired:
-                    node.process.kill()
-                    node.process.wait()
+        stop_processes([node.process for node in self.nodes if node.process is not None and
+                        node.process.poll() is None], grace=5)
         if self._root is not None:
             self._root.cleanup()
             self._root = None
