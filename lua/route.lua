@@ -24,26 +24,25 @@
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
 local now_ms = clock_ms(ARGV[1])
-local ttl_ms = tonumber(ARGV[2])
-local rules = read_rules(now_ms)
-local n_windows = tonumber(ARGV[6 + 3 * rules.n])  -- the windows are KEYS[2 .. 1 + n_windows]
+local n_rules = tonumber(ARGV[4])
+local n_windows = tonumber(ARGV[6 + 3 * n_rules])  -- the windows are KEYS[2 .. 1 + n_windows]
 local waiting, loads, push, at
-waiting, at = read_waiting(7 + 3 * rules.n, n_windows)
-loads, at = read_loads(at, rules.n)
-push, at = read_push(at, rules.n)
+waiting, at = read_waiting(7 + 3 * n_rules, n_windows)
+loads, at = read_loads(at, n_rules)
+push, at = read_push(at, n_rules)
 
-local reply, routed, touched = {}, {}, {}
-while at <= #ARGV do
+local reply, routed, touched, n_argv = {}, {}, {}, #ARGV
+while at <= n_argv do
   local window, member, n_cand = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
   local rule = 0
-  if window > 0 and rules.n > 0 then
+  if window > 0 and n_rules > 0 then
     local key = KEYS[1 + window]
     touched[key] = true
-    rule = record_and_match(key, member, now_ms, rules)
+    rule = record_and_match(key, member, now_ms, n_rules)
     routed[rule] = (routed[rule] or 0) + 1
   end
   local shard = least_loaded(loads, rule, at + 2, n_cand)
-  if waiting and window > 0 then route_wait(waiting, window, member, rules.target[rule], shard) end
+  if waiting and window > 0 then route_wait(waiting, n_windows, window, member, rule_target(rule), shard) end
   reply[#reply + 1] = rule
   reply[#reply + 1] = shard
   at = at + 3 + n_cand
@@ -51,13 +50,13 @@ end
 
 -- Counted per target queue family (the dashboard reads them): one HINCRBY per rule used by the batch.
 for rule, n in pairs(routed) do
-  redis.call('HINCRBY', KEYS[1], rules.target[rule], n)
+  redis.call('HINCRBY', KEYS[1], rule_target(rule), n)
 end
 
-if push then push_job(push, reply[1], rules.target[reply[1]]) end
+if push then push_job(push, reply[1], rule_target(reply[1])) end
 
--- Entries older than the longest window are never counted; an idle window expires whole.
+-- Entries older than the longest window are never counted; an idle window expires whole (ttl_ms: ARGV[2]).
 for key in pairs(touched) do
-  redis.call('PEXPIRE', key, ttl_ms)
+  redis.call('PEXPIRE', key, ARGV[2])
 end
 return reply

@@ -11,12 +11,13 @@ local function read_push(at, n_rules)
 end
 
 -- Push the job (section at ARGV[a]) to family `rule`, queue `queue`: origin and meta (the rule is in it) set,
--- the id pushed (LPUSH at_front, else RPUSH), the list added to rq:queues.
+-- the id pushed (LPUSH at_front, else RPUSH), the list added to rq:queues. The base family (rule 0) keeps
+-- the origin and meta rq saved: they are the base family's already (onetrip.py saves the job so).
 local function push_job(a, rule, queue)
-  local job, at_front, job_id = KEYS[tonumber(ARGV[a])], ARGV[a + 2] == '1', ARGV[a + 3]
+  local at_front, job_id = ARGV[a + 2] == '1', ARGV[a + 3]
   local family = a + 4 + 2 * rule
   local list = KEYS[tonumber(ARGV[family])]
-  redis.call('HSET', job, 'origin', queue, 'meta', ARGV[family + 1])
+  if rule > 0 then redis.call('HSET', KEYS[tonumber(ARGV[a])], 'origin', queue, 'meta', ARGV[family + 1]) end
   redis.call(at_front and 'LPUSH' or 'RPUSH', list, job_id)
   redis.call('SADD', KEYS[tonumber(ARGV[a + 1])], list)
 end

@@ -2,8 +2,10 @@
 -- the least loaded of a job's candidate shards (a batch's own jobs count: ten jobs of one tenant spread).
 
 -- The shard section from ARGV[at]: n_used, the used shard numbers, then per family f = 0..n_rules and used
--- shard u a pair (load key index into KEYS or 0, base load). Returns the loads and the ARGV index after it.
+-- shard u a pair (load key index into KEYS or 0, base load). Returns the loads (nil when n_used = 0:
+-- unsharded, no table built) and the ARGV index after it.
 local function read_loads(at, n_rules)
+  if ARGV[at] == '0' then return nil, at + 1 end
   local loads = {n = tonumber(ARGV[at]), shard_no = {}, at = {}, known = {}}
   at = at + 1
   for u = 1, loads.n do loads.shard_no[u] = tonumber(ARGV[at + u - 1]) end
@@ -30,6 +32,7 @@ end
 -- The least loaded of the candidates (ARGV[at + 1 .. at + n_cand]: used-shard positions) in family `rule`,
 -- ties to the first listed, counted one job busier. Returns its shard number, -1 when there is none.
 local function least_loaded(loads, rule, at, n_cand)
+  if not loads then return -1 end
   local best, best_slot = nil, nil
   for c = 1, n_cand do
     local slot = rule * loads.n + tonumber(ARGV[at + c])

@@ -19,16 +19,15 @@ end
 
 -- route.lua's waiting section from ARGV[at]: 0 (none), or 1 then the encoded tenant of each of the n_windows
 -- windows and the shard queues' suffix; the counts and jobs are KEYS[2 + n_windows], KEYS[3 + n_windows].
--- Returns the section (nil: none) and the ARGV index after it.
+-- Returns the section's start (nil: none; no table built) and the ARGV index after it.
 local function read_waiting(at, n_windows)
-  if tonumber(ARGV[at]) ~= 1 then return nil, at + 1 end
-  return {tenants = at, counts = KEYS[2 + n_windows], jobs = KEYS[3 + n_windows], suffix = ARGV[at + 1 + n_windows]},
-    at + 2 + n_windows
+  if ARGV[at] ~= '1' then return nil, at + 1 end
+  return at, at + 2 + n_windows
 end
 
 -- route.lua: job `member`, recorded in window `window` (its tenant's), goes to family `queue` on `shard` (-1:
--- unsharded): it counts waiting there.
-local function route_wait(section, window, member, queue, shard)
-  if shard >= 0 then queue = queue .. section.suffix .. shard end
-  wait(section.counts, section.jobs, member, queue .. '|' .. ARGV[section.tenants + window])
+-- unsharded): it counts waiting there (section at ARGV[w], n_windows windows).
+local function route_wait(w, n_windows, window, member, queue, shard)
+  if shard >= 0 then queue = queue .. ARGV[w + 1 + n_windows] .. shard end
+  wait(KEYS[2 + n_windows], KEYS[3 + n_windows], member, queue .. '|' .. ARGV[w + window])
 end
