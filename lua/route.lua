@@ -53,7 +53,7 @@ for rule, n in pairs(routed) do
   redis.call('HINCRBY', KEYS[1], rule_target(rule), n)
 end
 
-if push then push_job(push, reply[1], rule_target(reply[1])) end
+if push then push_job(push, n_rules, reply[1], rule_target(reply[1])) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (ttl_ms: ARGV[2]).
 for key in pairs(touched) do

@@ -78,7 +78,11 @@ class FairnessMarks:
     def prefix_of(self, name: str) -> str | None:
         """The prefix of ``name``'s fair state if the queue is marked fair, else None; a prefix other than
         this object's is logged (once per read) as the mismatch it is."""
-        prefix = self.read([name]).get(name)
+        read = self._read.get(name)
+        if read is not None and time.monotonic() - read[0] <= RECHECK_EVERY:
+            prefix = read[1]  # what read() would answer, without its batch bookkeeping (a hot path: every enqueue)
+        else:
+            prefix = self.read([name]).get(name)
         if prefix is not None and prefix != self.prefix:
             logger.error("queue %r is fair with its state under prefix %r, but this process uses prefix %r: "
                          "serving it with %r's state (set the same prefix everywhere)", name, prefix, self.prefix,

@@ -28,7 +28,7 @@ from rq.queue import EnqueueArgs
 
 from fair_router.core.keys import Keys
 from fair_router.routing.announce import Announcer
-from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
+from fair_router.routing.placement import JobMetas, Pending, Route, RouteInputs
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.luascript import execute_loaded
 from fair_router.store.replicas import ReplicaWait
@@ -100,6 +100,7 @@ class OneTrip:
     def __init__(self, router: Router) -> None:
         self.router = router
         self._bases: dict[str, PlacedQueue] = {}
+        self._routed: dict[str, str] = {}  # job key -> its routed counters' key (Keys.routed)
 
     def applies(self, route: Route, call: EnqueueArgs, pending: Pending) -> bool:
         """Whether ``call`` can go in one round trip: an enqueue to record (else rq's MULTI alone is one round
@@ -117,18 +118,21 @@ class OneTrip:
         ours, re-run after NOSCRIPT: every command in it may run twice)."""
         router = self.router
         inputs = RouteInputs(route, [pending], router.keys)
-        metas = [router._meta(call.meta, pending.tenant, Placement(rule), system, route)
-                 for rule in (None, *route.rules)]
+        metas = router._meta.per_family(call.meta, pending.tenant, route, system)
+        families = route.families()
         base = self._bases.get(route.queue)
         if base is None:
             base = self._bases[route.queue] = PlacedQueue(route.queue, router.connection)
+        routed = self._routed.get(route.job_key)
+        if routed is None:
+            routed = self._routed[route.job_key] = router.keys.routed(route.job_key)
         at: list[int] = []
 
         def push(job: Job, pipe: Pipeline, at_front: bool) -> None:
-            lists = [Queue.redis_queue_namespace_prefix + name for name in route.families()]
-            serialized = [job.serializer.dumps(meta) for meta in metas]
+            lists = [Queue.redis_queue_namespace_prefix + name for name in families]
+            serialized = [job.serializer.dumps(meta) for meta in metas[1:]]  # the base family's: rq's save
             target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, lists, serialized)
-            router._route(inputs.windows, router.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
+            router._route(inputs.windows, routed, inputs.jobs, route.queue, route.rules,
                           now_arg(router.clock), None, target, inputs.waiting(route)).queue_loaded(pipe)
             at.append(len(pipe.command_stack) - 1)
 
@@ -139,6 +143,6 @@ class OneTrip:
             with router.replicas.confirming(pipe) as confirmation:
                 results = execute_loaded(pipe, lambda p: p.execute())
         rule = router._route.parse(results[at[-1]])[0][0]
-        job.meta, job.origin = metas[rule], route.families()[rule]
+        job.meta, job.origin = metas[rule], families[rule]
         confirmation.check([job.id])
         return job

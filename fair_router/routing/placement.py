@@ -83,8 +83,9 @@ class RouteInputs:
                      else None, job.job_id)
             for job in jobs
         ]
-        self.windows = [keys.window(route.job_key, tenant) for tenant in tenants]
-        self._tenants, self._keys = list(tenants), keys
+        self._encoded = [encode(tenant) for tenant in tenants]
+        self.windows = [keys.window_of(route.job_key, tenant) for tenant in self._encoded]
+        self._keys = keys
         self.shards: ShardLoads | None = None
         if route.shards is not None:
             dealt = [tuple(s for s in route.shards.of(job.tenant if job.tenant is not None else NO_TENANT_SHARDS)
@@ -104,7 +105,7 @@ class RouteInputs:
         """route.lua's waiting section for this batch: its recorded jobs count waiting (routing/waiting.py)."""
         if not self.windows:
             return None
-        return RouteWaiting(self._keys.waiting(route.job_key), [encode(tenant) for tenant in self._tenants])
+        return RouteWaiting(self._keys.waiting(route.job_key), self._encoded)
 
     @property
     def needed(self) -> bool:
@@ -145,3 +146,15 @@ class JobMetas:
         if route is not None and tenant is not None and not system:
             extra[META_WAITING] = route.job_key  # counted waiting under it while in a plain queue (WaitCounts)
         return {**(meta or {}), META_TENANT: tenant, META_RULE: described, **extra}
+
+    def per_family(self, meta: dict[str, Any] | None, tenant: str | None, route: Route, system: bool = False
+                   ) -> list[dict[str, Any]]:
+        """The meta of an unsharded job of ``route`` in each of its families (base, then each rule's), as
+        :meth:`__call__` makes them: the base family's built once, the others copies with their rule."""
+        base = self(meta, tenant, Placement(), system, route)
+        metas = [base]
+        for rule in route.rules:
+            if rule not in self._rules:
+                self._rules[rule] = rule.model_dump()
+            metas.append({**base, META_RULE: dict(self._rules[rule])})
+        return metas

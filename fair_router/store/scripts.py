@@ -57,7 +57,8 @@ class RoutePush(NamedTuple):
     at_front: bool
     job_id: str
     lists: list[str]  # the rq list of each family: base queue, then each rule's
-    metas: list[bytes]  # the job's serialized meta for each family (the rule that routed it is in it)
+    metas: list[bytes]  # the job's serialized meta for each rule's family (the rule is in it); the base
+    # family's is the one rq saved with the job
 
 
 class RouteWaiting(NamedTuple):
@@ -65,6 +66,10 @@ class RouteWaiting(NamedTuple):
 
     keys: tuple[str, str]  # the job key's waiting counts and jobs (Keys.waiting)
     tenants: list[str]  # the encoded tenant of each window, in window order
+
+
+NONE, ONE = b"0", b"1"
+"""route.lua's section markers (none / one section follows) as sent: the client has no int to encode."""
 
 
 class RouteScript(LuaScript[list[tuple[int, int]]]):
@@ -75,7 +80,7 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
 
     def __init__(self, connection: Redis) -> None:
         super().__init__(connection)
-        self._headers: dict[tuple[str, tuple[Rule, ...]], list[int | str]] = {}
+        self._headers: dict[tuple[str, tuple[Rule, ...]], list[bytes]] = {}
 
     def __call__(
         self,
@@ -96,12 +101,12 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
         keys = [routed, *windows]
         args: list[str | int | bytes] = [now_ms, *self._header(base, rules), len(windows)]
         if waiting is None:
-            args.append(0)
+            args.append(NONE)
         else:
             keys += waiting.keys
-            args += (1, *waiting.tenants, SHARD_SUFFIX)
+            args += (ONE, *waiting.tenants, SHARD_SUFFIX)
         if shards is None:
-            args.append(0)
+            args.append(NONE)
         else:
             args += (len(shards.shards), *shards.shards)
             for key, extra in shards.loads:
@@ -111,13 +116,10 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
                     keys.append(key)
                     args += (len(keys), extra)
         if push is None:
-            args.append(0)
-        else:
-            keys += (push.job_key, push.queues_key)
-            args += (1, len(keys) - 1, len(keys), int(push.at_front), push.job_id)
-            for rq_list, meta in zip(push.lists, push.metas, strict=True):
-                keys.append(rq_list)
-                args += (len(keys), meta)
+            args.append(NONE)
+        else:  # its keys last, where route.lua finds them
+            keys += (push.job_key, push.queues_key, *push.lists)
+            args += (ONE, ONE if push.at_front else NONE, push.job_id, *push.metas)
         for job in jobs:
             args += (0 if job.window is None else job.window + 1, Keys.member(job.job_id), len(job.candidates),
                      *(position + 1 for position in job.candidates))
@@ -127,15 +129,18 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
         flat = [int(x) for x in reply]
         return list(zip(flat[::2], flat[1::2], strict=True))
 
-    def _header(self, base: str, rules: tuple[Rule, ...]) -> list[int | str]:
+    def _header(self, base: str, rules: tuple[Rule, ...]) -> list[bytes]:
         """ARGV after now_ms: ttl_ms, cap, n_rules, base queue, (per_ms, threshold, queue)...; built once per
-        route."""
+        route, encoded as the client would send them (its encoder: a hot path skips that work per call)."""
         header = self._headers.get((base, rules))
         if header is None:
-            header = [max((r.per_ms for r in rules), default=1), window_cap(rules) if rules else 1, len(rules), base]
+            fields: list[int | str] = [max((r.per_ms for r in rules), default=1), window_cap(rules) if rules else 1,
+                                       len(rules), base]
             for rule in rules:
-                header += (rule.per_ms, rule.threshold, rule.queue)
-            self._headers[(base, rules)] = header
+                fields += (rule.per_ms, rule.threshold, rule.queue)
+            encoder = self._connection.get_encoder()
+            header = self._headers[(base, rules)] = [encoder.encode(field)  # type: ignore[no-untyped-call]
+                                                     for field in fields]
         return header
 
 

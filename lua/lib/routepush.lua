@@ -1,23 +1,23 @@
 -- lib/routepush.lua: route.lua's push section (FairRouter's one-round-trip enqueue, routing/onetrip.py): the
 -- job, saved by rq earlier in the same MULTI with its base queue as origin, goes to the queue its rule chose
 -- as rq's enqueue would put it there.
+-- Its keys are the last of KEYS: the job hash, rq:queues, then the rq list of each family f = 0..n_rules.
 
--- The section from ARGV[at]: 0 (none), or 1 then the KEYS indexes of the job hash and rq:queues, at_front
--- ('1'/'0'), job_id, and per family f = 0..n_rules a pair (its rq list KEYS index, the job's meta for it).
--- Returns the section's start (nil: none) and the ARGV index after it.
+-- The section from ARGV[at]: 0 (none), or 1 then at_front ('1'/'0'), job_id, and the job's meta for each
+-- rule's family r = 1..n_rules (the base family's is the one rq saved). Returns the section's start (nil:
+-- none) and the ARGV index after it.
 local function read_push(at, n_rules)
-  if tonumber(ARGV[at]) ~= 1 then return nil, at + 1 end
-  return at + 1, at + 5 + 2 * (n_rules + 1)
+  if ARGV[at] ~= '1' then return nil, at + 1 end
+  return at + 1, at + 3 + n_rules
 end
 
--- Push the job (section at ARGV[a]) to family `rule`, queue `queue`: origin and meta (the rule is in it) set,
--- the id pushed (LPUSH at_front, else RPUSH), the list added to rq:queues. The base family (rule 0) keeps
--- the origin and meta rq saved: they are the base family's already (onetrip.py saves the job so).
-local function push_job(a, rule, queue)
-  local at_front, job_id = ARGV[a + 2] == '1', ARGV[a + 3]
-  local family = a + 4 + 2 * rule
-  local list = KEYS[tonumber(ARGV[family])]
-  if rule > 0 then redis.call('HSET', KEYS[tonumber(ARGV[a])], 'origin', queue, 'meta', ARGV[family + 1]) end
-  redis.call(at_front and 'LPUSH' or 'RPUSH', list, job_id)
-  redis.call('SADD', KEYS[tonumber(ARGV[a + 1])], list)
+-- Push the job (section at ARGV[a]) to family `rule` of `n_rules`, queue `queue`: origin and meta (the rule is
+-- in it) set, the id pushed (LPUSH at_front, else RPUSH), the list added to rq:queues. The base family
+-- (rule 0) keeps the origin and meta rq saved: they are the base family's already (onetrip.py saves so).
+local function push_job(a, n_rules, rule, queue)
+  local job = #KEYS - n_rules - 2  -- the job hash's KEYS index; rq:queues, then the lists, follow it
+  local list = KEYS[job + 2 + rule]
+  if rule > 0 then redis.call('HSET', KEYS[job], 'origin', queue, 'meta', ARGV[a + 1 + rule]) end
+  redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
+  redis.call('SADD', KEYS[job + 1], list)
 end
