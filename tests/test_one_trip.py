@@ -3,6 +3,9 @@ the saved job compared with plain rq's, and what a failing or a NOSCRIPT enqueue
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import pytest
 import routed_jobs
 from conftest import command_calls, monitored, round_trips
@@ -40,6 +43,45 @@ def test_a_routed_enqueue_is_one_round_trip_and_saves_the_job_as_rq_does_in_the_
     front = echo.enqueue("acme", 3, at_front=True)
     assert Queue("default_throttled", connection=conn).get_job_ids()[0] == front.id
     assert Queue("default", connection=conn).count == 2
+
+
+def commands_run(conn: Redis, enqueue: Callable[[], object]) -> dict[str, int]:
+    """The commands the server ran during ``enqueue()`` (INFO commandstats, a script's own included): name ->
+    calls, INFO itself left out."""
+    def calls() -> dict[str, int]:
+        stats = cast(dict[str, Any], conn.info("commandstats"))
+        return {name.removeprefix("cmdstat_"): int(stat["calls"]) for name, stat in stats.items()}
+
+    before = calls()
+    enqueue()
+    after = calls()
+    return {name: after[name] - before.get(name, 0) for name in after
+            if after[name] != before.get(name, 0) and name != "info"}
+
+
+def test_a_routed_enqueue_runs_rqs_commands_plus_only_the_routing_ones(conn: Redis) -> None:
+    """Against plain rq's enqueue of the same job: one MULTI instead of two, rq's own job save, push and
+    registration run once each, and route.lua adds only its record (ZADD, ZCARD, and a ZCOUNT where the
+    window is big enough to match a rule), the routed and waiting counts, the window's expiry, and, for a job
+    a rule moved, one HSET of its origin and meta. No TIME: the router's clock is injected."""
+    echo = make_job(conn)
+    queue = Queue("default", connection=conn)
+    echo.delay("warm", 0)  # scripts loaded, rq's server version read
+    queue.enqueue(routed_jobs.echo, "warm", 0)
+    plain = commands_run(conn, lambda: queue.enqueue(routed_jobs.echo, "acme", 0))
+    assert plain == {"multi": 2, "exec": 2, "hset": 2, "rpush": 1, "sadd": 1}
+    routing = {"evalsha": 1, "zadd": 1, "zcard": 1, "hsetnx": 1, "hincrby": 2, "pexpire": 1}
+    jobs: list[Job] = []
+    base = commands_run(conn, lambda: jobs.append(echo.delay("acme", 0)))  # the first of the hour: base queue
+    assert base == {**plain, "multi": 1, "exec": 1, **routing}
+    echo.delay("acme", 1)
+    moved = commands_run(conn, lambda: jobs.append(echo.delay("acme", 2)))  # the third: rule 1 (3 > 2)
+    assert moved == {**plain, "multi": 1, "exec": 1, **routing, "zcount": 1, "hset": 3}
+    first, third = (Job.fetch(job.id, connection=conn) for job in jobs)
+    assert first.origin == "default" and first.meta["fair_rule"] is None and first.meta["fair_tenant"] == "acme"
+    assert third.origin == "default_throttled" and third.meta["fair_rule"]["queue"] == "default_throttled"
+    assert first.id in queue.get_job_ids()
+    assert Queue("default_throttled", connection=conn).get_job_ids() == [third.id]
 
 
 def test_only_the_chosen_queue_is_registered(conn: Redis) -> None:
