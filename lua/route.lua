@@ -3,11 +3,12 @@
 -- include: time, windows, shardload, routepush, waiting
 -- KEYS     KEYS[1] the job key's routed counters (hash target queue -> jobs routed there);
 --          then n_windows window sorted sets, one per (job key, tenant): member = job id digest, score =
---          enqueue time (ms); then the load keys (rq lists of shard queues) the shard section names; then the
---          push section's keys. The routed counters, windows and waiting counts share one hash tag (the job
---          key). The load keys are rq's own untagged list keys: one call may read them on a standalone Redis
---          only; on a Redis Cluster the shard loads must come in ARGV instead (the shard section's base loads),
---          read on each list's own slot. So are the push section's rq keys (job hash, rq:queues, lists).
+--          enqueue time (whole ms); then the load keys (rq lists of shard queues) the shard section names; then
+--          the push section's keys, last (lib/routepush.lua finds them from the end). The routed counters,
+--          windows and waiting counts share one hash tag (the job key). The load keys are rq's own untagged
+--          list keys: one call may read them on a standalone Redis only; on a Redis Cluster the shard loads
+--          must come in ARGV instead (the shard section's base loads), read on each list's own slot. So are
+--          the push section's rq keys (job hash, rq:queues, lists).
 -- ARGV     now_ms ('' = server TIME), ttl_ms (longest window), cap (newest entries kept),
 --          n_rules, base queue, then n_rules triples (per_ms, threshold, queue) in rule order (lib/windows.lua),
 --          then n_windows, then the waiting section (lib/waiting.lua: 0 = none; its keys follow the windows),
