@@ -3,10 +3,11 @@
 Routing decides the job's queue in Redis (``lua/route.lua`` records the enqueue in the tenant's window and
 picks the rule), so a routed enqueue used to be two round trips: the script, then rq's MULTI that saves and
 pushes the job into the queue it returned. Here both go in one MULTI: rq saves the job exactly as its
-enqueue would (``Queue.enqueue_call`` on a pipeline, with the base queue as origin), and instead of rq's push
-the route.lua call that follows in the same MULTI pushes the id onto the chosen queue's list and sets the
-job's ``origin`` and ``meta`` (which names the rule) for that queue. One MULTI is also all or nothing
-against a lost connection: no enqueue is recorded in a window without its job (nor the reverse).
+enqueue would (``Queue.enqueue_call`` on a pipeline, with the base queue as origin and the base queue's
+meta), and instead of rq's push the route.lua call that follows in the same MULTI pushes the id onto the
+chosen queue's list and, when a rule moved the job, sets its ``origin`` and ``meta`` (which names the rule)
+for that queue. One MULTI is also all or nothing against a lost connection: no enqueue is recorded in a
+window without its job (nor the reverse).
 
 It applies to an enqueue without ``depends_on``, ``rate_limit``, ``unique``, a caller's pipeline, an explicit
 queue, shards or a fair queue among the route's queues: those keep the router's two-step path (rq's own
