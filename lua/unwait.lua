@@ -3,7 +3,13 @@
 -- include: waiting
 -- KEYS     the job key's waiting counts and jobs (core/keys.py Keys.waiting), one tag.
 -- ARGV     job id digests.
--- Returns  how many of them were counted (and are no more).
-local n = 0
-for i = 1, #ARGV do n = n + unwait(KEYS[1], KEYS[2], ARGV[i]) end
-return n
+-- Returns  a flat list of (digest, field) of the jobs that were counted (and are no more), for rewait.lua.
+local taken = {}
+for i = 1, #ARGV do
+  local field = unwait(KEYS[1], KEYS[2], ARGV[i])
+  if field then
+    taken[#taken + 1] = ARGV[i]
+    taken[#taken + 1] = field
+  end
+end
+return taken

@@ -369,3 +369,13 @@ def test_a_dead_scheduler_process_is_restarted_within_a_check(conn: Redis, fleet
     job = Queue(QUEUE, connection=conn).enqueue_in(timedelta(seconds=1), recovery_jobs.long_job, 0, result_ttl=600)
     wait_for(lambda: status(conn, job) == JobStatus.FINISHED, BOUND, "the scheduled job to run", fleet)
     assert "its scheduler process died; restarting it" in fleet.logs()
+
+
+def test_a_burst_workers_scheduler_is_never_revived_as_a_process(conn: Redis) -> None:
+    """In burst mode rq runs the scheduler once, in the worker, and keeps its object without a process: a
+    recovery check must not start one (it would outlive the burst, and the worker's stop would wait on it)."""
+    worker = WeightedSimpleWorker([QUEUE], connection=conn, settings=Settings(prefix=PREFIX))
+    worker.work(burst=True, with_scheduler=True)
+    assert worker.scheduler is not None and worker.scheduler._process is None
+    worker.revive_scheduler()
+    assert worker.scheduler._process is None

@@ -21,7 +21,7 @@ from test_replicas import Replica
 
 from fair_router import FairQueue, Rule, Settings, WeightedSimpleWorker, fair_job
 from fair_router.demo.redis_server import RedisServer, find_redis_server, free_port
-from fair_router.workers.weighted import build_gate
+from fair_router.workers.setup import build_gate
 
 SETTINGS = Settings(prefix="sentinel", fair_queues=["fairq"], replicas_to_wait=1, replicas_timeout="2s")
 

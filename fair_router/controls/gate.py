@@ -1,6 +1,7 @@
 """The workers' job-start checks: pause, (with ``slots``) the concurrency slot, and rates, run as a
-:class:`~fair_router.controls.pipeline.StartPipeline` in that order, one script call per start queued in the
-same pipeline as the worker's "busy" state write, so they cost no round trip of their own.
+:class:`~fair_router.controls.pipeline.StartPipeline` in that order, one script call per start queued on rq's
+job-start MULTI (:mod:`fair_router.workers.startride`; on a Redis Cluster in the same pipeline as the worker's
+"busy" state write), so they cost no round trip of their own.
 
 The order is the controls' contract: a job that already holds its slot is a lease refresh and passes
 (the slot's ``held`` pass, before every check); a paused tenant is refused as paused even when its slots are
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
+from typing import Any, NamedTuple
 
 from redis.client import Pipeline
 from rq import Queue
@@ -24,6 +26,13 @@ from fair_router.controls.pauses import PauseCheck
 from fair_router.controls.pipeline import Refusal, Start, StartControl, StartPipeline
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.store.scripts import Admission, RateScope
+
+
+class PendingStart(NamedTuple):
+    """A start check queued on someone else's pipeline: the start, and the place of its reply."""
+
+    start: Start
+    place: int
 
 
 class TenantGate:
@@ -63,8 +72,23 @@ class TenantGate:
         an admission's ``next_ms`` is when it allows the tenant's next start."""
         start = self.start(tenant, job, scopes, reserve)
         admission = self.pipeline.run(start, pipeline)
+        return admission, self._lease(start, admission)
+
+    def queue_check(self, tenant: str, job: Job, scopes: list[RateScope], reserve: bool,
+                    pipeline: Pipeline) -> PendingStart:
+        """:meth:`acquire`'s call queued on a pipeline someone else executes (rq's job-start MULTI, so the
+        check costs no round trip of its own); :meth:`answer` reads its decision from the replies."""
+        start = self.start(tenant, job, scopes, reserve)
+        return PendingStart(start, self.pipeline.queue(start, pipeline))
+
+    def answer(self, pending: PendingStart, replies: list[Any]) -> tuple[Admission, Lease | None]:
+        """What :meth:`acquire` returns, from the replies of the pipeline ``pending`` was queued on."""
+        admission = self.pipeline.answer(pending.start, replies[pending.place])
+        return admission, self._lease(pending.start, admission)
+
+    def _lease(self, start: Start, admission: Admission) -> Lease | None:
         held = self.slots and admission.admitted
-        return admission, Lease(tenant, start.profile.tier, job.id) if held else None
+        return Lease(start.tenant, start.profile.tier, start.job_id) if held else None
 
     def refusal(self, tenant: str, job: Job, admission: Admission) -> Refusal | None:
         """What becomes of ``job``, refused by ``admission`` (None: it was admitted), from the refusing control."""

@@ -32,6 +32,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from fair_router.core.profiles import TenantProfile
+from fair_router.store.luascript import Call
 from fair_router.store.scripts import Admission, Clock, RateScope, StartScript, Verdict, now_arg
 
 
@@ -127,13 +128,26 @@ class StartPipeline:
 
     def run(self, start: Start, pipeline: Pipeline | None = None) -> Admission:
         """Decide ``start`` by one call (with ``pipeline``: after the commands queued there, in the same round
-        trip, with the pending counts). Counts a refusal (unless a refresh), a slot taken and leases reclaimed."""
-        call = self.script(now_arg(self.clock), start.job_id, [control.section(start) for control in self.controls])
+        trip, with the pending counts)."""
         if pipeline is None:
-            admission = call.run()
-        else:
-            self.tally.queue(pipeline)
-            admission = self.script.parse(call.queue(pipeline).execute()[-1])
+            return self._counted(start, self._call(start).run())
+        place = self.queue(start, pipeline)
+        return self.answer(start, pipeline.execute()[place])
+
+    def queue(self, start: Start, pipeline: Pipeline) -> int:
+        """Queue ``start``'s call (and the pending counts) on ``pipeline``, which someone else may execute
+        (rq's job-start MULTI); returns the place of its reply in ``pipeline.execute()``'s list."""
+        self.tally.queue(pipeline)
+        place = len(pipeline)
+        self._call(start).queue(pipeline)
+        return place
+
+    def answer(self, start: Start, reply: object) -> Admission:
+        """The admission in the reply of a call :meth:`queue` placed."""
+        return self._counted(start, self.script.parse(reply))
+
+    def _counted(self, start: Start, admission: Admission) -> Admission:
+        """Counts a refusal (unless a refresh), a slot taken and leases reclaimed."""
         tier = start.profile.tier
         self.tally.add(tier, "reclaimed", admission.reclaimed)
         if self.slots and admission.status == Verdict.GRANTED:
@@ -142,6 +156,9 @@ class StartPipeline:
         if refusing is not None and not start.refresh:
             self.tally.add(tier, refusing.counter)
         return admission
+
+    def _call(self, start: Start) -> Call[Admission]:
+        return self.script(now_arg(self.clock), start.job_id, [control.section(start) for control in self.controls])
 
     def refusal(self, start: Start, admission: Admission) -> Refusal | None:
         """What becomes of ``start`` after ``admission`` (None: it was admitted)."""

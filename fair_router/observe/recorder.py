@@ -123,20 +123,42 @@ class StartRecorder:
     def job_started(self, job: Job, pipeline: Pipeline | None) -> None:
         """Note ``job``'s start; when the interval has passed, queue the flush on ``pipeline`` (rq's own, at
         job start; None: sent on this recorder's connection, as on a Redis Cluster where rq's slot is not the
-        records'). A job without ``enqueued_at`` (never enqueued, e.g. run directly) has no wait to record."""
+        records')."""
+        self.note(job)
+        self.flush_due(pipeline)
+
+    def note(self, job: Job) -> None:
+        """Gather ``job``'s start, nothing sent. A job without ``enqueued_at`` (never enqueued, e.g. run
+        directly) has no wait to record."""
         if job.enqueued_at is None:
             return
         now = self._now()
         tenant = job.meta.get(META_TENANT)
         self.add(None if tenant is None or tenant == "" else str(tenant), now - job.enqueued_at.timestamp(), now)
-        if now - self._last_flush >= self.interval:
-            if pipeline is not None:
-                self.flush(pipeline)
-                return
-            try:  # on its own (a cluster): a failed send costs these statistics, never the job's start
-                self.flush(self.connection)
-            except RedisError as exc:
-                logger.warning("job start records lost (%s)", exc)
+
+    def flush_due(self, pipeline: Pipeline | None) -> None:
+        """When the interval has passed, queue the flush on ``pipeline`` (None: send it now, on this
+        recorder's connection, where a failed send costs these statistics, never a job's start)."""
+        if self._now() - self._last_flush < self.interval:
+            return
+        if pipeline is not None:
+            self.flush(pipeline)
+        else:
+            self.send()
+
+    def send(self, older_than: float = 0.0) -> None:
+        """Send the gathered starts now, on this recorder's connection (with ``older_than``, only if the last
+        flush is that many seconds old). A Redis error is logged, not raised: the records are statistics, and a
+        stopping worker still has to register its death."""
+        try:
+            self.flush(self.connection, older_than=older_than)
+        except RedisError as exc:
+            logger.warning("job start records lost (%s)", exc)
+
+    def send_overdue(self) -> None:
+        """:meth:`send` if no job start has flushed for twice the interval: the worker is idle, or runs a long
+        job (a busy worker's job starts flush on rq's own pipeline before that)."""
+        self.send(older_than=2 * self.interval)
 
     def add(self, tenant: str | None, wait: float, at: float | None = None) -> None:
         """Gather one start of ``tenant`` (None: no tenant) at ``at`` (default now) that waited ``wait``

@@ -27,7 +27,7 @@ from fair_router.core.jobmeta import META_WAITING
 from fair_router.core.keys import Keys, encode
 from fair_router.routing.placement import Route
 from fair_router.rq_internals.queue import RqQueueSeam
-from fair_router.store.scripts import UnwaitScript
+from fair_router.store.scripts import RewaitScript, UnwaitScript
 
 
 def counts_waiting(queue_of: Callable[[str, bool], Queue], route: Route, fair: bool,
@@ -61,10 +61,27 @@ class WaitCounts:
         self.connection = connection
         self.keys = keys
         self._unwait = UnwaitScript(connection)
+        self._rewait = RewaitScript(connection)
 
-    def started(self, job: Job, pipe: Pipeline | None) -> None:
-        """Queue on ``pipe`` (rq's job-start MULTI) the end of ``job``'s count, if it has one; None: run it now
-        on this object's connection (a Redis Cluster: the counts are not on rq's slot)."""
+    def started(self, job: Job, pipe: Pipeline | None) -> int | None:
+        """Queue on ``pipe`` (rq's job-start MULTI) the end of ``job``'s count, if it has one, and return the
+        place of its reply there (for :meth:`refused`); None: run it now on this object's connection (a Redis
+        Cluster: the counts are not on rq's slot), or nothing to do."""
         job_key = (job.meta or {}).get(META_WAITING)
-        if job_key:
-            self._unwait(self.keys.waiting(str(job_key)), [job.id]).run_or_queue(pipe)
+        if not job_key:
+            return None
+        call = self._unwait(self.keys.waiting(str(job_key)), [job.id])
+        if pipe is None:
+            call.run()
+            return None
+        place = len(pipe)
+        call.queue(pipe)
+        return place
+
+    def refused(self, job: Job, reply: Any, pipe: Pipeline) -> None:
+        """``job``'s start was refused after :meth:`started` took its count (``reply``, that call's reply): it
+        counts waiting again, queued on ``pipe``."""
+        taken = self._unwait.parse(reply)
+        job_key = (job.meta or {}).get(META_WAITING)
+        if taken and job_key:
+            self._rewait(self.keys.waiting(str(job_key)), taken).queue(pipe)

@@ -17,6 +17,8 @@ hook                                        called from (rq internals)
 ``running_job_beat()``                      the in-process worker's beat thread, at each heartbeat of its
                                             running job (the forking worker calls ``heartbeat_due`` there)
 ``job_started(job, pipeline)``              ``prepare_execution``: rq's job-start MULTI (busy state, execution)
+``job_start_replied(job, exe, replies)``   ``prepare_execution``: the replies of that MULTI, before the job
+                                            runs (it may raise :class:`JobNotStarted`)
 ``job_ended(job, queue, seconds, pipe)``    ``increment_total_working_time``: rq's after-job pipeline, however
                                             the job ended (success, failure, retry; horse or worker)
 ``worker_stopping()``                       ``teardown``, in the worker process (never in the work horse)
@@ -69,6 +71,11 @@ ExceptionHandler = Callable[..., Any]
 """rq's worker exception handler: ``(job, exc_type, exc_value, traceback) -> bool | None``."""
 
 
+class JobNotStarted(Exception):
+    """Raised by ``job_start_replied``: the job is not run (rq's ``execute_job`` stops before running it); the
+    raiser's ``execute_job`` catches it."""
+
+
 class RqWorkerSeam(TurnSeam):
     """rq's worker with its internal entry points turned into hooks, and its bookkeeping between jobs lean."""
 
@@ -91,6 +98,10 @@ class RqWorkerSeam(TurnSeam):
 
     def job_started(self, job: Job, pipeline: Pipeline) -> None:
         """Queue writes on rq's job-start MULTI (busy state and execution), before it runs."""
+
+    def job_start_replied(self, job: Job, execution: Execution, replies: list[Any]) -> None:
+        """rq's job-start MULTI has run (``replies``, its commands' in order): read what ``job_started`` queued
+        there. Raise :class:`JobNotStarted` to not run the job, after undoing what its start wrote."""
 
     def job_ended(self, job: Job, queue: Queue, seconds: float, pipeline: Pipeline) -> None:
         """Queue writes on rq's after-job pipeline; ``seconds`` is the run time rq adds to the worker's stats."""
@@ -120,13 +131,21 @@ class RqWorkerSeam(TurnSeam):
         """Start this worker's rq scheduler (``--with-scheduler``) again if its process died, as rq's
         maintenance does (``self.scheduler`` and its ``_process``)."""
         scheduler = self.scheduler
-        if scheduler is None:
+        if scheduler is None or self._burst_scheduler:  # a burst worker's scheduler ran once, as rq meant it
             return
         process = scheduler._process
         if process is None or not process.is_alive():
             if process is not None:
                 self.log.warning("Worker %s: its scheduler process died; restarting it", self.name)
             scheduler.acquire_locks(auto_start=True)  # type: ignore[no-untyped-call]
+
+    _burst_scheduler = False
+    """rq ran this worker's scheduler once, in burst mode, rather than as a process: there is none to revive."""
+
+    def _start_scheduler(self, burst: bool = False, *args: Any, **kwargs: Any) -> None:
+        """rq's, noting burst mode (rq keeps no trace of it) for :meth:`revive_scheduler`."""
+        self._burst_scheduler = burst
+        super()._start_scheduler(burst, *args, **kwargs)
 
     # -- fetch ----------------------------------------------------------------------------------------------
 
@@ -203,7 +222,8 @@ class RqWorkerSeam(TurnSeam):
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
             self.job_started(job, pipeline)
-            pipeline.execute()
+            replies = pipeline.execute()
+        self.job_start_replied(job, execution, replies)
         return execution
 
     _running: tuple[Job, Queue] | None = None

@@ -169,14 +169,28 @@ class UnrecordScript(LuaScript[int]):
         return int(reply)
 
 
-class UnwaitScript(LuaScript[int]):
+class UnwaitScript(LuaScript[list[bytes]]):
     """unwait.lua: routed jobs that started stop counting waiting in the plain queue they went to."""
 
     name = "unwait"
 
-    def __call__(self, waiting: tuple[str, str], job_ids: Sequence[str]) -> Call[int]:
-        """KEYS = the job key's waiting counts and jobs (:meth:`Keys.waiting`). Result: the jobs that were counted."""
+    def __call__(self, waiting: tuple[str, str], job_ids: Sequence[str]) -> Call[list[bytes]]:
+        """KEYS = the job key's waiting counts and jobs (:meth:`Keys.waiting`). Result: (digest, field) of each
+        job that was counted, flat and as sent (a digest is binary), as :class:`RewaitScript` takes it back."""
         return self.call(list(waiting), [Keys.member(job_id) for job_id in job_ids])
+
+    def parse(self, reply: Any) -> list[bytes]:
+        return [item if isinstance(item, bytes) else str(item).encode() for item in reply or ()]
+
+
+class RewaitScript(LuaScript[int]):
+    """rewait.lua: jobs whose start was refused after unwait.lua took their counts count waiting again."""
+
+    name = "rewait"
+
+    def __call__(self, waiting: tuple[str, str], taken: Sequence[bytes]) -> Call[int]:
+        """KEYS = as :class:`UnwaitScript`; ARGV = its result. Result: the jobs counted again."""
+        return self.call(list(waiting), list(taken))
 
     def parse(self, reply: Any) -> int:
         return int(reply)

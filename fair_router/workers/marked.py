@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import cast
 
+from redis.exceptions import RedisError
 from rq import Queue
 
 from fair_router.config.settings import Settings
@@ -53,8 +54,14 @@ class FollowsFairnessMarks(InterruptibleTurns):
         """Look at this worker's fair queues for jobs a plain rq worker took (:mod:`fair_router.fairqueue.plainpops`;
         this also keeps their tenants' counts exact when the queue is empty) and log a warning, once per queue,
         naming it and what to do. At most once per :data:`RECHECK_EVERY` seconds unless ``now``."""
-        if not self.fair_queues or (not now and time.monotonic() - self._plain_looked < RECHECK_EVERY):
+        if not self.fair_queues or self.is_horse or (not now and time.monotonic() - self._plain_looked < RECHECK_EVERY):
             return
+        try:
+            self._report_plain_pops()
+        except RedisError as exc:  # at a stopping worker's last look: it still has to register its death
+            self.log.warning("Worker %s: could not look for plain workers' pops (%s)", self.name, exc)
+
+    def _report_plain_pops(self) -> None:
         self._plain_looked = time.monotonic()
         if self._plain_pops is None:
             self._plain_pops, self._plain_warned = PlainPops(self.fair_queues[0].connection), set()

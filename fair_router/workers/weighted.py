@@ -17,8 +17,8 @@ queue (skipped by pops until one of its slots frees) instead of having its job s
 
 Before a tenant's job runs, both run its start controls (:mod:`fair_router.controls.gate`: pause, with
 ``concurrency.enabled`` a slot, and rate limits, as a pipeline of :mod:`fair_router.controls.pipeline`) in one
-script call riding with the "busy" state write; a job that may not start yet waits (parked in its FairQueue,
-or deferred on a plain queue, as the refusing control says), never failed.
+script call riding rq's job-start MULTI (:mod:`fair_router.workers.startride`); a job that may not start yet
+waits (parked in its FairQueue, or deferred on a plain queue, as the refusing control says), never failed.
 
 Both workers also leave out rq's repeated heartbeats and state writes between jobs, record each job's
 wait as they start it (:mod:`fair_router.observe`; sent in batches about once a second, and when the worker
@@ -40,48 +40,36 @@ lean bookkeeping) is in :mod:`fair_router.rq_internals.worker`; this module impl
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import ExitStack
 from functools import partial
 from typing import Any
 
-from pydantic import TypeAdapter
-from redis import ConnectionPool, Redis
 from redis.client import Pipeline
-from redis.exceptions import RedisError
 from rq import Queue, SimpleWorker, Worker
+from rq.executions import Execution
 from rq.job import Job
 from rq.worker import WorkerStatus
 
-from fair_router.config.settings import Settings, load_settings, validated
+from fair_router.config.settings import Settings, load_settings
 from fair_router.controls.concurrency import Lease
-from fair_router.controls.gate import TenantGate
-from fair_router.controls.ratelimit import RateLimiter
-from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_SYSTEM, META_TENANT
 from fair_router.core.keys import Keys
-from fair_router.core.shards import family_of
-from fair_router.core.validation import QueueName, QueueWeight, Weight
+from fair_router.core.validation import QueueWeight
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
 from fair_router.routing.waiting import WaitCounts
-from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam, rebuilt_as
-from fair_router.store.cluster import is_rq_slot_client, pair_of, ride_cluster_outages, state_of
+from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam
+from fair_router.store.cluster import ride_cluster_outages, state_of
 from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.store.scripts import Admission
-from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.marked import FollowsFairnessMarks
 from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import weighted_order
-
-_WEIGHTS: TypeAdapter[dict[str, QueueWeight]] = TypeAdapter(dict[QueueName, Weight])
-
-
-def validate_weights(weights: Mapping[str, object], source: str = "weights=") -> dict[str, QueueWeight]:
-    """Check an explicit queue -> weight mapping with the same types as the ``queues:`` setting, once, when
-    the worker is built (the fetch order trusts them). Raises SettingsError naming each bad queue, its value
-    and the reason."""
-    return validated(_WEIGHTS, dict(weights), source)
+from fair_router.workers.setup import build_gate, on_rq_slot, validate_weights, weight_of, with_fair_queues
+from fair_router.workers.startride import StartRefused, StartRide
+from fair_router.workers.turnaway import turn_away
 
 
 class WeightedFetchMixin(FollowsFairnessMarks):
@@ -102,13 +90,13 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         # Checked before rq connects, so a bad weight is reported even while Redis is down.
         settings = settings or load_settings()  # validated at load: errors name the file and key
         if settings.redis_cluster:  # rq gets the owner of rq's slot, whatever node --url named
-            queues = _on_rq_slot(queues, kwargs)
+            queues = on_rq_slot(queues, kwargs)
         if weights is None:
             configured = settings.queues
         else:
             configured = validate_weights(weights, f"{type(self).__name__}(weights=...)")
         if settings.fair_queues:
-            queues = _with_fair_queues(queues, settings, kwargs)
+            queues = with_fair_queues(queues, settings, kwargs)
         super().__init__(queues, *args, **kwargs)
         # Before anything copies the connection's settings (the limiter's pool, rq's scheduler, the horse).
         ride_outages(self.connection, settings.redis_outage_grace)
@@ -123,7 +111,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.fair_queues: list[FairQueue] = fair
         # None means "no queue of this worker is weighted": leave rq's order alone, as documented.
         listed = {queue.name: weight for queue in self.queues
-                  if (weight := _weight(configured, queue.name)) is not None}
+                  if (weight := weight_of(configured, queue.name)) is not None}
         self.fetch_weights: list[tuple[Queue, QueueWeight]] | None = (
             [(queue, listed.get(queue.name, 1.0)) for queue in self.queues] if listed else None
         )
@@ -172,6 +160,10 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         if scopes is None:
             super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
             return
+        fair = isinstance(queue, FairQueue)
+        if self.state_connection is self.connection and not (fair and self.gate.own_rate(tenant, scopes)):
+            self._execute_riding(job, queue, StartRide(tenant, scopes, reserve=not fair))
+            return
         # State and every check: one round trip (on a cluster a RedisCluster pipeline, which sends each to
         # its slot's node).
         with self.state_connection.pipeline(transaction=False) as pipe:
@@ -188,34 +180,30 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         else:
             self._turn_away(job, queue, tenant, admission)
 
+    def _execute_riding(self, job: Job, queue: Queue, ride: StartRide) -> None:
+        """The checks ride rq's job-start MULTI (:mod:`fair_router.workers.startride`); a slot taken is kept
+        alive from the verdict (``job_start_replied``) until the job ends."""
+        self._ride, self._leases = ride, ExitStack()
+        try:
+            with self._leases:
+                super().execute_job(job, queue)
+        except StartRefused as refused:
+            self._turn_away(job, queue, ride.tenant, refused.admission)
+        finally:
+            self._ride = None
+
+    _ride: StartRide | None = None
+    """The start check riding rq's job-start MULTI of the job being started."""
+    _leases: ExitStack = ExitStack()
+    """Where that start's slot lease is kept alive until its job ends."""
     _rate_hold: tuple[FairQueue, str, int] | None = None
     """(queue, tenant with a rate of its own, ms its next start is allowed): reported on the job start's MULTI."""
 
     def _turn_away(self, job: Job, queue: Queue, tenant: str, admission: Admission) -> None:
-        """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is
-        parked (skipped by pops, so other tenants flow and nothing churns) for as long as the refusing
-        control says (until a slot frees, its next rate token falls due, or it is resumed); on a plain queue
-        it is deferred through rq's scheduler (to the exact time of its reserved token for a rate, after the
-        snooze otherwise)."""
-        limiter, refusal = self.gate.limiter, self.gate.refusal(tenant, job, admission)
-        if refusal is None:  # not a refusal: nothing to turn away
-            return
-        if isinstance(queue, FairQueue):
-            seconds = refusal.park_seconds
-            queue.park(job, tenant, seconds, limiter.tiers.profile(tenant).limit if self.gate.slots else None)
-            # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
-            # next may send no round trip through the limiter for a long while.
-            limiter.count(limiter.tiers.tier(tenant), "parked")
-            limiter.flush()
-            self.log.info("Worker %s: %s is %s; job %s back in %s, tenant parked for up to %.3f s",
-                          self.name, tenant, refusal.why, job.id, queue.name, seconds)
-            return
-        if refusal.until_ms is not None:
-            when = self.gate.defer_until(job, queue, refusal.until_ms)
-        else:
-            when = limiter.snooze(job, queue, limiter.tiers.tier(tenant))
-        self.log.info("Worker %s: %s is %s; job %s deferred until %s", self.name, tenant, refusal.why, job.id,
-                      when)
+        """The job may not start now (:func:`fair_router.workers.turnaway.turn_away`)."""
+        said = turn_away(self.gate, job, queue, tenant, admission)
+        if said:
+            self.log.info("Worker %s: %s", self.name, said)
 
     def _slot_freed(self, lease: Lease, pipe: Pipeline) -> None:
         """Queued on the slot's release: unpark the tenant in this worker's fair queues (its job's claim
@@ -231,16 +219,43 @@ class WeightedFetchMixin(FollowsFairnessMarks):
 
     def job_started(self, job: Job, pipeline: Pipeline) -> None:
         """The job's start record (:mod:`fair_router.observe.recorder`) and the park of a tenant whose rate
-        holds its next start, on rq's job-start MULTI: no round trip."""
+        holds its next start, on rq's job-start MULTI: no round trip. A riding start check goes there too."""
+        ride = self._ride
+        if ride is not None:
+            ride.queue(self.gate, job, pipeline)
         if self._rate_hold is not None:
             queue, tenant, until_ms = self._rate_hold
             self._rate_hold = None
             queue.hold(tenant, until_ms, pipeline, paced=True)
-        if self.start_recorder is not None:
+        if self.start_recorder is not None and ride is not None:
+            self.start_recorder.flush_due(pipeline)  # this start is gathered once admitted (job_start_replied)
+        elif self.start_recorder is not None:
             # On a cluster the records' slot is not rq's: they are sent on their own, with the next flush.
             self.start_recorder.job_started(job, pipeline if self.state_connection is self.connection else None)
         if all(job.origin != queue.name for queue in self.fair_queues):  # a routed job stops counting waiting
-            self.wait_counts.started(job, pipeline if self.state_connection is self.connection else None)
+            place = self.wait_counts.started(job, pipeline if self.state_connection is self.connection else None)
+            if ride is not None:
+                ride.unwait_at = place
+
+    def job_start_replied(self, job: Job, execution: Execution, replies: list[Any]) -> None:
+        """A riding start check's verdict: admitted, its slot is kept alive and its start gathered; refused,
+        what the MULTI wrote for the start is undone (one round trip, on this rare path) and the job turned
+        away by ``_execute_riding``."""
+        ride = self._ride
+        if ride is None:
+            return
+        admission, lease = ride.answer(self.gate, replies)
+        if admission.admitted:
+            if lease is not None:
+                self._leases.enter_context(self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, lease)))
+            if self.start_recorder is not None:
+                self.start_recorder.note(job)
+            return
+        with self.connection.pipeline() as pipe:
+            self.cleanup_execution(job, pipe, execution)
+            ride.undo(job, replies, self.wait_counts, pipe)
+            pipe.execute()
+        raise StartRefused(admission)
 
     # -- job end --------------------------------------------------------------------------------------------
 
@@ -256,13 +271,13 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         """Hand back abandoned jobs when a check is due; send the gathered start records if overdue; serve
         queues marked fair since the last look as FairQueues."""
         self.recover_abandoned()
-        self.flush_overdue_start_records()
+        self.flush_start_records(overdue=True)
         self.follow_fairness_marks()
         self.report_plain_pops()
 
     def running_job_beat(self) -> None:
         """A long job does not hold back the start records gathered before it."""
-        self.flush_overdue_start_records()
+        self.flush_start_records(overdue=True)
 
     def recover_abandoned(self) -> list[str]:
         """Hand back the jobs of this worker's queues whose worker stopped heartbeating (when a check is
@@ -298,35 +313,15 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         """Write the gathered start records and the limiter's pending counters before the worker goes; look for
         plain workers' pops a last time."""
         self.flush_start_records()
-        self._look_for_plain_pops()
+        self.report_plain_pops(now=True)
         self.gate.limiter.flush()
-
-    def _look_for_plain_pops(self) -> None:
-        if self.is_horse:
-            return
-        try:
-            self.report_plain_pops(now=True)
-        except RedisError as exc:
-            self.log.warning("Worker %s: could not look for plain workers' pops (%s)", self.name, exc)
 
     # -- start records (fair_router.observe.recorder) ---------------------------------------------------------
 
-    def flush_start_records(self, older_than: float = 0.0) -> None:
-        """Send the job starts gathered since the last flush, in a round trip of its own; with ``older_than``,
-        only if the last flush is that many seconds old. A Redis error is logged, not raised: the records are
-        statistics, and a stopping worker still has to register its death."""
-        if self.start_recorder is None or self.is_horse:
-            return
-        try:
-            self.start_recorder.flush(self.state_connection, older_than=older_than)
-        except RedisError as exc:
-            self.log.warning("Worker %s: job start records lost (%s)", self.name, exc)
-
-    def flush_overdue_start_records(self) -> None:
-        """Flush the gathered starts if no job start has done it for twice the interval: the worker is idle,
-        or runs a long job (a busy worker's job starts flush them, on rq's own pipeline, before that)."""
-        if self.start_recorder is not None:
-            self.flush_start_records(older_than=2 * self.start_recorder.interval)
+    def flush_start_records(self, overdue: bool = False) -> None:
+        """Send the gathered job starts from the worker process (a horse's are its own): all, or if ``overdue``."""
+        if self.start_recorder is not None and not self.is_horse:
+            self.start_recorder.send_overdue() if overdue else self.start_recorder.send()
 
 
 class WeightedWorker(WeightedFetchMixin, ForkingWorkerSeam, Worker):
@@ -335,58 +330,3 @@ class WeightedWorker(WeightedFetchMixin, ForkingWorkerSeam, Worker):
 
 class WeightedSimpleWorker(WeightedFetchMixin, InProcessWorkerSeam, SimpleWorker):
     """rq's SimpleWorker (jobs run in the worker process) with weighted fetch order."""
-
-
-def _weight(configured: Mapping[str, QueueWeight], queue: str) -> QueueWeight | None:
-    """The configured weight of ``queue``, else of its family when it is a shard queue, else None."""
-    if queue in configured:
-        return configured[queue]
-    member = family_of(queue)
-    return configured.get(member[0]) if member else None
-
-
-def _on_rq_slot(queues: Any, kwargs: dict[str, Any]) -> Any:
-    """redis_cluster on: the worker's connection (rq's CLI builds it from ``--url``, any node) replaced by the
-    plain client to the owner of rq's slot, for the worker and the Queue objects rq built on it."""
-    given = kwargs.get("connection")
-    if given is None:
-        raise ValueError("redis_cluster is on: the worker needs a connection (rq's --url) to seed the cluster")
-    rq = pair_of(given, cluster=True).rq
-    kwargs["connection"] = rq
-    items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
-    for item in items:
-        if isinstance(item, Queue):
-            item.connection = rq
-    return items
-
-
-def _with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
-    """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and the
-    plain Queue objects the rq CLI builds from names before it creates the worker)."""
-    items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
-    built: list[Any] = []
-    for item in items:
-        if isinstance(item, str) and settings.is_fair(item):
-            item = FairQueue(item, connection=kwargs.get("connection"), serializer=kwargs.get("serializer"),
-                             settings=settings)
-        elif type(item) is Queue and settings.is_fair(item.name):
-            item = rebuilt_as(FairQueue, item, settings=settings)
-        built.append(item)
-    return built
-
-
-def build_gate(connection: Redis, settings: Settings) -> TenantGate:
-    """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never
-    shares a socket (or a pool lock, across the work-horse fork) with rq's own use of the worker's
-    connection."""
-    own: Any
-    if settings.shard_urls:  # a shard's worker: its queues are on the shard's Redis, leases stay on redis_url
-        own = Redis.from_url(settings.redis_url)
-    elif is_rq_slot_client(connection):  # a cluster: leases and rates on the RedisCluster
-        own = state_of(connection)
-    else:
-        pool = connection.connection_pool  # same connection class: TLS, a unix socket, a Sentinel-managed primary
-        own = Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
-    keys = Keys(settings.prefix)
-    limiter = ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
-    return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)

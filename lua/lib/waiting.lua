@@ -3,18 +3,22 @@
 -- digest -> its field, so that a job counts once and its start takes back exactly its own count. Both keys
 -- carry the job key's tag (core/keys.py Keys.waiting), the tag of route.lua's windows.
 
--- Job `member` (its id digest) waits under `field`; a job counted already stays counted once.
+-- Job `member` (its id digest) waits under `field`; a job counted already stays counted once. Returns 1 when
+-- it counts now, 0 when it counted already.
 local function wait(counts, jobs, member, field)
-  if redis.call('HSETNX', jobs, member, field) == 1 then redis.call('HINCRBY', counts, field, 1) end
+  if redis.call('HSETNX', jobs, member, field) == 0 then return 0 end
+  redis.call('HINCRBY', counts, field, 1)
+  return 1
 end
 
--- Job `member` started (or left): its count is taken back. Returns 1, or 0 when it was not counted.
+-- Job `member` started (or left): its count is taken back. Returns the field it counted under, or false when
+-- it was not counted.
 local function unwait(counts, jobs, member)
   local field = redis.call('HGET', jobs, member)
-  if not field then return 0 end
+  if not field then return false end
   redis.call('HDEL', jobs, member)
   if redis.call('HINCRBY', counts, field, -1) <= 0 then redis.call('HDEL', counts, field) end
-  return 1
+  return field
 end
 
 -- route.lua's waiting section from ARGV[at]: 0 (none), or 1 then the encoded tenant of each of the n_windows

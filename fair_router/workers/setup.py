@@ -1,0 +1,89 @@
+"""How a weighted worker is put together from its arguments and settings: the weights checked, the queues on
+rq's slot of a cluster or built as FairQueues, and the job-start gate on its own connection pool."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import TypeAdapter
+from redis import ConnectionPool, Redis
+from rq import Queue
+
+from fair_router.config.settings import Settings, validated
+from fair_router.controls.gate import TenantGate
+from fair_router.controls.ratelimit import RateLimiter
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
+from fair_router.core.shards import family_of
+from fair_router.core.validation import QueueName, QueueWeight, Weight
+from fair_router.fairqueue.queue import FairQueue
+from fair_router.rq_internals.worker import rebuilt_as
+from fair_router.store.cluster import is_rq_slot_client, pair_of, state_of
+from fair_router.workers.limiter import ConcurrencyLimiter
+
+_WEIGHTS: TypeAdapter[dict[str, QueueWeight]] = TypeAdapter(dict[QueueName, Weight])
+
+
+def validate_weights(weights: Mapping[str, object], source: str = "weights=") -> dict[str, QueueWeight]:
+    """Check an explicit queue -> weight mapping with the same types as the ``queues:`` setting, once, when
+    the worker is built (the fetch order trusts them). Raises SettingsError naming each bad queue, its value
+    and the reason."""
+    return validated(_WEIGHTS, dict(weights), source)
+
+
+
+
+def weight_of(configured: Mapping[str, QueueWeight], queue: str) -> QueueWeight | None:
+    """The configured weight of ``queue``, else of its family when it is a shard queue, else None."""
+    if queue in configured:
+        return configured[queue]
+    member = family_of(queue)
+    return configured.get(member[0]) if member else None
+
+
+def on_rq_slot(queues: Any, kwargs: dict[str, Any]) -> Any:
+    """redis_cluster on: the worker's connection (rq's CLI builds it from ``--url``, any node) replaced by the
+    plain client to the owner of rq's slot, for the worker and the Queue objects rq built on it."""
+    given = kwargs.get("connection")
+    if given is None:
+        raise ValueError("redis_cluster is on: the worker needs a connection (rq's --url) to seed the cluster")
+    rq = pair_of(given, cluster=True).rq
+    kwargs["connection"] = rq
+    items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
+    for item in items:
+        if isinstance(item, Queue):
+            item.connection = rq
+    return items
+
+
+def with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
+    """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and the
+    plain Queue objects the rq CLI builds from names before it creates the worker)."""
+    items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
+    built: list[Any] = []
+    for item in items:
+        if isinstance(item, str) and settings.is_fair(item):
+            item = FairQueue(item, connection=kwargs.get("connection"), serializer=kwargs.get("serializer"),
+                             settings=settings)
+        elif type(item) is Queue and settings.is_fair(item.name):
+            item = rebuilt_as(FairQueue, item, settings=settings)
+        built.append(item)
+    return built
+
+
+def build_gate(connection: Redis, settings: Settings) -> TenantGate:
+    """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never
+    shares a socket (or a pool lock, across the work-horse fork) with rq's own use of the worker's
+    connection."""
+    own: Any
+    if settings.shard_urls:  # a shard's worker: its queues are on the shard's Redis, leases stay on redis_url
+        own = Redis.from_url(settings.redis_url)
+    elif is_rq_slot_client(connection):  # a cluster: leases and rates on the RedisCluster
+        own = state_of(connection)
+    else:
+        pool = connection.connection_pool  # same connection class: TLS, a unix socket, a Sentinel-managed primary
+        own = Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
+    keys = Keys(settings.prefix)
+    limiter = ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
+    return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)

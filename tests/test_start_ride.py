@@ -1,0 +1,109 @@
+"""A job start's tenant checks ride rq's job-start MULTI (fair_router.workers.startride): no round trip of their
+own when admitted; a refused start leaves no trace of a start (no execution, its waiting count back, no start
+record) and its job waits. Real Redis, real rq jobs, an in-process weighted worker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import pytest
+import routed_jobs
+from conftest import monitored
+from redis import Redis
+from rq.registry import FinishedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+
+from fair_router import FairRouter, Rule, Settings, WeightedSimpleWorker, fair_job
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
+from fair_router.dashboard.reader import SnapshotReader
+from fair_router.workers.limiter import ConcurrencyLimiter
+
+pytestmark = pytest.mark.usefixtures("isolated_settings")
+
+QUEUE = "default"
+RULES = [Rule(queue="default_throttled", threshold=1000, per="1h")]  # a job key with rules: counted waiting
+
+
+def TENANT(account: str, item: int = 0) -> str:
+    return account
+
+
+def settings(limits: bool) -> Settings:
+    return Settings.model_validate({"concurrency": {"enabled": limits, "snooze": "100ms", "jitter": "1ms"}})
+
+
+def blocks(feed: Sequence[tuple[str, str]]) -> list[list[str]]:
+    """Each client's MULTI ... EXEC blocks in a monitored feed, as their command names."""
+    open_: dict[str, list[str]] = {}
+    done: list[list[str]] = []
+    for client, name in feed:
+        if name == "MULTI":
+            open_[client] = []
+        elif name == "EXEC" and client in open_:
+            done.append(open_.pop(client))
+        elif client in open_:
+            open_[client].append(name)
+    return done
+
+
+def before_start(feed: Sequence[tuple[str, str]]) -> list[str]:
+    """The commands sent from the job's pop (rq 3.0's LMOVE into its intermediate queue) to the start of rq's
+    job-start MULTI, a new connection's handshake left out: what a job start costs before it runs."""
+    names = [name for _, name in feed if name not in ("HELLO", "CLIENT")]
+    popped = max(i for i, name in enumerate(names) if name in ("LMOVE", "BLMOVE"))
+    return names[popped:names.index("MULTI", popped)]
+
+
+def one_start(conn: Redis, limits: bool) -> tuple[list[str], list[str]]:
+    """One routed job run by a burst worker: the commands of rq's job-start MULTI (the one with the execution's
+    hash, its StartedJobRegistry entry and the worker's execution index), and :func:`before_start`."""
+    job = fair_job(QUEUE, rules=RULES, tenant=TENANT, router=FairRouter(conn))(routed_jobs.echo)
+    queued = job.delay("acme", 1)
+    worker = WeightedSimpleWorker([QUEUE], connection=conn, settings=settings(limits))
+    with monitored(conn) as feed:
+        assert worker.work(burst=True, max_jobs=1)
+    assert queued.id in FinishedJobRegistry(QUEUE, connection=conn).get_job_ids()
+    (start,) = [names for names in blocks(feed) if "SADD" in names and "HSET" in names and "ZADD" in names]
+    return start, before_start(feed)
+
+
+def test_an_admitted_start_checks_its_slot_on_rqs_job_start_multi(conn: Redis) -> None:
+    start_off, before_off = one_start(conn, limits=False)
+    start_on, before_on = one_start(conn, limits=True)
+    assert start_off.count("EVAL") == 1, start_off  # the end of the job's waiting count
+    assert start_on.count("EVAL") == 2, start_on  # ... and the start script
+    assert before_on == before_off, (before_on, before_off)  # the check sent nothing of its own
+    assert "EVAL" not in before_on and "EVALSHA" not in before_on
+    # the slot was taken (and released at the end): the tenant's lease set is empty again
+    assert conn.zcard(Keys("fair_router").leases("acme")) == 0
+
+
+def test_a_refused_start_leaves_no_trace_of_a_start_and_its_job_runs_later(conn: Redis) -> None:
+    keys = Keys("fair_router")
+    job = fair_job(QUEUE, rules=RULES, tenant=TENANT, router=FairRouter(conn))(routed_jobs.echo)
+    limits = settings(limits=True)
+    slots = ConcurrencyLimiter(conn, keys, TierBook(conn, keys), limits.concurrency)
+    lease = slots.acquire("acme", "someone-elses-job")  # the free tier's one slot, taken elsewhere
+    assert lease is not None
+    queued = job.delay("acme", 1)
+    waiting_counts, waiting_jobs = keys.waiting(job.route.job_key)
+    assert conn.hlen(waiting_jobs) == 1
+
+    worker = WeightedSimpleWorker([QUEUE], connection=conn, settings=limits)
+    worker.work(burst=True, max_jobs=1)
+
+    assert ScheduledJobRegistry(QUEUE, connection=conn).get_job_ids() == [queued.id]  # snoozed, not failed
+    assert StartedJobRegistry(QUEUE, connection=conn).get_job_ids() == []
+    assert list(conn.scan_iter(match="rq:execution:*")) == []  # rq's execution of the refused start is gone
+    assert worker.executions == {}
+    assert conn.hlen(waiting_jobs) == 1 and conn.hvals(waiting_counts) == [b"1"]  # it still counts waiting
+    assert worker.start_recorder is not None and worker.start_recorder.flush(conn) is None  # no start gathered
+
+    slots.release(lease)
+    time.sleep(1.2)  # rq keeps scheduled times in whole seconds
+    assert worker.work(burst=True, with_scheduler=True)  # rq's burst scheduler moves it back first
+    assert FinishedJobRegistry(QUEUE, connection=conn).get_job_ids() == [queued.id]
+    assert conn.exists(waiting_counts, waiting_jobs) == 0  # its count ended with its start, once
+    (row,) = [row for row in SnapshotReader(conn, limits).snapshot().tenants if row.tenant == "acme"]
+    assert row.wait_5m.starts == 1  # one start recorded (at the worker's stop), not two
