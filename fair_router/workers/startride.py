@@ -16,7 +16,8 @@ same MULTI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.client import Pipeline
@@ -46,6 +47,7 @@ class StartRide:
     reserve: bool
     pending: PendingStart | None = None
     unwait_at: int | None = None  # the place of the waiting count's end in the MULTI's replies
+    leases: ExitStack = field(default_factory=ExitStack)  # keeps an admitted start's slot alive until its job ends
 
     def queue(self, gate: TenantGate, job: Job, pipeline: Pipeline) -> None:
         """Queue the check on rq's job-start MULTI."""

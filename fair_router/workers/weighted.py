@@ -40,7 +40,6 @@ lean bookkeeping) is in :mod:`fair_router.rq_internals.worker`; this module impl
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextlib import ExitStack
 from functools import partial
 from typing import Any
 
@@ -183,9 +182,9 @@ class WeightedFetchMixin(FollowsFairnessMarks):
     def _execute_riding(self, job: Job, queue: Queue, ride: StartRide) -> None:
         """The checks ride rq's job-start MULTI (:mod:`fair_router.workers.startride`); a slot taken is kept
         alive from the verdict (``job_start_replied``) until the job ends."""
-        self._ride, self._leases = ride, ExitStack()
+        self._ride = ride
         try:
-            with self._leases:
+            with ride.leases:
                 super().execute_job(job, queue)
         except StartRefused as refused:
             self._turn_away(job, queue, ride.tenant, refused.admission)
@@ -194,8 +193,6 @@ class WeightedFetchMixin(FollowsFairnessMarks):
 
     _ride: StartRide | None = None
     """The start check riding rq's job-start MULTI of the job being started."""
-    _leases: ExitStack = ExitStack()
-    """Where that start's slot lease is kept alive until its job ends."""
     _rate_hold: tuple[FairQueue, str, int] | None = None
     """(queue, tenant with a rate of its own, ms its next start is allowed): reported on the job start's MULTI."""
 
@@ -247,7 +244,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         admission, lease = ride.answer(self.gate, replies)
         if admission.admitted:
             if lease is not None:
-                self._leases.enter_context(self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, lease)))
+                ride.leases.enter_context(self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, lease)))
             if self.start_recorder is not None:
                 self.start_recorder.note(job)
             return
