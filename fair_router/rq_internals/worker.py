@@ -60,6 +60,7 @@ from rq.executions import Execution
 from rq.job import Job
 from rq.worker import WorkerStatus
 
+from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.rq_internals.turns import ForkingTurnSeam, TurnSeam
 
 logger = logging.getLogger("fair_router")
@@ -225,6 +226,14 @@ class RqWorkerSeam(TurnSeam):
             replies = pipeline.execute()
         self.job_start_replied(job, execution, replies)
         return execution
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        """rq's, minus its LREM from the queue's intermediate list when this worker dequeues through a seam queue
+        class: :meth:`RqQueueSeam.dequeue_any` pops with LPOP/BLPOP and never moves a job onto that list, so
+        rq's LREM there would be one wasted command on every job."""
+        if issubclass(self.queue_class, RqQueueSeam):
+            remove_from_intermediate_queue = False
+        super().prepare_job_execution(job, remove_from_intermediate_queue)
 
     _running: tuple[Job, Queue] | None = None
     """The job this worker (or its work horse, a fork of it) runs, and the queue it came from."""
