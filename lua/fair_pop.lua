@@ -9,8 +9,7 @@
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
 --          weight, settled later by fair_settle.lua; '0' = by 1 / weight), lease_ms (a claim's life, 0 = no
---          claims: lib/claims.lua), n_acks, then n_acks job ids this caller handed out earlier (they have
---          run: forget them).
+--          claims: lib/claims.lua), n_acks, then n_acks ids this caller handed out earlier (run: forget them).
 -- Returns  {kind, job_id, wake_ms, seq}. kind 0 = the list is empty; 1 = a plain entry; 2 = a fair
 --          choice (seq: its place in its tenant's FIFO, for fair_park to put it back there);
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none).
@@ -29,12 +28,6 @@ local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = ton
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
 local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- choose()'s first look
 
-local function first_park_end()
-  local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
-  if #first == 0 then return -1 end
-  return tonumber(first[2])
-end
-
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
 -- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
 local due = tonumber(st[3] or '')
@@ -50,8 +43,7 @@ if due and due <= now_ms then
   else
     redis.call('HSET', state, 'due', next_due)
   end
-  -- Parks ended: the min-pass tenant may have changed.
-  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass tenant may have changed
   first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1]))} or nil
 end
 

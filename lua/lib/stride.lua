@@ -66,6 +66,13 @@ local function end_park(tenant)
   return true
 end
 
+-- When the first park ends (ms), -1 when no tenant is parked.
+local function first_park_end()
+  local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
 -- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
 -- only parked tenants' jobs wait on it).
 local function wake_one()
