@@ -95,11 +95,15 @@ class TenantAdmin:
     def pause(self, tenant: str | int) -> None:
         """No job of ``tenant`` starts until :meth:`resume`; its jobs wait (nothing is failed or lost).
         System jobs are not paused."""
-        self._pauses.pause(self.tenant_id(tenant))
+        tenant = self.tenant_id(tenant)
+        self._pauses.pause(tenant)
+        self.tiers.forget(tenant)  # other processes' tier caches see it at their next poll
 
     def resume(self, tenant: str | int) -> None:
         """``tenant``'s jobs may start again (fair queues serve it at once)."""
-        self._pauses.resume(self.tenant_id(tenant))
+        tenant = self.tenant_id(tenant)
+        self._pauses.resume(tenant)
+        self.tiers.forget(tenant)
 
     def paused(self, tenant: str | int) -> bool:
         """Whether ``tenant`` is paused."""
