@@ -34,8 +34,8 @@ class Ticks:
         return self.now
 
 
-def reader(conn: Redis, ticks: Ticks, **options: object) -> TierBook:
-    return TierBook(conn, KEYS, cache_ttl=5, clock=ticks, **options)  # type: ignore[arg-type]
+def reader(conn: Redis, ticks: Ticks, max_age: float = MAX_AGE) -> TierBook:
+    return TierBook(conn, KEYS, cache_ttl=5, clock=ticks, max_age=max_age)
 
 
 def test_a_profile_read_once_is_not_read_again_while_nothing_changes(conn: Redis) -> None:

@@ -82,7 +82,7 @@ class TenantAdmin:
         """Override ``tenant``'s tier values: concurrency ``limit``, fair-share ``weight``, ``rate`` ("10/s")
         with its ``burst``, and ``max_backlog`` (per fair queue). Values left None stay as they were;
         ``reset`` drops every earlier override first. Validated (pydantic's ValidationError names the
-        value); every worker and producer uses it within its tier cache's life (5 s). Returns the profile
+        value); every worker and producer uses it at its tier cache's next poll (within 5 s). Returns the profile
         now in effect."""
         tenant = self.tenant_id(tenant)
         overrides = TenantOverrides(limit=limit, weight=weight, rate=rate, burst=burst, max_backlog=max_backlog)
