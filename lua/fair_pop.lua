@@ -1,7 +1,8 @@
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of
 -- entries: an id rq's internals pushed (not a member) is served as it is; a member's turn goes to the
--- stride scheduler's choice (lib/serve.lua: the min-pass active tenant's oldest job), whose id the head
--- entry then replaces on the list (LSET at its recorded position). O(log tenants + list length / node size).
+-- stride scheduler's choice (lib/serve.lua: the min-pass active tenant's oldest job; of tenants tied on that
+-- pass, the head entry's own tenant first), whose id the head entry then replaces on the list (LSET at its
+-- recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
 -- include: fair_keys, time, stride, members, fifo, locate, claims, serve, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
@@ -49,7 +50,9 @@ if due and due <= now_ms then
   else
     redis.call('HSET', state, 'due', next_due)
   end
-  first = nil  -- parks ended: the min-pass tenant may have changed
+  -- Parks ended: the min-pass tenant may have changed.
+  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1]))} or nil
 end
 
 local entry = given
@@ -61,26 +64,38 @@ if not entry then
   return {0, '', first_park_end(), ''}
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
-local entry_value = nil  -- the entry's members value, read once the choice is not the entry itself
-for _ = 1, MAX_STALE do
-  local job_id, seq, tenant, pass, tail, weight = choose(first)
-  first = nil
-  if job_id and job_id == entry then  -- the common case: the entry is the choice (no members lookup)
-    take(job_id, seq, tenant, pass, pop, tail, weight)
-    return {2, job_id, -1, seq}
+-- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
+local h, t, weight
+if first then h, t, weight = parse_tenant(first[3]) end
+local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
+local entry_value = got[1]
+if h then
+  if got[2] == entry then  -- the common case: the entry is the choice
+    take(entry, h, first[1], first[2], pop, t, weight)
+    return {2, entry, -1, h}
   end
-  local value = nil
-  if entry_value == nil then
-    local got = redis.call('HMGET', members, entry, job_id or entry)
-    entry_value, value = got[1], got[2]
-    if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
-      if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
-      redis.call('HSET', state, 'head', head)
-      redis.call('ZADD', inflight, now_ms, entry)
-      return {1, entry, -1, ''}
-    end
-  elseif job_id then
-    value = redis.call('HGET', members, job_id)
+  first[4] = got[2]  -- choose() need not read it again
+end
+if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
+  if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
+  redis.call('HSET', state, 'head', head)
+  redis.call('ZADD', inflight, now_ms, entry)
+  return {1, entry, -1, ''}
+end
+local field, tenant = parse_member(entry_value)
+if first and tenant ~= first[1] then  -- ties on pass go to the entry's tenant (lib/serve.lua)
+  local seq, pass, tail, stored = tied_entry(field, tenant, first[2])
+  if seq then
+    take(entry, seq, tenant, pass, pop, tail, stored)
+    return {2, entry, -1, seq}
+  end
+end
+for _ = 1, MAX_STALE do
+  local job_id, seq, chosen, pass, tail, stored = choose(first)
+  first = nil
+  if job_id and job_id == entry then  -- holes skipped: the entry is the choice after all
+    take(job_id, seq, chosen, pass, pop, tail, stored)
+    return {2, job_id, -1, seq}
   end
   if not job_id then
     redis.call('HSET', state, 'head', head)
@@ -91,10 +106,11 @@ for _ = 1, MAX_STALE do
     end
     break
   end
+  local value = redis.call('HGET', members, job_id)
   if not value then  -- a FIFO place without its members entry: never written so; drop it
-    redis.call('HDEL', members, tenant .. ':' .. seq)
-    value = '|' .. tenant .. ':' .. seq
-    redis.call('HINCRBY', backlog, tenant, 1)
+    redis.call('HDEL', members, chosen .. ':' .. seq)
+    value = '|' .. chosen .. ':' .. seq
+    redis.call('HINCRBY', backlog, chosen, 1)
   end
   local _, _, pos = parse_member(value)
   local index = locate(job_id, pos, head)
@@ -102,7 +118,7 @@ for _ = 1, MAX_STALE do
     -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
     redis.call('LSET', rq_list, index, entry)
     set_pos(entry, head + index, entry_value)
-    take(job_id, seq, tenant, pass, pop, tail, weight)
+    take(job_id, seq, chosen, pass, pop, tail, stored)
     return {2, job_id, -1, seq}
   end
   drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 from typing import Any, cast
 
+from conftest import command_calls
 from redis import Redis
 from rq import Queue, SimpleWorker
+from rq.registry import FinishedJobRegistry
 
-from fair_router import FairQueue
+from fair_router import FairQueue, WeightedSimpleWorker
 from tests import fair_jobs
 from tests.test_fairqueue import fair
 
@@ -58,6 +60,38 @@ def test_a_fair_job_costs_about_11_redis_commands_more_than_a_plain_one(conn: Re
         worker.work(burst=True, max_jobs=JOBS, logging_level="WARNING")
         per_job[side] = all_calls(conn) / JOBS
     assert per_job["fair"] - per_job["plain"] <= 12, per_job  # 11 (it was 16)
+
+
+def test_tenants_tied_on_pass_are_served_in_list_order_without_moving_an_entry(conn: Redis) -> None:
+    """Many tenants with one job each all sit at the same pass: each pop serves the list head (name order would
+    be t0, t1, t10, t100, ...) and takes it as it is, with no LINDEX/LSET to swap another id into its place."""
+    queue = fair(conn)
+    tenants = 150
+    queue.enqueue_many([Queue.prepare_data(fair_jobs.log, (f"t{i}", i), meta={"fair_tenant": f"t{i}"},
+                                           result_ttl=600) for i in range(tenants)])
+    listed = queue.get_job_ids()
+    assert [conn.lindex(queue.key, i).decode() for i in range(3)] == listed[:3]  # the listing is list order
+    conn.config_resetstat()
+    popped = [queue.pop_job_id() for _ in range(tenants)]
+    assert popped == listed
+    assert command_calls(conn, "lset", "lindex") == 0
+
+
+def test_a_weighted_worker_on_a_fair_queue_sends_no_lrem_to_rqs_intermediate_list(conn: Redis) -> None:
+    """A fair pop never moves a job onto rq's intermediate list, so the weighted worker drops rq's LREM from it
+    (rq's SimpleWorker still sends it, one wasted command per job)."""
+    sent = {}
+    for side, worker_class in (("rq", SimpleWorker), ("ours", WeightedSimpleWorker)):
+        conn.flushall()
+        queue = fair(conn)
+        filled(queue, 20)
+        worker = worker_class([queue], connection=conn)
+        worker.queue_class = FairQueue
+        conn.config_resetstat()
+        worker.work(burst=True, max_jobs=20, logging_level="WARNING")
+        sent[side] = command_calls(conn, "lrem")
+        assert len(FinishedJobRegistry(queue=queue)) == 20
+    assert sent == {"rq": 20, "ours": 0}
 
 
 def to_legacy_layout(conn: Redis, queue: FairQueue) -> int:

@@ -29,7 +29,8 @@ from fair_router.store.fair_scripts import PopKind
 PREFIX = "fq_model"
 NAME = "default"
 # Weights 1, 2 and 4 through tier_resolvers.by_name: strides 1, 1/2, 1/4 are exact in floats, so the
-# model's passes equal the scripts' and ties (broken by tenant name in the sorted set) are real ties.
+# model's passes equal the scripts' and ties (the head entry's tenant first, else by tenant name in the sorted set)
+# are real ties.
 TIERS = TiersConfig(resolver="tier_resolvers:by_name", weights={"pro": 2, "enterprise": 4})
 WEIGHT: dict[str | None, float] = {None: 1.0, "a": 1.0, "pro-b": 2.0, "ent-c": 4.0}  # None: jobs without one
 TENANTS = ("a", "pro-b", "ent-c")  # the ones a worker can park (it parks only jobs with a tenant)
@@ -94,6 +95,11 @@ class FairQueueMachine(RuleBasedStateMachine):
             return PopKind.EMPTY, None
         if not self.is_member(entry):
             return PopKind.PLAIN, entry
+        # Tenants tied on the minimum pass: the entry's own tenant first when the entry is its oldest member
+        # (stale ones count: the rule is decided before any is dropped). Else the lowest pass, then by name.
+        own = self.tenant_of[entry]
+        if own in self.active and self.active[own] == min(self.active.values()) and self.fifo[own][0] == entry:
+            return self.serve(own), entry
         while True:
             if not self.active:
                 members = sum(len(jobs) for jobs in self.fifo.values())
@@ -110,15 +116,19 @@ class FairQueueMachine(RuleBasedStateMachine):
                 continue
             if job_id != entry:  # the head entry takes the chosen job's slot
                 self.listed[self.listed.index(job_id)] = entry
-            self.fifo[tenant].popleft()
-            self.vtime = self.active[tenant]
-            next_pass = self.vtime + 1 / WEIGHT[tenant]
-            if self.fifo[tenant]:
-                self.active[tenant] = next_pass
-            else:  # idle: keeps its pass for its return
-                del self.active[tenant]
-                self.kept[tenant] = next_pass
-            return PopKind.FAIR, job_id
+            return self.serve(tenant), job_id
+
+    def serve(self, tenant: str | None) -> PopKind:
+        """The stride scheduler serves ``tenant``'s oldest member: its pass advances by 1 / weight."""
+        self.fifo[tenant].popleft()
+        self.vtime = self.active[tenant]
+        next_pass = self.vtime + 1 / WEIGHT[tenant]
+        if self.fifo[tenant]:
+            self.active[tenant] = next_pass
+        else:  # idle: keeps its pass for its return
+            del self.active[tenant]
+            self.kept[tenant] = next_pass
+        return PopKind.FAIR
 
     def check_pop(self, given: str | None, listing: list[str]) -> None:
         result = self.queue.pop_fair(given or "")

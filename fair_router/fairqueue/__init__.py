@@ -9,7 +9,10 @@ Scheduler: stride scheduling, not deficit round robin
     ``1 / weight``. With a sorted set that is O(log n) in active tenants per pop, whatever the weights
     (DRR needs a quantum loop per round, and with fractional weights and unit-cost jobs it degenerates
     into stride anyway, only burstier: a weight-5 tenant gets 5 jobs in a row where stride interleaves
-    them). Equal weights give round robin. Weights come from the tenant's tier (``tiers.weights``,
+    them). Equal weights give round robin. Among tenants tied on the smallest pass, the tenant of the job
+    at the list head goes first when that job is its oldest, else the first by name: so with equal
+    weights (whole-number passes, ties everywhere) jobs are served in the order they wait on the list,
+    and the served id is the head itself. Weights come from the tenant's tier (``tiers.weights``,
     default 1), written with each push. The *virtual time* is the pass of the last served tenant. A
     tenant that becomes active starts at ``max(virtual time, the pass it had when it went idle)``:
     idle time earns nothing (it cannot come back with a low pass and monopolise the queue), and a

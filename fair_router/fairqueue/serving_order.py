@@ -32,31 +32,55 @@ def serving_order(snap: FairSnapshot) -> list[str]:
     behind our back) are left out, as the pop drops them; parked tenants' jobs come last, in stride order
     from their kept passes, since no pop serves them before their park ends."""
     on_list = Counter(snap.listed)
-    fifos: dict[str, deque[str]] = {}
     places: dict[str, list[tuple[int, str]]] = {}
     for job_id, value in snap.members.items():
-        if on_list[job_id]:
-            tenant, _, seq = value.rpartition("|")[2].rpartition(":")
-            places.setdefault(tenant, []).append((int(seq), job_id))
-    for tenant, jobs in places.items():
-        fifos[tenant] = deque(job_id for _, job_id in sorted(jobs))
-    waiting = {job_id for jobs in fifos.values() for job_id in jobs}  # members a fair choice may still serve
+        tenant, _, seq = value.rpartition("|")[2].rpartition(":")
+        places.setdefault(tenant, []).append((int(seq), job_id))
+    # Each tenant's members by FIFO place, stale ones (no longer listed) too: a pop drops those only when it
+    # meets them, and until then they count as older than the jobs behind them.
+    fifos = {tenant: deque(job_id for _, job_id in sorted(jobs)) for tenant, jobs in places.items()}
+    tenant_of = {job_id: tenant for tenant, jobs in fifos.items() for job_id in jobs}
+    waiting = {job_id for job_id in tenant_of if on_list[job_id]}  # members a fair choice may still serve
 
     slots = list(snap.listed)  # the list; a served member's slot takes the head entry, as fair_pop.lua does
     where = {job_id: index for index, job_id in enumerate(slots) if job_id in waiting}
     vtime = snap.vtime
-    ready = [(pass_, tenant) for tenant, pass_ in snap.active.items() if fifos.get(tenant)]
-    heapq.heapify(ready)
     order: list[str] = []
+    # The schedule: a heap of (pass, tenant, version); an entry is current while its version is the tenant's.
+    passes = {tenant: pass_ for tenant, pass_ in snap.active.items() if fifos.get(tenant)}
+    versions = dict.fromkeys(passes, 0)
+    ready = [(pass_, tenant, 0) for tenant, pass_ in passes.items()]
+    heapq.heapify(ready)
 
-    def serve(heap: list[tuple[float, str]]) -> str:
+    def top(heap: list[tuple[float, str, int]]) -> str | None:
+        """The min-pass tenant (by name among equals), as ``ZRANGE active 0 0`` would give it."""
+        while heap and versions.get(heap[0][1]) != heap[0][2]:
+            heapq.heappop(heap)
+        return heap[0][1] if heap else None
+
+    def choose(heap: list[tuple[float, str, int]]) -> str | None:
+        """The stride choice: the min-pass tenant with a listed job, its stale members dropped on the way."""
+        while (tenant := top(heap)) is not None:
+            jobs = fifos[tenant]
+            while jobs and jobs[0] not in waiting:
+                jobs.popleft()
+            if jobs:
+                return tenant
+            heapq.heappop(heap)
+            del passes[tenant], versions[tenant]
+        return None
+
+    def serve(heap: list[tuple[float, str, int]], tenant: str) -> str:
         nonlocal vtime
-        pass_, tenant = heapq.heappop(heap)
-        vtime = pass_
+        pass_ = vtime = passes[tenant]
         job_id = fifos[tenant].popleft()
         waiting.discard(job_id)
-        if fifos[tenant]:
-            heapq.heappush(heap, (pass_ + snap.costs.get(job_id, 1.0) / snap.weights.get(tenant, 1.0), tenant))
+        versions[tenant] += 1
+        if fifos[tenant]:  # stale members too: a pop's backlog count keeps the tenant active until it meets them
+            passes[tenant] = pass_ + snap.costs.get(job_id, 1.0) / snap.weights.get(tenant, 1.0)
+            heapq.heappush(heap, (passes[tenant], tenant, versions[tenant]))
+        else:
+            del passes[tenant], versions[tenant]
         order.append(job_id)
         return job_id
 
@@ -66,19 +90,28 @@ def serving_order(snap: FairSnapshot) -> list[str]:
         head += 1
         if entry not in waiting:
             order.append(entry)  # a plain entry: served when it reaches the head
-        elif not ready:
+            continue
+        first = top(ready)
+        own = tenant_of[entry]
+        if first is not None and own != first and own in passes and passes[own] == passes[first] \
+                and fifos[own][0] == entry:
+            serve(ready, own)  # tied on pass: the entry's tenant, whose oldest member it is (fair_pop.lua)
+            continue
+        chosen = choose(ready)
+        if chosen is None:
             # Only parked tenants' members are left: each pop serves the next plain entry further down.
             order.extend(job_id for job_id in slots[head:] if job_id not in waiting)
             break
-        else:
-            job_id = serve(ready)  # a member at the head: the stride choice goes, and the head takes its slot
-            if job_id != entry:
-                slots[where[job_id]] = entry
-                where[entry] = where[job_id]
+        job_id = serve(ready, chosen)  # the stride choice goes, and the head takes its slot
+        if job_id != entry:
+            slots[where[job_id]] = entry
+            where[entry] = where[job_id]
     # What is left belongs to tenants no pop serves now (parked): in stride order from their kept passes.
-    rest = [(max(vtime, snap.kept.get(tenant, snap.active.get(tenant, vtime))), tenant)
-            for tenant, jobs in fifos.items() if jobs]
+    for idle in [tenant for tenant in fifos if tenant not in passes and any(j in waiting for j in fifos[tenant])]:
+        passes[idle] = max(vtime, snap.kept.get(idle, snap.active.get(idle, vtime)))
+        versions[idle] = 0
+    rest = [(pass_, tenant, versions[tenant]) for tenant, pass_ in passes.items()]
     heapq.heapify(rest)
-    while rest:
-        serve(rest)
+    while (parked := choose(rest)) is not None:
+        serve(rest, parked)
     return order

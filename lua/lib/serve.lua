@@ -2,14 +2,15 @@
 -- include: fair_keys, stride, fifo, charge, claims
 local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
 
--- The stride choice, not yet taken: the min-pass active tenant's oldest job. `first`: {tenant, pass, record}
--- of the min-pass tenant when the caller read them already, else nil. Returns job id, seq, tenant, pass,
--- and the tenant's tail seq and weight (its record, for take); or nil when no tenant can be served.
+-- The stride choice, not yet taken: the min-pass active tenant's oldest job. `first`: {tenant, pass, record,
+-- job} of the min-pass tenant when the caller read them already (job: the id at its FIFO head, false when
+-- that place is a hole, nil when not read), else nil. Returns job id, seq, tenant, pass, and the tenant's
+-- tail seq and weight (its record, for take); or nil when no tenant can be served.
 local function choose(first)
   while true do
-    local tenant, pass, record
+    local tenant, pass, record, known
     if first then
-      tenant, pass, record = first[1], first[2], first[3]
+      tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
     else
       local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
@@ -19,12 +20,30 @@ local function choose(first)
     end
     local h, t, weight = parse_tenant(record)
     while h and h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
-      local job_id = redis.call('HGET', members, tenant .. ':' .. h)
+      local job_id = known
+      if job_id == nil then job_id = redis.call('HGET', members, tenant .. ':' .. h) end
+      known = nil
       if job_id then return job_id, h, tenant, pass, t, weight end
       h = h + 1
     end
     idle(tenant, false)  -- nothing left in its FIFO (its backlog count was off): drop it
   end
+end
+
+-- Tenants tied on pass are served in the order their jobs wait on rq's list: the head entry's own tenant
+-- when its pass is the minimum too (`min_pass`) and the entry (its FIFO place `field` of `tenant`) is its
+-- oldest member (its places before it are holes), so that no other entry moves either. With equal weights and
+-- charge="jobs" passes are whole numbers: ties are the rule. fair_pop decides this once per pop, before any
+-- stale member is dropped (its model test and fairqueue/serving_order.py follow the same rule). Returns the
+-- entry's seq, its tenant's pass, tail seq and weight (for take), or nil when the entry is not the choice.
+local function tied_entry(field, tenant, min_pass)
+  local pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
+  if pass ~= min_pass then return nil end
+  local h, t, weight = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  local seq = tonumber(string.match(field, ':([^:]*)$'))
+  while h and h < seq and redis.call('HEXISTS', members, tenant .. ':' .. h) == 0 do h = h + 1 end
+  if h ~= seq then return nil end
+  return seq, pass, t, weight
 end
 
 -- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
