@@ -218,6 +218,7 @@ def test_cli_and_dashboard_reader_on_the_cluster(redis_cluster: Any, state: Redi
     assert "waiting     1 in cl_fair" in shown.stdout  # read from the fair queue's state on rq's slot
     assert cli(env, "tenant", "resume", "t1").returncode == 0
     assert not state.exists("frc:{lease:t1}:paused")
+    assert state.zscore("frc:{tiers}:changes", "t1")  # noted for every process's tier cache (set, pause, resume)
 
     read = run_python(READ, env)
     # (t0's enqueue_in jobs wait in rq's scheduled registries, not in the lists)

@@ -8,3 +8,12 @@ def by_name(tenant: str) -> str | None:
     if tenant.startswith("pro-"):
         return "pro"
     return None
+
+
+TABLE: dict[str, str] = {}
+"""What :func:`from_table` answers; a test changes it to change a tenant's tier behind the cache's back."""
+
+
+def from_table(tenant: str) -> str | None:
+    """The tier ``TABLE`` names for ``tenant`` (``tier_resolvers:from_table``)."""
+    return TABLE.get(tenant)

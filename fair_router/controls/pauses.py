@@ -18,6 +18,7 @@ from rq.utils import as_text
 from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
 from fair_router.core.keys import Keys, encode
 from fair_router.store.fair_scripts import FairHoldScript, FairUnparkScript
+from fair_router.store.profile_scripts import NoteChangeScript
 from fair_router.store.scripts import Admission, Verdict
 
 PAUSE_PARK = 60.0
@@ -36,11 +37,13 @@ class TenantPauses:
         self.keys = keys
         self._unpark = FairUnparkScript(self.rq)
         self._hold = FairHoldScript(self.rq)
+        self._note_change = NoteChangeScript(connection)
 
     def pause(self, tenant: str) -> None:
         """From now on no job of ``tenant`` starts (jobs already running finish). Where its jobs wait in a fair
         queue rq knows, it is parked at once (for :data:`PAUSE_PARK` at most), so no pop hands one out."""
         self.connection.set(self.keys.paused(tenant), 1)
+        self._note_change(self.keys.profile_changes(), tenant).run()  # after the write: tier caches re-read it
         queues = sorted(as_text(raw) for raw in self.rq.smembers(Queue.redis_queues_keys))
         until_ms = round((time.time() + PAUSE_PARK) * 1000)
         with self.rq.pipeline(transaction=False) as pipe:
@@ -52,6 +55,7 @@ class TenantPauses:
         """Let ``tenant``'s jobs start again, and unpark it at once in every fair queue rq knows (``rq:queues``);
         returns in how many of them it has jobs waiting. Deferred jobs on plain queues come back when due."""
         self.connection.delete(self.keys.paused(tenant))
+        self._note_change(self.keys.profile_changes(), tenant).run()  # after the write: tier caches re-read it
         queues = sorted(as_text(raw) for raw in self.rq.smembers(Queue.redis_queues_keys))
         if not queues:
             return 0
@@ -75,7 +79,8 @@ class PauseCheck(StartControl):
         self.keys = keys
 
     def needed(self, start: Start) -> bool:
-        """Only a tenant paused as of the tier cache (5 s); any call that goes reads the flag itself."""
+        """Only a tenant paused as of the tier cache (a pause reaches it within its ``cache_ttl``, 5 s); any call
+        that goes reads the flag itself."""
         return start.profile.paused
 
     def section(self, start: Start) -> Section:

@@ -4,17 +4,25 @@
 A tenant's tier comes from the configured resolver (``tiers.resolver``, "package.module:function",
 tenant -> tier name), else from a Redis hash written by :meth:`FairRouter.set_tier` /
 ``fair-router tier set``. Per-tenant overrides (:meth:`FairRouter.set_tenant`) beat the tier's values;
-they live in one small Redis hash per tenant. Lookups are cached in-process for a few seconds: they
-change rarely and sit on the enqueue and fetch paths, so a change takes effect fleet-wide within
-``cache_ttl``.
+they live in one small Redis hash per tenant, and a pause flag beside the tenant's leases.
+
+Profiles sit on the enqueue and fetch paths (every job's weight, limits gate and pause check) and change
+rarely, so each process caches them **until they change**: every write through our API (tier, overrides,
+pause, resume) also notes the tenant in one sorted set (``lua/profile_note.lua``), and at most once per
+``cache_ttl`` the next lookup polls that set (``lua/profile_poll.lua``, one round trip) and evicts only the
+tenants changed since its last poll. A change therefore takes effect fleet-wide within ``cache_ttl``, and
+a tenant read once costs nothing more while nothing changes, however many tenants there are. A tenant not
+in the cache is read in one round trip.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import math
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from pydantic import ValidationError
 from redis import Redis
@@ -22,6 +30,7 @@ from redis import Redis
 from fair_router.config.settings import TiersConfig
 from fair_router.core.keys import Keys
 from fair_router.core.profiles import DEFAULT, PRIORITY, SCHEDULED, TenantOverrides, TenantProfile
+from fair_router.store.profile_scripts import PROFILE_HORIZON, NoteChangeScript, PollChangesScript
 
 logger = logging.getLogger("fair_router")
 
@@ -33,8 +42,34 @@ def load_resolver(path: str) -> Callable[[str], object]:
     return resolver
 
 
+class Cached(NamedTuple):
+    """One tenant's cached profile and what it was made from."""
+
+    read_at: float  # clock time its Redis part (tier, overrides, pause flag) was read
+    resolved_at: float  # clock time the resolver last answered (a configured resolver only)
+    own: TenantOverrides
+    paused: bool
+    profile: TenantProfile
+
+
+MAX_AGE = 60.0
+"""Seconds a cached profile lives at most, changed or not: the safety net for writes the profile changes set
+never hears of (a hand edit with redis-cli, a restored backup, a writer that died between its write and its
+note, a failover that lost the last notes). Long enough that a busy tenant is re-read rarely (once a minute per
+process), short enough that such a write still takes effect within a minute."""
+
+POLL_OVERLAP_MS = 1000
+"""Each poll asks for changes since its previous poll's server time minus this: a change noted as that poll ran,
+or under a server clock stepped back a little, is still seen (at worst a tenant is evicted twice)."""
+
+POLL_CAP = 1000
+"""More tenants changed than this since the last poll (a bulk tier migration): clear the whole cache instead of
+receiving them all."""
+
+
 class TierBook:
-    """Tenant -> tier and profile, with a short in-process cache; knows each tier's limits and queue class."""
+    """Tenant -> tier and profile, cached in-process until the tenant changes (polled every ``cache_ttl``) or
+    ``max_age`` passes; knows each tier's limits and queue class."""
 
     def __init__(
         self,
@@ -43,26 +78,60 @@ class TierBook:
         config: TiersConfig | None = None,
         cache_ttl: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        max_age: float = MAX_AGE,
     ) -> None:
+        """``cache_ttl``: how often the profile changes set is polled (and a resolver asked again), so how soon a
+        change takes effect here; ``max_age``: :data:`MAX_AGE`; ``clock``: seconds, monotonic (tests inject one)."""
         self.connection = connection
         self.keys = keys
         self.config = config or TiersConfig()
         self.cache_ttl = cache_ttl
+        self.max_age = max_age
         self._clock = clock
         self._resolver = load_resolver(self.config.resolver) if self.config.resolver else None
-        self._cache: dict[str, tuple[float, TenantProfile]] = {}
+        self._cache: dict[str, Cached] = {}
+        self._poll_changes = PollChangesScript(connection)
+        self._note_change = NoteChangeScript(connection)
+        self._next_poll = -math.inf
+        self._polled_ms: int | None = None  # server time of the last poll
+        self._polled_at = -math.inf  # clock time of the last poll
 
     def tier(self, tenant: str) -> str:
         """The tenant's tier; unknown tenants and unknown tier names count as ``tiers.default``."""
         return self.profile(tenant).tier
 
     def profile(self, tenant: str) -> TenantProfile:
-        """The tenant's tier and the values in effect for it (overrides beat the tier's); one round trip
-        per tenant per ``cache_ttl``."""
+        """The tenant's tier and the values in effect for it (overrides beat the tier's). From the cache while
+        the tenant is unchanged (one poll per ``cache_ttl`` says which changed); else one round trip."""
         now = self._clock()
+        if now >= self._next_poll:
+            self._poll(now)
         cached = self._cache.get(tenant)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        if cached is None or now - cached.read_at >= self.max_age:
+            return self._read(tenant, now).profile
+        if self._resolver is not None and now - cached.resolved_at >= self.cache_ttl:
+            tier = self._tier_of(self._resolver(tenant))
+            profile = self._profile(tier, cached.own, cached.paused) if tier != cached.profile.tier else cached.profile
+            cached = self._cache[tenant] = cached._replace(resolved_at=now, profile=profile)
+        return cached.profile
+
+    def _poll(self, now: float) -> None:
+        """Evict the tenants changed since the last poll; clear everything on the first poll, after more than
+        :data:`POLL_CAP` changes, or when the last poll is so old (by this clock or the server's) that changes
+        since then may have been trimmed from the set (:data:`PROFILE_HORIZON`)."""
+        since = None if self._polled_ms is None else self._polled_ms - POLL_OVERLAP_MS
+        changes = self._poll_changes(self.keys.profile_changes(), since, POLL_CAP).run()
+        horizon_ms = PROFILE_HORIZON * 1000
+        if (since is None or changes.tenants is None or changes.now_ms - since >= horizon_ms
+                or (now - self._polled_at) * 1000 + POLL_OVERLAP_MS >= horizon_ms):
+            self._cache.clear()
+        else:
+            for tenant in changes.tenants:
+                self._cache.pop(tenant, None)
+        self._polled_ms, self._polled_at, self._next_poll = changes.now_ms, now, now + self.cache_ttl
+
+    def _read(self, tenant: str, now: float) -> Cached:
+        """Read the tenant's tier, overrides and pause flag (one round trip) and cache its profile."""
         with self.connection.pipeline(transaction=False) as pipe:
             if self._resolver is None:
                 pipe.hget(self.keys.tiers(), tenant)
@@ -73,12 +142,16 @@ class TierBook:
             found: object = self._resolver(tenant)
         else:
             found = replies[0].decode() if isinstance(replies[0], bytes) else replies[0]
-        tier = found if isinstance(found, str) and found in self.config.concurrency else self.config.default
-        profile = self._profile(tier, self._overrides(tenant, replies[-1]), bool(paused))
+        own = self._overrides(tenant, replies[-1])
+        cached = Cached(now, now, own, bool(paused), self._profile(self._tier_of(found), own, bool(paused)))
         if len(self._cache) > 100_000:  # bounded: drop everything rather than track recency
             self._cache.clear()
-        self._cache[tenant] = (now + self.cache_ttl, profile)
-        return profile
+        self._cache[tenant] = cached
+        return cached
+
+    def _tier_of(self, found: object) -> str:
+        """The tier a resolver or the tier map named, if it is a configured tier; else ``tiers.default``."""
+        return found if isinstance(found, str) and found in self.config.concurrency else self.config.default
 
     def _profile(self, tier: str, own: TenantOverrides, paused: bool) -> TenantProfile:
         config = self.config
@@ -112,16 +185,21 @@ class TierBook:
                 pipe.delete(key)
             for name, value in overrides.fields().items():
                 pipe.hset(key, name, value)
+            self._note_change(self.keys.profile_changes(), tenant).queue(pipe)  # after the writes, same slot
             pipe.execute()
         self._cache.pop(tenant, None)
         return self.profile(tenant)
 
     def set(self, tenant: str, tier: str) -> None:
-        """Store ``tenant``'s tier in Redis (used when no resolver is configured)."""
+        """Store ``tenant``'s tier in Redis (used when no resolver is configured). Other processes see it within
+        their ``cache_ttl``."""
         if tier not in self.config.concurrency:
             known = ", ".join(sorted(self.config.concurrency))
             raise ValueError(f"unknown tier {tier!r}: known tiers are {known}")
-        self.connection.hset(self.keys.tiers(), tenant, tier)
+        with self.connection.pipeline() as pipe:
+            pipe.hset(self.keys.tiers(), tenant, tier)
+            self._note_change(self.keys.profile_changes(), tenant).queue(pipe)  # after the write, same slot
+            pipe.execute()
         self._cache.pop(tenant, None)
 
     def forget(self, tenant: str) -> None:

@@ -124,6 +124,12 @@ class Keys:
         """Hash tenant -> tier name, written by ``FairRouter.set_tier`` / ``fair-router tier set``."""
         return f"{self.prefix}:{{tiers}}:map"
 
+    def profile_changes(self) -> str:
+        """Sorted set tenant -> time (ms, server TIME) of the last change of its tier, overrides or pause flag
+        through our API (``lua/profile_note.lua``), trimmed to the last hour: the tier caches of every process
+        poll it to evict only what changed. Tagged as the tier map: a tier write and its note are one call."""
+        return f"{self.prefix}:{{tiers}}:changes"
+
     def leases(self, tenant: str) -> str:
         """Sorted set of the tenant's running jobs: job id -> lease expiry (ms). Own tag per tenant, so
         each acquire/release touches one slot."""

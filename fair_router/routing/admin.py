@@ -82,7 +82,7 @@ class TenantAdmin:
         """Override ``tenant``'s tier values: concurrency ``limit``, fair-share ``weight``, ``rate`` ("10/s")
         with its ``burst``, and ``max_backlog`` (per fair queue). Values left None stay as they were;
         ``reset`` drops every earlier override first. Validated (pydantic's ValidationError names the
-        value); every worker and producer uses it within its tier cache's life (5 s). Returns the profile
+        value); every worker and producer uses it at its tier cache's next poll (within 5 s). Returns the profile
         now in effect."""
         tenant = self.tenant_id(tenant)
         overrides = TenantOverrides(limit=limit, weight=weight, rate=rate, burst=burst, max_backlog=max_backlog)
@@ -95,11 +95,15 @@ class TenantAdmin:
     def pause(self, tenant: str | int) -> None:
         """No job of ``tenant`` starts until :meth:`resume`; its jobs wait (nothing is failed or lost).
         System jobs are not paused."""
-        self._pauses.pause(self.tenant_id(tenant))
+        tenant = self.tenant_id(tenant)
+        self._pauses.pause(tenant)
+        self.tiers.forget(tenant)  # other processes' tier caches see it at their next poll
 
     def resume(self, tenant: str | int) -> None:
         """``tenant``'s jobs may start again (fair queues serve it at once)."""
-        self._pauses.resume(self.tenant_id(tenant))
+        tenant = self.tenant_id(tenant)
+        self._pauses.resume(tenant)
+        self.tiers.forget(tenant)
 
     def paused(self, tenant: str | int) -> bool:
         """Whether ``tenant`` is paused."""

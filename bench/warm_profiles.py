@@ -1,0 +1,67 @@
+"""Redis commands per job of a WeightedSimpleWorker whose tier cache is warm, with many active tenants.
+
+bench/fairqueue.py drains one job per tenant at 10,000 tenants, so every lookup of a tenant's profile (tier,
+overrides, pause flag) is a cold miss there. Here one worker drains two jobs of each tenant in two bursts: the
+first reads every tenant's profile once, the second shows what a job costs once they are cached. Both sides are
+drained by the same kind of worker (WeightedSimpleWorker, as shipped: start records on, limits off): a FairQueue
+and a plain rq Queue. Commands run by scripts count, as Redis counts them (INFO commandstats).
+
+Always runs on a private redis-server.
+
+    .venv/bin/python bench/warm_profiles.py [--tenants 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+from redis import Redis
+from rq import Queue
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.fairqueue import fill
+from fair_router import FairQueue, Settings, WeightedSimpleWorker
+from fair_router.demo.redis_server import RedisServer
+
+
+def burst(conn: Redis, worker: WeightedSimpleWorker, jobs: int) -> tuple[float, float]:
+    """One burst of ``jobs`` jobs: (Redis commands per job, jobs/s)."""
+    conn.config_resetstat()
+    start = time.perf_counter()
+    worker.work(burst=True, max_jobs=jobs, logging_level="WARNING")
+    elapsed = time.perf_counter() - start
+    stats = conn.info("commandstats")
+    calls = sum(value["calls"] for name, value in stats.items()
+                if not name.startswith(("cmdstat_config", "cmdstat_info")))
+    return calls / jobs, jobs / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tenants", type=int, default=10_000, help="active tenants, two jobs each")
+    args = parser.parse_args()
+    logging.getLogger("rq").setLevel(logging.WARNING)
+    with RedisServer() as server:
+        conn = server.client()
+        for fair in (False, True):
+            conn.flushdb()
+            settings = Settings(prefix="bench")
+            queue = FairQueue("bench", connection=conn, settings=settings) if fair else Queue("bench", connection=conn)
+            fill(queue, args.tenants, 2 * args.tenants)
+            worker = WeightedSimpleWorker([queue], connection=conn, settings=settings)
+            if fair:
+                worker.queue_class = FairQueue
+            side = "fair " if fair else "plain"
+            for phase in ("cold", "warm"):
+                per_job, rate = burst(conn, worker, args.tenants)
+                print(f"{side} {args.tenants} tenants, {phase} burst of {args.tenants}: {per_job:5.2f} Redis "
+                      f"commands/job, {rate:6.0f} jobs/s")
+
+
+if __name__ == "__main__":
+    main()
