@@ -129,14 +129,15 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str, fleet: 
         time.sleep(0.05)
 
 
-def session_pids(sid: int) -> list[int]:
-    """Every live process of session ``sid`` (Linux /proc): a worker started in its own session, its
-    scheduler child and its work horse (which rq moves to a process group of its own)."""
+def session_pids(sid: int, alive: bool = False) -> list[int]:
+    """Every process of session ``sid`` (Linux /proc): a worker started in its own session, its scheduler child
+    and its work horse (which rq moves to a process group of its own). ``alive``: zombies (dead, not yet
+    reaped by their parent) left out."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with suppress(OSError, ValueError, IndexError):
             fields = stat.read_text().rpartition(")")[2].split()  # after "pid (comm)": state ppid pgrp session
-            if int(fields[3]) == sid:
+            if int(fields[3]) == sid and not (alive and fields[0] in ("Z", "X")):
                 pids.append(int(stat.parent.name))
     return pids
 
@@ -150,10 +151,17 @@ def session_of(pid: int) -> int:
 
 def kill_session(sid: int) -> None:
     """SIGKILL every process of session ``sid`` at once: the machine (or the OOM killer) took them all, no
-    process gets to clean anything up."""
-    for pid in session_pids(sid):
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    process gets to clean anything up. Repeated until none is left alive: a worker can fork its work horse
+    between our look at /proc and its own kill, and that horse would otherwise run on (a job that was to be
+    abandoned then finishes)."""
+    deadline = time.monotonic() + 10
+    while pids := session_pids(sid, alive=True):
+        for pid in pids:
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"processes {pids} of session {sid} outlived SIGKILL for 10 s")
+        time.sleep(0.02)
 
 
 class Fleet:

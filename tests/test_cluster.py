@@ -45,12 +45,12 @@ def cluster_env(cluster: Any, config: Path) -> dict[str, str]:
 def write_config(tmp_path: Path, **extra: Any) -> Path:
     path = tmp_path / "fair_router.yaml"
     path.write_text(yaml.safe_dump({
-        **extra,
         "prefix": "frc",
         "fair_queues": ["cl_fair"],
         "jobs": {"cluster_jobs.routed": {
             "queue": "cl_routed", "rules": [{"queue": "{queue}_throttled", "threshold": 5, "per": "1h"}]}},
         "recovery": {"abandon_after": 30},
+        **extra,  # a test's own values win (the crash recovery test's shorter abandon_after)
     }), encoding="utf-8")
     return path
 
@@ -276,4 +276,5 @@ def test_crash_recovery_on_the_cluster(redis_cluster: Any, state: RedisCluster, 
                 terminate(proc, grace=15)
         log.close()
     assert [entry.decode().split()[:3] for entry in state.lrange(LOG, 0, -1)] == [["slow", "t1", "0"]]
-    assert int(state.get(Keys("frc").abandoned_total("{rq}:wip:cl_slow")) or 0) == 1  # counted on rq's slot
+    abandoned = int(state.get(Keys("frc").abandoned_total("{rq}:wip:cl_slow")) or 0)
+    assert abandoned == 1, worker_logs(tmp_path)  # counted on rq's slot
