@@ -49,8 +49,14 @@ def blocks(feed: Sequence[tuple[str, str]]) -> list[list[str]]:
 
 def before_start(feed: Sequence[tuple[str, str]]) -> list[str]:
     """The commands sent from the job's pop (rq 3.0's LMOVE into its intermediate queue) to the start of rq's
-    job-start MULTI, a new connection's handshake left out: what a job start costs before it runs."""
-    names = [name for _, name in feed if name not in ("HELLO", "CLIENT")]
+    job-start MULTI, a new connection's handshake left out, and a script's first call on this server (EVALSHA
+    refused, SCRIPT LOAD, EVALSHA again) counted as its one EVALSHA: what a job start costs before it runs."""
+    names: list[str] = []
+    for _, name in feed:
+        if name == "SCRIPT" and names and names[-1] == "EVALSHA":
+            names.pop()
+        elif name not in ("HELLO", "CLIENT"):
+            names.append(name)
     popped = max(i for i, name in enumerate(names) if name in ("LMOVE", "BLMOVE"))
     return names[popped:names.index("MULTI", popped)]
 
@@ -74,7 +80,8 @@ def test_an_admitted_start_checks_its_slot_on_rqs_job_start_multi(conn: Redis) -
     assert start_off.count("EVAL") == 1, start_off  # the end of the job's waiting count
     assert start_on.count("EVAL") == 2, start_on  # ... and the start script
     assert before_on == before_off, (before_on, before_off)  # the check sent nothing of its own
-    assert "EVAL" not in before_on and "EVALSHA" not in before_on
+    # no script before the start but the tier cache's poll for profile changes (once per cache_ttl, limits or not)
+    assert "EVAL" not in before_on and before_on.count("EVALSHA") <= 1
     # the slot was taken (and released at the end): the tenant's lease set is empty again
     assert conn.zcard(Keys("fair_router").leases("acme")) == 0
 
