@@ -62,6 +62,8 @@ Worker side (:mod:`fair_router.rq_internals.worker`; StartedJobRegistry: :mod:`f
       and the job's heartbeat TTL base).
     - ``BaseWorker.prepare_execution`` (rq's ``executions.prepare_execution`` restated): the job's start
       record rides rq's job-start MULTI (hook ``job_started``).
+    - ``BaseWorker.prepare_job_execution``: its ``LREM`` from the intermediate list is dropped when the worker
+      dequeues through the seam's ``dequeue_any``, which never puts a job there.
     - ``BaseWorker.increment_total_working_time``: rq's after-job pipeline with the run time; runtime-charged
       fair queues settle there (hook ``job_ended``).
     - ``BaseWorker.teardown``: pending counters are written when the worker process stops (hook
