@@ -250,7 +250,7 @@ def test_concurrency_limits_on_the_cluster(redis_cluster: Any, state: RedisClust
 def test_crash_recovery_on_the_cluster(redis_cluster: Any, state: RedisCluster, tmp_path: Path) -> None:
     """A worker killed (with its work horse) mid-job: another weighted worker finds the job abandoned after
     ``abandon_after`` (its recovery keys on rq's slot) and rq retries it; it then runs to the end."""
-    env = cluster_env(redis_cluster, write_config(tmp_path, recovery={"abandon_after": 3}))
+    env = cluster_env(redis_cluster, write_config(tmp_path, recovery={"abandon_after": 6}))
     job_id = run_python("""
         import json, cluster_jobs
         print(json.dumps(cluster_jobs.slow.delay("t1", 4).id))

@@ -94,6 +94,21 @@ def test_a_weighted_worker_on_a_fair_queue_sends_no_lrem_to_rqs_intermediate_lis
     assert sent == {"rq": 20, "ours": 0}
 
 
+def test_a_job_taken_by_rqs_own_dequeue_leaves_the_intermediate_list_though_its_queue_turned_fair(conn: Redis) -> None:
+    """rq's dequeue LMOVEs onto the intermediate list, then the worker's queue class becomes FairQueue before the
+    job starts (a heartbeat saw the queue marked fair): the job's LREM still goes, as the dequeue decides."""
+    queue = Queue("default", connection=conn)
+    job = queue.enqueue(fair_jobs.log, "t", 0)
+    worker = WeightedSimpleWorker([queue], connection=conn)
+    dequeued = worker.dequeue_job_and_maintain_ttl(timeout=None)
+    assert dequeued is not None and dequeued[0].id == job.id
+    assert conn.lrange(queue.intermediate_queue_key, 0, -1) == [job.id.encode()]  # rq's LMOVE put it there
+    worker.queue_class = FairQueue
+    worker.execute_job(dequeued[0], dequeued[1])
+    assert job.get_status() == "finished"
+    assert conn.llen(queue.intermediate_queue_key) == 0
+
+
 def to_legacy_layout(conn: Redis, queue: FairQueue) -> int:
     """Rewrite ``queue``'s fair state into the layout of builds before tenant records (head, tail and weights
     hashes per tenant, FIFO places in a hash of their own), as such a build left it in Redis."""

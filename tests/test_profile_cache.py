@@ -159,3 +159,23 @@ def test_a_resolver_is_asked_again_every_cache_ttl_without_a_read(conn: Redis) -
         assert command_calls(conn, "hgetall") == reads
     finally:
         tier_resolvers.TABLE.clear()
+
+
+def test_a_read_during_which_another_thread_polled_is_not_cached(conn: Redis) -> None:
+    """Thread A reads acme's profile; meanwhile acme's overrides change and thread B's lookup polls (evicting
+    nothing of acme, not cached yet). A's read began before the change: caching it would keep the old values
+    past every later poll (they only ask for newer changes), up to MAX_AGE."""
+    ticks = Ticks()
+    book = TierBook(conn, KEYS, TiersConfig(resolver="tier_resolvers:interleaved"), cache_ttl=5, clock=ticks)
+    writer = TierBook(conn, KEYS)
+    book.profile("warm")  # the first poll is behind us
+
+    def meanwhile() -> None:
+        writer.set_overrides("acme", TenantOverrides(limit=7))
+        ticks.now += 5
+        book.profile("other")  # thread B's lookup, with its poll
+
+    tier_resolvers.DURING_READ.append(meanwhile)
+    assert book.profile("acme").limit != 7  # read before the change
+    assert book.profile("acme").limit == 7  # not cached: read again at once
+    assert book.profile("acme").limit == 7

@@ -1,4 +1,6 @@
-"""A tier resolver importable as ``tier_resolvers:by_name`` (settings ``tiers.resolver``)."""
+"""Tier resolvers importable as ``tier_resolvers:<name>`` (settings ``tiers.resolver``)."""
+
+from collections.abc import Callable
 
 
 def by_name(tenant: str) -> str | None:
@@ -17,3 +19,14 @@ TABLE: dict[str, str] = {}
 def from_table(tenant: str) -> str | None:
     """The tier ``TABLE`` names for ``tenant`` (``tier_resolvers:from_table``)."""
     return TABLE.get(tenant)
+
+
+DURING_READ: list[Callable[[], None]] = []
+"""Work :func:`interleaved` runs (once) as a TierBook reads a profile: what another thread does meanwhile."""
+
+
+def interleaved(tenant: str) -> str | None:
+    """No tier (``tier_resolvers:interleaved``); first runs what a test queued in ``DURING_READ``."""
+    while DURING_READ:
+        DURING_READ.pop()()
+    return None

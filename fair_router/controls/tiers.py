@@ -95,6 +95,7 @@ class TierBook:
         self._next_poll = -math.inf
         self._polled_ms: int | None = None  # server time of the last poll
         self._polled_at = -math.inf  # clock time of the last poll
+        self._polls = 0  # polls so far: a read that saw one happen meanwhile is not cached (_read)
 
     def tier(self, tenant: str) -> str:
         """The tenant's tier; unknown tenants and unknown tier names count as ``tiers.default``."""
@@ -129,9 +130,14 @@ class TierBook:
             for tenant in changes.tenants:
                 self._cache.pop(tenant, None)
         self._polled_ms, self._polled_at, self._next_poll = changes.now_ms, now, now + self.cache_ttl
+        self._polls += 1
 
     def _read(self, tenant: str, now: float) -> Cached:
-        """Read the tenant's tier, overrides and pause flag (one round trip) and cache its profile."""
+        """Read the tenant's tier, overrides and pause flag (one round trip) and cache its profile, unless another
+        thread polled meanwhile: a change noted before that poll was not evicted from the cache (this tenant was
+        not in it yet), and the next poll asks only for later ones, so a read that began before the change must
+        not be cached."""
+        polls = self._polls
         with self.connection.pipeline(transaction=False) as pipe:
             if self._resolver is None:
                 pipe.hget(self.keys.tiers(), tenant)
@@ -144,6 +150,8 @@ class TierBook:
             found = replies[0].decode() if isinstance(replies[0], bytes) else replies[0]
         own = self._overrides(tenant, replies[-1])
         cached = Cached(now, now, own, bool(paused), self._profile(self._tier_of(found), own, bool(paused)))
+        if polls != self._polls:
+            return cached
         if len(self._cache) > 100_000:  # bounded: drop everything rather than track recency
             self._cache.clear()
         self._cache[tenant] = cached

@@ -152,9 +152,15 @@ class RqWorkerSeam(TurnSeam):
 
     _order_drawn = False
 
+    _seam_dequeued = False
+    """The job in hand was dequeued through a seam queue class (never onto rq's intermediate list). Noted where rq
+    calls ``reorder_queues``, right after its ``dequeue_any`` returned: ``queue_class`` may change at any heartbeat
+    (a queue marked fair becomes a FairQueue), so only the class of that very call tells."""
+
     def reorder_queues(self, reference_queue: Queue) -> None:
         """rq's (its dequeue strategy, and the strategy's validation), then the hook's order if it gives one:
         the order is drawn after each dequeue, for the next."""
+        self._seam_dequeued = issubclass(self.queue_class, RqQueueSeam)
         super().reorder_queues(reference_queue)
         self._draw_fetch_order()
 
@@ -228,11 +234,12 @@ class RqWorkerSeam(TurnSeam):
         return execution
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
-        """rq's, minus its LREM from the queue's intermediate list when this worker dequeues through a seam queue
-        class: :meth:`RqQueueSeam.dequeue_any` pops with LPOP/BLPOP and never moves a job onto that list, so
-        rq's LREM there would be one wasted command on every job."""
-        if issubclass(self.queue_class, RqQueueSeam):
+        """rq's, minus its LREM from the queue's intermediate list when this worker's last dequeue went through a
+        seam queue class (:meth:`RqQueueSeam.dequeue_any` pops with LPOP/BLPOP and never moves a job onto that
+        list, so rq's LREM there would be one wasted command on every job)."""
+        if self._seam_dequeued:
             remove_from_intermediate_queue = False
+        self._seam_dequeued = False
         super().prepare_job_execution(job, remove_from_intermediate_queue)
 
     _running: tuple[Job, Queue] | None = None
@@ -247,6 +254,7 @@ class RqWorkerSeam(TurnSeam):
         finally:
             self._running = None
             self._last_beat = None
+            self._seam_dequeued = False
 
     def increment_total_working_time(self, job_execution_time: timedelta, pipeline: Pipeline) -> None:
         """rq adds each job's run time (ended_at - started_at) to the worker's stats here, on the pipeline of
