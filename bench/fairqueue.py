@@ -60,6 +60,19 @@ COMMANDS: dict[tuple[bool, int], list[tuple[float, float]]] = {}
 """(fair, tenants) -> per drain: (Redis commands per job, fair pop EVALSHA us per call), from INFO commandstats."""
 
 
+def timed_burst(conn: Redis, worker: SimpleWorker, jobs: int) -> tuple[float, dict[str, Any], int]:
+    """Run ``worker`` in burst mode for ``jobs`` jobs on freshly reset command statistics: (seconds, INFO
+    commandstats, the commands counted but CONFIG and INFO, script commands included as Redis counts them)."""
+    conn.config_resetstat()
+    start = time.perf_counter()
+    worker.work(burst=True, max_jobs=jobs, logging_level="WARNING")
+    elapsed = time.perf_counter() - start
+    stats = conn.info("commandstats")
+    calls = sum(value["calls"] for name, value in stats.items()
+                if not name.startswith(("cmdstat_config", "cmdstat_info")))
+    return elapsed, stats, calls
+
+
 def drain(conn: Redis, fair: bool, tenants: int, jobs: int, weighted: bool = False) -> float:
     """Fill, then time one burst worker taking ``jobs`` jobs; returns jobs/s. Also notes the drain's Redis
     commands per job (commands run by scripts count, as Redis counts them) and the pop script's time.
@@ -73,13 +86,7 @@ def drain(conn: Redis, fair: bool, tenants: int, jobs: int, weighted: bool = Fal
                             else SimpleWorker([queue], connection=conn))
     if fair:
         worker.queue_class = FairQueue  # as `rq worker --queue-class fair_router.FairQueue`
-    conn.config_resetstat()
-    start = time.perf_counter()
-    worker.work(burst=True, max_jobs=jobs, logging_level="WARNING")
-    elapsed = time.perf_counter() - start
-    stats = conn.info("commandstats")
-    calls = sum(value["calls"] for name, value in stats.items()
-                if not name.startswith(("cmdstat_config", "cmdstat_info")))
+    elapsed, stats, calls = timed_burst(conn, worker, jobs)
     pop = stats.get("cmdstat_evalsha", {}).get("usec_per_call", 0.0)
     COMMANDS.setdefault((fair, tenants), []).append((calls / jobs, pop))
     done = FinishedJobRegistry("bench", connection=conn).count

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 
 from redis import Redis
@@ -26,20 +25,14 @@ from rq import Queue
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fairqueue import fill
+from bench.fairqueue import fill, timed_burst
 from fair_router import FairQueue, Settings, WeightedSimpleWorker
 from fair_router.demo.redis_server import RedisServer
 
 
 def burst(conn: Redis, worker: WeightedSimpleWorker, jobs: int) -> tuple[float, float]:
     """One burst of ``jobs`` jobs: (Redis commands per job, jobs/s)."""
-    conn.config_resetstat()
-    start = time.perf_counter()
-    worker.work(burst=True, max_jobs=jobs, logging_level="WARNING")
-    elapsed = time.perf_counter() - start
-    stats = conn.info("commandstats")
-    calls = sum(value["calls"] for name, value in stats.items()
-                if not name.startswith(("cmdstat_config", "cmdstat_info")))
+    elapsed, _, calls = timed_burst(conn, worker, jobs)
     return calls / jobs, jobs / elapsed
 
 
