@@ -11,7 +11,7 @@ local tenant, until_ms, paced = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local now_ms = clock_ms(ARGV[4])
 
 if paced then report_pace(tenant, now_ms) end
-if redis.call('HEXISTS', backlog, tenant) == 0 then return 0 end
+if not has_waiting(tenant) then return 0 end
 if not paced then
   hold(tenant, until_ms, 0)
 elseif not under_limit(tenant) then  -- parked at its concurrency limit too: that park ends at a release

@@ -57,13 +57,13 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
-local h, t, weight
-if first then h, t, weight = parse_tenant(first[3]) end
+local h, t, weight, waiting
+if first then h, t, weight, waiting = parse_tenant(first[3]) end
 local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    take(entry, h, first[1], first[2], pop, t, weight)
+    take(entry, h, first[1], first[2], pop, t, weight, waiting)
     return {2, entry, -1, h}
   end
   first[4] = got[2]  -- choose() need not read it again
@@ -76,17 +76,17 @@ if not entry_value then  -- not a member: an id rq's internals pushed, served as
 end
 local field, tenant = parse_member(entry_value)
 if first and tenant ~= first[1] then  -- ties on pass go to the entry's tenant (lib/serve.lua)
-  local seq, pass, tail, stored = tied_entry(field, tenant, first[2])
+  local seq, pass, tail, stored, count = tied_entry(field, tenant, first[2])
   if seq then
-    take(entry, seq, tenant, pass, pop, tail, stored)
+    take(entry, seq, tenant, pass, pop, tail, stored, count)
     return {2, entry, -1, seq}
   end
 end
 for _ = 1, MAX_STALE do
-  local job_id, seq, chosen, pass, tail, stored = choose(first)
+  local job_id, seq, chosen, pass, tail, stored, count = choose(first)
   first = nil
   if job_id and job_id == entry then  -- holes skipped: the entry is the choice after all
-    take(job_id, seq, chosen, pass, pop, tail, stored)
+    take(job_id, seq, chosen, pass, pop, tail, stored, count)
     return {2, job_id, -1, seq}
   end
   if not job_id then
@@ -99,21 +99,18 @@ for _ = 1, MAX_STALE do
     break
   end
   local value = redis.call('HGET', members, job_id)
-  if not value then  -- a FIFO place without its members entry: never written so; drop it
-    redis.call('HDEL', members, chosen .. ':' .. seq)
-    value = '|' .. chosen .. ':' .. seq
-    redis.call('HINCRBY', backlog, chosen, 1)
-  end
-  local _, _, pos = parse_member(value)
-  local index = locate(job_id, pos, head)
+  local index = value and locate(job_id, select(3, parse_member(value)), head)
   if index then
     -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
     redis.call('LSET', rq_list, index, entry)
     set_pos(entry, head + index, entry_value)
-    take(job_id, seq, chosen, pass, pop, tail, stored)
+    take(job_id, seq, chosen, pass, pop, tail, stored, count)
     return {2, job_id, -1, seq}
+  elseif value then
+    drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)
+  else  -- a FIFO place without its members entry (never written so, never counted): drop it, choose again
+    redis.call('HDEL', members, chosen .. ':' .. seq)
   end
-  drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)
 end
 redis.call('HSET', state, 'head', head)
 set_pos(entry, list_push(entry, true), entry_value)  -- back where it was

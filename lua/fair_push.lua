@@ -20,7 +20,8 @@ for i = 1, #ARGV, GROUP do
   local tenant, cap = ARGV[i + 1], tonumber(ARGV[i + 6])
   if cap > 0 and redis.call('HEXISTS', members, ARGV[i]) == 0 then
     adding[tenant] = (adding[tenant] or 0) + 1
-    if tonumber(redis.call('HGET', backlog, tenant) or '0') + adding[tenant] > cap then
+    local _, _, _, waiting = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+    if (waiting or 0) + adding[tenant] > cap then
       return redis.error_reply(string.format(
         'FAIRBACKLOG %d tenant %s would pass its backlog cap of %d waiting jobs in %s: nothing of this '
         .. 'push was queued (job %s was saved but is not queued)', (i - 1) / GROUP, tenant, cap, rq_list, ARGV[i]))

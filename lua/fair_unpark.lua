@@ -9,7 +9,7 @@
 -- Returns  1 if the tenant has jobs waiting here and may be served, else 0.
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
 
-local here = redis.call('HEXISTS', backlog, tenant) == 1
+local here = has_waiting(tenant)
 if job_id ~= '' then
   here = unclaim(tenant, job_id) or here
   sweep_claims(clock_ms(ARGV[4] or ''))

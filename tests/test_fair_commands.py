@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any, cast
 
+import pytest
 from conftest import command_calls
 from redis import Redis
 from rq import Queue, SimpleWorker
@@ -33,18 +34,18 @@ def filled(queue: Queue, jobs: int) -> None:
                         for i in range(jobs)])
 
 
-def test_a_fair_pop_costs_about_12_redis_commands(conn: Redis) -> None:
-    """The pop script's own commands and its EVALSHA: 12 (17 before a record per tenant in `state` and the FIFO
-    places in `members`)."""
+def test_a_fair_pop_costs_about_11_redis_commands(conn: Redis) -> None:
+    """The pop script's own commands and its EVALSHA: 11 (17 before a record per tenant in `state` and the FIFO
+    places in `members`, 12 before the tenant's waiting count moved into its record)."""
     queue = fair(conn)
     filled(queue, JOBS + TENANTS)
     conn.config_resetstat()
     for _ in range(JOBS):
         assert queue.pop_job_id() is not None
-    assert all_calls(conn) / JOBS <= 12.5  # 12, and a ZREMRANGEBYSCORE of kept passes per TENANTS pops
+    assert all_calls(conn) / JOBS <= 11.5  # 11, and a ZREMRANGEBYSCORE of kept passes per TENANTS pops
 
 
-def test_a_fair_job_costs_about_11_redis_commands_more_than_a_plain_one(conn: Redis) -> None:
+def test_a_fair_job_costs_about_10_redis_commands_more_than_a_plain_one(conn: Redis) -> None:
     """A SimpleWorker drain of a FairQueue against one of a plain Queue: rq's own commands are the same, the
     fair pop replaces rq's LMOVE."""
     logging.getLogger("rq").setLevel(logging.WARNING)
@@ -59,7 +60,7 @@ def test_a_fair_job_costs_about_11_redis_commands_more_than_a_plain_one(conn: Re
         conn.config_resetstat()
         worker.work(burst=True, max_jobs=JOBS, logging_level="WARNING")
         per_job[side] = all_calls(conn) / JOBS
-    assert per_job["fair"] - per_job["plain"] <= 12, per_job  # 11 (it was 16)
+    assert per_job["fair"] - per_job["plain"] <= 10.5, per_job  # 10.1 (it was 16, then 11.1)
 
 
 def test_tenants_tied_on_pass_are_served_in_list_order_without_moving_an_entry(conn: Redis) -> None:
@@ -109,41 +110,63 @@ def test_a_job_taken_by_rqs_own_dequeue_leaves_the_intermediate_list_though_its_
     assert conn.llen(queue.intermediate_queue_key) == 0
 
 
-def to_legacy_layout(conn: Redis, queue: FairQueue) -> int:
-    """Rewrite ``queue``'s fair state into the layout of builds before tenant records (head, tail and weights
-    hashes per tenant, FIFO places in a hash of their own), as such a build left it in Redis."""
-    keys, (head, tail, weights, fifo) = queue.fair_keys, queue.prefix_keys.fair_queue_legacy(queue.key)
+def to_legacy_layout(conn: Redis, queue: FairQueue, layout: str) -> int:
+    """Rewrite ``queue``'s fair state into an earlier layout, as a build of that time left it in Redis:
+    ``"records"`` (tenant records without their waiting count, the counts in a ``backlog`` hash),
+    ``"hashes"`` (before tenant records: head, tail and weights hashes per tenant, FIFO places in a hash of
+    their own, the counts in ``backlog``), or ``"uncounted"`` (records without a count, and no count anywhere).
+    Returns the tenants rewritten.
+    """
+    keys, (head, tail, weights, fifo, backlog) = queue.fair_keys, queue.prefix_keys.fair_queue_legacy(queue.key)
     records = {field[1:]: value for field, value in conn.hgetall(keys.state).items()
                for field in [field.decode()] if field.startswith("=")}
     for tenant, record in records.items():
-        h, t, w = record.decode().split("|")
-        conn.hset(head, tenant, h)
-        conn.hset(tail, tenant, t)
-        conn.hset(weights, tenant, w)
-        conn.hdel(keys.state, "=" + tenant)
-    for field, job_id in conn.hgetall(keys.members).items():
-        if b":" in field:
-            conn.hset(fifo, field, job_id)
-            conn.hdel(keys.members, field)
+        h, t, w, n = record.decode().split("|")
+        if layout != "uncounted":
+            conn.hset(backlog, tenant, n)
+        if layout == "hashes":
+            conn.hset(head, tenant, h)
+            conn.hset(tail, tenant, t)
+            conn.hset(weights, tenant, w)
+            conn.hdel(keys.state, "=" + tenant)
+        else:
+            conn.hset(keys.state, "=" + tenant, f"{h}|{t}|{w}")
+    if layout == "hashes":
+        for field, job_id in conn.hgetall(keys.members).items():
+            if b":" in field:
+                conn.hset(fifo, field, job_id)
+                conn.hdel(keys.members, field)
     return len(records)
 
 
-def test_jobs_waiting_across_the_upgrade_to_tenant_records_keep_their_places(conn: Redis) -> None:
-    """Two queues filled alike; one is rewritten into the old layout. A new FairQueue object moves it back
-    (lua/fair_migrate.lua) and serves exactly the same jobs in the same order as the untouched one."""
-    orders = []
+@pytest.mark.parametrize("layout", ["hashes", "records", "uncounted"])
+def test_jobs_waiting_across_an_upgrade_of_the_layout_keep_their_places(conn: Redis, layout: str) -> None:
+    """Two queues filled alike, with holes (removed jobs); one is rewritten into an earlier layout. A new
+    FairQueue object moves it back (lua/fair_migrate.lua) and serves exactly the same jobs in the same order
+    as the untouched one, counting each tenant's waiting jobs as the untouched one does."""
+    orders, counts = [], []
     for name, legacy in (("same", False), ("upgraded", True)):
         queue = FairQueue(name, connection=conn)
         queue.enqueue_many([Queue.prepare_data(fair_jobs.log, (f"t{i % 3}", i), job_id=f"j{i}",
                                                meta={"fair_tenant": f"t{i % 3 if i < 30 else 0}"})
                             for i in range(40)])
+        for job_id in ("j4", "j7", "j35"):
+            queue.remove(job_id)
         if legacy:
-            assert to_legacy_layout(conn, queue) == 3
-            assert not [f for f in conn.hkeys(queue.fair_keys.state) if f.startswith(b"=")]
+            assert to_legacy_layout(conn, queue, layout) == 3
         fresh = FairQueue(name, connection=conn)
+        tenants = [fresh.tenant_key(t) for t in ("t0", "t1", "t2")]
+        counts.append(fresh.store.waiting(tenants))  # its store's first use moves an earlier layout
+        assert not conn.exists(*queue.prefix_keys.fair_queue_legacy(queue.key))
         served = []
         while (job_id := fresh.pop_job_id()) is not None:
             served.append(job_id)
         orders.append(served)
-        assert not conn.exists(*queue.prefix_keys.fair_queue_legacy(queue.key))
-    assert len(orders[0]) == 40 and orders[0] == orders[1]
+        assert not conn.exists(fresh.fair_keys.members)
+        if not (legacy and layout == "uncounted"):  # there a count too high is left until the tenant's next turn
+            assert fresh.store.waiting(tenants) == {} and not conn.exists(fresh.fair_keys.active)
+    assert len(orders[0]) == 37 and orders[0] == orders[1]
+    t0, t1, t2 = (fresh.tenant_key(t) for t in ("t0", "t1", "t2"))
+    assert counts[0] == {t0: 19, t1: 8, t2: 10}
+    # without a count anywhere (never written so) a record counts its places, holes too: too many, never too few
+    assert counts[1] == ({t0: 20, t1: 10, t2: 10} if layout == "uncounted" else counts[0])

@@ -28,6 +28,7 @@ from fair_router import FairQueue, FairRouter, RedisUnavailable, Rule
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
 from fair_router.routing.router import Route
+from fair_router.store.fair_scripts import tenant_waiting
 
 ROUTE = Route("phantom.job", "default", (Rule(queue="default_throttled", threshold=5000, per=3600),))
 """One rule whose threshold the test never reaches: the window keeps every entry (no trimming at the cap)."""
@@ -88,8 +89,8 @@ def test_enqueues_refused_at_maxmemory_leave_no_window_entries(private_redis: Re
     assert routed_total(conn) == sum(accepted.values()) + 1  # + the warm-up job
     assert queued(conn, fair) == sum(accepted.values()) + 1
     if fair:
-        backlog = FairQueue("default", connection=conn).fair_keys.backlog
-        assert sum(int(v) for v in conn.hvals(backlog)) == sum(accepted.values()) + 1
+        state = FairQueue("default", connection=conn).fair_keys.state
+        assert sum(tenant_waiting(conn.hgetall(state)).values()) == sum(accepted.values()) + 1
 
 
 class KillingPipeline(Pipeline):

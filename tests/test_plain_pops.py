@@ -15,6 +15,7 @@ from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker
 from fair_router.cli import main
 from fair_router.dashboard.reader import SnapshotReader
 from fair_router.fairqueue.plainpops import PlainPops
+from fair_router.store.fair_scripts import tenant_waiting
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 
@@ -28,7 +29,7 @@ def fill(queue: FairQueue) -> None:
 
 
 def backlog(conn: Redis, queue: FairQueue) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in conn.hgetall(queue.fair_keys.backlog).items()}
+    return tenant_waiting(conn.hgetall(queue.fair_keys.state))
 
 
 def burst_worker(redis_url: str, tmp_path: Path, config: dict[str, object], worker_class: str, *args: str) -> str:

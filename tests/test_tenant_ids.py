@@ -187,7 +187,7 @@ def test_fair_queue_enqueue(conn: Redis, value: object, isolated_settings: None)
         return
     check(conn, value, lambda: enqueued.append(queue.enqueue(routed_jobs.echo, "acme", fair_tenant=value)),
           lambda t: enqueued[0].meta["fair_tenant"] == t
-          and conn.hget(queue.fair_keys.backlog, queue.tenant_key(t)) == b"1")
+          and queue.store.waiting([queue.tenant_key(t)]) == {queue.tenant_key(t): 1})
 
 
 @HYPOTHESIS
@@ -196,7 +196,7 @@ def test_fair_queue_enqueue_many_checks_the_meta_s_tenant(conn: Redis, value: ob
     queue = FairQueue("fq", connection=conn, settings=Settings())
     check(conn, value,
           lambda: queue.enqueue_many([FairQueue.prepare_data(routed_jobs.echo, ("a",), meta={"fair_tenant": value})]),
-          lambda t: conn.hget(queue.fair_keys.backlog, queue.tenant_key(t)) == b"1")
+          lambda t: queue.store.waiting([queue.tenant_key(t)]) == {queue.tenant_key(t): 1})
 
 
 def test_fair_queue_and_router_read_tenant_max_bytes_from_the_settings(conn: Redis) -> None:

@@ -20,7 +20,7 @@ already accepted are never refused.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -94,14 +94,11 @@ class BacklogCaps:
                     return TenantBacklogFull(capped.tenant, self.queue, capped.cap)
         return None
 
-    def precheck(self, connection: Redis, backlog_key: str, wanted: dict[str, tuple[Capped, int]]) -> None:
-        """Raise TenantBacklogFull if adding ``wanted`` (encoded tenant -> (cap, jobs)) would pass a cap now."""
-        names = list(wanted)
-        if not names:
-            return
-        for name, raw in zip(names, connection.hmget(backlog_key, names), strict=True):
-            capped, jobs = wanted[name]
-            if int(raw or 0) + jobs > capped.cap:
+    def precheck(self, waiting: Mapping[str, int], wanted: dict[str, tuple[Capped, int]]) -> None:
+        """Raise TenantBacklogFull if adding ``wanted`` (encoded tenant -> (cap, jobs)) to what waits now
+        (``waiting``: encoded tenant -> jobs) would pass a cap."""
+        for name, (capped, jobs) in wanted.items():
+            if waiting.get(name, 0) + jobs > capped.cap:
                 raise TenantBacklogFull(capped.tenant, self.queue, capped.cap)
 
 

@@ -47,7 +47,7 @@ class TenantPauses:
         queues = sorted(as_text(raw) for raw in self.rq.smembers(Queue.redis_queues_keys))
         until_ms = round((time.time() + PAUSE_PARK) * 1000)
         with self.rq.pipeline(transaction=False) as pipe:
-            for key in queues:  # a plain queue has no backlog hash: the call changes nothing there
+            for key in queues:  # a plain queue has no fair state: the call changes nothing there
                 self._hold(self.keys.fair_queue(key), encode(tenant), until_ms).queue(pipe)
             pipe.execute()
 

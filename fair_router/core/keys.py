@@ -55,13 +55,13 @@ class FairQueueKeys:
     #               queue, and its tenant's FIFO: "<encoded tenant>:<seq>" -> job id (seq grows at the tail). rq 3.0
     #               job ids never hold ':' (rq's validate_job_id), so the two kinds of fields cannot meet, and a
     #               job's two fields are written and deleted by one command
-    backlog: str  # HASH tenant -> number of its waiting jobs
     active: str  # ZSET tenant -> pass (stride scheduling), tenants that may be served now
     kept: str  # ZSET tenant -> pass when it went idle or was parked, while above the virtual time
     parked: str  # ZSET tenant -> until (ms): tenants at their limit, paused or over their rate: pops skip them
     state: str  # HASH head (list head's position) | vtime (pass of the last served tenant) | due | limited, and
-    #             per tenant with waiting jobs "=<tenant>" -> "<head seq>|<tail seq>|<weight>" (its FIFO's ends
-    #             and its weight from its last push: lua/lib/fifo.lua), so a pop reads and writes it with the rest
+    #             per tenant with waiting jobs "=<tenant>" -> "<head seq>|<tail seq>|<weight>|<waiting>" (its FIFO's
+    #             ends, its weight from its last push and how many of its jobs wait: lua/lib/fifo.lua), so a pop
+    #             reads and writes it with the rest
     inflight: str  # ZSET job id -> pop time (ms): popped, not yet known to have started
     wake: str  # LIST wake-ups for workers blocked while only parked tenants' jobs wait on rq's list
     costs: str  # HASH job id -> "<declared seconds or ''>|<function>" of waiting members (charge="runtime")
@@ -221,11 +221,11 @@ class Keys:
         or producer with another prefix still finds it (and reports the mismatch); it shares rq's slot."""
         return f"fair_router:mark:{slot_of(rq_list_key)}"
 
-    def fair_queue_legacy(self, rq_list_key: str) -> tuple[str, str, str, str]:
-        """The head, tail, weights and fifo hashes of a fair queue written before tenant records (kept in the
-        ``state`` and ``members`` hashes since): read once by ``lua/fair_migrate.lua``, which moves them."""
+    def fair_queue_legacy(self, rq_list_key: str) -> tuple[str, str, str, str, str]:
+        """The head, tail, weights, fifo and backlog hashes of a fair queue written in earlier layouts (kept in
+        the ``state`` and ``members`` hashes since): read once by ``lua/fair_migrate.lua``, which moves them."""
         base = f"{self.prefix}:{slot_of(rq_list_key)}:fq"
-        return (f"{base}:head", f"{base}:tail", f"{base}:weights", f"{base}:fifo")
+        return (f"{base}:head", f"{base}:tail", f"{base}:weights", f"{base}:fifo", f"{base}:backlog")
 
     def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
         """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``, or under rq 3.0's

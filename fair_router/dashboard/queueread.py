@@ -27,9 +27,11 @@ from fair_router.core.keys import Keys
 from fair_router.core.shards import shard_queue
 from fair_router.dashboard.model import QueueView, ShardServerView
 from fair_router.routing.servers import TIMEOUT, ShardServers
+from fair_router.store.fair_scripts import tenant_waiting
 
-PER_QUEUE = 6
-"""Commands per queue: length, running, backlog, parked, abandoned count, stale and plain pops."""
+PER_QUEUE = 5
+"""Commands per queue: length, running, fair state (tenants waiting, stale and plain pops), parked, abandoned
+count."""
 
 
 def _text(value: Any) -> str:
@@ -52,16 +54,17 @@ def queue_commands(pipe: Pipeline, connection: Redis, keys: Keys, name: str, now
     started = StartedJobRegistry(name, connection=connection).key
     pipe.llen(fair.rq_list)
     pipe.zcount(started, now, "+inf")
-    pipe.hgetall(fair.backlog)
+    pipe.hgetall(fair.state)
     pipe.zrangebyscore(fair.parked, now * 1000, "+inf")
     pipe.get(keys.abandoned_total(started))
-    pipe.hmget(fair.state, "stale", "plain")
 
 
 def parse_queue(settings: Settings, name: str, replies: list[Any], server: str = "") -> QueueRead:
     """The :class:`QueueRead` of queue ``name`` from its :data:`PER_QUEUE` replies."""
-    length, running, backlog_raw, parked_raw, abandoned, (stale, plain) = replies
-    backlog = {_text(k): int(float(v)) for k, v in backlog_raw.items()}
+    length, running, state_raw, parked_raw, abandoned = replies
+    state = {_text(k): v for k, v in state_raw.items()}
+    backlog = tenant_waiting(state)  # the tenants' records in the fair queue's state hash (lua/lib/fifo.lua)
+    stale, plain = state.get("stale"), state.get("plain")
     # an empty list has nothing waiting, whatever members a plain rq worker left (fairqueue.plainpops)
     backlog = {k: v for k, v in backlog.items() if v > 0 and length}
     fair = settings.is_fair(name) or bool(backlog)

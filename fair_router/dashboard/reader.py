@@ -1,14 +1,14 @@
 """One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
 
 Cost per call, whatever the number of tenants: at most seven pipelined round trips (plus one per shard
-server) of at most ``10 + 6 * queues + 2 * job keys + 8 * top_n + top_n * rule job keys`` commands:
+server) of at most ``10 + 5 * queues + 2 * job keys + 8 * top_n + top_n * rule job keys`` commands:
 
 1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
-2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant
-   (``HGETALL`` of the fair queue's backlog hash, whose size is the number of tenants waiting there)
-   and the parked tenants, its stale members (:mod:`fair_router.fairqueue.plainpops`); the routed counters of
-   each job key and its jobs waiting per plain queue and tenant (:mod:`fair_router.routing.waiting`; an empty
-   queue's are not trusted);
+2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant and its stale
+   members (:mod:`fair_router.fairqueue.plainpops`), both in ``HGETALL`` of the fair queue's state hash
+   (its tenant records hold their counts; its size grows with the tenants waiting there), and the parked
+   tenants; the routed counters of each job key and its jobs waiting per plain queue and tenant
+   (:mod:`fair_router.routing.waiting`; an empty queue's are not trusted);
 3. per candidate (at most ``4 * top_n``: the most waiting, the most recently started): its start record,
    its concurrency slots held, its tier;
 4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);

@@ -67,7 +67,7 @@ class FairPushes:
         for capped in filter(None, (self.capped(tenant_of(meta)) for meta in metas)):
             name = tenant_key(capped.tenant)
             wanted[name] = (capped, wanted.get(name, (capped, 0))[1] + 1)
-        self.caps.precheck(store.connection, store.keys.backlog, wanted)
+        self.caps.precheck(store.waiting(list(wanted)), wanted)
 
     def execute_checked(self, queue: Queue, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
         """Execute ``pipe`` (our own, holding the enqueue of ``jobs`` into ``queue``); if a push hit a backlog

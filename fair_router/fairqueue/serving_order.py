@@ -76,7 +76,7 @@ def serving_order(snap: FairSnapshot) -> list[str]:
         job_id = fifos[tenant].popleft()
         waiting.discard(job_id)
         versions[tenant] += 1
-        if fifos[tenant]:  # stale members too: a pop's backlog count keeps the tenant active until it meets them
+        if fifos[tenant]:  # stale members too: a pop's waiting count keeps the tenant active until it meets them
             passes[tenant] = pass_ + snap.costs.get(job_id, 1.0) / snap.weights.get(tenant, 1.0)
             heapq.heappush(heap, (passes[tenant], tenant, versions[tenant]))
         else:

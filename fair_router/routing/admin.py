@@ -22,6 +22,7 @@ from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides, TenantProfile
 from fair_router.core.rates import Rate
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
+from fair_router.store.fair_scripts import TENANT_FIELD, record_waiting
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -120,14 +121,15 @@ class TenantAdmin:
             if not apart:
                 pipe.zrange(self.keys.leases(tenant), 0, -1, withscores=True)
             for key in queues:
-                pipe.hget(self.keys.fair_queue(key).backlog, encode(tenant))
+                pipe.hget(self.keys.fair_queue(key).state, TENANT_FIELD + encode(tenant))
                 pipe.llen(key)
             (seconds, micros), *replies = pipe.execute()
         lease_key = self.keys.leases(tenant)
         leases = cast(list[tuple[bytes, float]],
                       self.connection.zrange(lease_key, 0, -1, withscores=True) if apart else replies.pop(0))
         # an empty list has nothing waiting, whatever members a plain rq worker left behind (fairqueue.plainpops)
-        counts = [count if length else None for count, length in zip(replies[::2], replies[1::2], strict=True)]
+        counts = [record_waiting(record) if length else 0
+                  for record, length in zip(replies[::2], replies[1::2], strict=True)]
         now_ms = seconds * 1000 + micros // 1000
         running = sum(1 for _, expiry in leases if expiry > now_ms)
         prefix = len(Queue.redis_queue_namespace_prefix)

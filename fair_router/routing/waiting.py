@@ -1,5 +1,5 @@
 """Per-tenant waiting counts of the plain queues fair-router routes into, so the dashboard shows what waits
-there without scanning a list (a fair queue keeps its own, its backlog hash).
+there without scanning a list (a fair queue keeps its own, in its tenants' records).
 
 A routed job with a tenant carries ``fair_waiting`` (its job key) in its meta. When route.lua records it in its
 tenant's window for an enqueue into plain queues (no fair queue among the route's), it also counts the job

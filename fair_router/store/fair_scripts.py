@@ -17,16 +17,41 @@ TENANT_FIELD = "="
 encoded tenant, so records and the state's own fields (head, vtime, due, limited) cannot meet."""
 
 
+def _record(record: Any) -> list[str]:
+    """A tenant's record ("<head seq>|<tail seq>|<weight>|<waiting>", lua/lib/fifo.lua) split in its parts."""
+    return _text(record).split("|")
+
+
 def record_weight(record: Any) -> float | None:
-    """The weight in a tenant's record ("<head seq>|<tail seq>|<weight>"); None when there is no record."""
-    return None if record is None else float(_text(record).rpartition("|")[2])
+    """The weight in a tenant's record; None when there is no record."""
+    return None if record is None else float(_record(record)[2])
+
+
+def record_waiting(record: Any) -> int:
+    """How many of a tenant's jobs wait, from its record; 0 when there is none. A record written before counts
+    moved in counts its FIFO places, as lua/lib/fifo.lua's ``parse_tenant`` does."""
+    if record is None:
+        return 0
+    head, tail, _, *count = _record(record)
+    return int(count[0]) if count and count[0] else int(tail) - int(head) + 1
+
+
+def _tenant_records(state: dict[Any, Any]) -> dict[str, Any]:
+    """Tenant (encoded) -> its record, out of a fair queue's ``state`` hash (as HGETALL read it)."""
+    texts = ((_text(field), value) for field, value in state.items())
+    return {field[len(TENANT_FIELD):]: value for field, value in texts if field.startswith(TENANT_FIELD)}
 
 
 def tenant_weights(state: dict[Any, Any]) -> dict[str, float]:
     """Tenant (encoded) -> weight from its last push, for every tenant with waiting jobs, out of the ``state``
     hash's tenant records."""
-    texts = ((_text(field), value) for field, value in state.items())
-    return {field[1:]: float(record_weight(value) or 1.0) for field, value in texts if field.startswith(TENANT_FIELD)}
+    return {tenant: float(record_weight(value) or 1.0) for tenant, value in _tenant_records(state).items()}
+
+
+def tenant_waiting(state: dict[Any, Any]) -> dict[str, int]:
+    """Tenant (encoded) -> how many of its jobs wait, for every tenant with waiting jobs, out of the ``state``
+    hash's tenant records."""
+    return {tenant: record_waiting(value) for tenant, value in _tenant_records(state).items()}
 
 
 class PushEntry(NamedTuple):
@@ -178,13 +203,13 @@ class FairUnmarkScript(LuaScript[int]):
 
 
 class FairMigrateScript(LuaScript[int]):
-    """fair_migrate.lua: move a fair queue's state from the layout before tenant records into today's, once, so
+    """fair_migrate.lua: move a fair queue's state from an earlier layout into today's, once, so
     an upgrade never strands a waiting job (``Keys.fair_queue_legacy`` names the old keys)."""
 
     name = "fair_migrate"
 
     def __call__(self, keys: FairQueueKeys, legacy: Sequence[str]) -> Call[int]:
-        """KEYS = [state, members, *legacy (head, tail, weights, fifo)]. Result: the tenants moved."""
+        """KEYS = [state, members, *legacy (head, tail, weights, fifo, backlog)]. Result: the tenants moved."""
         return self.call([keys.state, keys.members, *legacy], [])
 
     def parse(self, reply: Any) -> int:

@@ -21,6 +21,7 @@ from redis.client import Pipeline
 
 from fair_router.core.keys import FairQueueKeys
 from fair_router.store.fair_scripts import (
+    TENANT_FIELD,
     FairHoldScript,
     FairMigrateScript,
     FairParkScript,
@@ -32,6 +33,7 @@ from fair_router.store.fair_scripts import (
     FairUnparkScript,
     PopResult,
     PushEntry,
+    record_waiting,
 )
 from fair_router.store.luascript import LuaScript
 
@@ -51,6 +53,9 @@ class FairStore(Protocol):
 
     def push(self, entries: Sequence[PushEntry], pipeline: Pipeline | None = None, loaded: bool = False) -> int | None:
         """Jobs join rq's list and their FIFOs together, so rq's tools see the true backlog (how many joined)."""
+
+    def waiting(self, tenants: Sequence[str]) -> dict[str, int]:
+        """How many jobs each of ``tenants`` has waiting (those with none left out), for caps and admin reads."""
 
     def pop(self, given: str, acks: Sequence[str], runtime: bool, lease_ms: int) -> PopResult:
         """The next job by fair share, so that the choice and its bookkeeping are one atomic step."""
@@ -100,9 +105,16 @@ class RedisFairStore:
         return cast(_S, script)
 
     def migrate(self, legacy: Sequence[str]) -> int:
-        """Move state left in the layout before tenant records (``Keys.fair_queue_legacy``) into today's, so an
-        upgrade strands no waiting job; the tenants moved."""
+        """Move state left in an earlier layout (``Keys.fair_queue_legacy``) into today's, so an upgrade strands
+        no waiting job; the tenants moved."""
         return self._script(FairMigrateScript)(self._keys, legacy).run()
+
+    def waiting(self, tenants: Sequence[str]) -> dict[str, int]:
+        if not tenants:
+            return {}
+        records = self._connection.hmget(self._keys.state, [TENANT_FIELD + tenant for tenant in tenants])
+        counts = zip(tenants, map(record_waiting, records), strict=True)
+        return {tenant: count for tenant, count in counts if count > 0}
 
     def push(self, entries: Sequence[PushEntry], pipeline: Pipeline | None = None, loaded: bool = False) -> int | None:
         call = self._script(FairPushScript)(self._keys, entries)

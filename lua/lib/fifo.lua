@@ -3,21 +3,41 @@
 -- include: fair_keys, stride, members
 --
 -- A tenant with waiting jobs has a *record*, field "=<tenant>" of `state` (stride.lua tenant_field):
--- "<head seq>|<tail seq>|<weight>", its FIFO's ends and its weight from its last push. One field, in the
--- hash the pop reads and writes anyway, so a pop reads and updates all of it with the state's own fields.
+-- "<head seq>|<tail seq>|<weight>|<waiting>", its FIFO's ends, its weight from its last push and how many of
+-- its jobs wait here. One field, in the hash the pop reads and writes anyway, so a pop reads and updates all
+-- of it with the state's own fields (a count of its own would cost each push and each pop a command).
 
--- A record's head and tail (numbers) and weight (as stored), or nil when there is none.
+-- A record's head and tail (numbers), weight (as stored) and waiting count, or nil when there is none. A
+-- record without a count (written before counts moved in, until fair_migrate.lua runs) counts its places,
+-- holes too: a count too high corrects itself (choose() idles a tenant whose FIFO it finds empty).
 local function parse_tenant(value)
   if not value then return nil end
-  local h, t, weight = string.match(value, '^([^|]*)|([^|]*)|(.*)$')
-  return tonumber(h), tonumber(t), weight
+  local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
+  h, t = tonumber(h), tonumber(t)
+  return h, t, weight, tonumber(n) or (t - h + 1)
+end
+
+-- A record's value (parse_tenant reads it).
+local function tenant_record(h, t, weight, n)
+  return h .. '|' .. t .. '|' .. weight .. '|' .. n
+end
+
+-- One job of `tenant` less waiting here (it left its FIFO other than by a pop): the tenant goes idle,
+-- keeping its pass, when that was its last job.
+local function uncount(tenant)
+  local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  if not h or n <= 1 then
+    idle(tenant, redis.call('ZSCORE', active, tenant))
+  else
+    redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n - 1))
+  end
 end
 
 -- The place of a new job in its tenant's FIFO: after its tail, or before its head (`at_front`);
 -- `wanted` (a refused job's old place) is used when it is free and not past the tail. Writes the
--- tenant's record, with `weight`.
+-- tenant's record, with `weight` and the job counted.
 local function place(tenant, at_front, wanted, weight)
-  local h, t = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  local h, t, _, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   local seq
   if not h then
     seq = wanted or 0
@@ -32,15 +52,15 @@ local function place(tenant, at_front, wanted, weight)
     t = t + 1
     seq = t
   end
-  redis.call('HSET', state, tenant_field(tenant), h .. '|' .. t .. '|' .. weight)
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, (n or 0) + 1))
   return seq
 end
 
--- A job joins its tenant's FIFO at `seq` (from place()); its id sits at list position `pos` ('' when unknown).
+-- A job joins its tenant's FIFO at `seq` (from place(), which counted it); its id sits at list position
+-- `pos` ('' when unknown).
 local function enter(job_id, tenant, seq, pos)
   local field = tenant .. ':' .. seq
   redis.call('HSET', members, field, job_id, job_id, pos .. '|' .. field)  -- its FIFO place and its entry
-  redis.call('HINCRBY', backlog, tenant, 1)
 end
 
 -- A member leaves its tenant's FIFO other than by a fair pop (taken as a list entry, removed, or
@@ -49,7 +69,5 @@ local function leave(job_id, value)
   local field, tenant = parse_member(value)
   redis.call('HDEL', members, job_id, field)
   redis.call('HDEL', costs, job_id)
-  if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
-    idle(tenant, redis.call('ZSCORE', active, tenant))
-  end
+  uncount(tenant)
 end

@@ -5,7 +5,7 @@ local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been m
 -- The stride choice, not yet taken: the min-pass active tenant's oldest job. `first`: {tenant, pass, record,
 -- job} of the min-pass tenant when the caller read them already (job: the id at its FIFO head, false when
 -- that place is a hole, nil when not read), else nil. Returns job id, seq, tenant, pass, and the tenant's
--- tail seq and weight (its record, for take); or nil when no tenant can be served.
+-- tail seq, weight and waiting count (its record, for take); or nil when no tenant can be served.
 local function choose(first)
   while true do
     local tenant, pass, record, known
@@ -18,15 +18,15 @@ local function choose(first)
       tenant, pass = top[1], tonumber(top[2])
       record = redis.call('HGET', state, tenant_field(tenant))
     end
-    local h, t, weight = parse_tenant(record)
+    local h, t, weight, n = parse_tenant(record)
     while h and h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
       local job_id = known
       if job_id == nil then job_id = redis.call('HGET', members, tenant .. ':' .. h) end
       known = nil
-      if job_id then return job_id, h, tenant, pass, t, weight end
+      if job_id then return job_id, h, tenant, pass, t, weight, n end
       h = h + 1
     end
-    idle(tenant, false)  -- nothing left in its FIFO (its backlog count was off): drop it
+    idle(tenant, false)  -- nothing left in its FIFO (its waiting count was off): drop it
   end
 end
 
@@ -35,15 +35,16 @@ end
 -- oldest member (its places before it are holes), so that no other entry moves either. With equal weights and
 -- charge="jobs" passes are whole numbers: ties are the rule. fair_pop decides this once per pop, before any
 -- stale member is dropped (its model test and fairqueue/serving_order.py follow the same rule). Returns the
--- entry's seq, its tenant's pass, tail seq and weight (for take), or nil when the entry is not the choice.
+-- entry's seq, its tenant's pass, tail seq, weight and waiting count (for take), or nil when the entry is not
+-- the choice.
 local function tied_entry(field, tenant, min_pass)
   local pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
   if pass ~= min_pass then return nil end
-  local h, t, weight = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   local seq = tonumber(string.match(field, ':([^:]*)$'))
   while h and h < seq and redis.call('HEXISTS', members, tenant .. ':' .. h) == 0 do h = h + 1 end
   if h ~= seq then return nil end
-  return seq, pass, t, weight
+  return seq, pass, t, weight, n
 end
 
 -- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
@@ -67,8 +68,8 @@ end
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
--- `tail`, `stored`: the tenant's tail seq and weight from its record (choose()).
-local function take(job_id, seq, tenant, pass, pop, tail, stored)
+-- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (choose()).
+local function take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local now_ms = pop.now_ms
   redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
   local weight = tonumber(stored) or 1
@@ -83,12 +84,12 @@ local function take(job_id, seq, tenant, pass, pop, tail, stored)
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
-  if redis.call('HINCRBY', backlog, tenant, -1) <= 0 then
+  if waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
     idle(tenant, next_pass)
-  else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on)
+  else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
-               (seq + 1) .. '|' .. tail .. '|' .. stored)
+               tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
   redis.call('ZADD', inflight, now_ms, job_id)

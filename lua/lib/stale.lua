@@ -36,12 +36,18 @@ local function drop_stale(job_id, value)
 end
 
 -- rq's list is empty: every member left is stale. Drop them all, keeping their tenants' passes, and count them
--- (their tenants' backlog counts: `members` also holds their FIFO places, lib/fifo.lua). Returns how many.
+-- (their tenants' waiting counts: `members` also holds their FIFO places, lib/fifo.lua). Returns how many.
 local function drop_all_stale()
   if redis.call('HLEN', members) == 0 then return 0 end
-  local n, ids = 0, {}
-  local backlogs = redis.call('HGETALL', backlog)
-  for i = 2, #backlogs, 2 do n = n + tonumber(backlogs[i]) end
+  local n, ids, waiting = 0, {}, {}
+  local fields = redis.call('HGETALL', state)
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, #RECORD) == RECORD then  -- a tenant's record (stride.lua tenant_field)
+      local _, _, _, count = parse_tenant(fields[i + 1])
+      n = n + count
+      waiting[#waiting + 1] = string.sub(fields[i], #RECORD + 1)
+    end
+  end
   -- a sample of the member entries (a FIFO place "<tenant>:<seq>" holds a job id, a member entry "<pos>|<place>")
   local sample = redis.call('HRANDFIELD', members, 2 * STALE_KEPT, 'WITHVALUES')
   for i = 1, #sample, 2 do
@@ -51,7 +57,7 @@ local function drop_all_stale()
   for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
     idle(tenant, redis.call('ZSCORE', active, tenant))
   end
-  for i = 1, #backlogs, 2 do idle(backlogs[i], false) end
+  for _, tenant in ipairs(waiting) do idle(tenant, false) end
   redis.call('DEL', members, costs)
   note_stale(ids)
   if n > #ids then redis.call('HINCRBY', state, 'stale', n - #ids) end

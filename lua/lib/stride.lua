@@ -6,8 +6,14 @@ local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tena
 
 -- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
 -- record cannot meet the state's own fields (head, vtime, due, limited).
+local RECORD = '='
 local function tenant_field(tenant)
-  return '=' .. tenant
+  return RECORD .. tenant
+end
+
+-- Whether `tenant` has jobs waiting here: it has a record (lib/fifo.lua) exactly while it does.
+local function has_waiting(tenant)
+  return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
 end
 
 -- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
@@ -27,8 +33,7 @@ end
 local function idle(tenant, pass)
   redis.call('ZREM', active, tenant)
   redis.call('ZREM', parked, tenant)
-  redis.call('HDEL', state, tenant_field(tenant))
-  redis.call('HDEL', backlog, tenant)
+  redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
   if pass then redis.call('ZADD', kept, pass, tenant) end
 end
 
@@ -61,7 +66,7 @@ end
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
-  if redis.call('ZREM', parked, tenant) == 0 or redis.call('HEXISTS', backlog, tenant) == 0 then return false end
+  if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
   activate(tenant)
   return true
 end
