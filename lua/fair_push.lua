@@ -29,6 +29,8 @@ for i = 1, #ARGV, GROUP do
   end
 end
 
+-- Parks are rare: with none, no job here needs its tenant's park looked up nor a blocked worker woken.
+local any_parked = redis.call('ZCARD', parked) > 0
 local added = 0
 for i = 1, #ARGV, GROUP do
   local job_id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -39,19 +41,20 @@ for i = 1, #ARGV, GROUP do
     go = redis.call('ZREM', inflight, job_id) == 1
   end
   if go then
+    local st = redis.call('HMGET', state, 'head', tenant_field(tenant))  -- the list head's position, the record
     local pos = ''
     if not listed then
-      pos = list_push(job_id, at_front)
+      pos = list_push(job_id, at_front, st[1])
     elseif redis.call('LINDEX', rq_list, -1) == job_id then  -- rq's RPUSH: no other entry moved
-      pos = head_pos() + redis.call('LLEN', rq_list) - 1
+      pos = tonumber(st[1] or '0') + redis.call('LLEN', rq_list) - 1
     elseif redis.call('LINDEX', rq_list, 0) == job_id then  -- rq's LPUSH: the head moved one up
       pos = redis.call('HINCRBY', state, 'head', -1)
     end
-    enter(job_id, tenant, place(tenant, at_front, nil, weight), pos)
+    enter(job_id, tenant, place(tenant, at_front, nil, weight, st[2]), pos)
     keep_costs(job_id, declared, func)
-    if not redis.call('ZSCORE', parked, tenant) then
+    if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
       activate(tenant)
-      nudge()
+      if any_parked then wake_one() end  -- a worker may be blocked while only parked tenants' jobs waited
     end
     added = added + 1
   end

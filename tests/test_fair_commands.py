@@ -45,6 +45,23 @@ def test_a_fair_pop_costs_about_11_redis_commands(conn: Redis) -> None:
     assert all_calls(conn) / JOBS <= 11.5  # 11, and a ZREMRANGEBYSCORE of kept passes per TENANTS pops
 
 
+def test_a_fair_enqueue_costs_about_7_redis_commands_more_than_a_plain_one(conn: Redis) -> None:
+    """rq's enqueue MULTI either way; a fair one's push script (its EVALSHA and 7 commands: HEXISTS, HMGET of
+    the list head's position and the tenant's record, RPUSH, two HSETs, ZSCORE of the tenant's pass, ZCARD of
+    the parks) in place of rq's RPUSH. 9 before the script read the head and the record in one HMGET and the
+    parks' ZCARD once per call instead of a ZSCORE and a ZCARD per job."""
+    per_job = {}
+    for side in ("plain", "fair"):
+        conn.flushall()
+        queue = fair(conn) if side == "fair" else Queue("default", connection=conn)
+        filled(queue, TENANTS)  # every tenant active; the queue's fairness mark written
+        conn.config_resetstat()
+        for i in range(JOBS):
+            queue.enqueue(fair_jobs.log, f"t{i % TENANTS}", i, meta={"fair_tenant": f"t{i % TENANTS}"}, result_ttl=600)
+        per_job[side] = all_calls(conn) / JOBS
+    assert per_job["fair"] - per_job["plain"] <= 7.05, per_job
+
+
 def test_a_fair_job_costs_about_10_redis_commands_more_than_a_plain_one(conn: Redis) -> None:
     """A SimpleWorker drain of a FairQueue against one of a plain Queue: rq's own commands are the same, the
     fair pop replaces rq's LMOVE."""

@@ -35,9 +35,11 @@ end
 
 -- The place of a new job in its tenant's FIFO: after its tail, or before its head (`at_front`);
 -- `wanted` (a refused job's old place) is used when it is free and not past the tail. Writes the
--- tenant's record, with `weight` and the job counted.
-local function place(tenant, at_front, wanted, weight)
-  local h, t, _, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+-- tenant's record, with `weight` and the job counted. `record`: the tenant's record when the caller read it
+-- already (false: it has none), else nil.
+local function place(tenant, at_front, wanted, weight, record)
+  if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
+  local h, t, _, n = parse_tenant(record)
   local seq
   if not h then
     seq = wanted or 0

@@ -27,11 +27,13 @@ local function head_pos()
   return tonumber(redis.call('HGET', state, 'head') or '0')
 end
 
--- Push `job_id` at the list's tail (or head); returns its list position.
-local function list_push(job_id, at_front)
+-- Push `job_id` at the list's tail (or head); returns its list position. `head`: the list head's position
+-- when the caller read it already (state.head: its value, false when unset), else nil.
+local function list_push(job_id, at_front, head)
   if at_front then
     redis.call('LPUSH', rq_list, job_id)
     return redis.call('HINCRBY', state, 'head', -1)
   end
-  return head_pos() + redis.call('RPUSH', rq_list, job_id) - 1
+  if head == nil then return head_pos() + redis.call('RPUSH', rq_list, job_id) - 1 end
+  return tonumber(head or '0') + redis.call('RPUSH', rq_list, job_id) - 1
 end

@@ -84,8 +84,3 @@ local function wake_one()
   redis.call('RPUSH', wake, '1')
   redis.call('LTRIM', wake, -WAKE_CAP, -1)
 end
-
--- A job of a tenant that can be served now was queued: wake one worker if some may be blocked.
-local function nudge()
-  if redis.call('ZCARD', parked) > 0 then wake_one() end
-end
