@@ -108,8 +108,9 @@ for _ = 1, MAX_STALE do
     return {2, job_id, -1, seq}
   elseif value then
     drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)
-  else  -- a FIFO place without its members entry (never written so, never counted): drop it, choose again
-    redis.call('HDEL', members, chosen .. ':' .. seq)
+  else  -- a FIFO place without its members entry (never written so): drop it, choose again. Its count stays
+    redis.call('HDEL', members, chosen .. ':' .. seq)  -- (too high: safe); an id still listed is served plain
+    redis.call('HDEL', costs, job_id)
   end
 end
 redis.call('HSET', state, 'head', head)

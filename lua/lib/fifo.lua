@@ -7,13 +7,15 @@
 -- its jobs wait here. One field, in the hash the pop reads and writes anyway, so a pop reads and updates all
 -- of it with the state's own fields (a count of its own would cost each push and each pop a command).
 
--- A record's head and tail (numbers), weight (as stored) and waiting count, or nil when there is none. A
--- record without a count (written before counts moved in, until fair_migrate.lua runs) counts its places,
--- holes too: a count too high corrects itself (choose() idles a tenant whose FIFO it finds empty).
+-- A record's head and tail (numbers), weight (as stored) and waiting count, or nil when there is none (or it
+-- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
+-- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
+-- corrects itself (choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
 local function parse_tenant(value)
   if not value then return nil end
   local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
   h, t = tonumber(h), tonumber(t)
+  if not (h and t) then return nil end
   return h, t, weight, tonumber(n) or (t - h + 1)
 end
 
