@@ -46,7 +46,7 @@ for i = 1, #ARGV, GROUP do
     if not listed then
       pos = list_push(job_id, at_front, st[1])
     elseif redis.call('LINDEX', rq_list, -1) == job_id then  -- rq's RPUSH: no other entry moved
-      pos = tonumber(st[1] or '0') + redis.call('LLEN', rq_list) - 1
+      pos = head_pos(st[1]) + redis.call('LLEN', rq_list) - 1
     elseif redis.call('LINDEX', rq_list, 0) == job_id then  -- rq's LPUSH: the head moved one up
       pos = redis.call('HINCRBY', state, 'head', -1)
     end

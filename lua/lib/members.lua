@@ -23,17 +23,19 @@ local function parse_member(value)
   return field, string.match(field, '^(.*):[^:]*$'), tonumber(pos)
 end
 
-local function head_pos()
-  return tonumber(redis.call('HGET', state, 'head') or '0')
+-- The list head's position: state.head as the caller read it already (`known`: its value, false when unset),
+-- else read here.
+local function head_pos(known)
+  if known == nil then known = redis.call('HGET', state, 'head') end
+  return tonumber(known or '0')
 end
 
--- Push `job_id` at the list's tail (or head); returns its list position. `head`: the list head's position
--- when the caller read it already (state.head: its value, false when unset), else nil.
+-- Push `job_id` at the list's tail (or head); returns its list position. `head`: state.head when the caller
+-- read it already (as for head_pos), else nil.
 local function list_push(job_id, at_front, head)
   if at_front then
     redis.call('LPUSH', rq_list, job_id)
     return redis.call('HINCRBY', state, 'head', -1)
   end
-  if head == nil then return head_pos() + redis.call('RPUSH', rq_list, job_id) - 1 end
-  return tonumber(head or '0') + redis.call('RPUSH', rq_list, job_id) - 1
+  return head_pos(head) + redis.call('RPUSH', rq_list, job_id) - 1
 end
