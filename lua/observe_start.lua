@@ -1,6 +1,6 @@
 -- observe_start.lua: add a batch of job starts (one worker's buffer, fair_router/observe/recorder.py) to the
 -- tenants' records and the all-tenant record.
--- include: time, obs_fields, obs_groups, obs_record
+-- include: time, obs_fields, obs_groups, obs_record, obs_recent
 -- KEYS[1] the overflow record (#other), KEYS[2] the all-tenant record (#all), KEYS[3] recent: sorted set
 --         tenant -> when it was last admitted (ms); KEYS[3 + g] the record of group g's tenant (its last ':'
 --         part is the encoded tenant; a tenant with starts in several seconds has several groups). All {obs}.
@@ -20,7 +20,7 @@
 -- the cumulative fields. Per tenant: the first group of a minute takes one of the minute's cap places if
 -- its record does not hold that minute yet, else goes to #other (and so do its later groups that minute).
 -- Each record touched costs one HMGET and one HSET, whatever the number of starts (plus, when a slot
--- starts a new minute, its clearing and the expiry).
+-- starts a new minute, its clearing and the expiry); a tenant past a full minute's cap costs neither.
 -- Returns per group 1 if it went to the tenant's own record, 0 if to #other.
 local now_ms = clock_ms(ARGV[1])
 local groups, tenants, order = read_groups(now_ms)  -- lib/obs_groups.lua; records: lib/obs_record.lua
@@ -37,20 +37,28 @@ for m in pairs(all.m) do
   else places[m.minute] = 0 end
 end
 
--- Each tenant's record read once; then the groups, oldest first (as one call per start would have met
--- them): the tenant's own record or #other.
+-- Once a minute's places are all given, a tenant holds that minute only if it was admitted in it, so
+-- recent (one ZMSCORE for them all) tells which records need no read: their groups go to #other.
+local skip = unread(order, tenants, places, now_ms)
+-- Each other tenant's record read once; then the groups, oldest first (as one call per start would have
+-- met them): the tenant's own record or #other.
 local values, decided = {}, {}
 for _, key in ipairs(order) do
-  local d = delta()
-  for _, g in ipairs(tenants[key]) do add(d, g) end
-  values[key] = read(key, d, false)
+  if not skip[key] then
+    local d = delta()
+    for _, g in ipairs(tenants[key]) do add(d, g) end
+    values[key] = read(key, d, false)
+  end
   decided[key] = {}
 end
 local other, admitted = delta(), {}
 for _, g in ipairs(groups) do
   local minute = g.m.minute
   local verdict = decided[g.key][minute]
-  if verdict == nil then
+  if verdict == nil and skip[g.key] then
+    verdict = false
+    decided[g.key][minute] = false
+  elseif verdict == nil then
     local held = tonumber(values[g.key][g.m.held])
     if places[minute] == false or (held and held >= minute) then
       verdict = true  -- it holds the minute already (or the minute is too old for the cap)
@@ -83,11 +91,12 @@ local zadd = {}
 for tenant, at in pairs(admitted) do
   zadd[#zadd + 1], zadd[#zadd + 2] = int(at), tenant
   if #zadd >= 1000 then
-    redis.call('ZADD', KEYS[3], unpack(zadd))
+    redis.call('ZADD', KEYS[3], 'GT', unpack(zadd))
     zadd = {}
   end
 end
-if #zadd > 0 then redis.call('ZADD', KEYS[3], unpack(zadd)) end
+-- GT: a late flush's older minute must not hide a newer admission from unread() (lib/obs_recent.lua)
+if #zadd > 0 then redis.call('ZADD', KEYS[3], 'GT', unpack(zadd)) end
 if next(admitted) then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now_ms - recent_ms)) end
 
 local placed = {}
