@@ -64,7 +64,8 @@ for _, g in ipairs(groups) do
       verdict = true  -- it holds the minute already (or the minute is too old for the cap)
     elseif places[minute] < cap then
       places[minute] = places[minute] + 1
-      admitted[string.match(g.key, '[^:]*$')] = g.at
+      local tenant = string.match(g.key, '[^:]*$')
+      admitted[tenant] = math.max(admitted[tenant] or 0, g.at)  -- the latest, whatever the groups' order
       verdict = true
     else
       verdict = false

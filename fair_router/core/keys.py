@@ -197,8 +197,10 @@ class Keys:
         return f"{self.prefix}:{{obs}}:rec:{encoded_tenant}"
 
     def observe_recent(self) -> str:
-        """Sorted set of tenants with a record: encoded tenant -> time of its last start (ms); trimmed to the
-        last couple of minutes. The dashboard's candidates for "busiest" besides waiting jobs."""
+        """Sorted set of tenants with a record: encoded tenant -> time of its last admission (ms: the first start
+        of a minute that gave it a record of its own); trimmed to the last few minutes. The dashboard's
+        candidates for "busiest" besides waiting jobs, and what tells a flush past the per-minute cap which
+        records it need not read."""
         return f"{self.prefix}:{{obs}}:recent"
 
     def observe_events(self) -> str:
