@@ -3,8 +3,9 @@
 For each number of active tenants, a FairQueue is filled round-robin (every tenant keeps jobs waiting), then
 ``--pops`` pops are made in-process with ``FairQueue.pop_fair()`` (no worker, no job run), in chunks of 100.
 Reported from ``INFO commandstats``: commands per pop (the script's own commands, as Redis counts them, and
-its ``EVALSHA``; CPU noise cannot move this), and the ``EVALSHA`` time per call of the lowest and the median
-chunk (noise only adds time, so the lowest chunk is the nearest to the script's own cost).
+its ``FCALL``, or ``EVALSHA`` on a Redis without functions; CPU noise cannot move this), and that call's time
+per call of the lowest and the median chunk (noise only adds time, so the lowest chunk is the nearest to the
+script's own cost).
 
 Always runs on a private redis-server.
 
@@ -25,6 +26,7 @@ from rq import Queue
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.jobs import noop
+from bench.redisstats import pop_stat
 from fair_router import FairQueue, Settings
 from fair_router.demo.redis_server import RedisServer
 
@@ -49,7 +51,8 @@ def measure(conn: Redis, tenants: int, pops: int) -> tuple[float, float, float]:
         stats = cast(dict[str, dict[str, Any]], conn.info("commandstats"))
         calls += sum(int(value["calls"]) for name, value in stats.items()
                      if not name.startswith(("cmdstat_config", "cmdstat_info")))
-        times.append(float(stats["cmdstat_evalsha"]["usec"]) / int(stats["cmdstat_evalsha"]["calls"]))
+        pop = pop_stat(stats)
+        times.append(float(pop["usec"]) / int(pop["calls"]))
     return calls / (pops // CHUNK * CHUNK), min(times), statistics.median(times)
 
 

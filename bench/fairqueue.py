@@ -39,6 +39,7 @@ from rq.registry import FinishedJobRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.jobs import noop
+from bench.redisstats import pop_stat
 from fair_router import FairQueue, Settings, WeightedSimpleWorker
 from fair_router.demo.redis_server import RedisServer
 
@@ -57,7 +58,8 @@ def fill(queue: Queue, tenants: int, total: int) -> None:
 
 
 COMMANDS: dict[tuple[bool, int], list[tuple[float, float]]] = {}
-"""(fair, tenants) -> per drain: (Redis commands per job, fair pop EVALSHA us per call), from INFO commandstats."""
+"""(fair, tenants) -> per drain: (Redis commands per job, fair pop us per call: FCALL, or EVALSHA on a Redis
+without functions), from INFO commandstats."""
 
 
 def timed_burst(conn: Redis, worker: SimpleWorker, jobs: int) -> tuple[float, dict[str, Any], int]:
@@ -87,7 +89,7 @@ def drain(conn: Redis, fair: bool, tenants: int, jobs: int, weighted: bool = Fal
     if fair:
         worker.queue_class = FairQueue  # as `rq worker --queue-class fair_router.FairQueue`
     elapsed, stats, calls = timed_burst(conn, worker, jobs)
-    pop = stats.get("cmdstat_evalsha", {}).get("usec_per_call", 0.0)
+    pop = float(pop_stat(stats)["usec_per_call"])
     COMMANDS.setdefault((fair, tenants), []).append((calls / jobs, pop))
     done = FinishedJobRegistry("bench", connection=conn).count
     assert done == jobs, f"drained {done} of {jobs}"
@@ -166,7 +168,7 @@ def main() -> None:
     for (fair, tenants), noted in sorted(COMMANDS.items()):
         side = "fair " if fair else "plain"
         print(f"{side} {tenants:>7} tenants: {statistics.median(r[0] for r in noted):5.1f} Redis commands/job"
-              + (f", fair pop {statistics.median(r[1] for r in noted):5.1f} us/call (EVALSHA)" if fair else ""))
+              + (f", fair pop {statistics.median(r[1] for r in noted):5.1f} us/call" if fair else ""))
     print(f"single enqueue, fair/plain enqueues/s: {statistics.median(enqueue):.2f}x (per round "
           + " ".join(f"{x:.2f}" for x in enqueue) + f"; {args.enqueues} enqueues per side and round)")
 

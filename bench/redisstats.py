@@ -14,9 +14,18 @@ from redis import Redis
 
 NOT_JOBS = ("cmdstat_info", "cmdstat_config|resetstat", "cmdstat_config", "cmdstat_flushdb", "cmdstat_flushall")
 """The benchmark's own reads and resets: never part of a job's cost."""
-CONTAINERS = ("cmdstat_eval", "cmdstat_evalsha", "cmdstat_exec")
+CONTAINERS = ("cmdstat_eval", "cmdstat_evalsha", "cmdstat_fcall", "cmdstat_exec")
 """Commands whose usec includes the commands they ran (each also counted on its own line)."""
-SCRIPTS = ("cmdstat_eval", "cmdstat_evalsha")
+SCRIPTS = ("cmdstat_eval", "cmdstat_evalsha", "cmdstat_fcall")
+
+
+def pop_stat(stats: dict[str, Any]) -> dict[str, Any]:
+    """The fair pop's line of ``INFO commandstats``: FCALL, its only Redis function, where the server has
+    functions (Redis >= 7); else EVALSHA, the workers' only EVALSHA besides the rare park. Zeros if none ran."""
+    for name in ("cmdstat_fcall", "cmdstat_evalsha"):
+        if name in stats:
+            return dict(stats[name])
+    return {"calls": 0, "usec": 0.0, "usec_per_call": 0.0}
 
 
 def server_cpu(conn: Redis) -> float:

@@ -8,8 +8,9 @@ tenant (``--rate``, high enough never to defer a job, so each start runs the GCR
 start to the fair queue) and start recording. ``INFO commandstats`` is reset just before the workers start and
 read once ``--jobs`` jobs have finished; reported per finished job: Redis commands (commands run inside scripts
 count, as Redis counts them), the server's CPU time (``INFO cpu``, user + system: everything it did, I/O
-included), the scripts' time (EVAL/EVALSHA usec), and the fair pop's own time per call (EVALSHA: the
-workers' only EVALSHA besides the rare park; every other script rides a pipeline as EVAL). The goal (issue
+included), the scripts' time (EVAL/EVALSHA/FCALL usec), and the fair pop's own time per call (bench/redisstats.py
+``pop_stat``: its FCALL, or on a Redis without functions the workers' only EVALSHA besides the rare park;
+every other script rides a pipeline as EVAL). The goal (issue
 27): server time per job at 100k tenants at most 1.2x that at 10. Server figures are what CPU noise
 of a shared machine moves least; jobs/s is printed too, for orientation only.
 
@@ -41,7 +42,7 @@ from rq.registry import FinishedJobRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.jobs import noop
-from bench.redisstats import NOT_JOBS, server_cpu
+from bench.redisstats import NOT_JOBS, SCRIPTS, pop_stat, server_cpu
 from fair_router import FairQueue, Settings
 from fair_router.demo.harness import stop_processes
 from fair_router.demo.redis_server import RedisServer
@@ -115,15 +116,15 @@ def measure(
         stop(procs)
     counted = {name: value for name, value in stats.items() if name not in NOT_JOBS}
     commands = sum(value["calls"] for value in counted.values())
-    scripts = {name: value for name, value in counted.items() if name in ("cmdstat_evalsha", "cmdstat_eval")}
-    pop = scripts.get("cmdstat_evalsha", {"calls": 0, "usec_per_call": 0.0})
+    scripts = {name: value for name, value in counted.items() if name in SCRIPTS}
+    pop = pop_stat(counted)
     return {
         "tenants": tenants, "workers": workers, "jobs": done,
         "commands_per_job": commands / done,
         "server_cpu_usec_per_job": cpu * 1e6 / done,
         "script_usec_per_job": sum(value["usec"] for value in scripts.values()) / done,
-        "evalsha_usec_per_call": pop["usec_per_call"],
-        "evalsha_per_job": pop["calls"] / done,
+        "pop_usec_per_call": pop["usec_per_call"],
+        "pops_per_job": pop["calls"] / done,
         "jobs_per_s": done / elapsed,
         "top": sorted(((name[8:], value["calls"] / done, value["usec_per_call"]) for name, value in counted.items()),
                       key=lambda row: -row[1])[:12],
@@ -146,7 +147,7 @@ def main() -> None:
             row = rows[-1]
             print(f"{tenants:>7} tenants: {row['commands_per_job']:5.1f} commands/job, "
                   f"server CPU {row['server_cpu_usec_per_job']:6.1f} us/job, "
-                  f"fair pop {row['evalsha_usec_per_call']:5.1f} us/call ({row['evalsha_per_job']:.2f}/job), "
+                  f"fair pop {row['pop_usec_per_call']:5.1f} us/call ({row['pops_per_job']:.2f}/job), "
                   f"scripts {row['script_usec_per_job']:6.1f} us/job, {row['jobs_per_s']:6.0f} jobs/s", flush=True)
     base = rows[0]["server_cpu_usec_per_job"] or 1.0
     print("server CPU per job relative to the first size (goal <= 1.2x): "

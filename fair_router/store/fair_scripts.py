@@ -106,6 +106,7 @@ class FairPopScript(LuaScript[PopResult]):
     """fair_pop.lua: the next job of a fair queue, plain entries first-come, fair jobs by stride."""
 
     name = "fair_pop"
+    as_function = True  # every worker's every fetch: its lua/lib pieces defined once, not per call
 
     def __call__(
         self, keys: FairQueueKeys, given: str, acks: Sequence[str], now_ms: str, runtime: bool = False,
