@@ -64,6 +64,8 @@ def test_good_settings_pass_and_ping_and_deep_reach_the_server(project: Path, re
     version = conn.info("server")["redis_version"]
     assert f"answers, Redis {version}" in done.stdout
     assert f"scripts:   {len(script_names())} loaded" in done.stdout
+    functions = int(version.split(".")[0]) >= 7
+    assert ("the fair pop as a Redis function" in done.stdout) == functions, done.stdout
     shas = [hashlib.sha1(assemble(name).encode()).hexdigest() for name in script_names()]
     assert len(shas) >= 10 and all(conn.script_exists(*shas))
 

@@ -22,6 +22,7 @@ from fair_router.core.keys import Keys
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
+from fair_router.store.fair_scripts import FairPopScript
 from fair_router.store.luascript import assemble, lua_dir
 from fair_router.workers.pool import redact_url
 
@@ -35,7 +36,8 @@ def script_names() -> list[str]:
 
 def server_findings(settings: Settings, deep: bool) -> list[Finding]:
     """Reach the settings' Redis: its version, tiers stored there, and with ``deep`` every script loaded by
-    SCRIPT LOAD. An unreachable server ends the command with status 1."""
+    SCRIPT LOAD (and the fair pop's function library where the server has functions). An unreachable server
+    ends the command with status 1."""
     url = redact_url(settings.redis_url)
     try:  # on a Redis Cluster: our state through a RedisCluster, the version from the owner of rq's slot
         pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5,
@@ -65,7 +67,9 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
                 click.echo(str(finding), err=True)
             click.echo(f"error: {len(failed)} script(s) do not load on Redis {version} at {url}", err=True)
             sys.exit(1)
-        click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD)")
+        pop = ("as a Redis function (FUNCTION LOAD)" if FairPopScript(connection).runs_as_function()
+               else "as EVALSHA (Redis < 7, FUNCTION not allowed, or a cluster)")
+        click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD); the fair pop {pop}")
     return findings
 
 
@@ -110,6 +114,10 @@ def _load_scripts(connection: Redis) -> list[Finding]:
             connection.script_load(assemble(name))
         except RedisError as exc:
             failed.append(Finding("error", f"lua/{name}.lua", f"SCRIPT LOAD failed: {exc}"))
+    try:
+        FairPopScript(connection).runs_as_function()
+    except RedisError as exc:
+        failed.append(Finding("error", "lua/fair_pop.lua", f"FUNCTION LOAD failed: {exc}"))
     return failed
 
 

@@ -210,7 +210,7 @@ class LuaScript(Generic[R]):
         FUNCTION FLUSH; the call that met it did nothing), else EVALSHA (redis-py loads the script after
         NOSCRIPT and retries)."""
         function = self.function
-        if function is not None and self._library_loaded(function):
+        if function is not None and self.runs_as_function():
             try:
                 return self._connection.fcall(function, len(keys), *keys, *args)
             except ResponseError as error:
@@ -220,12 +220,13 @@ class LuaScript(Generic[R]):
                 return self._connection.fcall(function, len(keys), *keys, *args)
         return self._registered(keys=keys, args=args)
 
-    def _library_loaded(self, function: str) -> bool:
-        """Whether this script's library is loaded (now, if this process has not yet) on its connection's
-        server; False when the server cannot have it (Redis < 7, a user without FUNCTION LOAD, a cluster
-        client, whose scripts run on each node as EVALSHA)."""
+    def runs_as_function(self) -> bool:
+        """Whether this script runs as a Redis function on its connection's server, its library loaded (now, if
+        this process has not yet); False when it is not :attr:`as_function` or the server cannot have it (Redis
+        < 7, a user without FUNCTION LOAD, a cluster client, whose scripts run on each node as EVALSHA)."""
+        function = self.function
         pool = getattr(self._connection, "connection_pool", None)
-        if pool is None:
+        if function is None or pool is None:
             return False
         loaded = _LOADED.setdefault(pool, set())
         if _NO_FUNCTIONS in loaded:
