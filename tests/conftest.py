@@ -61,7 +61,7 @@ def terminate(proc: subprocess.Popen[bytes], grace: float) -> None:
 
 def command_calls(conn: Redis, *names: str) -> int:
     """Calls the server has counted (INFO commandstats) for the named commands, e.g. "hset" or
-    "eval", "evalsha"; with no names, every command it has processed."""
+    "eval", "evalsha", "fcall"; with no names, every command it has processed."""
     if not names:
         return int(cast(dict[str, Any], conn.info("stats"))["total_commands_processed"])
     stats = cast(dict[str, Any], conn.info("commandstats"))

@@ -273,7 +273,7 @@ def test_the_settlement_rides_in_rqs_after_job_transaction(conn: Redis) -> None:
 
 def script_and_exec_calls(conn: Redis) -> tuple[int, int]:
     stats = conn.info("commandstats")
-    scripts = sum(int(stats.get(f"cmdstat_{name}", {"calls": 0})["calls"]) for name in ("eval", "evalsha"))
+    scripts = sum(int(stats.get(f"cmdstat_{name}", {"calls": 0})["calls"]) for name in ("eval", "evalsha", "fcall"))
     return scripts, int(stats.get("cmdstat_exec", {"calls": 0})["calls"])
 
 
