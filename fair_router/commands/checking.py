@@ -127,7 +127,7 @@ def _pop_function(connection: Redis) -> bool:
     try:
         return FairPopScript(connection).load_function()
     except ResponseError as exc:
-        if no_functions(exc):
+        if no_functions(exc, "function"):
             return False
         raise
 

@@ -66,11 +66,13 @@ _NO_FUNCTIONS = "fn:none"
 """In a pool's ``_LOADED`` set: its server or user can have no Redis functions (run scripts as EVALSHA)."""
 
 
-def no_functions(error: ResponseError) -> bool:
-    """Whether FCALL or FUNCTION LOAD failed because the server or the user cannot have functions (Redis < 7
-    does not know the commands; an ACL may forbid them), not because of the library or the call."""
+def no_functions(error: ResponseError, command: str) -> bool:
+    """Whether ``command`` (``fcall``, ``function``) was refused because the server or the user cannot have
+    functions (Redis < 7 does not know it; an ACL may forbid it): an error that names the command itself, not
+    one a command inside the function met (a script is not rolled back: its call is never sent again)."""
     text = str(error).lower()
-    return isinstance(error, NoPermissionError) or "unknown command" in text or "unknown subcommand" in text
+    refused = isinstance(error, NoPermissionError) or "unknown command" in text or "unknown subcommand" in text
+    return refused and command in text
 
 
 def lua_dir() -> Traversable:
@@ -224,7 +226,7 @@ class LuaScript(Generic[R]):
         try:
             return self._connection.fcall(function, len(keys), *keys, *args)
         except ResponseError as error:
-            if no_functions(error):
+            if no_functions(error, "fcall"):
                 _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
                 return self._registered(keys=keys, args=args)
             if "function not found" not in str(error).lower():
@@ -234,7 +236,7 @@ class LuaScript(Generic[R]):
         except (OutOfMemoryError, ReadOnlyError):
             return self._registered(keys=keys, args=args)
         except ResponseError as error:
-            if not no_functions(error):
+            if not no_functions(error, "function"):
                 raise
             _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
             return self._registered(keys=keys, args=args)
