@@ -13,7 +13,8 @@ built, registers it on the client it was built with, and its ``__call__`` names 
 and returns a :class:`Call`. A call runs in one of two ways:
 
 - ``call.run()``: on its own, as EVALSHA (redis-py loads the script once after NOSCRIPT); returns the typed
-  result.
+  result. A wrapper with ``as_function`` (the fair pop) runs as FCALL of a Redis function library instead
+  where the server has functions (:func:`assemble_library`, :meth:`LuaScript.evalsha`).
 - ``call.queue(pipeline)``: the one way to run inside a pipeline: queued as EVAL of the source. The reply
   comes back in ``pipeline.execute()``'s list at the call's place, and ``script.parse(reply)`` types it.
   EVAL rather than EVALSHA: for a pipeline holding a registered script, redis-py sends SCRIPT EXISTS before
@@ -62,6 +63,8 @@ _SOURCES: dict[str, str] = {}
 """SHA -> source of every script built in this process (what :func:`execute_loaded` loads after NOSCRIPT)."""
 
 _INCLUDE = re.compile(r"--\s*include:\s*(.*)")
+_FUNCTION_SLOT = "@@function@@"
+"""Stands for a library's function name while its text is hashed (the name is made from the hash)."""
 _NO_FUNCTIONS = "fn:none"
 """In a pool's ``_LOADED`` set: its server or user can have no Redis functions (run scripts as EVALSHA)."""
 
@@ -188,9 +191,9 @@ class LuaScript(Generic[R]):
         self.library = ""
         if self.as_function:
             # One library per version of its text: processes of two builds (a rolling deploy) each call their own.
-            digest = hashlib.sha1(assemble_library(self.name, "").encode()).hexdigest()[:16]
-            self.function = f"fair_router_{self.name}_{digest}"
-            self.library = assemble_library(self.name, self.function)
+            text = assemble_library(self.name, _FUNCTION_SLOT)
+            self.function = f"fair_router_{self.name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+            self.library = text.replace(_FUNCTION_SLOT, self.function)
 
     def ensure_loaded(self) -> None:
         """SCRIPT LOAD this script on its connection's server, once per connection pool and process (a round
