@@ -61,13 +61,13 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
     findings.extend(_stored_tiers(connection, settings))
     findings.extend(_plain_pops(connection, settings))
     if deep:
-        failed = _load_scripts(connection)
+        failed, function = _load_scripts(connection)
         if failed:
             for finding in failed:
                 click.echo(str(finding), err=True)
             click.echo(f"error: {len(failed)} script(s) do not load on Redis {version} at {url}", err=True)
             sys.exit(1)
-        pop = ("as a Redis function (FUNCTION LOAD)" if _pop_function(connection)
+        pop = ("as a Redis function (FUNCTION LOAD)" if function
                else "as EVALSHA (Redis < 7, FUNCTION not allowed, or a cluster)")
         click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD); the fair pop {pop}")
     return findings
@@ -107,18 +107,20 @@ def _text(raw: bytes | str) -> str:
     return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
 
-def _load_scripts(connection: Redis) -> list[Finding]:
-    failed = []
+def _load_scripts(connection: Redis) -> tuple[list[Finding], bool]:
+    """SCRIPT LOAD every script and FUNCTION LOAD the fair pop's library: what failed, and whether the pop runs
+    as a function here."""
+    failed, function = [], False
     for name in script_names():
         try:
             connection.script_load(assemble(name))
         except RedisError as exc:
             failed.append(Finding("error", f"lua/{name}.lua", f"SCRIPT LOAD failed: {exc}"))
     try:
-        _pop_function(connection)
+        function = _pop_function(connection)
     except RedisError as exc:
         failed.append(Finding("error", "lua/fair_pop.lua", f"FUNCTION LOAD failed: {exc}"))
-    return failed
+    return failed, function
 
 
 def _pop_function(connection: Redis) -> bool:
