@@ -11,7 +11,7 @@ Runs against a private redis-server, or against ``$REDIS_URL`` when set: then it
 uniquely named queues and keys, deletes them at the end, never flushes, and reads command statistics
 as deltas instead of resetting them.
 
-    .venv/bin/python bench/enqueue.py [--rounds N] [--quick] [--json PATH]
+    .venv/bin/python bench/enqueue.py [--rounds N] [--quick] [--json PATH] [--only SECTION]
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ from uuid import uuid4
 from redis import Redis
 from rq import Queue
 from rq.job import Job
+
+# This checkout's fair_router, not the installed one: a worktree of another commit measures that commit.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fair_router import FairJob, FairRouter, Rule, fair_job
 from fair_router.demo.redis_server import RedisServer
@@ -134,6 +137,11 @@ class Target:
         """(calls, usec) of EVALSHA so far."""
         stats = self.conn.info("commandstats").get("cmdstat_evalsha", {})
         return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+    def script_usec(self) -> int:
+        """Server usec of EVAL and EVALSHA so far (a routed batch's one script call is either)."""
+        stats = self.conn.info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{name}", {}).get("usec", 0)) for name in ("eval", "evalsha"))
 
     def reset_evalsha_stats(self) -> tuple[int, int]:
         """CONFIG RESETSTAT on a private server (a shared one's statistics are left alone); then
@@ -246,20 +254,27 @@ def bench_batch(bench: Target, sizes: Sizes) -> tuple[list[Row], dict[str, Any]]
         return routed_job.enqueue_many([((tenants[i % TENANTS], i), {}) for i in range(n)])
 
     seconds: dict[str, list[float]] = {"plain": [], "routed": []}
+    route_ms: list[float] = []  # route.lua's server time per routed batch (EVAL + EVALSHA usec)
     sides = [("plain", plain), ("routed", routed)]
     for rnd in range(sizes.batch_rounds):
         for name, fn in sides if rnd % 2 == 0 else sides[::-1]:
             bench.empty_queues()
             gc.collect()
+            before = bench.script_usec()
             t0 = time.perf_counter()
             jobs = fn()
             seconds[name].append(time.perf_counter() - t0)
+            if name == "routed":
+                route_ms.append((bench.script_usec() - before) / 1000)
             assert len(jobs) == n
     bench.empty_queues()
 
     rate = {name: n / statistics.median(got) for name, got in seconds.items()}
     row = ratio_row(f"enqueue_many of {n:,}, jobs/s", rate["plain"], rate["routed"], "/s", 0.90, True)
-    return [row], {"jobs": n, "seconds": seconds, "jobs_per_s": rate, "ratio": rate["routed"] / rate["plain"]}
+    script = Row(f"  route.lua server time per batch of {n:,} (median)", "-", f"{statistics.median(route_ms):,.1f} ms",
+                 f"{statistics.median(route_ms) * 1000 / n:.1f} us/job", "", None)
+    return [row, script], {"jobs": n, "seconds": seconds, "jobs_per_s": rate, "ratio": rate["routed"] / rate["plain"],
+                           "route_ms": route_ms}
 
 
 # -- 3. window memory -----------------------------------------------------------------------------
@@ -385,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-rounds", type=int, help="enqueue_many rounds per side (default 5; --quick 2)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--only", choices=["single", "batch", "memory", "script"], action="append",
+                        help="run only this section (repeatable)")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.rounds is not None:
@@ -403,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"sizes: {sizes}")
         sections = [("single", bench_single), ("batch", bench_batch), ("memory", bench_memory),
                     ("script", bench_script)]
-        for name, section in sections:
+        for name, section in [(name, section) for name, section in sections if name in (args.only or [name])]:
             t0 = time.perf_counter()
             section_rows, results[name] = section(bench, sizes)
             print(f"  {name}: {time.perf_counter() - t0:.1f} s", flush=True)

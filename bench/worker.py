@@ -39,6 +39,9 @@ from redis import Redis
 from rq import Queue, SimpleWorker
 from rq.registry import FailedJobRegistry
 
+# This checkout's fair_router, not the installed one: a worktree of another commit measures that commit.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from fair_router import WeightedSimpleWorker
 from fair_router.config.settings import ConcurrencyConfig, ObserveConfig, Settings, TiersConfig
 from fair_router.core.keys import Keys

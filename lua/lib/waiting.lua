@@ -2,6 +2,7 @@
 -- shows waiting there, no scan): `counts` HASH "<queue>|<encoded tenant>" -> jobs waiting; `jobs` HASH job id
 -- digest -> its field, so that a job counts once and its start takes back exactly its own count. Both keys
 -- carry the job key's tag (core/keys.py Keys.waiting), the tag of route.lua's windows.
+-- include: slices
 
 -- Job `member` (its id digest) waits under `field`; a job counted already stays counted once. Returns 1 when
 -- it counts now, 0 when it counted already.
@@ -9,6 +10,28 @@ local function wait(counts, jobs, member, field)
   if redis.call('HSETNX', jobs, member, field) == 0 then return 0 end
   redis.call('HINCRBY', counts, field, 1)
   return 1
+end
+
+-- Jobs `members[i]` wait under `fields[i]`, as wait() one by one would count them, in a few commands whatever
+-- their number (an HMGET and an HSET per slice, an HINCRBY per field).
+local function wait_all(counts, jobs, members, fields)
+  if #members == 1 then return wait(counts, jobs, members[1], fields[1]) end
+  local counted, hset, per_field = {}, {}, {}
+  call_sliced('HMGET', jobs, members, SLICE, function(have, first)
+    for i = 1, #have do
+      if have[i] then counted[members[first + i - 1]] = true end
+    end
+  end)
+  for i, member in ipairs(members) do
+    if not counted[member] then
+      counted[member] = true
+      hset[#hset + 1] = member
+      hset[#hset + 1] = fields[i]
+      per_field[fields[i]] = (per_field[fields[i]] or 0) + 1
+    end
+  end
+  call_sliced('HSET', jobs, hset, SLICE, nil)
+  for field, n in pairs(per_field) do redis.call('HINCRBY', counts, field, n) end
 end
 
 -- Job `member` started (or left): its count is taken back. Returns the field it counted under, or false when
@@ -30,8 +53,14 @@ local function read_waiting(at, n_windows)
 end
 
 -- route.lua: job `member`, recorded in window `window` (its tenant's), goes to family `queue` on `shard` (-1:
--- unsharded): it counts waiting there (section at ARGV[w], n_windows windows).
-local function route_wait(w, n_windows, window, member, queue, shard)
+-- unsharded): it will count waiting there (section at ARGV[w], n_windows windows), added to `waits`.
+local function route_wait(waits, w, n_windows, window, member, queue, shard)
   if shard >= 0 then queue = queue .. ARGV[w + 1 + n_windows] .. shard end
-  wait(KEYS[2 + n_windows], KEYS[3 + n_windows], member, queue .. '|' .. ARGV[w + window])
+  waits.members[#waits.members + 1] = member
+  waits.fields[#waits.fields + 1] = queue .. '|' .. ARGV[w + window]
+end
+
+-- route.lua: the jobs route_wait added to `waits` count waiting, once each.
+local function route_waits(waits, n_windows)
+  if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end

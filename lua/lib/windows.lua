@@ -1,7 +1,12 @@
 -- lib/windows.lua: route.lua's throttle rules, read from ARGV where they stand (no table built per call: a
 -- call records one enqueue at a time and most read only the rules' thresholds), and an enqueue recorded in
--- its tenant's sliding window, which answers the last rule the window now matches.
+-- its tenant's sliding window, which answers the last rule the window now matches; or a batch's enqueues of
+-- one tenant recorded together, each answered as if recorded alone in turn.
+-- include: slices
 -- ARGV[3..]: cap, n_rules, base queue, then per rule r: per_ms, threshold, queue (ARGV[3 + 3r .. 5 + 3r]).
+
+-- Redis' default zset-max-listpack-entries: a window of at most this many entries is kept compact (a listpack).
+local LISTPACK_MAX = 128
 
 -- The queue family of rule `r` (0: the base queue).
 local function rule_target(r)
@@ -33,4 +38,62 @@ local function record_and_match(key, member, now_ms, n_rules)
     end
   end
   return 0
+end
+
+-- Record the enqueues `members` (job id digests, in enqueue order; all of one window `key`, at `now_ms`) as
+-- record_and_match would one after another, in a few commands whatever their number. Returns the rule each
+-- member matched; nil, having recorded nothing, when a member is in the window already or twice in `members`
+-- (a re-sent job id: whether it counts again depends on the trims before it, which only one-by-one recording
+-- follows).
+-- Exact otherwise: the entries inside a rule's range are the window's newest (this call's are all at now_ms),
+-- so the k-th member sees the range's count before the call plus k, which trimming to the newest `cap` could
+-- only lower past cap > every threshold; one trim after all the adds keeps the newest `cap`, as one per add.
+local function record_all_and_match(key, members, now_ms, n_rules)
+  local seen = {}
+  for _, member in ipairs(members) do
+    if seen[member] then return nil end
+    seen[member] = true
+  end
+  local size, cap, counts = redis.call('ZCARD', key), tonumber(ARGV[3]), {}
+  if size > 0 and size <= LISTPACK_MAX then  -- a small window is read whole (ZMSCORE scans a listpack per member)
+    for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+      if seen[member] then return nil end
+    end
+  elseif size > 0 then
+    local repeated = false
+    call_sliced('ZMSCORE', key, members, SLICE, function(scores)
+      for i = 1, #scores do repeated = repeated or scores[i] ~= false end
+    end)
+    if repeated then return nil end
+  end
+  for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
+    counts[r] = size + #members > tonumber(ARGV[4 + 3 * r])
+      and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_ms)
+  end
+  local zadd = {}
+  for _, member in ipairs(members) do
+    zadd[#zadd + 1] = now_ms
+    zadd[#zadd + 1] = member
+  end
+  call_sliced('ZADD', key, zadd, SLICE, nil)
+  if size + #members > cap then
+    redis.call('ZREMRANGEBYRANK', key, 0, size + #members - cap - 1)
+  end
+  if size + #members > LISTPACK_MAX and cap <= LISTPACK_MAX then
+    -- The adds made a window that one-by-one recording keeps compact (a listpack) a skiplist: rewritten whole
+    -- it is compact again (ZRANGESTORE sizes its destination by what it stores; route.lua sets the TTL after).
+    -- REV: each entry goes in at the listpack's head, where in order each would walk the whole list.
+    redis.call('ZRANGESTORE', key, key, 0, -1, 'REV')
+  end
+  local rules = {}
+  for i = 1, #members do
+    rules[i] = 0
+    for r = n_rules, 1, -1 do
+      if counts[r] and counts[r] + i > tonumber(ARGV[4 + 3 * r]) then
+        rules[i] = r
+        break
+      end
+    end
+  end
+  return rules
 end
