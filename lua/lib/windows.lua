@@ -1,11 +1,11 @@
--- lib/windows.lua: route.lua's throttle rules, read from ARGV where they stand (no table built per call: a
--- call records one enqueue at a time and most read only the rules' thresholds), and an enqueue recorded in
--- its tenant's sliding window, which answers the last rule the window now matches; or a batch's enqueues of
--- one tenant recorded together, each answered as if recorded alone in turn.
+-- lib/windows.lua: route.lua's throttle rules, read from ARGV where they stand (no table of them is built: most
+-- calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
+-- window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
+-- together, each answered as if recorded alone in turn.
 -- include: slices
--- ARGV[3..]: cap, n_rules, base queue, then per rule r: per_ms, threshold, queue (ARGV[3 + 3r .. 5 + 3r]).
+-- ARGV[2..]: ttl_ms, cap, n_rules, base queue, then per rule r: per_ms, threshold, queue (ARGV[3 + 3r .. 5 + 3r]).
 
--- Redis' default zset-max-listpack-entries: a window of at most this many entries is kept compact (a listpack).
+-- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
 local LISTPACK_MAX = 128
 
 -- The queue family of rule `r` (0: the base queue).
@@ -41,10 +41,11 @@ local function record_and_match(key, member, now_ms, n_rules)
 end
 
 -- Record the enqueues `members` (job id digests, in enqueue order; all of one window `key`, at `now_ms`) as
--- record_and_match would one after another, in a few commands whatever their number. Returns the rule each
--- member matched; nil, having recorded nothing, when a member is in the window already or twice in `members`
--- (a re-sent job id: whether it counts again depends on the trims before it, which only one-by-one recording
--- follows).
+-- record_and_match would one after another, in a few commands whatever their number (a ZADD per 1,000 members).
+-- Returns the rule each member matched; nil, having recorded nothing, where only one-by-one recording follows
+-- what happens: a member in the window already or twice in `members` (whether a re-sent id counts again depends
+-- on the trims before it), or an entry newer than now_ms (the clock stepped back: such entries outlive every
+-- trim, so trims lower the count of a rule's range below cap).
 -- Exact otherwise: the entries inside a rule's range are the window's newest (this call's are all at now_ms),
 -- so the k-th member sees the range's count before the call plus k, which trimming to the newest `cap` could
 -- only lower past cap > every threshold; one trim after all the adds keeps the newest `cap`, as one per add.
@@ -55,6 +56,8 @@ local function record_all_and_match(key, members, now_ms, n_rules)
     seen[member] = true
   end
   local size, cap, counts = redis.call('ZCARD', key), tonumber(ARGV[3]), {}
+  local newest = size > 0 and redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  if newest and tonumber(newest) > now_ms then return nil end
   if size > 0 and size <= LISTPACK_MAX then  -- a small window is read whole (ZMSCORE scans a listpack per member)
     for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
       if seen[member] then return nil end
@@ -80,10 +83,12 @@ local function record_all_and_match(key, members, now_ms, n_rules)
     redis.call('ZREMRANGEBYRANK', key, 0, size + #members - cap - 1)
   end
   if size + #members > LISTPACK_MAX and cap <= LISTPACK_MAX then
-    -- The adds made a window that one-by-one recording keeps compact (a listpack) a skiplist: rewritten whole
-    -- it is compact again (ZRANGESTORE sizes its destination by what it stores; route.lua sets the TTL after).
-    -- REV: each entry goes in at the listpack's head, where in order each would walk the whole list.
+    -- The adds took the window past a listpack's size (a skiplist then, which the trim does not undo): rewritten
+    -- whole, it is a listpack again (ZRANGESTORE sizes its destination by what it stores), and its TTL, which the
+    -- rewrite drops, is set again at once. REV: each entry goes in at the listpack's head, where in order each
+    -- would walk the whole list.
     redis.call('ZRANGESTORE', key, key, 0, -1, 'REV')
+    redis.call('PEXPIRE', key, ARGV[2])
   end
   local rules = {}
   for i = 1, #members do
