@@ -1,6 +1,6 @@
 -- observe_start.lua: add a batch of job starts (one worker's buffer, fair_router/observe/recorder.py) to the
 -- tenants' records and the all-tenant record.
--- include: time, obs_fields, obs_groups, obs_record, obs_recent
+-- include: time, slices, obs_fields, obs_groups, obs_record, obs_recent
 -- KEYS[1] the overflow record (#other), KEYS[2] the all-tenant record (#all), KEYS[3] recent: sorted set
 --         tenant -> when it was last admitted (ms); KEYS[3 + g] the record of group g's tenant (its last ':'
 --         part is the encoded tenant; a tenant with starts in several seconds has several groups). All {obs}.
@@ -64,8 +64,7 @@ for _, g in ipairs(groups) do
       verdict = true  -- it holds the minute already (or the minute is too old for the cap)
     elseif places[minute] < cap then
       places[minute] = places[minute] + 1
-      local tenant = string.match(g.key, '[^:]*$')
-      admitted[tenant] = math.max(admitted[tenant] or 0, g.at)  -- the latest, whatever the groups' order
+      admitted[g.tenant] = math.max(admitted[g.tenant] or 0, g.at)  -- the latest, whatever the groups' order
       verdict = true
     else
       verdict = false
@@ -90,14 +89,11 @@ write(KEYS[2], all_v, all, places)
 
 local zadd = {}
 for tenant, at in pairs(admitted) do
-  zadd[#zadd + 1], zadd[#zadd + 2] = int(at), tenant
-  if #zadd >= 1000 then
-    redis.call('ZADD', KEYS[3], 'GT', unpack(zadd))
-    zadd = {}
-  end
+  zadd[#zadd + 1] = int(at)
+  zadd[#zadd + 1] = tenant
 end
 -- GT: a late flush's older minute must not hide a newer admission from unread() (lib/obs_recent.lua)
-if #zadd > 0 then redis.call('ZADD', KEYS[3], 'GT', unpack(zadd)) end
+call_sliced('ZADD', KEYS[3], zadd, SLICE, nil, 'GT')
 if next(admitted) then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now_ms - recent_ms)) end
 
 local placed = {}

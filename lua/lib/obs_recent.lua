@@ -17,7 +17,7 @@ local function unread(order, tenants, places, now_ms)
     end
     if full then
       candidates[#candidates + 1] = key
-      names[#names + 1] = string.match(key, '[^:]*$')
+      names[#names + 1] = tenants[key][1].tenant
     end
   end
   local skip = {}

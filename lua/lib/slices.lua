@@ -5,10 +5,17 @@
 local SLICE = 2000
 
 -- redis.call(command, key, values...) for each slice of `values` (at most `per` of them, a multiple of the
--- command's arity); `each(reply, first)` gets each slice's reply and the index of its first value.
-local function call_sliced(command, key, values, per, each)
+-- command's arity), or redis.call(command, key, option, values...) when an `option` is given (ZADD's 'GT');
+-- `each(reply, first)` gets each slice's reply and the index of its first value.
+local function call_sliced(command, key, values, per, each, option)
   for first = 1, #values, per do
-    local reply = redis.call(command, key, unpack(values, first, math.min(first + per - 1, #values)))
+    local last = math.min(first + per - 1, #values)
+    local reply
+    if option then
+      reply = redis.call(command, key, option, unpack(values, first, last))
+    else
+      reply = redis.call(command, key, unpack(values, first, last))
+    end
     if each then each(reply, first) end
   end
 end
