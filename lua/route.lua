@@ -34,7 +34,7 @@ push, at = read_push(at, n_rules)
 
 -- The rule of each job (by its ARGV index) whose window holds several of this call's jobs: that window records
 -- them together (record_all_and_match), in a few commands however many there are. Jobs alone in their
--- window, or in one with a re-sent job id, are recorded in the loop below, one by one.
+-- window, or in one record_all_and_match leaves to one-by-one recording, are recorded in the loop below.
 local function record_shared_windows(at, n_argv)
   local windows, order, rules = {}, {}, {}
   while at <= n_argv do

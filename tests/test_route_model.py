@@ -122,3 +122,20 @@ def test_a_batch_routes_as_its_jobs_would_one_by_one(conn: Redis, rules: list[Ru
     for tenant, entries in model.windows.items():
         stored = conn.zrange(router.keys.window("app.job", tenant), 0, -1, withscores=True)
         assert sorted((int(score), member) for member, score in stored) == sorted(entries), tenant
+
+
+def test_a_batch_into_a_large_window_holding_newer_entries_routes_as_one_by_one(conn: Redis) -> None:
+    """A window past a listpack's size (read by ZMSCORE, not whole) whose newest entries are ahead of the clock:
+    they outlive every trim, so one by one the range's count stops below the threshold; the batch must see it."""
+    conn.flushall()
+    clock = Clock()
+    router = FairRouter(conn, clock=clock)
+    rules = [Rule(queue="slow", threshold=129, per=60)]  # the newest 130 entries are kept
+    model = Model(rules)
+    route = Route("app.job", "base", tuple(rules))
+    for step, (advance_ms, count) in enumerate([(-1_000, 125), (2_000, 5), (-1_000, 10)]):
+        clock.ms += advance_ms
+        batch = [("t", f"job-{step}-{i}") for i in range(count)]
+        expected = [model.route(tenant, job_id, clock.ms, "base") for tenant, job_id in batch]
+        assert [rule.queue if rule else "base" for rule in router.record_and_choose(route, batch)] == expected, step
+    assert expected == ["base"] * 10  # the 125 in range stay 125: each add trims one of them

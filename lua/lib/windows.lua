@@ -55,20 +55,22 @@ local function record_all_and_match(key, members, now_ms, n_rules)
     if seen[member] then return nil end
     seen[member] = true
   end
-  local size, cap, counts = redis.call('ZCARD', key), tonumber(ARGV[3]), {}
-  local newest = size > 0 and redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
-  if newest and tonumber(newest) > now_ms then return nil end
+  local size, cap, counts, newest = redis.call('ZCARD', key), tonumber(ARGV[3]), {}, now_ms
   if size > 0 and size <= LISTPACK_MAX then  -- a small window is read whole (ZMSCORE scans a listpack per member)
-    for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-      if seen[member] then return nil end
+    local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    for i = 1, #entries, 2 do
+      if seen[entries[i]] then return nil end
     end
+    newest = tonumber(entries[#entries])
   elseif size > 0 then
     local repeated = false
     call_sliced('ZMSCORE', key, members, SLICE, function(scores)
       for i = 1, #scores do repeated = repeated or scores[i] ~= false end
     end)
     if repeated then return nil end
+    newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
+  if newest > now_ms then return nil end
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
     counts[r] = size + #members > tonumber(ARGV[4 + 3 * r])
       and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_ms)
