@@ -58,14 +58,17 @@ local function record_shared_windows(at, n_argv)
 end
 
 local reply, routed, touched, n_argv = {}, {}, {}, #ARGV
-local shared, waits = record_shared_windows(at, n_argv), {members = {}, fields = {}}
+-- One job (a delay(), the one-round-trip enqueue): nothing to record together, its waiting count goes at once.
+local several = at <= n_argv and at + 3 + tonumber(ARGV[at + 2]) <= n_argv
+local shared = several and record_shared_windows(at, n_argv)
+local waits = several and {members = {}, fields = {}}
 while at <= n_argv do
   local window, member, n_cand = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
   local rule = 0
   if window > 0 and n_rules > 0 then
     local key = KEYS[1 + window]
     touched[key] = true
-    rule = shared[at] or record_and_match(key, member, now_ms, n_rules)
+    rule = shared and shared[at] or record_and_match(key, member, now_ms, n_rules)
     routed[rule] = (routed[rule] or 0) + 1
   end
   local shard = least_loaded(loads, rule, at + 2, n_cand)
@@ -74,7 +77,7 @@ while at <= n_argv do
   reply[#reply + 1] = shard
   at = at + 3 + n_cand
 end
-if waiting then route_waits(waits, n_windows) end
+if waiting and waits then route_waits(waits, n_windows) end
 
 -- Counted per target queue family (the dashboard reads them): one HINCRBY per rule used by the batch.
 for rule, n in pairs(routed) do

@@ -53,11 +53,14 @@ local function read_waiting(at, n_windows)
 end
 
 -- route.lua: job `member`, recorded in window `window` (its tenant's), goes to family `queue` on `shard` (-1:
--- unsharded): it will count waiting there (section at ARGV[w], n_windows windows), added to `waits`.
+-- unsharded): it counts waiting there (section at ARGV[w], n_windows windows), at once, or when `waits` (a
+-- batch's: route_waits counts them all) is given, later.
 local function route_wait(waits, w, n_windows, window, member, queue, shard)
   if shard >= 0 then queue = queue .. ARGV[w + 1 + n_windows] .. shard end
+  local field = queue .. '|' .. ARGV[w + window]
+  if not waits then return wait(KEYS[2 + n_windows], KEYS[3 + n_windows], member, field) end
   waits.members[#waits.members + 1] = member
-  waits.fields[#waits.fields + 1] = queue .. '|' .. ARGV[w + window]
+  waits.fields[#waits.fields + 1] = field
 end
 
 -- route.lua: the jobs route_wait added to `waits` count waiting, once each.
