@@ -267,6 +267,13 @@ def test_enqueue_many_routes_the_batch_in_one_call(conn: Redis) -> None:
     assert Queue("default_superslow", connection=conn).count == 3
 
 
+def rq_batch_hsets(conn: Redis, n: int) -> int:
+    """The HSETs rq's own enqueue_many of ``n`` jobs sends (the job saves a routed batch sends as well)."""
+    before = command_calls(conn, "hset")
+    Queue("plain", connection=conn).enqueue_many([Queue.prepare_data(routed_jobs.echo, (i,)) for i in range(n)])
+    return command_calls(conn, "hset") - before
+
+
 def test_a_batch_records_each_tenant_s_jobs_together(conn: Redis) -> None:
     """1,000 jobs of 5 tenants: each window records its 200 jobs in a few commands, and their waiting counts
     go in one HMGET, one HSET and one HINCRBY per queue and tenant, where one by one they took 4 window
@@ -287,9 +294,7 @@ def test_a_batch_records_each_tenant_s_jobs_together(conn: Redis) -> None:
     assert sent["zcount"] == 5 * 2 and sent["zrange"] == sent["zmscore"] == sent["hsetnx"] == 0
     assert sent["hmget"] == 1 and sent["hincrby"] == 5 * 3 + 3  # per (queue, tenant) waiting, per rule routed
     # rq's saves of 1,000 jobs (as many HSETs as a plain batch of 1,000 sends), and the waiting jobs in one HSET
-    plain = command_calls(conn, "hset")
-    Queue("plain", connection=conn).enqueue_many([Queue.prepare_data(routed_jobs.echo, (i,)) for i in range(1_000)])
-    assert sent["hset"] == command_calls(conn, "hset") - plain + 1
+    assert sent["hset"] == rq_batch_hsets(conn, 1_000) + 1
     jobs, sent = batch(200)  # into windows of 5 entries, each read whole once (re-sent ids, newer entries)
     assert {job.origin for job in jobs} == {"default_superslow"}
     assert sent["zrange"] == 5 and sent["zmscore"] == 0 and sent["zadd"] == 5
@@ -307,9 +312,7 @@ def test_a_batch_longer_than_a_slice_is_sent_in_slices(conn: Redis) -> None:
     before = {name: command_calls(conn, name) for name in names}
     jobs = echo.enqueue_many([(("t", i), {}) for i in range(2_500)])
     sent = {name: command_calls(conn, name) - before[name] for name in names}
-    plain = command_calls(conn, "hset")
-    Queue("plain", connection=conn).enqueue_many([Queue.prepare_data(routed_jobs.echo, (i,)) for i in range(2_500)])
-    assert (sent["zadd"], sent["hmget"], sent["hset"] - (command_calls(conn, "hset") - plain)) == (3, 2, 3)
+    assert (sent["zadd"], sent["hmget"], sent["hset"] - rq_batch_hsets(conn, 2_500)) == (3, 2, 3)
     assert [job.origin for job in jobs[:5]] == ["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"]
     assert Queue("default_superslow", connection=conn).count == 2_496
     assert conn.zcard(echo.router.keys.window(echo.job_key, "t")) == 5
