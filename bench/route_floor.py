@@ -1,0 +1,185 @@
+"""How close a routed ``delay()`` can come to plain rq's ``enqueue``: the floor under any routing script.
+
+Three sides against one private redis-server, called in turn (which goes first rotates with every call, so
+that a burst of machine noise lands on all three):
+
+1. ``plain``: rq's ``Queue.enqueue(noop, i)``: two MULTIs (the queue's registration, then the job's save and
+   push), 46 command arguments in all.
+2. ``routed``: a ``@fair_job``'s ``.delay(tenant, i)``, 50 tenants, two rules: one MULTI, rq's save then
+   ``route.lua`` (window, rule, waiting count, push), whose call carries 36 arguments.
+3. ``floor``: the same enqueue through a router whose route script only pushes the job (its ``RPUSH`` and
+   ``SADD``), with route.lua's very KEYS and ARGV: what a routed enqueue costs before its script routes
+   anything. It says how far a cheaper route.lua alone could take the ratio.
+
+Per side: the median latency; the median client CPU (the thread's CPU time around the call: rq's job, the
+router's Python, redis-py's packing of every argument); and the median of their difference, the wait (the
+round trips and the server's time). Ratios are against plain, in the same run. It also prints whether redis-py
+has hiredis, which packs commands in C: redis-py's own packer costs about a microsecond per argument.
+
+    .venv/bin/python bench/route_floor.py [--rounds 6] [--per-round 1000] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from redis.utils import HIREDIS_AVAILABLE
+from rq import Queue
+
+# This checkout's fair_router, not the installed one: a worktree of another commit measures that commit.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fair_router import FairRouter, Rule, fair_job
+from fair_router.demo.redis_server import RedisServer
+from fair_router.store.scripts import RouteScript
+
+# rq stores a job's function by dotted path and refuses functions defined in __main__.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs import noop
+
+TENANTS = 50
+SIDES = ("plain", "routed", "floor")
+
+# route.lua's sections, read only as far as its push section (lib/routepush.lua): the job goes onto its base
+# family's list, as route.lua puts a job no rule matched, and every job is answered (rule 0, unsharded).
+FLOOR_LUA = """
+local n_rules = tonumber(ARGV[4])
+local at = 7 + 3 * n_rules
+if ARGV[at] == '1' then at = at + 2 + tonumber(ARGV[6 + 3 * n_rules]) else at = at + 1 end
+if ARGV[at] ~= '0' then return redis.error_reply('route_floor: a sharded route') end
+at = at + 1
+if ARGV[at] ~= '1' then return redis.error_reply('route_floor: no push section') end
+local job = #KEYS - n_rules - 2
+redis.call(ARGV[at + 1] == '1' and 'LPUSH' or 'RPUSH', KEYS[job + 2], ARGV[at + 2])
+redis.call('SADD', KEYS[job + 1], KEYS[job + 2])
+return {0, -1}
+"""
+
+
+class FloorRoute(RouteScript):
+    """route.lua's wrapper over the floor script: same KEYS and ARGV, same reply shape."""
+
+    def build_source(self) -> str:
+        return FLOOR_LUA
+
+
+def routed_side(conn: Redis, prefix: str, floor: bool) -> tuple[Callable[[int], object], str]:
+    """A routed ``delay`` over ``prefix``'s queues (the floor's router runs FloorRoute); and its base queue."""
+    router = FairRouter(conn, prefix=prefix)
+    if floor:
+        router._route = FloorRoute(conn)  # the bench's one reach inside: the script the router runs
+    base = f"{prefix}.default"
+    rules = (Rule(queue=f"{base}_throttled", threshold=100, per="1h"),
+             Rule(queue=f"{base}_superslow", threshold=10, per="1m"))
+    job = fair_job(base, rules=rules, tenant=lambda tenant, i: tenant, router=router)(noop)
+    tenants = [f"tenant-{k}" for k in range(TENANTS)]
+    return (lambda i: job.delay(tenants[i % TENANTS], i)), base
+
+
+def measure(calls: dict[str, Callable[[int], object]], rounds: int, per_round: int,
+            empty: Callable[[], None]) -> dict[str, Any]:
+    """Per side and round, each call's latency and client CPU (ns); the sides take turns call by call."""
+    samples: dict[str, dict[str, list[int]]] = {side: {"wall": [], "cpu": []} for side in calls}
+    per_round_median: dict[str, list[float]] = {side: [] for side in calls}
+    order = list(calls)
+    for rnd in range(rounds):
+        gc.collect()
+        walls: dict[str, list[int]] = {side: [] for side in calls}
+        for i in range(rnd * per_round, (rnd + 1) * per_round):
+            shift = i % len(order)
+            for side in order[shift:] + order[:shift]:
+                cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+                calls[side](i)
+                wall, cpu = time.perf_counter_ns() - wall0, time.thread_time_ns() - cpu0
+                walls[side].append(wall)
+                samples[side]["wall"].append(wall)
+                samples[side]["cpu"].append(cpu)
+        for side in calls:
+            per_round_median[side].append(statistics.median(walls[side]))
+        empty()
+    result: dict[str, Any] = {}
+    for side, got in samples.items():
+        result[side] = {
+            "wall_us": statistics.median(got["wall"]) / 1000,
+            "cpu_us": statistics.median(got["cpu"]) / 1000,
+            "wait_us": statistics.median(w - c for w, c in zip(got["wall"], got["cpu"], strict=True)) / 1000,
+            "round_ratios": [m / p for m, p in zip(per_round_median[side], per_round_median["plain"], strict=True)],
+        }
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=6, help="rounds (default 6)")
+    parser.add_argument("--per-round", type=int, default=1000, help="enqueues per side and round (default 1000)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+
+    with RedisServer() as server:
+        conn = server.client()
+        print(f"route floor bench: redis {conn.info('server')['redis_version']}, python "
+              f"{platform.python_version()}, rq {version('rq')}, redis-py {version('redis')}, "
+              f"hiredis {'yes' if HIREDIS_AVAILABLE else 'no'}; {args.rounds} rounds x {args.per_round} per side")
+        routed, routed_base = routed_side(conn, "bench_routed", floor=False)
+        floor, floor_base = routed_side(conn, "bench_floor", floor=True)
+        plain_queue = Queue("bench_plain.default", connection=conn)
+        calls: dict[str, Callable[[int], object]] = {
+            "plain": lambda i: plain_queue.enqueue(noop, i), "routed": routed, "floor": floor}
+        families = [plain_queue.name, *(f"{base}{suffix}" for base in (routed_base, floor_base)
+                                        for suffix in ("", "_throttled", "_superslow"))]
+
+        def queued() -> dict[str, int]:
+            return {name: Queue(name, connection=conn).count for name in families}
+
+        def empty() -> None:
+            for name in families:
+                Queue(name, connection=conn).empty()
+
+        for i in range(200):  # warm-up: script loads, rq's cached server version, the routers' announcements
+            for call in calls.values():
+                call(i)
+        empty()
+        result = measure(calls, args.rounds, args.per_round, empty)
+        # Every side enqueued what it was asked (the floor's script pushes onto its base queue): checked on a
+        # last round that is not emptied.
+        for call in calls.values():
+            for i in range(10):
+                call(i)
+        counts = queued()
+        on = {"plain": counts[plain_queue.name],
+              "routed": sum(n for name, n in counts.items() if name.startswith(routed_base)),
+              "floor": counts[floor_base]}
+        if on != dict.fromkeys(SIDES, 10):
+            print(f"error: jobs queued per side {on}, expected 10 each", file=sys.stderr)
+            return 1
+
+    print(f"{'side':8}{'latency':>12}{'ratio':>9}{'client CPU':>13}{'ratio':>9}{'wait':>11}  per-round ratios")
+    plain = result["plain"]
+    for side in SIDES:
+        got = result[side]
+        rounds = got["round_ratios"]
+        print(f"{side:8}{got['wall_us']:>9.1f} us{got['wall_us'] / plain['wall_us']:>8.3f}x"
+              f"{got['cpu_us']:>10.1f} us{got['cpu_us'] / plain['cpu_us']:>8.3f}x{got['wait_us']:>8.1f} us"
+              f"  {min(rounds):.3f}-{max(rounds):.3f}x")
+    if args.json:
+        report = {"rounds": args.rounds, "per_round": args.per_round, "hiredis": HIREDIS_AVAILABLE,
+                  "python": platform.python_version(), "rq": version("rq"), "redis_py": version("redis"),
+                  "results": result}
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
