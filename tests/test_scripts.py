@@ -3,6 +3,7 @@ KEYS are bound in FairQueueKeys order, and every script's header states its KEYS
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,7 @@ def test_a_piece_comes_after_the_pieces_it_includes() -> None:
 def test_fair_keys_binds_keys_in_field_order(conn: Redis) -> None:
     keys = Keys("fq_order").fair_queue("rq:queue:x")
     names = FairQueueKeys.names()
+    assert names == tuple(field.name for field in dataclasses.fields(FairQueueKeys))  # every field, in order
     assert names[0] == "rq_list" and len(set(names)) == len(names)
     assert keys.all_for_scripts() == [getattr(keys, name) for name in names]
     probe = assemble_source(f"-- include: fair_keys\nreturn {{{', '.join(names)}}}", "probe", lua_dir())

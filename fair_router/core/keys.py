@@ -9,7 +9,7 @@ Tenant ids and job keys are arbitrary user strings (``:`` ``{`` ``}`` unicode, k
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from urllib.parse import quote
 
 _SAFE = "._-@"
@@ -76,8 +76,9 @@ class FairQueueKeys:
     def names(cls) -> tuple[str, ...]:
         """The field names in declaration order: the one statement of the fair scripts' KEYS order. The
         loader binds KEYS[i] to a Lua local of the i-th name (``luascript.fair_keys_lua``), and
-        :meth:`all_for_scripts` passes the keys in this order."""
-        return tuple(field.name for field in fields(cls))
+        :meth:`all_for_scripts` passes the keys in this order. (A dataclass's ``__match_args__`` is its fields'
+        names in declaration order: read, not rebuilt by ``dataclasses.fields`` at every script call.)"""
+        return cls.__match_args__
 
     def all_for_scripts(self) -> list[str]:
         """KEYS of every fair_*.lua script, in field order: rq's list first, then the fair keys."""
