@@ -12,9 +12,16 @@ that a burst of machine noise lands on all three):
    anything. It says how far a cheaper route.lua alone could take the ratio.
 
 Per side: the median latency; the median client CPU (the thread's CPU time around the call: rq's job, the
-router's Python, redis-py's packing of every argument); and the median of their difference, the wait (the
-round trips and the server's time). Ratios are against plain, in the same run. It also prints whether redis-py
-has hiredis, which packs commands in C: redis-py's own packer costs about a microsecond per argument.
+router's Python, redis-py's packing of every argument, and the thread's own system time, so the socket calls
+of each round trip count here rather than in the wait); and the median of their difference, the wait (the
+rest of the round trips and the server's time). Ratios are against plain, in the same run. The sides take
+turns in each of the six orders in rotation. Between rounds the queues are emptied but the routers' windows,
+waiting counts and routed counters stay, as in production: each tenant's window fills up to its cap (101)
+over the rounds, where route.lua's call costs most. It also prints whether redis-py has hiredis, which packs
+commands in C: redis-py's own packer costs about a microsecond per argument.
+
+At the end it checks each side: every job id it returned is on one of its queues and nowhere twice, each of
+its non-empty queues is in ``rq:queues``, and the real router recorded windows where the floor's recorded none.
 
     .venv/bin/python bench/route_floor.py [--rounds 6] [--per-round 1000] [--json PATH]
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import platform
 import statistics
@@ -92,13 +100,12 @@ def measure(calls: dict[str, Callable[[int], object]], rounds: int, per_round: i
     """Per side and round, each call's latency and client CPU (ns); the sides take turns call by call."""
     samples: dict[str, dict[str, list[int]]] = {side: {"wall": [], "cpu": []} for side in calls}
     per_round_median: dict[str, list[float]] = {side: [] for side in calls}
-    order = list(calls)
+    orders = list(itertools.permutations(calls))
     for rnd in range(rounds):
         gc.collect()
         walls: dict[str, list[int]] = {side: [] for side in calls}
         for i in range(rnd * per_round, (rnd + 1) * per_round):
-            shift = i % len(order)
-            for side in order[shift:] + order[:shift]:
+            for side in orders[i % len(orders)]:
                 cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
                 calls[side](i)
                 wall, cpu = time.perf_counter_ns() - wall0, time.thread_time_ns() - cpu0
@@ -119,6 +126,29 @@ def measure(calls: dict[str, Callable[[int], object]], rounds: int, per_round: i
     return result
 
 
+def check_sides(conn: Redis, calls: dict[str, Callable[[int], object]], queues: dict[str, list[str]]) -> list[str]:
+    """One more call of each side, on emptied queues: each side's job ids are on its queues, each once; its
+    non-empty queues are in ``rq:queues``; the real router recorded windows, the floor's router none (the floor
+    script ran, not route.lua). Returns what is wrong."""
+    for names in queues.values():
+        for name in names:
+            Queue(name, connection=conn).empty()
+    problems = []
+    for side, call in calls.items():
+        ids = sorted(str(getattr(call(i), "id", "")) for i in range(10))
+        lists = [Queue.redis_queue_namespace_prefix + name for name in queues[side]]
+        queued = sorted(raw.decode() for key in lists for raw in conn.lrange(key, 0, -1))
+        if queued != ids:
+            problems.append(f"{side}: queued {queued}, returned {ids}")
+        for key in lists:
+            if conn.llen(key) and not conn.sismember(Queue.redis_queues_keys, key):
+                problems.append(f"{side}: {key} is not in {Queue.redis_queues_keys}")
+    windows = {side: sum(1 for _ in conn.scan_iter(match=f"bench_{side}:*:win:*")) for side in ("routed", "floor")}
+    if not windows["routed"] or windows["floor"]:
+        problems.append(f"window keys per router {windows}: route.lua records windows, the floor script none")
+    return problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6, help="rounds (default 6)")
@@ -136,32 +166,23 @@ def main(argv: list[str] | None = None) -> int:
         plain_queue = Queue("bench_plain.default", connection=conn)
         calls: dict[str, Callable[[int], object]] = {
             "plain": lambda i: plain_queue.enqueue(noop, i), "routed": routed, "floor": floor}
-        families = [plain_queue.name, *(f"{base}{suffix}" for base in (routed_base, floor_base)
-                                        for suffix in ("", "_throttled", "_superslow"))]
-
-        def queued() -> dict[str, int]:
-            return {name: Queue(name, connection=conn).count for name in families}
+        queues = {"plain": [plain_queue.name],
+                  **{side: [f"{base}{suffix}" for suffix in ("", "_throttled", "_superslow")]
+                     for side, base in (("routed", routed_base), ("floor", floor_base))}}
 
         def empty() -> None:
-            for name in families:
-                Queue(name, connection=conn).empty()
+            for names in queues.values():
+                for name in names:
+                    Queue(name, connection=conn).empty()
 
         for i in range(200):  # warm-up: script loads, rq's cached server version, the routers' announcements
             for call in calls.values():
                 call(i)
         empty()
         result = measure(calls, args.rounds, args.per_round, empty)
-        # Every side enqueued what it was asked (the floor's script pushes onto its base queue): checked on a
-        # last round that is not emptied.
-        for call in calls.values():
-            for i in range(10):
-                call(i)
-        counts = queued()
-        on = {"plain": counts[plain_queue.name],
-              "routed": sum(n for name, n in counts.items() if name.startswith(routed_base)),
-              "floor": counts[floor_base]}
-        if on != dict.fromkeys(SIDES, 10):
-            print(f"error: jobs queued per side {on}, expected 10 each", file=sys.stderr)
+        problems = check_sides(conn, calls, queues)
+        if problems:
+            print("error: " + "; ".join(problems), file=sys.stderr)
             return 1
 
     print(f"{'side':8}{'latency':>12}{'ratio':>9}{'client CPU':>13}{'ratio':>9}{'wait':>11}  per-round ratios")
