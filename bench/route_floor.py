@@ -1,12 +1,12 @@
 """How close a routed ``delay()`` can come to plain rq's ``enqueue``: the floor under any routing script.
 
-Three sides against one private redis-server, called in turn (which goes first rotates with every call, so
+Three sides against one private redis-server, called in turn, in each of their six orders by rotation (so
 that a burst of machine noise lands on all three):
 
 1. ``plain``: rq's ``Queue.enqueue(noop, i)``: two MULTIs (the queue's registration, then the job's save and
    push), 46 command arguments in all.
-2. ``routed``: a ``@fair_job``'s ``.delay(tenant, i)``, 50 tenants, two rules: one MULTI, rq's save then
-   ``route.lua`` (window, rule, waiting count, push), whose call carries 36 arguments.
+2. ``routed``: bench/enqueue.py's routed job, ``.delay(tenant, i)``, 50 tenants, two rules: one MULTI, rq's
+   save then ``route.lua`` (window, rule, waiting count, push), whose call carries 36 arguments.
 3. ``floor``: the same enqueue through a router whose route script only pushes the job (its ``RPUSH`` and
    ``SADD``), with route.lua's very KEYS and ARGV: what a routed enqueue costs before its script routes
    anything. It says how far a cheaper route.lua alone could take the ratio.
@@ -14,11 +14,11 @@ that a burst of machine noise lands on all three):
 Per side: the median latency; the median client CPU (the thread's CPU time around the call: rq's job, the
 router's Python, redis-py's packing of every argument, and the thread's own system time, so the socket calls
 of each round trip count here rather than in the wait); and the median of their difference, the wait (the
-rest of the round trips and the server's time). Ratios are against plain, in the same run. The sides take
-turns in each of the six orders in rotation. Between rounds the queues are emptied but the routers' windows,
-waiting counts and routed counters stay, as in production: each tenant's window fills up to its cap (101)
-over the rounds, where route.lua's call costs most. It also prints whether redis-py has hiredis, which packs
-commands in C: redis-py's own packer costs about a microsecond per argument.
+rest of the round trips and the server's time). Ratios are against plain, in the same run. Between rounds
+the queues are emptied but the routers' windows, waiting counts and routed counters stay, as in production:
+each tenant's window fills up to its cap (101) over the rounds, where route.lua's call costs most. It also
+prints whether redis-py has hiredis, which packs commands in C: redis-py's own packer costs about a
+microsecond per argument.
 
 At the end it checks each side: every job id it returned is on one of its queues and nowhere twice, each of
 its non-empty queues is in ``rq:queues``, and the real router recorded windows where the floor's recorded none.
@@ -48,15 +48,15 @@ from rq import Queue
 # This checkout's fair_router, not the installed one: a worktree of another commit measures that commit.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fair_router import FairRouter, Rule, fair_job
 from fair_router.demo.redis_server import RedisServer
 from fair_router.store.scripts import RouteScript
 
-# rq stores a job's function by dotted path and refuses functions defined in __main__.
+# rq stores a job's function by dotted path and refuses functions defined in __main__; bench/enqueue.py's
+# routed job is the one measured here.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from enqueue import TENANTS, Target, tenant_names
 from jobs import noop
 
-TENANTS = 50
 SIDES = ("plain", "routed", "floor")
 
 # route.lua's sections, read only as far as its push section (lib/routepush.lua): the job goes onto its base
@@ -82,17 +82,15 @@ class FloorRoute(RouteScript):
         return FLOOR_LUA
 
 
-def routed_side(conn: Redis, prefix: str, floor: bool) -> tuple[Callable[[int], object], str]:
-    """A routed ``delay`` over ``prefix``'s queues (the floor's router runs FloorRoute); and its base queue."""
-    router = FairRouter(conn, prefix=prefix)
+def routed_side(conn: Redis, floor: bool) -> tuple[Callable[[int], object], Target]:
+    """A routed ``delay`` of bench/enqueue.py's routed job (its rules, 50 tenants), over queues of its own (the
+    floor's router runs FloorRoute); and that bench's Target, which names the queues and the key prefix."""
+    bench = Target(conn, private=True)
     if floor:
-        router._route = FloorRoute(conn)  # the bench's one reach inside: the script the router runs
-    base = f"{prefix}.default"
-    rules = (Rule(queue=f"{base}_throttled", threshold=100, per="1h"),
-             Rule(queue=f"{base}_superslow", threshold=10, per="1m"))
-    job = fair_job(base, rules=rules, tenant=lambda tenant, i: tenant, router=router)(noop)
-    tenants = [f"tenant-{k}" for k in range(TENANTS)]
-    return (lambda i: job.delay(tenants[i % TENANTS], i)), base
+        bench.router._route = FloorRoute(conn)  # the bench's one reach inside: the script the router runs
+    job = bench.routed_noop()
+    tenants = tenant_names("tenant", TENANTS)
+    return (lambda i: job.delay(tenants[i % TENANTS], i)), bench
 
 
 def measure(calls: dict[str, Callable[[int], object]], rounds: int, per_round: int,
@@ -126,7 +124,8 @@ def measure(calls: dict[str, Callable[[int], object]], rounds: int, per_round: i
     return result
 
 
-def check_sides(conn: Redis, calls: dict[str, Callable[[int], object]], queues: dict[str, list[str]]) -> list[str]:
+def check_sides(conn: Redis, calls: dict[str, Callable[[int], object]], queues: dict[str, list[str]],
+                prefixes: dict[str, str]) -> list[str]:
     """One more call of each side, on emptied queues: each side's job ids are on its queues, each once; its
     non-empty queues are in ``rq:queues``; the real router recorded windows, the floor's router none (the floor
     script ran, not route.lua). Returns what is wrong."""
@@ -143,7 +142,7 @@ def check_sides(conn: Redis, calls: dict[str, Callable[[int], object]], queues: 
         for key in lists:
             if conn.llen(key) and not conn.sismember(Queue.redis_queues_keys, key):
                 problems.append(f"{side}: {key} is not in {Queue.redis_queues_keys}")
-    windows = {side: sum(1 for _ in conn.scan_iter(match=f"bench_{side}:*:win:*")) for side in ("routed", "floor")}
+    windows = {side: sum(1 for _ in conn.scan_iter(match=f"{prefix}:*:win:*")) for side, prefix in prefixes.items()}
     if not windows["routed"] or windows["floor"]:
         problems.append(f"window keys per router {windows}: route.lua records windows, the floor script none")
     return problems
@@ -161,14 +160,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"route floor bench: redis {conn.info('server')['redis_version']}, python "
               f"{platform.python_version()}, rq {version('rq')}, redis-py {version('redis')}, "
               f"hiredis {'yes' if HIREDIS_AVAILABLE else 'no'}; {args.rounds} rounds x {args.per_round} per side")
-        routed, routed_base = routed_side(conn, "bench_routed", floor=False)
-        floor, floor_base = routed_side(conn, "bench_floor", floor=True)
+        routed, routed_bench = routed_side(conn, floor=False)
+        floor, floor_bench = routed_side(conn, floor=True)
         plain_queue = Queue("bench_plain.default", connection=conn)
         calls: dict[str, Callable[[int], object]] = {
             "plain": lambda i: plain_queue.enqueue(noop, i), "routed": routed, "floor": floor}
-        queues = {"plain": [plain_queue.name],
-                  **{side: [f"{base}{suffix}" for suffix in ("", "_throttled", "_superslow")]
-                     for side, base in (("routed", routed_base), ("floor", floor_base))}}
+        queues = {"plain": [plain_queue.name], "routed": list(routed_bench.queue_names),
+                  "floor": list(floor_bench.queue_names)}
 
         def empty() -> None:
             for names in queues.values():
@@ -180,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                 call(i)
         empty()
         result = measure(calls, args.rounds, args.per_round, empty)
-        problems = check_sides(conn, calls, queues)
+        problems = check_sides(conn, calls, queues, {"routed": routed_bench.prefix, "floor": floor_bench.prefix})
         if problems:
             print("error: " + "; ".join(problems), file=sys.stderr)
             return 1
