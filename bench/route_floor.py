@@ -1,7 +1,7 @@
 """How close a routed ``delay()`` can come to plain rq's ``enqueue``: the floor under any routing script.
 
-Three sides against one private redis-server, called in turn, in each of their six orders by rotation (so
-that a burst of machine noise lands on all three):
+Four sides against one private redis-server, called in turn, in each of their orders by rotation (so that a
+burst of machine noise lands on all of them):
 
 1. ``plain``: rq's ``Queue.enqueue(noop, i)``: two MULTIs (the queue's registration, then the job's save and
    push), 46 command arguments in all.
@@ -10,6 +10,8 @@ that a burst of machine noise lands on all three):
 3. ``floor``: the same enqueue through a router whose route script only pushes the job (its ``RPUSH`` and
    ``SADD``), with route.lua's very KEYS and ARGV: what a routed enqueue costs before its script routes
    anything. It says how far a cheaper route.lua alone could take the ratio.
+4. ``fair``: a FairQueue's ``enqueue(noop, i, fair_tenant=...)`` over the same 50 tenants: one MULTI, rq's save
+   then ``fair_push.lua``.
 
 Per side: the median latency; the median client CPU (the thread's CPU time around the call: rq's job, the
 router's Python, redis-py's packing of every argument, and the thread's own system time, so the socket calls
@@ -20,10 +22,15 @@ each tenant's window fills up to its cap (101) over the rounds, where route.lua'
 prints whether redis-py has hiredis, which packs commands in C: redis-py's own packer costs about a
 microsecond per argument.
 
+``--rtt-us N`` puts bench/delay_proxy.py between every side and the server, adding N µs to each round trip
+(half each way): Redis as it is reached over a network, where plain rq's second round trip costs what a
+network's round trip costs. It prints the round trip it then measured (the median PING), which is what the
+ratios were taken at: the proxy's own relay adds a few tens of µs.
+
 At the end it checks each side: every job id it returned is on one of its queues and nowhere twice, each of
 its non-empty queues is in ``rq:queues``, and the real router recorded windows where the floor's recorded none.
 
-    .venv/bin/python bench/route_floor.py [--rounds 6] [--per-round 1000] [--json PATH]
+    .venv/bin/python bench/route_floor.py [--rounds 6] [--per-round 1000] [--rtt-us N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -48,16 +55,18 @@ from rq import Queue
 # This checkout's fair_router, not the installed one: a worktree of another commit measures that commit.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fair_router import FairQueue, Settings
 from fair_router.demo.redis_server import RedisServer
 from fair_router.store.scripts import RouteScript
 
 # rq stores a job's function by dotted path and refuses functions defined in __main__; bench/enqueue.py's
 # routed job is the one measured here.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from delay_proxy import DelayProxy
 from enqueue import TENANTS, Target, tenant_names
 from jobs import noop
 
-SIDES = ("plain", "routed", "floor")
+SIDES = ("plain", "routed", "floor", "fair")
 
 # route.lua's sections, read only as far as its push section (lib/routepush.lua): the job goes onto its base
 # family's list, as route.lua puts a job no rule matched, and every job is answered (rule 0, unsharded).
@@ -93,6 +102,23 @@ def routed_side(conn: Redis, floor: bool) -> tuple[Callable[[int], object], Targ
     return (lambda i: job.delay(tenants[i % TENANTS], i)), bench
 
 
+def fair_side(conn: Redis) -> tuple[Callable[[int], object], FairQueue]:
+    """A FairQueue's enqueue of ``noop`` over the routed side's 50 tenants, and the queue."""
+    queue = FairQueue("bench_fair.default", connection=conn, settings=Settings(prefix="bench_fair"))
+    tenants = tenant_names("tenant", TENANTS)
+    return (lambda i: queue.enqueue(noop, i, fair_tenant=tenants[i % TENANTS])), queue
+
+
+def ping_us(conn: Redis, pings: int = 300) -> float:
+    """The median PING round trip (µs): what a round trip costs on this connection."""
+    times = []
+    for _ in range(pings):
+        start = time.perf_counter_ns()
+        conn.ping()
+        times.append(time.perf_counter_ns() - start)
+    return statistics.median(times) / 1000
+
+
 def measure(calls: dict[str, Callable[[int], object]], rounds: int, per_round: int,
             empty: Callable[[], None]) -> dict[str, Any]:
     """Per side and round, each call's latency and client CPU (ns); the sides take turns call by call."""
@@ -125,13 +151,11 @@ def measure(calls: dict[str, Callable[[int], object]], rounds: int, per_round: i
 
 
 def check_sides(conn: Redis, calls: dict[str, Callable[[int], object]], queues: dict[str, list[str]],
-                prefixes: dict[str, str]) -> list[str]:
+                prefixes: dict[str, str], empty: Callable[[], None]) -> list[str]:
     """One more call of each side, on emptied queues: each side's job ids are on its queues, each once; its
     non-empty queues are in ``rq:queues``; the real router recorded windows, the floor's router none (the floor
     script ran, not route.lua). Returns what is wrong."""
-    for names in queues.values():
-        for name in names:
-            Queue(name, connection=conn).empty()
+    empty()
     problems = []
     for side, call in calls.items():
         ids = sorted(str(getattr(call(i), "id", "")) for i in range(10))
@@ -152,36 +176,52 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=6, help="rounds (default 6)")
     parser.add_argument("--per-round", type=int, default=1000, help="enqueues per side and round (default 1000)")
+    parser.add_argument("--rtt-us", type=float, metavar="N",
+                        help="add N µs to every round trip through bench/delay_proxy.py (default: none, direct)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
 
     with RedisServer() as server:
-        conn = server.client()
-        print(f"route floor bench: redis {conn.info('server')['redis_version']}, python "
-              f"{platform.python_version()}, rq {version('rq')}, redis-py {version('redis')}, "
-              f"hiredis {'yes' if HIREDIS_AVAILABLE else 'no'}; {args.rounds} rounds x {args.per_round} per side")
-        routed, routed_bench = routed_side(conn, floor=False)
-        floor, floor_bench = routed_side(conn, floor=True)
-        plain_queue = Queue("bench_plain.default", connection=conn)
-        calls: dict[str, Callable[[int], object]] = {
-            "plain": lambda i: plain_queue.enqueue(noop, i), "routed": routed, "floor": floor}
-        queues = {"plain": [plain_queue.name], "routed": list(routed_bench.queue_names),
-                  "floor": list(floor_bench.queue_names)}
+        if args.rtt_us is None:
+            return run(server.client(), args, None)
+        with DelayProxy(server.port, args.rtt_us) as proxy:
+            return run(Redis(host="127.0.0.1", port=proxy.port), args, args.rtt_us)
 
-        def empty() -> None:
-            for names in queues.values():
-                for name in names:
-                    Queue(name, connection=conn).empty()
 
-        for i in range(200):  # warm-up: script loads, rq's cached server version, the routers' announcements
-            for call in calls.values():
-                call(i)
-        empty()
-        result = measure(calls, args.rounds, args.per_round, empty)
-        problems = check_sides(conn, calls, queues, {"routed": routed_bench.prefix, "floor": floor_bench.prefix})
-        if problems:
-            print("error: " + "; ".join(problems), file=sys.stderr)
-            return 1
+def run(conn: Redis, args: argparse.Namespace, rtt_us: float | None) -> int:
+    """The bench on ``conn`` (direct, or through a delay proxy adding ``rtt_us``); returns the exit status."""
+    rtt = ping_us(conn)
+    added = "direct" if rtt_us is None else f"+{rtt_us:g} us added by bench/delay_proxy.py"
+    print(f"route floor bench: redis {conn.info('server')['redis_version']}, python "
+          f"{platform.python_version()}, rq {version('rq')}, redis-py {version('redis')}, "
+          f"hiredis {'yes' if HIREDIS_AVAILABLE else 'no'}; {args.rounds} rounds x {args.per_round} per side; "
+          f"round trip {added}: PING {rtt:.1f} us")
+    routed, routed_bench = routed_side(conn, floor=False)
+    floor, floor_bench = routed_side(conn, floor=True)
+    fair, fair_queue = fair_side(conn)
+    plain_queue = Queue("bench_plain.default", connection=conn)
+    calls: dict[str, Callable[[int], object]] = {
+        "plain": lambda i: plain_queue.enqueue(noop, i), "routed": routed, "floor": floor, "fair": fair}
+    queues = {"plain": [plain_queue.name], "routed": list(routed_bench.queue_names),
+              "floor": list(floor_bench.queue_names), "fair": [fair_queue.name]}
+
+    emptied = [Queue(name, connection=conn) for side in ("plain", "routed", "floor") for name in queues[side]]
+    emptied.append(fair_queue)  # FairQueue.empty clears its fair state with rq's list
+
+    def empty() -> None:
+        for queue in emptied:
+            queue.empty()
+
+    for i in range(200):  # warm-up: script loads, rq's cached server version, the routers' announcements
+        for call in calls.values():
+            call(i)
+    empty()
+    result = measure(calls, args.rounds, args.per_round, empty)
+    problems = check_sides(conn, calls, queues, {"routed": routed_bench.prefix, "floor": floor_bench.prefix},
+                           empty)
+    if problems:
+        print("error: " + "; ".join(problems), file=sys.stderr)
+        return 1
 
     print(f"{'side':8}{'latency':>12}{'ratio':>9}{'client CPU':>13}{'ratio':>9}{'wait':>11}  per-round ratios")
     plain = result["plain"]
@@ -193,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
               f"  {min(rounds):.3f}-{max(rounds):.3f}x")
     if args.json:
         report = {"rounds": args.rounds, "per_round": args.per_round, "hiredis": HIREDIS_AVAILABLE,
+                  "rtt_added_us": rtt_us, "ping_us": rtt,
                   "python": platform.python_version(), "rq": version("rq"), "redis_py": version("redis"),
                   "results": result}
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
