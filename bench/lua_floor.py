@@ -14,7 +14,7 @@ The floor of a script is ``base + commands x bridge + the commands' own time``: 
 Lua logic and argument handling cost nothing. A goal below that floor cannot be met by making the Lua cheaper,
 only by sending fewer commands. Times move with the machine's load; the command counts do not.
 
-    .venv/bin/python bench/lua_floor.py [--calls 3000]
+    .venv/bin/python bench/lua_floor.py [--calls 3000] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def stats_of(conn: Redis, calls: int, run: Callable[[int], object]) -> dict[str,
 
 def script_cost(stats: dict[str, Any], calls: int) -> dict[str, float]:
     """A measured script's server µs per call, the commands it sent per call and their own µs per call."""
-    script = pop_stat(stats) if "cmdstat_fcall" in stats else stats["cmdstat_evalsha"]
+    script = pop_stat(stats)  # its FCALL where it ran as a Redis function, else its EVALSHA
     inner = {name: value for name, value in stats.items() if name not in NOT_INNER}
     return {"us": float(script["usec"]) / int(script["calls"]),
             "commands": sum(int(v["calls"]) for v in inner.values()) / calls,
