@@ -117,7 +117,7 @@ def test_the_quickstart_runs_as_written(newcomer_venv: Path, app: Path, redis_se
 
 
 @pytest.mark.parametrize(("mistake", "edit", "env", "expected"), [
-    ("a rule queue with no weight", ("default_superslow: 1\n", ""), {}, "queue 'default_superslow' has no weight"),
+    ("a rule queue with no weight", ("default_superslow: 1\n", ""), {}, "is 'default_superslow', which has no weight"),
     ("a misspelt job key", ("myapp.tasks.process:", "myapp.tasks.proces:"), {}, "did you mean 'process'?"),
     ("redis_url notaurl", (README_URL, "notaurl"), {}, "got 'notaurl'"),
     ("redis_url port 99999", (README_URL, "redis://localhost:99999/0"), {}, "Port out of range"),
