@@ -207,11 +207,11 @@ def skip_requested() -> bool:
     raise RqVersionError(f"{SKIP_ENV}={os.environ[SKIP_ENV]!r}: expected 1 (skip the rq check) or 0")
 
 
-def check_installed_rq() -> None:
-    """Raise :class:`RqVersionError` if the installed rq is outside :data:`RQ_RANGE` or any listed member is
+def check_installed_rq(members: Iterable[RqMember] = MEMBERS) -> None:
+    """Raise :class:`RqVersionError` if the installed rq is outside :data:`RQ_RANGE` or any of ``members`` is
     missing or changed (with ``FAIR_ROUTER_SKIP_RQ_CHECK=1``: warn instead)."""
     version, location = installed_rq()
-    found = problems()
+    found = problems(members)
     if in_range(version) and not found:
         return
     message = report(version, location, found)
