@@ -175,7 +175,8 @@ def import_check(under: RqUnder) -> str:
     if result.returncode == 0:
         return "passes"
     error = result.stderr.strip()
-    return error[error.find("RqVersionError"):] if "RqVersionError" in error else error[-2000:]
+    start = error.rfind("RqVersionError: ")  # the exception line, not the traceback's source lines
+    return error[start:] if start >= 0 else error[-2000:]
 
 
 @dataclass
@@ -419,21 +420,31 @@ def run_other(wanted: str, installed: str, variants: list[str], pytest_args: lis
           f"{import_check(under)}", flush=True)
     if under.skip_check:
         print(f"{label}: running rq {version}'s suite with {SKIP_ENV}=1", flush=True)
-    ok = run_all(variants, pytest_args, args, under) == 0
+    try:
+        ok = run_all(variants, pytest_args, args, under) == 0
+    except subprocess.CalledProcessError as exc:  # pip could not fetch its suite (the sdist)
+        print(f"{label}: NOT CHECKED: could not fetch rq {version}'s test suite ({exc})")
+        return 1 if inside else 0
+    lines, code = verdict(label, under, ok)
+    print("\n".join(lines))
+    return code
+
+
+def verdict(label: str, under: RqUnder, ok: bool) -> tuple[list[str], int]:
+    """The RESULT lines of a run on another rq, and the exit code: 1 only for an rq inside the pin that fails."""
+    version, inside = under.version, in_range(under.version)
+    where = f"{'inside' if inside else 'outside'} the pin rq{RQ_RANGE}"
     if ok:
         advice = ("it can join the pin: add its minor to RQ_TESTED_MINORS (fair_router/rq_internals/guard.py) and "
                   "pyproject.toml, update docs/compatibility.md" if not inside else "the pin holds")
-        print(f"{label}: RESULT rq {version} ({where}): our classes PASS rq {version}'s own suite; {advice}")
-        return 0
+        return [f"{label}: RESULT rq {version} ({where}): our classes PASS rq {version}'s own suite; {advice}"], 0
     banner = "!" * 100
-    print(f"\n{banner}\n{label}: RESULT rq {version} ({where}): our classes FAIL rq {version}'s own suite "
-          f"(logs: {CACHE / 'logs'}/{under.log_name('*')}.log)")
+    lines = ["", banner, f"{label}: RESULT rq {version} ({where}): our classes FAIL rq {version}'s own suite "
+             f"(logs: {CACHE / 'logs'}/{under.log_name('*')}.log)"]
     if inside:
-        print(f"{label}: rq {version} is inside the pin, so users get it today: this fails CI\n{banner}")
-        return 1
-    print(f"{label}: outside the pin, so users cannot get it with fair-router yet: CI goes on (exit 0); the pin "
-          f"stays at rq{RQ_RANGE} until this passes\n{banner}")
-    return 0
+        return [*lines, f"{label}: rq {version} is inside the pin, so users get it today: this fails CI", banner], 1
+    return [*lines, f"{label}: outside the pin, so users cannot get it with fair-router yet: CI goes on (exit 0); "
+            f"the pin stays at rq{RQ_RANGE} until this passes", banner], 0
 
 
 def run_all(variants: list[str], pytest_args: list[str], args: argparse.Namespace, under: RqUnder) -> int:
