@@ -186,6 +186,15 @@ def test_skip_variable_turns_the_error_into_a_warning(copy_module: types.ModuleT
         check_installed_rq([member])
 
 
+def test_the_escape_hatch_is_a_known_variable() -> None:
+    """``fair-router check`` does not report FAIR_ROUTER_SKIP_RQ_CHECK as an unknown variable."""
+    from fair_router.config.crosscheck import unknown_variables
+
+    assert unknown_variables({guard.SKIP_ENV: "1"}) == []
+    assert [finding.where for finding in unknown_variables({"FAIR_ROUTER_SKIP_RQ_CHEK": "1"})] == [
+        "FAIR_ROUTER_SKIP_RQ_CHEK"]
+
+
 def test_exported() -> None:
     assert fair_router.RqVersionError is RqVersionError and issubclass(RqVersionError, ImportError)
     assert fair_router.RqVersionWarning is RqVersionWarning
