@@ -111,14 +111,12 @@ def _sets_in_init(cls: type, name: str) -> bool:
     return False
 
 
-def member_problem(member: RqMember, owner: Any | None = None) -> str | None:
-    """What is wrong with ``member`` in the installed rq (None: present, with the expected shape). ``owner``:
-    the module or class to look in, instead of resolving ``member.owner``."""
-    if owner is None:
-        try:
-            owner = _owner(member.owner)
-        except (ImportError, AttributeError):
-            return f"{member.owner} is missing"
+def member_problem(member: RqMember) -> str | None:
+    """What is wrong with ``member`` in the installed rq (None: present, with the expected shape)."""
+    try:
+        owner = _owner(member.owner)
+    except (ImportError, AttributeError):
+        return f"{member.owner} is missing"
     try:
         raw = inspect.getattr_static(owner, member.name)
     except AttributeError:
