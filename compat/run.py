@@ -3,6 +3,7 @@
     python -m compat.run                       # the CI variants: workers, workers-limits, fairqueue
     python -m compat.run fairqueue             # one variant
     python -m compat.run fairqueue -- -k test_job   # extra pytest arguments (a partial run)
+    python -m compat.run --rq newest           # the CI variants on rq's newest release (skipped if installed)
 
 The suite is the ``tests/`` folder of the sdist of the installed rq version, downloaded with pip once
 into ``.rq-suite/rq-<version>/`` (gitignored). Each variant runs it with pytest from this
@@ -12,6 +13,13 @@ hard-coded localhost:6379 to that server. A variant fails on any test failure or
 ``compat/allowlist.txt``, or when the plugin finds that the substitution did not take effect.
 Allowlisted tests that now pass are listed, not failed. pytest's full output of each variant is
 shown and also kept in ``.rq-suite/logs/``.
+
+``--rq newest`` (or ``--rq VERSION``) runs the same variants on another rq: rq's newest release on the index,
+whatever pyproject's pin, installed with pip into ``.rq-suite/site-rq-<version>/`` (put first on the
+suite's PYTHONPATH; ``.venv`` is untouched). When it is the installed rq the main run covers it: skipped. An rq
+outside the pin runs with ``FAIR_ROUTER_SKIP_RQ_CHECK=1`` (the import check would refuse it) and its result is
+a loud line that says whether to raise the pin, with exit code 0; an rq inside the pin must pass (docs/
+compatibility.md, "A new rq release").
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from fair_router.demo.redis_server import RedisServer
+from fair_router.rq_internals.guard import RQ_RANGE, SKIP_ENV, in_range
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -85,6 +95,90 @@ def fetch_suite(rq_version: str, cache: Path = CACHE) -> Path:
     return target
 
 
+@dataclass(frozen=True)
+class RqUnder:
+    """The rq whose suite runs: the installed one (``site`` None), or one pip installed into ``site``."""
+
+    version: str
+    site: Path | None = None
+
+    @property
+    def skip_check(self) -> bool:
+        """Outside the pin, ``import fair_router`` would refuse this rq: the run sets FAIR_ROUTER_SKIP_RQ_CHECK."""
+        return not in_range(self.version)
+
+    def log_name(self, variant: str) -> str:
+        """``<variant>``, or ``rq-<version>-<variant>`` for an rq other than the installed one."""
+        return variant if self.site is None else f"rq-{self.version}-{variant}"
+
+
+def newest_rq() -> str:
+    """The newest rq release on the package index (``pip index versions rq``; pre-releases left out)."""
+    found = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "rq"], capture_output=True, text=True)
+    match = re.search(r"^rq \(([^)]+)\)", found.stdout, re.MULTILINE)
+    if found.returncode != 0 or match is None:
+        raise RuntimeError(f"`pip index versions rq` exited with {found.returncode}: "
+                           f"{(found.stderr or found.stdout).strip()[-300:]}")
+    return match[1]
+
+
+def install_rq(version: str, cache: Path = CACHE) -> Path:
+    """A folder holding rq ``version`` (pip ``--target``), installed on first use; the suite's processes import
+    rq from it first. As ``pip install -U rq`` would, only the requirements of that rq the venv does not meet
+    go there too (so a failure is rq's, not a newer redis-py's). The venv itself stays as it is."""
+    target = cache / f"site-rq-{version}"
+    if (target / ".complete").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        print(f"rq-suite: installing rq {version} into {target}", flush=True)
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", "--target", tmp]
+        subprocess.run([*pip, "--no-deps", f"rq=={version}"], check=True)
+        unmet = unmet_requirements(Path(tmp), version)
+        if unmet:
+            print(f"rq-suite: rq {version} needs {', '.join(unmet)} (the venv does not meet them): into {target} too",
+                  flush=True)
+            subprocess.run([*pip, *unmet], check=True)
+        (Path(tmp) / ".complete").touch()
+        shutil.rmtree(target, ignore_errors=True)
+        Path(tmp).rename(target)
+    return target
+
+
+def unmet_requirements(site: Path, version: str) -> list[str]:
+    """rq ``version``'s requirements (its wheel's metadata in ``site``) that the venv's packages do not meet."""
+    from importlib.metadata import PackageNotFoundError, PathDistribution
+
+    from packaging.requirements import Requirement
+
+    (info,) = site.glob("rq-*.dist-info")
+    unmet = []
+    for line in PathDistribution(info).requires or []:
+        requirement = Requirement(line)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        try:
+            have = installed_version(requirement.name)
+        except PackageNotFoundError:
+            unmet.append(line)
+            continue
+        if not requirement.specifier.contains(have, prereleases=True):
+            unmet.append(line)
+    return unmet
+
+
+def import_check(under: RqUnder) -> str:
+    """What ``import fair_router`` says beside ``under``'s rq: "passes", or the guard's error message."""
+    env = {k: v for k, v in os.environ.items() if k != SKIP_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(under.site), str(ROOT)])
+    result = subprocess.run([sys.executable, "-c", "import fair_router"], env=env, capture_output=True, text=True)
+    if result.returncode == 0:
+        return "passes"
+    error = result.stderr.strip()
+    start = error.rfind("RqVersionError: ")  # the exception line, not the traceback's source lines
+    return error[start:] if start >= 0 else error[-2000:]
+
+
 @dataclass
 class Result:
     """One variant's outcome, from compat.plugin's report."""
@@ -92,6 +186,8 @@ class Result:
     variant: str
     seconds: float
     exitstatus: int
+    rq_version: str = ""
+    """The rq version the suite must have imported (checked against the plugin's report)."""
     counts: Counter[str] = field(default_factory=Counter)
     unexpected: list[str] = field(default_factory=list)
     flaky: list[str] = field(default_factory=list)
@@ -105,6 +201,8 @@ class Result:
         """Take in compat.plugin's report."""
         self.exitstatus = data["exitstatus"]
         self.problems += data["problems"]
+        if self.rq_version and data.get("rq_version") != self.rq_version:
+            self.problems.append(f"the suite imported rq {data.get('rq_version')}, not rq {self.rq_version}")
         self.built = data["built"]
         for nodeid, outcome in sorted(data["outcomes"].items()):
             self.counts[outcome] += 1
@@ -132,13 +230,18 @@ class Result:
                 f"tests built {built}: {'OK' if self.ok else 'FAILED'}")
 
 
-def suite_environment(variant: str, port: int, report: Path, partial: bool) -> dict[str, str]:
-    """The pytest process's environment: ours, without any FAIR_ROUTER_* / RQ_* setting of the caller."""
+def suite_environment(variant: str, port: int, report: Path, partial: bool,
+                      under: RqUnder | None = None) -> dict[str, str]:
+    """The pytest process's environment: ours, without any FAIR_ROUTER_* / RQ_* setting of the caller; for
+    another rq (``under``), its folder first on the path."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("FAIR_ROUTER_", "RQ_", "RUN_SLOW_TESTS_TOO", "RUN_SSL_TESTS"))}
     env.update(VARIANTS[variant])
+    site = [str(under.site)] if under is not None and under.site is not None else []
+    if under is not None and under.skip_check:
+        env[SKIP_ENV] = "1"
     env.update({
-        "PYTHONPATH": os.pathsep.join([str(HERE / "site"), str(ROOT)]),
+        "PYTHONPATH": os.pathsep.join([str(HERE / "site"), *site, str(ROOT)]),
         "RQ_SUITE_VARIANT": variant,
         "RQ_SUITE_REDIS_PORT": str(port),
         "RQ_SUITE_REPORT": str(report),
@@ -163,7 +266,8 @@ def pytest_command(pytest_args: list[str]) -> list[str]:
 
 
 def run_pytest(variant: str, suite: Path, pytest_args: list[str], log: Path, report: Path,
-               timeout: float, partial: bool, echo: bool) -> tuple[int | None, dict[str, Any] | None]:
+               timeout: float, partial: bool, echo: bool,
+               under: RqUnder | None = None) -> tuple[int | None, dict[str, Any] | None]:
     """One pytest run on a fresh redis-server: its output is written to ``log`` (and, with ``echo``,
     shown here as it comes). Returns pytest's exit code (None after a timeout) and compat.plugin's report."""
     command = pytest_command(pytest_args)
@@ -172,7 +276,7 @@ def run_pytest(variant: str, suite: Path, pytest_args: list[str], log: Path, rep
     with RedisServer() as server, log.open("wb") as out, log.open("rb") as tail:
         out.write(f"=== rq-suite {variant}: {' '.join(command[1:])}\n".encode())
         out.flush()
-        env = suite_environment(variant, server.port, report, partial)
+        env = suite_environment(variant, server.port, report, partial, under)
         proc = subprocess.Popen(command, cwd=suite, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -214,15 +318,17 @@ def _session_of(pid: int) -> int | None:
 
 
 def run_variant(variant: str, suite: Path, pytest_args: list[str], timeout: float, echo: bool,
-                rerun: bool = True) -> Result:
+                rerun: bool = True, under: RqUnder | None = None) -> Result:
     """Run the suite under ``variant``; with ``rerun``, then :func:`rerun_failures`. Logs go to
-    ``.rq-suite/logs/<variant>[-rerun].log``."""
+    ``.rq-suite/logs/<variant>[-rerun].log`` (``rq-<version>-<variant>...`` for another rq)."""
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    result = Result(variant, 0.0, -1, logs=[logs / f"{variant}.log"])
-    returncode, data = run_pytest(variant, suite, pytest_args or ["tests"], result.logs[0], logs / f"{variant}.json",
-                                  timeout, partial=bool(pytest_args), echo=echo)
+    name = variant if under is None else under.log_name(variant)
+    result = Result(variant, 0.0, -1, rq_version=under.version if under is not None else "",
+                    logs=[logs / f"{name}.log"])
+    returncode, data = run_pytest(variant, suite, pytest_args or ["tests"], result.logs[0], logs / f"{name}.json",
+                                  timeout, partial=bool(pytest_args), echo=echo, under=under)
     result.exitstatus = returncode if returncode is not None else -1
     if returncode is None:
         result.problems.append(f"timed out after {timeout:.0f} s")
@@ -231,12 +337,12 @@ def run_variant(variant: str, suite: Path, pytest_args: list[str], timeout: floa
     else:
         result.read(data)
     if rerun:
-        rerun_failures(result, suite, timeout, echo)
+        rerun_failures(result, suite, timeout, echo, under)
     result.seconds += time.monotonic() - start
     return result
 
 
-def rerun_failures(result: Result, suite: Path, timeout: float, echo: bool) -> None:
+def rerun_failures(result: Result, suite: Path, timeout: float, echo: bool, under: RqUnder | None = None) -> None:
     """Re-run once, on a fresh server, the tests that failed outside the allowlist, to tell rq's
     timing-sensitive tests that lost a race on a busy machine (reported as flaky) from failures (failed
     twice). When variants run at once, this runs after all of them, one variant at a time: a re-run beside
@@ -245,9 +351,10 @@ def rerun_failures(result: Result, suite: Path, timeout: float, echo: bool) -> N
         return
     start = time.monotonic()
     logs = CACHE / "logs"
-    result.logs.append(logs / f"{result.variant}-rerun.log")
+    name = result.variant if under is None else under.log_name(result.variant)
+    result.logs.append(logs / f"{name}-rerun.log")
     again_code, again = run_pytest(result.variant, suite, result.unexpected, result.logs[-1],
-                                   logs / f"{result.variant}-rerun.json", timeout, partial=True, echo=echo)
+                                   logs / f"{name}-rerun.json", timeout, partial=True, echo=echo, under=under)
     if again is None or again_code is None:
         result.problems.append(f"the re-run exited with {again_code} and wrote no report")
     else:
@@ -265,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", "-j", type=int, default=3,
                         help="variants run at once, each on its own redis-server (default 3: the suite mostly "
                              "waits on sleeps and subprocesses); with 1, pytest's output is shown as it comes")
+    parser.add_argument("--rq", default="installed", metavar="VERSION",
+                        help="whose rq suite, on which rq: installed (default), newest (rq's newest release on the "
+                             "index, whatever the pin; skipped when it is the installed one) or a version; another "
+                             "rq than the installed one goes into .rq-suite/site-rq-<version>/, .venv untouched")
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
@@ -275,24 +386,89 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("rq-suite: rq's tests need psutil: pip install -e '.[dev]'", file=sys.stderr)
         return 2
-    rq_version = installed_version("rq")
+    installed = installed_version("rq")
+    if args.rq == "installed":
+        return run_all(variants, pytest_args, args, RqUnder(installed))
+    return run_other(args.rq, installed, variants, pytest_args, args)
+
+
+def run_other(wanted: str, installed: str, variants: list[str], pytest_args: list[str],
+              args: argparse.Namespace) -> int:
+    """``--rq newest`` / ``--rq VERSION``: the variants on an rq other than the installed one, and the verdict.
+    Exit code 1 only when that rq is inside the pin and fails (or could not be run)."""
+    label = "rq-suite --rq newest" if wanted == "newest" else f"rq-suite --rq {wanted}"
+    if wanted == "newest":
+        try:
+            version = newest_rq()
+        except RuntimeError as exc:
+            print(f"{label}: NOT CHECKED: could not ask the package index for rq's newest release ({exc})")
+            return 0
+    else:
+        version = wanted
+    if version == installed:
+        print(f"{label}: rq {version} is the installed rq, whose suite the main run (python -m compat.run) "
+              "covers: the same run, skipped")
+        return 0
+    inside = in_range(version)
+    where = f"{'inside' if inside else 'outside'} the pin rq{RQ_RANGE}"
+    try:
+        under = RqUnder(version, install_rq(version))
+    except subprocess.CalledProcessError as exc:
+        print(f"{label}: NOT CHECKED: pip could not install rq {version} ({exc})")
+        return 1 if inside else 0
+    print(f"{label}: rq {version} ({where}; the installed rq is {installed}); import fair_router beside it: "
+          f"{import_check(under)}", flush=True)
+    if under.skip_check:
+        print(f"{label}: running rq {version}'s suite with {SKIP_ENV}=1", flush=True)
+    try:
+        ok = run_all(variants, pytest_args, args, under) == 0
+    except subprocess.CalledProcessError as exc:  # pip could not fetch its suite (the sdist)
+        print(f"{label}: NOT CHECKED: could not fetch rq {version}'s test suite ({exc})")
+        return 1 if inside else 0
+    lines, code = verdict(label, under, ok)
+    print("\n".join(lines))
+    return code
+
+
+def verdict(label: str, under: RqUnder, ok: bool) -> tuple[list[str], int]:
+    """The RESULT lines of a run on another rq, and the exit code: 1 only for an rq inside the pin that fails."""
+    version, inside = under.version, in_range(under.version)
+    where = f"{'inside' if inside else 'outside'} the pin rq{RQ_RANGE}"
+    if ok:
+        advice = ("it can join the pin: add its minor to RQ_TESTED_MINORS (fair_router/rq_internals/guard.py) and "
+                  "pyproject.toml, update docs/compatibility.md" if not inside else "the pin holds")
+        return [f"{label}: RESULT rq {version} ({where}): our classes PASS rq {version}'s own suite; {advice}"], 0
+    banner = "!" * 100
+    lines = ["", banner, f"{label}: RESULT rq {version} ({where}): our classes FAIL rq {version}'s own suite "
+             f"(logs: {CACHE / 'logs'}/{under.log_name('*')}.log)"]
+    if inside:
+        return [*lines, f"{label}: rq {version} is inside the pin, so users get it today: this fails CI", banner], 1
+    return [*lines, f"{label}: outside the pin, so users cannot get it with fair-router yet: CI goes on (exit 0); "
+            f"the pin stays at rq{RQ_RANGE} until this passes", banner], 0
+
+
+def run_all(variants: list[str], pytest_args: list[str], args: argparse.Namespace, under: RqUnder) -> int:
+    """Run ``variants`` of ``under``'s rq suite (at once, unless ``--jobs 1``), print the outcome; 0 if all OK."""
+    rq_version = under.version
+    other = under if under.site is not None else None
     suite = fetch_suite(rq_version)
     start = time.monotonic()
     jobs = max(1, min(args.jobs, len(variants)))
     if jobs == 1:
-        results = [run_variant(variant, suite, pytest_args, args.timeout, echo=True) for variant in variants]
+        results = [run_variant(variant, suite, pytest_args, args.timeout, echo=True, under=other)
+                   for variant in variants]
     else:
         print(f"rq-suite: running {', '.join(variants)} at once; each one's pytest output follows when it ends",
               flush=True)
         with ThreadPoolExecutor(jobs) as pool:
-            futures = [pool.submit(run_variant, variant, suite, pytest_args, args.timeout, False, False)
+            futures = [pool.submit(run_variant, variant, suite, pytest_args, args.timeout, False, False, other)
                        for variant in variants]
             for future in as_completed(futures):
                 for log in future.result().logs:
                     print(log.read_text(errors="replace"), flush=True)
             results = [future.result() for future in futures]
         for result in results:  # alone, once every variant is done
-            rerun_failures(result, suite, args.timeout, echo=False)
+            rerun_failures(result, suite, args.timeout, echo=False, under=other)
             for log in result.logs[1:]:
                 print(log.read_text(errors="replace"), flush=True)
     print()

@@ -16,8 +16,15 @@ Public API (documented in docs/api.md):
 - :class:`RedisUnavailable` — an enqueue could not reach Redis after the client's retries.
 - :class:`ReplicasNotAcknowledged` — fewer replicas than ``replicas_to_wait`` acknowledged an enqueue.
 - :func:`interruptible` — a generator job function that runs in turns, giving up its worker at checkpoints.
+- :class:`RqVersionError` — raised by ``import fair_router`` when the installed rq is not a supported one
+  (``FAIR_ROUTER_SKIP_RQ_CHECK=1``: a :class:`RqVersionWarning` instead).
 """
 
+# First, before any module that subclasses rq's classes: the guard's import checks the installed rq (it runs
+# check_installed_rq()) and refuses one fair-router was not tested with.
+from fair_router.rq_internals.guard import RqVersionError, RqVersionWarning
+
+# isort: split
 from fair_router.config.settings import Settings, SettingsError, load_settings
 from fair_router.controls.backlog import TenantBacklogFull
 from fair_router.core.rules import Rule
@@ -38,6 +45,8 @@ __all__ = [
     "InvalidTenant",
     "RedisUnavailable",
     "ReplicasNotAcknowledged",
+    "RqVersionError",
+    "RqVersionWarning",
     "Rule",
     "Settings",
     "SettingsError",

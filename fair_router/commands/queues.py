@@ -1,5 +1,6 @@
 """``fair-router queue ...``: a queue's fairness mark (:mod:`fair_router.fairqueue.marks`): show it, set it,
-and take it away (only while the queue is empty)."""
+and take it away (only while the queue is empty); ``show`` also lists the next jobs in the order workers will
+serve them, with their tenants (rq's own tools list a fair queue in enqueue order)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,58 @@ import sys
 from pathlib import Path
 
 import click
+from redis import Redis
+from rq import Queue
+from rq.job import Job
 
 from fair_router.commands.common import connect, load_or_exit
+from fair_router.config.settings import Settings
+from fair_router.core.jobmeta import META_TENANT
 from fair_router.fairqueue.marks import FairnessMarks
+from fair_router.fairqueue.queue import FairQueue
 from fair_router.store.cluster import rq_of
+
+DEFAULT_LIMIT = 10
 
 
 def _marks(config: Path | None) -> FairnessMarks:
     settings = load_or_exit(config)
     return FairnessMarks(rq_of(connect(settings.redis_url, cluster=settings.redis_cluster)), settings.prefix)
+
+
+def next_jobs(queue: Queue, limit: int) -> list[tuple[str, Job | None]]:
+    """The first ``limit`` waiting jobs of ``queue`` in the order they will be served (a FairQueue's
+    ``get_job_ids`` replays its fair pops; a plain queue's is rq's list, head first), each with its Job (None:
+    its hash is gone), read in one round trip."""
+    ids = queue.get_job_ids(0, limit)
+    jobs = Job.fetch_many(ids, connection=queue.connection, serializer=queue.serializer) if ids else []
+    return list(zip(ids, jobs, strict=True))
+
+
+def _list_next(queue: Queue, fair: bool, limit: int) -> None:
+    """Print ``queue``'s next jobs: position, job id, tenant (``-``: none), function."""
+    waiting = queue.count
+    order = "serving order (fair share across tenants)" if fair else "rq's order (list head first)"
+    listed = next_jobs(queue, limit)
+    if not listed:
+        click.echo("  no job waiting")
+        return
+    click.echo(f"  next {len(listed)} of {waiting} waiting, in {order}:")
+    tenants = [None if job is None else job.meta.get(META_TENANT) for _, job in listed]
+    shown = ["-" if tenant is None else str(tenant) for tenant in tenants]
+    width, tenant_width = max(len(job_id) for job_id, _ in listed), max(map(len, shown))
+    for position, ((job_id, job), tenant) in enumerate(zip(listed, shown, strict=True), 1):
+        if job is None:
+            click.echo(f"  {position:>4}. {job_id:<{width}}  (job hash gone)")
+        else:
+            click.echo(f"  {position:>4}. {job_id:<{width}}  tenant={tenant:<{tenant_width}}  {job.func_name}")
+
+
+def _queue_of(name: str, connection: Redis, settings: Settings, prefix: str | None) -> Queue:
+    """``name`` as workers serve it: a FairQueue with its fair state under the mark's ``prefix``, else rq's Queue."""
+    if prefix is None:
+        return Queue(name, connection=connection)
+    return FairQueue(name, connection=connection, settings=settings, prefix=prefix)
 
 
 @click.group()
@@ -25,12 +69,20 @@ def queue() -> None:
 
 @queue.command("show")
 @click.argument("names", nargs=-1, required=True)
+@click.option("--limit", type=click.IntRange(min=0), default=DEFAULT_LIMIT, show_default=True,
+              help="Jobs listed per queue, in the order they will be served (0: none).")
 @click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
-def queue_show(names: tuple[str, ...], config: Path | None) -> None:
-    """Print whether each of NAMES is marked fair, and the prefix of its fair state."""
-    marked = _marks(config).read(names)
+def queue_show(names: tuple[str, ...], limit: int, config: Path | None) -> None:
+    """Print whether each of NAMES is marked fair, and the prefix of its fair state; then its next jobs in the
+    order workers will serve them, with each job's tenant. A fair queue's order is its fair share across
+    tenants, not the enqueue order rq-dashboard and django-rq's admin list."""
+    settings = load_or_exit(config)
+    connection = rq_of(connect(settings.redis_url, cluster=settings.redis_cluster))
+    marked = FairnessMarks(connection, settings.prefix).read(names)
     for name in names:
         click.echo(f"{name}: fair (state under prefix {marked[name]!r})" if name in marked else f"{name}: plain")
+        if limit:
+            _list_next(_queue_of(name, connection, settings, marked.get(name)), name in marked, limit)
 
 
 @queue.command("fair")

@@ -22,8 +22,9 @@ from typing import Literal
 from fair_router.config.settings import CONFIG_ENV, Settings
 
 ENV_PREFIX = "FAIR_ROUTER_"
-OTHER_VARIABLES = {"CONFIG", "DASHBOARD_TOKEN", "DASHBOARD_READ_TOKEN"}  # read by the commands, not settings
-"""``FAIR_ROUTER_<name>`` variables that are not settings but are read elsewhere (the file, the dashboard)."""
+OTHER_VARIABLES = {"CONFIG", "DASHBOARD_TOKEN", "DASHBOARD_READ_TOKEN", "SKIP_RQ_CHECK"}  # not settings
+"""``FAIR_ROUTER_<name>`` variables that are not settings but are read elsewhere (the file, the dashboard, the
+import-time rq check of :mod:`fair_router.rq_internals.guard`)."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ rq's public API is what its documentation shows (``Queue.enqueue*``, ``Queue.deq
 fetch entry point, ``push_job_id``, ``get_job_ids``, ``remove``, ``empty``, ``compact``, the registries,
 ``Job``'s accessors). Everything else fair-router relies on lives in this package, so an rq upgrade means
 checking these modules against the new rq (and running ``python -m compat.run``, rq's own suite with our
-classes substituted). Checked against rq 3.0.
+classes substituted; ``--rq newest`` for a release not installed yet). Checked against rq 3.0.
+
+Every member below, with its rq 3.0 signature, is listed in :mod:`fair_router.rq_internals.members`, which
+:mod:`fair_router.rq_internals.guard` checks when ``fair_router`` is imported (``RqVersionError``).
 
 Queue side (:mod:`fair_router.rq_internals.queue`, base class ``RqQueueSeam`` of ``FairQueue``)
     - ``Queue._enqueue_job`` (private, overridden): the one method every enqueue path of a queue passes
