@@ -118,13 +118,15 @@ def stored_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENAN
         raise InvalidStoredTenant(value, str(exc)) from None
 
 
-def usable_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:
-    """:func:`stored_tenant`, with an unusable one read as no tenant (logged): for readers that must go on
-    (a push by rq's internals, a slot's release, the dashboard), where the job's start fails it anyway."""
+def usable_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
+                  warn: bool = True) -> str | None:
+    """:func:`stored_tenant`, with an unusable one read as no tenant (logged if ``warn``): for readers that
+    must go on (a push by rq's internals, a slot's release, a turn's end), where the job's start fails it."""
     try:
         return stored_tenant(meta, max_bytes)
     except InvalidStoredTenant as exc:
-        logger.warning("%s; read as no tenant here (a worker fails the job when it takes it)", exc)
+        if warn:
+            logger.warning("%s; read as no tenant here (a worker fails the job when it takes it)", exc)
         return None
 
 

@@ -141,14 +141,15 @@ def tenant_key(tenant: str | None) -> str:
     return NO_TENANT if tenant is None else encode(tenant)
 
 
-def tenant_of(meta: dict[str, Any] | None, max_bytes: int) -> str | None:
+def tenant_of(meta: dict[str, Any] | None, max_bytes: int, warn: bool = True) -> str | None:
     """The tenant whose FIFO a job with this meta joins. A system job joins none (it is served as a job
     without tenant): tenant controls never hold it, so it must not wait behind its tenant's park. Nor does a
     job whose stored tenant is no tenant id (pushed by rq's internals: a retry, a requeue, the scheduler):
-    it is served as a job without tenant, and the worker that takes it fails it."""
+    it is served as a job without tenant, and the worker that takes it fails it (logged if ``warn``: the push
+    warns, its backlog-cap checks do not)."""
     if (meta or {}).get(META_SYSTEM):
         return None
-    return usable_tenant(meta, max_bytes)
+    return usable_tenant(meta, max_bytes, warn)
 
 
 def declared_cost(job: Job) -> float | None:

@@ -65,7 +65,7 @@ class FairPushes:
         """Raise TenantBacklogFull if the new jobs with these metas would pass a cap now (a read)."""
         wanted: dict[str, tuple[Capped, int]] = {}
         max_bytes = self.config.tenant_max_bytes
-        for capped in filter(None, (self.capped(tenant_of(meta, max_bytes)) for meta in metas)):
+        for capped in filter(None, (self.capped(tenant_of(meta, max_bytes, warn=False)) for meta in metas)):
             name = tenant_key(capped.tenant)
             wanted[name] = (capped, wanted.get(name, (capped, 0))[1] + 1)
         self.caps.precheck(store.waiting(list(wanted)), wanted)
@@ -86,7 +86,7 @@ class FairPushes:
         """The cap of a push: only a new enqueue's is capped (not rq's retries, requeues, dependents)."""
         if not push.new or push.job is None:
             return None
-        return self.capped(tenant_of(push.job.meta, self.config.tenant_max_bytes))
+        return self.capped(tenant_of(push.job.meta, self.config.tenant_max_bytes, warn=False))
 
     def push(self, store: FairStore, push: RqPush, pipeline: Pipeline | None, loaded: bool) -> None:
         """One fair push, queued on ``pipeline`` when given (EVALSHA if ``loaded``: a pipeline of ours)."""

@@ -169,7 +169,7 @@ class FairQueue(RqQueueSeam):
 
     def may_refuse(self, meta: dict[str, Any] | None) -> bool:
         """Seam hook: a new job's push can be refused when a backlog cap applies to its tenant."""
-        return self._pushes.capped(tenant_of(meta, self.tenant_max_bytes)) is not None
+        return self._pushes.capped(tenant_of(meta, self.tenant_max_bytes, warn=False)) is not None
 
     def check_room(self, metas: Sequence[dict[str, Any] | None]) -> None:
         """Seam hook: raise TenantBacklogFull if the new jobs with these metas would pass a cap now."""
