@@ -4,6 +4,7 @@ its value and why, and no worker, recovery or reader stops over it. Real Redis, 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -144,6 +145,19 @@ def test_any_stored_value_is_a_tenant_id_or_refused_by_name(value: object) -> No
         assert tenant is None
     else:
         assert tenant == tenant_id(value)
+
+
+def test_every_reader_of_a_stored_tenant_goes_through_the_validator() -> None:
+    """The one reader is ``stored_tenant``; elsewhere ``job.meta``'s tenant is only written, or read by the
+    validated enqueue (``tenant_id``, which refuses before anything is written)."""
+    package = Path(__file__).resolve().parent.parent / "fair_router"
+    reads = []
+    for path in sorted(package.rglob("*.py")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            read = re.search(r"\.get\((META_TENANT|[\"']fair_tenant[\"'])|\[META_TENANT\](?!\s*=)", line)
+            if read and "self.tenant_id(" not in line:
+                reads.append((str(path.relative_to(package)), line.strip()))
+    assert reads == [("core/tenancy.py", "value = (meta or {}).get(META_TENANT)")], reads
 
 
 # -- readers other than the worker's start ---------------------------------------------------------------------------
