@@ -117,6 +117,7 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
         click.echo(f"  waiting     {count} in {queue}")
     if not waiting:
         click.echo("  waiting     none in any fair queue")
-    for it in running_iterations(router.connection, known_queues(router.connection), tenant_id):
+    for it in running_iterations(router.connection, known_queues(router.connection), tenant_id,
+                                 router.tenant_max_bytes):
         click.echo(f"  iterating   job {it.job_id} in {it.queue} ({it.func}): cursor {it.cursor}, "
                    f"turn {it.turns}, {it.items} items")

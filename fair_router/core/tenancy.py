@@ -15,9 +15,12 @@ its base queue), but it is almost always a bug, so it is logged, at most once a 
 from __future__ import annotations
 
 import logging
+import reprlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from fair_router.core.jobmeta import META_TENANT
 
 logger = logging.getLogger("fair_router")
 
@@ -66,6 +69,65 @@ def tenant_id(value: object, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str:
         raise InvalidTenant(f"tenant id is {size} bytes of UTF-8, over tenant_max_bytes ({max_bytes} bytes): "
                             f"{_shown(text)}")
     return text
+
+
+STORED_FIELD = f'job.meta["{META_TENANT}"]'
+"""How errors name the stored tenant: the field a user edits to fix it."""
+
+
+class InvalidStoredTenant(InvalidTenant):
+    """A job's stored tenant (``job.meta["fair_tenant"]``, written by plain rq or by code editing the meta, past
+    the validated API) that is no tenant id: the wrong type, not UTF-8, too long. The job fails with this
+    error (rq's failure path: FailedJobRegistry, ``exc_info`` naming the field); nothing else stops."""
+
+    def __init__(self, value: object, why: str) -> None:
+        self.shown = shown_value(value)
+        self.why = why
+        super().__init__(f"{STORED_FIELD} = {self.shown} is no tenant id: {why}; set it to a str or int tenant id "
+                         f"(or delete it) and enqueue the job again")
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = _SHOWN
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxdict = 4
+_SHORT.maxlevel = 2
+
+
+def shown_value(value: object) -> str:
+    """``repr(value)`` cut short (at most about 120 characters, whatever the value holds)."""
+    if isinstance(value, int) and value.bit_length() > 4 * _SHOWN:  # a huge int's repr is slow, or refused
+        return f"<{value.bit_length()}-bit int>"
+    try:
+        text = _SHORT.repr(value)
+    except Exception:  # a value's own __repr__ raised
+        return f"<{type(value).__name__} object>"
+    return text if len(text) <= 2 * _SHOWN else text[:2 * _SHOWN] + "..."
+
+
+def stored_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:
+    """The tenant a job's meta stores, through :func:`tenant_id` (so ``42`` is ``"42"``): the one reader of
+    ``job.meta["fair_tenant"]`` for workers, fair queues, recovery, start records and the dashboard. None for
+    no tenant (no meta, no key, ``None``, and ``""`` as plain rq users write it). Raises
+    :class:`InvalidStoredTenant` (naming the field, the value and why) for anything else."""
+    value = (meta or {}).get(META_TENANT)
+    if value is None or (isinstance(value, str) and value == ""):
+        return None
+    try:
+        return tenant_id(value, max_bytes)
+    except (TypeError, InvalidTenant) as exc:
+        raise InvalidStoredTenant(value, str(exc)) from None
+
+
+def usable_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
+                  warn: bool = True) -> str | None:
+    """:func:`stored_tenant`, with an unusable one read as no tenant (logged if ``warn``): for readers that
+    must go on (a push by rq's internals, a slot's release, a turn's end), where the job's start fails it."""
+    try:
+        return stored_tenant(meta, max_bytes)
+    except InvalidStoredTenant as exc:
+        if warn:
+            logger.warning("%s; read as no tenant here (a worker fails the job when it takes it)", exc)
+        return None
 
 
 def optional_tenant_id(value: object, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:

@@ -14,7 +14,7 @@ from rq import Queue
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 
-from fair_router.core.jobmeta import META_TENANT
+from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, InvalidStoredTenant, stored_tenant
 from fair_router.dashboard.model import RunningIteration
 from fair_router.iteration.turns import CURSOR, ITEMS, TURNS
 from fair_router.rq_internals.registry import job_id_of
@@ -30,7 +30,8 @@ def known_queues(connection: Redis) -> list[str]:
                   for raw in connection.smembers(Queue.redis_queues_keys))
 
 
-def running_iterations(connection: Redis, queues: Sequence[str], tenant: str | None = None) -> list[RunningIteration]:
+def running_iterations(connection: Redis, queues: Sequence[str], tenant: str | None = None,
+                       tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> list[RunningIteration]:
     """The interruptible jobs running in ``queues`` (those that have started a turn), of ``tenant`` only if
     given, by queue then job id."""
     with connection.pipeline(transaction=False) as pipe:
@@ -46,12 +47,17 @@ def running_iterations(connection: Redis, queues: Sequence[str], tenant: str | N
                               strict=True):
         if job is None or TURNS not in job.meta:
             continue
-        owner = job.meta.get(META_TENANT)
+        try:
+            owner = stored_tenant(job.meta, tenant_max_bytes)
+        except InvalidStoredTenant as exc:  # run by a plain rq worker: shown, never matching a tenant
+            owner = f"(no tenant id: {exc.shown})"
+            if tenant is not None:
+                continue
         if tenant is not None and owner != tenant:
             continue
         cursor = repr(job.meta.get(CURSOR))
         found.append(RunningIteration(
-            job.id, name, None if owner is None else str(owner), job.func_name or "",
+            job.id, name, owner, job.func_name or "",
             cursor if len(cursor) <= CURSOR_SHOWN else cursor[:CURSOR_SHOWN - 1] + "…",
             int(job.meta.get(TURNS) or 0), int(job.meta.get(ITEMS) or 0)))
     return sorted(found, key=lambda it: (it.queue, it.job_id))

@@ -168,7 +168,8 @@ class SnapshotReader:
         return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,
                         counter_table(_ints(limits)), counted, TICK_SECONDS, capped,
                         running_iterations(self.rq, [queue.name for queue in queues
-                                                             if queue.running and not queue.server]),
+                                                             if queue.running and not queue.server],
+                                           tenant_max_bytes=self.settings.tenant_max_bytes),
                         shard_servers, tiers_named=self.settings.tiers != TiersConfig() or any(
                             row.tier != self.settings.tiers.default for row in top))
 

@@ -18,7 +18,7 @@ from fair_router.config.settings import Charge, Settings, TiersConfig, load_sett
 from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.core.keys import Keys, encode
-from fair_router.core.tenancy import optional_tenant_id
+from fair_router.core.tenancy import optional_tenant_id, usable_tenant
 from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.store.cluster import state_of
 from fair_router.store.fair_scripts import PushEntry
@@ -128,8 +128,7 @@ class FairConfig:
     def entry(self, job_id: str, job: Job | None, at_front: bool, cap: int = 0, **flags: bool) -> PushEntry:
         """The push entry of ``job`` (None: its hash is gone): its tenant's stored name and weight, and what a
         runtime charge estimates from."""
-        tenant = None if job is None else tenant_of(job.meta)
-        name = None if tenant is None else str(tenant)
+        name = None if job is None else tenant_of(job.meta, self.tenant_max_bytes)
         func, declared = "", None
         if job is not None and self.charge == "runtime":  # what the pop needs to estimate the job's run time
             func, declared = job.func_name or "", declared_cost(job)
@@ -142,13 +141,15 @@ def tenant_key(tenant: str | None) -> str:
     return NO_TENANT if tenant is None else encode(tenant)
 
 
-def tenant_of(meta: dict[str, Any] | None) -> object:
+def tenant_of(meta: dict[str, Any] | None, max_bytes: int, warn: bool = True) -> str | None:
     """The tenant whose FIFO a job with this meta joins. A system job joins none (it is served as a job
-    without tenant): tenant controls never hold it, so it must not wait behind its tenant's park."""
-    tenant = (meta or {}).get(META_TENANT)
-    if tenant is None or tenant == "" or (meta or {}).get(META_SYSTEM):
+    without tenant): tenant controls never hold it, so it must not wait behind its tenant's park. Nor does a
+    job whose stored tenant is no tenant id (pushed by rq's internals: a retry, a requeue, the scheduler):
+    it is served as a job without tenant, and the worker that takes it fails it (logged if ``warn``: the push
+    warns, its backlog-cap checks do not)."""
+    if (meta or {}).get(META_SYSTEM):
         return None
-    return tenant
+    return usable_tenant(meta, max_bytes, warn)
 
 
 def declared_cost(job: Job) -> float | None:

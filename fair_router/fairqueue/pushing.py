@@ -54,17 +54,18 @@ class FairPushes:
             self._marked = True
             FairnessMarks(self.config.connection, self.config.keys.prefix).mark([self.name], pipeline)
 
-    def capped(self, tenant: object) -> Capped | None:
+    def capped(self, tenant: str | None) -> Capped | None:
         """``tenant``'s backlog cap here, when one applies to the enqueue under way."""
         if not self._capping or tenant is None:
             return None
-        cap = self.config.max_backlog(str(tenant))
-        return None if cap is None else Capped(str(tenant), cap)
+        cap = self.config.max_backlog(tenant)
+        return None if cap is None else Capped(tenant, cap)
 
     def check_room(self, store: FairStore, metas: Sequence[dict[str, Any] | None]) -> None:
         """Raise TenantBacklogFull if the new jobs with these metas would pass a cap now (a read)."""
         wanted: dict[str, tuple[Capped, int]] = {}
-        for capped in filter(None, (self.capped(tenant_of(meta)) for meta in metas)):
+        max_bytes = self.config.tenant_max_bytes
+        for capped in filter(None, (self.capped(tenant_of(meta, max_bytes, warn=False)) for meta in metas)):
             name = tenant_key(capped.tenant)
             wanted[name] = (capped, wanted.get(name, (capped, 0))[1] + 1)
         self.caps.precheck(store.waiting(list(wanted)), wanted)
@@ -83,7 +84,9 @@ class FairPushes:
 
     def _capped_push(self, push: RqPush) -> Capped | None:
         """The cap of a push: only a new enqueue's is capped (not rq's retries, requeues, dependents)."""
-        return self.capped(tenant_of(push.job.meta)) if push.new and push.job is not None else None
+        if not push.new or push.job is None:
+            return None
+        return self.capped(tenant_of(push.job.meta, self.config.tenant_max_bytes, warn=False))
 
     def push(self, store: FairStore, push: RqPush, pipeline: Pipeline | None, loaded: bool) -> None:
         """One fair push, queued on ``pipeline`` when given (EVALSHA if ``loaded``: a pipeline of ours)."""

@@ -169,7 +169,7 @@ class FairQueue(RqQueueSeam):
 
     def may_refuse(self, meta: dict[str, Any] | None) -> bool:
         """Seam hook: a new job's push can be refused when a backlog cap applies to its tenant."""
-        return self._pushes.capped(tenant_of(meta)) is not None
+        return self._pushes.capped(tenant_of(meta, self.tenant_max_bytes, warn=False)) is not None
 
     def check_room(self, metas: Sequence[dict[str, Any] | None]) -> None:
         """Seam hook: raise TenantBacklogFull if the new jobs with these metas would pass a cap now."""
@@ -194,7 +194,7 @@ class FairQueue(RqQueueSeam):
     def adopt(self, job: Job) -> bool:
         """Seam hook: a rate-limited job rq 3.0's ``RateLimit`` admitted with a plain push joins its tenant's
         FIFO instead of being served in list order, so fair order holds across admission (then pop again)."""
-        if not job.has_rate_limit or tenant_of(job.meta) is None:
+        if not job.has_rate_limit or tenant_of(job.meta, self.tenant_max_bytes) is None:
             return False
         self._handed_out.pop(job.id, None)
         return bool(self.store.push([self._config.entry(job.id, job, bool(job.enqueue_at_front), from_inflight=True)]))

@@ -49,8 +49,8 @@ from redis.exceptions import RedisError
 from rq.job import Job
 
 from fair_router.config.settings import ObserveConfig
-from fair_router.core.jobmeta import META_TENANT
 from fair_router.core.keys import Keys, encode
+from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, InvalidStoredTenant, stored_tenant
 from fair_router.observe.buckets import N_BUCKETS, bucket_of
 from fair_router.store.scripts import Clock, ObserveStartScript
 
@@ -94,10 +94,13 @@ class _Group:
 class StartRecorder:
     """Gathers job starts and sends them in batches (see the module's docstring)."""
 
-    def __init__(self, connection: Redis, keys: Keys, config: ObserveConfig, clock: Clock | None = None) -> None:
+    def __init__(self, connection: Redis, keys: Keys, config: ObserveConfig, clock: Clock | None = None,
+                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> None:
         """``clock``: epoch seconds for the waits, the flush interval and the records' minutes (tests); None
-        uses the worker's clock for the waits and the interval and Redis ``TIME`` for the minutes."""
+        uses the worker's clock for the waits and the interval and Redis ``TIME`` for the minutes.
+        ``tenant_max_bytes``: the setting, for reading a job's stored tenant."""
         self.keys = keys
+        self.tenant_max_bytes = tenant_max_bytes
         self.config = config
         self.clock = clock
         self.interval = config.flush_interval
@@ -129,12 +132,16 @@ class StartRecorder:
 
     def note(self, job: Job) -> None:
         """Gather ``job``'s start, nothing sent. A job without ``enqueued_at`` (never enqueued, e.g. run
-        directly) has no wait to record."""
+        directly) has no wait to record, nor has one whose stored tenant is no tenant id (the worker fails it
+        unrun)."""
         if job.enqueued_at is None:
             return
+        try:
+            tenant = stored_tenant(job.meta, self.tenant_max_bytes)
+        except InvalidStoredTenant:
+            return
         now = self._now()
-        tenant = job.meta.get(META_TENANT)
-        self.add(None if tenant is None or tenant == "" else str(tenant), now - job.enqueued_at.timestamp(), now)
+        self.add(tenant, now - job.enqueued_at.timestamp(), now)
 
     def flush_due(self, pipeline: Pipeline | None) -> None:
         """When the interval has passed, queue the flush on ``pipeline`` (None: send it now, on this

@@ -67,6 +67,9 @@ Worker side (:mod:`fair_router.rq_internals.worker`; StartedJobRegistry: :mod:`f
       record rides rq's job-start MULTI (hook ``job_started``).
     - ``BaseWorker.prepare_job_execution``: its ``LREM`` from the intermediate list is dropped when the worker
       dequeues through the seam's ``dequeue_any``, which never puts a job there.
+    - ``BaseWorker._finalize_failure`` (private): what rq does with a job that raised (failure callback,
+      exception handlers, ``handle_job_failure``), called by ``fail_unrun`` for a job the weighted workers
+      fail without running it (an unusable ``job.meta["fair_tenant"]``), after rq's own start bookkeeping.
     - ``BaseWorker.increment_total_working_time``: rq's after-job pipeline with the run time; runtime-charged
       fair queues settle there (hook ``job_ended``).
     - ``BaseWorker.teardown``: pending counters are written when the worker process stops (hook

@@ -52,12 +52,14 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from types import TracebackType
 from typing import Any
 
 from redis.client import Pipeline
 from rq import Queue
 from rq.executions import Execution
 from rq.job import Job
+from rq.utils import now
 from rq.worker import WorkerStatus
 
 from fair_router.rq_internals.queue import RqQueueSeam
@@ -67,6 +69,9 @@ logger = logging.getLogger("fair_router")
 
 HEARTBEAT_REPEAT = 1.0
 """Seconds within which a heartbeat of at least the same TTL makes another one redundant."""
+
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None]
+"""``sys.exc_info()`` of an exception being handled."""
 
 ExceptionHandler = Callable[..., Any]
 """rq's worker exception handler: ``(job, exc_type, exc_value, traceback) -> bool | None``."""
@@ -251,6 +256,24 @@ class RqWorkerSeam(TurnSeam):
         self._running = (job, queue)
         try:
             super().execute_job(job, queue)
+        finally:
+            self._running = None
+            self._last_beat = None
+            self._seam_dequeued = False
+
+    def fail_unrun(self, job: Job, queue: Queue, exc_info: ExcInfo) -> None:
+        """Fail ``job`` in this process without running it, as rq fails a job that raised: rq's start
+        bookkeeping (``prepare_execution``, ``prepare_job_execution``), then its ``_finalize_failure`` (the
+        job's failure callback, the exception handlers, ``handle_job_failure``: a retry if the job has one
+        left, else FailedJobRegistry with ``exc_info``, and its dependents). For a job that cannot be served
+        at all (an unusable stored tenant), so that neither the worker nor its work horse stops over it."""
+        self._running = (job, queue)
+        try:
+            execution = self.prepare_execution(job)
+            self.prepare_job_execution(job, len(self.queues) == 1)
+            job.started_at = now()
+            self._finalize_failure(job, queue, execution, exc_info)
+            self.set_state(WorkerStatus.IDLE)
         finally:
             self._running = None
             self._last_beat = None

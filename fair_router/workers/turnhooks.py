@@ -7,7 +7,7 @@ from redis.client import Pipeline
 from rq import Queue
 from rq.job import Job
 
-from fair_router.core.jobmeta import META_TENANT
+from fair_router.core.tenancy import usable_tenant
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import HOST, is_turn_end
 from fair_router.rq_internals.worker import RqWorkerSeam
@@ -36,6 +36,8 @@ class InterruptibleTurns(RqWorkerSeam):
         """A later turn is no new start for rate limits (unless ``count_turns``): a fair queue that paced the
         tenant after this turn's start lets the next turn be taken without waiting for the tenant's rate (its
         other jobs are still held by the rate when they start)."""
-        tenant = job.meta.get(META_TENANT)
-        if not self.count_turns and tenant and isinstance(queue, FairQueue):
-            queue.unpark(str(tenant), pipeline=pipeline)
+        if self.count_turns or not isinstance(queue, FairQueue):
+            return
+        tenant = usable_tenant(job.meta, queue.tenant_max_bytes)
+        if tenant is not None:
+            queue.unpark(tenant, pipeline=pipeline)

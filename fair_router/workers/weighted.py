@@ -51,8 +51,9 @@ from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings, load_settings
 from fair_router.controls.concurrency import Lease
-from fair_router.core.jobmeta import META_SYSTEM, META_TENANT
+from fair_router.core.jobmeta import META_SYSTEM
 from fair_router.core.keys import Keys
+from fair_router.core.tenancy import InvalidStoredTenant, stored_tenant, usable_tenant
 from fair_router.core.validation import QueueWeight
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
@@ -117,7 +118,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.gate = build_gate(self.connection, settings)
         # None when concurrency limits are off (the gate then takes no slots): what rq-facing code checks.
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
-        self.start_recorder = (StartRecorder(self.state_connection, Keys(settings.prefix), settings.observe)
+        self.start_recorder = (StartRecorder(self.state_connection, Keys(settings.prefix), settings.observe,
+                                             tenant_max_bytes=settings.tenant_max_bytes)
                                if settings.observe.record else None)
         self.wait_counts = WaitCounts(self.state_connection, Keys(settings.prefix))
         self.recovery = Recovery(self.connection, Keys(settings.prefix), settings.recovery.abandon_after,
@@ -144,12 +146,16 @@ class WeightedFetchMixin(FollowsFairnessMarks):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         """Run the job if its tenant may start one now (not paused, within its rates, and with
-        ``concurrency.enabled`` inside one of its slots); otherwise it waits, never failed (see _turn_away)."""
-        tenant = job.meta.get(META_TENANT)
-        if not tenant or job.meta.get(META_SYSTEM):
+        ``concurrency.enabled`` inside one of its slots); otherwise it waits, never failed (see _turn_away).
+        A job whose stored tenant is no tenant id fails at once (rq's failure path), and the worker goes on."""
+        try:
+            tenant = stored_tenant(job.meta, self.settings.tenant_max_bytes)
+        except InvalidStoredTenant as exc:  # rq's exception handlers log it, with the job
+            self.fail_unrun(job, queue, (type(exc), exc, exc.__traceback__))
+            return
+        if tenant is None or job.meta.get(META_SYSTEM):
             super().execute_job(job, queue)  # no tenant, or a system job: tenant controls do not apply
             return
-        tenant = str(tenant)
         # The job has left its queue, so a SIGTERM while we look the tenant up, take the slot or snooze must
         # wait for us (warm shutdown) rather than stop the worker midway and strand the job.
         self.hold_warm_shutdown()
@@ -300,9 +306,9 @@ class WeightedFetchMixin(FollowsFairnessMarks):
 
     def _free_abandoned_slot(self, job: Job) -> None:
         """A job handed back frees its tenant's slot now rather than when its lease expires."""
-        tenant = job.meta.get(META_TENANT)
-        if self.limiter is not None and tenant and not job.meta.get(META_SYSTEM):
-            self.limiter.reclaim(str(tenant), job.id, also=partial(self._unpark, str(tenant), job_id=job.id))
+        tenant = usable_tenant(job.meta, self.settings.tenant_max_bytes)  # an unusable one took no slot
+        if self.limiter is not None and tenant is not None and not job.meta.get(META_SYSTEM):
+            self.limiter.reclaim(tenant, job.id, also=partial(self._unpark, tenant, job_id=job.id))
 
     # -- stop -----------------------------------------------------------------------------------------------
 
