@@ -117,6 +117,7 @@ def _entries(queue: FairQueue, ids: Sequence[str]) -> list[PushEntry]:
 def _fetch(queue: FairQueue, job_id: str) -> Job | None:
     try:
         return Job.fetch(job_id, connection=queue.connection, serializer=queue.serializer)
-    except Exception as exc:  # noqa: BLE001 - a job we cannot read stays a plain entry, served in list order
-        logger.debug("queue %r: job %s left plain, its hash cannot be read: %s", queue.name, job_id, exc)
+    except Exception as exc:  # a job we cannot read stays a plain entry, served in list order; said so
+        logger.warning("fair queue %r: job %s stays a plain entry, not counted for its tenant: its hash cannot be "
+                       "read (%s; give the reader the serializer the producers use)", queue.name, job_id, exc)
         return None
