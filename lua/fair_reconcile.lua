@@ -6,7 +6,7 @@
 -- jobs' tenants (rq's serializer: not readable here) and calls again with them to adopt: each joins its tenant's
 -- FIFO at the tail, at its list position, only if it is still listed and no member.
 -- Bounded: everything is compared only when the list and the members each hold at most `bound` entries (one
--- LRANGE, one HMGET, one HGETALL); beyond it nothing is compared and the reply says the counts are not exact.
+-- LRANGE, one HGETALL); beyond it nothing is compared and the reply says the counts are not exact.
 -- An empty list is always exact (every member left is stale).
 -- include: fair_keys, stride, members, fifo, charge, stale
 -- KEYS     keys.FairQueueKeys, in field order.
@@ -33,11 +33,12 @@ end
 
 -- Stale members first (their FIFO places are fields "<tenant>:<seq>"; rq 3.0 job ids hold no ':'), and the
 -- positions of the listed ones recorded again where rq's LREM or LPUSH moved them.
-local gone = {}
+local gone, member = {}, {}
 local all = redis.call('HGETALL', members)
 for i = 1, #all, 2 do
   local id, value = all[i], all[i + 1]
   if not string.find(id, ':', 1, true) then
+    member[id] = true
     local at = index[id]
     if at == nil then
       leave(id, value)
@@ -51,11 +52,12 @@ end
 note_stale(gone)
 
 -- Adoptions: rq pushed these ids itself; the caller read their tenants.
-local any_parked = redis.call('ZCARD', parked) > 0
+local any_parked = #ARGV > 1 and redis.call('ZCARD', parked) > 0
 local adopted = 0
 for i = 2, #ARGV, GROUP do
   local id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if index[id] ~= nil and redis.call('HEXISTS', members, id) == 0 then
+  if index[id] ~= nil and not member[id] then
+    member[id] = true
     enter(id, tenant, place(tenant, false, nil, weight, nil), head + index[id])
     keep_costs(id, ARGV[i + 4], ARGV[i + 3])
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
@@ -68,8 +70,7 @@ end
 
 -- What is listed and no member: rq's own pushes, for the caller to adopt.
 local plain = {}
-local known = redis.call('HMGET', members, unpack(listed))
 for i, id in ipairs(listed) do
-  if not known[i] and index[id] == i - 1 then plain[#plain + 1] = id end
+  if not member[id] and index[id] == i - 1 then plain[#plain + 1] = id end
 end
 return {1, #gone, adopted, plain, length}

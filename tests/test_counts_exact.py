@@ -16,9 +16,9 @@ import pytest
 import routed_jobs
 from conftest import write_settings
 from redis import Redis
-from rq import Queue
-from rq.job import Job
-from rq.registry import FailedJobRegistry
+from rq import Queue, Retry
+from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry, StartedJobRegistry
 
 from fair_router import FairQueue, FairRouter, Rule, Settings, WeightedSimpleWorker, fair_job
 from fair_router.controls.backlog import TenantBacklogFull
@@ -183,6 +183,25 @@ def test_failed_job_registry_requeue_and_a_cancel_together_keep_the_count(conn: 
     assert stored(conn, queue) == {"a": 2}
     assert set(conn.hkeys(queue.fair_keys.members)) >= {failed.encode(), waiting[1].id.encode()}
     assert not reconcile_queues([queue])["fairq"].adopted  # nothing more to do
+
+
+def test_an_abandoned_job_retried_by_started_registry_cleanup_counts_again(conn: Redis) -> None:
+    """rq's StartedJobRegistry.cleanup retries an abandoned job (its worker died mid-run) through a plain
+    Queue: a plain push, counted for its tenant at the next read."""
+    settings = Settings.model_validate({"prefix": PREFIX})
+    queue = FairQueue("fairq", connection=conn, settings=settings)
+    job = queue.enqueue(fair_jobs.log, "a", 0, fair_tenant="a", retry=Retry(max=1))
+    queue.enqueue(fair_jobs.log, "a", 1, fair_tenant="a")
+    assert queue.pop_job_id() == job.id  # a worker took it ...
+    job.set_status(JobStatus.STARTED)  # ... started it, and died: its execution expired in rq's registry
+    registry = StartedJobRegistry("fairq", connection=conn)
+    conn.zadd(registry.key, {f"{job.id}:dead-execution": 1})
+    registry.cleanup()
+    assert job.get_status() == JobStatus.QUEUED and queue.count == 2
+    assert stored(conn, queue) == {"a": 1}  # rq pushed it plain
+    assert snapshot_waiting(conn, Settings.model_validate({"prefix": PREFIX, "fair_queues": ["fairq"]})) == {
+        ("fairq", "a"): 2}
+    assert stored(conn, queue) == {"a": 2}
 
 
 def test_beyond_the_bound_counts_are_marked_approximate(redis_server, conn: Redis, tmp_path: Path) -> None:
