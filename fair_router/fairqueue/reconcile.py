@@ -38,6 +38,9 @@ RECONCILE_BOUND = 1000
 """Entries of a queue's list (and of its members) compared per read at most; beyond it the counts are reported
 approximate."""
 
+_WARNED: set[str] = set()
+"""Queues whose unreadable jobs were reported (once per process)."""
+
 MAX_BOUND = 100_000
 """The largest bound taken: a read holds the whole list and members hash in the script's memory."""
 
@@ -100,6 +103,12 @@ def _entries(queue: FairQueue, ids: Sequence[str]) -> list[PushEntry]:
                                                     serializer=queue.serializer)
     except Exception:  # one unreadable job (another serializer): read them one by one, skipping it
         jobs = [_fetch(queue, job_id) for job_id in ids]
+        unread = [job_id for job_id, job in zip(ids, jobs, strict=True) if job is None]
+        if unread and queue.name not in _WARNED:  # once per queue and process: a dashboard reads every few seconds
+            _WARNED.add(queue.name)
+            logger.warning("fair queue %r: %d job(s) rq pushed itself (%s, ...) stay plain entries, not counted for "
+                           "their tenants: their hashes cannot be read with this process's serializer (give the "
+                           "reader the serializer the producers use)", queue.name, len(unread), unread[0])
     entries = []
     for job in jobs:
         if job is None or job.origin != queue.name or job.get_status(refresh=False) != JobStatus.QUEUED:
@@ -115,9 +124,8 @@ def _entries(queue: FairQueue, ids: Sequence[str]) -> list[PushEntry]:
 
 
 def _fetch(queue: FairQueue, job_id: str) -> Job | None:
+    """The job, None when it is gone or cannot be read (it stays a plain entry, served in list order)."""
     try:
         return Job.fetch(job_id, connection=queue.connection, serializer=queue.serializer)
-    except Exception as exc:  # a job we cannot read stays a plain entry, served in list order; said so
-        logger.warning("fair queue %r: job %s stays a plain entry, not counted for its tenant: its hash cannot be "
-                       "read (%s; give the reader the serializer the producers use)", queue.name, job_id, exc)
+    except Exception:
         return None

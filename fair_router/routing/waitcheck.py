@@ -55,6 +55,7 @@ class WaitingReconciler:
         self.keys, self.serializer, self.bound = keys, serializer, bound
         self._unwait, self._rewait = UnwaitScript(connection), RewaitScript(connection)
         self._not_routed: set[str] = set()
+        self._warned = False
 
     def reconcile(self, job_keys: Iterable[str], queues: Iterable[str]) -> dict[str, bool]:
         """Make the counts of ``job_keys`` in the plain queues among ``queues`` (names; the fair ones left out by
@@ -127,7 +128,10 @@ class WaitingReconciler:
         fields: dict[str, list[bytes]] = {}
         try:
             jobs = Job.fetch_many(list(job_ids), connection=self.rq, serializer=self.serializer)
-        except Exception as exc:  # a hash another serializer wrote: these ids stay uncounted, and it is said
+        except Exception as exc:  # a hash another serializer wrote: these ids stay uncounted, and it is said once
+            if self._warned:
+                return {}
+            self._warned = True
             logger.warning("routed waiting counts: jobs %s cannot be read (%s); they are not counted waiting until "
                            "they can (give the reader the serializer the producers use)", ", ".join(job_ids[:5]), exc)
             return {}
