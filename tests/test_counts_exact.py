@@ -221,6 +221,25 @@ def test_beyond_the_bound_counts_are_marked_approximate(redis_server, conn: Redi
     assert not view.approximate and stored(conn, queue) == {"a": 11}
 
 
+def test_a_big_emptied_and_refilled_queue_pages_through_its_stale_members(conn: Redis) -> None:
+    """`rq empty` of a queue holding more than the bound, then new jobs before any read: the list is small, the
+    members are many (past Redis' listpack size: HSCAN pages). Each read drops one page of them, marked
+    approximate until none is left."""
+    settings = Settings.model_validate({"prefix": PREFIX})
+    queue = FairQueue("fairq", connection=conn, settings=settings)
+    queue.enqueue_many([Queue.prepare_data(fair_jobs.log, ("a", i), meta={"fair_tenant": "a"}) for i in range(300)])
+    Queue("fairq", connection=conn).empty()
+    for i in range(3):
+        queue.enqueue(fair_jobs.log, "b", i, fair_tenant="b")
+    reads = []
+    while not reads or not reads[-1].exact:
+        reads.append(reconcile_queues([queue], bound=20)["fairq"])
+        assert len(reads) <= 300 // 5, reads  # each page drops some: it ends
+    assert len(reads) > 1 and sum(read.dropped for read in reads) == 300
+    assert stored(conn, queue) == {"b": 3} and conn.hlen(queue.fair_keys.members) == 2 * 3
+    assert conn.hget(queue.fair_keys.state, "reconcile_cursor") is None
+
+
 # -- a routed plain queue (the router's waiting counts) --------------------------------------------------
 
 

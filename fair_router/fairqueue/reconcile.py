@@ -11,7 +11,7 @@ ones, and hands back the listed ids that are no members; their jobs are read her
 adopts an id only if it is still listed and no member (a worker may have taken it meanwhile).
 
 Bound: a read compares at most :data:`RECONCILE_BOUND` entries per queue (its list and its members each), in
-one script call of one LRANGE and one HGETALL; a queue holding more is left as it is and reported
+one script call of one LRANGE and an HMGET (an HGETALL of the members when some are stale); a queue holding more is left as it is and reported
 *approximate* (its tenants' counts may include jobs rq removed, and miss jobs rq requeued, until pops meet them).
 An empty list is always exact. Backlog caps do not depend on this: before a cap refuses a tenant, its own
 members are checked against the list (``lua/lib/recount.lua``).
