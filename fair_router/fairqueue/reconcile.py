@@ -10,9 +10,11 @@ ones, and hands back the listed ids that are no members; their jobs are read her
 ``job.meta``, which only rq's serializer reads) and adopted into their tenants' FIFOs by a second call, which
 adopts an id only if it is still listed and no member (a worker may have taken it meanwhile).
 
-Bound: a read compares at most :data:`RECONCILE_BOUND` entries per queue (its list and its members each), in
-one script call of one LRANGE and an HMGET (an HGETALL of the members when some are stale); a queue holding more is left as it is and reported
-*approximate* (its tenants' counts may include jobs rq removed, and miss jobs rq requeued, until pops meet them).
+Bound: a read compares a queue whose list holds at most :data:`RECONCILE_BOUND` entries, in one script call:
+one LRANGE and an HMGET of the listed ids, and only when more members than listed ids exist, an HGETALL of the
+members (up to the bound) or one HSCAN page of them (more: a big queue emptied then refilled; approximate until
+the pages dropped them all). A longer list is left as it is and reported *approximate*: its tenants' counts
+may include jobs rq removed, and miss jobs rq requeued, until pops meet them.
 An empty list is always exact. Backlog caps do not depend on this: before a cap refuses a tenant, its own
 members are checked against the list (``lua/lib/recount.lua``).
 """
