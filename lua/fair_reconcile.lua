@@ -67,12 +67,17 @@ end
 local exact = 1
 if fields > 2 * n_listed and fields <= 2 * bound then
   drop_unlisted(redis.call('HGETALL', members))
+  redis.call('HDEL', state, 'reconcile_cursor')  -- a paging begun while there were more is done
 elseif fields > 2 * n_listed then  -- more than the bound (a big queue emptied, then refilled): a page per read
   local page = redis.call('HSCAN', members, redis.call('HGET', state, 'reconcile_cursor') or '0', 'COUNT', 2 * bound)
   drop_unlisted(page[2])
-  if page[1] == '0' then redis.call('HDEL', state, 'reconcile_cursor')
-  else redis.call('HSET', state, 'reconcile_cursor', page[1]) end
-  if redis.call('HLEN', members) > 2 * n_listed then exact = 0 end
+  if page[1] ~= '0' and redis.call('HLEN', members) > 2 * n_listed then
+    redis.call('HSET', state, 'reconcile_cursor', page[1])
+    exact = 0
+  else  -- all paged through, or none left to drop
+    redis.call('HDEL', state, 'reconcile_cursor')
+    if redis.call('HLEN', members) > 2 * n_listed then exact = 0 end
+  end
 end
 note_stale(gone)
 

@@ -214,8 +214,11 @@ def test_beyond_the_bound_counts_are_marked_approximate(redis_server, conn: Redi
     assert stored(conn, queue) == {"a": 12}  # left as it was
     reader = SnapshotReader(conn, settings)
     reader.reconcile_bound = 10
-    (view,) = [q for q in reader.snapshot().queues if q.name == "fairq"]
+    snap = reader.snapshot()
+    (view,) = [q for q in snap.queues if q.name == "fairq"]
     assert view.approximate
+    (family,) = [f for f in metric_families(snap) if f.name == "fair_router_queue_counts_approximate"]
+    assert [(s.labels["queue"], s.value) for s in family.samples] == [("fairq", 1)]
     reader.reconcile_bound = 100
     (view,) = [q for q in reader.snapshot().queues if q.name == "fairq"]
     assert not view.approximate and stored(conn, queue) == {"a": 11}
