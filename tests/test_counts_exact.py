@@ -185,6 +185,22 @@ def test_failed_job_registry_requeue_and_a_cancel_together_keep_the_count(conn: 
     assert not reconcile_queues([queue])["fairq"].adopted  # nothing more to do
 
 
+def test_a_job_in_a_weighted_workers_hand_during_a_read_is_served_and_counted_once(conn: Redis) -> None:
+    """A weighted worker's BLPOP takes the head entry off rq's list before its fair pop runs; a read in between
+    finds that member off the list and drops it as stale. The pop, given the entry, serves it all the same and
+    takes it out of the stale count (lua/lib/stale.lua): nothing is lost or counted twice."""
+    settings = Settings.model_validate({"prefix": PREFIX})
+    queue = FairQueue("fairq", connection=conn, settings=settings)
+    first = queue.enqueue(fair_jobs.log, "a", 0, fair_tenant="a")
+    queue.enqueue(fair_jobs.log, "a", 1, fair_tenant="a")
+    given = conn.lpop(queue.key)  # the worker's BLPOP
+    assert given == first.id.encode()
+    assert reconcile_queues([queue])["fairq"].dropped == 1 and stored(conn, queue) == {"a": 1}
+    assert queue.pop_fair(given.decode()).job_id == first.id  # its fair pop, given the entry
+    assert conn.hget(queue.fair_keys.state, "stale") == b"0" and stored(conn, queue) == {"a": 1}
+    assert queue.count == 1
+
+
 def test_an_abandoned_job_retried_by_started_registry_cleanup_counts_again(conn: Redis) -> None:
     """rq's StartedJobRegistry.cleanup retries an abandoned job (its worker died mid-run) through a plain
     Queue: a plain push, counted for its tenant at the next read."""
