@@ -47,7 +47,7 @@ from fair_router.core.rules import last_match
 from fair_router.dashboard.iterations import running_iterations
 from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
-from fair_router.fairqueue.reconcile import RECONCILE_BOUND, fair_queues, reconcile_queues
+from fair_router.fairqueue.reconcile import RECONCILE_BOUND, FairQueues, reconcile_queues
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
@@ -107,6 +107,7 @@ class SnapshotReader:
         self.reconcile_bound = RECONCILE_BOUND
         self._warned = False
         self._waiting = WaitingReconciler(connection, self.keys, self.rq, bound=RECONCILE_BOUND)
+        self._fair = FairQueues(self.rq, settings)
 
     def snapshot(self) -> Snapshot:
         """Read everything the views show (a few pipelined round trips, see the module docstring)."""
@@ -196,7 +197,8 @@ class SnapshotReader:
         rq's lists (rq's own commands change them without our code: :mod:`fair_router.fairqueue.reconcile`,
         :mod:`fair_router.routing.waitcheck`). Returns the queues whose counts are approximate (beyond the
         bound)."""
-        fair = fair_queues(self.rq, self.settings, names)
+        fair = self._fair.among(names)
+        self._waiting.bound = self.reconcile_bound
         fair_names = {queue.name for queue in fair}
         try:
             done = reconcile_queues(fair, self.reconcile_bound)

@@ -58,13 +58,36 @@ class Reconciled:
     length: int  # entries on rq's list
 
 
+class FairQueues:
+    """The fair queues among the queues a long-lived reader (the dashboard) looks at, on one connection: marked
+    fair in Redis (read at most every :data:`~fair_router.fairqueue.marks.RECHECK_EVERY` seconds) or listed in
+    ``fair_queues``, each built once (its scripts are assembled and registered once, not at every read)."""
+
+    def __init__(self, connection: Redis, settings: Settings) -> None:
+        self.connection, self.settings = connection, settings
+        self._marks = FairnessMarks(connection, settings.prefix)
+        self._built: dict[tuple[str, str], FairQueue] = {}
+
+    def among(self, names: Iterable[str]) -> list[FairQueue]:
+        """The fair queues among ``names``, each with the prefix its mark names (at most one round trip)."""
+        names = list(dict.fromkeys(names))
+        marked = self._marks.read(names)
+        found = []
+        for name in names:
+            if name in marked or self.settings.is_fair(name):
+                prefix = marked.get(name, self.settings.prefix)
+                queue = self._built.get((name, prefix))
+                if queue is None:
+                    queue = self._built[(name, prefix)] = FairQueue(name, connection=self.connection,
+                                                                    settings=self.settings, prefix=prefix)
+                found.append(queue)
+        return found
+
+
 def fair_queues(connection: Redis, settings: Settings, names: Iterable[str]) -> list[FairQueue]:
     """The fair queues among ``names`` (marked fair in Redis, or listed in ``fair_queues``), each with the
-    prefix its mark names (one round trip for the marks)."""
-    names = list(dict.fromkeys(names))
-    marked = FairnessMarks(connection, settings.prefix).read(names)
-    return [FairQueue(name, connection=connection, settings=settings, prefix=marked.get(name, settings.prefix))
-            for name in names if name in marked or settings.is_fair(name)]
+    prefix its mark names (one round trip for the marks): :class:`FairQueues` for a one-off read."""
+    return FairQueues(connection, settings).among(names)
 
 
 def reconcile_queues(queues: Sequence[FairQueue], bound: int = RECONCILE_BOUND) -> dict[str, Reconciled]:
