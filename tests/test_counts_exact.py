@@ -307,3 +307,28 @@ def test_routed_plain_queue_counts_after_rq_requeue(redis_server, conn: Redis, t
                                                  "waiting     2 in plainq_slow (routed plain queue)"]
     WeightedSimpleWorker(["plainq", "plainq_slow"], connection=conn, settings=settings).work(burst=True)
     assert snapshot_waiting(conn, settings) == {}
+
+
+def test_a_reader_that_may_not_run_scripts_shows_the_counts_as_stored_and_says_so(
+        redis_server, conn: Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A dashboard connected as a user without EVAL (or to a replica) cannot reconcile: the counts are shown as
+    stored, every queue marked approximate, and a warning names the fix, once."""
+    settings = Settings.model_validate({"prefix": PREFIX, "fair_queues": ["fairq"]})
+    queue = FairQueue("fairq", connection=conn, settings=settings)
+    jobs = [queue.enqueue(fair_jobs.log, "a", i, fair_tenant="a") for i in range(3)]
+    jobs[0].cancel()
+    conn.acl_setuser("viewer", enabled=True, passwords=["+viewer-pw"], keys=["*"], channels=["*"],
+                     commands=["+@all", "-eval", "-evalsha", "-fcall", "-script"])
+    viewer = Redis.from_url(redis_server.url, username="viewer", password="viewer-pw")
+    try:
+        reader = SnapshotReader(viewer, settings)
+        for _ in range(2):
+            snap = reader.snapshot()
+            (view,) = [q for q in snap.queues if q.name == "fairq"]
+            assert view.approximate and {row.tenant: row.waiting for row in snap.tenants} == {"a": {"fairq": 3}}
+        warnings = [r.getMessage() for r in caplog.records if "cannot reconcile" in r.getMessage()]
+        assert len(warnings) == 1 and "EVAL" in warnings[0]
+    finally:
+        viewer.close()
+        conn.acl_deluser("viewer")
+

@@ -204,6 +204,8 @@ class SnapshotReader:
             done = reconcile_queues(fair, self.reconcile_bound)
             plain = self._waiting.reconcile(routed_keys, [name for name in names if name not in fair_names])
         except (ReadOnlyError, NoPermissionError, ResponseError) as exc:  # a replica, or a user without EVAL
+            if not isinstance(exc, ReadOnlyError | NoPermissionError) and not _refused(exc):
+                raise
             if not self._warned:
                 self._warned = True
                 logger.warning("the dashboard cannot reconcile waiting counts with rq's lists (%s): counts are shown "
@@ -303,6 +305,12 @@ def _row(key: str, label: str, fields: dict[str, int], now: float) -> TenantView
     row.histogram = from_fields(fields, "c:")
     row.histogram.total_us = fields.get("c:us", 0)
     return row
+
+
+def _refused(error: ResponseError) -> bool:
+    """Whether Redis refused a write or a script to this connection (a replica, an ACL), rather than failing."""
+    text = str(error).lower()
+    return any(sign in text for sign in ("noperm", "readonly", "read only", "no permissions"))
 
 
 def _plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:
