@@ -1,6 +1,6 @@
 -- fair_push.lua: add jobs to a fair queue: each id onto rq's list and into its tenant's FIFO. Also
 -- puts popped jobs back (recovery after a dead worker) and adopts ids rq pushed itself (unique=True).
--- include: fair_keys, stride, members, fifo, charge
+-- include: fair_keys, stride, members, fifo, charge, recount
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     one group of nine per job: job_id, tenant (encoded), weight, at_front ('1'/'0'),
 --          from_inflight ('1' = only if still recorded as popped-not-started, which is then cleared),
@@ -21,6 +21,9 @@ for i = 1, #ARGV, GROUP do
   if cap > 0 and redis.call('HEXISTS', members, ARGV[i]) == 0 then
     adding[tenant] = (adding[tenant] or 0) + 1
     local _, _, _, waiting = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+    if (waiting or 0) + adding[tenant] > cap then  -- before refusing: rq may have removed some (lib/recount.lua)
+      waiting = recount(tenant)
+    end
     if (waiting or 0) + adding[tenant] > cap then
       return redis.error_reply(string.format(
         'FAIRBACKLOG %d tenant %s would pass its backlog cap of %d waiting jobs in %s: nothing of this '

@@ -338,7 +338,7 @@ def test_a_snapshot_costs_the_same_commands_for_50_or_500_tenants(conn: Redis, i
         SnapshotReader(conn, settings).snapshot()
         costs.append(command_calls(conn) - before)
     assert costs[0] == costs[1], costs
-    assert costs[0] < 60, costs
+    assert costs[0] < 66, costs  # of which 7 reconcile the fair queue's counts with rq's list (fairqueue.reconcile)
 
 
 def test_routed_jobs_are_counted_by_target_queue(conn: Redis, isolated_settings: None) -> None:

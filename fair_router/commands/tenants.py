@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from fair_router.commands.common import COUNT, FAIR_WEIGHT, RATE, load_or_exit, router_for
+from fair_router.commands.counts import RECONCILE_BOUND, reconciled_counts
 from fair_router.config.settings import Settings
 from fair_router.core.rates import Rate
 from fair_router.dashboard.iterations import known_queues, running_iterations
@@ -111,12 +112,16 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
     click.echo(f"  weight      {profile.weight:g}{mark('weight')}")
     click.echo(f"  rate        {rate}{mark('rate') or mark('burst')}")
     click.echo(f"  max_backlog {cap}{mark('max_backlog')}")
+    approximate, routed = reconciled_counts(router, settings, router.tenant_id(tenant_id))
     running, waiting = router.tenant_jobs(tenant_id)
     click.echo(f"  running     {running}")
-    for queue, count in waiting.items():
-        click.echo(f"  waiting     {count} in {queue}")
-    if not waiting:
-        click.echo("  waiting     none in any fair queue")
+    for queue, count in [*waiting.items(), *routed.items()]:
+        kind = " (routed plain queue)" if queue in routed else ""
+        note = (f" (approximate: more than {RECONCILE_BOUND} entries waiting there, not compared with rq's list)"
+                if queue in approximate else "")
+        click.echo(f"  waiting     {count} in {queue}{kind}{note}")
+    if not waiting and not routed:
+        click.echo("  waiting     none in any fair queue or routed plain queue")
     for it in running_iterations(router.connection, known_queues(router.connection), tenant_id,
                                  router.tenant_max_bytes):
         click.echo(f"  iterating   job {it.job_id} in {it.queue} ({it.func}): cursor {it.cursor}, "

@@ -61,7 +61,7 @@ class FairQueueKeys:
     state: str  # HASH head (list head's position) | vtime (pass of the last served tenant) | due | limited, and
     #             per tenant with waiting jobs "=<tenant>" -> "<head seq>|<tail seq>|<weight>|<waiting>" (its FIFO's
     #             ends, its weight from its last push and how many of its jobs wait: lua/lib/fifo.lua), so a pop
-    #             reads and writes it with the rest
+    #             reads and writes it with the rest; reconcile_cursor: fair_reconcile.lua's HSCAN page of members
     inflight: str  # ZSET job id -> pop time (ms): popped, not yet known to have started
     wake: str  # LIST wake-ups for workers blocked while only parked tenants' jobs wait on rq's list
     costs: str  # HASH job id -> "<declared seconds or ''>|<function>" of waiting members (charge="runtime")

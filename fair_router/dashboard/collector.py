@@ -60,6 +60,14 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
         if queue.fair:
             plain_pops.add_metric([queue.name], queue.plain_pops)
     yield plain_pops
+    approximate = GaugeMetricFamily("fair_router_queue_counts_approximate", "1 when the queue's per-tenant waiting "
+                                    "counts were not reconciled with rq's list this scrape (more entries than the "
+                                    "bound): they may include jobs rq removed and miss jobs rq requeued.",
+                                    labels=["queue"])
+    for queue in snap.queues:
+        if not queue.down:
+            approximate.add_metric([queue.name], int(queue.approximate))
+    yield approximate
     if snap.shard_servers:
         up = GaugeMetricFamily("fair_router_shard_server_up", "1 when the shard server (shard_urls) answered "
                                "this scrape, 0 when it did not (its queues then have no samples).",

@@ -1,7 +1,13 @@
 """One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
 
 Cost per call, whatever the number of tenants: at most seven pipelined round trips (plus one per shard
-server) of at most ``10 + 5 * queues + 2 * job keys + 8 * top_n + top_n * rule job keys`` commands:
+server) of at most ``10 + 5 * queues + 2 * job keys + 8 * top_n + top_n * rule job keys`` commands, after
+the counts were reconciled with rq's lists (rq's own cancels, deletes, empties and requeues change them
+without our code): one round trip for the fair queues' marks and one script call per fair queue
+(:mod:`fair_router.fairqueue.reconcile`), two for the routed plain queues' counts
+(:mod:`fair_router.routing.waitcheck`), each bounded by ``RECONCILE_BOUND`` entries per queue (a queue holding
+more is shown approximate), and up to four more only when rq changed something (reading the jobs it requeued,
+then the fixes):
 
 1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
 2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant and its stale
@@ -25,11 +31,13 @@ held), then the most starts in the last 5 minutes; every other tenant is summed 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
 from redis import Redis
+from redis.exceptions import NoPermissionError, ReadOnlyError, ResponseError
 from rq import Queue
 
 from fair_router.config.settings import Settings, TiersConfig
@@ -39,14 +47,18 @@ from fair_router.core.rules import last_match
 from fair_router.dashboard.iterations import running_iterations
 from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
+from fair_router.fairqueue.reconcile import RECONCILE_BOUND, FairQueues, reconcile_queues
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
+from fair_router.routing.waitcheck import WaitingReconciler
 from fair_router.routing.waiting import parse_field
 from fair_router.store.cluster import rq_of
 from fair_router.store.fair_scripts import TENANT_FIELD, record_weight
 from fair_router.store.scripts import Clock, PeekScript
+
+logger = logging.getLogger("fair_router")
 
 RECENT_WINDOW = 120.0
 """Seconds since a tenant's last admission (first start of a minute) for it to count as recently started."""
@@ -92,6 +104,10 @@ class SnapshotReader:
         self._resolver = load_resolver(settings.tiers.resolver) if settings.tiers.resolver else None
         self._rules = {key: job.rules for key, job in settings.jobs.items() if job.rules}
         self._shards = ShardQueues(settings, self.keys)
+        self.reconcile_bound = RECONCILE_BOUND
+        self._warned = False
+        self._waiting = WaitingReconciler(connection, self.keys, self.rq, bound=RECONCILE_BOUND)
+        self._fair = FairQueues(self.rq, settings)
 
     def snapshot(self) -> Snapshot:
         """Read everything the views show (a few pipelined round trips, see the module docstring)."""
@@ -114,6 +130,7 @@ class SnapshotReader:
         now = self.clock() if self.clock is not None else int(server_time[0]) + int(server_time[1]) / 1e6
         names = self._queue_names(_text(key).removeprefix(Queue.redis_queue_namespace_prefix) for key in rq_queues)
         routed_keys = sorted({*map(_text, job_keys), *self._rules})
+        approximate = self._reconcile(names, routed_keys)
 
         with self.connection.pipeline(transaction=False) as pipe:
             for name in names:
@@ -124,6 +141,8 @@ class SnapshotReader:
             replies = pipe.execute()
         reads = [parse_queue(self.settings, name, replies[PER_QUEUE * i: PER_QUEUE * (i + 1)])
                  for i, name in enumerate(names)]
+        for read in reads:
+            read.view.approximate = read.view.name in approximate
         shard_servers, shard_reads = self._shards.read(now)
         queues, backlogs, parked, abandoned_by_queue = [], {}, {}, {}
         for read in [*reads, *shard_reads]:
@@ -174,6 +193,28 @@ class SnapshotReader:
                             row.tier != self.settings.tiers.default for row in top))
 
     # -- steps ----------------------------------------------------------------------------------------
+
+    def _reconcile(self, names: list[str], routed_keys: list[str]) -> set[str]:
+        """Before the counts are read: the fair queues' and the routed plain queues' counts made to agree with
+        rq's lists (rq's own commands change them without our code: :mod:`fair_router.fairqueue.reconcile`,
+        :mod:`fair_router.routing.waitcheck`). Returns the queues whose counts are approximate (beyond the
+        bound)."""
+        fair = self._fair.among(names)
+        self._waiting.bound = self.reconcile_bound
+        fair_names = {queue.name for queue in fair}
+        try:
+            done = reconcile_queues(fair, self.reconcile_bound)
+            plain = self._waiting.reconcile(routed_keys, [name for name in names if name not in fair_names])
+        except (ReadOnlyError, NoPermissionError, ResponseError) as exc:  # a replica, or a user without EVAL
+            if not isinstance(exc, ReadOnlyError | NoPermissionError) and not _refused(exc):
+                raise
+            if not self._warned:
+                self._warned = True
+                logger.warning("the dashboard cannot reconcile waiting counts with rq's lists (%s): counts are shown "
+                               "as stored, approximate after rq's own cancels, deletes and requeues; give it a "
+                               "connection to the primary, allowed EVAL/EVALSHA", exc)
+            return set(names)
+        return {name for name, one in done.items() if not one.exact} | {name for name, ok in plain.items() if not ok}
 
     def _queue_names(self, known: Iterable[str]) -> list[str]:
         if self.queues is not None:
@@ -266,6 +307,12 @@ def _row(key: str, label: str, fields: dict[str, int], now: float) -> TenantView
     row.histogram = from_fields(fields, "c:")
     row.histogram.total_us = fields.get("c:us", 0)
     return row
+
+
+def _refused(error: ResponseError) -> bool:
+    """Whether Redis refused a write or a script to this connection (a replica, an ACL), rather than failing."""
+    text = str(error).lower()
+    return any(sign in text for sign in ("noperm", "readonly", "read only", "no permissions"))
 
 
 def _plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:

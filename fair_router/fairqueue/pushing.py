@@ -68,7 +68,11 @@ class FairPushes:
         for capped in filter(None, (self.capped(tenant_of(meta, max_bytes, warn=False)) for meta in metas)):
             name = tenant_key(capped.tenant)
             wanted[name] = (capped, wanted.get(name, (capped, 0))[1] + 1)
-        self.caps.precheck(store.waiting(list(wanted)), wanted)
+        waiting = store.waiting(list(wanted))
+        over = [name for name, (capped, jobs) in wanted.items() if waiting.get(name, 0) + jobs > capped.cap]
+        if over:  # before refusing: rq may have removed some of their jobs (lua/lib/recount.lua)
+            waiting = {**waiting, **dict.fromkeys(over, 0), **store.recount(over)}
+        self.caps.precheck(waiting, wanted)
 
     def execute_checked(self, queue: Queue, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
         """Execute ``pipe`` (our own, holding the enqueue of ``jobs`` into ``queue``); if a push hit a backlog

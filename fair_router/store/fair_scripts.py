@@ -252,3 +252,46 @@ class FairTidyScript(LuaScript[TidyResult]):
     def parse(self, reply: Any) -> TidyResult:
         ids, stale, plain, length = reply
         return TidyResult(_text(ids).split(), int(stale), int(plain), int(length))
+
+
+class FairRecountScript(LuaScript[list[int]]):
+    """fair_recount.lua: tenants' waiting counts checked against rq's list (stale members dropped), before a
+    backlog cap's pre-check refuses them."""
+
+    name = "fair_recount"
+
+    def __call__(self, keys: FairQueueKeys, tenants: Sequence[str]) -> Call[list[int]]:
+        """``tenants``: encoded. Result: each one's waiting count, in order."""
+        return self.call(keys.all_for_scripts(), list(tenants))
+
+    def parse(self, reply: Any) -> list[int]:
+        return [int(count) for count in reply]
+
+
+class ReconcileResult(NamedTuple):
+    """What fair_reconcile.lua did to a fair queue's counts."""
+
+    exact: bool  # the list and the members were compared (False: beyond the bound, counts as they were)
+    dropped: int  # stale members dropped (rq took their ids off the list)
+    adopted: int  # ids rq pushed itself that joined their tenants' FIFOs
+    plain: list[str]  # listed ids that are no members (compared only): for the caller to adopt
+    length: int  # entries on rq's list
+
+
+class FairReconcileScript(LuaScript[ReconcileResult]):
+    """fair_reconcile.lua: compare a fair queue's members with rq's list (bounded) and adopt ids given."""
+
+    name = "fair_reconcile"
+
+    def __call__(self, keys: FairQueueKeys, bound: int, adopt: Sequence[PushEntry] = ()) -> Call[ReconcileResult]:
+        """``bound``: compare only when the list and the members each hold at most this many entries; ``adopt``:
+        listed ids to give a FIFO place (tenant, weight and costs from their entries)."""
+        args: list[str | int] = [bound]
+        for job in adopt:
+            args += (job.job_id, job.tenant, repr(float(job.weight)), job.func,
+                     "" if job.declared is None else repr(float(job.declared)))
+        return self.call(keys.all_for_scripts(), args)
+
+    def parse(self, reply: Any) -> ReconcileResult:
+        exact, dropped, adopted, plain, length = reply
+        return ReconcileResult(bool(int(exact)), int(dropped), int(adopted), [_text(i) for i in plain], int(length))

@@ -27,15 +27,18 @@ from fair_router.store.fair_scripts import (
     FairParkScript,
     FairPopScript,
     FairPushScript,
+    FairReconcileScript,
+    FairRecountScript,
     FairRemoveScript,
     FairSettleScript,
     FairUnmarkScript,
     FairUnparkScript,
     PopResult,
     PushEntry,
+    ReconcileResult,
     record_waiting,
 )
-from fair_router.store.luascript import LuaScript
+from fair_router.store.luascript import Call, LuaScript
 
 _S = TypeVar("_S", bound=LuaScript[Any])
 
@@ -56,6 +59,17 @@ class FairStore(Protocol):
 
     def waiting(self, tenants: Sequence[str]) -> dict[str, int]:
         """How many jobs each of ``tenants`` has waiting (those with none left out), for caps and admin reads."""
+
+    def recount(self, tenants: Sequence[str]) -> dict[str, int]:
+        """:meth:`waiting` after checking each tenant's jobs against rq's list (those rq removed are dropped), so
+        a backlog cap never refuses a tenant for jobs that no longer wait."""
+
+    def reconcile(self, bound: int, adopt: Sequence[PushEntry] = ()) -> ReconcileResult:
+        """Make the counts agree with rq's list after rq's own commands (bounded by ``bound`` entries), adopting
+        the listed ids of ``adopt``, so that readers show what waits."""
+
+    def reconcile_call(self, bound: int, adopt: Sequence[PushEntry] = ()) -> Call[ReconcileResult]:
+        """:meth:`reconcile`, not yet run."""
 
     def pop(self, given: str, acks: Sequence[str], runtime: bool, lease_ms: int) -> PopResult:
         """The next job by fair share, so that the choice and its bookkeeping are one atomic step."""
@@ -115,6 +129,19 @@ class RedisFairStore:
         records = self._connection.hmget(self._keys.state, [TENANT_FIELD + tenant for tenant in tenants])
         counts = zip(tenants, map(record_waiting, records), strict=True)
         return {tenant: count for tenant, count in counts if count > 0}
+
+    def recount(self, tenants: Sequence[str]) -> dict[str, int]:
+        if not tenants:
+            return {}
+        counts = zip(tenants, self._script(FairRecountScript)(self._keys, tenants).run(), strict=True)
+        return {tenant: count for tenant, count in counts if count > 0}
+
+    def reconcile(self, bound: int, adopt: Sequence[PushEntry] = ()) -> ReconcileResult:
+        return self.reconcile_call(bound, adopt).run()
+
+    def reconcile_call(self, bound: int, adopt: Sequence[PushEntry] = ()) -> Call[ReconcileResult]:
+        """:meth:`reconcile` as a call, to queue on a pipeline beside other queues' (readers)."""
+        return self._script(FairReconcileScript)(self._keys, bound, adopt)
 
     def push(self, entries: Sequence[PushEntry], pipeline: Pipeline | None = None, loaded: bool = False) -> int | None:
         call = self._script(FairPushScript)(self._keys, entries)

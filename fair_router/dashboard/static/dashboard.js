@@ -148,7 +148,10 @@
         cell("", null, (q.fair ? '<span class="badge fairq">fair</span>' : '<span class="muted">plain</span>') +
           (q.plain_pops ? ' <span class="badge plainpop" title="taken first-in first-out by a worker that is not ' +
             "fair-router's (a plain rq worker): start it with -w fair_router.WeightedWorker\">" +
-            count(q.plain_pops) + "+ jobs taken by a plain rq worker</span>" : "")) +
+            count(q.plain_pops) + "+ jobs taken by a plain rq worker</span>" : "") +
+          (q.approximate ? ' <span class="badge plainpop" title="more jobs wait than a read compares with rq\'s ' +
+            'list: tenant counts may include jobs rq removed and miss jobs rq requeued, until workers pop them">' +
+            "counts approximate</span>" : "")) +
         cell("num", null, q.fair && !q.down ? count(q.tenants_waiting) : "—") +
         cell("num", null, q.fair && !q.down ? count(q.tenants_parked) : "—") + "</tr>";
     }), "no queues yet");

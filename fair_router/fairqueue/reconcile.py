@@ -1,0 +1,156 @@
+"""Waiting counts that stay exact under rq's own commands, reconciled when our processes read them.
+
+rq changes a fair queue's list without any of our code running: ``Job.cancel``, ``Job.delete``, a plain
+``Queue.remove`` and ``rq empty`` take ids off it (their members stay behind, *stale*, still counted for their
+tenants), and ``rq requeue``, ``FailedJobRegistry.requeue`` and ``StartedJobRegistry.cleanup``'s retries push
+ids onto it through a plain Queue (no member: not counted for their tenant). A fair pop meets both in time;
+readers do not wait for it. :func:`reconcile_queues` runs before ``fair-router tenant show``, the dashboard and
+``/metrics`` read the counts: ``lua/fair_reconcile.lua`` compares the members with rq's list and drops the stale
+ones, and hands back the listed ids that are no members; their jobs are read here (their tenant is in
+``job.meta``, which only rq's serializer reads) and adopted into their tenants' FIFOs by a second call, which
+adopts an id only if it is still listed and no member (a worker may have taken it meanwhile).
+
+Bound: a read compares a queue whose list holds at most :data:`RECONCILE_BOUND` entries, in one script call:
+one LRANGE and an HMGET of the listed ids, and only when more members than listed ids exist, an HGETALL of the
+members (up to the bound) or one HSCAN page of them (more: a big queue emptied then refilled; approximate until
+the pages dropped them all). A longer list is left as it is and reported *approximate*: its tenants' counts
+may include jobs rq removed, and miss jobs rq requeued, until pops meet them.
+An empty list is always exact. Backlog caps do not depend on this: before a cap refuses a tenant, its own
+members are checked against the list (``lua/lib/recount.lua``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from redis import Redis
+from rq.job import Job, JobStatus
+
+from fair_router.config.settings import Settings
+from fair_router.fairqueue.config import declared_cost, tenant_key, tenant_of
+from fair_router.fairqueue.marks import FairnessMarks
+from fair_router.fairqueue.queue import FairQueue
+from fair_router.store.fair_scripts import PushEntry, ReconcileResult
+
+logger = logging.getLogger("fair_router")
+
+RECONCILE_BOUND = 1000
+"""Entries of a queue's list (and of its members) compared per read at most; beyond it the counts are reported
+approximate."""
+
+_WARNED: set[str] = set()
+"""Queues whose unreadable jobs were reported (once per process)."""
+
+MAX_BOUND = 100_000
+"""The largest bound taken: a read holds the whole list and members hash in the script's memory."""
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """One fair queue's counts after a reconcile."""
+
+    queue: str
+    exact: bool  # counts agree with rq's list (False: more than the bound waits; approximate)
+    dropped: int  # stale members dropped (ids rq took off the list)
+    adopted: int  # ids rq pushed itself, adopted into their tenants' FIFOs
+    length: int  # entries on rq's list
+
+
+class FairQueues:
+    """The fair queues among the queues a long-lived reader (the dashboard) looks at, on one connection: marked
+    fair in Redis (read at most every :data:`~fair_router.fairqueue.marks.RECHECK_EVERY` seconds) or listed in
+    ``fair_queues``, each built once (its scripts are assembled and registered once, not at every read)."""
+
+    def __init__(self, connection: Redis, settings: Settings) -> None:
+        self.connection, self.settings = connection, settings
+        self._marks = FairnessMarks(connection, settings.prefix)
+        self._built: dict[tuple[str, str], FairQueue] = {}
+
+    def among(self, names: Iterable[str]) -> list[FairQueue]:
+        """The fair queues among ``names``, each with the prefix its mark names (at most one round trip)."""
+        names = list(dict.fromkeys(names))
+        marked = self._marks.read(names)
+        found = []
+        for name in names:
+            if name in marked or self.settings.is_fair(name):
+                prefix = marked.get(name, self.settings.prefix)
+                queue = self._built.get((name, prefix))
+                if queue is None:
+                    queue = self._built[(name, prefix)] = FairQueue(name, connection=self.connection,
+                                                                    settings=self.settings, prefix=prefix)
+                found.append(queue)
+        return found
+
+
+def fair_queues(connection: Redis, settings: Settings, names: Iterable[str]) -> list[FairQueue]:
+    """The fair queues among ``names`` (marked fair in Redis, or listed in ``fair_queues``), each with the
+    prefix its mark names (one round trip for the marks): :class:`FairQueues` for a one-off read."""
+    return FairQueues(connection, settings).among(names)
+
+
+def reconcile_queues(queues: Sequence[FairQueue], bound: int = RECONCILE_BOUND) -> dict[str, Reconciled]:
+    """Reconcile each fair queue's counts with rq's list (see the module docstring): one pipelined round trip
+    for all, and, when rq pushed ids itself, one to read their jobs and one to adopt them."""
+    if not 1 <= bound <= MAX_BOUND:
+        raise ValueError(f"reconcile bound must be between 1 and {MAX_BOUND} entries, got {bound}")
+    if not queues:
+        return {}
+    first = _run(queues, bound, [[] for _ in queues])
+    adopt = [_entries(queue, result.plain) if result.exact else [] for queue, result in zip(queues, first, strict=True)]
+    second = _run(queues, bound, adopt) if any(adopt) else first
+    done: dict[str, Reconciled] = {}
+    for queue, one, two in zip(queues, first, second, strict=True):
+        dropped = one.dropped + (two.dropped if two is not one else 0)
+        done[queue.name] = Reconciled(queue.name, one.exact and two.exact, dropped,
+                                      two.adopted if two is not one else 0, two.length)
+    return done
+
+
+def _run(queues: Sequence[FairQueue], bound: int, adopt: Sequence[Sequence[PushEntry]]) -> list[ReconcileResult]:
+    """One fair_reconcile.lua call per queue (adopting ``adopt[i]`` in queue i), pipelined."""
+    calls = [queue.store.reconcile_call(bound, entries) for queue, entries in zip(queues, adopt, strict=True)]
+    with queues[0].connection.pipeline(transaction=False) as pipe:
+        for call in calls:
+            call.queue(pipe)
+        replies = pipe.execute()
+    return [call.script.parse(reply) for call, reply in zip(calls, replies, strict=True)]
+
+
+def _entries(queue: FairQueue, ids: Sequence[str]) -> list[PushEntry]:
+    """The FIFO entries of the listed ids ``ids`` that rq pushed into ``queue`` itself: each job's tenant, weight
+    and costs, read from its hash. Ids whose job is gone, is not queued here or cannot be read stay plain."""
+    if not ids:
+        return []
+    try:
+        jobs: Sequence[Job | None] = Job.fetch_many(list(ids), connection=queue.connection,
+                                                    serializer=queue.serializer)
+    except Exception:  # one unreadable job (another serializer): read them one by one, skipping it
+        jobs = [_fetch(queue, job_id) for job_id in ids]
+        unread = [job_id for job_id, job in zip(ids, jobs, strict=True) if job is None]
+        if unread and queue.name not in _WARNED:  # once per queue and process: a dashboard reads every few seconds
+            _WARNED.add(queue.name)
+            logger.warning("fair queue %r: %d job(s) rq pushed itself (%s, ...) stay plain entries, not counted for "
+                           "their tenants: their hashes cannot be read with this process's serializer (give the "
+                           "reader the serializer the producers use)", queue.name, len(unread), unread[0])
+    entries = []
+    for job in jobs:
+        if job is None or job.origin != queue.name or job.get_status(refresh=False) != JobStatus.QUEUED:
+            continue
+        tenant = tenant_of(job.meta)
+        name = None if tenant is None else str(tenant)
+        func, declared = "", None
+        if queue.charge == "runtime":
+            func, declared = job.func_name or "", declared_cost(job)
+        entries.append(PushEntry(job.id, tenant_key(name), queue.weight(name), listed=True, func=func,
+                                 declared=declared))
+    return entries
+
+
+def _fetch(queue: FairQueue, job_id: str) -> Job | None:
+    """The job, None when it is gone or cannot be read (it stays a plain entry, served in list order)."""
+    try:
+        return Job.fetch(job_id, connection=queue.connection, serializer=queue.serializer)
+    except Exception:
+        return None
