@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import click
 from redis import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoPermissionError, RedisError, ResponseError
 from rq import Queue
 
 from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
@@ -51,7 +51,7 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
     connection = pair.state
     try:
         connection.ping()
-        version = str(pair.rq.info("server").get("redis_version", "?"))
+        version = _version(pair.rq)
     except (RedisError, OSError) as exc:
         click.echo(f"error: redis_url {url}: cannot reach Redis ({exc})", err=True)
         sys.exit(1)
@@ -75,6 +75,14 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
                else "as EVALSHA (Redis < 7, FUNCTION not allowed, or a cluster)")
         click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD); the fair pop {pop}")
     return findings
+
+
+def _version(connection: Redis) -> str:
+    """The server's version from INFO, or ``?`` where this user may not run INFO (an ACL)."""
+    try:
+        return str(connection.info("server").get("redis_version", "?"))
+    except NoPermissionError:
+        return "?"
 
 
 def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Finding]:

@@ -63,6 +63,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from redis.backoff import NoBackoff
@@ -78,7 +79,7 @@ from rq.worker import WorkerStatus
 
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.rq_internals.turns import ForkingTurnSeam, TurnSeam
-from fair_router.store.oom import OOM_FIX, grace_of
+from fair_router.store.oom import OOM_FIX, call_riding_oom, execute_riding_oom, grace_of
 from fair_router.store.outage import redis_address
 
 logger = logging.getLogger("fair_router")
@@ -153,11 +154,11 @@ class RqWorkerSeam(TurnSeam):
             raise SystemExit(1) from exc
 
     def _fatal_reason(self, exc: BaseException) -> str:
-        where = redis_address(self.connection)
+        where, grace = redis_address(self.connection), grace_of(self.connection)
         if isinstance(exc, OutOfMemoryError):
-            return (f"Redis at {where} is out of memory (OOM: maxmemory reached under noeviction) on a write "
-                    f"the worker cannot skip ({exc}); {OOM_FIX}")
-        grace = grace_of(self.connection)
+            return (f"Redis at {where} is out of memory (OOM: maxmemory reached under noeviction) and refused a "
+                    f"write the worker cannot skip, or could wait no longer than redis_outage_grace ({grace:g} s) "
+                    f"for ({exc}); {OOM_FIX}")
         if isinstance(exc, RedisConnectionError) and "auth" in type(exc).__name__.lower():
             return f"Redis at {where} refused the worker's login ({type(exc).__name__}: {exc}); fix the credentials"
         return (f"Redis at {where} unreachable past redis_outage_grace ({grace:g} s; {type(exc).__name__}: {exc}); "
@@ -275,10 +276,19 @@ class RqWorkerSeam(TurnSeam):
             last = self._last_beat
             if last is not None and last[1] >= ttl and time.monotonic() - last[0] < HEARTBEAT_REPEAT:
                 return
-            with self.connection.pipeline(transaction=False) as pipe:
-                super().heartbeat(ttl, pipeline=pipe)
-                pipe.execute()
+            call_riding_oom(partial(self._beat_now, ttl), grace_of(self.connection))
         self._last_beat = (time.monotonic(), ttl)
+
+    def _beat_now(self, ttl: int) -> None:
+        with self.connection.pipeline(transaction=False) as pipe:
+            super().heartbeat(ttl, pipeline=pipe)
+            pipe.execute()
+
+    def maintain_heartbeats(self, job: Job, execution: Execution) -> None:
+        """rq's heartbeat of a running job (one MULTI, idempotent), sent again while Redis is out of memory, up
+        to the outage grace (:func:`fair_router.store.oom.call_riding_oom`): a job is not killed for a missed
+        beat that memory freed a second later lets through."""
+        call_riding_oom(partial(super().maintain_heartbeats, job, execution), grace_of(self.connection))
 
     def set_state(self, state: str, pipeline: Pipeline | None = None) -> Any:
         """rq's set_state, minus the write when the worker is in that state already."""
@@ -300,7 +310,8 @@ class RqWorkerSeam(TurnSeam):
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
             self.job_started(job, pipeline)
-            replies = pipeline.execute()
+            # refused whole while Redis is out of memory: sent again whole, up to the outage grace
+            replies = execute_riding_oom(pipeline, self.connection)
         self.job_start_replied(job, execution, replies)
         return execution
 

@@ -9,14 +9,16 @@ applied; a plain pipeline is applied command by command, so only its refused com
 :func:`execute_riding_oom` runs a plain pipeline and sends its refused commands again, and only those, until
 they pass or the connection's outage grace (``redis_outage_grace``, :func:`grace_of`) has passed: each
 command is applied once. The worker uses it for the writes that can wait (the lease release pipeline with its
-counters, unparks and heartbeat; the counters' flush); anything else that Redis refuses for memory ends the
-worker with exit code 1 (:mod:`fair_router.rq_internals.worker`).
+counters, unparks and heartbeat; the counters' flush). :func:`call_riding_oom` makes a call again whole, for the
+idempotent writes sent as one MULTI or command: the worker's and its running job's heartbeats. Anything else
+that Redis refuses for memory ends the worker with exit code 1 (:mod:`fair_router.rq_internals.worker`).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
 from redis.backoff import EqualJitterBackoff
@@ -28,6 +30,8 @@ from fair_router.store.outage import BACKOFF_BASE, BACKOFF_CAP, GraceRetry
 OOM_FIX = ("free memory or raise `maxmemory` (CONFIG SET maxmemory, or the plan's memory on a managed service); "
            "keep `maxmemory-policy noeviction`")
 """What to do about a Redis out of memory, for log lines and errors."""
+
+T = TypeVar("T")
 
 _GRACES: WeakKeyDictionary[Any, float] = WeakKeyDictionary()
 
@@ -54,12 +58,45 @@ def is_oom(error: BaseException) -> bool:
     return isinstance(error, OutOfMemoryError)
 
 
+def call_riding_oom(call: Callable[[], T], grace: float) -> T:
+    """``call()``, made again with backoff while Redis refuses it for memory, until ``grace`` seconds have passed
+    since the first refusal (then the refusal is raised). For calls that may be repeated whole: idempotent writes
+    sent as one command, one MULTI or one script (a heartbeat)."""
+    deadline: float | None = None
+    backoff = EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE)
+    attempts = 0
+    while True:
+        try:
+            return call()
+        except OutOfMemoryError:
+            now = time.monotonic()
+            deadline = now + grace if deadline is None else deadline
+            if now >= deadline:
+                raise
+            attempts += 1
+            time.sleep(min(backoff.compute(attempts), deadline - now))
+
+
 def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = None) -> list[Any]:
-    """``pipe.execute()`` for a plain (non-transaction) pipeline of ``connection``, with the commands Redis
-    refused for memory sent again, alone, with backoff, until they pass or ``grace`` seconds (default: the
-    connection's, :func:`grace_of`) have passed since the first refusal; then the refusal is raised. Other
-    errors are raised as ``execute`` raises them. Returns every command's reply, in order."""
+    """``pipe.execute()`` for a pipeline of ``connection``, riding Redis out of memory for up to ``grace`` seconds
+    (default: the connection's, :func:`grace_of`) since the first refusal, then raising the refusal. A plain
+    pipeline's refused commands are sent again, alone, with backoff; a transaction, refused whole (its EXEC
+    is), is sent again whole. Other errors are raised as ``execute`` raises them. Returns every command's
+    reply, in order."""
     stack = list(pipe.command_stack)
+    if getattr(pipe, "transaction", False) is True:
+        limit = grace_of(connection) if grace is None else grace
+        unsent = [pipe]
+
+        def send() -> list[Any]:
+            if unsent:
+                return list(unsent.pop().execute())
+            with connection.pipeline(transaction=True) as again:
+                for args, options in stack:
+                    again.pipeline_execute_command(*args, **options)
+                return list(again.execute())
+
+        return call_riding_oom(send, limit)
     replies = list(pipe.execute(raise_on_error=False))
     refused = [index for index, reply in enumerate(replies) if is_oom(reply)]
     if refused:
