@@ -75,6 +75,7 @@ from redis.retry import Retry
 from rq import Queue
 from rq.executions import Execution
 from rq.job import Job
+from rq.utils import now
 from rq.worker import WorkerStatus
 
 from fair_router.rq_internals.queue import RqQueueSeam
@@ -176,9 +177,15 @@ class RqWorkerSeam(TurnSeam):
             super().check_for_suspension(burst)
 
     def run_maintenance_tasks(self) -> None:
-        """rq's, under :meth:`exit_on_fatal_redis`."""
+        """rq's, under :meth:`exit_on_fatal_redis`; put off to the next ``maintenance_interval`` while Redis is out of
+        memory (registry cleaning can wait, and is made to be repeated)."""
         with self.exit_on_fatal_redis():
-            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
+            try:
+                super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
+            except OutOfMemoryError as exc:
+                self.last_cleaned_at = now()  # type: ignore[assignment]  # rq types it None
+                self.log.warning("Worker %s: maintenance put off: Redis at %s is out of memory (%s); %s", self.name,
+                                 redis_address(self.connection), exc, OOM_FIX)
 
     # -- services -------------------------------------------------------------------------------------------
 
