@@ -318,7 +318,15 @@ class RqWorkerSeam(TurnSeam):
             self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
             self.job_started(job, pipeline)
             # refused whole while Redis is out of memory: sent again whole, up to the outage grace
-            replies = execute_riding_oom(pipeline, self.connection)
+            try:
+                replies = execute_riding_oom(pipeline, self.connection)
+            except OutOfMemoryError:
+                self.log.error("Worker %s: job %s was taken from queue %s but its start could not be written (Redis "
+                               "out of memory): from a FairQueue, the queue's recovery hands it back; from a plain "
+                               "queue it is in no queue or registry: once Redis has memory, enqueue it again "
+                               "(Queue(%r).enqueue_job(Job.fetch(%r)))", self.name, job.id, job.origin, job.origin,
+                               job.id)
+                raise
         self.job_start_replied(job, execution, replies)
         return execution
 
