@@ -136,14 +136,19 @@ def test_every_weighted_worker_warns_at_start_on_an_evicting_policy(
 
 
 def test_workers_exit_1_when_redis_stays_away_past_the_grace(tmp_path: Path) -> None:
-    """An idle worker of each command line, and one whose work horse runs a job: all exit 1 once Redis has
-    been away for longer than redis_outage_grace, naming the cause; the work horse goes with its worker."""
+    """A WeightedWorker whose work horse runs a job, an idle WeightedSimpleWorker and an idle `fair-router
+    worker`: all exit 1 once Redis has been away for longer than redis_outage_grace, naming the cause; the work
+    horse goes with its worker."""
     with RedisServer() as server:
         conn = server.client()
         fleet = Fleet(server.url, tmp_path, ["default"])
         fleet.config = write_settings(tmp_path, {"redis_outage_grace": "2s"})
         try:
-            fleet.start(2, scheduler=False)
+            fleet.start(1, scheduler=False)  # a forking WeightedWorker: it takes the job
+            fleet.wait_registered(conn, 1)
+            job = Queue("default", connection=conn).enqueue("outage_jobs.nap", "t", 0, 120)
+            wait_for(lambda: job.get_status() == JobStatus.STARTED, 30, "the job to start", fleet)
+            fleet.start(1, scheduler=False, worker_class="fair_router.WeightedSimpleWorker")
             log = (tmp_path / f"worker-{len(fleet.procs)}.log").open("wb")
             fleet.procs.append(subprocess.Popen(
                 [str(BIN / "fair-router"), "worker", "--url", server.url, "--without-scheduler", "default"],
@@ -151,8 +156,6 @@ def test_workers_exit_1_when_redis_stays_away_past_the_grace(tmp_path: Path) -> 
                 start_new_session=True))
             log.close()
             fleet.wait_registered(conn, 3)
-            job = Queue("default", connection=conn).enqueue("outage_jobs.nap", "t", 0, 120)
-            wait_for(lambda: job.get_status() == JobStatus.STARTED, 30, "the job to start", fleet)
             busy = fleet.running(next(worker.pid for worker in Worker.all(connection=conn)
                                       if worker.get_current_job_id() == job.id))
             horses = [pid for pid in session_pids(busy.pid, alive=True) if pid != busy.pid]

@@ -22,6 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from fair_router.store.cluster import is_rq_slot_client, pair_of
 from fair_router.store.outage import redis_address
 
 SAFE_POLICY = "noeviction"
@@ -61,8 +62,10 @@ class PolicyReading:
 
 
 def servers_of(client: Any) -> list[tuple[str, Any]]:
-    """(address, plain client) of every server ``client`` writes to: each primary of a ``RedisCluster``, else
-    the client's own server."""
+    """(address, plain client) of every server ``client`` writes to: each primary of a ``RedisCluster`` (also for
+    the client that follows rq's slot there, whose server is one of them), else the client's own server."""
+    if is_rq_slot_client(client):
+        client = pair_of(client).state
     if isinstance(client, RedisCluster):
         return [(f"{node.host}:{node.port}", node.redis_connection)
                 for node in client.get_primaries()]  # type: ignore[no-untyped-call]
