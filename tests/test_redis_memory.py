@@ -280,14 +280,16 @@ def test_a_worker_rides_an_oom_at_a_job_start_and_runs_the_job_once_memory_is_fr
         fleet.config = write_settings(tmp_path, {"redis_outage_grace": "60s"})
         try:
             worker = fleet.start(1, scheduler=False)[0]
-            fleet.wait_registered(conn, 1)
+            fleet.wait_registered(conn, 1)  # and started: its first fetch is under way
+            wait_for(lambda: [w.get_state() for w in Worker.all(connection=conn)] == ["idle"], 30, "an idle worker",
+                     fleet)
             job = Queue("staging", connection=conn).enqueue("outage_jobs.nap", "t", 2, 0.1)
             fill(conn)
             before = oom_refusals(conn)
             # the job reaches the worker's queue at maxmemory: RENAME grows nothing, so Redis serves it
             conn.rename(Queue("staging", connection=conn).key, Queue("default", connection=conn).key)
             wait_for(lambda: Queue("default", connection=conn).count == 0, 30, "the worker to take the job", fleet)
-            wait_for(lambda: oom_refusals(conn) > before + 2, 30, "the worker's writes to be refused", fleet)
+            wait_for(lambda: oom_refusals(conn) > before + 2, 60, "the worker's writes to be refused", fleet)
             assert job.get_status() == JobStatus.QUEUED  # taken from its queue, not started
             free(conn)
             wait_for(lambda: job.get_status() == JobStatus.FINISHED, 60, "the job to finish", fleet)

@@ -165,6 +165,22 @@ class RqWorkerSeam(TurnSeam):
         return (f"Redis at {where} unreachable past redis_outage_grace ({grace:g} s; {type(exc).__name__}: {exc}); "
                 "bring Redis back, or raise redis_outage_grace to ride longer outages")
 
+    _duties_put_off = False
+
+    def beat_duties(self) -> None:
+        """``heartbeat_due``, put off to the next beat while Redis is out of memory (crash recovery, start records
+        and fairness marks can wait; each is made to be repeated); warned about once per stretch."""
+        try:
+            self.heartbeat_due()
+        except OutOfMemoryError as exc:
+            if not self._duties_put_off:
+                self.log.warning("Worker %s: heartbeat duties (crash recovery, start records, fairness marks) put "
+                                 "off: Redis at %s is out of memory (%s); %s", self.name,
+                                 redis_address(self.connection), exc, OOM_FIX)
+            self._duties_put_off = True
+        else:
+            self._duties_put_off = False
+
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         """rq's (logging, registration), then ``worker_starting``; a Redis that cannot serve ends the worker."""
         with self.exit_on_fatal_redis():
@@ -273,7 +289,7 @@ class RqWorkerSeam(TurnSeam):
         with self.exit_on_fatal_redis():
             self._send_heartbeat(timeout, pipeline)
             if pipeline is None and not self.is_horse:
-                self.heartbeat_due()
+                self.beat_duties()
 
     def _send_heartbeat(self, timeout: int | None, pipeline: Pipeline | None) -> None:
         ttl = timeout or self.worker_ttl + 60  # rq's own default
@@ -391,7 +407,7 @@ class ForkingWorkerSeam(ForkingTurnSeam, RqWorkerSeam):
         """rq's heartbeat of the running job (every ``job_monitoring_interval`` while the horse works), then
         ``heartbeat_due``."""
         super().maintain_heartbeats(job, execution)
-        self.heartbeat_due()
+        self.beat_duties()
 
 
 class InProcessWorkerSeam(RqWorkerSeam):
