@@ -278,3 +278,23 @@ def test_crash_recovery_on_the_cluster(redis_cluster: Any, state: RedisCluster, 
     assert [entry.decode().split()[:3] for entry in state.lrange(LOG, 0, -1)] == [["slow", "t1", "0"]]
     abandoned = int(state.get(Keys("frc").abandoned_total("{rq}:wip:cl_slow")) or 0)
     assert abandoned == 1, worker_logs(tmp_path)  # counted on rq's slot
+
+
+def test_every_primary_s_maxmemory_policy_is_read(redis_cluster: Any, state: RedisCluster, tmp_path: Path) -> None:
+    """One primary of three evicting: `check --ping` exits 2 naming it alone, and a weighted worker on the
+    cluster logs one warning line for it (store/serverconf.py reads INFO memory from every primary)."""
+    env = cluster_env(redis_cluster, write_config(tmp_path))
+    lru = redis_cluster.nodes[-1]
+    lru.client().config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        checked = cli(env, "check", "--ping")
+        assert checked.returncode == 2, checked.stdout + checked.stderr
+        named = [line for line in checked.stderr.splitlines() if "maxmemory-policy is" in line]
+        assert len(named) == 1 and f"Redis at 127.0.0.1:{lru.port}: maxmemory-policy is allkeys-lru" in named[0]
+        worker = cli(env, "worker", "--burst", "--without-scheduler", "cl_routed")
+        assert worker.returncode == 0, worker.stderr
+        warned = [line for line in (worker.stdout + worker.stderr).splitlines() if "maxmemory-policy" in line]
+        assert len(warned) == 1 and f"127.0.0.1:{lru.port}: maxmemory-policy is allkeys-lru" in warned[0], warned
+    finally:
+        lru.client().config_set("maxmemory-policy", "noeviction")
+    assert cli(env, "check", "--ping").returncode == 0

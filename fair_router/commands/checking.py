@@ -1,8 +1,10 @@
 """``fair-router check``'s look beyond the file: the settings' cross-references and the environment
 (:mod:`fair_router.config.crosscheck`), and with ``--ping`` / ``--deep`` the Redis server itself.
 
-Exit status: 2 when a setting is wrong (the file, key and value are named), 1 when Redis cannot be
-reached or refuses a script, 0 otherwise (warnings are printed, and the last line says there were some).
+Exit status: 2 when a setting is wrong (the file, key and value are named; with ``--ping``, also a Redis
+server whose ``maxmemory-policy`` is not ``noeviction``), 1 when Redis (or a shard server of ``shard_urls``)
+cannot be reached or refuses a script, 0 otherwise (warnings are printed, and the last line says there were
+some; a policy that ``INFO memory`` does not report is one).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable
 
 import click
 from redis import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoPermissionError, RedisError, ResponseError
 from rq import Queue
 
 from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
@@ -24,6 +26,7 @@ from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
 from fair_router.store.fair_scripts import FairPopScript
 from fair_router.store.luascript import assemble, lua_dir, no_functions
+from fair_router.store.serverconf import policy_readings
 from fair_router.workers.pool import redact_url
 
 OLDEST_TESTED = (6, 2)
@@ -48,7 +51,7 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
     connection = pair.state
     try:
         connection.ping()
-        version = str(pair.rq.info("server").get("redis_version", "?"))
+        version = _version(pair.rq)
     except (RedisError, OSError) as exc:
         click.echo(f"error: redis_url {url}: cannot reach Redis ({exc})", err=True)
         sys.exit(1)
@@ -58,6 +61,7 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
     if len(numbers) == 2 and numbers < OLDEST_TESTED:
         findings.append(Finding("warning", f"redis_url {url}", f"Redis {version} is older than 6.2, which is the "
                                 "oldest fair-router is tested on"))
+    findings.extend(_memory_policies(pair.state, pair.rq, settings))
     findings.extend(_stored_tiers(connection, settings))
     findings.extend(_plain_pops(connection, settings))
     if deep:
@@ -70,6 +74,37 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
         pop = ("as a Redis function (FUNCTION LOAD)" if function
                else "as EVALSHA (Redis < 7, FUNCTION not allowed, or a cluster)")
         click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD); the fair pop {pop}")
+    return findings
+
+
+def _version(connection: Redis) -> str:
+    """The server's version from INFO, or ``?`` where this user may not run INFO (an ACL)."""
+    try:
+        return str(connection.info("server").get("redis_version", "?"))
+    except NoPermissionError:
+        return "?"
+
+
+def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Finding]:
+    """``maxmemory-policy`` of every server (each primary of a cluster, each shard server of ``shard_urls``):
+    an error where Redis may evict keys, a warning where INFO does not say. An unreachable shard server ends
+    the command with status 1."""
+    clients: list[Redis] = [state, rq]
+    for shard_url in dict.fromkeys(settings.shard_urls):
+        clients.append(Redis.from_url(shard_url, socket_connect_timeout=5, socket_timeout=10))
+    try:
+        readings = policy_readings(clients)
+    except (RedisError, OSError) as exc:
+        click.echo(f"error: a shard server of shard_urls cannot be reached ({exc})", err=True)
+        sys.exit(1)
+    findings = []
+    for reading in readings:
+        if reading.evicts:
+            findings.append(Finding("error", "maxmemory-policy", reading.describe()))
+        elif not reading.safe:
+            findings.append(Finding("warning", "maxmemory-policy", reading.describe()))
+    if all(reading.safe for reading in readings):
+        click.echo(f"memory:    maxmemory-policy noeviction on {len(readings)} server(s)")
     return findings
 
 

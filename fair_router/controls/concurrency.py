@@ -38,6 +38,7 @@ from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.store.cluster import is_rq_slot_client
+from fair_router.store.oom import execute_riding_oom
 from fair_router.store.scripts import Admission, Clock, Verdict
 
 logger = logging.getLogger("fair_router")
@@ -136,7 +137,8 @@ class ConcurrencySlots:
             self._flush(pipe)
             if also is not None:
                 also(pipe)
-            removed = int(pipe.execute()[0])
+            # a Redis out of memory still takes the ZREM (it frees memory); the rest is sent again (store/oom.py)
+            removed = int(execute_riding_oom(pipe, self.connection)[0])
         self.tally.add(lease.tier, counter, removed)  # with the next round trip (or flush())
         return removed > 0
 
@@ -202,7 +204,7 @@ class ConcurrencySlots:
         """Write pending counts now (the worker calls this when it stops)."""
         with self.connection.pipeline(transaction=False) as pipe:
             if self._flush(pipe):
-                pipe.execute()
+                execute_riding_oom(pipe, self.connection)
 
     def _flush(self, pipe: Pipeline) -> int:
         """Queue pending counts on ``pipe``; returns how many commands."""

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -50,9 +51,11 @@ def free_port() -> int:
 class RedisServer:
     """Context manager running a private redis-server; ``url`` and ``client()`` reach it."""
 
-    def __init__(self, binary: str | None = None, *, appendonly: bool = False) -> None:
+    def __init__(self, binary: str | None = None, *, appendonly: bool = False, args: Sequence[str] = ()) -> None:
+        """``args``: more redis-server options, e.g. ``["--maxmemory-policy", "allkeys-lru"]``."""
         self.binary = binary or find_redis_server()
         self.appendonly = appendonly
+        self.args = list(args)
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._dir: tempfile.TemporaryDirectory[str] | None = None
@@ -64,7 +67,7 @@ class RedisServer:
             self._dir = tempfile.TemporaryDirectory(prefix="fair-router-redis-")
         persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.appendonly else ["--appendonly", "no"]
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self._dir.name,
-                "--save", "", *persistence, "--daemonize", "no", "--loglevel", "warning"]
+                "--save", "", *persistence, "--daemonize", "no", "--loglevel", "warning", *self.args]
         self._process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 10
         client = self.client()

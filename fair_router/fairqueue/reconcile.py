@@ -138,7 +138,7 @@ def _entries(queue: FairQueue, ids: Sequence[str]) -> list[PushEntry]:
     for job in jobs:
         if job is None or job.origin != queue.name or job.get_status(refresh=False) != JobStatus.QUEUED:
             continue
-        tenant = tenant_of(job.meta)
+        tenant = tenant_of(job.meta, queue.tenant_max_bytes)
         name = None if tenant is None else str(tenant)
         func, declared = "", None
         if queue.charge == "runtime":

@@ -73,7 +73,14 @@ Worker side (:mod:`fair_router.rq_internals.worker`; StartedJobRegistry: :mod:`f
     - ``BaseWorker.increment_total_working_time``: rq's after-job pipeline with the run time; runtime-charged
       fair queues settle there (hook ``job_ended``).
     - ``BaseWorker.teardown``: pending counters are written when the worker process stops (hook
-      ``worker_stopping``).
+      ``worker_stopping``); after a fatal Redis error, rq's teardown once, without waiting for Redis.
+    - ``BaseWorker.bootstrap``, ``check_for_suspension``, ``run_maintenance_tasks`` (and the fetch,
+      ``execute_job``, ``heartbeat`` above): run under ``exit_on_fatal_redis``, because rq's ``work`` loop ends on
+      any other exception with a normal return (exit status 0): Redis unreachable past the grace or out of
+      memory ends the worker with ``SystemExit(1)``, its work horse killed (``horse_pid``, ``kill_horse``).
+      ``bootstrap`` also calls hook ``worker_starting``; maintenance refused for memory is put off to the next
+      ``maintenance_interval`` (``last_cleaned_at``). ``prepare_execution``'s MULTI and ``maintain_heartbeats``
+      are sent again while Redis is out of memory, up to the grace.
     - ``_state``: set to busy in memory before the tenant checks, so that SIGTERM waits (warm shutdown) for a
       job already off its queue.
     - ``_exc_handlers``: passed to crash recovery, as rq's maintenance passes them for abandoned jobs.

@@ -22,7 +22,16 @@ hook                                        called from (rq internals)
 ``job_ended(job, queue, seconds, pipe)``    ``increment_total_working_time``: rq's after-job pipeline, however
                                             the job ended (success, failure, retry; horse or worker)
 ``worker_stopping()``                       ``teardown``, in the worker process (never in the work horse)
+``worker_starting()``                       ``bootstrap``, once rq has set up logging and registered the worker
 ==========================================  ==================================================================
+
+A worker that cannot go on exits non-zero. rq's ``work`` loop ends on any exception but ``SystemExit`` and
+returns normally, so ``rq worker`` exits 0 and a supervisor restarting only on failure leaves it down. The
+seam runs rq's loop steps (``bootstrap``, ``check_for_suspension``, ``run_maintenance_tasks``, the fetch,
+``execute_job``, ``heartbeat``) under :meth:`RqWorkerSeam.exit_on_fatal_redis`: Redis unreachable past the
+client's retries (``redis_outage_grace``), a refused login, or Redis out of memory on a write that cannot be
+skipped ends the worker with a logged reason and ``SystemExit(1)``; a running work horse is killed first (its
+job stays in rq's StartedJobRegistry, handed back by crash recovery), and the teardown does not wait for Redis.
 
 Its services: :meth:`~RqWorkerSeam.hold_warm_shutdown`, :meth:`~RqWorkerSeam.beat_running_jobs`,
 :meth:`~RqWorkerSeam.revive_scheduler`, :attr:`~RqWorkerSeam.exception_handlers` and :func:`rebuilt_as`.
@@ -48,14 +57,22 @@ after it restores the worker's TTL.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from types import TracebackType
 from typing import Any
 
+from redis.backoff import NoBackoff
 from redis.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 from rq import Queue
 from rq.executions import Execution
 from rq.job import Job
@@ -64,6 +81,8 @@ from rq.worker import WorkerStatus
 
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.rq_internals.turns import ForkingTurnSeam, TurnSeam
+from fair_router.store.oom import OOM_FIX, call_riding_oom, execute_riding_oom, grace_of
+from fair_router.store.outage import redis_address
 
 logger = logging.getLogger("fair_router")
 
@@ -114,6 +133,79 @@ class RqWorkerSeam(TurnSeam):
 
     def worker_stopping(self) -> None:
         """The worker process is tearing down (not called in a work horse)."""
+
+    def worker_starting(self) -> None:
+        """rq's bootstrap is done (logging set up, the worker registered), before the first fetch."""
+
+    # -- a worker that cannot go on (see the module docstring) ---------------------------------------------
+
+    _fatal: BaseException | None = None
+    """The Redis error that ends this worker (then its teardown does not wait for Redis)."""
+
+    @contextmanager
+    def exit_on_fatal_redis(self) -> Iterator[None]:
+        """Turn a Redis error the worker cannot go on from into ``SystemExit(1)`` (in the worker process; a work
+        horse's errors are rq's to handle): Redis unreachable after the client's retries, a refused login, Redis
+        out of memory. Logs the cause and the fix, and kills a running work horse first."""
+        try:
+            yield
+        except (RedisConnectionError, RedisTimeoutError, OutOfMemoryError) as exc:
+            if self.is_horse or self._fatal is not None:
+                raise
+            self._fatal = exc
+            self.log.error("Worker %s: %s; exiting with status 1", self.name, self._fatal_reason(exc))
+            if self.horse_pid:
+                self.kill_horse(signal.SIGKILL)
+            raise SystemExit(1) from exc
+
+    def _fatal_reason(self, exc: BaseException) -> str:
+        where, grace = redis_address(self.connection), grace_of(self.connection)
+        if isinstance(exc, OutOfMemoryError):
+            return (f"Redis at {where} is out of memory (OOM: maxmemory reached under noeviction) and refused a "
+                    f"write the worker cannot skip, or could wait no longer than redis_outage_grace ({grace:g} s) "
+                    f"for ({exc}); {OOM_FIX}")
+        if isinstance(exc, RedisConnectionError) and "auth" in type(exc).__name__.lower():
+            return f"Redis at {where} refused the worker's login ({type(exc).__name__}: {exc}); fix the credentials"
+        return (f"Redis at {where} unreachable past redis_outage_grace ({grace:g} s; {type(exc).__name__}: {exc}); "
+                "bring Redis back, or raise redis_outage_grace to ride longer outages")
+
+    _duties_put_off = False
+
+    def beat_duties(self) -> None:
+        """``heartbeat_due``, put off to the next beat while Redis is out of memory (crash recovery, start records
+        and fairness marks can wait; each is made to be repeated); warned about once per stretch."""
+        try:
+            self.heartbeat_due()
+        except OutOfMemoryError as exc:
+            if not self._duties_put_off:
+                self.log.warning("Worker %s: heartbeat duties (crash recovery, start records, fairness marks) put "
+                                 "off: Redis at %s is out of memory (%s); %s", self.name,
+                                 redis_address(self.connection), exc, OOM_FIX)
+            self._duties_put_off = True
+        else:
+            self._duties_put_off = False
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        """rq's (logging, registration), then ``worker_starting``; a Redis that cannot serve ends the worker."""
+        with self.exit_on_fatal_redis():
+            super().bootstrap(*args, **kwargs)
+            self.worker_starting()
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """rq's, under :meth:`exit_on_fatal_redis`."""
+        with self.exit_on_fatal_redis():
+            super().check_for_suspension(burst)
+
+    def run_maintenance_tasks(self) -> None:
+        """rq's, under :meth:`exit_on_fatal_redis`; put off to the next ``maintenance_interval`` while Redis is out of
+        memory (registry cleaning can wait, and is made to be repeated)."""
+        with self.exit_on_fatal_redis():
+            try:
+                super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
+            except OutOfMemoryError as exc:
+                self.last_cleaned_at = now()  # type: ignore[assignment]  # rq types it None
+                self.log.warning("Worker %s: maintenance put off: Redis at %s is out of memory (%s); %s", self.name,
+                                 redis_address(self.connection), exc, OOM_FIX)
 
     # -- services -------------------------------------------------------------------------------------------
 
@@ -186,7 +278,8 @@ class RqWorkerSeam(TurnSeam):
         cap = self.fetch_wait_cap()
         if timeout is not None and cap is not None:
             timeout = min(timeout, cap)
-        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        with self.exit_on_fatal_redis():
+            return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
     # -- bookkeeping between jobs (see the module docstring) ------------------------------------------------
 
@@ -197,9 +290,10 @@ class RqWorkerSeam(TurnSeam):
         """rq's heartbeat as one round trip, skipped when a recent one already set at least this TTL; outside a
         pipeline, in the worker process, then ``heartbeat_due``. Hooked here rather than into rq's maintenance
         hooks, whose meaning (every ``maintenance_interval``) rq's own tests pin down."""
-        self._send_heartbeat(timeout, pipeline)
-        if pipeline is None and not self.is_horse:
-            self.heartbeat_due()
+        with self.exit_on_fatal_redis():
+            self._send_heartbeat(timeout, pipeline)
+            if pipeline is None and not self.is_horse:
+                self.beat_duties()
 
     def _send_heartbeat(self, timeout: int | None, pipeline: Pipeline | None) -> None:
         ttl = timeout or self.worker_ttl + 60  # rq's own default
@@ -209,10 +303,19 @@ class RqWorkerSeam(TurnSeam):
             last = self._last_beat
             if last is not None and last[1] >= ttl and time.monotonic() - last[0] < HEARTBEAT_REPEAT:
                 return
-            with self.connection.pipeline(transaction=False) as pipe:
-                super().heartbeat(ttl, pipeline=pipe)
-                pipe.execute()
+            call_riding_oom(partial(self._beat_now, ttl), grace_of(self.connection))
         self._last_beat = (time.monotonic(), ttl)
+
+    def _beat_now(self, ttl: int) -> None:
+        with self.connection.pipeline(transaction=False) as pipe:
+            super().heartbeat(ttl, pipeline=pipe)
+            pipe.execute()
+
+    def maintain_heartbeats(self, job: Job, execution: Execution) -> None:
+        """rq's heartbeat of a running job (one MULTI, idempotent), sent again while Redis is out of memory, up
+        to the outage grace (:func:`fair_router.store.oom.call_riding_oom`): a job is not killed for a missed
+        beat that memory freed a second later lets through."""
+        call_riding_oom(partial(super().maintain_heartbeats, job, execution), grace_of(self.connection))
 
     def set_state(self, state: str, pipeline: Pipeline | None = None) -> Any:
         """rq's set_state, minus the write when the worker is in that state already."""
@@ -234,7 +337,16 @@ class RqWorkerSeam(TurnSeam):
             self.executions[execution.id] = execution
             self.set_state(WorkerStatus.BUSY, pipeline=pipeline)
             self.job_started(job, pipeline)
-            replies = pipeline.execute()
+            # refused whole while Redis is out of memory: sent again whole, up to the outage grace
+            try:
+                replies = execute_riding_oom(pipeline, self.connection)
+            except OutOfMemoryError:
+                self.log.error("Worker %s: job %s was taken from queue %s but its start could not be written (Redis "
+                               "out of memory): from a FairQueue, the queue's recovery hands it back; from a plain "
+                               "queue it is in no queue or registry: once Redis has memory, enqueue it again "
+                               "(Queue(%r).enqueue_job(Job.fetch(%r)))", self.name, job.id, job.origin, job.origin,
+                               job.id)
+                raise
         self.job_start_replied(job, execution, replies)
         return execution
 
@@ -255,7 +367,8 @@ class RqWorkerSeam(TurnSeam):
         the next plain heartbeat due."""
         self._running = (job, queue)
         try:
-            super().execute_job(job, queue)
+            with self.exit_on_fatal_redis():
+                super().execute_job(job, queue)
         finally:
             self._running = None
             self._last_beat = None
@@ -289,10 +402,23 @@ class RqWorkerSeam(TurnSeam):
             self.job_ended(running[0], running[1], job_execution_time.total_seconds(), pipeline)
 
     def teardown(self) -> None:
-        """``worker_stopping``, then rq's teardown (in a work horse: rq's only)."""
+        """``worker_stopping``, then rq's teardown (in a work horse: rq's only). A worker ending on a fatal Redis
+        error skips ``worker_stopping`` (its pending start records and counters are dropped) and says goodbye
+        (rq's register_death) once, without waiting for Redis."""
+        if self._fatal is not None and not self.is_horse:
+            self._teardown_without_redis()
+            return
         if not self.is_horse:
             self.worker_stopping()
         super().teardown()  # type: ignore[no-untyped-call]
+
+    def _teardown_without_redis(self) -> None:
+        self.connection.set_retry(Retry(NoBackoff(), 0))
+        try:
+            super().teardown()  # type: ignore[no-untyped-call]
+        except RedisError as exc:
+            self.log.warning("Worker %s: could not register its death (%s); it expires with its heartbeat",
+                             self.name, exc)
 
 
 class ForkingWorkerSeam(ForkingTurnSeam, RqWorkerSeam):
@@ -303,7 +429,7 @@ class ForkingWorkerSeam(ForkingTurnSeam, RqWorkerSeam):
         """rq's heartbeat of the running job (every ``job_monitoring_interval`` while the horse works), then
         ``heartbeat_due``."""
         super().maintain_heartbeats(job, execution)
-        self.heartbeat_due()
+        self.beat_duties()
 
 
 class InProcessWorkerSeam(RqWorkerSeam):

@@ -37,6 +37,8 @@ from redis.exceptions import ClusterDownError, MovedError, RedisError, TryAgainE
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
+from fair_router.store.oom import note_grace
+
 StateConnection = Redis
 """Where our own state lives: a plain client (standalone) or a ``RedisCluster``, typed as ``Redis`` (redis-py's
 ``RedisCluster`` offers the same commands, pipelines and scripts but is no subclass; :func:`is_cluster` tells
@@ -218,6 +220,7 @@ def ride_cluster_outages(state: Any, grace: float) -> None:
     gives it a retry bounded by time)."""
     if isinstance(state, RedisCluster):
         state.set_retry(Retry(EqualJitterBackoff(cap=1.0, base=0.05), retries=max(3, math.ceil(grace / 0.25))))
+        note_grace(state, grace)  # how long its writes that can wait ride an out-of-memory Redis (store/oom.py)
 
 
 def is_rq_slot_client(connection: Any) -> bool:

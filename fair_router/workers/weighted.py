@@ -67,6 +67,7 @@ from fair_router.store.scripts import Admission
 from fair_router.workers.marked import FollowsFairnessMarks
 from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import weighted_order
+from fair_router.workers.serverwatch import warn_about_server_settings
 from fair_router.workers.setup import build_gate, on_rq_slot, validate_weights, weight_of, with_fair_queues
 from fair_router.workers.startride import StartRefused, StartRide
 from fair_router.workers.turnaway import turn_away
@@ -310,7 +311,11 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         if self.limiter is not None and tenant is not None and not job.meta.get(META_SYSTEM):
             self.limiter.reclaim(tenant, job.id, also=partial(self._unpark, tenant, job_id=job.id))
 
-    # -- stop -----------------------------------------------------------------------------------------------
+    # -- start and stop -------------------------------------------------------------------------------------
+
+    def worker_starting(self) -> None:
+        """Warn about a Redis that may evict keys (:mod:`fair_router.workers.serverwatch`)."""
+        warn_about_server_settings(self)
 
     def worker_stopping(self) -> None:
         """Write the gathered start records and the limiter's pending counters before the worker goes; look for

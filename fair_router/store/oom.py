@@ -1,0 +1,123 @@
+"""Redis out of memory (``maxmemory`` reached under ``noeviction``): which error it is, and riding it through on
+the writes that can wait.
+
+Under ``noeviction`` a Redis at ``maxmemory`` refuses every command that may grow memory (redis-py raises
+``OutOfMemoryError``) and still serves reads, pops and deletes, which free memory. A transaction (MULTI/EXEC)
+holding such a command is refused whole, and a script is refused before its first write, so neither is half
+applied; a plain pipeline is applied command by command, so only its refused commands are missing.
+
+:func:`execute_riding_oom` runs a plain pipeline and sends its refused commands again, and only those, until
+they pass or the connection's outage grace (``redis_outage_grace``, :func:`grace_of`) has passed: each
+command is applied once. The worker uses it for the writes that can wait (the lease release pipeline with its
+counters, unparks and heartbeat; the counters' flush). :func:`call_riding_oom` makes a call again whole, for the
+idempotent writes sent as one MULTI or command: the worker's and its running job's heartbeats. Anything else
+that Redis refuses for memory ends the worker with exit code 1 (:mod:`fair_router.rq_internals.worker`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+from weakref import WeakKeyDictionary
+
+from redis.backoff import EqualJitterBackoff
+from redis.client import Pipeline
+from redis.exceptions import OutOfMemoryError
+
+from fair_router.store.outage import BACKOFF_BASE, BACKOFF_CAP, GraceRetry
+
+OOM_FIX = ("free memory or raise `maxmemory` (CONFIG SET maxmemory, or the plan's memory on a managed service); "
+           "keep `maxmemory-policy noeviction`")
+"""What to do about a Redis out of memory, for log lines and errors."""
+
+T = TypeVar("T")
+
+_GRACES: WeakKeyDictionary[Any, float] = WeakKeyDictionary()
+
+
+def note_grace(client: Any, grace: float) -> None:
+    """Remember ``grace`` for a client whose retry policy is not a :class:`GraceRetry` (a ``RedisCluster``)."""
+    _GRACES[client] = grace
+
+
+def grace_of(client: Any) -> float:
+    """Seconds a write of ``client`` may wait for Redis: its :class:`GraceRetry`'s grace (the worker's
+    ``redis_outage_grace``), what :func:`note_grace` noted, else 0 (a producer's client: no waiting)."""
+    try:
+        retry = client.get_connection_kwargs().get("retry")
+    except AttributeError:
+        retry = None
+    if isinstance(retry, GraceRetry):
+        return retry.grace
+    return _GRACES.get(client, 0.0)
+
+
+def is_oom(error: BaseException) -> bool:
+    """Whether Redis refused a command for ``maxmemory`` (an ``OOM`` reply)."""
+    return isinstance(error, OutOfMemoryError)
+
+
+def call_riding_oom(call: Callable[[], T], grace: float) -> T:
+    """``call()``, made again with backoff while Redis refuses it for memory, until ``grace`` seconds have passed
+    since the first refusal (then the refusal is raised). For calls that may be repeated whole: idempotent writes
+    sent as one command, one MULTI or one script (a heartbeat)."""
+    deadline: float | None = None
+    backoff = EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE)
+    attempts = 0
+    while True:
+        try:
+            return call()
+        except OutOfMemoryError:
+            now = time.monotonic()
+            deadline = now + grace if deadline is None else deadline
+            if now >= deadline:
+                raise
+            attempts += 1
+            time.sleep(min(backoff.compute(attempts), deadline - now))
+
+
+def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = None) -> list[Any]:
+    """``pipe.execute()`` for a pipeline of ``connection``, riding Redis out of memory for up to ``grace`` seconds
+    (default: the connection's, :func:`grace_of`) since the first refusal, then raising the refusal. A plain
+    pipeline's refused commands are sent again, alone, with backoff; a transaction, refused whole (its EXEC
+    is), is sent again whole. Other errors are raised as ``execute`` raises them. Returns every command's
+    reply, in order."""
+    stack = list(pipe.command_stack)
+    if getattr(pipe, "transaction", False) is True:
+        limit = grace_of(connection) if grace is None else grace
+        unsent = [pipe]
+
+        def send() -> list[Any]:
+            if unsent:
+                return list(unsent.pop().execute())
+            with connection.pipeline(transaction=True) as again:
+                for args, options in stack:
+                    again.pipeline_execute_command(*args, **options)
+                return list(again.execute())
+
+        return call_riding_oom(send, limit)
+    replies = list(pipe.execute(raise_on_error=False))
+    refused = [index for index, reply in enumerate(replies) if is_oom(reply)]
+    if refused:
+        limit = grace_of(connection) if grace is None else grace
+        deadline = time.monotonic() + limit
+        backoff = EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE)
+        attempts = 0
+        while refused:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise replies[refused[0]]
+            attempts += 1
+            time.sleep(min(backoff.compute(attempts), left))
+            with connection.pipeline(transaction=False) as again:
+                for index in refused:
+                    args, options = stack[index]
+                    again.pipeline_execute_command(*args, **options)
+                for index, reply in zip(refused, again.execute(raise_on_error=False), strict=True):
+                    replies[index] = reply
+            refused = [index for index in refused if is_oom(replies[index])]
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
