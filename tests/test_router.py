@@ -507,7 +507,8 @@ def test_unique_without_job_id_raises_rqs_error_on_every_routed_path(conn: Redis
         lambda: echo.enqueue("acme", 1, unique=True),
         lambda: unique_by_default.delay("acme", 1),
         lambda: unique_by_default.enqueue("acme", 1),
-        lambda: echo.fair_job.router.enqueue(route, Queue.parse_args(routed_jobs.echo, "acme", unique=True), "acme", fair=fair),
+        lambda: echo.fair_job.router.enqueue(route, Queue.parse_args(routed_jobs.echo, "acme", unique=True), "acme",
+                                             fair=fair),
         lambda: echo.enqueue("acme", 1, unique=True, queue="explicit"),
     ]
     for attempt in attempts:

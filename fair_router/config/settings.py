@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -41,6 +42,7 @@ from fair_router.config.sections import (
     TiersConfig,
 )
 from fair_router.config.yamlfile import CheckedYamlSource
+from fair_router.core.djangoenv import fair_router_setting
 from fair_router.core.shards import family_of
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.core.validation import (
@@ -258,8 +260,12 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``) and the environment.
 
     Raises SettingsError naming the file or environment variable, the key path and the reason when
-    anything is invalid.
+    anything is invalid. In a Django process whose settings set ``FAIR_ROUTER`` (a dict with the YAML's
+    keys), that dict takes the place of the file when no ``path`` is given (docs/django.md).
     """
+    django = fair_router_setting() if path is None else None
+    if django is not None:
+        return _from_django(*django, overrides)
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
         raise SettingsError(f"fair-router settings file not found: {file}")
@@ -284,3 +290,28 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise SettingsError(message) from None
     except (TypeError, AttributeError, ValueError) as exc:  # a YAML list or scalar where a mapping belongs
         raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None
+
+
+def _from_django(values: Any, name: str, overrides: dict[str, Any]) -> Settings:
+    """Settings from Django's ``FAIR_ROUTER`` dict (``name``), at the file's place: ``FAIR_ROUTER_*``
+    variables and ``load_settings`` arguments override its keys."""
+    if not isinstance(values, dict):
+        raise SettingsError(f"{name} must be a dict of fair-router settings (the YAML file's keys), "
+                            f"got {type(values).__name__}")
+
+    class DjangoSettings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=values)
+
+    try:
+        return DjangoSettings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)")) from None

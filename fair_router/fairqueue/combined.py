@@ -68,12 +68,14 @@ def _replaced(cls: type[Queue]) -> list[str]:
 
 
 @functools.cache
-def fair_class_of(cls: type[Queue]) -> type[FairQueue]:
+def fair_class_of(cls: type) -> type[FairQueue]:
     """The class serving a queue built by ``cls`` fairly: FairQueue itself for rq's Queue (and ``cls`` when it
     is a FairQueue already), else ``Fair<cls>``, made once per class. Raises :class:`QueueClassConflict`
     (without naming a queue: :func:`as_fair` adds it) when the two cannot be combined."""
     if cls is Queue:
         return FairQueue
+    if not issubclass(cls, Queue):
+        raise QueueClassConflict(f"{cls.__qualname__} is not an rq Queue class")
     if issubclass(cls, FairQueue):
         return cls
     if issubclass(cls, RqQueueSeam):
@@ -99,7 +101,7 @@ def as_fair(queue: Queue, settings: Settings, prefix: str | None = None) -> Fair
     naming the queue, its class and the fix."""
     if isinstance(queue, FairQueue):
         return queue
-    cls = type(queue)
+    cls: type = type(queue)
     try:
         fair_cls = fair_class_of(cls)
     except QueueClassConflict as exc:

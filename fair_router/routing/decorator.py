@@ -16,6 +16,7 @@ import functools
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 from uuid import uuid4
 
@@ -27,6 +28,7 @@ from rq.job import Job
 from rq.queue import EnqueueArgs
 
 from fair_router.config.settings import JobConfig, Settings, load_settings
+from fair_router.core.djangoenv import deferred
 from fair_router.core.rates import Rate
 from fair_router.core.rules import Rule
 from fair_router.core.shards import Shards
@@ -182,6 +184,15 @@ class FairJob(Generic[P, R]):
             explicit = kwargs.pop("fair_tenant", None)
             tenant = self.tenants.resolve(explicit, args, kwargs, self.router.tenant_max_bytes)
             batch.append((self._call(args=tuple(args), kwargs=kwargs), tenant))
+        if pipeline is None and batch:
+            fixed = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
+            what = f"{len(fixed)} jobs of {self.job_key} (ids {fixed[0][0].job_id}...)"
+            if deferred(partial(self._enqueue_batch, fixed, None, group), what):
+                return [self._to_be(call) for call, _ in fixed]
+        return self._enqueue_batch(batch, pipeline, group)
+
+    def _enqueue_batch(self, batch: list[tuple[EnqueueArgs, str | None]], pipeline: Pipeline | None,
+                       group: Group | None) -> list[Job]:
         if not self.tier_routing:
             return self.router.enqueue_many(self.route, batch, self.fair, pipeline, group)
         batch = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
@@ -204,8 +215,22 @@ class FairJob(Generic[P, R]):
         self, call: EnqueueArgs, explicit: object, queue: str | None, at: datetime | None, system: bool
     ) -> Job:
         tenant = self.tenants.resolve(explicit, call.args or (), call.kwargs or {}, self.router.tenant_max_bytes)
-        route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
-        return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system, fair=self.fair)
+
+        def enqueue(call: EnqueueArgs) -> Job:
+            route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
+            return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system, fair=self.fair)
+
+        if call.pipeline is not None or (call.unique and not call.job_id):  # the caller's pipeline; rq's refusal
+            return enqueue(call)
+        fixed = call._replace(job_id=call.job_id or str(uuid4()))
+        if deferred(partial(enqueue, fixed), f"job {fixed.job_id} of {self.job_key} (tenant {tenant!r})"):
+            return self._to_be(fixed)
+        return enqueue(call)
+
+    def _to_be(self, call: EnqueueArgs) -> Job:
+        """The job an enqueue put off until its Django transaction commits: its id is fixed now, and it is saved
+        in Redis at the commit (``job.refresh()`` or ``Job.fetch(job.id)`` then reads it; never, on a rollback)."""
+        return Job(str(call.job_id), connection=self.router.rq_connection)
 
 
 class FairJobFunction(Protocol[P, R]):
@@ -247,8 +272,8 @@ def with_routing(func: Callable[P, R], bundle: FairJob[P, R]) -> FairJobFunction
     if not isinstance(func, types.FunctionType):
         return cast(FairJobFunction[P, R], bundle)
     copy = types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
-    functools.update_wrapper(copy, func, updated=())
-    del copy.__wrapped__  # the copy runs the same code: nothing is wrapped
+    copy.__module__, copy.__qualname__, copy.__doc__ = func.__module__, func.__qualname__, func.__doc__
+    copy.__annotations__ = dict(func.__annotations__)
     copy.__dict__.update(func.__dict__)
     copy.__kwdefaults__ = dict(func.__kwdefaults__) if func.__kwdefaults__ else None
     for name in ATTRIBUTES:
