@@ -97,7 +97,8 @@ def fair_class_of(cls: type) -> type[FairQueue]:
 def as_fair(queue: Queue, settings: Settings, prefix: str | None = None) -> FairQueue:
     """``queue`` (built by rq, django-rq or a user before the worker) built again as ``fair_class_of`` its
     class, with the same connection, serializer, job class, death penalty and default timeout, and keeping
-    the instance's own other attributes (django-rq's ``_commit_mode``). Raises :class:`QueueClassConflict`
+    the instance's own other attributes (django-rq's ``_commit_mode``, which its ``__init__`` would otherwise
+    take from settings again). Raises :class:`QueueClassConflict`
     naming the queue, its class and the fix."""
     if isinstance(queue, FairQueue):
         return queue
@@ -112,9 +113,11 @@ def as_fair(queue: Queue, settings: Settings, prefix: str | None = None) -> Fair
     except TypeError as exc:
         raise QueueClassConflict(f"queue {queue.name!r} is marked fair but {cls.__qualname__}.__init__ does not take "
                                  f"rq's Queue arguments plus FairQueue's ({exc}); {_fix(queue.name, cls)}") from None
+    rqs = set(vars(Queue(queue.name, connection=queue.connection)))  # rq's own (FairQueue may set them its way)
     own: dict[str, Any] = fair.__dict__
-    for name, value in vars(queue).items():  # what the class's __init__ set from arguments we did not pass
-        own.setdefault(name, value)
+    for name, value in vars(queue).items():  # what the class's __init__ set, from arguments we could not pass
+        if name not in rqs or name not in own:
+            own[name] = value
     if prefix is not None:
         fair.use_settings(settings, prefix)
     return fair
