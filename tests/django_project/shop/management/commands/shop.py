@@ -6,6 +6,7 @@ line of what it saw.
 - ``transaction rollback|commit``: inside ``transaction.atomic()`` an order row, ``process.delay`` (its id
   saved on the row), ``process.enqueue_many`` and django-rq's ``enqueue``; then roll back or commit.
 - ``capped N``: ``N`` delays of one tenant inside one transaction, past its backlog cap, then commit.
+- ``request-finished``: ``process.delay`` outside any transaction, then Django's ``request_finished`` signal.
 - ``fair-class``: django-rq's queue (``commit_mode="auto"``) as a weighted worker rebuilds it once marked fair.
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 
 import django_rq
 from django.core.management.base import BaseCommand
+from django.core.signals import request_finished
 from django.db import transaction
 from rq import Queue
 from rq.job import Job
@@ -83,6 +85,12 @@ class Command(BaseCommand):
         with transaction.atomic():
             ids = [tasks.process.delay("capped", n).id for n in range(int(count or 0))]
         return {"ids": ids, "after": queued("fair")}
+
+    def request_finished(self, _: str | None) -> dict[str, Any]:
+        job = tasks.process.delay("acme", 1)
+        before = queued("fair")
+        request_finished.send(sender=self.__class__)
+        return {"id": job.id, "before": before, "after": queued("fair")}
 
     def fair_class(self, _: str | None) -> dict[str, Any]:
         fair = as_fair(django_rq.get_queue("fair", commit_mode="auto"), Settings())
