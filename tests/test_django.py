@@ -106,6 +106,13 @@ def test_a_django_rq_queue_served_fairly_keeps_django_rqs_own_behaviour(redis_se
     assert seen["commit_mode"] == "auto"  # the instance's commit_mode survives the rebuild
 
 
+def test_a_fairqueue_built_by_django_rq_says_commit_mode_does_not_apply(redis_server, tmp_path: Path) -> None:
+    seen = shop(environment(redis_server.url, tmp_path), "fairqueue-class")
+    assert seen["class"] == "FairQueue"
+    (warning,) = seen["warnings"]
+    assert "'fair'" in warning and "commit_mode does not apply" in warning and "fair_class_of(DjangoRQ)" in warning
+
+
 def rq_worker(redis_url: str, queue_class: str, *queues: str) -> subprocess.CompletedProcess[str]:
     """rq's own CLI: ``rq worker -w fair_router.WeightedWorker --queue-class CLASS --burst``."""
     env = environment(redis_url, Path("/nonexistent"))
@@ -207,7 +214,8 @@ def test_delay_in_a_committed_transaction_enqueues_at_the_commit_with_the_id_it_
         project_env: dict[str, str], conn: Redis) -> None:
     seen = shop(project_env, "transaction", "commit")
     assert seen["inside"] == {"fair": [], "default": []} and not seen["exists_inside"]
-    assert seen["after"]["fair"] == [seen["delay_id"], *seen["many_ids"]]
+    assert seen["after"]["fair"] == [seen["delay_id"], *seen["many_ids"], "fair-django-1"]
+    assert Job.fetch("fair-django-1", connection=conn).meta["fair_tenant"] == "fair_django"
     assert len(seen["after"]["default"]) == 1  # django-rq's own enqueue, on commit too
     assert seen["orders"] == [seen["delay_id"]]  # the id delay() returned, saved in the same transaction
     job = Job.fetch(seen["delay_id"], connection=conn)

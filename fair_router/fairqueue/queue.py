@@ -10,6 +10,7 @@ the recovery of popped jobs (:mod:`~fair_router.fairqueue.maintenance`)."""
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
@@ -53,6 +54,8 @@ class FairQueue(RqQueueSeam):
         longest ``fair_tenant`` id taken (``tenant_max_bytes``, UTF-8 bytes); all default to ``settings``
         (else loaded on first use, as ``--queue-class`` builds queues with rq's arguments only)."""
         connection = rq_of(connection) if is_cluster(connection) else connection  # on a cluster: rq's slot owner
+        if "commit_mode" in kwargs or "autocommit" in kwargs:  # django-rq's get_queue passes both, always
+            _commit_mode_dropped(name)  # its QUEUE_CLASS is FairQueue
         super().__init__(name, connection, *args, **kwargs)
         if "{" in name or "}" in name:
             raise ValueError(f"fair queue names cannot hold braces: {name!r}")
@@ -283,3 +286,14 @@ class FairQueue(RqQueueSeam):
         for raw in cast(list[bytes], self.connection.lrange(self.key, 0, -1)):
             if not self.job_class.exists(as_text(raw), self.connection):
                 self.remove(as_text(raw))
+
+
+def _commit_mode_dropped(name: str) -> None:
+    """django-rq built this FairQueue (its ``QUEUE_CLASS``) and passed its ``commit_mode``, which rq's Queue
+    would drop in silence: say so, once per call site (Python's warning filter), naming the fix."""
+    warnings.warn(
+        f"FairQueue {name!r} was built by django-rq (QUEUE_CLASS): django-rq's commit_mode does not apply to it, "
+        "so its enqueues inside a transaction happen at once. Leave QUEUE_CLASS unset (weighted workers serve "
+        "queues marked fair whatever their class) and enqueue with @fair_job(fair=True) or "
+        "django_rq.get_queue(name, queue_class=fair_router.fairqueue.combined.fair_class_of(DjangoRQ)), which "
+        "keep it (docs/django.md)", RuntimeWarning, stacklevel=4)

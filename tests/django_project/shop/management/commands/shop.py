@@ -4,18 +4,22 @@ line of what it saw.
 - ``enqueue-decorated``: the ``@fair_job`` function ``shop.tasks.process`` handed to rq's ``Queue.enqueue``,
   django-rq's ``enqueue`` and ``get_queue().enqueue``, ``FairQueue.enqueue``, and its own ``delay``.
 - ``transaction rollback|commit``: inside ``transaction.atomic()`` an order row, ``process.delay`` (its id
-  saved on the row), ``process.enqueue_many`` and django-rq's ``enqueue``; then roll back or commit.
+  saved on the row), ``process.enqueue_many``, django-rq's ``enqueue`` and an enqueue into django-rq's queue
+  made fair (``queue_class=fair_class_of(DjangoRQ)``); then roll back or commit.
 - ``capped N``: ``N`` delays of one tenant inside one transaction, past its backlog cap, then commit.
 - ``request-finished``: ``process.delay`` outside any transaction, then Django's ``request_finished`` signal.
+- ``fairqueue-class``: django-rq's ``get_queue`` with ``queue_class="fair_router.FairQueue"``: the warnings.
 - ``fair-class``: django-rq's queue (``commit_mode="auto"``) as a weighted worker rebuilds it once marked fair.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 import django_rq
+from django_rq.queues import DjangoRQ
 from django.core.management.base import BaseCommand
 from django.core.signals import request_finished
 from django.db import transaction
@@ -23,7 +27,7 @@ from rq import Queue
 from rq.job import Job
 
 from fair_router import FairQueue, Settings
-from fair_router.fairqueue.combined import as_fair
+from fair_router.fairqueue.combined import as_fair, fair_class_of
 from shop import tasks
 from shop.models import Order
 
@@ -70,6 +74,8 @@ class Command(BaseCommand):
                 order.save()
                 many = tasks.process.enqueue_many([(("acme", 2), {}), (("acme", 3), {})])
                 django_rq.enqueue(tasks.log, "django_rq", 1)
+                fair_django = django_rq.get_queue("fair", queue_class=fair_class_of(DjangoRQ))  # django-rq's, fair
+                fair_django.enqueue(tasks.log, "fair_django", 1, fair_tenant="fair_django", job_id="fair-django-1")
                 seen = {"delay_id": job.id, "many_ids": [j.id for j in many],
                         "inside": {"fair": queued("fair"), "default": queued("default")},
                         "exists_inside": Job.exists(job.id, connection=django_rq.get_connection("fair"))}
@@ -91,6 +97,12 @@ class Command(BaseCommand):
         before = queued("fair")
         request_finished.send(sender=self.__class__)
         return {"id": job.id, "before": before, "after": queued("fair")}
+
+    def fairqueue_class(self, _: str | None) -> dict[str, Any]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            queue = django_rq.get_queue("fair", queue_class="fair_router.FairQueue")
+        return {"class": type(queue).__name__, "warnings": [str(w.message) for w in caught]}
 
     def fair_class(self, _: str | None) -> dict[str, Any]:
         fair = as_fair(django_rq.get_queue("fair", commit_mode="auto"), Settings())
