@@ -222,7 +222,8 @@ def test_delay_in_a_committed_transaction_enqueues_at_the_commit_with_the_id_it_
     assert job.origin == "fair" and job.meta["fair_tenant"] == "acme"
 
 
-def test_commit_mode_request_finished_enqueues_when_the_request_finishes(redis_server, tmp_path: Path) -> None:
+def test_commit_mode_request_finished_enqueues_when_the_request_finishes(redis_server, conn: Redis,
+                                                                         tmp_path: Path) -> None:
     env = environment(redis_server.url, tmp_path, fair_router={"redis_url": redis_server.url},
                       SHOP_COMMIT_MODE="request_finished")
     seen = shop(env, "request-finished")

@@ -68,26 +68,32 @@ class _Delayed:
         self.run()
 
 
-def deferred(run: Callable[[], object], what: str) -> bool:
-    """Whether ``run`` (an enqueue) was put off until the current transaction commits (or the request
-    finishes), as the commit mode says; False: call it now. ``what`` names the job in the log if it fails
-    then."""
+def commit_hook() -> Callable[[Callable[[], object], str], None] | None:
+    """Where an enqueue made now must wait, as the commit mode says: a function taking the enqueue and a name
+    for it in the log (``schedule(run, what)``), which runs it when the current transaction commits (or the
+    request finishes); None: enqueue now (no Django here, mode "auto", outside a transaction)."""
     if django_settings() is None:
-        return False
+        return None
     mode = commit_mode()
-    if mode == "auto":
-        return False
     if mode == "request_finished":
-        from django_rq import thread_queue
-
-        thread_queue.add(_Delayed(_logged(run, what)), (), {})  # type: ignore[arg-type]
-        return True
+        return _after_request
+    if mode == "auto":
+        return None
     from django.db import transaction
 
-    if not transaction.get_connection().in_atomic_block:
-        return False
+    return _on_commit if transaction.get_connection().in_atomic_block else None
+
+
+def _on_commit(run: Callable[[], object], what: str) -> None:
+    from django.db import transaction
+
     transaction.on_commit(_logged(run, what))
-    return True
+
+
+def _after_request(run: Callable[[], object], what: str) -> None:
+    from django_rq import thread_queue
+
+    thread_queue.add(_Delayed(_logged(run, what)), (), {})  # type: ignore[arg-type]
 
 
 def _logged(run: Callable[[], object], what: str) -> Callable[[], None]:

@@ -28,7 +28,7 @@ from rq.job import Job
 from rq.queue import EnqueueArgs
 
 from fair_router.config.settings import JobConfig, Settings, load_settings
-from fair_router.core.djangoenv import deferred
+from fair_router.core.djangoenv import commit_hook
 from fair_router.core.rates import Rate
 from fair_router.core.rules import Rule
 from fair_router.core.shards import Shards
@@ -184,12 +184,13 @@ class FairJob(Generic[P, R]):
             explicit = kwargs.pop("fair_tenant", None)
             tenant = self.tenants.resolve(explicit, args, kwargs, self.router.tenant_max_bytes)
             batch.append((self._call(args=tuple(args), kwargs=kwargs), tenant))
-        if pipeline is None and batch:
-            fixed = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
-            what = f"{len(fixed)} jobs of {self.job_key} (ids {fixed[0][0].job_id}...)"
-            if deferred(partial(self._enqueue_batch, fixed, None, group), what):
-                return [self._to_be(call) for call, _ in fixed]
-        return self._enqueue_batch(batch, pipeline, group)
+        wait = commit_hook() if pipeline is None and batch else None  # a caller's pipeline is the caller's
+        if wait is None:
+            return self._enqueue_batch(batch, pipeline, group)
+        fixed = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
+        wait(partial(self._enqueue_batch, fixed, None, group),
+             f"{len(fixed)} jobs of {self.job_key} (ids {', '.join(str(call.job_id) for call, _ in fixed)})")
+        return [self._to_be(call) for call, _ in fixed]
 
     def _enqueue_batch(self, batch: list[tuple[EnqueueArgs, str | None]], pipeline: Pipeline | None,
                        group: Group | None) -> list[Job]:
@@ -220,12 +221,12 @@ class FairJob(Generic[P, R]):
             route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
             return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system, fair=self.fair)
 
-        if call.pipeline is not None or (call.unique and not call.job_id):  # the caller's pipeline; rq's refusal
-            return enqueue(call)
+        wait = commit_hook()
+        if wait is None or call.pipeline is not None or (call.unique and not call.job_id):
+            return enqueue(call)  # now; or the caller's pipeline, to execute; or rq's refusal, raised now
         fixed = call._replace(job_id=call.job_id or str(uuid4()))
-        if deferred(partial(enqueue, fixed), f"job {fixed.job_id} of {self.job_key} (tenant {tenant!r})"):
-            return self._to_be(fixed)
-        return enqueue(call)
+        wait(partial(enqueue, fixed), f"job {fixed.job_id} of {self.job_key} (tenant {tenant!r})")
+        return self._to_be(fixed)
 
     def _to_be(self, call: EnqueueArgs) -> Job:
         """The job an enqueue put off until its Django transaction commits: its id is fixed now, and it is saved
