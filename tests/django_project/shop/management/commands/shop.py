@@ -19,10 +19,10 @@ import warnings
 from typing import Any
 
 import django_rq
-from django_rq.queues import DjangoRQ
 from django.core.management.base import BaseCommand
 from django.core.signals import request_finished
 from django.db import transaction
+from django_rq.queues import DjangoRQ
 from rq import Queue
 from rq.job import Job
 
