@@ -54,9 +54,7 @@ class FairQueue(RqQueueSeam):
         longest ``fair_tenant`` id taken (``tenant_max_bytes``, UTF-8 bytes); all default to ``settings``
         (else loaded on first use, as ``--queue-class`` builds queues with rq's arguments only)."""
         connection = rq_of(connection) if is_cluster(connection) else connection  # on a cluster: rq's slot owner
-        if "commit_mode" in kwargs or "autocommit" in kwargs:  # django-rq's get_queue passes both, always
-            _commit_mode_dropped(name)  # its QUEUE_CLASS is FairQueue
-        super().__init__(name, connection, *args, **kwargs)
+        super().__init__(name, connection, *args, **_without_django_rqs(name, kwargs))
         if "{" in name or "}" in name:
             raise ValueError(f"fair queue names cannot hold braces: {name!r}")
         self._config = FairConfig(self.connection, prefix=prefix, tiers=tiers, settings=settings, charge=charge,
@@ -288,12 +286,16 @@ class FairQueue(RqQueueSeam):
                 self.remove(as_text(raw))
 
 
-def _commit_mode_dropped(name: str) -> None:
-    """django-rq built this FairQueue (its ``QUEUE_CLASS``) and passed its ``commit_mode``, which rq's Queue
-    would drop in silence: say so, once per call site (Python's warning filter), naming the fix."""
+def _without_django_rqs(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """rq's Queue arguments: without the ``commit_mode`` and ``autocommit`` django-rq's ``get_queue`` passes (always
+    both) when its ``QUEUE_CLASS`` is FairQueue, which rq's Queue would drop in silence. Saying so, once per
+    call site (Python's warning filter), naming the fix."""
+    if "commit_mode" not in kwargs and "autocommit" not in kwargs:
+        return kwargs
     warnings.warn(
         f"FairQueue {name!r} was built by django-rq (QUEUE_CLASS): django-rq's commit_mode does not apply to it, "
         "so its enqueues inside a transaction happen at once. Leave QUEUE_CLASS unset (weighted workers serve "
         "queues marked fair whatever their class) and enqueue with @fair_job(fair=True) or "
         "django_rq.get_queue(name, queue_class=fair_router.fairqueue.combined.fair_class_of(DjangoRQ)), which "
         "keep it (docs/django.md)", RuntimeWarning, stacklevel=4)
+    return {key: value for key, value in kwargs.items() if key not in ("commit_mode", "autocommit")}
