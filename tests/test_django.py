@@ -23,7 +23,7 @@ from rq.job import Job
 
 from fair_router import FairQueue, Settings, WeightedSimpleWorker
 from fair_router.fairqueue.combined import QueueClassConflict, fair_class_of
-from fair_router.fairqueue.marks import FairnessMarks
+from fair_router.fairqueue.marks import FairnessMarks, mark_key
 
 pytestmark = [pytest.mark.usefixtures("isolated_settings"),
               pytest.mark.skipif(importlib.util.find_spec("django_rq") is None,
@@ -97,6 +97,16 @@ def test_django_rq_rqworker_serves_its_fair_queue_fairly_beside_a_plain_one(redi
     position = last_small(order)
     assert position <= 12, order[:20]  # first-in first-out (before the fix): 305
     assert "queue fair is marked fair: serving it as FairDjangoRQ" in done.stdout + done.stderr
+
+
+def test_fair_queues_in_django_settings_make_rqworker_serve_the_queue_fairly(redis_server, conn: Redis,
+                                                                           tmp_path: Path) -> None:
+    flood(FairQueue("fair", connection=conn))
+    conn.delete(mark_key("fair"))  # unmarked: only the worker's settings say the queue is fair
+    done = rqworker(environment(redis_server.url, tmp_path, fair_router={"fair_queues": ["fair"]}), "fair")
+    assert last_small(ran(conn)) <= 12
+    assert conn.get(mark_key("fair")) == b"fair_router"  # the worker marked it
+    assert "serving it as" not in done.stdout + done.stderr  # built fair at the start, not switched later
 
 
 def test_a_django_rq_queue_served_fairly_keeps_django_rqs_own_behaviour(redis_server, tmp_path: Path) -> None:
