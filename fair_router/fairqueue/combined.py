@@ -34,11 +34,9 @@ class QueueClassConflict(TypeError):
 
 
 def _fix(queue: str, cls: type) -> str:
-    return (f"fix: serve {queue!r} with a class fair-router can combine (a Queue subclass that calls super() in "
-            f"the methods it overrides and whose __init__ passes rq's arguments on), or start this worker for "
-            f"{queue!r} with --queue-class fair_router.FairQueue (django-rq: a worker of its own for the fair "
-            f"queue, its RQ_QUEUES entry with QUEUE_CLASS 'fair_router.FairQueue'); "
-            f"{cls.__module__}.{cls.__qualname__} cannot serve it fairly")
+    return (f"fix: make {cls.__module__}.{cls.__qualname__} a class fair-router can combine (a Queue subclass "
+            f"whose overrides of FairQueue's methods call super() and whose __init__ takes rq's arguments), or "
+            f"serve {queue!r} by a worker of its own started with --queue-class fair_router.FairQueue")
 
 
 def _calls_super(attribute: object) -> bool:
