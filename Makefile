@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs bench clean rq-suite
+.PHONY: demo test lint docs bench clean rq-suite dist
 
 # `make rq-suite VARIANT=fairqueue` runs one variant of rq's own test suite (default: all CI variants).
 VARIANT ?=
@@ -36,8 +36,15 @@ test: lint docs
 rq-suite: $(STAMP)
 	$(BIN)/python -m compat.run $(VARIANT)
 
+# A wheel and an sdist in dist/, their metadata checked (twine check --strict): what `pip install` of a wheel or
+# a publish to a package index takes (docs/development.md).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 bench: $(STAMP)
 	$(BIN)/python bench/enqueue.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .rq-suite site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .rq-suite site dist

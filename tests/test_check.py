@@ -75,8 +75,9 @@ def test_a_rule_queue_no_worker_serves_fails_naming_file_key_and_value(project: 
                                                            "queues: {default: 6}"))
     done = check(project)
     assert done.returncode == 2
-    assert ("error: fair_router.yaml: jobs['myapp.tasks.process'].rules[0].queue: queue 'default_throttled' "
-            "has no weight in `queues:`") in done.stderr
+    assert "invalid fair-router settings in fair_router.yaml" in done.stderr
+    assert ("jobs['myapp.tasks.process'].rules[0].queue is 'default_throttled', which has no weight in `queues:`"
+            in done.stderr)
     assert "settings OK" not in done.stdout + done.stderr
 
 

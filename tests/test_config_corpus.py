@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from fair_router.cli import main
+from fair_router.config.settings import Settings
 
 MB = 1_000_000
 
@@ -188,3 +190,8 @@ def test_the_example_settings_file_passes(tmp_path: Path) -> None:
         if str(tmp_path) in sys.path:
             sys.path.remove(str(tmp_path))
     assert result.exit_code == 0 and "warning" not in result.output, result.output
+
+
+def test_the_example_settings_file_names_every_setting() -> None:
+    example = yaml.safe_load((Path(__file__).parent.parent / "config.example.yaml").read_text())
+    assert set(example) == set(Settings.model_fields), "config.example.yaml must list every setting"

@@ -117,7 +117,7 @@ def test_the_quickstart_runs_as_written(newcomer_venv: Path, app: Path, redis_se
 
 
 @pytest.mark.parametrize(("mistake", "edit", "env", "expected"), [
-    ("a rule queue with no weight", ("default_superslow: 1\n", ""), {}, "queue 'default_superslow' has no weight"),
+    ("a rule queue with no weight", ("default_superslow: 1\n", ""), {}, "is 'default_superslow', which has no weight"),
     ("a misspelt job key", ("myapp.tasks.process:", "myapp.tasks.proces:"), {}, "did you mean 'process'?"),
     ("redis_url notaurl", (README_URL, "notaurl"), {}, "got 'notaurl'"),
     ("redis_url port 99999", (README_URL, "redis://localhost:99999/0"), {}, "Port out of range"),
@@ -163,3 +163,22 @@ def test_fair_queues_alone_makes_the_queue_fair_under_rq_worker(newcomer_venv: P
                                  connection=conn), key=lambda job: job.started_at)
     order = [job.id for job in jobs]
     assert small_id in order and order.index(small_id) <= 2, order.index(small_id) if small_id in order else order
+
+
+def test_the_readmes_install_lines_work_as_written(tmp_path: Path) -> None:
+    """Each line of the README's Install block, in a fresh venv: from a checkout (its path substituted), editable
+    in the checkout, and `make dist` then the built wheel. None names the package index (not published yet)."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("\n## Install", 1)[1].split("\n## ", 1)[0]
+    (block,) = [body for lang, body in FENCE.findall(section) if lang == "sh"]
+    lines = [line.split("  #", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    assert len(lines) == 3 and not any(re.fullmatch(r"pip install '?fair-router(\[\w+\])?'?", line) for line in lines)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    for line in lines:
+        done = run(venv, ROOT, line.replace("/path/to/fair-router", str(ROOT)), README_URL,
+                   env={"PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+        assert done.returncode == 0, (line, done.stdout[-2000:], done.stderr[-2000:])
+        shown = subprocess.run([str(venv / "bin" / "pip"), "show", "flask", "fair-router"], capture_output=True,
+                               text=True, timeout=60)
+        assert "Name: fair-router" in shown.stdout and "Name: Flask" in shown.stdout, (line, shown.stderr)

@@ -54,6 +54,7 @@ def test_environment_overrides_file(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("FAIR_ROUTER_PREFIX", "envprefix")
     monkeypatch.setenv("FAIR_ROUTER_REDIS_URL", "redis://example:1/0")
     monkeypatch.setenv("FAIR_ROUTER_QUEUES__default", "2")
+    monkeypatch.setenv("FAIR_ROUTER_QUEUES__slow", "1")
     monkeypatch.setenv("FAIR_ROUTER_JOBS", '{"a.b": {"rules": [{"queue": "slow", "threshold": 5, "per": "10s"}]}}')
     settings = load_settings(write(tmp_path, GOOD))
     assert settings.prefix == "envprefix" and settings.redis_url == "redis://example:1/0"

@@ -3,6 +3,8 @@ the concurrency counters per tier)."""
 
 from __future__ import annotations
 
+import difflib
+import sys
 from pathlib import Path
 
 import click
@@ -10,7 +12,8 @@ import click
 from fair_router.commands.checking import report, server_findings
 from fair_router.commands.common import load_or_exit, router_for
 from fair_router.commands.workers import add_import_paths, path_option
-from fair_router.config.settings import Settings, default_config_path
+from fair_router.config.crosscheck import job_key_findings
+from fair_router.config.settings import Settings, announce_source, default_config_path
 from fair_router.core.durations import format_duration
 from fair_router.core.rules import window_cap
 from fair_router.routing.router import FairRouter, Route
@@ -27,6 +30,8 @@ def check(config: Path | None, ping: bool, deep: bool, paths: tuple[str, ...]) -
     what breaks a deployment: queues no worker serves, job keys that do not import, unknown FAIR_ROUTER_*
     variables. Exit 2 on a bad setting, 1 if Redis is unreachable (--ping), 0 otherwise (warnings say so)."""
     add_import_paths(paths)  # job keys and the tier resolver import as in the workers
+    file = config if config is not None else default_config_path()
+    click.echo(f"settings:  {announce_source(file, log=False)}")
     settings = load_or_exit(config)
     click.echo(f"redis_url: {redact_url(settings.redis_url)}\nprefix:    {settings.prefix}\n")
     rows = [("job key", "base queue", "#", "threshold", "per", "-> queue")]
@@ -45,7 +50,6 @@ def check(config: Path | None, ping: bool, deep: bool, paths: tuple[str, ...]) -
         for name, weight in settings.queues.items():
             click.echo(f"  {name}: {weight if weight == 'strict' else f'{weight:g}'}")
     click.echo()
-    file = config if config is not None else default_config_path()
     report(settings, str(file) if file is not None else "FAIR_ROUTER_* environment",
            (lambda: server_findings(settings, deep)) if ping or deep else None)
 
@@ -57,6 +61,7 @@ def check(config: Path | None, ping: bool, deep: bool, paths: tuple[str, ...]) -
 @click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
 def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | None) -> None:
     """Window counts of TENANT for JOB_KEY and where its next job would go (read-only); or --limits."""
+    announce_source(config if config is not None else default_config_path(), log=False)
     settings = load_or_exit(config)
     router = router_for(settings)
     if limits:
@@ -64,6 +69,8 @@ def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | 
         return
     if job_key is None or tenant is None:
         raise click.UsageError("give JOB_KEY and TENANT, or --limits")
+    if job_key not in settings.jobs:
+        _known_or_exit(job_key, settings)
     job = settings.job(job_key)
     route = Route(job_key, job.queue or "default", tuple(job.rules))
     view = router.peek(route, tenant)
@@ -80,6 +87,20 @@ def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | 
                    "decides every rule; older ones in the period are not counted)")
     reason = f" (rule: {view.next_rule.describe()})" if view.next_rule else ""
     click.echo(f"next job would go to: {view.next_queue}{reason}")
+
+
+def _known_or_exit(job_key: str, settings: Settings) -> None:
+    """A job key the settings do not name must at least import as a ``@fair_job`` function's dotted path
+    (its rules are then the decorator's); otherwise it is a typo, named with the keys the settings know."""
+    findings = [finding for finding in job_key_findings(job_key, f"job key {job_key!r}") if finding.level == "error"]
+    if not findings and "." in job_key:
+        return
+    known = ", ".join(sorted(settings.jobs)) or "none"
+    close = difflib.get_close_matches(job_key, list(settings.jobs), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    click.echo(f"error: job key {job_key!r} is not in the settings ({settings.source_file or 'no settings file'}) and "
+               f"does not import as a @fair_job function{hint} (job keys in the settings: {known})", err=True)
+    sys.exit(1)
 
 
 def _print_limits(settings: Settings, router: FairRouter) -> None:

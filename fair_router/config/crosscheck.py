@@ -4,8 +4,10 @@ Loading validates every value where it is given (:mod:`fair_router.core.validati
 how values refer to each other and to the world outside the file: a rule sending jobs to a queue no worker
 started from these settings serves, a job key naming a function that does not exist (its rules would never
 apply, silently), a ``FAIR_ROUTER_*`` variable pydantic-settings ignores because no setting has that name.
-Each finding is an error (the deployment breaks: ``fair-router check`` exits 2) or a warning (it may be
-intended: exit 0, and the command says so), and names where the value is, the key and the value.
+A queue the settings send jobs to that no worker serves is an error at load (the settings' own validation);
+here it is only named when the settings list no queues at all. Each finding is an error (the deployment
+breaks: ``fair-router check`` exits 2) or a warning (it may be intended: exit 0, and the command says so), and
+names where the value is, the key and the value.
 """
 
 from __future__ import annotations
@@ -36,47 +38,20 @@ class Finding:
         return f"{self.level}: {self.where}: {self.message}"
 
 
-def served_queues(settings: Settings) -> set[str]:
-    """The queues workers started from these settings serve: `queues:` (``fair-router worker``) and the
-    groups of `pool:` (``fair-router pool``)."""
-    return set(settings.queues) | {name for group in settings.pool for name in group.split(",")}
-
-
 def cross_check(settings: Settings, source: str) -> list[Finding]:
     """Every cross-reference problem of ``settings``, loaded from ``source`` (a file name, or a phrase
-    naming the environment)."""
-    findings = list(_unserved(settings, source))
+    naming the environment). A queue that `queues:` or `pool:` leaves out is an error at load already
+    (:class:`~fair_router.config.settings.Settings`); here, settings with neither are named."""
+    findings = []
+    if not settings.served_queues() and settings.queue_targets():
+        findings.append(Finding("warning", f"{source}: queues", "no `queues:` and no `pool:`: `fair-router worker` "
+                                "and `pool` have no queues to serve, so every worker must name its queues"))
     for job_key in settings.jobs:
-        findings.extend(_job_key(job_key, f"{source}: jobs[{job_key!r}]"))
+        findings.extend(job_key_findings(job_key, f"{source}: jobs[{job_key!r}]"))
     return findings
 
 
-def _unserved(settings: Settings, source: str) -> Iterator[Finding]:
-    """Queues the settings send jobs to (base queues, rule targets, fair queues) that no worker serves."""
-    served = served_queues(settings)
-    targets: list[tuple[str, str]] = []
-    for job_key, job in settings.jobs.items():
-        if job.queue:
-            targets.append((f"jobs[{job_key!r}].queue", job.queue))
-        for i, rule in enumerate(job.rules):
-            if "{queue}" not in rule.queue:
-                targets.append((f"jobs[{job_key!r}].rules[{i}].queue", rule.queue))
-            elif job.queue:
-                targets.append((f"jobs[{job_key!r}].rules[{i}].queue", rule.queue.replace("{queue}", job.queue)))
-    targets.extend((f"fair_queues[{i}]", name) for i, name in enumerate(settings.fair_queues))
-    if not served:
-        if targets:
-            yield Finding("warning", f"{source}: queues", "no `queues:` and no `pool:`: `fair-router worker` "
-                          "and `pool` have no queues to serve, so every worker must name its queues")
-        return
-    for key, queue in targets:
-        if queue not in served:
-            yield Finding("error", f"{source}: {key}", f"queue {queue!r} has no weight in `queues:` and no "
-                          "group in `pool:`, so no worker started from these settings serves it "
-                          f"(its jobs would wait forever); add it, e.g. `queues: {{{queue}: 1}}`")
-
-
-def _job_key(job_key: str, where: str) -> Iterator[Finding]:
+def job_key_findings(job_key: str, where: str) -> Iterator[Finding]:
     """A job key must name a ``@fair_job`` function by its dotted path, or its rules never apply."""
     module_name, attributes, failure = _import_prefix(job_key)
     if module_name is None:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from fair_router.core.rules import Rule
+from fair_router.core.rules import Rule, shadowed
 from fair_router.core.shards import Shards
 from fair_router.core.validation import (
     MAX_RULES,
@@ -43,6 +43,22 @@ class JobConfig(BaseModel):
         if self.burst is not None and self.rate is None:
             raise ValueError("burst is set without a rate: give rate too (e.g. rate: 10/s)")
         return self
+
+    @model_validator(mode="after")
+    def _every_rule_reachable(self) -> JobConfig:
+        problems = unreachable_rules(self.rules)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def unreachable_rules(rules: list[Rule]) -> list[str]:
+    """One message per rule that can never be the last match (:func:`~fair_router.core.rules.shadowed`),
+    naming it, the later rule that always wins over it, and the fix."""
+    return [f"rules[{i}] ({rules[i].describe()}) never applies: rules[{j}] ({rules[j].describe()}) matches "
+            "whenever it does, and the last matching rule wins; list rules from least to most restrictive "
+            "(each later rule needs a shorter window or a higher threshold than every earlier one)"
+            for i, j in shadowed(rules)]
 
 
 ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}

@@ -12,23 +12,26 @@ are re-exported here, so every settings type is imported from this one place.
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
+import math
 import os
 import warnings
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
-    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 from pydantic_settings import SettingsError as SourceError
 
+from fair_router.config.djangosource import from_django
 from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors, validated
 from fair_router.config.sections import (
     ADR_LIMITS,
@@ -76,8 +79,11 @@ __all__ = [
     "SettingsError",
     "SettingsWarning",
     "TiersConfig",
+    "announce_source",
+    "config_search_path",
     "default_config_path",
     "describe_errors",
+    "describe_source",
     "load_settings",
     "validated",
 ]
@@ -86,12 +92,65 @@ CONFIG_ENV = "FAIR_ROUTER_CONFIG"
 DEFAULT_CONFIG = Path("fair_router.yaml")
 
 
-def default_config_path() -> Path | None:
-    """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else ``./fair_router.yaml`` if it exists."""
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+"""A directory holding one of these is a project's root: the search for ``fair_router.yaml`` stops there."""
+
+
+def default_config_path(start: Path | None = None) -> Path | None:
+    """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else the first ``fair_router.yaml`` in the working
+    directory (``start``) or one of its parents, up to the project's root (the first directory holding a
+    ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``), so a producer started from a subdirectory
+    reads the project's file. None when there is none."""
     named = os.environ.get(CONFIG_ENV)
     if named:
         return Path(named)
-    return DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
+    here = (start or Path.cwd()).resolve()
+    for folder in config_search_path(start):
+        candidate = folder / DEFAULT_CONFIG
+        if candidate.is_file():
+            return DEFAULT_CONFIG if folder == here and start is None else candidate
+    return None
+
+
+def config_search_path(start: Path | None = None) -> list[Path]:
+    """The directories :func:`default_config_path` looks in, nearest first."""
+    folder = (start or Path.cwd()).resolve()
+    looked = [folder]
+    while not any((folder / marker).exists() for marker in PROJECT_MARKERS) and folder.parent != folder:
+        folder = folder.parent
+        looked.append(folder)
+    return looked
+
+
+_ANNOUNCED: set[str] = set()
+"""The settings sources this process has logged (:func:`announce_source`): each is said once, not per load."""
+
+
+def describe_source(file: Path | None) -> str:
+    """Where settings come from, for logs and ``fair-router check``: the file, or that none was found."""
+    if file is not None:
+        return f"{file.resolve()}" + (f" (from ${CONFIG_ENV})" if os.environ.get(CONFIG_ENV) else "")
+    looked = config_search_path()
+    return (f"none found (${CONFIG_ENV} is not set, and there is no {DEFAULT_CONFIG} in {looked[0]} or its parents "
+            f"up to {looked[-1]}): defaults and FAIR_ROUTER_* variables only, so no job key has rules")
+
+
+def announce_source(file: Path | None, log: bool = True) -> str:
+    """Log once per process which settings file was read, or that none was found (a warning: jobs then go
+    to their base queues unthrottled, which is rarely what a process that loads settings wants). Returns the
+    text; ``log=False`` only marks it said (a command that prints it itself)."""
+    said = describe_source(file)
+    if said in _ANNOUNCED:
+        return said
+    _ANNOUNCED.add(said)
+    if not log:
+        return said
+    logger = logging.getLogger("fair_router.settings")
+    if file is None and not any(name.startswith("FAIR_ROUTER_") for name in os.environ):
+        logger.warning("fair-router settings: %s", said)
+    else:
+        logger.info("fair-router settings: %s", said)
+    return said
 
 
 class Settings(BaseSettings):
@@ -128,6 +187,68 @@ class Settings(BaseSettings):
     interruptible: InterruptibleConfig = Field(default_factory=InterruptibleConfig)
     observe: ObserveConfig = Field(default_factory=ObserveConfig)
     shard_urls: list[RedisUrl] = Field(default_factory=list)  # shard i lives on shard_urls[i % len]
+    _source_file: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source_file(self) -> Path | None:
+        """The file these settings were loaded from (:func:`load_settings`); None when none was (built in code,
+        or no file found)."""
+        return self._source_file
+
+    @source_file.setter
+    def source_file(self, file: Path | None) -> None:
+        self._source_file = file
+
+    @model_validator(mode="after")
+    def _every_target_served(self) -> Settings:
+        """A queue jobs are sent to (a job's base queue, a rule's target, a fair queue) that no worker started
+        from these settings serves is an error at load, in every process: its jobs would wait forever. Without
+        `queues:` and `pool:` workers name their queues, and ``fair-router check`` warns instead."""
+        served = self.served_queues()
+        if served:
+            missing = [(key, queue) for key, queue in self.queue_targets() if queue not in served]
+            if missing:
+                raise ValueError("; ".join(
+                    f"{key} is {queue!r}, which has no weight in `queues:` and no group in `pool:`, so no worker "
+                    f"started from these settings serves it (its jobs would wait forever): add it, e.g. "
+                    f"`queues: {{{queue}: 1}}`" for key, queue in missing))
+        for warning in self._rising_weights():
+            warnings.warn(SettingsWarning(warning), stacklevel=2)
+        return self
+
+    def served_queues(self) -> set[str]:
+        """The queues workers started from these settings serve: `queues:` (``fair-router worker``) and the
+        groups of `pool:` (``fair-router pool``)."""
+        return set(self.queues) | {name for group in self.pool for name in group.split(",")}
+
+    def queue_targets(self) -> list[tuple[str, str]]:
+        """Every queue these settings send jobs to, with its key path: base queues, rule targets (``{queue}``
+        filled in where the base is known) and fair queues."""
+        targets: list[tuple[str, str]] = []
+        for job_key, job in self.jobs.items():
+            if job.queue:
+                targets.append((f"jobs[{job_key!r}].queue", job.queue))
+            for i, rule in enumerate(job.rules):
+                if "{queue}" not in rule.queue or job.queue:
+                    targets.append((f"jobs[{job_key!r}].rules[{i}].queue", rule.for_base(job.queue or "").queue))
+        targets.extend((f"fair_queues[{i}]", name) for i, name in enumerate(self.fair_queues))
+        return targets
+
+    def _rising_weights(self) -> list[str]:
+        """Rules go from least to most restrictive, so each later rule's queue should be polled no more often
+        than the one before it (the base queue first): a heavier tenant sent to a faster queue is named."""
+        found = []
+        for job_key, job in self.jobs.items():
+            stages = [("its base queue", job.queue)] if job.queue else []
+            stages += [(f"rules[{i}]", rule.for_base(job.queue or "").queue) for i, rule in enumerate(job.rules)]
+            for (before, slower), (after, faster) in itertools.pairwise(stages):
+                if slower in self.queues and faster in self.queues and _speed(self.queues[faster]) > _speed(
+                        self.queues[slower]):
+                    found.append(f"jobs[{job_key!r}]: {after} sends a heavier tenant to {faster!r} (weight "
+                                 f"{self.queues[faster]}), polled more often than {slower!r} (weight "
+                                 f"{self.queues[slower]}) of {before}: rules go from least to most restrictive, "
+                                 "and a later rule's queue should get a lower weight")
+        return found
 
     @classmethod
     def settings_customise_sources(
@@ -170,6 +291,11 @@ class Settings(BaseSettings):
                 base = job.queue or "default"
                 families.update(dict.fromkeys([base, *(rule.for_base(base).queue for rule in job.rules)]))
         return list(families)
+
+
+def _speed(weight: float | Literal["strict"]) -> float:
+    """A weight as how often its queue is polled: ``strict`` queues come before every weighted one."""
+    return math.inf if weight == "strict" else float(weight)
 
 
 def _shorten(value: str, limit: int = 80) -> str:
@@ -265,7 +391,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     """
     django = fair_router_setting() if path is None else None
     if django is not None:
-        return _from_django(*django, overrides)
+        return from_django(Settings, *django, overrides, announce=_ANNOUNCED)
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
         raise SettingsError(f"fair-router settings file not found: {file}")
@@ -275,7 +401,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         model_config = SettingsConfigDict(yaml_file=file)
 
     try:
-        return FileSettings(**overrides)
+        settings: Settings = FileSettings(**overrides)
     except SettingsError:  # from the file reader (fair_router.config.yamlfile), already naming the file
         raise
     except yaml.YAMLError as exc:
@@ -290,28 +416,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise SettingsError(message) from None
     except (TypeError, AttributeError, ValueError) as exc:  # a YAML list or scalar where a mapping belongs
         raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None
+    settings.source_file = file.resolve() if file is not None else None
+    announce_source(file)
+    return settings
 
-
-def _from_django(values: Any, name: str, overrides: dict[str, Any]) -> Settings:
-    """Settings from Django's ``FAIR_ROUTER`` dict (``name``), at the file's place: ``FAIR_ROUTER_*``
-    variables and ``load_settings`` arguments override its keys."""
-    if not isinstance(values, dict):
-        raise SettingsError(f"{name} must be a dict of fair-router settings (the YAML file's keys), "
-                            f"got {type(values).__name__}")
-
-    class DjangoSettings(Settings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=values)
-
-    try:
-        return DjangoSettings(**overrides)
-    except ValidationError as exc:
-        raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)")) from None

@@ -61,3 +61,12 @@ def last_match(rules: Sequence[Rule], recorded: Sequence[int]) -> Rule | None:
         if rule.matches(count):
             matched = rule
     return matched
+
+
+def shadowed(rules: Sequence[Rule]) -> list[tuple[int, int]]:
+    """Pairs ``(i, j)``, ``i < j``, where rule ``j`` matches whenever rule ``i`` does: its window is at least
+    as long and its threshold at most as high, so its count is at least rule ``i``'s and passes its
+    threshold first. The later match wins, so rule ``i`` is never the last match and its queue never
+    chosen: a list written most-restrictive first, or a rule repeated."""
+    return [(i, j) for i, earlier in enumerate(rules) for j in range(i + 1, len(rules))
+            if rules[j].per >= earlier.per and rules[j].threshold <= earlier.threshold]

@@ -113,6 +113,7 @@ class Snapshot:
     capped_starts_5m: int = 0  # starts of tenants past observe.tenants_per_minute (recorded as #other)
     iterations: list[RunningIteration] = field(default_factory=list)  # interruptible jobs running now
     shard_servers: list[ShardServerView] = field(default_factory=list)  # shard_urls' servers, when set
+    tiers_named: bool = True  # False: the settings name no tiers, every tenant has the built-in default
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the dashboard's ``api/snapshot``)."""
@@ -122,6 +123,7 @@ class Snapshot:
             "limits_enabled": self.limits_enabled,
             "tick_seconds": self.tick_seconds,
             "capped_starts_5m": self.capped_starts_5m,
+            "tiers_named": self.tiers_named,
             "queues": [vars(queue) for queue in self.queues],
             "tenants": [_tenant_json(row) for row in self.tenants],
             "other": _tenant_json(self.other),

@@ -32,7 +32,7 @@ from urllib.parse import unquote
 from redis import Redis
 from rq import Queue
 
-from fair_router.config.settings import Settings
+from fair_router.config.settings import Settings, TiersConfig
 from fair_router.controls.tiers import load_resolver
 from fair_router.core.keys import Keys
 from fair_router.core.rules import last_match
@@ -169,7 +169,8 @@ class SnapshotReader:
                         counter_table(_ints(limits)), counted, TICK_SECONDS, capped,
                         running_iterations(self.rq, [queue.name for queue in queues
                                                              if queue.running and not queue.server]),
-                        shard_servers)
+                        shard_servers, tiers_named=self.settings.tiers != TiersConfig() or any(
+                            row.tier != self.settings.tiers.default for row in top))
 
     # -- steps ----------------------------------------------------------------------------------------
 

@@ -29,7 +29,8 @@ def plot_waits(report: dict[str, Any], path: Path, long_jobs: dict[str, Any] | N
     grid = fig.add_gridspec(rows, 2 * len(modes))
     axes = [fig.add_subplot(grid[0, 2 * i:2 * i + 2]) for i in range(len(modes))]
     for ax, (name, entry) in zip(axes, modes.items(), strict=True):
-        if ax is not axes[0]:
+        if ax is not axes[0]:  # one x range and one y range across modes: compared by eye
+            ax.sharex(axes[0])
             ax.sharey(axes[0])
         for kind, color in (("greedy", "tab:red"), ("small", "tab:blue")):
             waits = sorted(max(w, 1e-4) for w in entry["waits"][kind])

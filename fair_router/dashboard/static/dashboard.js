@@ -113,7 +113,9 @@
     if (other) state = '<span class="muted">every other tenant</span>';
     var name = other ? "<em>" + esc(row.tenant) + "</em>" : esc(row.tenant);
     return '<tr data-tenant="' + esc(row.tenant) + '"' + (other ? ' class="other"' : "") + ">" +
-      cell("tenant", row.tenant, name) + cell("tier", row.tier, esc(row.tier || "—")) +
+      cell("tenant", row.tenant, name) + (s.tiers_named || other ? cell("tier", row.tier, esc(row.tier || "—")) :
+        cell("tier", row.tier, '<span class="muted">—</span>', "no tiers in the settings: every tenant has the " +
+          "built-in default tier, " + row.tier)) +
       cell("waiting num", row.waiting_total, count(row.waiting_total), perQueue) +
       cell("running", row.running, running, runTitle) +
       cell("rule", row.rule, row.rule ? esc(row.rule) : '<span class="muted">—</span>') +
@@ -139,7 +141,7 @@
       if (q.down) server += ' <span class="badge down">down</span>';
       var dash = q.down ? "—" : null;
       return '<tr data-queue="' + esc(q.name) + '" data-server="' + esc(q.server) + '"' +
-        (q.down ? ' class="down"' : "") + ">" + cell("", q.name, esc(q.name)) + cell("", null, server) +
+        (q.down ? ' class="down"' : "") + ">" + cell("name", q.name, esc(q.name).replace(/_/g, "_<wbr>")) + cell("", null, server) +
         cell("num", q.weight, esc(typeof q.weight === "number" ? String(q.weight) : q.weight)) +
         cell("num", q.down ? null : q.jobs, dash || count(q.jobs)) +
         cell("num", q.down ? null : q.running, dash || count(q.running)) +
