@@ -39,11 +39,12 @@ def _fix(queue: str, cls: type) -> str:
             f"serve {queue!r} by a worker of its own started with --queue-class fair_router.FairQueue")
 
 
-def _calls_super(attribute: object) -> bool:
-    """Whether a method (plain, class or static, or a property's getter) calls ``super()``."""
+def _replaces(attribute: object) -> bool:
+    """Whether a method (plain, class or static, or a property's getter) never calls ``super()``; a plain
+    value (a class attribute such as ``recover_after``) is a setting, not a replacement."""
     func = getattr(attribute, "__func__", None) or getattr(attribute, "fget", None) or attribute
     code = getattr(func, "__code__", None)
-    return code is not None and "super" in code.co_names
+    return code is not None and "super" not in code.co_names
 
 
 WRAPPERS = frozenset({"enqueue", "enqueue_call", "enqueue_at", "enqueue_in"})
@@ -60,7 +61,7 @@ def _replaced(cls: type[Queue]) -> list[str]:
         if klass is Queue or not issubclass(klass, Queue):
             break
         for name, attribute in vars(klass).items():
-            if name in ours and not name.startswith("__") and name not in found and not _calls_super(attribute):
+            if name in ours and not name.startswith("__") and name not in found and _replaces(attribute):
                 found.append(name)
     return sorted(found)
 
