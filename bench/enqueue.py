@@ -40,7 +40,7 @@ from rq.job import Job
 # This checkout's fair_router, not the installed one: a worktree of another commit measures that commit.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fair_router import FairJob, FairRouter, Rule, fair_job
+from fair_router import FairJobFunction, FairRouter, Rule, fair_job
 from fair_router.demo.redis_server import RedisServer
 from fair_router.routing.router import Route
 
@@ -108,7 +108,7 @@ class Target:
         return (Rule(queue=self.throttled, threshold=100, per=longest),
                 Rule(queue=self.superslow, threshold=10, per="1m"))
 
-    def routed_noop(self) -> FairJob[..., None]:
+    def routed_noop(self) -> FairJobFunction[..., None]:
         """``noop`` as a ``@fair_job`` on the base queue whose tenant is its first argument. (``router=``
         rather than ``connection=``, which would take the key prefix from the settings file.)"""
         return fair_job(self.base, rules=self.rules(), tenant=lambda tenant, i: tenant, router=self.router)(noop)

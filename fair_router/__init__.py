@@ -4,7 +4,8 @@ Public API (documented in docs/api.md):
 
 - :class:`FairRouter` — records enqueues per tenant and routes jobs to throttled queues.
 - :class:`Rule` — one throttle rule: more than ``threshold`` enqueues ``per`` window -> ``queue``.
-- :func:`fair_job` — decorator adding tenant-routed ``delay``/``enqueue*`` to a job function.
+- :func:`fair_job` — decorator adding tenant-routed ``delay``/``enqueue*`` to a job function (which stays a
+  plain function rq enqueues as before; typed as :class:`FairJobFunction`, its methods held by a :class:`FairJob`).
 - :class:`Settings`, :func:`load_settings` — YAML + environment configuration.
 - :class:`SettingsError` — raised for invalid settings, naming file, key path and reason.
 - :class:`FairQueue` — an rq Queue that serves tenants by weighted fair share.
@@ -32,7 +33,7 @@ from fair_router.core.shards import Shards, shards_of
 from fair_router.core.tenancy import InvalidTenant
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.decorator import interruptible
-from fair_router.routing.decorator import FairJob, fair_job
+from fair_router.routing.decorator import FairJob, FairJobFunction, fair_job
 from fair_router.routing.router import FairRouter
 from fair_router.store.outage import RedisUnavailable
 from fair_router.store.replicas import ReplicasNotAcknowledged
@@ -40,6 +41,7 @@ from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
 
 __all__ = [
     "FairJob",
+    "FairJobFunction",
     "FairQueue",
     "FairRouter",
     "InvalidTenant",

@@ -82,7 +82,7 @@ def flood(count: int, acked_path: str) -> None:
     has no replica left and WAIT gives up), so the killed master cannot take it along."""
     from fair_router.store.cluster import rq_of
 
-    rq = rq_of(routed.router.connection)
+    rq = rq_of(routed.fair_job.router.connection)
     with open(acked_path, "a", encoding="utf-8") as acked:
         n = 0
         while n < count:

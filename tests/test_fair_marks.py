@@ -57,7 +57,7 @@ def test_fair_queues_setting_alone_makes_rq_cli_workers_and_producers_fair(redis
     # the producer: no fair=True, only the settings' fair_queues:
     job = fair_job("fairq", tenant=lambda tenant, n: tenant, connection=conn, settings=settings)(fair_jobs.log)
     flood(job.delay)
-    assert isinstance(job.router.queue("fairq"), FairQueue)  # fair_queues: alone, at the producer
+    assert isinstance(job.fair_job.router.queue("fairq"), FairQueue)  # fair_queues: alone, at the producer
     drain_with_rq_cli(redis_server.url, tmp_path, config, "fairq")
     order = ran(conn)
     assert len(order) == BIG + SMALL

@@ -27,7 +27,7 @@ from rq import Queue, Retry
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegistry
 
-from fair_router import FairJob, FairRouter, Settings, WeightedSimpleWorker, fair_job
+from fair_router import FairJobFunction, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.concurrency import Lease
 from fair_router.controls.tiers import TierBook
@@ -57,7 +57,7 @@ def fleet(fleet_of: Callable[..., Fleet]) -> Fleet:
     return fleet_of(QUEUE)
 
 
-def job_of(conn: Redis, func: Callable[..., Any]) -> FairJob[Any, Any]:
+def job_of(conn: Redis, func: Callable[..., Any]) -> FairJobFunction[Any, Any]:
     """``func`` as a fair job on QUEUE under our prefix (tenant given per call with ``fair_tenant=``)."""
     return fair_job(QUEUE, rules=[], router=FairRouter(conn, prefix=PREFIX), result_ttl=600)(func)
 

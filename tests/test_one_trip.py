@@ -86,7 +86,7 @@ def test_a_routed_enqueue_runs_rqs_commands_plus_only_the_routing_ones(conn: Red
 
 def test_only_the_chosen_queue_is_registered(conn: Redis) -> None:
     echo = make_job(conn)
-    conn.zadd(echo.router.keys.window(echo.job_key, "acme"), {f"old{i}": 1_700_000_000_000 for i in range(9)})
+    conn.zadd(echo.fair_job.router.keys.window(echo.job_key, "acme"), {f"old{i}": 1_700_000_000_000 for i in range(9)})
     assert echo.delay("acme", 1).origin == "default_superslow"
     assert conn.smembers("rq:queues") == {b"rq:queue:default_superslow"}
 
@@ -109,13 +109,13 @@ def test_after_a_flushed_script_cache_the_enqueue_loads_the_script_and_counts_on
     assert command_calls(conn, "evalsha") - before == 2  # NOSCRIPT, then the run after SCRIPT LOAD
     assert Queue("default", connection=conn).get_job_ids()[-1] == job.id
     assert Queue("default", connection=conn).count == 2
-    window = echo.router.keys.window(echo.job_key, "acme")
+    window = echo.fair_job.router.keys.window(echo.job_key, "acme")
     assert conn.zcard(window) == 2 and conn.zscore(window, Keys.member(job.id)) is not None
 
 
 def test_a_router_for_a_cluster_routes_first_in_two_round_trips(conn: Redis) -> None:
     echo = make_job(conn)
-    echo.router.one_round_trip = False
+    echo.fair_job.router.one_round_trip = False
     echo.delay("acme", 0)
     with monitored(conn) as feed:
         job = echo.delay("acme", 1)

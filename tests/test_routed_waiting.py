@@ -51,7 +51,7 @@ def test_waiting_counts_on_routed_plain_queues_follow_enqueues_and_starts(conn: 
     for i in range(HOG):
         job.delay("hog", i)  # the one-round-trip enqueue: route.lua pushes and counts
     job.enqueue_many([((tenant, i), {}) for tenant in SMALL for i in range(3)])  # route.lua, then rq's MULTI
-    waiting_counts, waiting_jobs = Keys("fair_router").waiting(job.route.job_key)
+    waiting_counts, waiting_jobs = Keys("fair_router").waiting(job.fair_job.route.job_key)
     assert conn.hlen(waiting_jobs) == HOG + 3 * len(SMALL)  # one entry per job waiting
     truth = really_waiting(conn)
     assert truth[("default_superslow", "hog")] == HOG - 4  # the hog's backlog sits in the slowest queue

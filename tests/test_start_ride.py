@@ -94,7 +94,7 @@ def test_a_refused_start_leaves_no_trace_of_a_start_and_its_job_runs_later(conn:
     lease = slots.acquire("acme", "someone-elses-job")  # the free tier's one slot, taken elsewhere
     assert lease is not None
     queued = job.delay("acme", 1)
-    waiting_counts, waiting_jobs = keys.waiting(job.route.job_key)
+    waiting_counts, waiting_jobs = keys.waiting(job.fair_job.route.job_key)
     assert conn.hlen(waiting_jobs) == 1
 
     worker = WeightedSimpleWorker([QUEUE], connection=conn, settings=limits)

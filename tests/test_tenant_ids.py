@@ -142,7 +142,8 @@ def test_decorator_explicit_tenant(conn: Redis, value: object) -> None:
         assert job.enqueue("acme", fair_tenant=None).meta["fair_tenant"] is None
         return
     check(conn, value, lambda: enqueued.append(job.enqueue("acme", fair_tenant=value)),
-          lambda t: enqueued[0].meta["fair_tenant"] == t and conn.zcard(job.router.keys.window("app.echo", t)) == 1)
+          lambda t: enqueued[0].meta["fair_tenant"] == t
+          and conn.zcard(job.fair_job.router.keys.window("app.echo", t)) == 1)
 
 
 @HYPOTHESIS

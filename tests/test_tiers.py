@@ -32,7 +32,7 @@ def analysis(conn: Redis, **options: object):  # type: ignore[no-untyped-def]
 def test_tier_routing_table_for_every_tier_and_system_jobs(conn: Redis) -> None:
     job = analysis(conn)
     for tenant, tier in [("f", "free"), ("p", "pro"), ("pp", "pro_plus"), ("e", "enterprise")]:
-        job.router.set_tier(tenant, tier)
+        job.fair_job.router.set_tier(tenant, tier)
     expected = {"f": "analysis_default", "p": "analysis_priority", "pp": "analysis_priority",
                 "e": "analysis_priority", "unknown": "analysis_default"}
     for tenant, queue in expected.items():
@@ -45,7 +45,7 @@ def test_tier_routing_table_for_every_tier_and_system_jobs(conn: Redis) -> None:
 
 def test_rules_follow_the_tier_base_queue(conn: Redis) -> None:
     job = analysis(conn, rules=[Rule(queue="{queue}_throttled", threshold=1, per="1h")])
-    job.router.set_tier("p", "pro")
+    job.fair_job.router.set_tier("p", "pro")
     assert [job.delay("p", i).origin for i in range(2)] == ["analysis_priority", "analysis_priority_throttled"]
     assert [job.delay("f", i).origin for i in range(2)] == ["analysis_default", "analysis_default_throttled"]
     jobs = job.enqueue_many([(("f", 5), {}), (("p", 6), {})])

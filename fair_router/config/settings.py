@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from fair_router.config.djangosource import from_django
 from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors, validated
 from fair_router.config.sections import (
     ADR_LIMITS,
@@ -44,6 +45,7 @@ from fair_router.config.sections import (
     TiersConfig,
 )
 from fair_router.config.yamlfile import CheckedYamlSource
+from fair_router.core.djangoenv import fair_router_setting
 from fair_router.core.shards import family_of
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.core.validation import (
@@ -384,8 +386,12 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``) and the environment.
 
     Raises SettingsError naming the file or environment variable, the key path and the reason when
-    anything is invalid.
+    anything is invalid. In a Django process whose settings set ``FAIR_ROUTER`` (a dict with the YAML's
+    keys), that dict takes the place of the file when no ``path`` is given (docs/django.md).
     """
+    django = fair_router_setting() if path is None else None
+    if django is not None:
+        return from_django(Settings, *django, overrides, announce=_ANNOUNCED)
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
         raise SettingsError(f"fair-router settings file not found: {file}")
@@ -413,3 +419,4 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     settings.source_file = file.resolve() if file is not None else None
     announce_source(file)
     return settings
+

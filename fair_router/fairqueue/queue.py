@@ -10,6 +10,7 @@ the recovery of popped jobs (:mod:`~fair_router.fairqueue.maintenance`)."""
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
@@ -53,7 +54,7 @@ class FairQueue(RqQueueSeam):
         longest ``fair_tenant`` id taken (``tenant_max_bytes``, UTF-8 bytes); all default to ``settings``
         (else loaded on first use, as ``--queue-class`` builds queues with rq's arguments only)."""
         connection = rq_of(connection) if is_cluster(connection) else connection  # on a cluster: rq's slot owner
-        super().__init__(name, connection, *args, **kwargs)
+        super().__init__(name, connection, *args, **_without_django_rqs(name, kwargs))
         if "{" in name or "}" in name:
             raise ValueError(f"fair queue names cannot hold braces: {name!r}")
         self._config = FairConfig(self.connection, prefix=prefix, tiers=tiers, settings=settings, charge=charge,
@@ -283,3 +284,18 @@ class FairQueue(RqQueueSeam):
         for raw in cast(list[bytes], self.connection.lrange(self.key, 0, -1)):
             if not self.job_class.exists(as_text(raw), self.connection):
                 self.remove(as_text(raw))
+
+
+def _without_django_rqs(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """rq's Queue arguments: without the ``commit_mode`` and ``autocommit`` django-rq's ``get_queue`` passes (always
+    both) when its ``QUEUE_CLASS`` is FairQueue, which rq's Queue would drop in silence. Saying so, once per
+    call site (Python's warning filter), naming the fix."""
+    if "commit_mode" not in kwargs and "autocommit" not in kwargs:
+        return kwargs
+    warnings.warn(
+        f"FairQueue {name!r} was built by django-rq (QUEUE_CLASS): django-rq's commit_mode does not apply to it, "
+        "so its enqueues inside a transaction happen at once. Leave QUEUE_CLASS unset (weighted workers serve "
+        "queues marked fair whatever their class) and enqueue with @fair_job(fair=True) or "
+        "django_rq.get_queue(name, queue_class=fair_router.fairqueue.combined.fair_class_of(DjangoRQ)), which "
+        "keep it (docs/django.md)", RuntimeWarning, stacklevel=4)
+    return {key: value for key, value in kwargs.items() if key not in ("commit_mode", "autocommit")}

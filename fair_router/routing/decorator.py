@@ -1,17 +1,23 @@
 """``@fair_job``: an rq job function whose enqueues are routed by tenant.
 
-The decorated object is still callable (workers import it by its dotted path and call it), and adds
-``delay`` / ``enqueue`` / ``enqueue_in`` / ``enqueue_at`` / ``enqueue_many`` that go through
-:class:`~fair_router.routing.router.FairRouter`. Rules and the base queue come from the decorator, else from
-settings under the job key (``module.qualname`` unless ``job_key=`` says otherwise).
+As with rq's own ``@job``, the decorated name is still a plain function (a copy of it: same code, module and
+qualname), so every rq enqueue takes it as before (rq stores a function by its dotted name; workers import it
+and call it): rq's ``Queue.enqueue``, django-rq's, FairQueue's. It gains ``delay`` / ``enqueue`` /
+``enqueue_in`` / ``enqueue_at`` / ``enqueue_many``, which go through
+:class:`~fair_router.routing.router.FairRouter`, ``job_key``, and ``fair_job``: the :class:`FairJob` holding
+them (its ``router``, ``route`` and ``settings`` are resolved on first use). Rules and the base queue come from
+the decorator, else from settings under the job key (``module.qualname`` unless ``job_key=`` says otherwise).
+Inside a Django transaction the routed enqueues wait for its commit (:mod:`fair_router.core.djangoenv`).
 """
 
 from __future__ import annotations
 
 import functools
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, Generic, ParamSpec, TypeVar
+from functools import partial
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
 from uuid import uuid4
 
 from redis import Redis
@@ -22,6 +28,7 @@ from rq.job import Job
 from rq.queue import EnqueueArgs
 
 from fair_router.config.settings import JobConfig, Settings, load_settings
+from fair_router.core.djangoenv import commit_hook
 from fair_router.core.rates import Rate
 from fair_router.core.rules import Rule
 from fair_router.core.shards import Shards
@@ -35,7 +42,8 @@ R = TypeVar("R")
 
 
 class FairJob(Generic[P, R]):
-    """A job function with tenant-routed enqueue methods; call it to run the function directly."""
+    """The tenant-routed enqueue methods of one job function (the ``fair_job`` attribute of a decorated
+    function, whose ``delay`` and ``enqueue*`` are these); call it to run the function directly."""
 
     def __init__(
         self,
@@ -73,6 +81,12 @@ class FairJob(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
+
+    @property
+    def fair_job(self) -> FairJob[P, R]:
+        """Itself: a FairJob returned for a callable that is not a plain function has the decorated
+        function's attributes too (:class:`FairJobFunction`)."""
+        return self
 
     # -- lazily bound, so importing a module of jobs needs neither settings nor Redis ---------------
 
@@ -170,6 +184,16 @@ class FairJob(Generic[P, R]):
             explicit = kwargs.pop("fair_tenant", None)
             tenant = self.tenants.resolve(explicit, args, kwargs, self.router.tenant_max_bytes)
             batch.append((self._call(args=tuple(args), kwargs=kwargs), tenant))
+        wait = commit_hook() if pipeline is None and batch else None  # a caller's pipeline is the caller's
+        if wait is None:
+            return self._enqueue_batch(batch, pipeline, group)
+        fixed = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
+        wait(partial(self._enqueue_batch, fixed, None, group),
+             f"{len(fixed)} jobs of {self.job_key} (ids {', '.join(str(call.job_id) for call, _ in fixed)})")
+        return [self._to_be(call) for call, _ in fixed]
+
+    def _enqueue_batch(self, batch: list[tuple[EnqueueArgs, str | None]], pipeline: Pipeline | None,
+                       group: Group | None) -> list[Job]:
         if not self.tier_routing:
             return self.router.enqueue_many(self.route, batch, self.fair, pipeline, group)
         batch = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
@@ -192,8 +216,72 @@ class FairJob(Generic[P, R]):
         self, call: EnqueueArgs, explicit: object, queue: str | None, at: datetime | None, system: bool
     ) -> Job:
         tenant = self.tenants.resolve(explicit, call.args or (), call.kwargs or {}, self.router.tenant_max_bytes)
-        route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
-        return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system, fair=self.fair)
+
+        def enqueue(call: EnqueueArgs) -> Job:
+            route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
+            return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system, fair=self.fair)
+
+        wait = commit_hook()
+        if wait is None or call.pipeline is not None or (call.unique and not call.job_id):
+            return enqueue(call)  # now; or the caller's pipeline, to execute; or rq's refusal, raised now
+        fixed = call._replace(job_id=call.job_id or str(uuid4()))
+        wait(partial(enqueue, fixed), f"job {fixed.job_id} of {self.job_key} (tenant {tenant!r})")
+        return self._to_be(fixed)
+
+    def _to_be(self, call: EnqueueArgs) -> Job:
+        """The job an enqueue put off until its Django transaction commits: its id is fixed now, and it is saved
+        in Redis at the commit (``job.refresh()`` or ``Job.fetch(job.id)`` then reads it; never, on a rollback)."""
+        return Job(str(call.job_id), connection=self.router.rq_connection)
+
+
+class FairJobFunction(Protocol[P, R]):
+    """What ``@fair_job`` returns, for type checkers: the function (callable with its own arguments) with the
+    routed enqueue methods of its :class:`FairJob` (``fair_job``)."""
+
+    job_key: str
+
+    @property
+    def fair_job(self) -> FairJob[P, R]: ...
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job: ...
+
+    def enqueue(self, *args: Any, fair_tenant: object = None, queue: str | None = None, system: bool = False,
+                **kwargs: Any) -> Job: ...
+
+    def enqueue_at(self, when: datetime, *args: Any, fair_tenant: object = None, queue: str | None = None,
+                   system: bool = False, **kwargs: Any) -> Job: ...
+
+    def enqueue_in(self, delay: timedelta, *args: Any, fair_tenant: object = None, queue: str | None = None,
+                   system: bool = False, **kwargs: Any) -> Job: ...
+
+    def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]], pipeline: Pipeline | None = None,
+                     group: Group | None = None) -> list[Job]: ...
+
+
+ATTRIBUTES = ("delay", "enqueue", "enqueue_at", "enqueue_in", "enqueue_many")
+"""The FairJob methods a decorated function carries as its own attributes (rq's ``@job`` adds ``delay``)."""
+
+
+def with_routing(func: Callable[P, R], bundle: FairJob[P, R]) -> FairJobFunction[P, R]:
+    """A copy of the plain function ``func`` (same code, globals, defaults, closure, module and qualname,
+    attributes such as ``@interruptible``'s mark) carrying ``bundle``'s methods: rq stores and imports it by
+    its dotted name, as it would ``func``. A copy, so that decorating one function twice (in tests, the
+    demo) gives two independent routings. Any other callable (a method, a callable object) gets ``bundle``
+    itself, which rq can only take by its dotted name string."""
+    if not isinstance(func, types.FunctionType):
+        return cast(FairJobFunction[P, R], bundle)
+    copy = types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
+    copy.__module__, copy.__qualname__, copy.__doc__ = func.__module__, func.__qualname__, func.__doc__
+    copy.__annotations__ = dict(func.__annotations__)
+    copy.__dict__.update(func.__dict__)
+    copy.__kwdefaults__ = dict(func.__kwdefaults__) if func.__kwdefaults__ else None
+    for name in ATTRIBUTES:
+        setattr(copy, name, getattr(bundle, name))
+    copy.job_key = bundle.job_key  # type: ignore[attr-defined]  # `fair-router check` reads it
+    copy.fair_job = bundle  # type: ignore[attr-defined]
+    return cast(FairJobFunction[P, R], copy)
 
 
 def fair_job(
@@ -211,8 +299,9 @@ def fair_job(
     burst: int | None = None,
     shards: Shards | Mapping[str, Any] | None = None,
     **rq_options: Any,
-) -> Callable[[Callable[P, R]], FairJob[P, R]]:
-    """Decorate a job function for tenant-routed enqueueing.
+) -> Callable[[Callable[P, R]], FairJobFunction[P, R]]:
+    """Decorate a job function for tenant-routed enqueueing; the result is the function (a copy) with
+    ``delay`` / ``enqueue*`` / ``job_key`` / ``fair_job`` added, so rq's own enqueues still take it.
 
     ``queue``: base queue (else settings ``jobs.<job key>.queue``, else ``default``).
     ``rules``: throttle rules, least to most restrictive (else settings ``jobs.<job key>.rules``).
@@ -227,10 +316,11 @@ def fair_job(
     ``rq_options``: defaults for rq (``job_timeout``, ``retry``, ``result_ttl``, ...).
     """
 
-    def decorate(func: Callable[P, R]) -> FairJob[P, R]:
-        return FairJob(
+    def decorate(func: Callable[P, R]) -> FairJobFunction[P, R]:
+        bundle = FairJob(
             func, queue, rules, tenant, connection, router, settings, job_key, rq_options, tier_routing, fair,
             rate, burst, shards,
         )
+        return with_routing(func, bundle)
 
     return decorate

@@ -4,17 +4,16 @@ fair is served as a FairQueue on the mark's prefix, whatever the worker was star
 from __future__ import annotations
 
 import time
-from typing import cast
 
 from redis.exceptions import RedisError
 from rq import Queue
 
 from fair_router.config.settings import Settings
 from fair_router.core.validation import QueueWeight
+from fair_router.fairqueue.combined import QueueClassConflict, as_fair
 from fair_router.fairqueue.marks import RECHECK_EVERY, FairnessMarks
 from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.rq_internals.worker import rebuilt_as
 from fair_router.workers.turnhooks import InterruptibleTurns
 
 
@@ -26,10 +25,15 @@ class FollowsFairnessMarks(InterruptibleTurns):
     fair_queues: list[FairQueue]
     fetch_weights: list[tuple[Queue, QueueWeight]] | None
 
-    def follow_fairness_marks(self) -> None:
+    _class_warned: set[str] | None = None
+
+    def follow_fairness_marks(self, starting: bool = False) -> None:
         """Serve every queue whose fairness mark is set as a FairQueue on the mark's prefix, whatever this
-        worker was started with (no ``--queue-class``, another prefix): fairness never switches off because
-        one process was started with the wrong flags. One round trip per :data:`RECHECK_EVERY` at most."""
+        worker was started with (no ``--queue-class``, another prefix, django-rq's or a user's Queue class:
+        :mod:`fair_router.fairqueue.combined`): fairness never switches off because one process was started
+        with the wrong flags. One round trip per :data:`RECHECK_EVERY` at most. A queue whose class cannot
+        serve it fairly is refused when ``starting`` (QueueClassConflict, naming the fix); marked later, it is
+        warned about once and served as before until the worker is restarted with the fix."""
         marked = self.marks.read(queue.name for queue in self.queues)
         for queue in list(self.queues):
             prefix = marked.get(queue.name)
@@ -40,11 +44,22 @@ class FollowsFairnessMarks(InterruptibleTurns):
             if isinstance(queue, FairQueue):
                 if queue.prefix_keys.prefix != prefix:
                     queue.use_settings(self.settings, prefix)
-            elif type(queue) is Queue:
-                fair = cast(FairQueue, rebuilt_as(FairQueue, queue, settings=self.settings))
-                fair.use_settings(self.settings, prefix)
+            else:
+                try:
+                    fair = as_fair(queue, self.settings, prefix)
+                except QueueClassConflict as exc:
+                    if starting:
+                        raise
+                    warned = self._class_warned if self._class_warned is not None else set()
+                    self._class_warned = warned
+                    if queue.name not in warned:
+                        warned.add(queue.name)
+                        self.log.error("Worker %s: %s. Until then this worker serves it first-in first-out.",
+                                       self.name, exc)
+                    continue
                 self._replace_queue(queue, fair)
-                self.log.info("Worker %s: queue %s is marked fair: serving it as a FairQueue", self.name, queue.name)
+                self.log.info("Worker %s: queue %s is marked fair: serving it as %s", self.name, queue.name,
+                              type(fair).__name__)
 
     _plain_pops: PlainPops | None = None
     _plain_looked = 0.0  # monotonic time of the last look

@@ -17,8 +17,8 @@ from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.core.shards import family_of
 from fair_router.core.validation import QueueName, QueueWeight, Weight
+from fair_router.fairqueue.combined import as_fair
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.rq_internals.worker import rebuilt_as
 from fair_router.store.cluster import is_rq_slot_client, pair_of, state_of
 from fair_router.workers.limiter import ConcurrencyLimiter
 
@@ -59,15 +59,16 @@ def on_rq_slot(queues: Any, kwargs: dict[str, Any]) -> Any:
 
 def with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
     """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and the
-    plain Queue objects the rq CLI builds from names before it creates the worker)."""
+    Queue objects the rq CLI or django-rq builds from names before it creates the worker, whatever their
+    class: :func:`~fair_router.fairqueue.combined.as_fair`, which raises QueueClassConflict naming the fix)."""
     items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
     built: list[Any] = []
     for item in items:
         if isinstance(item, str) and settings.is_fair(item):
             item = FairQueue(item, connection=kwargs.get("connection"), serializer=kwargs.get("serializer"),
                              settings=settings)
-        elif type(item) is Queue and settings.is_fair(item.name):
-            item = rebuilt_as(FairQueue, item, settings=settings)
+        elif isinstance(item, Queue) and settings.is_fair(item.name):
+            item = as_fair(item, settings)  # any Queue class (django-rq's, --queue-class): Fair<Class>
         built.append(item)
     return built
 

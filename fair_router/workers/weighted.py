@@ -131,7 +131,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.marks = FairnessMarks(self.connection, settings.prefix)
         # `fair_queues:` alone makes a queue fair, for producers too: the mark says so in Redis
         self.marks.mark([queue.name for queue in fair if queue.name in settings.fair_queues])
-        self.follow_fairness_marks()
+        self.follow_fairness_marks(starting=True)
 
     # -- fetch ----------------------------------------------------------------------------------------------
 

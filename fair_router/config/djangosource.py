@@ -1,0 +1,44 @@
+"""Settings from Django's ``FAIR_ROUTER`` setting (a dict with the YAML file's keys), read by ``load_settings``
+in a Django process in place of the file (:mod:`fair_router.core.djangoenv` finds it; docs/django.md)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource
+
+from fair_router.config.errors import SettingsError, describe_errors
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def from_django(settings_cls: type[S], values: Any, name: str, overrides: dict[str, Any], announce: set[str]) -> S:
+    """``settings_cls`` from Django's ``FAIR_ROUTER`` dict (``name``), at the file's place: ``FAIR_ROUTER_*``
+    variables and ``load_settings`` arguments override its keys. Logged once per process (``announce``: the
+    sources said already), as a file is."""
+    if not isinstance(values, dict):
+        raise SettingsError(f"{name} must be a dict of fair-router settings (the YAML file's keys), "
+                            f"got {type(values).__name__}")
+
+    class DjangoSettings(settings_cls):  # type: ignore[valid-type,misc]
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=values)
+
+    try:
+        settings: S = DjangoSettings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)")) from None
+    if name not in announce:
+        announce.add(name)
+        logging.getLogger("fair_router.settings").info("fair-router settings: %s (Django)", name)
+    return settings

@@ -1,0 +1,110 @@
+"""Django, when the process runs it: enqueues inside a transaction wait for its commit, and settings may come
+from Django's ``FAIR_ROUTER`` setting (docs/django.md).
+
+Detected lazily and for free: Django counts as running only when something already imported it (a Django
+process has, long before it enqueues) and its settings are configured. This module never imports Django
+itself, so ``import fair_router`` stays as light as it was, with or without Django installed.
+
+When an enqueue waits, django-rq's ``RQ["COMMIT_MODE"]`` decides how, where it is set (read with django-rq's
+own ``get_commit_mode`` when django-rq is installed): ``"on_db_commit"`` (django-rq's default, and ours
+without django-rq): inside ``transaction.atomic()`` of the default database the enqueue runs when the
+outermost block commits, and never if it rolls back; outside one, at once. ``"auto"``: at once.
+``"request_finished"``: when the request finishes, through django-rq's own queue of delayed enqueues.
+An enqueue that fails when it finally runs cannot raise into its caller, whose code has moved on: it is logged
+at ERROR on the ``fair_router`` logger, naming the job, its tenant and why (a backlog cap's
+``TenantBacklogFull``, Redis unreachable), and the other commit hooks still run.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger("fair_router")
+
+SETTING = "FAIR_ROUTER"
+"""The Django setting holding fair-router's settings: a dict with the same keys as the YAML file."""
+
+
+def django_settings() -> Any | None:
+    """Django's settings object when this process runs Django (imported and configured), else None."""
+    if "django.conf" not in sys.modules:
+        return None
+    from django.conf import settings
+
+    return settings if settings.configured else None
+
+
+def fair_router_setting() -> tuple[dict[str, Any], str] | None:
+    """Django's ``FAIR_ROUTER`` setting and a name for it in error messages, when Django runs and sets it."""
+    settings = django_settings()
+    value = None if settings is None else getattr(settings, SETTING, None)
+    if value is None:
+        return None
+    module = getattr(settings, "SETTINGS_MODULE", None) or "Django settings"
+    return value, f"{module}.{SETTING}"
+
+
+def commit_mode() -> str:
+    """django-rq's commit mode (its ``RQ["COMMIT_MODE"]``, validated by django-rq), else ``"on_db_commit"``."""
+    try:
+        from django_rq.queues import get_commit_mode
+    except ImportError:
+        return "on_db_commit"
+    mode: str = get_commit_mode()
+    return mode
+
+
+class _Delayed:
+    """One enqueue in django-rq's queue of delayed enqueues (commit mode "request_finished"), which calls
+    ``original_enqueue_call`` when the request finishes."""
+
+    def __init__(self, run: Callable[[], object]) -> None:
+        self.run = run
+
+    def original_enqueue_call(self) -> None:
+        self.run()
+
+
+def commit_hook() -> Callable[[Callable[[], object], str], None] | None:
+    """Where an enqueue made now must wait, as the commit mode says: a function taking the enqueue and a name
+    for it in the log (``schedule(run, what)``), which runs it when the current transaction commits (or the
+    request finishes); None: enqueue now (no Django here, mode "auto", outside a transaction)."""
+    if django_settings() is None:
+        return None
+    mode = commit_mode()
+    if mode == "request_finished":
+        return _after_request
+    if mode == "auto":
+        return None
+    from django.db import transaction
+
+    return _on_commit if transaction.get_connection().in_atomic_block else None
+
+
+def _on_commit(run: Callable[[], object], what: str) -> None:
+    from django.db import transaction
+
+    transaction.on_commit(_logged(run, what))
+
+
+def _after_request(run: Callable[[], object], what: str) -> None:
+    from django_rq import thread_queue
+
+    thread_queue.add(_Delayed(_logged(run, what)), (), {})  # type: ignore[arg-type]
+
+
+def _logged(run: Callable[[], object], what: str) -> Callable[[], None]:
+    """``run``, whose failure is logged loudly instead of raised into Django's commit (the caller's code has
+    moved on, and Django would skip the other commit hooks)."""
+
+    def hook() -> None:
+        try:
+            run()
+        except Exception as exc:
+            logger.error("fair-router: %s was NOT enqueued when its transaction committed: %s: %s",
+                         what, type(exc).__name__, exc, exc_info=True)
+
+    return hook
