@@ -288,7 +288,7 @@ def test_routed_plain_queue_counts_after_cancel_delete_remove_and_empty(
     assert snapshot_waiting(conn, settings) == {("plainq", "hog"): 3, ("plainq", "s"): 1, ("plainq_slow", "hog"): 2}
     WeightedSimpleWorker(["plainq", "plainq_slow"], connection=conn, settings=settings).work(burst=True)
     assert snapshot_waiting(conn, settings) == {}
-    assert conn.hlen(f"{PREFIX}:{{{echo.route.job_key}}}:waiting_jobs") == 0  # nothing left counted
+    assert conn.hlen(f"{PREFIX}:{{{echo.fair_job.route.job_key}}}:waiting_jobs") == 0  # nothing left counted
 
 
 def test_routed_plain_queue_counts_after_rq_requeue(redis_server, conn: Redis, tmp_path: Path) -> None:
