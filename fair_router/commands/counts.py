@@ -32,7 +32,8 @@ def reconciled_counts(router: FairRouter, settings: Settings, tenant: str) -> tu
     fair_names = {queue.name for queue in fair}
     plain = [name for name in names if name not in fair_names]
     job_keys = routed_job_keys(router.connection, router.keys, [key for key, job in settings.jobs.items() if job.rules])
-    checked = WaitingReconciler(router.connection, router.keys, router.rq_connection).reconcile(job_keys, plain)
+    checked = WaitingReconciler(router.connection, router.keys, router.rq_connection,
+                                tenant_max_bytes=settings.tenant_max_bytes).reconcile(job_keys, plain)
     approximate = {name for name, one in done.items() if not one.exact} | {n for n, ok in checked.items() if not ok}
     routed: dict[str, int] = {}
     with router.connection.pipeline(transaction=False) as pipe:

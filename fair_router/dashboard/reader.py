@@ -106,7 +106,8 @@ class SnapshotReader:
         self._shards = ShardQueues(settings, self.keys)
         self.reconcile_bound = RECONCILE_BOUND
         self._warned = False
-        self._waiting = WaitingReconciler(connection, self.keys, self.rq, bound=RECONCILE_BOUND)
+        self._waiting = WaitingReconciler(connection, self.keys, self.rq, bound=RECONCILE_BOUND,
+                                          tenant_max_bytes=settings.tenant_max_bytes)
         self._fair = FairQueues(self.rq, settings)
 
     def snapshot(self) -> Snapshot:

@@ -28,8 +28,9 @@ from redis import Redis
 from rq import Queue
 from rq.job import Job
 
-from fair_router.core.jobmeta import META_TENANT, META_WAITING
+from fair_router.core.jobmeta import META_WAITING
 from fair_router.core.keys import Keys
+from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, usable_tenant
 from fair_router.routing.waiting import field as waiting_field
 from fair_router.routing.waiting import parse_field
 from fair_router.store.scripts import RewaitScript, UnwaitScript
@@ -50,9 +51,10 @@ class WaitingReconciler:
     owner of rq's slot, else the same)."""
 
     def __init__(self, connection: Redis, keys: Keys, rq_connection: Redis | None = None,
-                 serializer: Any = None, bound: int = 1000) -> None:
+                 serializer: Any = None, bound: int = 1000, tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> None:
         self.connection, self.rq = connection, rq_connection or connection
         self.keys, self.serializer, self.bound = keys, serializer, bound
+        self.tenant_max_bytes = tenant_max_bytes
         self._unwait, self._rewait = UnwaitScript(connection), RewaitScript(connection)
         self._not_routed: set[str] = set()
         self._warned = False
@@ -137,7 +139,7 @@ class WaitingReconciler:
             return {}
         for job_id, job in zip(job_ids, jobs, strict=True):
             meta = (job.meta or {}) if job is not None else {}
-            job_key, tenant = meta.get(META_WAITING), meta.get(META_TENANT)
+            job_key, tenant = meta.get(META_WAITING), usable_tenant(meta, self.tenant_max_bytes, warn=False)
             if job is None or job_key not in job_keys or tenant is None or job.origin not in names:
                 if len(self._not_routed) < MAX_REMEMBERED:
                     self._not_routed.add(job_id)
