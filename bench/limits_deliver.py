@@ -1,4 +1,4 @@
-"""Do tenant controls deliver? Issue 37's two measurements, on real ``rq worker`` processes and a private redis-server.
+"""Do tenant controls deliver? Two measurements, on real ``rq worker`` processes and a private redis-server.
 
 ``rates``: three ``fair_router.WeightedWorker`` processes (rq's forking worker, as deployed) serve one FairQueue
 (``--plain``: a plain rq queue, whose refused starts are deferred through rq's scheduler) where a tenant of
@@ -20,6 +20,7 @@ Start times are Redis TIME read inside the jobs (bench.jobs.stamp): one clock fo
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -120,7 +121,7 @@ def run_rate(conn: Redis, url: str, rate: float, plain: bool, workers: int) -> d
     busy = [at for at, _, tenant in log if tenant == "busy"]
     first = limited[0]
     window = [at for at in limited if at < first + WINDOW]
-    gaps = [b - a for a, b in zip(window, window[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(window)]
     cycles = [end - start for start, end, tenant in log if tenant == "busy"]
     return {"rate": rate, "started": len(window), "allowed": int(1 + WINDOW * rate),
             "longest_gap": max(gaps, default=0.0), "interval": 1 / rate,
