@@ -117,6 +117,8 @@ def run_rate(conn: Redis, url: str, rate: float, plain: bool, workers: int) -> d
                 raise RuntimeError(f"the limited tenant started {len(limited)} jobs in 120 s")
             time.sleep(0.2)
         log = stamps(conn, "log")
+    keys = Keys(PREFIX)
+    counts = ConcurrencyLimiter(conn, keys, TierBook(conn, keys), ConcurrencyConfig(enabled=True)).counters()
     limited = [at for at, _, tenant in log if tenant == "limited"]
     busy = [at for at, _, tenant in log if tenant == "busy"]
     first = limited[0]
@@ -127,7 +129,8 @@ def run_rate(conn: Redis, url: str, rate: float, plain: bool, workers: int) -> d
             "longest_gap": max(gaps, default=0.0), "interval": 1 / rate,
             "busy_running": sum(1 for at in busy if first <= at < first + WINDOW),
             "busy_job_s": statistics.median(cycles) if cycles else 0.0,
-            "timeline": [round(at - first, 3) for at in window[:12]]}
+            "timeline": [round(at - first, 3) for at in window[:12]],
+            "refused": counts.get("free", {}).get("rate_deferred", 0)}
 
 
 def run_parked(conn: Redis, url: str, tenants: int, gap: float, patience: float, workers: int) -> dict[str, Any]:
@@ -180,7 +183,7 @@ def main() -> None:
                       f"{r['busy_running']} of its jobs started in the window):")
                 print(f"  starts in {WINDOW:g} s: {r['started']} of {r['allowed']} allowed "
                       f"({100 * r['started'] / r['allowed']:.0f} %); longest gap {r['longest_gap']:.3f} s "
-                      f"(1/rate {r['interval']:.3f} s)")
+                      f"(1/rate {r['interval']:.3f} s); starts refused by the rate: {r['refused']}")
                 print(f"  first starts (s): {r['timeline']}")
         if "parked" in args.scenarios:
             r = run_parked(conn, server.url, args.tenants, args.gap, args.patience, args.workers)

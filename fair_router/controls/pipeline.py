@@ -85,7 +85,8 @@ class Refusal:
     counter: str  # the per-tier counter it is counted under
     why: str  # for the worker's log line
     park_seconds: float  # how long a fair queue parks the tenant (skipped by pops) at most
-    until_ms: int | None = None  # a plain queue's job comes back at this time (None: after a snooze)
+    until_ms: int | None = None  # a rate's next token (server clock): a plain queue's job comes back then, a fair
+    #                              queue's park ends then (None: after a snooze / park_seconds)
     until_release: bool = False  # parked until one of the tenant's slots is released (Keys.parked_in records it)
 
 

@@ -22,7 +22,7 @@ def turn_away(gate: TenantGate, job: Job, queue: Queue, tenant: str, admission: 
     if isinstance(queue, FairQueue):
         seconds = refusal.park_seconds
         limit = limiter.tiers.profile(tenant).limit if gate.slots else None
-        queue.park(job, tenant, seconds, limit)
+        queue.park(job, tenant, seconds, limit, at_ms=refusal.until_ms)
         # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
         # next may send no round trip through the limiter for a long while.
         limiter.count(limiter.tiers.tier(tenant), "parked")
