@@ -102,7 +102,10 @@ class TenantGate:
 
     def defer_until(self, job: Job, queue: Queue, at_ms: int) -> datetime:
         """Reschedule ``job`` to its queue for ``at_ms`` (rounded up to whole seconds, as rq's scheduler keeps
-        them, so it never comes back early)."""
+        them, so it never comes back early). It comes back at the front of its queue: its start is reserved (its
+        token paid), so it must not wait again behind the jobs that came after it, which would delay every
+        later token of a backlog too."""
         when = datetime.fromtimestamp(math.ceil(at_ms / 1000), timezone.utc)
+        job.enqueue_at_front = True
         self.limiter.defer(job, queue, when)
         return when
