@@ -261,7 +261,9 @@ def test_two_jobs_at_once_at_limit_one_never_wait_for_a_lease(
     fleet.stop_all()  # workers write their pending counters when they stop
     counts = counters(conn)
     assert counts["acquired"] == counts["released"] == 2 * tenants, counts
-    assert counts["refused"] >= 10, counts  # the scenario happened: second jobs were refused and parked
+    # The scenario happened: second jobs were refused and parked (how many depends on the machine's timing, from
+    # a few to nearly every tenant; the release-before-park race itself is pinned down step by step below).
+    assert counts["refused"] >= 1 and counts["parked"] == counts["refused"], counts
     assert not conn.keys(f"{PREFIX}:*parked_in")  # every record taken by a release
 
 
