@@ -123,6 +123,39 @@ def test_a_backlogged_rate_starts_between_both_bounds_beside_a_busy_tenant(
     assert FailedJobRegistry("rated", connection=conn).count == 0
 
 
+def test_a_plain_queue_rate_delivers_within_whole_seconds_beside_a_busy_tenant(
+    conn: Redis, fleet_of: Callable[..., Fleet], tmp_path: Path
+) -> None:
+    """On a plain queue a refused start takes the job's token and defers the job through rq's scheduler to that
+    token, rounded up to the second, by a scheduler that looks once a second: each start comes less than
+    2 s + c after its token (c: the job cycle). Before, the deferred job came back at the tail of its queue,
+    behind the busy tenant's backlog, and the tenant started one job in the window; now it comes back at the
+    front. At most burst + (t + 1) x rate in a window of t (whole-second batches), as documented."""
+    rate, window, late = 4, 6.0, 2.0
+    tiers = {"rate": {"free": f"{rate}/s"}}
+    fleet = fleet_of("plain")
+    fleet.config = write_limit_settings(tmp_path, PREFIX, NO_LIMITS, tiers=tiers)
+    queue = Queue("plain", connection=conn)
+    FairRouter(conn, prefix=PREFIX).set_tier("busy", "pro")  # pro has no rate
+    fleet.start(3, worker_class="fair_router.WeightedSimpleWorker")
+    fleet.wait_registered(conn, 3)
+    for _ in range(int(rate * (window + 2))):
+        queue.enqueue(limit_jobs.record, "test:log:limited", 0, meta={"fair_tenant": "limited"}, result_ttl=600)
+    for _ in range(int((window + 2) * 3 / 0.06)):  # keeps the 3 workers busy through the window
+        queue.enqueue(limit_jobs.record, "test:log:busy", 0.06, meta={"fair_tenant": "busy"}, result_ttl=600)
+    wait_for(lambda: conn.llen("test:log:busy") > 0 and logged(conn, "test:log:busy")[-1][0]
+             > logged(conn, "test:log:limited")[0][0] + window, 90, "the window's end", fleet)
+
+    limited, busy = logged(conn, "test:log:limited"), logged(conn, "test:log:busy")
+    first = limited[0][0]
+    starts = [start for start, *_ in limited if start <= first + window]
+    cycle = job_cycle(limited + busy, first, first + window)
+    assert len(starts) >= math.floor((window - late - cycle) * rate) + 1, (len(starts), cycle, starts)
+    for i, at in enumerate(starts):
+        for j in range(i + 1, len(starts)):
+            assert j - i + 1 <= 1 + (starts[j] - at + 1 + cycle) * rate, (i, j, starts, cycle)
+
+
 def test_an_idle_fleet_serves_a_paced_tenant_at_each_token(
     conn: Redis, fleet_of: Callable[..., Fleet], tmp_path: Path
 ) -> None:
@@ -130,22 +163,24 @@ def test_an_idle_fleet_serves_a_paced_tenant_at_each_token(
     the first park end a pop reports (the report that parks the tenant exactly until its token wakes one if
     that end is sooner than what blocked workers were told) and sleeps the last BLPOP tick away, rather than
     look again only after a second (STALLED_POLL) or the pop's 2 s bound."""
-    rate, window = 4, 3.0
+    rate, window, fetch = 4, 3.0, 0.5  # fetch: a woken worker's pop, fetch and start on a loaded machine, at most
     tiers = {"rate": {"free": f"{rate}/s"}}
     fleet = fleet_of("rated")
     fleet.config = write_limit_settings(tmp_path, PREFIX, NO_LIMITS, fair_queues=["rated"], tiers=tiers)
     queue = FairQueue("rated", connection=conn, settings=Settings(prefix=PREFIX, tiers=TiersConfig(**tiers)))
-    fleet.start(3)
+    fleet.start(3, worker_class="fair_router.WeightedSimpleWorker")
     fleet.wait_registered(conn, 3)
-    for _ in range(int(rate * window) + 1):
+    jobs = int(rate * (window + 1))
+    for _ in range(jobs):
         queue.enqueue(limit_jobs.record, "test:log:limited", 0, fair_tenant="limited", result_ttl=600)
-    wait_for(lambda: conn.llen("test:log:limited") == int(rate * window) + 1, 60, "the paced jobs", fleet)
-    starts = [start for start, *_ in logged(conn, "test:log:limited")]
-    gaps = [b - a for a, b in itertools.pairwise(starts)]
-    # One fetch by a woken worker (its pop, the job's fetch, the admission, the fork) is well under half an
-    # interval even on a loaded machine; the failure modes are a second (STALLED_POLL) and two (the pop's bound).
-    assert max(gaps) <= 1.5 / rate, gaps
-    assert min(gaps) >= 1 / rate - 0.1, gaps  # never early: the slack is the recording's jitter
+    wait_for(lambda: conn.llen("test:log:limited") == jobs, 60, "the paced jobs", fleet)
+    limited = [start for start, *_ in logged(conn, "test:log:limited")]
+    starts = [start for start in limited if start <= limited[0] + window]
+    assert max(b - a for a, b in itertools.pairwise(starts)) <= 1 / rate + fetch, starts
+    assert len(starts) >= math.floor((window - fetch) * rate) + 1, starts
+    for i, at in enumerate(starts):
+        for j in range(i + 1, len(starts)):
+            assert j - i + 1 <= 1 + 1 + (starts[j] - at + fetch) * rate, (i, j, starts)
     assert counters(conn)["rate_deferred"] <= 3  # parked until each token, not refused at the start
 
 
@@ -239,7 +274,7 @@ def test_two_jobs_at_once_at_limit_one_never_wait_for_a_lease(
     while the first runs and refused. In 21 of 240 tenants the first job's release came before the refused
     worker's park landed, found nothing to unpark, and the second job waited the lease's TTL (60 s). Now the
     refused worker, after parking, sees the release took its record and unparks the tenant itself."""
-    tenants = 120
+    tenants, wait_bound = 120, 20.0  # a lease's TTL is 60 s
     fleet = fleet_of("pairs")
     fleet.config = write_limit_settings(tmp_path, PREFIX, LONG_LEASE, fair_queues=["pairs"])
     queue = FairQueue("pairs", connection=conn, settings=Settings(prefix=PREFIX))
@@ -250,14 +285,15 @@ def test_two_jobs_at_once_at_limit_one_never_wait_for_a_lease(
         jobs = queue.enqueue_many([Queue.prepare_data(limit_jobs.record, ("test:log:pairs", 0),
                                                       meta={"fair_tenant": f"t{i}"}, result_ttl=600) for _ in range(2)])
         tenant_of.update((job.id, f"t{i}") for job in jobs)
-        time.sleep(0.04)  # the workers idle again before the next tenant comes
-    # Every job starts well before a lease's TTL: a missed wake-up times this out.
-    wait_for(lambda: conn.llen("test:log:pairs") == 2 * tenants, 40, "every tenant's two jobs", fleet)
+        time.sleep(0.06)  # the workers idle again before the next tenant comes (on a machine not overloaded)
+    # Every job starts well before a lease's TTL: a missed wake-up times this out. (On an overloaded machine the
+    # workers fall behind, and fair share serves later tenants' first jobs before a tenant's second: seconds.)
+    wait_for(lambda: conn.llen("test:log:pairs") == 2 * tenants, 45, "every tenant's two jobs", fleet)
     pairs: dict[str, list[tuple[float, float]]] = {}
     for start, end, job_id, _ in logged(conn, "test:log:pairs"):
         pairs.setdefault(tenant_of[job_id], []).append((start, end))
     waits = [later[0] - earlier[1] for earlier, later in pairs.values()]
-    assert len(waits) == tenants and max(waits) < WAKE_BOUND, sorted(waits)[-5:]
+    assert len(waits) == tenants and max(waits) < wait_bound, sorted(waits)[-5:]
     fleet.stop_all()  # workers write their pending counters when they stop
     counts = counters(conn)
     assert counts["acquired"] == counts["released"] == 2 * tenants, counts
