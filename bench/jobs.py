@@ -17,9 +17,11 @@ def sleep_ms(ms: float) -> None:
 
 
 def stamp(log_key: str, tenant: str, ms: float) -> None:
-    """Sleeps ``ms`` milliseconds between two Redis TIME readings and appends ``[start, end, tenant]`` to
-    ``log_key`` (one clock for every worker process: bench/limits_deliver.py)."""
+    """Sleeps ``ms`` milliseconds between two Redis TIME readings and appends ``[start, end, tenant, worker pid]``
+    to ``log_key`` (one clock for every worker process: bench/limits_deliver.py; a forking worker's work horse
+    is its child, so the worker is the parent process)."""
     import json
+    import os
 
     from rq import get_current_job
 
@@ -30,4 +32,4 @@ def stamp(log_key: str, tenant: str, ms: float) -> None:
     start = seconds + micros / 1e6
     time.sleep(ms / 1000)
     seconds, micros = job.connection.time()
-    job.connection.rpush(log_key, json.dumps([start, seconds + micros / 1e6, tenant]))
+    job.connection.rpush(log_key, json.dumps([start, seconds + micros / 1e6, tenant, os.getppid()]))

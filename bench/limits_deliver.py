@@ -84,8 +84,18 @@ class Workers:
             proc.wait(60)
 
 
-def stamps(conn: Redis, key: str) -> list[tuple[float, float, str]]:
+def stamps(conn: Redis, key: str) -> list[tuple[float, float, str, int]]:
+    """[start, end, tenant, worker pid] of the jobs run (bench.jobs.stamp), by start."""
     return sorted(tuple(json.loads(raw)) for raw in conn.lrange(key, 0, -1))  # type: ignore[misc]
+
+
+def longest_cycle(log: list[tuple[float, float, str, int]], since: float, until: float) -> float:
+    """The longest time from one job's start to the next on one worker, within [since, until]: one job cycle."""
+    by_worker: dict[int, list[float]] = {}
+    for start, _, _, pid in log:
+        if since <= start <= until:
+            by_worker.setdefault(pid, []).append(start)
+    return max((b - a for starts in by_worker.values() for a, b in itertools.pairwise(starts)), default=0.0)
 
 
 def run_rate(conn: Redis, url: str, rate: float, plain: bool, workers: int) -> dict[str, Any]:
@@ -110,7 +120,7 @@ def run_rate(conn: Redis, url: str, rate: float, plain: bool, workers: int) -> d
             put("busy", BUSY_MS)
         deadline = time.monotonic() + 120
         while True:
-            limited = [at for at, _, tenant in stamps(conn, "log") if tenant == "limited"]
+            limited = [at for at, _, tenant, _ in stamps(conn, "log") if tenant == "limited"]
             if limited and conn.time()[0] > limited[0] + WINDOW + 1.5:
                 break
             if time.monotonic() > deadline:
@@ -119,18 +129,19 @@ def run_rate(conn: Redis, url: str, rate: float, plain: bool, workers: int) -> d
         log = stamps(conn, "log")
     keys = Keys(PREFIX)
     counts = ConcurrencyLimiter(conn, keys, TierBook(conn, keys), ConcurrencyConfig(enabled=True)).counters()
-    limited = [at for at, _, tenant in log if tenant == "limited"]
-    busy = [at for at, _, tenant in log if tenant == "busy"]
+    limited = [at for at, _, tenant, _ in log if tenant == "limited"]
+    busy = [at for at, _, tenant, _ in log if tenant == "busy"]
     first = limited[0]
     window = [at for at in limited if at < first + WINDOW]
     gaps = [b - a for a, b in itertools.pairwise(window)]
-    cycles = [end - start for start, end, tenant in log if tenant == "busy"]
+    cycles = [end - start for start, end, tenant, _ in log if tenant == "busy"]
     return {"rate": rate, "started": len(window), "allowed": int(1 + WINDOW * rate),
             "longest_gap": max(gaps, default=0.0), "interval": 1 / rate,
             "busy_running": sum(1 for at in busy if first <= at < first + WINDOW),
             "busy_job_s": statistics.median(cycles) if cycles else 0.0,
             "timeline": [round(at - first, 3) for at in window[:12]],
-            "refused": counts.get("free", {}).get("rate_deferred", 0)}
+            "refused": counts.get("free", {}).get("rate_deferred", 0),
+            "cycle": longest_cycle(log, first, first + WINDOW)}
 
 
 def run_parked(conn: Redis, url: str, tenants: int, gap: float, patience: float, workers: int) -> dict[str, Any]:
@@ -153,7 +164,7 @@ def run_parked(conn: Redis, url: str, tenants: int, gap: float, patience: float,
     keys = Keys(PREFIX)
     counts = ConcurrencyLimiter(conn, keys, TierBook(conn, keys), ConcurrencyConfig(enabled=True)).counters()
     by_tenant: dict[str, list[tuple[float, float]]] = {}
-    for start, end, tenant in log:
+    for start, end, tenant, _ in log:
         by_tenant.setdefault(tenant, []).append((start, end))
     waits = [runs[1][0] - runs[0][1] for runs in by_tenant.values() if len(runs) == 2]
     stuck = tenants - len(waits) + sum(1 for wait in waits if wait >= patience)
@@ -163,7 +174,7 @@ def run_parked(conn: Redis, url: str, tenants: int, gap: float, patience: float,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", default=["rates", "parked"], choices=["rates", "parked"])
+    parser.add_argument("scenarios", nargs="*", metavar="rates|parked", help="the scenarios to run (default: both)")
     parser.add_argument("--rates", default="4,20", help="comma-separated rates per second (rates)")
     parser.add_argument("--plain", action="store_true", help="a plain rq queue instead of a FairQueue (rates)")
     parser.add_argument("--tenants", type=int, default=240, help="new tenants (parked)")
@@ -172,6 +183,9 @@ def main() -> None:
                         help="a second job not started this long after the first ended counts as stuck (parked)")
     parser.add_argument("--workers", type=int, default=3)
     args = parser.parse_args()
+    args.scenarios = args.scenarios or ["rates", "parked"]
+    if set(args.scenarios) - {"rates", "parked"}:
+        parser.error(f"unknown scenario(s) {sorted(set(args.scenarios) - {'rates', 'parked'})}: rates, parked")
     with RedisServer() as server:
         conn = server.client()
         if "rates" in args.scenarios:
@@ -183,7 +197,8 @@ def main() -> None:
                       f"{r['busy_running']} of its jobs started in the window):")
                 print(f"  starts in {WINDOW:g} s: {r['started']} of {r['allowed']} allowed "
                       f"({100 * r['started'] / r['allowed']:.0f} %); longest gap {r['longest_gap']:.3f} s "
-                      f"(1/rate {r['interval']:.3f} s); starts refused by the rate: {r['refused']}")
+                      f"(1/rate {r['interval']:.3f} s, longest job cycle {r['cycle']:.3f} s); starts refused by "
+                      f"the rate: {r['refused']}")
                 print(f"  first starts (s): {r['timeline']}")
         if "parked" in args.scenarios:
             r = run_parked(conn, server.url, args.tenants, args.gap, args.patience, args.workers)
