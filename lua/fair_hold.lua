@@ -17,7 +17,7 @@ if not paced then
 elseif not under_limit(tenant) then  -- parked at its concurrency limit too: that park ends at a release
   park_until(tenant, until_ms, true)
 elseif until_ms > now_ms then
-  park_until(tenant, until_ms, false)
+  park_paced(tenant, until_ms)
 elseif end_park(tenant) then
   wake_one()
 end

@@ -7,10 +7,12 @@
 --          back what its pop added to the tenant's pass, 1 / weight or, charge="runtime", the estimate /
 --          weight recorded in `charged`; '0' = a plain entry, nothing added),
 --          seq (the job's place in its tenant's FIFO when a fair choice served it, else ''),
---          limit (the tenant's concurrency limit, 0 = none, '' = not known to the caller)
+--          limit (the tenant's concurrency limit, 0 = none, '' = not known to the caller),
+--          exact ('1' = a rate refused the start: until_ms, on the server's clock, is its next token, and the
+--          park ends then, replacing a pop's bound for a paced tenant, unless it is at its concurrency limit)
 -- Returns  1 when the job was put back, 0 when it was already waiting.
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local refund, old_seq = ARGV[5] == '1', tonumber(ARGV[6])
+local refund, old_seq, exact = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[8] == '1'
 learn_limit(tenant, ARGV[7] or '')
 unclaim(tenant, job_id)
 
@@ -30,6 +32,7 @@ elseif refund then
   step = 1 / tonumber(stored or weight)
 end
 hold(tenant, until_ms, step)  -- it keeps its place: on return it starts at max(virtual time, kept pass)
+if exact and under_limit(tenant) then park_paced(tenant, until_ms) end
 if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by

@@ -10,9 +10,10 @@
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
 --          weight, settled later by fair_settle.lua; '0' = by 1 / weight), lease_ms (a claim's life, 0 = no
 --          claims: lib/claims.lua), n_acks, then n_acks ids this caller handed out earlier (run: forget them).
--- Returns  {kind, job_id, wake_ms, seq}. kind 0 = the list is empty; 1 = a plain entry; 2 = a fair
+-- Returns  {kind, job_id, wake_ms, seq[, now_ms]}. kind 0 = the list is empty; 1 = a plain entry; 2 = a fair
 --          choice (seq: its place in its tenant's FIFO, for fair_park to put it back there);
---          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none).
+--          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
+--          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
 local now_ms = clock_ms(ARGV[1])
 local given = ARGV[2]
 local runtime = ARGV[3] == '1'
@@ -53,7 +54,7 @@ if not entry then
   drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
   redis.call('HDEL', state, 'head')
   if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
-  return {0, '', first_park_end(), ''}
+  return {0, '', first_park_end(), '', now_ms}
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
@@ -115,4 +116,4 @@ for _ = 1, MAX_STALE do
 end
 redis.call('HSET', state, 'head', head)
 set_pos(entry, list_push(entry, true), entry_value)  -- back where it was
-return {3, '', first_park_end(), ''}
+return {3, '', first_park_end(), '', now_ms}

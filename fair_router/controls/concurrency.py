@@ -39,9 +39,13 @@ from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.store.cluster import is_rq_slot_client
 from fair_router.store.oom import execute_riding_oom
-from fair_router.store.scripts import Admission, Clock, Verdict
+from fair_router.store.scripts import Admission, Clock, ReleaseScript, Verdict
 
 logger = logging.getLogger("fair_router")
+
+Wake = Callable[[list[str], Pipeline], None]
+"""Queues on the pipeline the unparks of a released slot's tenant in the fair queues named (lua/release.lua found
+it parked there at its limit)."""
 
 
 class ConcurrencySlot(StartControl):
@@ -62,11 +66,12 @@ class ConcurrencySlot(StartControl):
 
     def section(self, start: Start) -> Section:
         """The tenant's leases; its limit (override, else tier) and the lease's life."""
-        return Section([self.keys.leases(start.tenant)], [start.profile.limit, self.lease_ms])
+        return Section([self.keys.leases(start.tenant), self.keys.parked_in(start.tenant)],
+                       [start.profile.limit, self.lease_ms, start.fair_queue])
 
     def on_refused(self, start: Start, admission: Admission) -> Refusal:
         """Parked until a slot frees (a release unparks it), at most a lease's life; snoozed on a plain queue."""
-        return Refusal(self.counter, "at its limit", self.config.lease_ttl)
+        return Refusal(self.counter, "at its limit", self.config.lease_ttl, until_release=True)
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class ConcurrencySlots:
         # a slot's own checks (the lease refresh): pause, slot, and a reserved start's early return
         self._checks = StartPipeline(connection, [PauseCheck(keys), ConcurrencySlot(keys, config),
                                                   RateLimiter(keys)], self.tally, clock)
+        self._release = ReleaseScript(connection)
         self._held: dict[str, Lease] = {}
         self._refresher: threading.Thread | None = None
         self._lock = threading.RLock()
@@ -121,26 +127,45 @@ class ConcurrencySlots:
         admitted = self._checks.run(start, pipeline).admitted
         return Lease(tenant, profile.tier, job_id) if admitted else None
 
-    def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None) -> None:
+    def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None, wake: Wake | None = None) -> None:
         """Give the slot back (idempotent); pending counters, and whatever ``also`` queues on the
-        pipeline (the worker's own writes after a job), go in the same round trip."""
-        self._drop(lease, "released", also)
+        pipeline (the worker's own writes after a job), go in the same round trip. ``wake``: called with the
+        fair queues where a refused start parked the tenant until a release (lua/release.lua takes them with
+        the slot), on a second pipeline, when there are any."""
+        self._drop(lease, "released", also, wake)
 
-    def reclaim(self, tenant: str, job_id: str, also: Callable[[Pipeline], None] | None = None) -> bool:
+    def reclaim(self, tenant: str, job_id: str, also: Callable[[Pipeline], None] | None = None,
+                wake: Wake | None = None) -> bool:
         """Free the slot of a job whose worker died, as crash recovery hands the job back, instead of
         waiting for the lease to expire; counted as reclaimed. True if the job still held a slot."""
-        return self._drop(Lease(tenant, self.tiers.tier(tenant), job_id), "reclaimed", also)
+        return self._drop(Lease(tenant, self.tiers.tier(tenant), job_id), "reclaimed", also, wake)
 
-    def _drop(self, lease: Lease, counter: str, also: Callable[[Pipeline], None] | None) -> bool:
+    def _drop(self, lease: Lease, counter: str, also: Callable[[Pipeline], None] | None, wake: Wake | None) -> bool:
         with self.connection.pipeline(transaction=False) as pipe:
-            pipe.zrem(self.keys.leases(lease.tenant), lease.job_id)
+            place = len(pipe)
+            self._release(self.keys.leases(lease.tenant), self.keys.parked_in(lease.tenant), lease.job_id).queue(pipe)
             self._flush(pipe)
             if also is not None:
                 also(pipe)
-            # a Redis out of memory still takes the ZREM (it frees memory); the rest is sent again (store/oom.py)
-            removed = int(execute_riding_oom(pipe, self.connection)[0])
-        self.tally.add(lease.tier, counter, removed)  # with the next round trip (or flush())
-        return removed > 0
+            # a Redis out of memory still takes the release (it only frees memory); the rest is sent again
+            released = self._release.parse(execute_riding_oom(pipe, self.connection)[place])
+        self.tally.add(lease.tier, counter, int(released.removed))  # with the next round trip (or flush())
+        if released.parked_in and wake is not None:
+            with self.connection.pipeline(transaction=False) as pipe:
+                wake(released.parked_in, pipe)
+                if len(pipe):
+                    pipe.execute()
+        return released.removed
+
+    def parked_in(self, tenant: str, queue: str) -> bool:
+        """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release (with the
+        pending counts). Asked after a refused start parked it there: False means a release took the record
+        after the refusal, so its unpark may have come before the park, and the caller unparks it itself."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            self._flush(pipe)
+            place = len(pipe)
+            pipe.sismember(self.keys.parked_in(tenant), queue)
+            return bool(pipe.execute()[place])
 
     def snooze(self, job: Job, queue: Queue, lease_tier: str) -> datetime:
         """Reschedule ``job`` to its own queue after snooze + U(0, jitter); not a failure."""
@@ -161,9 +186,10 @@ class ConcurrencySlots:
             pipe.execute()
 
     @contextmanager
-    def keep_alive(self, lease: Lease, also: Callable[[Pipeline], None] | None = None) -> Iterator[None]:
+    def keep_alive(self, lease: Lease, also: Callable[[Pipeline], None] | None = None,
+                   wake: Wake | None = None) -> Iterator[None]:
         """Keep the lease refreshed (every lease_ttl / 3) while the block runs, then release it (with
-        ``also``, as in release), however the block ends. One refresher thread per limiter serves every
+        ``also`` and ``wake``, as in release), however the block ends. One refresher thread per limiter serves every
         lease, so a job costs no thread."""
         with self._lock:
             self._held[lease.job_id] = lease
@@ -176,7 +202,7 @@ class ConcurrencySlots:
         finally:
             with self._lock:
                 self._held.pop(lease.job_id, None)
-            self.release(lease, also)
+            self.release(lease, also, wake)
 
     def _refresh_forever(self) -> None:
         """Extend every held lease each lease_ttl / 3; a lost slot is logged, a Redis blip retried."""

@@ -49,11 +49,13 @@ class TenantGate:
         controls.append(rates)
         self.pipeline = StartPipeline(limiter.connection, controls, limiter.tally, limiter.clock)
 
-    def start(self, tenant: str, job: Job, scopes: list[RateScope] | None = None, reserve: bool = False) -> Start:
-        """``job``'s start as the controls see it (the tenant's profile from the tier cache)."""
+    def start(self, tenant: str, job: Job, scopes: list[RateScope] | None = None, reserve: bool = False,
+              fair_queue: str = "") -> Start:
+        """``job``'s start as the controls see it (the tenant's profile from the tier cache); ``fair_queue``: the
+        FairQueue it came from, where a refusal at the limit parks the tenant ('' none)."""
         rates = tuple(scopes or ())
         return Start(tenant, job.id, self.limiter.tiers.profile(tenant), rates,
-                     int(self.own_rate(tenant, list(rates))), reserve)
+                     int(self.own_rate(tenant, list(rates))), reserve, fair_queue=fair_queue)
 
     def checks(self, tenant: str, job: Job) -> list[RateScope] | None:
         """The rate scopes ``job``'s start must pass, or None when no control needs a call: no concurrency
@@ -65,20 +67,20 @@ class TenantGate:
         return scopes if self.pipeline.needed(start) else None
 
     def acquire(self, tenant: str, job: Job, scopes: list[RateScope], reserve: bool,
-                pipeline: Pipeline | None = None) -> tuple[Admission, Lease | None]:
+                pipeline: Pipeline | None = None, fair_queue: str = "") -> tuple[Admission, Lease | None]:
         """Decide whether ``job`` may start now (``scopes`` from :meth:`checks`). ``reserve`` (plain queues):
         a rate refusal takes the job's token and reserves its start time, returned as ``at_ms``. The lease
         is set when a slot is held. The tenant's own rate comes first in ``scopes`` (:meth:`RateLimiter.scopes`):
-        an admission's ``next_ms`` is when it allows the tenant's next start."""
-        start = self.start(tenant, job, scopes, reserve)
+        an admission's ``next_ms`` is when it allows the tenant's next start. ``fair_queue``: as in :meth:`start`."""
+        start = self.start(tenant, job, scopes, reserve, fair_queue)
         admission = self.pipeline.run(start, pipeline)
         return admission, self._lease(start, admission)
 
     def queue_check(self, tenant: str, job: Job, scopes: list[RateScope], reserve: bool,
-                    pipeline: Pipeline) -> PendingStart:
+                    pipeline: Pipeline, fair_queue: str = "") -> PendingStart:
         """:meth:`acquire`'s call queued on a pipeline someone else executes (rq's job-start MULTI, so the
         check costs no round trip of its own); :meth:`answer` reads its decision from the replies."""
-        start = self.start(tenant, job, scopes, reserve)
+        start = self.start(tenant, job, scopes, reserve, fair_queue)
         return PendingStart(start, self.pipeline.queue(start, pipeline))
 
     def answer(self, pending: PendingStart, replies: list[Any]) -> tuple[Admission, Lease | None]:
@@ -100,7 +102,10 @@ class TenantGate:
 
     def defer_until(self, job: Job, queue: Queue, at_ms: int) -> datetime:
         """Reschedule ``job`` to its queue for ``at_ms`` (rounded up to whole seconds, as rq's scheduler keeps
-        them, so it never comes back early)."""
+        them, so it never comes back early). It comes back at the front of its queue: its start is reserved (its
+        token paid), so it must not wait again behind the jobs that came after it, which would delay every
+        later token of a backlog too."""
         when = datetime.fromtimestamp(math.ceil(at_ms / 1000), timezone.utc)
+        job.enqueue_at_front = True
         self.limiter.defer(job, queue, when)
         return when

@@ -68,6 +68,7 @@ class Start:
     tenant_scopes: int = 0  # how many of ``rates`` hold every job of the tenant (0 or 1)
     reserve: bool = False  # a rate refusal takes the job's token and reserves its start (plain queues)
     refresh: bool = False  # the job already runs in its slot: a refusal is a lost slot, not a refused job
+    fair_queue: str = ""  # the FairQueue the job came from ('' none): a refusal at the limit parks it there
 
 
 class Section(NamedTuple):
@@ -84,7 +85,9 @@ class Refusal:
     counter: str  # the per-tier counter it is counted under
     why: str  # for the worker's log line
     park_seconds: float  # how long a fair queue parks the tenant (skipped by pops) at most
-    until_ms: int | None = None  # a plain queue's job comes back at this time (None: after a snooze)
+    until_ms: int | None = None  # a rate's next token (server clock): a plain queue's job comes back then, a fair
+    #                              queue's park ends then (None: after a snooze / park_seconds)
+    until_release: bool = False  # parked until one of the tenant's slots is released (Keys.parked_in records it)
 
 
 class StartControl:

@@ -141,6 +141,13 @@ class Keys:
         a long tenant id's digest cannot be decoded back)."""
         return f"{self.prefix}:{{lease:{encoded_tenant}}}"
 
+    def parked_in(self, tenant: str) -> str:
+        """Set of the fair queues (names) where a start of the tenant refused at its concurrency limit parked
+        it: the release that frees one of its slots takes the set (lua/release.lua) and unparks it in each, so
+        a release reaches every fair queue where the tenant waits, whichever queues its worker serves. Same
+        tag as its leases: the refusal and the release each touch one slot."""
+        return f"{self.leases(tenant)}:parked_in"
+
     def overrides(self, tenant: str) -> str:
         """Hash of one tenant's overrides of its tier's values (``limit``, ``weight``, ``rate``, ``burst``,
         ``max_backlog``), written by ``FairRouter.set_tenant``; one field per value, so concurrent writers

@@ -220,13 +220,15 @@ class FairQueue(RqQueueSeam):
         """Seam hook: the list workers block on while only parked tenants' jobs wait."""
         return self.store.keys.wake
 
-    def park(self, job: Job, tenant: str, seconds: float, limit: int | None = None) -> None:
-        """``tenant`` is at its concurrency limit: put ``job`` back (to its own FIFO place when this object's
-        latest pop chose it, with that pop's step of the pass refunded; else to the front) and skip the tenant
-        until :meth:`unpark` or for ``seconds``. ``limit``: its limit (0 none, None not known), mirrored here."""
-        until_ms = int((time.time() + seconds) * 1000)
+    def park(self, job: Job, tenant: str, seconds: float, limit: int | None = None, at_ms: int | None = None) -> None:
+        """``job``'s start was refused: put it back (to its own FIFO place when this object's latest pop chose
+        it, with that pop's step of the pass refunded; else to the front) and skip the tenant until
+        :meth:`unpark` or for ``seconds``. ``limit``: its limit (0 none, None not known), mirrored here.
+        ``at_ms``: a rate refused it and its next token falls due then (epoch ms, the start script's clock): the
+        park ends exactly then instead."""
+        until_ms = int((time.time() + seconds) * 1000) if at_ms is None else at_ms
         seq = self._handed_out.pop(job.id, None)
-        self.store.park(job.id, tenant_key(tenant), self.weight(tenant), until_ms, seq, limit)
+        self.store.park(job.id, tenant_key(tenant), self.weight(tenant), until_ms, seq, limit, exact=at_ms is not None)
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None, job_id: str = "", limit: int | None = None) -> Any:
         """One of ``tenant``'s slots was released (by ``job_id``; ``limit``: 0 none, None not known): below its

@@ -30,6 +30,12 @@ STALLED_POLL = 1.0
 """Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id
 rq's internals push there wakes nobody)."""
 
+BLPOP_TICK = 0.1
+"""Seconds by which Redis may end a BLPOP after its timeout: it times blocked clients out at its timer ticks
+(``hz`` 10 by default). A wait for a park's end (a rate's next token) that is nearer than this is slept by the
+worker instead, and a longer one blocks this much less and sleeps the rest, so the park's tenant is served at its
+token, not up to a tick later."""
+
 
 class RqPush(NamedTuple):
     """One id rq puts on a seam queue's list, with what the push hooks need to know about it."""
@@ -239,7 +245,7 @@ class RqQueueSeam(Queue):
         deadline = None if timeout is None else time.monotonic() + timeout
         by_key = {queue.key: queue for queue in queues}
         while True:
-            wake_ms, stalled = -1, set()
+            wake_at, stalled = None, set()  # wake_at: time.monotonic() of the first park end
             for queue in queues:
                 while True:
                     result = _pop(queue, connection, "")
@@ -247,7 +253,8 @@ class RqQueueSeam(Queue):
                         if result.kind == PopKind.STALLED:
                             stalled.add(queue.key)
                         if result.wake_ms > 0:
-                            wake_ms = result.wake_ms if wake_ms < 0 else min(wake_ms, result.wake_ms)
+                            at = _park_end(result)
+                            wake_at = at if wake_at is None else min(wake_at, at)
                         break
                     job = _fetch(job_cls, cast(str, result.job_id), queue, connection, serializer)
                     if job is not None and not _adopted(queue, result, job):
@@ -258,8 +265,12 @@ class RqQueueSeam(Queue):
             if left <= 0:
                 raise DequeueTimeout(timeout, list(by_key))
             block = left
-            if wake_ms > 0:
-                block = min(block, max(0.05, wake_ms / 1000 - time.time()))
+            if wake_at is not None:
+                until = wake_at - time.monotonic()
+                if until <= BLPOP_TICK:  # nearer than Redis times a BLPOP out: slept, then look again
+                    time.sleep(max(0.001, min(until, left)))
+                    continue
+                block = min(block, until - BLPOP_TICK)
             if stalled:
                 block = min(block, STALLED_POLL)
             keys = [cast(RqQueueSeam, by_key[key]).wake_key if key in stalled else key for key in by_key]
@@ -296,6 +307,14 @@ def _pop(queue: Queue, connection: Redis, given: str) -> PopResult:
     if raw is None:
         return PopResult(PopKind.EMPTY, None, -1, None)
     return PopResult(PopKind.PLAIN, as_text(raw), -1, None)
+
+
+def _park_end(result: PopResult) -> float:
+    """When (``time.monotonic()``) the first park a pop reported ends: ``wake_ms - now_ms`` from now, both on the
+    pop's clock, so a worker whose clock differs from Redis' wakes on time (without the pop's clock: this one)."""
+    if result.now_ms >= 0:
+        return time.monotonic() + (result.wake_ms - result.now_ms) / 1000
+    return time.monotonic() + result.wake_ms / 1000 - time.time()
 
 
 def _adopted(queue: Queue, result: PopResult, job: Job) -> bool:

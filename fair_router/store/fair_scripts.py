@@ -100,6 +100,7 @@ class PopResult(NamedTuple):
     job_id: str | None
     wake_ms: int  # STALLED / EMPTY: when the first park ends (epoch ms), -1 if none
     seq: int | None  # FAIR: the job's place in its tenant's FIFO (for fair_park)
+    now_ms: int = -1  # STALLED / EMPTY: the pop's clock (epoch ms), for a wait of wake_ms - now_ms; -1 not known
 
 
 class FairPopScript(LuaScript[PopResult]):
@@ -119,8 +120,9 @@ class FairPopScript(LuaScript[PopResult]):
         return self.call(keys.all_for_scripts(), [now_ms, given, int(runtime), lease_ms, len(acks), *acks])
 
     def parse(self, reply: Any) -> PopResult:
-        kind, job_id, wake, seq = reply
-        return PopResult(PopKind(int(kind)), _text(job_id) or None, int(wake), None if seq in (b"", "") else int(seq))
+        kind, job_id, wake, seq, *now = reply
+        return PopResult(PopKind(int(kind)), _text(job_id) or None, int(wake), None if seq in (b"", "") else int(seq),
+                         int(now[0]) if now else -1)
 
 
 class FairParkScript(LuaScript[int]):
@@ -130,15 +132,16 @@ class FairParkScript(LuaScript[int]):
 
     def __call__(
         self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None,
-        limit: int | None = None,
+        limit: int | None = None, exact: bool = False,
     ) -> Call[int]:
         """``seq``: the job's FIFO place when a fair choice served it (pop kind 2 or 3): it goes back there,
         and the 1 / weight its pop added to the tenant's pass is taken back; None for a plain entry, whose
         pop added nothing (it goes to the front). ``limit``: the tenant's concurrency limit (0 none, None
-        not known). Result: 1 if the job was put back, 0 if it was waiting."""
+        not known). ``exact``: a rate refused the start and ``until_ms`` (server clock) is its next token: the
+        park ends then. Result: 1 if the job was put back, 0 if it was waiting."""
         refund = seq is not None
         args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq,
-                                 "" if limit is None else limit]
+                                 "" if limit is None else limit, int(exact)]
         return self.call(keys.all_for_scripts(), args)
 
     def parse(self, reply: Any) -> int:

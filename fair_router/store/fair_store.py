@@ -75,8 +75,9 @@ class FairStore(Protocol):
         """The next job by fair share, so that the choice and its bookkeeping are one atomic step."""
 
     def park(self, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None,
-             limit: int | None) -> int:
-        """A refused job goes back to its FIFO place and its tenant is skipped, so the refusal costs no turn."""
+             limit: int | None, exact: bool = False) -> int:
+        """A refused job goes back to its FIFO place and its tenant is skipped, so the refusal costs no turn
+        (``exact``: until ``until_ms``, a rate's next token, on the dot)."""
 
     def unpark(self, tenant: str, job_id: str = "", limit: int | None = None,
                pipeline: Pipeline | None = None) -> int | Pipeline:
@@ -154,8 +155,8 @@ class RedisFairStore:
         return self._script(FairPopScript)(self._keys, given, acks, "", runtime, lease_ms).run()
 
     def park(self, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None,
-             limit: int | None) -> int:
-        return self._script(FairParkScript)(self._keys, job_id, tenant, weight, until_ms, seq, limit).run()
+             limit: int | None, exact: bool = False) -> int:
+        return self._script(FairParkScript)(self._keys, job_id, tenant, weight, until_ms, seq, limit, exact).run()
 
     def unpark(self, tenant: str, job_id: str = "", limit: int | None = None,
                pipeline: Pipeline | None = None) -> int | Pipeline:

@@ -278,6 +278,26 @@ class StartScript(LuaScript[Admission]):
         return Admission(Verdict(status), reclaimed, at_ms, now, next_ms)
 
 
+class Released(NamedTuple):
+    """What release.lua did: whether the job held a slot, and the fair queues where its tenant was parked."""
+
+    removed: bool
+    parked_in: list[str]
+
+
+class ReleaseScript(LuaScript[Released]):
+    """release.lua: give a job's slot back and take the fair queues its tenant waits in for a slot."""
+
+    name = "release"
+
+    def __call__(self, leases: str, parked_in: str, job_id: str) -> Call[Released]:
+        """KEYS = [the tenant's leases, its parked-in set] (:meth:`Keys.leases`, :meth:`Keys.parked_in`)."""
+        return self.call([leases, parked_in], [job_id])
+
+    def parse(self, reply: Any) -> Released:
+        return Released(int(reply[0]) > 0, [_text(name) for name in reply[1:]])
+
+
 class AbandonScript(LuaScript[list[str]]):
     """abandon.lua: move abandoned executions from rq's StartedJobRegistry to our staging set, each only if
     its score is still the one read (no heartbeat since)."""

@@ -45,13 +45,14 @@ class StartRide:
     tenant: str
     scopes: list[RateScope]
     reserve: bool
+    fair_queue: str = ""  # the FairQueue the job came from ('' none): a refusal at the limit parks it there
     pending: PendingStart | None = None
     unwait_at: int | None = None  # the place of the waiting count's end in the MULTI's replies
     leases: ExitStack = field(default_factory=ExitStack)  # keeps an admitted start's slot alive until its job ends
 
     def queue(self, gate: TenantGate, job: Job, pipeline: Pipeline) -> None:
         """Queue the check on rq's job-start MULTI."""
-        self.pending = gate.queue_check(self.tenant, job, self.scopes, self.reserve, pipeline)
+        self.pending = gate.queue_check(self.tenant, job, self.scopes, self.reserve, pipeline, self.fair_queue)
 
     def answer(self, gate: TenantGate, replies: list[Any]) -> tuple[Admission, Lease | None]:
         """The verdict, from the MULTI's replies."""

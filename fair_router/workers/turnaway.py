@@ -21,11 +21,19 @@ def turn_away(gate: TenantGate, job: Job, queue: Queue, tenant: str, admission: 
         return None
     if isinstance(queue, FairQueue):
         seconds = refusal.park_seconds
-        queue.park(job, tenant, seconds, limiter.tiers.profile(tenant).limit if gate.slots else None)
+        limit = limiter.tiers.profile(tenant).limit if gate.slots else None
+        queue.park(job, tenant, seconds, limit, at_ms=refusal.until_ms)
         # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
         # next may send no round trip through the limiter for a long while.
         limiter.count(limiter.tiers.tier(tenant), "parked")
-        limiter.flush()
+        if refusal.until_release:
+            # The refusal recorded this queue for the next release (Keys.parked_in). If a release took the
+            # record before our park landed, its unpark may have come first and found nothing parked: then the
+            # park is ended here. Otherwise the release that takes it comes after the park, and ends it.
+            if not limiter.parked_in(tenant, queue.name):
+                queue.unpark(tenant, limit=limit)
+        else:
+            limiter.flush()
         return f"{tenant} is {refusal.why}; job {job.id} back in {queue.name}, tenant parked for up to {seconds:.3f} s"
     if refusal.until_ms is not None:
         when = gate.defer_until(job, queue, refusal.until_ms)

@@ -167,19 +167,21 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             super().execute_job(job, queue)  # nothing can hold this start: no round trip spent on checks
             return
         fair = isinstance(queue, FairQueue)
+        fair_queue = queue.name if fair else ""
         if self.state_connection is self.connection and not (fair and self.gate.own_rate(tenant, scopes)):
-            self._execute_riding(job, queue, StartRide(tenant, scopes, reserve=not fair))
+            self._execute_riding(job, queue, StartRide(tenant, scopes, reserve=not fair, fair_queue=fair_queue))
             return
         # State and every check: one round trip (on a cluster a RedisCluster pipeline, which sends each to
         # its slot's node).
         with self.state_connection.pipeline(transaction=False) as pipe:
             self.set_state(WorkerStatus.BUSY, pipeline=pipe)
-            admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not isinstance(queue, FairQueue),
-                                                 pipeline=pipe)
+            admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not fair, pipeline=pipe,
+                                                 fair_queue=fair_queue)
         if admission.admitted and isinstance(queue, FairQueue) and self.gate.own_rate(tenant, scopes):
             self._rate_hold = (queue, tenant, admission.next_ms)  # rides rq's job-start MULTI (job_started)
         if lease is not None:
-            with self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, lease)):
+            with self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, lease),
+                                              wake=partial(self._wake_parked, lease.tenant, lease.job_id)):
                 super().execute_job(job, queue)
         elif admission.admitted:
             super().execute_job(job, queue)
@@ -221,6 +223,27 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         for queue in self.fair_queues:
             queue.unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
 
+    def _wake_parked(self, tenant: str, job_id: str, names: list[str], pipe: Pipeline) -> None:
+        """The released slot's tenant was parked at its limit in fair queues ``names`` (lua/release.lua): unpark
+        it in those this worker does not serve (its own were unparked with the release, in ``_slot_freed``), so
+        a release reaches every fair queue where the tenant waits, whichever worker serves it, or none does."""
+        own = {queue.name for queue in self.fair_queues}
+        limit = self.gate.limiter.tiers.profile(tenant).limit if self.gate.slots else None
+        for name in names:
+            if name not in own:
+                self._other_fair_queue(name).unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
+
+    _others: dict[str, FairQueue] | None = None
+    """Fair queues this worker does not serve, by name, built once each to unpark tenants there."""
+
+    def _other_fair_queue(self, name: str) -> FairQueue:
+        if self._others is None:
+            self._others = {}
+        queue = self._others.get(name)
+        if queue is None:
+            queue = self._others[name] = FairQueue(name, connection=self.connection, settings=self.settings)
+        return queue
+
     def job_started(self, job: Job, pipeline: Pipeline) -> None:
         """The job's start record (:mod:`fair_router.observe.recorder`) and the park of a tenant whose rate
         holds its next start, on rq's job-start MULTI: no round trip. A riding start check goes there too."""
@@ -251,7 +274,9 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         admission, lease = ride.answer(self.gate, replies)
         if admission.admitted:
             if lease is not None:
-                ride.leases.enter_context(self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, lease)))
+                ride.leases.enter_context(self.gate.limiter.keep_alive(
+                    lease, also=partial(self._slot_freed, lease),
+                    wake=partial(self._wake_parked, lease.tenant, lease.job_id)))
             if self.start_recorder is not None:
                 self.start_recorder.note(job)
             return
@@ -309,7 +334,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         """A job handed back frees its tenant's slot now rather than when its lease expires."""
         tenant = usable_tenant(job.meta, self.settings.tenant_max_bytes)  # an unusable one took no slot
         if self.limiter is not None and tenant is not None and not job.meta.get(META_SYSTEM):
-            self.limiter.reclaim(tenant, job.id, also=partial(self._unpark, tenant, job_id=job.id))
+            self.limiter.reclaim(tenant, job.id, also=partial(self._unpark, tenant, job_id=job.id),
+                                 wake=partial(self._wake_parked, tenant, job.id))
 
     # -- start and stop -------------------------------------------------------------------------------------
 

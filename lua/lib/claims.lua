@@ -7,7 +7,7 @@
 -- (ms) its last start report (fair_hold.lua) keeps it so; a pop parks a paced tenant after each take, for
 -- PACED_WAIT_MS at most, until that job's start reports when its rate allows the next one.
 -- acquire.lua stays the authority: the mirror only spares the pops it would refuse.
--- include: fair_keys
+-- include: fair_keys, stride
 local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report
 local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
 
@@ -31,6 +31,16 @@ end
 local function report_pace(tenant, now_ms)
   redis.call('HSET', limits, tenant .. '|r', now_ms + PACED_FOR_MS)
   redis.call('HSET', state, 'limited', 1)
+end
+
+-- Park paced `tenant` exactly until `until_ms`, when its rate allows its next start (its start's report, or a
+-- start its rate refused). This replaces a pop's PACED_WAIT_MS bound, so the park may now end before the first
+-- park end that pops told blocked workers (lib/stride.lua first_park_end): then one is woken, to look again
+-- and block until this end instead of oversleeping the tenant's token.
+local function park_paced(tenant, until_ms)
+  local first = first_park_end()
+  park_until(tenant, until_ms, false)
+  if first < 0 or until_ms < first then wake_one() end
 end
 
 -- A claim ends (released, refused, expired). Returns true when `job_id` held one here.

@@ -2,18 +2,25 @@
 -- theoretical arrival time, TAT). A scope with interval T and tolerance tau admits a start at `now` when
 -- TAT - tau <= now; the start moves its TAT to max(TAT, now) + T. Refused: 3 (next start at s.at_ms), or 5
 -- with reserve (the job's token taken now, its start reserved at s.at_ms: it comes back without paying).
--- KEYS +1  this job's reserved start (ms), +2.. one TAT per scope (a string expiring when its TAT passes).
+-- A start late for its token by less than T (a backlogged tenant's job waits for a worker to free up and
+-- fetch it) keeps the schedule: its TAT moves to TAT + T, not now + T, so the lateness of each start does
+-- not add up and a backlog starts at its rate, not at 1 / (T + lateness). So in any window of t seconds a
+-- scope admits at most burst + t / T starts plus the one a late start gives back; a start later than T
+-- (after an idle spell) begins a new schedule at now, as plain GCRA does.
+-- KEYS +1  this job's reserved start (ms), +2.. one TAT per scope (a string expiring T after its TAT passes).
 -- ARGV +1  reserve ('1'), +2 tenant_scopes (the first scopes hold every job of the tenant: s.next_ms says
 --          when they allow its next start), then per scope: interval_ms, tolerance_ms ((burst - 1) * T).
 local start_rate = {}
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
 
--- Takes a token of every scope for a start at `start`; returns when the first tenant_scopes allow the next.
+-- Takes a token of every scope for a start at `start` (nil: now, at each scope's kept schedule); returns
+-- when the first tenant_scopes allow the next.
 local function rate_take(s, k, a, start)
   local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
   for i = 1, s.rate_n do
-    local tat = math.max(s.tats[i], start) + tonumber(ARGV[a + 1 + 2 * i])
-    redis.call('SET', KEYS[k + 1 + i], tat, 'PX', tat - s.now_ms)
+    local interval = tonumber(ARGV[a + 1 + 2 * i])
+    local tat = math.max(s.tats[i], start or s.tats[i]) + interval
+    redis.call('SET', KEYS[k + 1 + i], tat, 'PX', tat - s.now_ms + interval)  -- kept T past it, for a late start
     local at = tat - tonumber(ARGV[a + 2 + 2 * i])
     if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
   end
@@ -33,7 +40,7 @@ function start_rate.check(s, k, a, n_keys)
   end
   for i = 1, n do
     local tat = tonumber(redis.call('GET', KEYS[k + 1 + i]) or '0')
-    if tat < now_ms then tat = now_ms end
+    if tat <= now_ms - tonumber(ARGV[a + 1 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
     tats[i] = tat
     local at = tat - tonumber(ARGV[a + 2 + 2 * i])
     if at > allowed then allowed = at end
@@ -48,6 +55,6 @@ function start_rate.check(s, k, a, n_keys)
 end
 
 function start_rate.take(s, k, a)
-  s.next_ms = rate_take(s, k, a, s.now_ms)
+  s.next_ms = rate_take(s, k, a, nil)
   if s.reserved then redis.call('DEL', KEYS[k + 1]) end
 end

@@ -1,7 +1,9 @@
 -- start_slot.lua: the concurrency-slot control of a job start (controls/concurrency.py): a lease per running
 -- job, refused (0) at the tenant's limit; a job that holds its slot already has its lease extended (HELD).
--- KEYS +1  the tenant's leases: sorted set, member = job id, score = lease expiry (ms).
--- ARGV +1  limit (slots the tenant may hold), +2 lease_ms.
+-- KEYS +1  the tenant's leases: sorted set, member = job id, score = lease expiry (ms); +2 its parked-in set
+--          (Keys.parked_in).
+-- ARGV +1  limit (slots the tenant may hold), +2 lease_ms, +3 the fair queue whose job this is ('' = none): a
+--          refusal records it in the parked-in set, where the next release (release.lua) finds it.
 local start_slot = {}
 -- Expired leases are dropped first (their workers died or stalled: the slot comes back), counted as reclaimed.
 function start_slot.held(s, k, a)
@@ -14,7 +16,14 @@ function start_slot.held(s, k, a)
   return false
 end
 function start_slot.check(s, k, a)
-  if redis.call('ZCARD', KEYS[k + 1]) >= tonumber(ARGV[a + 1]) then return 0 end
+  if redis.call('ZCARD', KEYS[k + 1]) >= tonumber(ARGV[a + 1]) then
+    local queue = ARGV[a + 3]
+    if queue ~= '' then  -- parked there until a release: it lasts a lease at most, so does the record
+      redis.call('SADD', KEYS[k + 2], queue)
+      redis.call('PEXPIRE', KEYS[k + 2], 2 * tonumber(ARGV[a + 2]))
+    end
+    return 0
+  end
 end
 function start_slot.take(s, k, a)
   local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
