@@ -14,7 +14,7 @@ from rq.job import Job
 
 from fair_router.commands.common import connect, load_or_exit
 from fair_router.config.settings import Settings
-from fair_router.core.jobmeta import META_TENANT
+from fair_router.core.tenancy import usable_tenant
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.store.cluster import rq_of
@@ -36,8 +36,8 @@ def next_jobs(queue: Queue, limit: int) -> list[tuple[str, Job | None]]:
     return list(zip(ids, jobs, strict=True))
 
 
-def _list_next(queue: Queue, fair: bool, limit: int) -> None:
-    """Print ``queue``'s next jobs: position, job id, tenant (``-``: none), function."""
+def _list_next(queue: Queue, fair: bool, limit: int, max_bytes: int) -> None:
+    """Print ``queue``'s next jobs: position, job id, tenant (``-``: none, or none usable), function."""
     waiting = queue.count
     order = "serving order (fair share across tenants)" if fair else "rq's order (list head first)"
     listed = next_jobs(queue, limit)
@@ -45,7 +45,7 @@ def _list_next(queue: Queue, fair: bool, limit: int) -> None:
         click.echo("  no job waiting")
         return
     click.echo(f"  next {len(listed)} of {waiting} waiting, in {order}:")
-    tenants = [None if job is None else job.meta.get(META_TENANT) for _, job in listed]
+    tenants = [None if job is None else usable_tenant(job.meta, max_bytes, warn=False) for _, job in listed]
     shown = ["-" if tenant is None else str(tenant) for tenant in tenants]
     width, tenant_width = max(len(job_id) for job_id, _ in listed), max(map(len, shown))
     for position, ((job_id, job), tenant) in enumerate(zip(listed, shown, strict=True), 1):
@@ -82,7 +82,8 @@ def queue_show(names: tuple[str, ...], limit: int, config: Path | None) -> None:
     for name in names:
         click.echo(f"{name}: fair (state under prefix {marked[name]!r})" if name in marked else f"{name}: plain")
         if limit:
-            _list_next(_queue_of(name, connection, settings, marked.get(name)), name in marked, limit)
+            _list_next(_queue_of(name, connection, settings, marked.get(name)), name in marked, limit,
+                       settings.tenant_max_bytes)
 
 
 @queue.command("fair")

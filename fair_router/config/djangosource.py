@@ -10,14 +10,14 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource
 
 from fair_router.config.errors import SettingsError, describe_errors
+from fair_router.config.location import first_time
 
 S = TypeVar("S", bound=BaseSettings)
 
 
-def from_django(settings_cls: type[S], values: Any, name: str, overrides: dict[str, Any], announce: set[str]) -> S:
+def from_django(settings_cls: type[S], values: Any, name: str, overrides: dict[str, Any]) -> S:
     """``settings_cls`` from Django's ``FAIR_ROUTER`` dict (``name``), at the file's place: ``FAIR_ROUTER_*``
-    variables and ``load_settings`` arguments override its keys. Logged once per process (``announce``: the
-    sources said already), as a file is."""
+    variables and ``load_settings`` arguments override its keys. Logged once per process, as a file is."""
     if not isinstance(values, dict):
         raise SettingsError(f"{name} must be a dict of fair-router settings (the YAML file's keys), "
                             f"got {type(values).__name__}")
@@ -38,7 +38,6 @@ def from_django(settings_cls: type[S], values: Any, name: str, overrides: dict[s
         settings: S = DjangoSettings(**overrides)
     except ValidationError as exc:
         raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)")) from None
-    if name not in announce:
-        announce.add(name)
+    if first_time(name):
         logging.getLogger("fair_router.settings").info("fair-router settings: %s (Django)", name)
     return settings

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import logging
 import math
 import os
 import warnings
@@ -33,6 +32,14 @@ from pydantic_settings import SettingsError as SourceError
 
 from fair_router.config.djangosource import from_django
 from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors, validated
+from fair_router.config.location import (
+    CONFIG_ENV,
+    DEFAULT_CONFIG,
+    announce_source,
+    config_search_path,
+    default_config_path,
+    describe_source,
+)
 from fair_router.config.sections import (
     ADR_LIMITS,
     MIN_ABANDON_AFTER,
@@ -87,71 +94,6 @@ __all__ = [
     "load_settings",
     "validated",
 ]
-
-CONFIG_ENV = "FAIR_ROUTER_CONFIG"
-DEFAULT_CONFIG = Path("fair_router.yaml")
-
-
-PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-"""A directory holding one of these is a project's root: the search for ``fair_router.yaml`` stops there."""
-
-
-def default_config_path(start: Path | None = None) -> Path | None:
-    """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else the first ``fair_router.yaml`` in the working
-    directory (``start``) or one of its parents, up to the project's root (the first directory holding a
-    ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``), so a producer started from a subdirectory
-    reads the project's file. None when there is none."""
-    named = os.environ.get(CONFIG_ENV)
-    if named:
-        return Path(named)
-    here = (start or Path.cwd()).resolve()
-    for folder in config_search_path(start):
-        candidate = folder / DEFAULT_CONFIG
-        if candidate.is_file():
-            return DEFAULT_CONFIG if folder == here and start is None else candidate
-    return None
-
-
-def config_search_path(start: Path | None = None) -> list[Path]:
-    """The directories :func:`default_config_path` looks in, nearest first."""
-    folder = (start or Path.cwd()).resolve()
-    looked = [folder]
-    while not any((folder / marker).exists() for marker in PROJECT_MARKERS) and folder.parent != folder:
-        folder = folder.parent
-        looked.append(folder)
-    return looked
-
-
-_ANNOUNCED: set[str] = set()
-"""The settings sources this process has logged (:func:`announce_source`): each is said once, not per load."""
-
-
-def describe_source(file: Path | None) -> str:
-    """Where settings come from, for logs and ``fair-router check``: the file, or that none was found."""
-    if file is not None:
-        return f"{file.resolve()}" + (f" (from ${CONFIG_ENV})" if os.environ.get(CONFIG_ENV) else "")
-    looked = config_search_path()
-    return (f"none found (${CONFIG_ENV} is not set, and there is no {DEFAULT_CONFIG} in {looked[0]} or its parents "
-            f"up to {looked[-1]}): defaults and FAIR_ROUTER_* variables only, so no job key has rules")
-
-
-def announce_source(file: Path | None, log: bool = True) -> str:
-    """Log once per process which settings file was read, or that none was found (a warning: jobs then go
-    to their base queues unthrottled, which is rarely what a process that loads settings wants). Returns the
-    text; ``log=False`` only marks it said (a command that prints it itself)."""
-    said = describe_source(file)
-    if said in _ANNOUNCED:
-        return said
-    _ANNOUNCED.add(said)
-    if not log:
-        return said
-    logger = logging.getLogger("fair_router.settings")
-    if file is None and not any(name.startswith("FAIR_ROUTER_") for name in os.environ):
-        logger.warning("fair-router settings: %s", said)
-    else:
-        logger.info("fair-router settings: %s", said)
-    return said
-
 
 class Settings(BaseSettings):
     """All fair-router settings. Build with :func:`load_settings` to get file-aware error messages."""
@@ -391,7 +333,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     """
     django = fair_router_setting() if path is None else None
     if django is not None:
-        return from_django(Settings, *django, overrides, announce=_ANNOUNCED)
+        return from_django(Settings, *django, overrides)
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
         raise SettingsError(f"fair-router settings file not found: {file}")

@@ -193,8 +193,7 @@ class FairQueue(RqQueueSeam):
         self.store.push([self._config.entry(job.id, job, at_front, listed=True)])
 
     def adopt(self, job: Job) -> bool:
-        """Seam hook: a rate-limited job rq 3.0's ``RateLimit`` admitted with a plain push joins its tenant's
-        FIFO instead of being served in list order, so fair order holds across admission (then pop again)."""
+        """Seam hook: a job rq 3.0's ``RateLimit`` admitted by a plain push joins its tenant's FIFO (fair order)."""
         if not job.has_rate_limit or tenant_of(job.meta, self.tenant_max_bytes) is None:
             return False
         self._handed_out.pop(job.id, None)
@@ -203,8 +202,7 @@ class FairQueue(RqQueueSeam):
     # -- pops, parks and holds ----------------------------------------------------------------------------
 
     def pop_fair(self, given: str = "") -> PopResult:
-        """Seam hook: one pop (``given``: an entry BLPOP already took off rq's list), acknowledging the jobs
-        this object handed out before."""
+        """Seam hook: one pop (``given``: an entry BLPOP took off rq's list), acking the jobs handed out before."""
         acks, self._handed_out = list(self._handed_out), {}
         result = self.store.pop(given, acks, self._config.charge == "runtime", self._config.claim_ms)
         if result.job_id is not None:

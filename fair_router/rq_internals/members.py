@@ -114,6 +114,17 @@ MEMBERS: tuple[RqMember, ...] = (
              "overridden (WeightedSimpleWorker): as BaseWorker.execute_job"),
     RqMember(WORKER, "increment_total_working_time", "(self, job_execution_time, pipeline)", "feature",
              "overridden: runtime-charged fair queues settle on rq's after-job pipeline"),
+    RqMember(WORKER, "bootstrap", "(self, logging_level, date_format, log_format)", "feature",
+             "overridden: the worker_starting hook (maxmemory-policy warning) once rq registered the worker; a "
+             "Redis that cannot serve ends the worker with exit status 1"),
+    RqMember(WORKER, "check_for_suspension", "(self, burst)", "feature",
+             "overridden: a Redis that cannot serve during rq's loop step ends the worker with exit status 1"),
+    RqMember(WORKER, "run_maintenance_tasks", "(self)", "feature",
+             "overridden: put off to the next interval while Redis is out of memory; unreachable past the grace "
+             "ends the worker with exit status 1"),
+    RqMember(WORKER, "_finalize_failure", "(self, job, queue, execution, exc_info)", "feature",
+             "called: a job whose stored tenant is no tenant id fails through rq's own failure path (callback, "
+             "exception handlers, retries, FailedJobRegistry) without running"),
     RqMember(WORKER, "teardown", "(self)", "feature",
              "overridden: counters written, the job heartbeat thread and the turn signal's handler ended"),
     RqMember(WORKER, "maintain_heartbeats", "(self, job, execution)", "feature",

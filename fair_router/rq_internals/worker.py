@@ -25,13 +25,7 @@ hook                                        called from (rq internals)
 ``worker_starting()``                       ``bootstrap``, once rq has set up logging and registered the worker
 ==========================================  ==================================================================
 
-A worker that cannot go on exits non-zero. rq's ``work`` loop ends on any exception but ``SystemExit`` and
-returns normally, so ``rq worker`` exits 0 and a supervisor restarting only on failure leaves it down. The
-seam runs rq's loop steps (``bootstrap``, ``check_for_suspension``, ``run_maintenance_tasks``, the fetch,
-``execute_job``, ``heartbeat``) under :meth:`RqWorkerSeam.exit_on_fatal_redis`: Redis unreachable past the
-client's retries (``redis_outage_grace``), a refused login, or Redis out of memory on a write that cannot be
-skipped ends the worker with a logged reason and ``SystemExit(1)``; a running work horse is killed first (its
-job stays in rq's StartedJobRegistry, handed back by crash recovery), and the teardown does not wait for Redis.
+A worker that cannot go on exits non-zero: :mod:`fair_router.rq_internals.fatal` (a base of ``RqWorkerSeam``).
 
 Its services: :meth:`~RqWorkerSeam.hold_warm_shutdown`, :meth:`~RqWorkerSeam.beat_running_jobs`,
 :meth:`~RqWorkerSeam.revive_scheduler`, :attr:`~RqWorkerSeam.exception_handlers` and :func:`rebuilt_as`.
@@ -39,50 +33,32 @@ Crash recovery's view of rq's StartedJobRegistry is in :mod:`fair_router.rq_inte
 interruptible job's turn and warm shutdown reaching a running job in :mod:`fair_router.rq_internals.turns`
 (whose ``TurnSeam`` is a base of ``RqWorkerSeam``, with three hooks of its own).
 
-Lean bookkeeping. Between two jobs rq writes the worker's heartbeat five times (after the job, with the
-suspension check, before the fetch, after it, and with the job's preparation), three of them as two round
-trips each (HSET, then EXPIRE), and writes the "idle" state twice: a third of the ~17 round trips between
-two jobs, which decide how long a job that arrives while every worker is busy waits, and how many jobs a
-worker gets through. The seam keeps what the heartbeat is for (the worker hash outlives the worker's next
-heartbeat) and drops the repeats: a heartbeat sent without a pipeline goes as one round trip (HSET and
-EXPIRE pipelined); it is skipped when another one set at least the same TTL less than
-:data:`HEARTBEAT_REPEAT` seconds ago (the worker key then expires at most that much earlier than rq would
-have let it); writing the state the worker is already in is skipped (only this worker writes its state).
-Heartbeats inside rq's own pipelines (job preparation, suspension check, job monitoring) go as rq sends
-them. Preparing a job sets a job-specific TTL, possibly in the work horse, whose heartbeats the worker
-process never sees; so every job ends with the last beat forgotten, and the plain heartbeat rq sends
-after it restores the worker's TTL.
+Lean bookkeeping between jobs (heartbeats and state writes without rq's repeats): docs/internals.md.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from types import TracebackType
 from typing import Any
 
-from redis.backoff import NoBackoff
 from redis.client import Pipeline
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
+from redis.exceptions import OutOfMemoryError
 from rq import Queue
 from rq.executions import Execution
 from rq.job import Job
 from rq.utils import now
 from rq.worker import WorkerStatus
 
+from fair_router.rq_internals.fatal import FatalRedisExits
+from fair_router.rq_internals.jobbeat import JobBeat
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.rq_internals.turns import ForkingTurnSeam, TurnSeam
-from fair_router.store.oom import OOM_FIX, call_riding_oom, execute_riding_oom, grace_of
-from fair_router.store.outage import redis_address
+from fair_router.store.oom import call_riding_oom, execute_riding_oom, grace_of
 
 logger = logging.getLogger("fair_router")
 
@@ -101,7 +77,7 @@ class JobNotStarted(Exception):
     raiser's ``execute_job`` catches it."""
 
 
-class RqWorkerSeam(TurnSeam):
+class RqWorkerSeam(TurnSeam, FatalRedisExits):
     """rq's worker with its internal entry points turned into hooks, and its bookkeeping between jobs lean."""
 
     # -- hooks (no-ops here) --------------------------------------------------------------------------------
@@ -113,9 +89,6 @@ class RqWorkerSeam(TurnSeam):
     def fetch_wait_cap(self) -> int | None:
         """The longest blocking fetch in whole seconds, or None for rq's ``dequeue_timeout``."""
         return None
-
-    def heartbeat_due(self) -> None:
-        """The worker process sent a heartbeat of its own: time for duties done once per beat."""
 
     def running_job_beat(self) -> None:
         """An in-process worker's running job was heartbeated from its thread (a long job must not hold back
@@ -133,79 +106,6 @@ class RqWorkerSeam(TurnSeam):
 
     def worker_stopping(self) -> None:
         """The worker process is tearing down (not called in a work horse)."""
-
-    def worker_starting(self) -> None:
-        """rq's bootstrap is done (logging set up, the worker registered), before the first fetch."""
-
-    # -- a worker that cannot go on (see the module docstring) ---------------------------------------------
-
-    _fatal: BaseException | None = None
-    """The Redis error that ends this worker (then its teardown does not wait for Redis)."""
-
-    @contextmanager
-    def exit_on_fatal_redis(self) -> Iterator[None]:
-        """Turn a Redis error the worker cannot go on from into ``SystemExit(1)`` (in the worker process; a work
-        horse's errors are rq's to handle): Redis unreachable after the client's retries, a refused login, Redis
-        out of memory. Logs the cause and the fix, and kills a running work horse first."""
-        try:
-            yield
-        except (RedisConnectionError, RedisTimeoutError, OutOfMemoryError) as exc:
-            if self.is_horse or self._fatal is not None:
-                raise
-            self._fatal = exc
-            self.log.error("Worker %s: %s; exiting with status 1", self.name, self._fatal_reason(exc))
-            if self.horse_pid:
-                self.kill_horse(signal.SIGKILL)
-            raise SystemExit(1) from exc
-
-    def _fatal_reason(self, exc: BaseException) -> str:
-        where, grace = redis_address(self.connection), grace_of(self.connection)
-        if isinstance(exc, OutOfMemoryError):
-            return (f"Redis at {where} is out of memory (OOM: maxmemory reached under noeviction) and refused a "
-                    f"write the worker cannot skip, or could wait no longer than redis_outage_grace ({grace:g} s) "
-                    f"for ({exc}); {OOM_FIX}")
-        if isinstance(exc, RedisConnectionError) and "auth" in type(exc).__name__.lower():
-            return f"Redis at {where} refused the worker's login ({type(exc).__name__}: {exc}); fix the credentials"
-        return (f"Redis at {where} unreachable past redis_outage_grace ({grace:g} s; {type(exc).__name__}: {exc}); "
-                "bring Redis back, or raise redis_outage_grace to ride longer outages")
-
-    _duties_put_off = False
-
-    def beat_duties(self) -> None:
-        """``heartbeat_due``, put off to the next beat while Redis is out of memory (crash recovery, start records
-        and fairness marks can wait; each is made to be repeated); warned about once per stretch."""
-        try:
-            self.heartbeat_due()
-        except OutOfMemoryError as exc:
-            if not self._duties_put_off:
-                self.log.warning("Worker %s: heartbeat duties (crash recovery, start records, fairness marks) put "
-                                 "off: Redis at %s is out of memory (%s); %s", self.name,
-                                 redis_address(self.connection), exc, OOM_FIX)
-            self._duties_put_off = True
-        else:
-            self._duties_put_off = False
-
-    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
-        """rq's (logging, registration), then ``worker_starting``; a Redis that cannot serve ends the worker."""
-        with self.exit_on_fatal_redis():
-            super().bootstrap(*args, **kwargs)
-            self.worker_starting()
-
-    def check_for_suspension(self, burst: bool) -> None:
-        """rq's, under :meth:`exit_on_fatal_redis`."""
-        with self.exit_on_fatal_redis():
-            super().check_for_suspension(burst)
-
-    def run_maintenance_tasks(self) -> None:
-        """rq's, under :meth:`exit_on_fatal_redis`; put off to the next ``maintenance_interval`` while Redis is out of
-        memory (registry cleaning can wait, and is made to be repeated)."""
-        with self.exit_on_fatal_redis():
-            try:
-                super().run_maintenance_tasks()  # type: ignore[no-untyped-call]
-            except OutOfMemoryError as exc:
-                self.last_cleaned_at = now()  # type: ignore[assignment]  # rq types it None
-                self.log.warning("Worker %s: maintenance put off: Redis at %s is out of memory (%s); %s", self.name,
-                                 redis_address(self.connection), exc, OOM_FIX)
 
     # -- services -------------------------------------------------------------------------------------------
 
@@ -406,20 +306,11 @@ class RqWorkerSeam(TurnSeam):
         error skips ``worker_stopping`` (its pending start records and counters are dropped) and says goodbye
         (rq's register_death) once, without waiting for Redis."""
         if self._fatal is not None and not self.is_horse:
-            self._teardown_without_redis()
+            self.teardown_without_redis()
             return
         if not self.is_horse:
             self.worker_stopping()
         super().teardown()  # type: ignore[no-untyped-call]
-
-    def _teardown_without_redis(self) -> None:
-        self.connection.set_retry(Retry(NoBackoff(), 0))
-        try:
-            super().teardown()  # type: ignore[no-untyped-call]
-        except RedisError as exc:
-            self.log.warning("Worker %s: could not register its death (%s); it expires with its heartbeat",
-                             self.name, exc)
-
 
 class ForkingWorkerSeam(ForkingTurnSeam, RqWorkerSeam):
     """For rq's forking Worker: the worker process also takes its heartbeat duties at each heartbeat of the job
@@ -470,54 +361,6 @@ class InProcessWorkerSeam(RqWorkerSeam):
         if execution is not None:
             self.maintain_heartbeats(job, execution)
             self.running_job_beat()
-
-
-class JobBeat:
-    """Heartbeats the job an in-process worker is running, from one background thread per worker.
-
-    The thread calls ``beat(job)`` every ``every`` seconds while a job is followed; one thread serves every
-    job of the worker, so a job costs a few lock acquisitions, not a thread.
-    """
-
-    def __init__(self, every: float, beat: Callable[[Job], None]) -> None:
-        self.every = every
-        self._beat = beat
-        self._job: Job | None = None
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def follow(self, job: Job) -> None:
-        """Heartbeat ``job`` from now on (the first beat within ``every`` seconds)."""
-        with self._lock:
-            self._job = job
-            if self._thread is None:
-                self._closed = threading.Event()
-                self._thread = threading.Thread(target=self._run, args=(self._closed,), name="fair-router-job-beat",
-                                                daemon=True)
-                self._thread.start()
-
-    def stop(self) -> None:
-        """No more beats for the current job; returns after a beat in flight has landed."""
-        with self._lock:
-            self._job = None
-
-    def close(self) -> None:
-        """End the thread (the worker is stopping); a later ``follow`` starts a new one."""
-        with self._lock:
-            self._job = None
-            self._closed.set()
-            self._thread = None
-
-    def _run(self, closed: threading.Event) -> None:
-        while not closed.wait(self.every):
-            with self._lock:
-                if self._job is None:
-                    continue
-                try:
-                    self._beat(self._job)
-                except Exception:
-                    logger.warning("heartbeat of job %s failed", self._job.id, exc_info=True)
 
 
 def rebuilt_as(queue_class: type[Queue], queue: Queue, **extra: Any) -> Queue:

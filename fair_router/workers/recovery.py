@@ -24,7 +24,7 @@ What "no heartbeat" means
     own deadline (the score) has passed. For that to mean "dead", live workers must heartbeat running jobs
     more often: ours do every ``abandon_after / 3`` (whole seconds, at least 1). The forking worker runs
     rq's job monitoring that often; rq's SimpleWorker sends no heartbeat at all while a job runs, so the
-    weighted one beats from a thread (``JobBeat`` in :mod:`fair_router.rq_internals.worker`). rq's own
+    weighted one beats from a thread (``JobBeat`` in :mod:`fair_router.rq_internals.jobbeat`). rq's own
     forking Worker beats every ``job_monitoring_interval`` (30 s): fine beside the default ``abandon_after``
     of 60 s. rq's plain SimpleWorker must not serve the same queues with jobs longer than ``abandon_after``.
 

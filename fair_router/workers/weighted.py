@@ -53,7 +53,7 @@ from fair_router.config.settings import Settings, load_settings
 from fair_router.controls.concurrency import Lease
 from fair_router.core.jobmeta import META_SYSTEM
 from fair_router.core.keys import Keys
-from fair_router.core.tenancy import InvalidStoredTenant, stored_tenant, usable_tenant
+from fair_router.core.tenancy import InvalidStoredTenant, stored_tenant
 from fair_router.core.validation import QueueWeight
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
@@ -71,6 +71,7 @@ from fair_router.workers.serverwatch import warn_about_server_settings
 from fair_router.workers.setup import build_gate, on_rq_slot, validate_weights, weight_of, with_fair_queues
 from fair_router.workers.startride import StartRefused, StartRide
 from fair_router.workers.turnaway import turn_away
+from fair_router.workers.unparking import Unparker
 
 
 class WeightedFetchMixin(FollowsFairnessMarks):
@@ -117,6 +118,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             [(queue, listed.get(queue.name, 1.0)) for queue in self.queues] if listed else None
         )
         self.gate = build_gate(self.connection, settings)
+        self.unparker = Unparker(self.fair_queues, self.gate, self.connection, settings)
         # None when concurrency limits are off (the gate then takes no slots): what rq-facing code checks.
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
         self.start_recorder = (StartRecorder(self.state_connection, Keys(settings.prefix), settings.observe,
@@ -181,7 +183,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             self._rate_hold = (queue, tenant, admission.next_ms)  # rides rq's job-start MULTI (job_started)
         if lease is not None:
             with self.gate.limiter.keep_alive(lease, also=partial(self._slot_freed, lease),
-                                              wake=partial(self._wake_parked, lease.tenant, lease.job_id)):
+                                              wake=partial(self.unparker.wake_parked, lease.tenant, lease.job_id)):
                 super().execute_job(job, queue)
         elif admission.admitted:
             super().execute_job(job, queue)
@@ -215,34 +217,8 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         """Queued on the slot's release: unpark the tenant in this worker's fair queues (its job's claim
         ends there, lua/lib/claims.lua), and send the heartbeat rq's loop sends after every job here, in the
         same round trip (rq's own is then skipped as a repeat, see fair_router.rq_internals.worker)."""
-        self._unpark(lease.tenant, pipe, lease.job_id)
+        self.unparker.unpark(lease.tenant, pipe, lease.job_id)
         self.heartbeat(pipeline=pipe)
-
-    def _unpark(self, tenant: str, pipe: Pipeline, job_id: str = "") -> None:
-        limit = self.gate.limiter.tiers.profile(tenant).limit if self.gate.slots else None
-        for queue in self.fair_queues:
-            queue.unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
-
-    def _wake_parked(self, tenant: str, job_id: str, names: list[str], pipe: Pipeline) -> None:
-        """The released slot's tenant was parked at its limit in fair queues ``names`` (lua/release.lua): unpark
-        it in those this worker does not serve (its own were unparked with the release, in ``_slot_freed``), so
-        a release reaches every fair queue where the tenant waits, whichever worker serves it, or none does."""
-        own = {queue.name for queue in self.fair_queues}
-        limit = self.gate.limiter.tiers.profile(tenant).limit if self.gate.slots else None
-        for name in names:
-            if name not in own:
-                self._other_fair_queue(name).unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
-
-    _others: dict[str, FairQueue] | None = None
-    """Fair queues this worker does not serve, by name, built once each to unpark tenants there."""
-
-    def _other_fair_queue(self, name: str) -> FairQueue:
-        if self._others is None:
-            self._others = {}
-        queue = self._others.get(name)
-        if queue is None:
-            queue = self._others[name] = FairQueue(name, connection=self.connection, settings=self.settings)
-        return queue
 
     def job_started(self, job: Job, pipeline: Pipeline) -> None:
         """The job's start record (:mod:`fair_router.observe.recorder`) and the park of a tenant whose rate
@@ -276,7 +252,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             if lease is not None:
                 ride.leases.enter_context(self.gate.limiter.keep_alive(
                     lease, also=partial(self._slot_freed, lease),
-                    wake=partial(self._wake_parked, lease.tenant, lease.job_id)))
+                    wake=partial(self.unparker.wake_parked, lease.tenant, lease.job_id)))
             if self.start_recorder is not None:
                 self.start_recorder.note(job)
             return
@@ -323,25 +299,17 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         handed_back = self.recovery.run(
             self.queues,
             exception_handlers=self.exception_handlers,
-            on_abandoned=self._free_abandoned_slot,
+            on_abandoned=self.unparker.reclaim,
             death_penalty_class=self.death_penalty_class,
         )
         if self.recovery.last_turns:
             self.revive_scheduler()
         return handed_back
 
-    def _free_abandoned_slot(self, job: Job) -> None:
-        """A job handed back frees its tenant's slot now rather than when its lease expires."""
-        tenant = usable_tenant(job.meta, self.settings.tenant_max_bytes)  # an unusable one took no slot
-        if self.limiter is not None and tenant is not None and not job.meta.get(META_SYSTEM):
-            self.limiter.reclaim(tenant, job.id, also=partial(self._unpark, tenant, job_id=job.id),
-                                 wake=partial(self._wake_parked, tenant, job.id))
-
     # -- start and stop -------------------------------------------------------------------------------------
 
     def worker_starting(self) -> None:
-        """Warn about a Redis that may evict keys (:mod:`fair_router.workers.serverwatch`)."""
-        warn_about_server_settings(self)
+        warn_about_server_settings(self)  # a Redis that may evict keys (fair_router.workers.serverwatch)
 
     def worker_stopping(self) -> None:
         """Write the gathered start records and the limiter's pending counters before the worker goes; look for

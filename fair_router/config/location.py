@@ -1,0 +1,76 @@
+"""Where settings come from: the search for the settings file (``$FAIR_ROUTER_CONFIG``, then ``fair_router.yaml``
+in the working directory and its parents up to the project's root), and the one log line per process naming
+what was read, or that nothing was found."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+CONFIG_ENV = "FAIR_ROUTER_CONFIG"
+DEFAULT_CONFIG = Path("fair_router.yaml")
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+"""A directory holding one of these is a project's root: the search for ``fair_router.yaml`` stops there."""
+
+
+def default_config_path(start: Path | None = None) -> Path | None:
+    """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else the first ``fair_router.yaml`` in the working
+    directory (``start``) or one of its parents, up to the project's root (the first directory holding a
+    ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``), so a producer started from a subdirectory
+    reads the project's file. None when there is none."""
+    named = os.environ.get(CONFIG_ENV)
+    if named:
+        return Path(named)
+    here = (start or Path.cwd()).resolve()
+    for folder in config_search_path(start):
+        candidate = folder / DEFAULT_CONFIG
+        if candidate.is_file():
+            return DEFAULT_CONFIG if folder == here and start is None else candidate
+    return None
+
+
+def config_search_path(start: Path | None = None) -> list[Path]:
+    """The directories :func:`default_config_path` looks in, nearest first."""
+    folder = (start or Path.cwd()).resolve()
+    looked = [folder]
+    while not any((folder / marker).exists() for marker in PROJECT_MARKERS) and folder.parent != folder:
+        folder = folder.parent
+        looked.append(folder)
+    return looked
+
+
+_SAID: set[str] = set()
+"""The settings sources this process has logged: each is said once, not at every load."""
+
+
+def first_time(said: str) -> bool:
+    """True the first time this process says ``said`` (a settings source), False after."""
+    if said in _SAID:
+        return False
+    _SAID.add(said)
+    return True
+
+
+def describe_source(file: Path | None) -> str:
+    """Where settings come from, for logs and ``fair-router check``: the file, or that none was found."""
+    if file is not None:
+        return f"{file.resolve()}" + (f" (from ${CONFIG_ENV})" if os.environ.get(CONFIG_ENV) else "")
+    looked = config_search_path()
+    return (f"none found (${CONFIG_ENV} is not set, and there is no {DEFAULT_CONFIG} in {looked[0]} or its parents "
+            f"up to {looked[-1]}): defaults and FAIR_ROUTER_* variables only, so no job key has rules")
+
+
+def announce_source(file: Path | None, log: bool = True) -> str:
+    """Log once per process which settings file was read, or that none was found (a warning: jobs then go
+    to their base queues unthrottled, which is rarely what a process that loads settings wants). Returns the
+    text; ``log=False`` only marks it said (a command that prints it itself)."""
+    said = describe_source(file)
+    if not first_time(said) or not log:
+        return said
+    logger = logging.getLogger("fair_router.settings")
+    if file is None and not any(name.startswith("FAIR_ROUTER_") for name in os.environ):
+        logger.warning("fair-router settings: %s", said)
+    else:
+        logger.info("fair-router settings: %s", said)
+    return said

@@ -1,0 +1,59 @@
+"""The heartbeat thread of an in-process worker's running job (rq's SimpleWorker sends none while a job runs)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from rq.job import Job
+
+logger = logging.getLogger("fair_router")
+
+
+class JobBeat:
+    """Heartbeats the job an in-process worker is running, from one background thread per worker.
+
+    The thread calls ``beat(job)`` every ``every`` seconds while a job is followed; one thread serves every
+    job of the worker, so a job costs a few lock acquisitions, not a thread.
+    """
+
+    def __init__(self, every: float, beat: Callable[[Job], None]) -> None:
+        self.every = every
+        self._beat = beat
+        self._job: Job | None = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def follow(self, job: Job) -> None:
+        """Heartbeat ``job`` from now on (the first beat within ``every`` seconds)."""
+        with self._lock:
+            self._job = job
+            if self._thread is None:
+                self._closed = threading.Event()
+                self._thread = threading.Thread(target=self._run, args=(self._closed,), name="fair-router-job-beat",
+                                                daemon=True)
+                self._thread.start()
+
+    def stop(self) -> None:
+        """No more beats for the current job; returns after a beat in flight has landed."""
+        with self._lock:
+            self._job = None
+
+    def close(self) -> None:
+        """End the thread (the worker is stopping); a later ``follow`` starts a new one."""
+        with self._lock:
+            self._job = None
+            self._closed.set()
+            self._thread = None
+
+    def _run(self, closed: threading.Event) -> None:
+        while not closed.wait(self.every):
+            with self._lock:
+                if self._job is None:
+                    continue
+                try:
+                    self._beat(self._job)
+                except Exception:
+                    logger.warning("heartbeat of job %s failed", self._job.id, exc_info=True)

@@ -1,0 +1,59 @@
+"""Where a released slot ends its tenant's parks: in the worker's own fair queues, on the release's round trip
+(the job's claim ends there, lua/lib/claims.lua), and in every other fair queue where a refused start parked the
+tenant until a release (lua/release.lua hands those back with the slot), whichever worker serves it, or none.
+Crash recovery frees an abandoned job's slot here too."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from redis import Redis
+from redis.client import Pipeline
+from rq.job import Job
+
+from fair_router.config.settings import Settings
+from fair_router.controls.gate import TenantGate
+from fair_router.core.jobmeta import META_SYSTEM
+from fair_router.core.tenancy import usable_tenant
+from fair_router.fairqueue.queue import FairQueue
+
+
+class Unparker:
+    """Ends a tenant's parks when its slot is released. ``own``: the worker's fair queues (the list itself, which
+    grows as queues are marked fair)."""
+
+    def __init__(self, own: list[FairQueue], gate: TenantGate, connection: Redis, settings: Settings) -> None:
+        self.own, self.gate, self.connection, self.settings = own, gate, connection, settings
+        self._others: dict[str, FairQueue] = {}  # fair queues the worker does not serve, built once each
+
+    def unpark(self, tenant: str, pipe: Pipeline, job_id: str = "") -> None:
+        """Unpark ``tenant`` in the worker's own fair queues (queued on the release's pipeline)."""
+        limit = self._limit(tenant)
+        for queue in self.own:
+            queue.unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
+
+    def wake_parked(self, tenant: str, job_id: str, names: list[str], pipe: Pipeline) -> None:
+        """``tenant`` was parked at its limit in fair queues ``names``: unpark it in those the worker does not
+        serve (its own were unparked with the release)."""
+        own = {queue.name for queue in self.own}
+        limit = self._limit(tenant)
+        for name in names:
+            if name not in own:
+                self._other(name).unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
+
+    def reclaim(self, job: Job) -> None:
+        """A job crash recovery handed back frees its tenant's slot now rather than when its lease expires, and
+        ends the tenant's parks as a release does."""
+        tenant = usable_tenant(job.meta, self.settings.tenant_max_bytes)  # an unusable one took no slot
+        if self.gate.slots and tenant is not None and not job.meta.get(META_SYSTEM):
+            self.gate.limiter.reclaim(tenant, job.id, also=partial(self.unpark, tenant, job_id=job.id),
+                                      wake=partial(self.wake_parked, tenant, job.id))
+
+    def _limit(self, tenant: str) -> int | None:
+        return self.gate.limiter.tiers.profile(tenant).limit if self.gate.slots else None
+
+    def _other(self, name: str) -> FairQueue:
+        queue = self._others.get(name)
+        if queue is None:
+            queue = self._others[name] = FairQueue(name, connection=self.connection, settings=self.settings)
+        return queue
