@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, cast
@@ -29,6 +30,17 @@ from fair_router.store.fair_scripts import PopKind, PopResult
 STALLED_POLL = 1.0
 """Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id
 rq's internals push there wakes nobody)."""
+
+
+class FetchClock(threading.local):
+    """When the blocking wait of this thread's last fetch (:meth:`RqQueueSeam.dequeue_any`) ended
+    (``time.perf_counter()``), None when it found a job without waiting: the worker's time on a job excludes
+    its idle wait (``RqWorkerSeam.worker_seconds``)."""
+
+    waited_until: float | None = None
+
+
+FETCH_CLOCK = FetchClock()
 
 
 class RqPush(NamedTuple):
@@ -235,6 +247,7 @@ class RqQueueSeam(Queue):
         if timeout == 0:
             raise ValueError("RQ does not support indefinite timeouts. Please pick a timeout value > 0")
         queues = list(queues)
+        FETCH_CLOCK.waited_until = None
         job_cls: type[Job] = backend_class(cls, "job_class", override=job_class)
         deadline = None if timeout is None else time.monotonic() + timeout
         by_key = {queue.key: queue for queue in queues}
@@ -264,6 +277,7 @@ class RqQueueSeam(Queue):
                 block = min(block, STALLED_POLL)
             keys = [cast(RqQueueSeam, by_key[key]).wake_key if key in stalled else key for key in by_key]
             popped = connection.blpop(keys, max(0.01, block))
+            FETCH_CLOCK.waited_until = time.perf_counter()
             if popped is None:
                 if block >= left:
                     raise DequeueTimeout(timeout, list(by_key))
