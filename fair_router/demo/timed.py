@@ -21,7 +21,7 @@ from rq.job import Job
 from rq.queue import Queue
 
 from fair_router.demo.metrics import JobTiming
-from fair_router.rq_internals.queue import FETCH_CLOCK
+from fair_router.rq_internals.jobclock import FETCH_CLOCK
 from fair_router.workers.weighted import WeightedSimpleWorker
 
 SPANS = "fair_router_flood:worker_spans"  # LIST of JSON [tenant, taken (epoch s), worker s, cycle s]

@@ -65,7 +65,9 @@ Worker side (:mod:`fair_router.rq_internals.worker`; StartedJobRegistry: :mod:`f
     - ``BaseWorker.prepare_job_execution``: its ``LREM`` from the intermediate list is dropped when the worker
       dequeues through the seam's ``dequeue_any``, which never puts a job there.
     - ``BaseWorker.increment_total_working_time``: rq's after-job pipeline with the run time; runtime-charged
-      fair queues settle there (hook ``job_ended``).
+      fair queues settle there (hook ``job_ended``) with the worker's time on the job, timed from the fetch
+      (``dequeue_job_and_maintain_ttl``; the seam's ``dequeue_any`` notes its blocking wait) through
+      ``execute_job`` (:mod:`fair_router.rq_internals.jobclock`).
     - ``BaseWorker.teardown``: pending counters are written when the worker process stops (hook
       ``worker_stopping``).
     - ``_state``: set to busy in memory before the tenant checks, so that SIGTERM waits (warm shutdown) for a

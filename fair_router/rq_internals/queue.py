@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, cast
@@ -25,22 +24,12 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
+from fair_router.rq_internals.jobclock import FETCH_CLOCK
 from fair_router.store.fair_scripts import PopKind, PopResult
 
 STALLED_POLL = 1.0
 """Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id
 rq's internals push there wakes nobody)."""
-
-
-class FetchClock(threading.local):
-    """When the blocking wait of this thread's last fetch (:meth:`RqQueueSeam.dequeue_any`) ended
-    (``time.perf_counter()``), None when it found a job without waiting: the worker's time on a job excludes
-    its idle wait (``RqWorkerSeam.worker_seconds``)."""
-
-    waited_until: float | None = None
-
-
-FETCH_CLOCK = FetchClock()
 
 
 class RqPush(NamedTuple):
@@ -247,7 +236,7 @@ class RqQueueSeam(Queue):
         if timeout == 0:
             raise ValueError("RQ does not support indefinite timeouts. Please pick a timeout value > 0")
         queues = list(queues)
-        FETCH_CLOCK.waited_until = None
+        FETCH_CLOCK.waited_until = None  # the worker's time on the job excludes a blocking wait (jobclock.py)
         job_cls: type[Job] = backend_class(cls, "job_class", override=job_class)
         deadline = None if timeout is None else time.monotonic() + timeout
         by_key = {queue.key: queue for queue in queues}

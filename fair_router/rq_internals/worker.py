@@ -21,8 +21,7 @@ hook                                        called from (rq internals)
                                             runs (it may raise :class:`JobNotStarted`)
 ``job_ended(job, queue, seconds, pipe)``    ``increment_total_working_time``: rq's after-job pipeline, however
                                             the job ended (success, failure, retry; horse or worker);
-                                            ``seconds`` is the worker's time on the job
-                                            (:meth:`~RqWorkerSeam.worker_seconds`)
+                                            ``seconds``: the worker's time on the job (jobclock.py)
 ``worker_stopping()``                       ``teardown``, in the worker process (never in the work horse)
 ==========================================  ==================================================================
 
@@ -54,6 +53,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from redis.client import Pipeline
@@ -62,7 +62,8 @@ from rq.executions import Execution
 from rq.job import Job
 from rq.worker import WorkerStatus
 
-from fair_router.rq_internals.queue import FETCH_CLOCK, RqQueueSeam
+from fair_router.rq_internals.jobclock import JobClock
+from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.rq_internals.turns import ForkingTurnSeam, TurnSeam
 
 logger = logging.getLogger("fair_router")
@@ -178,7 +179,7 @@ class RqWorkerSeam(TurnSeam):
         """rq's, with the first order drawn and the blocking wait capped. Overridden because rq has no hook for
         either: it calls ``reorder_queues`` only after a dequeue (never before the first fetch), and it blocks
         for ``dequeue_timeout`` (re-issuing the fetch with the same order on each idle timeout)."""
-        self._fetch_began = time.perf_counter()
+        self.job_clock.fetching()
         if not self._order_drawn:
             self._draw_fetch_order()
         cap = self.fetch_wait_cap()
@@ -248,65 +249,34 @@ class RqWorkerSeam(TurnSeam):
     _running: tuple[Job, Queue] | None = None
     """The job this worker (or its work horse, a fork of it) runs, and the queue it came from."""
 
-    _taken_at: float | None = None
-    """``time.perf_counter()`` when the worker's time on the running job began (:meth:`worker_seconds`)."""
-
-    _ended_at: float | None = None
-    """``time.perf_counter()`` when the running job's end was handed to ``job_ended``."""
-
-    _fetch_began: float | None = None
-    """``time.perf_counter()`` when the worker's last fetch (``dequeue_job_and_maintain_ttl``) began."""
-
-    _after_job: float = 0.0
-    """How long the last job's ``execute_job`` went on after its ``job_ended`` (rq's after-job transaction
-    sent, the idle state written)."""
+    @cached_property
+    def job_clock(self) -> JobClock:
+        """The worker's time on the job it runs (``job_ended``'s seconds)."""
+        return JobClock()
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        """rq's, with the job noted while it runs (for ``job_ended``); the job's own heartbeat TTL then makes
-        the next plain heartbeat due."""
+        """rq's, with the job noted while it runs (for ``job_ended``, with the worker's time on it); the job's
+        own heartbeat TTL then makes the next plain heartbeat due."""
         self._running = (job, queue)
-        self._taken_at, self._ended_at = self._time_began(), None
+        self.job_clock.take(timed_fetch=self._seam_dequeued)
         try:
             super().execute_job(job, queue)
         finally:
-            if self._ended_at is not None:
-                self._after_job = time.perf_counter() - self._ended_at
-            self._running = self._taken_at = self._ended_at = None
+            self.job_clock.done()
+            self._running = None
             self._last_beat = None
             self._seam_dequeued = False
-
-    def _time_began(self) -> float:
-        """When the worker's time on the job it takes up now began: as the fetch that found it began, or when
-        that fetch's blocking wait ended, when it went through a seam queue class (which notes its wait,
-        FETCH_CLOCK); else now."""
-        now = time.perf_counter()
-        if not self._seam_dequeued or self._fetch_began is None:
-            return now
-        waited = FETCH_CLOCK.waited_until
-        return self._fetch_began if waited is None else min(now, max(self._fetch_began, waited))
-
-    def worker_seconds(self, run_seconds: float) -> float:
-        """The worker's time on the running job: from the start of the fetch that found it (a blocking wait for
-        work left out) to its after-job writes done, rq's per-job bookkeeping included (the job-start
-        transaction with the start checks, the status writes, the result, the after-job transaction): a few
-        ms, as much as a short job runs. The after-job writes are still to be sent when the job's end is
-        reported: they count as long as the last job's took. ``run_seconds`` (rq's ended_at - started_at)
-        where the job was not taken up in this process (a work horse)."""
-        if self._taken_at is None:
-            return run_seconds
-        self._ended_at = time.perf_counter()
-        return max(run_seconds, self._ended_at - self._taken_at + self._after_job)
 
     def increment_total_working_time(self, job_execution_time: timedelta, pipeline: Pipeline) -> None:
         """rq adds each job's run time (ended_at - started_at) to the worker's stats here, on the pipeline of
         its after-job writes, whichever way the job ended (in the work horse, or in the worker when the horse
         died): the one place that sees the job's end with a pipeline, so ``job_ended`` is called from it, with
-        the worker's time on the job (:meth:`worker_seconds`)."""
+        the worker's time on the job (jobclock.py; rq's run time in a work horse)."""
         super().increment_total_working_time(job_execution_time, pipeline)
         running = self._running
         if running is not None:
-            self.job_ended(running[0], running[1], self.worker_seconds(job_execution_time.total_seconds()),
-                           pipeline)
+            seconds = self.job_clock.seconds(job_execution_time.total_seconds())
+            self.job_ended(running[0], running[1], seconds, pipeline)
 
     def teardown(self) -> None:
         """``worker_stopping``, then rq's teardown (in a work horse: rq's only)."""
