@@ -4,6 +4,7 @@ real redis-server, with real in-process workers where the shares are measured.""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import cast
 
@@ -11,6 +12,7 @@ import fair_jobs
 import pytest
 from redis import Redis
 from rq.job import Job
+from rq.registry import FinishedJobRegistry
 
 from fair_router import FairQueue, Settings, WeightedSimpleWorker
 from fair_router.config.settings import SettingsError, TiersConfig, load_settings
@@ -298,3 +300,22 @@ def test_the_listing_is_the_serving_order_with_runtime_charging(conn: Redis) -> 
     assert popped == listed
     tenants = [Job.fetch(cast(str, job_id), connection=conn).meta["fair_tenant"] for job_id in listed[:10]]
     assert tenants.count("b") >= 7, tenants  # not the alternation job charging would list
+
+
+def test_the_charge_is_the_workers_time_on_the_job_without_its_idle_wait(conn: Redis) -> None:
+    """The settled time is the worker's own on the job: at least the run rq stamps (the start and after-job
+    transactions come on top), and not the second the worker waited, blocked, for the job to arrive."""
+    q = queue(conn, name="waited")
+    worker = WeightedSimpleWorker([q], connection=conn, settings=Settings(prefix=PREFIX, fair_charge="runtime"))
+    wait = 1.0
+    timer = threading.Timer(wait, lambda: [q.enqueue(fair_jobs.log, "w", i, fair_tenant="w") for i in range(2)])
+    timer.start()
+    try:
+        worker.work(burst=False, max_jobs=1, logging_level="WARNING")  # blocks until the jobs arrive
+    finally:
+        timer.join()
+    done = Job.fetch_many(FinishedJobRegistry(q.name, connection=conn).get_job_ids(), connection=conn)
+    assert len(done) == 1 and done[0] is not None and done[0].started_at and done[0].ended_at
+    run = (done[0].ended_at - done[0].started_at).total_seconds()
+    charged = float(conn.hget(q.fair_keys.runtimes, "w|fair_jobs.log") or 0)  # its second job still waits
+    assert run <= charged < wait / 2, (run, charged)

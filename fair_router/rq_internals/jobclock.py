@@ -50,7 +50,8 @@ class JobClock:
 
     def seconds(self, run_seconds: float) -> float:
         """The worker's time on the running job, its after-job writes (not yet sent) as long as the last job's;
-        ``run_seconds`` (rq's measure) when the job was not taken up by this clock (a work horse)."""
+        ``run_seconds`` (rq's measure) when the job was not taken up by this clock (a spawned work horse; a
+        forked one has its parent's clock, so its time counts from the parent's fetch, the fork included)."""
         if self.taken_at is None:
             return run_seconds
         self.ended_at = time.perf_counter()

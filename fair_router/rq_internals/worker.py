@@ -271,7 +271,7 @@ class RqWorkerSeam(TurnSeam):
         """rq adds each job's run time (ended_at - started_at) to the worker's stats here, on the pipeline of
         its after-job writes, whichever way the job ended (in the work horse, or in the worker when the horse
         died): the one place that sees the job's end with a pipeline, so ``job_ended`` is called from it, with
-        the worker's time on the job (jobclock.py; rq's run time in a work horse)."""
+        the worker's time on the job (jobclock.py; rq's run time in a spawned work horse)."""
         super().increment_total_working_time(job_execution_time, pipeline)
         running = self._running
         if running is not None:
