@@ -2,7 +2,7 @@
 -- paused (until `until_ms`, a later bound it has stays), or (paced) a start of a tenant with a rate of its
 -- own was admitted: parked exactly until its rate allows its next start, or unparked when that is now. The
 -- start report also marks it paced (lib/claims.lua): pops park it after each take until the next report.
--- include: fair_keys, time, stride, claims
+-- include: fair_keys, time, stride, claims, forget
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     tenant (encoded), until_ms, paced ('1' = a paced tenant's start report, '0' = a pause), now_ms
 --          ('' = server TIME)
@@ -11,7 +11,10 @@ local tenant, until_ms, paced = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local now_ms = clock_ms(ARGV[4])
 
 if paced then report_pace(tenant, now_ms) end
-if not has_waiting(tenant) then return 0 end
+if not has_waiting(tenant) then
+  forget(tenant)  -- nothing waiting, claimed or parked here: its pace goes (lib/forget.lua)
+  return 0
+end
 if not paced then
   hold(tenant, until_ms, 0)
 elseif not under_limit(tenant) then  -- parked at its concurrency limit too: that park ends at a release

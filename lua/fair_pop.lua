@@ -4,7 +4,7 @@
 -- pass, the head entry's own tenant first), whose id the head entry then replaces on the list (LSET at its
 -- recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, serve, stale
+-- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -34,7 +34,7 @@ local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- choose()'s
 local due = tonumber(st[3] or '')
 if due and due <= now_ms then
   for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', parked, '-inf', now_ms, 'LIMIT', 0, 64)) do
-    end_park(tenant)
+    if not end_park(tenant) then forget(tenant) end  -- nothing waits: its limit and pace go (lib/forget.lua)
   end
   sweep_claims(now_ms)
   local next_due = first_park_end()

@@ -2,7 +2,7 @@
 -- tenant's pass an estimate / weight; replace that with the real cost: the measured run time, or the
 -- declared cost when the queue trusts declared costs. Also folds the measured time into the recent means
 -- the next pops estimate from. Sent in the worker's own after-job pipeline (no round trip of its own).
--- include: fair_keys, time, charge
+-- include: fair_keys, time, stride, charge
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     now_ms ('' = server TIME), job_id, measured (seconds the job ran; '' = its worker died: charge
 --          the time from its pop until now, and learn nothing from it), trust ('1' = a declared cost is
@@ -29,6 +29,9 @@ if measured then
     if mean then mean = mean + ALPHA * (measured - mean) else mean = measured end
     redis.call('HSET', runtimes, field, mean)
   end
+  -- A tenant with nothing waiting here needs no estimate until its next push (which falls back to its
+  -- function's mean): its own mean goes, so the means stay bounded by the tenants active (lib/forget.lua).
+  if not has_waiting(tenant) then redis.call('HDEL', runtimes, tenant .. '|' .. func) end
   if redis.call('HLEN', runtimes) > MAX_MEANS then
     for _, field in ipairs(redis.call('HRANDFIELD', runtimes, 2)) do
       if string.sub(field, 1, 2) ~= '*|' then redis.call('HDEL', runtimes, field) end
@@ -51,6 +54,6 @@ elseif delta > 0 then
   -- from the virtual time (an undercharge, by at most what its pass was below it, would let it gain). An
   -- overcharge of an idle tenant is dropped: idle tenants bank nothing.
   local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  redis.call('ZADD', kept, vtime + delta, tenant)
+  keep(tenant, vtime + delta)  -- lib/stride.lua: expires with the other kept passes while none is active
 end
 return 1

@@ -2,7 +2,7 @@
 -- ends (lib/claims.lua) and, if it has jobs or had that claim here, its limit is learnt; below that limit
 -- the tenant is eligible again in this queue and one worker blocked while only parked tenants' jobs waited
 -- is woken.
--- include: fair_keys, time, stride, claims
+-- include: fair_keys, time, stride, claims, forget
 -- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
 -- ARGV     tenant (encoded), job_id (the job that released the slot, '' = none), limit (the tenant's
 --          concurrency limit, 0 = none, '' = not known to the caller), now_ms ('' = server TIME)
@@ -15,6 +15,9 @@ if job_id ~= '' then
   sweep_claims(clock_ms(ARGV[4] or ''))
 end
 if here then learn_limit(tenant, limit) end
-if not under_limit(tenant) or not end_park(tenant) then return 0 end
+if not under_limit(tenant) or not end_park(tenant) then
+  forget(tenant)  -- nothing waiting, claimed or parked here: its limit goes (lib/forget.lua)
+  return 0
+end
 wake_one()
 return 1

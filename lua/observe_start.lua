@@ -94,7 +94,12 @@ for tenant, at in pairs(admitted) do
 end
 -- GT: a late flush's older minute must not hide a newer admission from unread() (lib/obs_recent.lua)
 call_sliced('ZADD', KEYS[3], zadd, SLICE, nil, 'GT')
-if next(admitted) then redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now_ms - recent_ms)) end
+if next(admitted) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now_ms - recent_ms))
+  -- Every entry is trimmed recent_ms after its admission: with no admission for that long the set would hold
+  -- only such entries, so it expires then (tenants that came and went leave nothing without a TTL).
+  redis.call('PEXPIRE', KEYS[3], int(recent_ms))
+end
 
 local placed = {}
 for g, group in ipairs(groups) do placed[g] = group.own and 1 or 0 end

@@ -16,7 +16,9 @@ visible the flood is to small tenants:
 
 **Worker-time share** (:func:`run_worker_time`): two tenants, backlogged, whose jobs differ in length
 (10:1); Jain's index over each tenant's worker time / its fair share while both are backlogged, and the
-drain throughput, for each charging mode.
+drain throughput, for each charging mode. Worker time is what the worker spent on a job, rq's per-job
+bookkeeping included, as :class:`fair_router.demo.timed.TimedWorker` notes it; Jain is also given over rq's
+run times alone and over the worker's whole cycles (its fetches too).
 
 The modes (``fifo``, ``router``, ``fair``, ``fair-runtime``) and the machinery of one run on real workers
 are in :mod:`fair_router.demo.harness`; the metrics in :mod:`fair_router.demo.metrics`; the demo's printing
@@ -43,6 +45,7 @@ from fair_router.demo.metrics import (
     summarize,
     worker_time_shares,
 )
+from fair_router.demo.timed import TimedWorker, read_spans
 
 CHARGES: tuple[Charge, ...] = ("jobs", "runtime")
 RQ_OVERHEAD_MS = 3.0  # rough per-job cost of rq itself, used only to size the arrival spread
@@ -146,20 +149,34 @@ def run_worker_time(
 ) -> dict[str, float]:
     """Drain the mixed-length backlog on a FairQueue charging ``charge`` with real workers. Returns the long
     tenant's share of worker time while both were backlogged (``long_share``; fair: w_long / sum w), Jain's
-    index over each tenant's worker time / its fair share (``jain``), and the drain throughput (jobs/s)."""
+    index over each tenant's worker time / its fair share (``jain``; ``jain_run`` over rq's run times alone,
+    ``jain_cycle`` over the worker's whole cycles), and the drain throughput (jobs/s)."""
     tenants = {"long": (params.long_ms, params.long_jobs, params.weights[0]),
                "short": (params.short_ms, params.short_jobs, params.weights[1])}
     # One batch (one MULTI): both tenants are backlogged from the first pop on.
     bursts = [[name for name, (_, jobs, _) in tenants.items() for _ in range(jobs)]]
     flood = FloodParams(workers=params.workers)
+    read_spans(connection)  # none left from an earlier run
     timings = drain(connection, url, "fair-runtime" if charge == "runtime" else "fair", flood.workers, flood.job_ms,
                     bursts, "mixed", [], progress, job_ms={name: ms for name, (ms, _, _) in tenants.items()},
-                    weights={name: weight for name, (_, _, weight) in tenants.items()})
-    shares = worker_time_shares(timings)
+                    weights={name: weight for name, (_, _, weight) in tenants.items()},
+                    worker_class=f"{TimedWorker.__module__}.{TimedWorker.__name__}")
+    worker, cycle = read_spans(connection)
+    if len(worker) != len(timings):
+        raise RuntimeError(f"{len(worker)} worker times noted for {len(timings)} jobs")
     total_weight = sum(weight for _, _, weight in tenants.values())
+
+    def share_jain(measured: list[JobTiming]) -> tuple[float, float]:
+        shares = worker_time_shares(measured)
+        return shares.get("long", 0.0), jain([shares.get(name, 0.0) / (weight / total_weight)
+                                              for name, (_, _, weight) in tenants.items()])
+
+    long_share, fairness = share_jain(worker)
     return {
-        "long_share": shares.get("long", 0.0),
-        "jain": jain([shares.get(name, 0.0) / (weight / total_weight) for name, (_, _, weight) in tenants.items()]),
+        "long_share": long_share,
+        "jain": fairness,
+        "jain_run": share_jain(timings)[1],
+        "jain_cycle": share_jain(cycle)[1],
         "throughput": len(timings) / makespan(timings),
         "makespan": makespan(timings),
     }

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -120,14 +120,17 @@ def drain(
     weights: Mapping[str, float] | None = None,
     midway: Midway | None = None,
     flush_interval: float = 1.0,
+    worker_class: str | None = None,
 ) -> list[JobTiming]:
     """Start the mode's workers, enqueue each burst at once (in order), then the trickle at its offsets;
     wait until every job ran and return their timings, with ``worker_count`` workers. ``job_ms``: tenant ->
     its jobs' length (else ``default_ms``); ``weights``: tenant -> fair-share weight (fair modes; else 1).
     The workers' start records (fair_router.observe) begin empty and are deleted at the end: a run sees only
-    its own."""
+    its own. ``worker_class``: the workers' class instead of the mode's."""
     run = f"fr{os.getpid()}_{time.monotonic_ns() % 10**9}"
     chosen = mode(mode_name, run)
+    if worker_class is not None:
+        chosen = replace(chosen, worker_class=worker_class)
     done_key = f"{PREFIX}:{run}:done"
     enqueue = _enqueuer(connection, chosen, weights or {})
     length = {**dict.fromkeys({t for burst in bursts for t in burst} | {t for _, t, _ in trickle}, default_ms),

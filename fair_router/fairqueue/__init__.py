@@ -44,12 +44,15 @@ Fair share of worker time (``charge="runtime"``)
     tenant's recent mean run time of that function (``runtimes``, an exponential mean), else any
     tenant's, else any job's here. The charge is kept in ``charged`` until the job ends; then the worker
     *settles* it (fair_settle.lua, queued on rq's own after-job pipeline: no round trip of its own), moving
-    the tenant's pass by (real cost - estimate) / weight. The real cost is the measured run time; a
-    declared cost only when the queue trusts declared costs (``trust_cost``), so a wrong ``fair_cost``
-    dodges nothing. A job whose worker died is settled by crash recovery with the time from its pop to its
-    recovery; a parked job's charge is refunded (it did not run). Idle tenants bank nothing: the start tag
-    is ``max(virtual time, kept pass)`` as for jobs, and an overcharge settled while a tenant is idle at the
-    virtual time is dropped.
+    the tenant's pass by (real cost - estimate) / weight. The real cost is the worker's measured time on the
+    job (from its fetch to its after-job writes: rq's per-job bookkeeping is a few ms, as much as a short job
+    runs, and is the job's tenant's; ``fair_router.rq_internals.jobclock``); a declared cost only when the
+    queue trusts declared costs (``trust_cost``), so a wrong ``fair_cost`` dodges nothing. A tenant's mean
+    goes with the settle of its last waiting job (the state stays bounded by the tenants active). A job
+    whose worker died is settled by crash recovery with the time from its pop to its recovery; a parked
+    job's charge is refunded (it did not run). Idle tenants bank nothing: the start tag is ``max(virtual
+    time, kept pass)`` as for jobs, and an overcharge settled while a tenant is idle at the virtual time is
+    dropped.
 
 Listings
     ``get_job_ids`` (and ``jobs``, ``get_jobs``, job positions) replay the pops on one snapshot

@@ -71,7 +71,9 @@ Worker side (:mod:`fair_router.rq_internals.worker`; StartedJobRegistry: :mod:`f
       exception handlers, ``handle_job_failure``), called by ``fail_unrun`` for a job the weighted workers
       fail without running it (an unusable ``job.meta["fair_tenant"]``), after rq's own start bookkeeping.
     - ``BaseWorker.increment_total_working_time``: rq's after-job pipeline with the run time; runtime-charged
-      fair queues settle there (hook ``job_ended``).
+      fair queues settle there (hook ``job_ended``) with the worker's time on the job, timed from the fetch
+      (``dequeue_job_and_maintain_ttl``; the seam's ``dequeue_any`` notes its blocking wait) through
+      ``execute_job`` (:mod:`fair_router.rq_internals.jobclock`).
     - ``BaseWorker.teardown``: pending counters are written when the worker process stops (hook
       ``worker_stopping``); after a fatal Redis error, rq's teardown once, without waiting for Redis.
     - ``BaseWorker.bootstrap``, ``check_for_suspension``, ``run_maintenance_tasks`` (and the fetch,

@@ -24,6 +24,7 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
+from fair_router.rq_internals.jobclock import FETCH_CLOCK
 from fair_router.store.fair_scripts import PopKind, PopResult
 
 STALLED_POLL = 1.0
@@ -241,6 +242,7 @@ class RqQueueSeam(Queue):
         if timeout == 0:
             raise ValueError("RQ does not support indefinite timeouts. Please pick a timeout value > 0")
         queues = list(queues)
+        FETCH_CLOCK.waited_until = None  # the worker's time on the job excludes a blocking wait (jobclock.py)
         job_cls: type[Job] = backend_class(cls, "job_class", override=job_class)
         deadline = None if timeout is None else time.monotonic() + timeout
         by_key = {queue.key: queue for queue in queues}
@@ -275,6 +277,7 @@ class RqQueueSeam(Queue):
                 block = min(block, STALLED_POLL)
             keys = [cast(RqQueueSeam, by_key[key]).wake_key if key in stalled else key for key in by_key]
             popped = connection.blpop(keys, max(0.01, block))
+            FETCH_CLOCK.waited_until = time.perf_counter()
             if popped is None:
                 if block >= left:
                     raise DequeueTimeout(timeout, list(by_key))

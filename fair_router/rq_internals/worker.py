@@ -20,7 +20,8 @@ hook                                        called from (rq internals)
 ``job_start_replied(job, exe, replies)``   ``prepare_execution``: the replies of that MULTI, before the job
                                             runs (it may raise :class:`JobNotStarted`)
 ``job_ended(job, queue, seconds, pipe)``    ``increment_total_working_time``: rq's after-job pipeline, however
-                                            the job ended (success, failure, retry; horse or worker)
+                                            the job ended (success, failure, retry; horse or worker);
+                                            ``seconds``: the worker's time on the job (jobclock.py)
 ``worker_stopping()``                       ``teardown``, in the worker process (never in the work horse)
 ``worker_starting()``                       ``bootstrap``, once rq has set up logging and registered the worker
 ==========================================  ==================================================================
@@ -42,7 +43,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from functools import partial
+from functools import cached_property, partial
 from types import TracebackType
 from typing import Any
 
@@ -56,6 +57,7 @@ from rq.worker import WorkerStatus
 
 from fair_router.rq_internals.fatal import FatalRedisExits
 from fair_router.rq_internals.jobbeat import JobBeat
+from fair_router.rq_internals.jobclock import JobClock
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.rq_internals.turns import ForkingTurnSeam, TurnSeam
 from fair_router.store.oom import call_riding_oom, execute_riding_oom, grace_of
@@ -173,6 +175,7 @@ class RqWorkerSeam(TurnSeam, FatalRedisExits):
         """rq's, with the first order drawn and the blocking wait capped. Overridden because rq has no hook for
         either: it calls ``reorder_queues`` only after a dequeue (never before the first fetch), and it blocks
         for ``dequeue_timeout`` (re-issuing the fetch with the same order on each idle timeout)."""
+        self.job_clock.fetching()
         if not self._order_drawn:
             self._draw_fetch_order()
         cap = self.fetch_wait_cap()
@@ -262,14 +265,21 @@ class RqWorkerSeam(TurnSeam, FatalRedisExits):
     _running: tuple[Job, Queue] | None = None
     """The job this worker (or its work horse, a fork of it) runs, and the queue it came from."""
 
+    @cached_property
+    def job_clock(self) -> JobClock:
+        """The worker's time on the job it runs (``job_ended``'s seconds)."""
+        return JobClock()
+
     def execute_job(self, job: Job, queue: Queue) -> None:
-        """rq's, with the job noted while it runs (for ``job_ended``); the job's own heartbeat TTL then makes
-        the next plain heartbeat due."""
+        """rq's, with the job noted while it runs (for ``job_ended``, with the worker's time on it); the job's
+        own heartbeat TTL then makes the next plain heartbeat due."""
         self._running = (job, queue)
+        self.job_clock.take(timed_fetch=self._seam_dequeued)
         try:
             with self.exit_on_fatal_redis():
                 super().execute_job(job, queue)
         finally:
+            self.job_clock.done()
             self._running = None
             self._last_beat = None
             self._seam_dequeued = False
@@ -288,6 +298,7 @@ class RqWorkerSeam(TurnSeam, FatalRedisExits):
             self._finalize_failure(job, queue, execution, exc_info)
             self.set_state(WorkerStatus.IDLE)
         finally:
+            self.job_clock.done()
             self._running = None
             self._last_beat = None
             self._seam_dequeued = False
@@ -295,11 +306,13 @@ class RqWorkerSeam(TurnSeam, FatalRedisExits):
     def increment_total_working_time(self, job_execution_time: timedelta, pipeline: Pipeline) -> None:
         """rq adds each job's run time (ended_at - started_at) to the worker's stats here, on the pipeline of
         its after-job writes, whichever way the job ended (in the work horse, or in the worker when the horse
-        died): the one place that sees the run time with a pipeline, so ``job_ended`` is called from it."""
+        died): the one place that sees the job's end with a pipeline, so ``job_ended`` is called from it, with
+        the worker's time on the job (jobclock.py; rq's run time in a spawned work horse)."""
         super().increment_total_working_time(job_execution_time, pipeline)
         running = self._running
         if running is not None:
-            self.job_ended(running[0], running[1], job_execution_time.total_seconds(), pipeline)
+            seconds = self.job_clock.seconds(job_execution_time.total_seconds())
+            self.job_ended(running[0], running[1], seconds, pipeline)
 
     def teardown(self) -> None:
         """``worker_stopping``, then rq's teardown (in a work horse: rq's only). A worker ending on a fatal Redis

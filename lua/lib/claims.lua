@@ -7,7 +7,7 @@
 -- (ms) its last start report (fair_hold.lua) keeps it so; a pop parks a paced tenant after each take, for
 -- PACED_WAIT_MS at most, until that job's start reports when its rate allows the next one.
 -- acquire.lua stays the authority: the mirror only spares the pops it would refuse.
--- include: fair_keys, stride
+-- include: fair_keys, stride, forget
 local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report
 local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
 
@@ -72,5 +72,6 @@ local function sweep_claims(now_ms)
   for _, member in ipairs(redis.call('ZRANGEBYSCORE', claims, '-inf', now_ms, 'LIMIT', 0, 64)) do
     local tenant, job_id = string.match(member, '^([^|]*)|(.*)$')
     unclaim(tenant, job_id)
+    forget(tenant)  -- lib/forget.lua: its last claim expired with nothing waiting: its limit goes
   end
 end

@@ -1,6 +1,6 @@
 -- lib/fifo.lua: each tenant's FIFO of waiting members: a job's place, its entry and its leaving. The FIFO's
 -- fields ("<tenant>:<seq>" -> job id) live in `members`, beside the members' own (lib/members.lua).
--- include: fair_keys, stride, members
+-- include: fair_keys, stride, members, forget
 --
 -- A tenant with waiting jobs has a *record*, field "=<tenant>" of `state` (stride.lua tenant_field):
 -- "<head seq>|<tail seq>|<weight>|<waiting>", its FIFO's ends, its weight from its last push and how many of
@@ -30,6 +30,7 @@ local function uncount(tenant)
   local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   if not h or n <= 1 then
     idle(tenant, redis.call('ZSCORE', active, tenant))
+    forget(tenant)  -- lib/forget.lua: with no claim nor park here, its limit and pace go
   else
     redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n - 1))
   end

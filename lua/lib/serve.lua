@@ -1,5 +1,5 @@
 -- lib/serve.lua: the stride choice of a fair pop and serving it (its tenant's pass advances).
--- include: fair_keys, stride, fifo, charge, claims
+-- include: fair_keys, stride, fifo, charge, claims, forget
 local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
 
 -- The stride choice, not yet taken: the min-pass active tenant's oldest job. `first`: {tenant, pass, record,
@@ -94,5 +94,9 @@ local function take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   end
   redis.call('ZADD', inflight, now_ms, job_id)
   local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
-  if until_ms then hold(tenant, until_ms, 0) end
+  if until_ms then
+    hold(tenant, until_ms, 0)
+  elseif pop.limited and waiting <= 1 then
+    forget(tenant)  -- its last job, neither claimed nor parked: a limit of 0 or an old pace (lib/forget.lua)
+  end
 end

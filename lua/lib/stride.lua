@@ -3,6 +3,10 @@
 -- include: fair_keys
 
 local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+-- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
+-- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
+-- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
+local KEPT_IDLE_MS = 60000
 
 -- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
 -- record cannot meet the state's own fields (head, vtime, due, limited).
@@ -25,7 +29,15 @@ local function activate(tenant)
   local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
   if last and last > start then start = last end
   redis.call('ZREM', kept, tenant)
+  redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
   redis.call('ZADD', active, start, tenant)
+end
+
+-- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
+-- after KEPT_IDLE_MS.
+local function keep(tenant, pass)
+  redis.call('ZADD', kept, pass, tenant)
+  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
 
 -- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
@@ -34,7 +46,7 @@ local function idle(tenant, pass)
   redis.call('ZREM', active, tenant)
   redis.call('ZREM', parked, tenant)
   redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
-  if pass then redis.call('ZADD', kept, pass, tenant) end
+  if pass then keep(tenant, pass) end
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
@@ -55,7 +67,7 @@ local function hold(tenant, until_ms, step)
   local pass = redis.call('ZSCORE', active, tenant)
   if pass then
     redis.call('ZREM', active, tenant)
-    redis.call('ZADD', kept, tonumber(pass) - step, tenant)
+    keep(tenant, tonumber(pass) - step)
   elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end

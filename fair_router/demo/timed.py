@@ -1,0 +1,74 @@
+"""The worker-time scenario's worker: a WeightedSimpleWorker that notes, for every job, the worker's own time on
+it, so the scenario measures what the worker spent rather than only the job's run as rq stamps it.
+
+*Worker time* of a job: from the start of the fetch that found it (a blocking wait for work left out) to its
+after-job writes done: the fetch (the fair pop, the job's hash), rq's job-start transaction (with the tenant
+controls' check), the job's status writes, its run (rq's ``ended_at - started_at``), the after-job
+transaction (result, counters, the runtime charge's settle). Its *cycle* runs from the end of the previous
+job's ``execute_job`` to the end of its own: also the heartbeat and suspension check between them, the
+worker's whole wall time while tenants are backlogged. Kept in memory while the worker runs (no write of its
+own between jobs) and written to one list as it stops.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from redis import Redis
+from rq.job import Job
+from rq.queue import Queue
+
+from fair_router.demo.metrics import JobTiming
+from fair_router.rq_internals.jobclock import FETCH_CLOCK
+from fair_router.workers.weighted import WeightedSimpleWorker
+
+SPANS = "fair_router_flood:worker_spans"  # LIST of JSON [tenant, taken (epoch s), worker s, cycle s]
+
+
+class TimedWorker(WeightedSimpleWorker):
+    """WeightedSimpleWorker noting each job's worker time and cycle (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._spans: list[str] = []
+        self._last_end: float | None = None
+        self._fetching: float = 0.0
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        self._fetching = time.perf_counter()
+        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        taken = time.time()
+        waited = FETCH_CLOCK.waited_until
+        fetched = self._fetching if waited is None else max(self._fetching, waited)
+        try:
+            super().execute_job(job, queue)
+        finally:
+            ended = time.perf_counter()
+            cycle = ended - (self._last_end if self._last_end is not None else fetched)
+            self._last_end = ended
+            self._spans.append(json.dumps([job.meta.get("fair_tenant"), taken, ended - fetched, cycle]))
+
+    def teardown(self) -> None:
+        if self._spans and not self.is_horse:
+            self.connection.rpush(SPANS, *self._spans)
+            self._spans.clear()
+        super().teardown()
+
+
+def read_spans(connection: Redis) -> tuple[list[JobTiming], list[JobTiming]]:
+    """The spans TimedWorkers wrote (taken away): each job's worker time, and its cycle, as JobTimings (started =
+    when the worker took it up; ended = started + that time)."""
+    with connection.pipeline() as pipe:
+        pipe.lrange(SPANS, 0, -1)
+        pipe.delete(SPANS)
+        raw, _ = pipe.execute()
+    worker, cycle = [], []
+    for item in raw:
+        tenant, taken, spent, whole = json.loads(item)
+        worker.append(JobTiming(tenant, "mixed", 0.0, taken, taken + spent))
+        cycle.append(JobTiming(tenant, "mixed", 0.0, taken, taken + whole))
+    return worker, cycle
