@@ -4,6 +4,7 @@ fail at load in every process rather than only in ``fair-router check``."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -12,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from fair_router.config.settings import SettingsError, SettingsWarning, default_config_path, load_settings
+from fair_router import fair_job
+from fair_router.config.settings import (
+    Settings,
+    SettingsError,
+    SettingsWarning,
+    default_config_path,
+    load_settings,
+)
+from fair_router.demo.redis_server import RedisServer
 
 BIN = Path(sys.executable).parent
 RULES = """
@@ -135,3 +144,39 @@ def test_stats_on_an_unknown_job_key_exits_1_naming_the_known_ones(project: Path
     assert "job key 'myapp.task.process' is not in the settings" in done.stderr
     assert "did you mean 'myapp.tasks.process'?" in done.stderr
     assert "(job keys in the settings: myapp.tasks.process)" in done.stderr
+
+
+def test_a_fair_job_whose_key_the_settings_miss_warns_naming_the_nearest(caplog: pytest.LogCaptureFixture) -> None:
+    settings = Settings(jobs={"myapp.tasks.process": {"queue": "default", "rules": [
+        {"queue": "default_throttled", "threshold": 100, "per": "1h"}]}},
+        queues={"default": 6, "default_throttled": 3})
+
+    @fair_job(settings=settings, job_key="myapp.task.process")
+    def process(account_id: str) -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="fair_router"):
+        assert process.fair_job.route.rules == ()
+    said = [record.getMessage() for record in caplog.records if "@fair_job" in record.getMessage()]
+    assert said == ["@fair_job myapp.task.process: the settings (no settings file) have no rules for this job key, "
+                    "so its jobs go to their base queue unthrottled; did you mean 'myapp.tasks.process'?"]
+
+    @fair_job(settings=settings, job_key="myapp.tasks.process")
+    def named(account_id: str) -> None: ...
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fair_router"):
+        assert len(named.fair_job.route.rules) == 1
+    assert not caplog.records
+
+
+@pytest.mark.usefixtures("isolated_settings")
+def test_a_worker_without_the_rule_queues_warns_at_start(tmp_path: Path, redis_server: RedisServer) -> None:
+    (tmp_path / "fair_router.yaml").write_text(RULES + f"redis_url: {redis_server.url}\n")
+    done = run(tmp_path, str(BIN / "rq"), "worker", "-w", "fair_router.WeightedWorker", "--burst", "--url",
+               redis_server.url, "default")
+    assert done.returncode == 0, done.stderr
+    assert ("the settings' rules route jobs to default_superslow, default_throttled, which this worker does not "
+            "serve") in done.stderr + done.stdout
+    done = run(tmp_path, str(BIN / "rq"), "worker", "-w", "fair_router.WeightedWorker", "--burst", "--url",
+               redis_server.url, "default", "default_throttled", "default_superslow")
+    assert done.returncode == 0 and "does not serve" not in done.stderr + done.stdout

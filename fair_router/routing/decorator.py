@@ -12,7 +12,9 @@ Inside a Django transaction the routed enqueues wait for its commit (:mod:`fair_
 
 from __future__ import annotations
 
+import difflib
 import functools
+import logging
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -36,6 +38,8 @@ from fair_router.core.tenancy import TenantFunc, TenantResolver
 from fair_router.routing.router import FairRouter, Route
 from fair_router.store.cluster import connections_for
 from fair_router.store.replicas import ReplicaWait
+
+logger = logging.getLogger("fair_router")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -115,6 +119,8 @@ class FairJob(Generic[P, R]):
         if self._route is None:
             needed = self._rules is None or self._queue is None or self._rate is None or self._shards is None
             configured = self.settings.job(self.job_key) if needed else None
+            if self._rules is None:
+                warn_unconfigured(self.job_key, self.settings)
             queue = self._queue or (configured.queue if configured else None) or "default"
             rules = self._rules if self._rules is not None else tuple(configured.rules if configured else ())
             if not self.tier_routing:  # with tier routing, `{queue}` follows each call's tier queue instead
@@ -324,3 +330,15 @@ def fair_job(
         return with_routing(func, bundle)
 
     return decorate
+
+
+def warn_unconfigured(job_key: str, settings: Settings) -> None:
+    """A job whose rules come from the settings, whose job key the settings do not name while they name others:
+    most likely a typo or a moved function, and its jobs would go unthrottled without a word. Logged once per
+    decorated function (its route is built once), naming the nearest job key the settings have."""
+    if job_key in settings.jobs or not settings.jobs:
+        return
+    close = difflib.get_close_matches(job_key, list(settings.jobs), n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else f" (they name {', '.join(sorted(settings.jobs))})"
+    logger.warning("@fair_job %s: the settings (%s) have no rules for this job key, so its jobs go to their base "
+                   "queue unthrottled%s", job_key, settings.source_file or "no settings file", hint)

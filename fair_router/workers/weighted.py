@@ -68,7 +68,14 @@ from fair_router.workers.marked import FollowsFairnessMarks
 from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import weighted_order
 from fair_router.workers.serverwatch import warn_about_server_settings
-from fair_router.workers.setup import build_gate, on_rq_slot, validate_weights, weight_of, with_fair_queues
+from fair_router.workers.setup import (
+    build_gate,
+    on_rq_slot,
+    validate_weights,
+    warn_unserved_rule_queues,
+    weight_of,
+    with_fair_queues,
+)
 from fair_router.workers.startride import StartRefused, StartRide
 from fair_router.workers.turnaway import turn_away
 from fair_router.workers.unparking import Unparker
@@ -265,8 +272,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
     # -- job end --------------------------------------------------------------------------------------------
 
     def job_ended(self, job: Job, queue: Queue, seconds: float, pipeline: Pipeline) -> None:
-        """A FairQueue charging run time settles the job's charge with its measured time, in the same round
-        trip as rq's after-job writes."""
+        """A FairQueue charging run time settles the job's charge, on the round trip of rq's after-job writes."""
         if isinstance(queue, FairQueue) and queue.charge == "runtime":
             queue.settle(job.id, seconds, pipeline=pipeline)
 
@@ -309,11 +315,12 @@ class WeightedFetchMixin(FollowsFairnessMarks):
     # -- start and stop -------------------------------------------------------------------------------------
 
     def worker_starting(self) -> None:
-        warn_about_server_settings(self)  # a Redis that may evict keys (fair_router.workers.serverwatch)
+        """Warn about a Redis that may evict keys (workers.serverwatch) and rule queues left unserved."""
+        warn_about_server_settings(self)
+        warn_unserved_rule_queues(self)
 
     def worker_stopping(self) -> None:
-        """Write the gathered start records and the limiter's pending counters before the worker goes; look for
-        plain workers' pops a last time."""
+        """Write the start records and pending counters before the worker goes; look for plain pops a last time."""
         self.flush_start_records()
         self.report_plain_pops(now=True)
         self.gate.limiter.flush()
