@@ -21,7 +21,8 @@
 --          On a Redis Cluster these keys are on other slots: the router routes first and enqueues with rq
 --          after (two round trips).
 -- Waiting  (a routed enqueue into plain queues) each recorded job counts waiting for its tenant in the queue
---          chosen (shard included) until its start (routing/waiting.py).
+--          chosen (shard included) until its start (routing/waiting.py); with the rules' queues fair, only the
+--          jobs no rule moved (a fair queue counts its own).
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
 local now_ms = clock_ms(ARGV[1])
@@ -72,7 +73,9 @@ while at <= n_argv do
     routed[rule] = (routed[rule] or 0) + 1
   end
   local shard = least_loaded(loads, rule, at + 2, n_cand)
-  if waiting and window > 0 then route_wait(waits, waiting, n_windows, window, member, rule_target(rule), shard) end
+  if waiting and window > 0 and counts_waiting(waiting, rule) then
+    route_wait(waits, waiting, n_windows, window, member, rule_target(rule), shard)
+  end
   reply[#reply + 1] = rule
   reply[#reply + 1] = shard
   at = at + 3 + n_cand

@@ -165,6 +165,36 @@ def test_fair_queues_alone_makes_the_queue_fair_under_rq_worker(newcomer_venv: P
     assert small_id in order and order.index(small_id) <= 2, order.index(small_id) if small_id in order else order
 
 
+@pytest.mark.parametrize("throttled", ["fair", "plain"])
+def test_a_modest_tenant_past_a_rule_competes_fairly_in_the_throttled_queue(
+        newcomer_venv: Path, app: Path, redis_server: RedisServer, conn: Redis, throttled: str) -> None:
+    """The quickstart's own rules: a tenant sending 20 jobs crosses the 10-per-minute rule beside one sending 500.
+    Its jobs 11-20 go to default_superslow, which is fair by default (``throttled_queues``), so they are served
+    between the greedy tenant's there, not behind its whole backlog (``throttled_queues: plain``, first in, first
+    out). Counted as the small tenant's last finish among all the jobs, one worker."""
+    if throttled == "plain":
+        settings = app / "fair_router.yaml"
+        settings.write_text(settings.read_text() + "throttled_queues: plain\n")
+    flood = ("from myapp.tasks import process\n"
+             "for i in range(500):\n    process.delay('big', i)\n"
+             "for i in range(20):\n    print(process.delay('small', i).id)\n")
+    done = run(newcomer_venv, app, "python -", redis_server.url, stdin=flood)
+    assert done.returncode == 0, done.stderr
+    small = set(done.stdout.split())
+    assert len(small) == 20
+    done = run(newcomer_venv, app, "fair-router worker --burst", redis_server.url)
+    assert done.returncode == 0, done.stderr
+    finished = [job_id for name in ("default", "default_throttled", "default_superslow")
+                for job_id in FinishedJobRegistry(name, connection=conn).get_job_ids()]
+    assert len(finished) == 520
+    order = [job.id for job in sorted(Job.fetch_many(finished, connection=conn), key=lambda job: job.ended_at)]
+    last_small = max(order.index(job_id) for job_id in small) + 1
+    if throttled == "fair":  # 20 in default, then the small tenant's 10 alternate with the greedy one's
+        assert last_small <= 60, last_small
+    else:  # behind the greedy tenant's 490 in default_superslow
+        assert last_small > 480, last_small
+
+
 def test_the_readmes_install_lines_work_as_written(tmp_path: Path) -> None:
     """Each line of the README's Install block, in a fresh venv: from a checkout (its path substituted), editable
     in the checkout, and `make dist` then the built wheel. None names the package index (not published yet)."""

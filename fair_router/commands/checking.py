@@ -126,11 +126,11 @@ def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
     (:mod:`fair_router.fairqueue.plainpops`): a warning each. Looking also tidies an empty queue's counts."""
     known = [_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
              for key in connection.smembers(Queue.redis_queues_keys)]
-    names = list(dict.fromkeys([*settings.fair_queues, *sorted(known)]))
+    names = list(dict.fromkeys([*settings.fair_queue_names(), *sorted(known)]))
     marked = FairnessMarks(connection, settings.prefix).read(names)
     pops, findings = PlainPops(connection), []
     for name in names:
-        if name in marked or name in settings.fair_queues:
+        if name in marked or settings.is_fair(name):
             keys = Keys(marked.get(name, settings.prefix)).fair_queue(Queue.redis_queue_namespace_prefix + name)
             found = pops.check(name, keys)
             if found.plain:

@@ -119,6 +119,9 @@ class Settings(BaseSettings):
     queues: Annotated[dict[QueueName, Weight], at_most(MAX_QUEUES, "queues")] = Field(default_factory=dict)
     fair_queues: Annotated[list[QueueName], at_most(MAX_QUEUES, "fair queues")] = Field(
         default_factory=list)  # served as FairQueue by weighted workers
+    # The queues rules route to: served by weighted fair share across tenants ("fair", so a tenant crossing a rule
+    # competes fairly with the greedy one there) or first in, first out ("plain").
+    throttled_queues: Literal["fair", "plain"] = "fair"
     fair_charge: Charge = "jobs"  # FairQueue fair share of jobs, or of worker time ("runtime")
     fair_trust_cost: bool = False  # charge="runtime": a job's declared fair_cost is its charge (else measured)
     pool: Annotated[dict[QueueGroup, AtLeastOne], at_most(MAX_QUEUES, "pool entries")] = Field(default_factory=dict)
@@ -214,11 +217,20 @@ class Settings(BaseSettings):
         member = family_of(queue)
         return self.queues.get(queue, self.queues.get(member[0], 1.0) if member else 1.0)
 
+    def fair_queue_names(self) -> list[str]:
+        """The queues served as FairQueues: ``fair_queues``, and with ``throttled_queues: fair`` (the default) the
+        queues the settings' rules route to."""
+        names = dict.fromkeys(self.fair_queues)
+        if self.throttled_queues == "fair":
+            names.update(dict.fromkeys(queue for key, queue in self.queue_targets() if ".rules[" in key))
+        return list(names)
+
     def is_fair(self, queue: str) -> bool:
-        """Whether weighted workers serve ``queue`` as a FairQueue: listed in ``fair_queues``, or a shard queue
-        of a listed family."""
+        """Whether weighted workers serve ``queue`` as a FairQueue: one of :meth:`fair_queue_names`, or a shard
+        queue of one's family."""
+        names = self.fair_queue_names()
         member = family_of(queue)
-        return queue in self.fair_queues or (member is not None and member[0] in self.fair_queues)
+        return queue in names or (member is not None and member[0] in names)
 
     def shard_url(self, index: int) -> str:
         """The Redis of shard ``index``: ``shard_urls[index % len]``, or ``redis_url`` when none are set."""

@@ -31,6 +31,7 @@ from rq.queue import EnqueueArgs
 
 from fair_router.config.settings import JobConfig, Settings, load_settings
 from fair_router.core.djangoenv import commit_hook
+from fair_router.core.profiles import DEFAULT, PRIORITY, SCHEDULED
 from fair_router.core.rates import Rate
 from fair_router.core.rules import Rule
 from fair_router.core.shards import Shards
@@ -110,8 +111,19 @@ class FairJob(Generic[P, R]):
                                       tenant_max_bytes=self.settings.tenant_max_bytes,
                                       shard_urls=self.settings.shard_urls,
                                       replicas=ReplicaWait.of(self.settings))
-            self._router.queues.declare_fair(self.settings.fair_queues)
+            self._router.queues.declare_fair(self._fair_names())
         return self._router
+
+    def _fair_names(self) -> list[str]:
+        """The queues this job enqueues into as FairQueues: the settings' (:meth:`Settings.fair_queue_names`) and,
+        with ``throttled_queues: fair``, its own rules' queues (a ``{queue}`` rule's for each tier queue)."""
+        names = self.settings.fair_queue_names()
+        if self.settings.throttled_queues == "fair":
+            route = self.route
+            kinds = (PRIORITY, DEFAULT, SCHEDULED) if self.tier_routing else ()
+            bases = [f"{route.queue}_{kind}" for kind in kinds] or [route.queue]
+            names += [rule.for_base(base).queue for rule in route.rules for base in bases]
+        return names
 
     @property
     def route(self) -> Route:

@@ -40,7 +40,7 @@ from fair_router.routing.placement import JobMetas, Pending, Placement, Route, R
 from fair_router.routing.queues import QueueRegistry
 from fair_router.routing.servers import ShardServers
 from fair_router.routing.takeback import TakeBack, recorded_by
-from fair_router.routing.waiting import counts_waiting
+from fair_router.routing.waiting import Counted, counts_waiting
 from fair_router.store.cluster import pair_of
 from fair_router.store.outage import naming_redis
 from fair_router.store.replicas import ReplicaWait
@@ -119,15 +119,16 @@ class FairRouter:
         return [placed.rule for placed in self.place(route, [Pending(tenant, job_id, True)
                                                              for tenant, job_id in checked])]
 
-    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = (), count: bool = False
+    def place(self, route: Route, jobs: Sequence[Pending], down: Sequence[int] = (), count: Counted = None
               ) -> list[Placement]:
         """Record enqueues, pick rules and least loaded shards (not ``down``) in one Lua call; ``count``: waiting.py."""
         state = self.servers.state(route, jobs, down) if self.servers and route.shards else {"down": down}
         inputs = RouteInputs(route, jobs, self.keys, **state)
         if not jobs or not inputs.needed:
             return [Placement()] * len(jobs)
+        waiting = inputs.waiting(route, count == "unthrottled") if count else None
         call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
-                           now_arg(self.clock), inputs.shards, waiting=inputs.waiting(route) if count else None)
+                           now_arg(self.clock), inputs.shards, waiting=waiting)
         if not self.announcer.due(route):
             picks = call.run()
         else:
@@ -198,7 +199,8 @@ class FairRouter:
         if queue is None and at is None and not fair and self._one_trip.applies(route, call, pending):
             return self._one_trip.enqueue(route, call, pending, system)
         down: list[int] = []
-        counted = queue is None and at is None and counts_waiting(self.queue, route, fair, [(call,)], self.servers)
+        counted = (counts_waiting(self.queue, route, fair, [(call,)], self.servers)
+                   if queue is None and at is None else None)
         while True:
             placed = self.place(route, [pending], down, counted)[0]  # an explicit queue too is recorded in the window
             recorded = recorded_by(route, [pending], [placed])

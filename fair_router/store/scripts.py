@@ -66,9 +66,10 @@ class RouteWaiting(NamedTuple):
 
     keys: tuple[str, str]  # the job key's waiting counts and jobs (Keys.waiting)
     tenants: list[str]  # the encoded tenant of each window, in window order
+    unthrottled_only: bool = False  # only jobs no rule moved count (the rules' queues are fair: they count theirs)
 
 
-NONE, ONE = b"0", b"1"
+NONE, ONE, TWO = b"0", b"1", b"2"
 """route.lua's section markers (none / one section follows) as sent: the client has no int to encode."""
 
 
@@ -104,7 +105,7 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
             args.append(NONE)
         else:
             keys += waiting.keys
-            args += (ONE, *waiting.tenants, SHARD_SUFFIX)
+            args += (TWO if waiting.unthrottled_only else ONE, *waiting.tenants, SHARD_SUFFIX)
         if shards is None:
             args.append(NONE)
         else:

@@ -104,7 +104,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
             configured = settings.queues
         else:
             configured = validate_weights(weights, f"{type(self).__name__}(weights=...)")
-        if settings.fair_queues:
+        if settings.fair_queue_names():
             queues = with_fair_queues(queues, settings, kwargs)
         super().__init__(queues, *args, **kwargs)
         # Before anything copies the connection's settings (the limiter's pool, rq's scheduler, the horse).
@@ -139,7 +139,7 @@ class WeightedFetchMixin(FollowsFairnessMarks):
         self.settings = settings
         self.marks = FairnessMarks(self.connection, settings.prefix)
         # `fair_queues:` alone makes a queue fair, for producers too: the mark says so in Redis
-        self.marks.mark([queue.name for queue in fair if queue.name in settings.fair_queues])
+        self.marks.mark([queue.name for queue in fair if settings.is_fair(queue.name)])
         self.follow_fairness_marks(starting=True)
 
     # -- fetch ----------------------------------------------------------------------------------------------

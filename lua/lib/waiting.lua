@@ -44,12 +44,18 @@ local function unwait(counts, jobs, member)
   return field
 end
 
--- route.lua's waiting section from ARGV[at]: 0 (none), or 1 then the encoded tenant of each of the n_windows
+-- route.lua's waiting section from ARGV[at]: 0 (none), or 1 (every job counts) or 2 (only jobs no rule moved:
+-- the rules' queues are fair queues, which count their own) then the encoded tenant of each of the n_windows
 -- windows and the shard queues' suffix; the counts and jobs are KEYS[2 + n_windows], KEYS[3 + n_windows].
 -- Returns the section's start (nil: none; no table built) and the ARGV index after it.
 local function read_waiting(at, n_windows)
-  if ARGV[at] ~= '1' then return nil, at + 1 end
+  if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1 end
   return at, at + 2 + n_windows
+end
+
+-- Whether a job that rule `rule` (0: none) moved counts waiting (the section at ARGV[w]).
+local function counts_waiting(w, rule)
+  return rule == 0 or ARGV[w] == '1'
 end
 
 -- route.lua: job `member`, recorded in window `window` (its tenant's), goes to family `queue` on `shard` (-1:
