@@ -223,7 +223,8 @@ def test_cli_and_dashboard_reader_on_the_cluster(redis_cluster: Any, state: Redi
     read = run_python(READ, env)
     # (t0's enqueue_in jobs wait in rq's scheduled registries, not in the lists)
     assert read["queues"]["cl_fair"] == 8 + 9 and read["queues"]["cl_routed_throttled"] == 8 - 5
-    assert read["fair"] == {"cl_fair": 10}
+    # cl_routed_throttled, a rule's queue, is a fair queue (throttled_queues: fair): t0's jobs wait there fairly
+    assert read["fair"] == {"cl_fair": 10, "cl_routed_throttled": 1}
     assert "t0" in read["top"]
     assert read["routed"] == {"cluster_jobs.routed|cl_routed": 5 + 9, "cluster_jobs.routed|cl_routed_throttled": 4}
     assert 'queue="cl_fair"' in read["metrics"]

@@ -30,6 +30,7 @@ from rq.queue import EnqueueArgs
 from fair_router.core.keys import Keys
 from fair_router.routing.announce import Announcer
 from fair_router.routing.placement import JobMetas, Pending, Route, RouteInputs
+from fair_router.routing.takeback import TakeBack
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.luascript import execute_loaded
 from fair_router.store.replicas import ReplicaWait
@@ -89,6 +90,7 @@ class Router(Protocol):
     one_round_trip: bool
     _route: RouteScript
     _meta: JobMetas
+    _take_back: TakeBack
     announcer: Announcer
     replicas: ReplicaWait
 
@@ -105,14 +107,15 @@ class OneTrip:
 
     def applies(self, route: Route, call: EnqueueArgs, pending: Pending) -> bool:
         """Whether ``call`` can go in one round trip: an enqueue to record (else rq's MULTI alone is one round
-        trip), no option that needs rq's own path, no shards, and every queue of the route a plain one on the
-        router's Redis (a fair queue's push is its own script)."""
+        trip), no option that needs rq's own path, no shards, and the route's base queue a plain one on the
+        router's Redis (a fair queue's push is its own script: a job a rule sends to a fair queue takes a second
+        round trip, :meth:`enqueue`)."""
         router = self.router
         recorded = bool(route.rules) and pending.record and pending.tenant is not None
         if (not router.one_round_trip or not recorded or route.shards is not None or call.pipeline is not None
                 or call.depends_on or call.rate_limit is not None or call.unique):
             return False
-        return not any(isinstance(router.queue(name), RqQueueSeam) for name in route.families())
+        return not isinstance(router.queue(route.queue), RqQueueSeam)
 
     def enqueue(self, route: Route, call: EnqueueArgs, pending: Pending, system: bool) -> Job:
         """rq's save of the job and route.lua's record, choice and push, in one MULTI (EVALSHA: the pipeline is
@@ -121,6 +124,7 @@ class OneTrip:
         inputs = RouteInputs(route, [pending], router.keys)
         metas = router._meta.per_family(call.meta, pending.tenant, route, system)
         families = route.families()
+        fair = "".join("1" if isinstance(router.queue(name), RqQueueSeam) else "0" for name in families)
         base = self._bases.get(route.queue)
         if base is None:
             base = self._bases[route.queue] = PlacedQueue(route.queue, router.connection)
@@ -132,9 +136,9 @@ class OneTrip:
         def push(job: Job, pipe: Pipeline, at_front: bool) -> None:
             lists = [Queue.redis_queue_namespace_prefix + name for name in families]
             serialized = [job.serializer.dumps(meta) for meta in metas[1:]]  # the base family's: rq's save
-            target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, lists, serialized)
-            router._route(inputs.windows, routed, inputs.jobs, route.queue, route.rules,
-                          now_arg(router.clock), None, target, inputs.waiting(route)).queue_loaded(pipe)
+            target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, lists, serialized, fair)
+            router._route(inputs.windows, routed, inputs.jobs, route.queue, route.rules, now_arg(router.clock),
+                          None, target, inputs.waiting(route, unthrottled_only="1" in fair)).queue_loaded(pipe)
             at.append(len(pipe.command_stack) - 1)
 
         with router.connection.pipeline() as pipe:
@@ -146,4 +150,19 @@ class OneTrip:
         rule = router._route.parse(results[at[-1]])[0][0]
         job.meta, job.origin = metas[rule], families[rule]
         confirmation.check([job.id])
+        if fair[rule] == "1":  # route.lua left it where rq saved it: the fair queue's own push
+            self._to_fair_queue(route, job, pending)
         return job
+
+    def _to_fair_queue(self, route: Route, job: Job, pending: Pending) -> None:
+        """The second round trip of a job a rule sent to a fair queue: the queue's enqueue of the saved job (its
+        fair push, backlog cap included). If it fails, the job is deleted and its window entry taken back, as
+        when the two-step path's enqueue fails."""
+        router = self.router
+        try:
+            router.queue(job.origin).enqueue_job(job)
+        except BaseException:
+            router.connection.delete(job.key)
+            if pending.tenant is not None:  # always, on this path (applies: a recorded enqueue)
+                router._take_back(route.job_key, [(pending.tenant, job.id, job.origin)], type(job))
+            raise

@@ -59,6 +59,7 @@ class RoutePush(NamedTuple):
     lists: list[str]  # the rq list of each family: base queue, then each rule's
     metas: list[bytes]  # the job's serialized meta for each rule's family (the rule is in it); the base
     # family's is the one rq saved with the job
+    fair: str = ""  # per family (base first) '1' for a fair queue: not pushed by route.lua; "" = none is
 
 
 class RouteWaiting(NamedTuple):
@@ -120,7 +121,8 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
             args.append(NONE)
         else:  # its keys last, where route.lua finds them
             keys += (push.job_key, push.queues_key, *push.lists)
-            args += (ONE, ONE if push.at_front else NONE, push.job_id, *push.metas)
+            args += (ONE, ONE if push.at_front else NONE, push.job_id, *push.metas,
+                     push.fair or "0" * (len(push.metas) + 1))
         for job in jobs:
             args += (0 if job.window is None else job.window + 1, Keys.member(job.job_id), len(job.candidates),
                      *(position + 1 for position in job.candidates))

@@ -3,18 +3,20 @@
 -- as rq's enqueue would put it there.
 -- Its keys are the last of KEYS: the job hash, rq:queues, then the rq list of each family f = 0..n_rules.
 
--- The section from ARGV[at]: 0 (none), or 1 then at_front ('1'/'0'), job_id, and the job's meta for each
--- rule's family r = 1..n_rules (the base family's is the one rq saved). Returns the section's start (nil:
--- none) and the ARGV index after it.
+-- The section from ARGV[at]: 0 (none), or 1 then at_front ('1'/'0'), job_id, the job's meta for each rule's
+-- family r = 1..n_rules (the base family's is the one rq saved), and which families are fair queues (a string
+-- of n_rules + 1 '0'/'1', base first). Returns the section's start (nil: none) and the ARGV index after it.
 local function read_push(at, n_rules)
   if ARGV[at] ~= '1' then return nil, at + 1 end
-  return at + 1, at + 3 + n_rules
+  return at + 1, at + 4 + n_rules
 end
 
 -- Push the job (section at ARGV[a]) to family `rule` of `n_rules`, queue `queue`: origin and meta (the rule is
 -- in it) set, the id pushed (LPUSH at_front, else RPUSH), the list added to rq:queues. The base family
 -- (rule 0) keeps the origin and meta rq saved: they are the base family's already (onetrip.py saves so).
+-- A fair family's job is left where rq saved it: the router pushes it into the fair queue after this call.
 local function push_job(a, n_rules, rule, queue)
+  if string.sub(ARGV[a + 2 + n_rules], rule + 1, rule + 1) == '1' then return end
   local job = #KEYS - n_rules - 2  -- the job hash's KEYS index; rq:queues, then the lists, follow it
   local list = KEYS[job + 2 + rule]
   if rule > 0 then redis.call('HSET', KEYS[job], 'origin', queue, 'meta', ARGV[a + 1 + rule]) end
