@@ -265,7 +265,8 @@ def test_a_big_emptied_and_refilled_queue_pages_through_its_stale_members(conn: 
 def routed(conn: Redis) -> object:
     router = FairRouter(conn, prefix=PREFIX)
     return fair_job("plainq", rules=[Rule(queue="plainq_slow", threshold=3, per="1h")],
-                    tenant=lambda account, item=0: account, router=router)
+                    tenant=lambda account, item=0: account, router=router,
+                    settings=Settings(prefix=PREFIX, throttled_queues="plain"))
 
 
 def test_routed_plain_queue_counts_after_cancel_delete_remove_and_empty(

@@ -14,7 +14,10 @@ from rq import Queue
 from rq.job import Job
 from test_router import FakeClock, make_job
 
+from fair_router import FairQueue, Rule, Settings, TenantBacklogFull, fair_job
+from fair_router.config.settings import TiersConfig
 from fair_router.core.keys import Keys
+from fair_router.fairqueue.marks import FairnessMarks
 
 
 def saved(conn: Redis, job: Job) -> dict[str, bytes]:
@@ -121,3 +124,45 @@ def test_a_router_for_a_cluster_routes_first_in_two_round_trips(conn: Redis) -> 
         job = echo.delay("acme", 1)
     assert round_trips(feed) == 2, feed
     assert Queue("default", connection=conn).get_job_ids()[-1] == job.id
+
+
+# -- rules' queues are fair queues by default (throttled_queues: fair) ----------------------------------------
+
+
+def fair_throttled(conn: Redis, **settings: Any) -> Any:
+    return fair_job("default", rules=[Rule(queue="default_slow", threshold=2, per="1h")],
+                    tenant=lambda account, item=0: account, connection=conn,
+                    settings=Settings(**settings))(routed_jobs.echo)
+
+
+def test_a_job_no_rule_moves_keeps_one_round_trip_and_a_throttled_one_goes_to_the_fair_queue(conn: Redis) -> None:
+    echo = fair_throttled(conn)
+    for i in range(3):  # scripts loaded, the fair queue built and marked: what every later call finds done
+        echo.delay("warm", i)
+    with monitored(conn) as feed:
+        first = echo.delay("acme", 0)
+    assert round_trips(feed) == 1 and first.origin == "default"
+    echo.delay("acme", 1)
+    echo.delay("acme", 2)  # the third within the hour: the rule's queue (acme's tier profile read once there)
+    with monitored(conn) as feed:
+        throttled = echo.delay("acme", 3)
+    assert round_trips(feed) == 2, feed  # route.lua with rq's save, then the fair queue's enqueue
+    assert throttled.origin == "default_slow" and throttled.meta["fair_rule"]["queue"] == "default_slow"
+    slow = FairQueue("default_slow", connection=conn)
+    assert slow.get_job_ids()[-1] == throttled.id and Job.fetch(throttled.id, connection=conn).origin == "default_slow"
+    assert FairnessMarks(conn, "fair_router").read(["default_slow", "default"]) == {"default_slow": "fair_router"}
+    assert Queue("default", connection=conn).count == 4 and slow.count == 3
+    waiting = conn.hgetall(Keys("fair_router").waiting(echo.job_key)[0])
+    assert waiting == {b"default|acme": b"2", b"default|warm": b"2"}  # the fair queue counts its own
+
+
+def test_a_refused_fair_push_leaves_neither_the_job_nor_its_window_entry(conn: Redis) -> None:
+    echo = fair_throttled(conn, tiers=TiersConfig(max_backlog={"free": 1}))
+    for i in range(3):
+        echo.delay("acme", i)  # the third goes to default_slow: the tenant's one job there
+    window = Keys("fair_router").window(echo.job_key, "acme")
+    with pytest.raises(TenantBacklogFull):
+        echo.enqueue("acme", 3, job_id="refused")
+    assert not conn.exists(Job.key_for("refused"))
+    assert conn.zscore(window, Keys.member("refused")) is None  # its window entry taken back
+    assert FairQueue("default_slow", connection=conn).count == 1

@@ -47,7 +47,8 @@ def test_waiting_counts_on_routed_plain_queues_follow_enqueues_and_starts(conn: 
     router = FairRouter(conn)
     job = fair_job("default", rules=[Rule(queue="default_throttled", threshold=2, per="1h"),
                                      Rule(queue="default_superslow", threshold=4, per="1h")],
-                   tenant=lambda account, item=0: account, router=router)(routed_jobs.echo)
+                   tenant=lambda account, item=0: account, router=router,
+                   settings=Settings(throttled_queues="plain"))(routed_jobs.echo)
     for i in range(HOG):
         job.delay("hog", i)  # the one-round-trip enqueue: route.lua pushes and counts
     job.enqueue_many([((tenant, i), {}) for tenant in SMALL for i in range(3)])  # route.lua, then rq's MULTI

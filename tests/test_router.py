@@ -20,7 +20,7 @@ from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler
 from rq.webhook import Webhook
 
-from fair_router import FairRouter, Rule, fair_job
+from fair_router import FairRouter, Rule, Settings, fair_job
 from fair_router.demo.redis_server import RedisServer
 from fair_router.routing.router import Route
 
@@ -192,8 +192,13 @@ def test_eight_processes_racing_on_one_tenant_get_exact_counts(conn: Redis, redi
 # -- @fair_job --------------------------------------------------------------------------------
 
 
+PLAIN_THROTTLED = Settings(throttled_queues="plain")
+"""The router's plain queues: rules' queues first in, first out (the default makes them fair queues)."""
+
+
 def make_job(conn: Redis, clock: FakeClock | None = None, **options: object):  # type: ignore[no-untyped-def]
     router = FairRouter(conn, clock=clock or FakeClock())
+    options.setdefault("settings", PLAIN_THROTTLED)
     return fair_job(
         "default",
         rules=[Rule(queue="default_throttled", threshold=2, per="1h"),

@@ -74,10 +74,11 @@ class FairJob(Generic[P, R]):
         self._queue = queue
         self._rules = None if rules is None else tuple(r if isinstance(r, Rule) else Rule(**r) for r in rules)
         # Validated now, with the settings' types: a bad queue name or rate fails at import, naming it.
-        own = JobConfig(queue=queue, rate=rate, burst=burst, shards=shards)
+        own = JobConfig(queue=queue, rules=list(self._rules or ()), rate=rate, burst=burst, shards=shards)
         self._rate, self._burst, self._shards = own.rate, own.burst, own.shards
         self._connection = connection
         self._router = router
+        self._declared = False  # this job's fair queues declared to its router (a given one included)
         self._settings = settings
         self._route: Route | None = None
         self.tier_routing = tier_routing
@@ -111,7 +112,9 @@ class FairJob(Generic[P, R]):
                                       tenant_max_bytes=self.settings.tenant_max_bytes,
                                       shard_urls=self.settings.shard_urls,
                                       replicas=ReplicaWait.of(self.settings))
+        if not self._declared:
             self._router.queues.declare_fair(self._fair_names())
+            self._declared = True
         return self._router
 
     def _fair_names(self) -> list[str]:

@@ -150,17 +150,17 @@ class OneTrip:
         rule = router._route.parse(results[at[-1]])[0][0]
         job.meta, job.origin = metas[rule], families[rule]
         confirmation.check([job.id])
-        if fair[rule] == "1":  # route.lua left it where rq saved it: the fair queue's own push
-            self._to_fair_queue(route, job, pending)
+        if fair[rule] == "1":  # route.lua left it where rq saved it: the fair queue's own enqueue
+            return self._to_fair_queue(route, call._replace(job_id=job.id, meta=job.meta), job, pending)
         return job
 
-    def _to_fair_queue(self, route: Route, job: Job, pending: Pending) -> None:
-        """The second round trip of a job a rule sent to a fair queue: the queue's enqueue of the saved job (its
-        fair push, backlog cap included). If it fails, the job is deleted and its window entry taken back, as
-        when the two-step path's enqueue fails."""
+    def _to_fair_queue(self, route: Route, call: EnqueueArgs, job: Job, pending: Pending) -> Job:
+        """The second round trip of a job a rule sent to a fair queue: the queue's enqueue of ``call`` (the job
+        saved again, with its fair push and backlog cap), as the router's two-step path enqueues. If it fails, the
+        job is deleted and its window entry taken back, as when the two-step path's enqueue fails."""
         router = self.router
         try:
-            router.queue(job.origin).enqueue_job(job)
+            return router.queue(job.origin).enqueue_call(**call._asdict())
         except BaseException:
             router.connection.delete(job.key)
             if pending.tenant is not None:  # always, on this path (applies: a recorded enqueue)

@@ -31,8 +31,10 @@ class QueueRegistry:
         self._queues: dict[str, Queue] = {}
 
     def declare_fair(self, names: Iterable[str]) -> None:
-        """The settings' ``fair_queues:``: these queues are FairQueues whatever a caller says."""
-        self.fair_names = frozenset(names)
+        """These queues are FairQueues whatever a caller says (the settings' ``fair_queues:``, and the queues the
+        rules of the jobs enqueued through this router route to, with ``throttled_queues: fair``); added to those
+        declared before (several decorated functions may share a router)."""
+        self.fair_names = self.fair_names | frozenset(names)
 
     def get(self, name: str, fair: bool = False, shard: int | None = None) -> Queue:
         """The queue ``name`` (shard ``shard``'s with ``shard_urls``); a FairQueue when ``fair``, named in
