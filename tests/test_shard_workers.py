@@ -51,7 +51,7 @@ def test_pool_deals_sharded_groups_per_shard() -> None:
 
 
 def test_shard_queue_of_a_fair_family_is_fair_and_weighted_as_its_family(conn: Redis) -> None:
-    settings = Settings(jobs=JOBS, fair_queues=["sync"], queues={"sync": 3, "mail": 1})
+    settings = Settings(jobs=JOBS, fair_queues=["sync"], queues={"sync": 3, "mail": 1, "sync_throttled": 1, "plain": 1})
     assert settings.is_fair("sync_shard2") and not settings.is_fair("mail_shard0")
     assert settings.weight("sync_shard2") == 3
     worker = WeightedWorker(["sync_shard2", "mail_shard0"], connection=conn, settings=settings)

@@ -20,6 +20,7 @@ from redis import Redis
 from rq.job import Job
 from rq.queue import Queue
 
+from fair_router.core.tenancy import usable_tenant
 from fair_router.demo.metrics import JobTiming
 from fair_router.rq_internals.jobclock import FETCH_CLOCK
 from fair_router.workers.weighted import WeightedSimpleWorker
@@ -50,7 +51,8 @@ class TimedWorker(WeightedSimpleWorker):
             ended = time.perf_counter()
             cycle = ended - (self._last_end if self._last_end is not None else fetched)
             self._last_end = ended
-            self._spans.append(json.dumps([job.meta.get("fair_tenant"), taken, ended - fetched, cycle]))
+            tenant = usable_tenant(job.meta, warn=False)
+            self._spans.append(json.dumps([tenant, taken, ended - fetched, cycle]))
 
     def teardown(self) -> None:
         if self._spans and not self.is_horse:
