@@ -14,7 +14,7 @@ from redis import Redis
 from rq.job import JobStatus
 from rq.registry import FailedJobRegistry
 
-from fair_router import FairQueue, Settings
+from fair_router import FairQueue, FairRouter, Settings
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.tiers import TierBook
@@ -124,3 +124,24 @@ def test_a_tenant_held_by_its_own_rate_is_parked_until_its_next_start(
     fleet.stop_all()
     counts = counters(conn)
     assert counts["rate_deferred"] <= 5, counts  # was about one per job: 20 starts
+
+
+def test_a_raised_limit_ends_a_park_at_the_old_one_in_every_fair_queue(conn: Redis) -> None:
+    """A tenant parked at its limit (1, free) gets a higher one (pro: 3): the fair queues that mirror its limit
+    learn it at once and serve it again, without waiting for a release. A paused tenant stays parked, and a
+    queue that never heard of a tenant's limit (limits off) learns none."""
+    queue = FairQueue("relimit", connection=conn, settings=Settings(prefix=PREFIX))
+    jobs = [queue.enqueue(limit_jobs.record, "x", 0, fair_tenant="hog").id for _ in range(3)]
+    calm = queue.enqueue(limit_jobs.record, "x", 0, fair_tenant="calm").id
+    assert queue.unpark("hog", limit=1) == 0  # a worker reported its limit
+    assert [queue.pop_job_id(), queue.pop_job_id(), queue.pop_job_id()] == [jobs[0], calm, None]  # hog parked
+    router = FairRouter(conn, prefix=PREFIX)
+    router.pause("hog")
+    router.set_tier("hog", "pro")
+    assert queue.pop_job_id() is None  # paused: still parked
+    router.resume("hog")
+    router.set_tier("hog", "pro")
+    assert conn.hget(queue.fair_keys.limits, "hog") == b"3"
+    assert queue.pop_job_id() == jobs[1]
+    router.set_tenant("calm", limit=5)
+    assert conn.hget(queue.fair_keys.limits, "calm") is None
