@@ -53,6 +53,7 @@ from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides
 from fair_router.demo.redis_server import RedisServer
+from fair_router.routing.admin import TenantAdmin
 from fair_router.store.fair_scripts import PopKind
 from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
@@ -473,6 +474,7 @@ class StartPathMachine(RuleBasedStateMachine):
             self.admin.set_overrides(tenant, TenantOverrides(weight=weight))
             self.admin.set(tenant, FIRST_TIERS[tenant])
         self.pauses = TenantPauses(self.conn, START_KEYS, clock=self.clock)
+        self.tenants = TenantAdmin(self.conn, START_KEYS, self.admin)
         self.producer = {name: self.fair_queue(name) for name in START_QUEUES}
         self.workers = [self.new_worker(names) for names in scenario.layout]
         self.jobs: dict[str, tuple[str, str]] = {}  # job id -> (tenant, queue)
@@ -672,8 +674,8 @@ class StartPathMachine(RuleBasedStateMachine):
 
     @rule(tenant=st.sampled_from(tuple(START_WEIGHTS)), tier=st.sampled_from(tuple(START_TIERS.concurrency)))
     def change_tier(self, tenant: str, tier: str) -> None:
-        """A limit change (and a rate change): the tenant's tier."""
-        self.admin.set(tenant, tier)
+        """A limit change (and a rate change): the tenant's tier, as ``FairRouter.set_tier`` changes it."""
+        self.tenants.set_tier(tenant, tier)
         model = self.model
         if (RATE_MS.get(tier), TOLERANCE_MS.get(tier)) != (RATE_MS.get(model.tier[tenant]),
                                                           TOLERANCE_MS.get(model.tier[tenant])):
