@@ -23,6 +23,7 @@ from fair_router.core.profiles import TenantOverrides, TenantProfile
 from fair_router.core.rates import Rate
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
 from fair_router.store.fair_scripts import TENANT_FIELD, FairUnparkScript, record_waiting
+from fair_router.store.scripts import Clock
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -44,15 +45,17 @@ class TenantAdmin:
     TypeError for other types, InvalidTenant past ``tenant_max_bytes``), checked before anything is written."""
 
     def __init__(self, connection: Redis, keys: Keys, tiers: TierBook,
-                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES, rq_connection: Redis | None = None) -> None:
+                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES, rq_connection: Redis | None = None,
+                 clock: Clock | None = None) -> None:
         """``connection``: our state (a RedisCluster on a cluster); ``rq_connection``: rq's keys and the fair
-        queues' state (on a cluster the owner of rq's slot; else ``connection``)."""
+        queues' state (on a cluster the owner of rq's slot; else ``connection``); ``clock``: the fair queues'
+        now for pauses (epoch seconds; tests inject one), else this host's clock and Redis server TIME."""
         self.connection = connection
         self.rq_connection = rq_connection or connection
         self.keys = keys
         self.tiers = tiers
         self.tenant_max_bytes = tenant_max_bytes
-        self._pauses = TenantPauses(connection, keys, self.rq_connection)
+        self._pauses = TenantPauses(connection, keys, self.rq_connection, clock)
         self._unpark = FairUnparkScript(self.rq_connection)
 
     def tenant_id(self, tenant: object) -> str:
@@ -129,6 +132,7 @@ class TenantAdmin:
         tenant = self.tenant_id(tenant)
         self._pauses.resume(tenant)
         self.tiers.forget(tenant)
+        self._limit_changed(tenant, self.tiers.profile(tenant))  # a limit changed while it was paused
 
     def paused(self, tenant: str | int) -> bool:
         """Whether ``tenant`` is paused."""
