@@ -35,7 +35,7 @@ from typing import Any
 
 import fair_jobs
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 from redis import Redis
@@ -726,12 +726,17 @@ class StartPathMachine(RuleBasedStateMachine):
         self.conn.close()
 
 
-START_SETTINGS = settings(max_examples=60, stateful_step_count=60, deadline=None, derandomize=True, database=None,
+START_SETTINGS = settings(max_examples=200, stateful_step_count=50, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+"""Derandomized (a fixed search, the same on every run) and without the example database, so CI does not flake."""
+KNOWN_BUG = settings(START_SETTINGS, max_examples=1000, stateful_step_count=30,
+                     phases=[Phase.explicit, Phase.reuse, Phase.generate])
+"""A known bug's test stops at its first failing example (found within about 100 by the aimed scenarios); no
+shrinking, which would take minutes. Once the bug is fixed, all 1000 run (about a minute): lower it then."""
 
 
-def run_start_path(redis_server: RedisServer, scenario: Scenario) -> None:
-    run_state_machine_as_test(lambda: StartPathMachine(redis_server.url, scenario), settings=START_SETTINGS)
+def run_start_path(redis_server: RedisServer, scenario: Scenario, how: settings = START_SETTINGS) -> None:
+    run_state_machine_as_test(lambda: StartPathMachine(redis_server.url, scenario), settings=how)
 
 
 def test_the_start_path_agrees_with_its_model(redis_server: RedisServer) -> None:
@@ -742,12 +747,15 @@ def test_the_start_path_agrees_with_its_model(redis_server: RedisServer) -> None
                    "releasing worker's own fair queues (workers/weighted.py _slot_freed)")
 def test_a_release_reaches_every_fair_queue(redis_server: RedisServer) -> None:
     """Work conservation with workers serving different queues: a release by a worker of one queue must end
-    the tenant's park in the other."""
-    run_start_path(redis_server, Scenario(layout=SPLIT, tiers=("one", "two")))  # limits only: found sooner
+    the tenant's park in the other. Aimed: limits only, no crash, pause, tier change or clock."""
+    run_start_path(redis_server, Scenario(layout=SPLIT, tiers=("one", "two"),
+                                          skip=frozenset({"crash", "pause", "tier", "clock"})), KNOWN_BUG)
 
 
 @pytest.mark.xfail(not BUG_B_FIXED, strict=True, reason="bug (b): a paced tenant is parked after each take until "
                    "its start's report (up to PACED_WAIT_MS, lua/lib/claims.lua), and may come back after its token")
 def test_a_paced_tenant_is_parked_only_until_its_next_token(redis_server: RedisServer) -> None:
-    """Work conservation for paced tenants too (every worker on both queues: bug (a) cannot show)."""
-    run_start_path(redis_server, Scenario(layout=SHARED, conserve_paced=True))
+    """Work conservation for paced tenants too (every worker on both queues: bug (a) cannot show). Aimed: every
+    tenant at 2/s with a burst of 2, no crash, pause or tier change."""
+    run_start_path(redis_server, Scenario(conserve_paced=True, tiers=("bursty",),
+                                          skip=frozenset({"crash", "pause", "tier"})), KNOWN_BUG)
