@@ -14,7 +14,7 @@ from redis import Redis
 from rq.job import JobStatus
 from rq.registry import FailedJobRegistry
 
-from fair_router import FairQueue, Settings
+from fair_router import FairQueue, FairRouter, Settings
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.tiers import TierBook
@@ -125,3 +125,28 @@ def test_a_tenant_held_by_its_own_rate_is_parked_until_its_next_start(
     fleet.stop_all()
     counts = counters(conn)
     assert counts["rate_deferred"] <= 5, counts  # was about one per job: 20 starts
+
+
+def test_a_raised_limit_ends_a_park_at_the_old_one_in_every_fair_queue(conn: Redis) -> None:
+    """Tenants parked at their limit (1, free) get a higher one (pro: 3): the fair queues that mirror their limit
+    learn it and serve them again, without waiting for a release: at once, or for a paused tenant at its resume
+    (it stays parked meanwhile). A queue that never heard of a tenant's limit (limits off) learns none."""
+    queue = FairQueue("relimit", connection=conn, settings=Settings(prefix=PREFIX))
+    hog = [queue.enqueue(limit_jobs.record, "x", 0, fair_tenant="hog").id for _ in range(2)]
+    held = [queue.enqueue(limit_jobs.record, "x", 0, fair_tenant="held").id for _ in range(2)]
+    calm = queue.enqueue(limit_jobs.record, "x", 0, fair_tenant="calm").id
+    for tenant in ("hog", "held"):
+        assert queue.unpark(tenant, limit=1) == 0  # a worker reported its limit
+    popped = [queue.pop_job_id() for _ in range(4)]
+    assert set(popped[:3]) == {hog[0], held[0], calm} and popped[3] is None  # both parked at 1
+    router = FairRouter(conn, prefix=PREFIX)
+    router.pause("held")
+    router.set_tier("hog", "pro")
+    router.set_tier("held", "pro")
+    assert conn.hget(queue.fair_keys.limits, "hog") == b"3"
+    assert [queue.pop_job_id(), queue.pop_job_id()] == [hog[1], None]  # held: paused, still parked
+    router.resume("held")
+    assert conn.hget(queue.fair_keys.limits, "held") == b"3"
+    assert queue.pop_job_id() == held[1]
+    router.set_tenant("calm", limit=5)
+    assert conn.hget(queue.fair_keys.limits, "calm") is None

@@ -35,6 +35,7 @@ from fair_router.core.rates import Rate, parse_rate
 from fair_router.demo.redis_server import RedisServer
 from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
+from fair_router.workers.turnaway import turn_away
 
 PREFIX = "controls_test"
 KEYS = Keys(PREFIX)
@@ -84,9 +85,9 @@ def a_job(conn: Redis, tenant: str = "acme", **meta: Any) -> Job:
     return Job.create(limit_jobs.mark, args=("x",), connection=conn, meta={"fair_tenant": tenant, **meta})
 
 
-def admit(checks: TenantGate, tenant: str, job: Job, reserve: bool) -> Any:
-    """One admission as the worker asks it: (Admission, lease)."""
-    return checks.acquire(tenant, job, checks.checks(tenant, job) or [], reserve)
+def admit(checks: TenantGate, tenant: str, job: Job, reserve: bool, fair_queue: str = "") -> Any:
+    """One admission as the worker asks it: (Admission, lease); ``fair_queue``: the fair queue the job came from."""
+    return checks.acquire(tenant, job, checks.checks(tenant, job) or [], reserve, fair_queue=fair_queue)
 
 
 class Clock:
@@ -206,6 +207,27 @@ def test_pause_refuses_every_start_and_the_slot_check_comes_first(conn: Redis) -
     assert admit(checks, "acme", running, False)[0].status == Verdict.HELD  # a refresh is not refused
     router.resume("acme")
     assert admit(checks, "acme", a_job(conn), False)[0].status == Verdict.AT_LIMIT  # free: 1 at once
+
+
+def test_a_start_refused_at_its_limit_parks_the_tenant_until_its_first_lease_expires(conn: Redis) -> None:
+    """A dead worker's slot comes back when its lease expires: a start refused 45 s into a 60 s lease parks its
+    tenant in the fair queue for the 15 s left, not for a whole lease TTL from the refusal."""
+    clock = Clock()
+    checks = gate(conn, clock, slots=True)
+    held = a_job(conn)
+    assert admit(checks, "acme", held, False)[0].status == Verdict.GRANTED  # its worker then dies: no release
+    expiry_ms = round(clock.now * 1000) + 60_000
+    clock.now += 45
+    queue = FairQueue("slots", connection=conn, settings=Settings(prefix=PREFIX), clock=clock)
+    job = queue.enqueue(limit_jobs.mark, "x", fair_tenant="acme")
+    assert queue.pop_job_id() == job.id
+    admission, lease = admit(checks, "acme", job, False, fair_queue=queue.name)
+    assert (admission.status, admission.at_ms, lease) == (Verdict.AT_LIMIT, expiry_ms, None)
+    assert turn_away(checks, job, queue, "acme", admission) is not None
+    assert conn.zscore(queue.fair_keys.parked, "acme") == expiry_ms
+    clock.now += 15
+    assert queue.pop_job_id() == job.id  # the lease has expired: served again, and now admitted
+    assert admit(checks, "acme", job, False)[0].status == Verdict.GRANTED
 
 
 # -- overrides -----------------------------------------------------------------------------------------

@@ -70,8 +70,12 @@ class ConcurrencySlot(StartControl):
                        [start.profile.limit, self.lease_ms, start.fair_queue])
 
     def on_refused(self, start: Start, admission: Admission) -> Refusal:
-        """Parked until a slot frees (a release unparks it), at most a lease's life; snoozed on a plain queue."""
-        return Refusal(self.counter, "at its limit", self.config.lease_ttl, until_release=True)
+        """Parked until a slot frees: a release unparks it, else its first lease expires (a dead worker's slot
+        comes back then: ``at_ms``), at most a lease's life; snoozed on a plain queue."""
+        seconds = self.config.lease_ttl
+        if admission.at_ms:
+            seconds = min(seconds, max(0.001, (admission.at_ms - admission.now_ms) / 1000))
+        return Refusal(self.counter, "at its limit", seconds, until_release=True)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
 from fair_router.core.keys import Keys, encode
 from fair_router.store.fair_scripts import FairHoldScript, FairUnparkScript
 from fair_router.store.profile_scripts import NoteChangeScript
-from fair_router.store.scripts import Admission, Verdict
+from fair_router.store.scripts import Admission, Clock, Verdict, now_arg
 
 PAUSE_PARK = 60.0
 """Seconds a fair queue skips a paused tenant before its next pop checks again; ``resume`` unparks it at
@@ -29,10 +29,13 @@ once in every fair queue rq knows, so this only bounds a resume that missed a qu
 class TenantPauses:
     """pause / resume / paused: a flag per tenant that the start script reads at every job start."""
 
-    def __init__(self, connection: Redis, keys: Keys, rq_connection: Redis | None = None) -> None:
+    def __init__(self, connection: Redis, keys: Keys, rq_connection: Redis | None = None,
+                 clock: Clock | None = None) -> None:
         """``connection``: where the pause flags are (a RedisCluster on a cluster); ``rq_connection``: rq's
-        queues and the fair queues' state (the owner of rq's slot there; else ``connection``)."""
+        queues and the fair queues' state (the owner of rq's slot there; else ``connection``); ``clock``: the
+        fair queues' now (epoch seconds; tests inject one), else this host's clock and Redis server TIME."""
         self.connection = connection
+        self.clock = clock
         self.rq = rq_connection or connection
         self.keys = keys
         self._unpark = FairUnparkScript(self.rq)
@@ -45,10 +48,10 @@ class TenantPauses:
         self.connection.set(self.keys.paused(tenant), 1)
         self._note_change(self.keys.profile_changes(), tenant).run()  # after the write: tier caches re-read it
         queues = sorted(as_text(raw) for raw in self.rq.smembers(Queue.redis_queues_keys))
-        until_ms = round((time.time() + PAUSE_PARK) * 1000)
+        until_ms = round(((self.clock or time.time)() + PAUSE_PARK) * 1000)
         with self.rq.pipeline(transaction=False) as pipe:
             for key in queues:  # a plain queue has no fair state: the call changes nothing there
-                self._hold(self.keys.fair_queue(key), encode(tenant), until_ms).queue(pipe)
+                self._hold(self.keys.fair_queue(key), encode(tenant), until_ms, now_ms=now_arg(self.clock)).queue(pipe)
             pipe.execute()
 
     def resume(self, tenant: str) -> int:
@@ -61,7 +64,7 @@ class TenantPauses:
             return 0
         with self.rq.pipeline(transaction=False) as pipe:
             for key in queues:  # a plain queue has no parked set: the call changes nothing there
-                self._unpark(self.keys.fair_queue(key), encode(tenant)).queue(pipe)
+                self._unpark(self.keys.fair_queue(key), encode(tenant), now_ms=now_arg(self.clock)).queue(pipe)
             return sum(self._unpark.parse(reply) for reply in pipe.execute())
 
     def paused(self, tenant: str) -> bool:

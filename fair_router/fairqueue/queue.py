@@ -32,13 +32,14 @@ from fair_router.store.cluster import is_cluster, rq_of
 from fair_router.store.fair_scripts import PopResult
 from fair_router.store.fair_store import FairStore, RedisFairStore
 from fair_router.store.outage import naming_redis
+from fair_router.store.scripts import Clock
 
 
 class FairQueue(RqQueueSeam):
     """An rq Queue with per-tenant FIFOs served by weighted fair share (see :mod:`fair_router.fairqueue`).
 
     ``FairQueue(name, connection=None, *, prefix=None, tiers=None, settings=None, recover_after=None,
-    charge=None, trust_cost=None, tenant_max_bytes=None, **rq_options)``.
+    charge=None, trust_cost=None, tenant_max_bytes=None, clock=None, **rq_options)``.
     """
 
     recover_after: float = 60.0
@@ -47,12 +48,13 @@ class FairQueue(RqQueueSeam):
     def __init__(self, name: str = "default", connection: Redis | None = None, *args: Any, prefix: str | None = None,
                  tiers: TiersConfig | None = None, settings: Settings | None = None, recover_after: float | None = None,
                  charge: Charge | None = None, trust_cost: bool | None = None, tenant_max_bytes: int | None = None,
-                 **kwargs: Any) -> None:
+                 clock: Clock | None = None, **kwargs: Any) -> None:
         """rq's arguments, plus where the fair state lives (``prefix``), the tiers that give weights
         (``tiers``), what a pop charges its tenant (``charge``: "jobs" or "runtime", see
         :mod:`fair_router.fairqueue`), whether a declared ``fair_cost`` is the charge (``trust_cost``) and the
         longest ``fair_tenant`` id taken (``tenant_max_bytes``, UTF-8 bytes); all default to ``settings``
-        (else loaded on first use, as ``--queue-class`` builds queues with rq's arguments only)."""
+        (else loaded on first use, as ``--queue-class`` builds queues with rq's arguments only). ``clock``: the
+        fair scripts' now (epoch seconds; tests inject one), else Redis server TIME."""
         connection = rq_of(connection) if is_cluster(connection) else connection  # on a cluster: rq's slot owner
         super().__init__(name, connection, *args, **_without_django_rqs(name, kwargs))
         if "{" in name or "}" in name:
@@ -61,6 +63,7 @@ class FairQueue(RqQueueSeam):
                                   trust_cost=trust_cost, tenant_max_bytes=tenant_max_bytes)
         if recover_after is not None:
             self.recover_after = recover_after
+        self._clock = clock
         self._store: FairStore | None = None
         self._pushes = FairPushes(name, self._config)
         self.caps = self._pushes.caps  # backlog caps of pushes in flight: FairRouter reads them after its pipelines
@@ -80,7 +83,7 @@ class FairQueue(RqQueueSeam):
     def store(self) -> FairStore:
         """This queue's fair state (its keys and scripts), built on first use."""
         if self._store is None:
-            store = RedisFairStore(self.connection, self._config.keys.fair_queue(self.key))
+            store = RedisFairStore(self.connection, self._config.keys.fair_queue(self.key), self._clock)
             store.migrate(self._config.keys.fair_queue_legacy(self.key))  # once per object: an upgrade's jobs
             self._store = store
         return self._store
@@ -219,12 +222,10 @@ class FairQueue(RqQueueSeam):
         return self.store.keys.wake
 
     def park(self, job: Job, tenant: str, seconds: float, limit: int | None = None, at_ms: int | None = None) -> None:
-        """``job``'s start was refused: put it back (to its own FIFO place when this object's latest pop chose
-        it, with that pop's step of the pass refunded; else to the front) and skip the tenant until
-        :meth:`unpark` or for ``seconds``. ``limit``: its limit (0 none, None not known), mirrored here.
-        ``at_ms``: a rate refused it and its next token falls due then (epoch ms, the start script's clock): the
-        park ends exactly then instead."""
-        until_ms = int((time.time() + seconds) * 1000) if at_ms is None else at_ms
+        """``job``'s start was refused: put it back (to its FIFO place when this object's latest pop chose it,
+        that step refunded; else to the front) and skip the tenant until :meth:`unpark` or for ``seconds`` (or
+        until ``at_ms``, a rate's next token, epoch ms). ``limit``: its limit (0 none, None not known)."""
+        until_ms = int(((self._clock or time.time)() + seconds) * 1000) if at_ms is None else at_ms
         seq = self._handed_out.pop(job.id, None)
         self.store.park(job.id, tenant_key(tenant), self.weight(tenant), until_ms, seq, limit, exact=at_ms is not None)
 

@@ -22,7 +22,8 @@ from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides, TenantProfile
 from fair_router.core.rates import Rate
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
-from fair_router.store.fair_scripts import TENANT_FIELD, record_waiting
+from fair_router.store.fair_scripts import TENANT_FIELD, FairUnparkScript, record_waiting
+from fair_router.store.scripts import Clock
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -44,15 +45,18 @@ class TenantAdmin:
     TypeError for other types, InvalidTenant past ``tenant_max_bytes``), checked before anything is written."""
 
     def __init__(self, connection: Redis, keys: Keys, tiers: TierBook,
-                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES, rq_connection: Redis | None = None) -> None:
+                 tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES, rq_connection: Redis | None = None,
+                 clock: Clock | None = None) -> None:
         """``connection``: our state (a RedisCluster on a cluster); ``rq_connection``: rq's keys and the fair
-        queues' state (on a cluster the owner of rq's slot; else ``connection``)."""
+        queues' state (on a cluster the owner of rq's slot; else ``connection``); ``clock``: the fair queues'
+        now for pauses (epoch seconds; tests inject one), else this host's clock and Redis server TIME."""
         self.connection = connection
         self.rq_connection = rq_connection or connection
         self.keys = keys
         self.tiers = tiers
         self.tenant_max_bytes = tenant_max_bytes
-        self._pauses = TenantPauses(connection, keys, self.rq_connection)
+        self._pauses = TenantPauses(connection, keys, self.rq_connection, clock)
+        self._unpark = FairUnparkScript(self.rq_connection)
 
     def tenant_id(self, tenant: object) -> str:
         """``tenant`` normalised (an int as its decimal string) and checked against ``tenant_max_bytes``."""
@@ -62,7 +66,9 @@ class TenantAdmin:
 
     def set_tier(self, tenant: str | int, tier: str) -> None:
         """Put ``tenant`` on ``tier`` (stored in Redis; used when no tier resolver is configured)."""
-        self.tiers.set(self.tenant_id(tenant), tier)
+        tenant = self.tenant_id(tenant)
+        self.tiers.set(tenant, tier)
+        self._limit_changed(tenant, self.tiers.profile(tenant))
 
     def get_tier(self, tenant: str | int) -> str:
         """``tenant``'s tier (``tiers.default`` when unknown)."""
@@ -87,7 +93,28 @@ class TenantAdmin:
         now in effect."""
         tenant = self.tenant_id(tenant)
         overrides = TenantOverrides(limit=limit, weight=weight, rate=rate, burst=burst, max_backlog=max_backlog)
-        return self.tiers.set_overrides(tenant, overrides, reset=reset)
+        profile = self.tiers.set_overrides(tenant, overrides, reset=reset)
+        self._limit_changed(tenant, profile)
+        return profile
+
+    def _limit_changed(self, tenant: str, profile: TenantProfile) -> None:
+        """The fair queues that mirror ``tenant``'s concurrency limit (lua/lib/claims.lua: workers reported it
+        there, so limits are on) learn its new one now, and end its park there when it is below it: parked at
+        its old limit, a tenant whose limit was raised would otherwise wait for a release (or a lease's life)
+        with a slot free. Not while it is paused (its park holds it); a tier resolver's changes are not seen."""
+        if self._pauses.paused(tenant):
+            return
+        queues = sorted(as_text(raw) for raw in self.rq_connection.smembers(Queue.redis_queues_keys))
+        fair = [self.keys.fair_queue(key) for key in queues]
+        with self.rq_connection.pipeline(transaction=False) as pipe:
+            for keys in fair:
+                pipe.hexists(keys.limits, encode(tenant))
+            known = pipe.execute()
+        with self.rq_connection.pipeline(transaction=False) as pipe:
+            for keys, mirrored in zip(fair, known, strict=True):
+                if mirrored:  # only workers with limits on report a limit: none is made up here
+                    self._unpark(keys, encode(tenant), "", profile.limit).queue(pipe)
+            pipe.execute()
 
     def tenant(self, tenant: str | int) -> TenantProfile:
         """The values in effect for ``tenant`` (tier, limit, weight, rate, burst, max_backlog, overrides)."""
@@ -105,6 +132,7 @@ class TenantAdmin:
         tenant = self.tenant_id(tenant)
         self._pauses.resume(tenant)
         self.tiers.forget(tenant)
+        self._limit_changed(tenant, self.tiers.profile(tenant))  # a limit changed while it was paused
 
     def paused(self, tenant: str | int) -> bool:
         """Whether ``tenant`` is paused."""

@@ -137,8 +137,9 @@ class OneTrip:
             lists = [Queue.redis_queue_namespace_prefix + name for name in families]
             serialized = [job.serializer.dumps(meta) for meta in metas[1:]]  # the base family's: rq's save
             target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, lists, serialized, fair)
+            waiting = inputs.waiting(route, "unthrottled" if "1" in fair else "all")  # fair queues count their own
             router._route(inputs.windows, routed, inputs.jobs, route.queue, route.rules, now_arg(router.clock),
-                          None, target, inputs.waiting(route, unthrottled_only="1" in fair)).queue_loaded(pipe)
+                          None, target, waiting).queue_loaded(pipe)
             at.append(len(pipe.command_stack) - 1)
 
         with router.connection.pipeline() as pipe:

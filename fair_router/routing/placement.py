@@ -101,12 +101,12 @@ class RouteInputs:
             self.shards = ShardLoads(used, [(Queue.redis_queue_namespace_prefix + name, 0) if loads is None
                                             else (None, loads.get(name, 0)) for name in pairs])
 
-    def waiting(self, route: Route, unthrottled_only: bool = False) -> RouteWaiting | None:
-        """route.lua's waiting section for this batch: its recorded jobs count waiting (routing/waiting.py); with
-        ``unthrottled_only``, only those no rule moved."""
-        if not self.windows:
+    def waiting(self, route: Route, count: str | None = "all") -> RouteWaiting | None:
+        """route.lua's waiting section for this batch: its recorded jobs count waiting (routing/waiting.py), "all"
+        of them or only those no rule moved ("unthrottled"); None: none count."""
+        if not self.windows or count is None:
             return None
-        return RouteWaiting(self._keys.waiting(route.job_key), self._encoded, unthrottled_only)
+        return RouteWaiting(self._keys.waiting(route.job_key), self._encoded, count == "unthrottled")
 
     @property
     def needed(self) -> bool:

@@ -126,9 +126,8 @@ class FairRouter:
         inputs = RouteInputs(route, jobs, self.keys, **state)
         if not jobs or not inputs.needed:
             return [Placement()] * len(jobs)
-        waiting = inputs.waiting(route, count == "unthrottled") if count else None
         call = self._route(inputs.windows, self.keys.routed(route.job_key), inputs.jobs, route.queue, route.rules,
-                           now_arg(self.clock), inputs.shards, waiting=waiting)
+                           now_arg(self.clock), inputs.shards, waiting=inputs.waiting(route, count))
         if not self.announcer.due(route):
             picks = call.run()
         else:
@@ -175,10 +174,8 @@ class FairRouter:
         system: bool = False,
         fair: bool = False,
     ) -> Job:
-        """Route and enqueue one job (scheduled for ``at`` when given). An explicit ``queue`` is
-        recorded in the window but never rerouted; a ``system`` job is neither throttled nor limited;
-        ``fair`` enqueues into a FairQueue.
-
+        """Route and enqueue one job (scheduled for ``at`` when given). An explicit ``queue`` is recorded in the
+        window but never rerouted; a ``system`` job is neither throttled nor limited; ``fair``: into a FairQueue.
         The job goes through rq's own ``Queue.enqueue_call`` (``Queue.enqueue_at`` when scheduled) with
         every option as rq parsed it, so rq's checks and options behave exactly as with a plain Queue;
         only the job id (decided here, before routing, so the window records it) and the meta are ours.

@@ -39,6 +39,7 @@ from fair_router.store.fair_scripts import (
     record_waiting,
 )
 from fair_router.store.luascript import Call, LuaScript
+from fair_router.store.scripts import Clock, now_arg
 
 _S = TypeVar("_S", bound=LuaScript[Any])
 
@@ -101,8 +102,9 @@ class RedisFairStore:
     """:class:`FairStore` on the fair queue's keys, each operation one ``lua/fair_*.lua`` script call. The
     wrappers are built (script read, assembled, registered) on first use, once per store."""
 
-    def __init__(self, connection: Redis, keys: FairQueueKeys) -> None:
-        self._connection, self._keys = connection, keys
+    def __init__(self, connection: Redis, keys: FairQueueKeys, clock: Clock | None = None) -> None:
+        """``clock``: the scripts' now (epoch seconds; tests inject one), else Redis server TIME."""
+        self._connection, self._keys, self._clock = connection, keys, clock
         self._scripts: dict[type[LuaScript[Any]], LuaScript[Any]] = {}
 
     @property
@@ -152,7 +154,7 @@ class RedisFairStore:
         return None
 
     def pop(self, given: str, acks: Sequence[str], runtime: bool, lease_ms: int) -> PopResult:
-        return self._script(FairPopScript)(self._keys, given, acks, "", runtime, lease_ms).run()
+        return self._script(FairPopScript)(self._keys, given, acks, now_arg(self._clock), runtime, lease_ms).run()
 
     def park(self, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None,
              limit: int | None, exact: bool = False) -> int:
@@ -160,14 +162,17 @@ class RedisFairStore:
 
     def unpark(self, tenant: str, job_id: str = "", limit: int | None = None,
                pipeline: Pipeline | None = None) -> int | Pipeline:
-        return self._script(FairUnparkScript)(self._keys, tenant, job_id, limit).run_or_queue(pipeline)
+        return self._script(FairUnparkScript)(self._keys, tenant, job_id, limit,
+                                              now_arg(self._clock)).run_or_queue(pipeline)
 
     def hold(self, tenant: str, until_ms: int, paced: bool = False, pipeline: Pipeline | None = None) -> int | Pipeline:
-        return self._script(FairHoldScript)(self._keys, tenant, until_ms, paced).run_or_queue(pipeline)
+        return self._script(FairHoldScript)(self._keys, tenant, until_ms, paced,
+                                            now_arg(self._clock)).run_or_queue(pipeline)
 
     def settle(self, job_id: str, seconds: float | None, trust: bool,
                pipeline: Pipeline | None = None) -> int | Pipeline:
-        return self._script(FairSettleScript)(self._keys, job_id, seconds, trust).run_or_queue(pipeline)
+        return self._script(FairSettleScript)(self._keys, job_id, seconds, trust,
+                                              now_arg(self._clock)).run_or_queue(pipeline)
 
     def remove(self, job_id: str, pipeline: Pipeline | None = None) -> int | Pipeline:
         return self._script(FairRemoveScript)(self._keys, job_id).run_or_queue(pipeline)

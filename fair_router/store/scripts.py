@@ -228,7 +228,8 @@ class Admission(NamedTuple):
 
     status: Verdict
     reclaimed: int
-    at_ms: int  # RATE / RESERVED: when the job may start (epoch ms, the script's clock)
+    at_ms: int  # RATE / RESERVED: when the job may start; AT_LIMIT: when its first lease expires (epoch ms,
+    # the script's clock)
     now_ms: int  # the script's clock when it decided
     next_ms: int = 0  # GRANTED: when the tenant's own rate allows its next start (0: at once)
 

@@ -15,8 +15,13 @@ function start_slot.held(s, k, a)
   end
   return false
 end
+-- Refused: s.at_ms is when its first slot comes back by itself (the earliest lease's expiry; a release may
+-- come sooner), so that a tenant whose slot a dead worker holds is parked no longer than that lease lives.
 function start_slot.check(s, k, a)
-  if redis.call('ZCARD', KEYS[k + 1]) >= tonumber(ARGV[a + 1]) then
+  local leases = KEYS[k + 1]
+  if redis.call('ZCARD', leases) >= tonumber(ARGV[a + 1]) then
+    local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+    s.at_ms = tonumber(first[2]) or 0
     local queue = ARGV[a + 3]
     if queue ~= '' then  -- parked there until a release: it lasts a lease at most, so does the record
       redis.call('SADD', KEYS[k + 2], queue)
