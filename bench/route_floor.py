@@ -73,7 +73,7 @@ SIDES = ("plain", "routed", "floor", "fair")
 FLOOR_LUA = """
 local n_rules = tonumber(ARGV[4])
 local at = 7 + 3 * n_rules
-if ARGV[at] == '1' then at = at + 2 + tonumber(ARGV[6 + 3 * n_rules]) else at = at + 1 end
+if ARGV[at] == '1' or ARGV[at] == '2' then at = at + 2 + tonumber(ARGV[6 + 3 * n_rules]) else at = at + 1 end
 if ARGV[at] ~= '0' then return redis.error_reply('route_floor: a sharded route') end
 at = at + 1
 if ARGV[at] ~= '1' then return redis.error_reply('route_floor: no push section') end
