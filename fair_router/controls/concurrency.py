@@ -31,7 +31,7 @@ from redis.client import Pipeline
 from rq import Queue
 from rq.job import Job
 
-from fair_router.config.settings import ConcurrencyConfig
+from fair_router.config.sections import ConcurrencyConfig
 from fair_router.controls.pauses import PauseCheck
 from fair_router.controls.pipeline import NoTally, Refusal, Section, Start, StartControl, StartPipeline, Tally
 from fair_router.controls.ratelimit import RateLimiter

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from rq.job import Job
 
-from fair_router.config.settings import JobConfig
+from fair_router.config.sections import JobConfig
 from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
 from fair_router.core.jobmeta import META_RATE
 from fair_router.core.keys import Keys

@@ -27,7 +27,7 @@ from typing import NamedTuple
 from pydantic import ValidationError
 from redis import Redis
 
-from fair_router.config.settings import TiersConfig
+from fair_router.config.sections import TiersConfig
 from fair_router.core.keys import Keys
 from fair_router.core.profiles import DEFAULT, PRIORITY, SCHEDULED, TenantOverrides, TenantProfile
 from fair_router.store.profile_scripts import PROFILE_HORIZON, NoteChangeScript, PollChangesScript

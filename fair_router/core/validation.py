@@ -21,6 +21,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer
 from redis.connection import parse_url
 
 from fair_router.core.durations import parse_duration
+from fair_router.core.names import PREFIX, QUEUE_NAME, RULE_QUEUE, TIER_NAME
 from fair_router.core.rates import Rate, parse_rate
 
 MAX_WEIGHT = 1e6
@@ -56,11 +57,6 @@ def at_most(limit: int, what: str) -> AfterValidator:
 
     return AfterValidator(check)
 
-_QUEUE_CHARS = r"A-Za-z0-9_.\-"
-_QUEUE_NAME = re.compile(rf"[{_QUEUE_CHARS}]{{1,200}}")
-_RULE_QUEUE = re.compile(rf"(?:[{_QUEUE_CHARS}]|\{{queue\}})+")
-_PREFIX = re.compile(r"[A-Za-z0-9_.:\-]{1,100}")
-_TIER_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,100}")
 
 
 def _matching(pattern: re.Pattern[str], rule: str) -> Callable[[str], str]:
@@ -74,13 +70,13 @@ def _matching(pattern: re.Pattern[str], rule: str) -> Callable[[str], str]:
     return check
 
 
-QueueName = Annotated[str, AfterValidator(_matching(_QUEUE_NAME, "queue name must be 1-200 letters, digits, "
+QueueName = Annotated[str, AfterValidator(_matching(QUEUE_NAME, "queue name must be 1-200 letters, digits, "
                                                                   "'_', '-' or '.'"))]
 """An rq queue name: letters, digits, ``_``, ``-`` and ``.`` (safe in keys, logs and the rq CLI)."""
 
 
 def _rule_queue(value: str) -> str:
-    if len(value) > 200 or not _RULE_QUEUE.fullmatch(value):
+    if len(value) > 200 or not RULE_QUEUE.fullmatch(value):
         raise ValueError(f"rule queue must be a queue name (letters, digits, '_', '-', '.'), which may say "
                          f"{{queue}} for the job's base queue, got {value!r}")
     return value
@@ -95,7 +91,7 @@ def _queue_group(value: object) -> object:
     if not isinstance(value, str):
         return value
     names = [name.strip() for name in value.split(",")]
-    if not all(_QUEUE_NAME.fullmatch(name) for name in names):
+    if not all(QUEUE_NAME.fullmatch(name) for name in names):
         raise ValueError(f"pool key {value!r} must be queue names (letters, digits, '_', '-', '.') joined by ','")
     return ",".join(names)
 
@@ -104,12 +100,12 @@ QueueGroup = Annotated[str, BeforeValidator(_queue_group)]
 """Queues one pooled worker listens on, comma-separated, e.g. ``analysis_priority`` or ``a,b``."""
 
 
-Prefix = Annotated[str, AfterValidator(_matching(_PREFIX, "prefix must be 1-100 letters, digits, '_', '.', "
+Prefix = Annotated[str, AfterValidator(_matching(PREFIX, "prefix must be 1-100 letters, digits, '_', '.', "
                                                            "':' or '-' (no braces)"))]
 """What every Redis key of one deployment starts with. No braces: the keys put their own hash tags after it."""
 
 
-TierName = Annotated[str, AfterValidator(_matching(_TIER_NAME, "tier name must be 1-100 letters, digits, "
+TierName = Annotated[str, AfterValidator(_matching(TIER_NAME, "tier name must be 1-100 letters, digits, "
                                                                "'_', '-' or '.'"))]
 """A plan tier's name (``free``, ``pro``): a key of ``tiers.concurrency``."""
 

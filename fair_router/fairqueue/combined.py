@@ -18,14 +18,16 @@ why and the fix:
 from __future__ import annotations
 
 import functools
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rq import Queue
 
-from fair_router.config.settings import Settings
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.rq_internals.worker import rebuilt_as
+
+if TYPE_CHECKING:
+    from fair_router.config.settings import Settings
 
 
 class QueueClassConflict(TypeError):

@@ -8,13 +8,14 @@ into the :class:`~fair_router.store.fair_scripts.PushEntry` the store pushes. Th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 from redis import Redis
 from rq.job import Job
 
-from fair_router.config.settings import Charge, Settings, TiersConfig, load_settings, validated
+from fair_router.config.errors import validated
+from fair_router.config.sections import Charge, TiersConfig
 from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.core.keys import Keys, encode
@@ -22,6 +23,9 @@ from fair_router.core.tenancy import optional_tenant_id, usable_tenant
 from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.store.cluster import state_of
 from fair_router.store.fair_scripts import PushEntry
+
+if TYPE_CHECKING:
+    from fair_router.config.settings import Settings
 
 NO_TENANT = "#none"
 """Encoded pseudo-tenant of jobs without a tenant. ``encode`` never yields it: '#' only starts the
@@ -66,6 +70,7 @@ class FairConfig:
     def settings(self) -> Settings:
         """The settings given, else loaded now (once)."""
         if self._settings is None:
+            from fair_router.config.settings import load_settings  # heavy (pydantic-settings): on first use
             self._settings = load_settings()
         return self._settings
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from redis import Redis
 from redis.client import Pipeline
 from rq.job import Job
 from rq.utils import as_text
 
-from fair_router.config.settings import Charge, Settings, TiersConfig
+from fair_router.config.sections import Charge, TiersConfig
 from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_TENANT
 from fair_router.core.keys import FairQueueKeys, Keys
@@ -33,6 +33,9 @@ from fair_router.store.fair_scripts import PopResult
 from fair_router.store.fair_store import FairStore, RedisFairStore
 from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock
+
+if TYPE_CHECKING:
+    from fair_router.config.settings import Settings
 
 
 class FairQueue(RqQueueSeam):

@@ -24,15 +24,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redis import Redis
 from rq.job import Job, JobStatus
 
-from fair_router.config.settings import Settings
 from fair_router.fairqueue.config import declared_cost, tenant_key, tenant_of
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.store.fair_scripts import PushEntry, ReconcileResult
+
+if TYPE_CHECKING:
+    from fair_router.config.settings import Settings
 
 logger = logging.getLogger("fair_router")
 

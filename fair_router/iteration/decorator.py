@@ -26,7 +26,7 @@ from pydantic import TypeAdapter
 from rq import get_current_job
 from rq.job import Job
 
-from fair_router.config.settings import validated
+from fair_router.config.errors import validated
 from fair_router.core.validation import AtLeastOne, Duration
 from fair_router.iteration.turns import CURSOR, HOST, ITEMS, MARKER, TURN_END, TURNS
 

@@ -48,7 +48,7 @@ from redis.client import Pipeline
 from redis.exceptions import RedisError
 from rq.job import Job
 
-from fair_router.config.settings import ObserveConfig
+from fair_router.config.sections import ObserveConfig
 from fair_router.core.keys import Keys, encode
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, InvalidStoredTenant, stored_tenant
 from fair_router.observe.buckets import N_BUCKETS, bucket_of

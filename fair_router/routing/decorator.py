@@ -12,14 +12,13 @@ Inside a Django transaction the routed enqueues wait for its commit (:mod:`fair_
 
 from __future__ import annotations
 
-import difflib
 import functools
 import logging
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import partial
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, cast
 from uuid import uuid4
 
 from redis import Redis
@@ -29,16 +28,16 @@ from rq.group import Group
 from rq.job import Job
 from rq.queue import EnqueueArgs
 
-from fair_router.config.settings import JobConfig, Settings, load_settings
 from fair_router.core.djangoenv import commit_hook
-from fair_router.core.profiles import DEFAULT, PRIORITY, SCHEDULED
-from fair_router.core.rates import Rate
-from fair_router.core.rules import Rule
-from fair_router.core.shards import Shards
+from fair_router.core.names import is_queue_name
 from fair_router.core.tenancy import TenantFunc, TenantResolver
-from fair_router.routing.router import FairRouter, Route
-from fair_router.store.cluster import connections_for
-from fair_router.store.replicas import ReplicaWait
+
+if TYPE_CHECKING:  # the rest on first use: a work horse importing a module of jobs needs none of it (pydantic)
+    from fair_router.config.settings import Settings
+    from fair_router.core.rates import Rate
+    from fair_router.core.rules import Rule
+    from fair_router.core.shards import Shards
+    from fair_router.routing.router import FairRouter, Route
 
 logger = logging.getLogger("fair_router")
 
@@ -72,10 +71,19 @@ class FairJob(Generic[P, R]):
         self.job_key = job_key or f"{func.__module__}.{func.__qualname__}"
         self.options = options
         self._queue = queue
-        self._rules = None if rules is None else tuple(r if isinstance(r, Rule) else Rule(**r) for r in rules)
-        # Validated now, with the settings' types: a bad queue name or rate fails at import, naming it.
-        own = JobConfig(queue=queue, rules=list(self._rules or ()), rate=rate, burst=burst, shards=shards)
-        self._rate, self._burst, self._shards = own.rate, own.burst, own.shards
+        self._rules: tuple[Rule, ...] | None = None
+        self._rate: Rate | None = None
+        self._burst: int | None = None
+        self._shards: Shards | None = None
+        if rules is not None or rate is not None or burst is not None or shards is not None or not is_queue_name(queue):
+            # Validated now, with the settings' types: a bad queue name or rate fails at import, naming it.
+            # (A queue name alone is checked without pydantic: most decorators give only that.)
+            from fair_router.config.sections import JobConfig
+            from fair_router.core.rules import Rule
+
+            self._rules = None if rules is None else tuple(r if isinstance(r, Rule) else Rule(**r) for r in rules)
+            own = JobConfig(queue=queue, rules=list(self._rules or ()), rate=rate, burst=burst, shards=shards)
+            self._rate, self._burst, self._shards = own.rate, own.burst, own.shards
         self._connection = connection
         self._router = router
         self._declared = False  # this job's fair queues declared to its router (a given one included)
@@ -100,6 +108,7 @@ class FairJob(Generic[P, R]):
     def settings(self) -> Settings:
         """Settings used for rules, base queue and connection (loaded on first use)."""
         if self._settings is None:
+            from fair_router.config.settings import load_settings  # heavy (pydantic-settings): on first use
             self._settings = load_settings()
         return self._settings
 
@@ -107,6 +116,10 @@ class FairJob(Generic[P, R]):
     def router(self) -> FairRouter:
         """The router this job enqueues through."""
         if self._router is None:
+            from fair_router.routing.router import FairRouter
+            from fair_router.store.cluster import connections_for
+            from fair_router.store.replicas import ReplicaWait
+
             connection = self._connection or connections_for(self.settings.redis_url, self.settings.redis_cluster).state
             self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers,
                                       tenant_max_bytes=self.settings.tenant_max_bytes,
@@ -122,6 +135,8 @@ class FairJob(Generic[P, R]):
         with ``throttled_queues: fair``, its own rules' queues (a ``{queue}`` rule's for each tier queue)."""
         names = self.settings.fair_queue_names()
         if self.settings.throttled_queues == "fair":
+            from fair_router.core.profiles import DEFAULT, PRIORITY, SCHEDULED
+
             route = self.route
             kinds = (PRIORITY, DEFAULT, SCHEDULED) if self.tier_routing else ()
             bases = [f"{route.queue}_{kind}" for kind in kinds] or [route.queue]
@@ -132,6 +147,8 @@ class FairJob(Generic[P, R]):
     def route(self) -> Route:
         """Job key, base queue and rules: the decorator's, else the settings' for this job key."""
         if self._route is None:
+            from fair_router.routing.router import Route
+
             needed = self._rules is None or self._queue is None or self._rate is None or self._shards is None
             configured = self.settings.job(self.job_key) if needed else None
             if self._rules is None:
@@ -353,6 +370,7 @@ def warn_unconfigured(job_key: str, settings: Settings) -> None:
     decorated function (its route is built once), naming the nearest job key the settings have."""
     if job_key in settings.jobs or not settings.jobs:
         return
+    import difflib  # only when warning
     close = difflib.get_close_matches(job_key, list(settings.jobs), n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else f" (they name {', '.join(sorted(settings.jobs))})"
     logger.warning("@fair_job %s: the settings (%s) have no rules for this job key, so its jobs go to their base "

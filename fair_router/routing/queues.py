@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from redis import Redis
 from rq import Queue
 
-from fair_router.config.settings import TiersConfig
+from fair_router.config.sections import TiersConfig
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.servers import ShardServers

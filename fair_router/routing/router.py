@@ -26,7 +26,8 @@ from rq.group import Group
 from rq.job import Job
 from rq.queue import EnqueueArgs, EnqueueData
 
-from fair_router.config.settings import TiersConfig, validated
+from fair_router.config.errors import validated
+from fair_router.config.sections import TiersConfig
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys

@@ -9,7 +9,7 @@ import random
 
 from redis import Redis
 
-from fair_router.config.settings import ConcurrencyConfig
+from fair_router.config.sections import ConcurrencyConfig
 from fair_router.controls.concurrency import ConcurrencySlots
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys

@@ -4,17 +4,20 @@ fair is served as a FairQueue on the mark's prefix, whatever the worker was star
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 from rq import Queue
 
-from fair_router.config.settings import Settings
 from fair_router.core.validation import QueueWeight
 from fair_router.fairqueue.combined import QueueClassConflict, as_fair
 from fair_router.fairqueue.marks import RECHECK_EVERY, FairnessMarks
 from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.workers.turnhooks import InterruptibleTurns
+
+if TYPE_CHECKING:
+    from fair_router.config.settings import Settings
 
 
 class FollowsFairnessMarks(InterruptibleTurns):

@@ -4,13 +4,13 @@ rq's slot of a cluster or built as FairQueues, and the job-start gate on its own
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 from redis import ConnectionPool, Redis
 from rq import Queue
 
-from fair_router.config.settings import Settings, validated
+from fair_router.config.errors import validated
 from fair_router.controls.gate import TenantGate
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
@@ -21,6 +21,9 @@ from fair_router.fairqueue.combined import as_fair
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.store.cluster import is_rq_slot_client, pair_of, state_of
 from fair_router.workers.limiter import ConcurrencyLimiter
+
+if TYPE_CHECKING:
+    from fair_router.config.settings import Settings
 
 _WEIGHTS: TypeAdapter[dict[str, QueueWeight]] = TypeAdapter(dict[QueueName, Weight])
 

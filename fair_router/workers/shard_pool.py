@@ -9,9 +9,13 @@ therefore dealt out per shard: ``{"default,default_throttled": 2}`` with 4 shard
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from fair_router.config.settings import JobConfig, Settings
+from fair_router.config.sections import JobConfig
 from fair_router.core.shards import family_of, shard_queue
+
+if TYPE_CHECKING:
+    from fair_router.config.settings import Settings
 
 
 def shard_queues(settings: Settings, index: int, families: Sequence[str] = ()) -> list[str]:

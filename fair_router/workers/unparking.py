@@ -6,16 +6,19 @@ Crash recovery frees an abandoned job's slot here too."""
 from __future__ import annotations
 
 from functools import partial
+from typing import TYPE_CHECKING
 
 from redis import Redis
 from redis.client import Pipeline
 from rq.job import Job
 
-from fair_router.config.settings import Settings
 from fair_router.controls.gate import TenantGate
 from fair_router.core.jobmeta import META_SYSTEM
 from fair_router.core.tenancy import usable_tenant
 from fair_router.fairqueue.queue import FairQueue
+
+if TYPE_CHECKING:
+    from fair_router.config.settings import Settings
 
 
 class Unparker:
