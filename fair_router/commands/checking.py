@@ -21,6 +21,7 @@ from rq import Queue
 from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
 from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
+from fair_router.core.text import as_text
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
@@ -112,7 +113,8 @@ def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
     """Tenants whose tier stored in Redis (``fair-router tier set``) is not a tier of these settings: they
     are served as ``tiers.default``."""
     known = set(settings.tiers.concurrency)
-    stored = {_text(tenant): _text(tier) for tenant, tier in connection.hgetall(Keys(settings.prefix).tiers()).items()}
+    raw = connection.hgetall(Keys(settings.prefix).tiers())
+    stored = {as_text(tenant): as_text(tier) for tenant, tier in raw.items()}
     unknown = sorted((tenant, tier) for tenant, tier in stored.items() if tier not in known)
     if not unknown:
         return []
@@ -124,7 +126,7 @@ def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
 def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
     """Fair queues (marked, or named in ``fair_queues:``) whose jobs a plain rq worker took
     (:mod:`fair_router.fairqueue.plainpops`): a warning each. Looking also tidies an empty queue's counts."""
-    known = [_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
+    known = [as_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
              for key in connection.smembers(Queue.redis_queues_keys)]
     names = list(dict.fromkeys([*settings.fair_queue_names(), *sorted(known)]))
     marked = FairnessMarks(connection, settings.prefix).read(names)
@@ -136,10 +138,6 @@ def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
             if found.plain:
                 findings.append(Finding("warning", f"queue {name}", found.describe()))
     return findings
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
 
 
 def _load_scripts(connection: Redis) -> tuple[list[Finding], bool]:

@@ -4,12 +4,11 @@ fair queues, :mod:`fair_router.routing.waitcheck` for the plain queues routers c
 
 from __future__ import annotations
 
-from typing import Any
-
 from rq import Queue
 
 from fair_router.config.settings import Settings
 from fair_router.core.keys import encode
+from fair_router.core.text import as_text
 from fair_router.fairqueue.reconcile import RECONCILE_BOUND, fair_queues, reconcile_queues
 from fair_router.routing.router import FairRouter
 from fair_router.routing.waitcheck import WaitingReconciler, routed_job_keys
@@ -18,15 +17,11 @@ from fair_router.routing.waiting import parse_field
 __all__ = ["RECONCILE_BOUND", "reconciled_counts"]
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def reconciled_counts(router: FairRouter, settings: Settings, tenant: str) -> tuple[set[str], dict[str, int]]:
     """Reconcile every known queue's counts with rq's lists; returns the queues whose counts are approximate
     (beyond the bound) and ``tenant``'s jobs waiting per routed plain queue that has any."""
     prefix = len(Queue.redis_queue_namespace_prefix)
-    names = sorted(_text(key)[prefix:] for key in router.rq_connection.smembers(Queue.redis_queues_keys))
+    names = sorted(as_text(key)[prefix:] for key in router.rq_connection.smembers(Queue.redis_queues_keys))
     fair = fair_queues(router.rq_connection, settings, names)
     done = reconcile_queues(fair)
     fair_names = {queue.name for queue in fair}
@@ -43,7 +38,7 @@ def reconciled_counts(router: FairRouter, settings: Settings, tenant: str) -> tu
     wanted = encode(tenant)
     for counts in replies:
         for name, count in counts.items():
-            queue, who = parse_field(_text(name))
+            queue, who = parse_field(as_text(name))
             if who == wanted and queue in plain and int(count) > 0:
                 routed[queue] = routed.get(queue, 0) + int(count)
     if routed:  # an empty list has nothing waiting, whatever counts were left (routing.waiting)

@@ -25,6 +25,7 @@ from rq.registry import StartedJobRegistry
 from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
 from fair_router.core.shards import shard_queue
+from fair_router.core.text import as_text
 from fair_router.dashboard.model import QueueView, ShardServerView
 from fair_router.routing.servers import TIMEOUT, ShardServers
 from fair_router.store.fair_scripts import tenant_waiting
@@ -32,10 +33,6 @@ from fair_router.store.fair_scripts import tenant_waiting
 PER_QUEUE = 5
 """Commands per queue: length, running, fair state (tenants waiting, stale and plain pops), parked, abandoned
 count."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass
@@ -62,13 +59,13 @@ def queue_commands(pipe: Pipeline, connection: Redis, keys: Keys, name: str, now
 def parse_queue(settings: Settings, name: str, replies: list[Any], server: str = "") -> QueueRead:
     """The :class:`QueueRead` of queue ``name`` from its :data:`PER_QUEUE` replies."""
     length, running, state_raw, parked_raw, abandoned = replies
-    state = {_text(k): v for k, v in state_raw.items()}
+    state = {as_text(k): v for k, v in state_raw.items()}
     backlog = tenant_waiting(state)  # the tenants' records in the fair queue's state hash (lua/lib/fifo.lua)
     stale, plain = state.get("stale"), state.get("plain")
     # an empty list has nothing waiting, whatever members a plain rq worker left (fairqueue.plainpops)
     backlog = {k: v for k, v in backlog.items() if v > 0 and length}
     fair = settings.is_fair(name) or bool(backlog)
-    parked = {_text(t) for t in parked_raw} if fair else set()
+    parked = {as_text(t) for t in parked_raw} if fair else set()
     view = QueueView(name, settings.weight(name), int(length), int(running), fair,
                      len(backlog), len(parked), server=server, stale_pops=int(stale or 0), plain_pops=int(plain or 0))
     return QueueRead(view, backlog if fair else None, parked, None if abandoned is None else int(abandoned))

@@ -44,6 +44,7 @@ from fair_router.config.settings import Settings, TiersConfig
 from fair_router.controls.tiers import load_resolver
 from fair_router.core.keys import Keys
 from fair_router.core.rules import last_match
+from fair_router.core.text import as_text
 from fair_router.dashboard.iterations import running_iterations
 from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
@@ -73,12 +74,8 @@ def display_name(key: str) -> str:
     return unquote(key)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _ints(raw: dict[Any, Any]) -> dict[str, int]:
-    return {_text(k): int(float(v)) for k, v in raw.items()}
+    return {as_text(k): int(float(v)) for k, v in raw.items()}
 
 
 class SnapshotReader:
@@ -129,8 +126,8 @@ class SnapshotReader:
             replies.insert(0, self.rq.time() if self.clock is None else None)
         server_time, rq_queues, recent, events, limits, job_keys, everyone, other = replies
         now = self.clock() if self.clock is not None else int(server_time[0]) + int(server_time[1]) / 1e6
-        names = self._queue_names(_text(key).removeprefix(Queue.redis_queue_namespace_prefix) for key in rq_queues)
-        routed_keys = sorted({*map(_text, job_keys), *self._rules})
+        names = self._queue_names(as_text(key).removeprefix(Queue.redis_queue_namespace_prefix) for key in rq_queues)
+        routed_keys = sorted({*map(as_text, job_keys), *self._rules})
         approximate = self._reconcile(names, routed_keys)
 
         with self.connection.pipeline(transaction=False) as pipe:
@@ -163,7 +160,7 @@ class SnapshotReader:
         for backlog in waiting.values():
             for tenant, count in backlog.items():
                 waiting_total[tenant] = waiting_total.get(tenant, 0) + count
-        recently = [_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
+        recently = [as_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
         by_waiting = sorted(waiting_total, key=lambda t: -waiting_total[t])[: 2 * n]
         candidates = list(dict.fromkeys([*by_waiting, *recently]))
         records = self._candidates(candidates, now, waiting, parked)
@@ -261,7 +258,7 @@ class SnapshotReader:
         if key.startswith("#"):
             return config.default  # no tenant, or a digest: the id itself is not known here
         found: object = self._resolver(raw) if self._resolver is not None else (
-            None if stored is None else _text(stored))
+            None if stored is None else as_text(stored))
         return found if isinstance(found, str) and found in config.concurrency else config.default
 
     def _add_rules(self, rows: list[TenantView], now: float) -> None:

@@ -17,6 +17,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from fair_router.core.keys import Keys
+from fair_router.core.text import as_text
 
 COUNTERS = ("acquired", "refused", "paused", "rate_deferred", "snoozed", "parked", "released", "reclaimed")
 """Per-tier counters. A job start refused is counted once by its reason: ``refused`` (the tenant at its
@@ -30,7 +31,7 @@ def counter_table(raw: dict[Any, Any]) -> dict[str, dict[str, int]]:
     never written)."""
     table: dict[str, dict[str, int]] = {}
     for field, value in raw.items():
-        tier, _, name = (field.decode() if isinstance(field, bytes) else str(field)).rpartition(":")
+        tier, _, name = as_text(field).rpartition(":")
         table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[name] = int(value)
     return table
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fair_router.core.keys import Keys
+from fair_router.core.text import as_text
 
 EVENTS = ("recovered", "abandoned")
 """Known events. ``recovered``: a fair job popped but never started, given back (``FairQueue.recover``);
@@ -28,7 +29,6 @@ def parse_events(raw: dict[Any, Any]) -> dict[tuple[str, str], int]:
     """The events hash as (event, queue) -> count."""
     table: dict[tuple[str, str], int] = {}
     for name, value in raw.items():
-        text = name.decode() if isinstance(name, bytes) else str(name)
-        event, _, queue = text.partition(":")
+        event, _, queue = as_text(name).partition(":")
         table[(event, queue)] = int(value)
     return table
