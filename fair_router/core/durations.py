@@ -1,8 +1,5 @@
-"""Durations as users write them: ``30``, ``2.5``, ``timedelta(hours=1)``, ``"250ms"``, ``"1h"``.
-
-Every window, lease and snooze in fair-router is a duration; parsing them in one place keeps the
-YAML, the environment and the Python API in agreement about what ``"5m"`` means.
-"""
+"""Durations as users write them (``30``, ``timedelta(hours=1)``, ``"250ms"``, ``"1h"``), parsed in one place so the
+YAML, the environment and the API agree."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""The validated vocabulary of fair-router: one annotated pydantic type per kind of value users give.
-
-Settings fields, constructor arguments (``FairRouter``, ``FairQueue``, the weighted workers, tier overrides,
-``@fair_job``) and the CLI's options (``fair_router.commands.common.Validated``) all check their values with
-these types, so a rule is stated once and a bad value gets the same message wherever it was given. Each
-check happens once, where the value enters (settings load, a constructor, an option): the code behind trusts
-it, e.g. the worker's weighted fetch order does not look at its weights again on every fetch.
-
-Messages name the value (``weight must be a positive number up to 1e+06 or 'strict', got -1``); where it came from (the
-file, variable or argument and the key path) is added by :func:`fair_router.config.errors.describe_errors`.
-"""
+"""The validated vocabulary: one annotated pydantic type per kind of value users give (settings, constructors, CLI
+options), so a rule is stated once and a bad value gets the same message wherever it came from. Each value is checked
+once where it enters; the code behind trusts it."""
 
 from __future__ import annotations
 
