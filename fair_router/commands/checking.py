@@ -1,11 +1,5 @@
-"""``fair-router check``'s look beyond the file: the settings' cross-references and the environment
-(:mod:`fair_router.config.crosscheck`), and with ``--ping`` / ``--deep`` the Redis server itself.
-
-Exit status: 2 when a setting is wrong (the file, key and value are named; with ``--ping``, also a Redis
-server whose ``maxmemory-policy`` is not ``noeviction``), 1 when Redis (or a shard server of ``shard_urls``)
-cannot be reached or refuses a script, 0 otherwise (warnings are printed, and the last line says there were
-some; a policy that ``INFO memory`` does not report is one).
-"""
+"""``fair-router check``'s look beyond the file: the settings' cross-references, the environment and, with ``--ping`` /
+``--deep``, the Redis server (exit statuses in docs/api.md)."""
 
 from __future__ import annotations
 
@@ -39,9 +33,8 @@ def script_names() -> list[str]:
 
 
 def server_findings(settings: Settings, deep: bool) -> list[Finding]:
-    """Reach the settings' Redis: its version, tiers stored there, and with ``deep`` every script loaded by
-    SCRIPT LOAD (and the fair pop's function library where the server has functions). An unreachable server
-    ends the command with status 1."""
+    """Reach the settings' Redis: its version, tiers stored there and, with ``deep``, every script loaded. An
+    unreachable server ends the command with status 1."""
     url = redact_url(settings.redis_url)
     try:  # on a Redis Cluster: our state through a RedisCluster, the version from the owner of rq's slot
         pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5,
@@ -87,9 +80,8 @@ def _version(connection: Redis) -> str:
 
 
 def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Finding]:
-    """``maxmemory-policy`` of every server (each primary of a cluster, each shard server of ``shard_urls``):
-    an error where Redis may evict keys, a warning where INFO does not say. An unreachable shard server ends
-    the command with status 1."""
+    """``maxmemory-policy`` of every server (cluster primaries, shard servers): an error where Redis may evict keys, a
+    warning where INFO does not say."""
     clients: list[Redis] = [state, rq]
     for shard_url in dict.fromkeys(settings.shard_urls):
         clients.append(Redis.from_url(shard_url, socket_connect_timeout=5, socket_timeout=10))

@@ -1,6 +1,5 @@
-"""The waiting counts ``fair-router tenant show`` prints, reconciled with rq's lists first: rq's own cancels,
-deletes, empties and requeues change the lists without our code (:mod:`fair_router.fairqueue.reconcile` for
-fair queues, :mod:`fair_router.routing.waitcheck` for the plain queues routers count jobs in)."""
+"""The waiting counts ``fair-router tenant show`` prints, reconciled first with rq's lists (rq's own cancels, deletes
+and requeues change them without our code)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""Checks across settings that each validate alone but break a deployment together (``fair-router check``).
-
-Loading validates every value where it is given (:mod:`fair_router.core.validation`); what it cannot see is
-how values refer to each other and to the world outside the file: a rule sending jobs to a queue no worker
-started from these settings serves, a job key naming a function that does not exist (its rules would never
-apply, silently), a ``FAIR_ROUTER_*`` variable pydantic-settings ignores because no setting has that name.
-A queue the settings send jobs to that no worker serves is an error at load (the settings' own validation);
-here it is only named when the settings list no queues at all. Each finding is an error (the deployment
-breaks: ``fair-router check`` exits 2) or a warning (it may be intended: exit 0, and the command says so), and
-names where the value is, the key and the value.
-"""
+"""Checks across settings that each validate alone but break a deployment together (``fair-router check``): a rule's
+queue no worker serves, a job key naming no function, a ``FAIR_ROUTER_*`` variable no setting reads. Each finding is an
+error (exit 2) or a warning, naming where the value is."""
 
 from __future__ import annotations
 
@@ -40,9 +32,8 @@ class Finding:
 
 
 def cross_check(settings: Settings, source: str) -> list[Finding]:
-    """Every cross-reference problem of ``settings``, loaded from ``source`` (a file name, or a phrase
-    naming the environment). A queue that `queues:` or `pool:` leaves out is an error at load already
-    (:class:`~fair_router.config.settings.Settings`); here, settings with neither are named."""
+    """Every cross-reference problem of ``settings``, loaded from ``source`` (a file name, or a phrase naming the
+    environment)."""
     findings = []
     if not settings.served_queues() and settings.queue_targets():
         findings.append(Finding("warning", f"{source}: queues", "no `queues:` and no `pool:`: `fair-router worker` "

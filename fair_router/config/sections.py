@@ -1,9 +1,5 @@
-"""The settings' sections, one pydantic model each: a job function's routing, plan tiers, concurrency limits,
-crash recovery, interruptible iteration, observability; and what a fair queue charges.
-:class:`~fair_router.config.settings.Settings`
-holds one of each (and re-exports them: callers import every settings type from there); they are also built
-directly, e.g. ``TiersConfig(...)`` for a ``FairQueue`` made in code.
-"""
+"""The settings' sections, one pydantic model each; :class:`~fair_router.config.settings.Settings` holds and re-exports
+them."""
 
 from __future__ import annotations
 
@@ -134,9 +130,8 @@ job-monitoring alarm counts whole seconds), so below 3 s a live job could be tak
 
 
 class RecoveryConfig(BaseModel):
-    """Bounded crash recovery (``fair_router.workers.recovery``): a started job whose worker sent no heartbeat for
-    ``abandon_after`` is handed back as rq would (retried, else failed as abandoned) within that bound
-    plus a few seconds, whatever rq's maintenance schedule and locks."""
+    """Bounded crash recovery: a started job whose worker sent no heartbeat for ``abandon_after`` is handed back as rq
+    would, whatever rq's maintenance schedule."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -181,13 +176,11 @@ class ObserveConfig(BaseModel):
     """Tenants that get a record of their own in any one minute; starts of further tenants that minute are
     recorded under ``_other``. Bounds the records' memory whatever the number of tenants."""
     retention: Duration = 7200.0
-    """A tenant's record expires this long after its last start (its cumulative counts then start again
-    from zero, which Prometheus reads as a counter reset). At least 62 minutes: the 60-minute figures
-    need them."""
+    """A tenant's record expires this long after its last start (Prometheus then sees a counter reset). At least 62
+    minutes: the 60-minute figures need them."""
     flush_interval: Duration = 1.0
-    """A worker gathers its job starts in memory and sends them at most once per this interval, on the
-    pipeline rq sends as a job starts (also when it stops, and from an idle or busy worker's heartbeat once
-    they are twice this old). A worker killed outright loses up to this much of its records. At most 60s."""
+    """A worker sends its gathered start records at most once per this interval, on rq's job-start pipeline; a worker
+    killed outright loses up to this much. At most 60s."""
 
     @field_validator("retention")
     @classmethod

@@ -1,14 +1,5 @@
-"""Settings: a YAML file plus ``FAIR_ROUTER_*`` environment overrides, validated by pydantic-settings.
-
-The file comes from ``FAIR_ROUTER_CONFIG`` (default ``./fair_router.yaml`` when present); every key
-can be overridden by ``FAIR_ROUTER_<KEY>`` with ``__`` for nesting and JSON for complex values.
-Settings are validated whole at load, so a typo fails at start-up with the file, key path and reason
-rather than silently routing nothing.
-
-This module is the model and its loading (where each value came from, for the error message). The sections
-are in :mod:`fair_router.config.sections` and the error rendering in :mod:`fair_router.config.errors`; both
-are re-exported here, so every settings type is imported from this one place.
-"""
+"""Settings: a YAML file plus ``FAIR_ROUTER_*`` environment overrides, validated whole at load by pydantic-settings, so
+a typo fails at start-up naming the file, key path and reason. Every settings type is imported from here."""
 
 from __future__ import annotations
 
@@ -146,9 +137,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _every_target_served(self) -> Settings:
-        """A queue jobs are sent to (a job's base queue, a rule's target, a fair queue) that no worker started
-        from these settings serves is an error at load, in every process: its jobs would wait forever. Without
-        `queues:` and `pool:` workers name their queues, and ``fair-router check`` warns instead."""
+        """A queue jobs are sent to that no worker started from these settings serves is an error at load (its jobs
+        would wait forever); without `queues:` and `pool:`, ``fair-router check`` warns instead."""
         served = self.served_queues()
         if served:
             missing = [(key, queue) for key, queue in self.queue_targets() if queue not in served]
@@ -258,9 +248,8 @@ def _shorten(value: str, limit: int = 80) -> str:
 
 
 class _Origins:
-    """Which layer each setting came from: ``load_settings`` arguments, then ``FAIR_ROUTER_*`` variables,
-    then the file, merged as pydantic-settings merges its sources (mappings key by key; anything else,
-    lists included, replaced whole by the higher layer). Read again only when validation failed."""
+    """Which layer each setting came from (arguments, then ``FAIR_ROUTER_*`` variables, then the file, merged as
+    pydantic-settings merges); read only when validation failed."""
 
     ARGUMENTS = "load_settings() arguments"
 
@@ -337,12 +326,8 @@ def _bad_json(exc: SourceError) -> str | None:
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
-    """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``) and the environment.
-
-    Raises SettingsError naming the file or environment variable, the key path and the reason when
-    anything is invalid. In a Django process whose settings set ``FAIR_ROUTER`` (a dict with the YAML's
-    keys), that dict takes the place of the file when no ``path`` is given (docs/django.md).
-    """
+    """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``, or Django's ``FAIR_ROUTER``)
+    and the environment. Raises SettingsError naming the file or variable, the key path and the reason."""
     django = fair_router_setting() if path is None else None
     if django is not None:
         return from_django(Settings, *django, overrides)
