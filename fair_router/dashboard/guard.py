@@ -1,17 +1,5 @@
-"""What makes the dashboard safe to expose: a ``Host`` header allowlist, security headers on every
-response, and an optional read token.
-
-- :class:`HostAllowlist` is WSGI middleware: a request whose ``Host`` is not one of the allowed names gets
-  400 before Flask sees it. Without it a DNS-rebinding page (``attacker.example`` resolving to 127.0.0.1)
-  could read the tenant data of a dashboard bound to loopback.
-- :func:`secure_headers` sets a Content-Security-Policy that allows nothing but this origin's own script,
-  styles and fetches (no inline script, no inline style attribute), plus ``X-Frame-Options``, ``nosniff`` and
-  ``Referrer-Policy``.
-- :class:`ReadAccess` checks the read token: as ``Authorization: Bearer <token>`` (``/api/*``, ``/metrics``,
-  Prometheus) or as the sign-in cookie the page's form sets. The cookie holds an expiring HMAC of the
-  token (itsdangerous, Flask's own signer), never the token itself: a leaked cookie ends in
-  :data:`SESSION_SECONDS` and is no bearer token; changing the token signs everybody out.
-"""
+"""What makes the dashboard safe to expose (docs/dashboard-security.md): a ``Host`` allowlist against DNS rebinding,
+strict security headers, and an optional read token whose sign-in cookie is an expiring HMAC, never the token."""
 
 from __future__ import annotations
 
@@ -75,9 +63,8 @@ def split_host(value: str) -> tuple[str, str | None]:
 
 
 def allowed_hosts(bind: str, extra: Iterable[str]) -> list[str]:
-    """The ``Host`` names a dashboard listening on ``bind`` answers: the loopback names and ``extra`` when
-    ``bind`` is loopback; only ``extra`` (at least one) when it is reachable from elsewhere, because then
-    nothing but the operator knows the name clients use."""
+    """The ``Host`` names a dashboard bound to ``bind`` answers: loopback names and ``extra`` on loopback; only
+    ``extra`` (at least one) otherwise, since only the operator knows the public name."""
     extra = list(extra)
     for host in extra:
         name, port = split_host(host)

@@ -1,8 +1,5 @@
-"""What the views show: one :class:`Snapshot` of queues, the busiest tenants and the counters.
-
-The dashboard page, its JSON, ``/metrics`` and ``fair-router demo`` all render the same Snapshot, read by
-:class:`fair_router.dashboard.reader.SnapshotReader`.
-"""
+"""What the views show: one :class:`Snapshot` of queues, the busiest tenants and the counters, rendered by the page, its
+JSON, ``/metrics`` and ``fair-router demo``."""
 
 from __future__ import annotations
 

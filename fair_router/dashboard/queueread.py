@@ -1,14 +1,5 @@
-"""The queue rows of a snapshot: what one queue costs to read, and the shard queues that live on the shard
-servers (``shard_urls``).
-
-With ``shard_urls`` set, shard ``i``'s queues (``<family>_shard<i>``) live on ``shard_urls[i % len]``, not on
-``redis_url``: the dashboard reads them there, one pipelined round trip per distinct shard server per
-snapshot, the same :data:`PER_QUEUE` commands per queue as on ``redis_url``. Which queues to read comes from
-the settings (every sharded job key's families, for each of its shards), so no extra round trip lists them
-first. A server that does not answer within :data:`~fair_router.routing.servers.TIMEOUT` seconds is shown
-as down (its queues flagged ``down``, without figures), never as an error: the rest of the snapshot is read
-as usual.
-"""
+"""The queue rows of a snapshot: what one queue costs to read, and the shard queues on the shard servers (one pipelined
+round trip per server; a server that does not answer within ``TIMEOUT`` is shown as down, never an error)."""
 
 from __future__ import annotations
 

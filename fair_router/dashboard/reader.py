@@ -1,33 +1,9 @@
 """One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
 
-Cost per call, whatever the number of tenants: at most seven pipelined round trips (plus one per shard
-server) of at most ``10 + 5 * queues + 2 * job keys + 8 * top_n + top_n * rule job keys`` commands, after
-the counts were reconciled with rq's lists (rq's own cancels, deletes, empties and requeues change them
-without our code): one round trip for the fair queues' marks and one script call per fair queue
-(:mod:`fair_router.fairqueue.reconcile`), two for the routed plain queues' counts
-(:mod:`fair_router.routing.waitcheck`), each bounded by ``RECONCILE_BOUND`` entries per queue (a queue holding
-more is shown approximate), and up to four more only when rq changed something (reading the jobs it requeued,
-then the fixes):
-
-1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
-2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant and its stale
-   members (:mod:`fair_router.fairqueue.plainpops`), both in ``HGETALL`` of the fair queue's state hash
-   (its tenant records hold their counts; its size grows with the tenants waiting there), and the parked
-   tenants; the routed counters of each job key and its jobs waiting per plain queue and tenant
-   (:mod:`fair_router.routing.waiting`; an empty queue's are not trusted);
-3. per candidate (at most ``4 * top_n``: the most waiting, the most recently started): its start record,
-   its concurrency slots held, its tier;
-4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);
-5. for the top N only: where its next job would be routed (``peek.lua``, job keys configured in settings);
-6. the interruptible jobs running (:mod:`fair_router.dashboard.iterations`: two more, bounded by the running
-   jobs);
-7. with ``shard_urls``: one per shard server, the round trip 2 reads of the shard queues living there
-   (:mod:`fair_router.dashboard.queueread`); a server that does not answer is shown as down.
-
-The top N are the tenants with the most jobs waiting (fair and routed plain queues) plus running (slots
-held), then the most starts in the last 5 minutes; every other tenant is summed into one ``_other`` row
-(the all-tenant record minus the top N's).
-"""
+After reconciling the counts with rq's lists, a few pipelined round trips (plus one per shard server) whose commands are
+bounded by the queues, job keys and top N, whatever the number of tenants (docs/observability.md, "Cost of a page
+load"). The top N are the tenants with most jobs waiting plus running, then the most recent starts; the rest are summed
+into ``_other``."""
 
 from __future__ import annotations
 
@@ -193,10 +169,8 @@ class SnapshotReader:
     # -- steps ----------------------------------------------------------------------------------------
 
     def _reconcile(self, names: list[str], routed_keys: list[str]) -> set[str]:
-        """Before the counts are read: the fair queues' and the routed plain queues' counts made to agree with
-        rq's lists (rq's own commands change them without our code: :mod:`fair_router.fairqueue.reconcile`,
-        :mod:`fair_router.routing.waitcheck`). Returns the queues whose counts are approximate (beyond the
-        bound)."""
+        """Make the fair and routed plain queues' counts agree with rq's lists first (rq's own commands change them);
+        returns the queues whose counts are approximate."""
         fair = self._fair.among(names)
         self._waiting.bound = self.reconcile_bound
         fair_names = {queue.name for queue in fair}
@@ -314,9 +288,8 @@ def _refused(error: ResponseError) -> bool:
 
 
 def _plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:
-    """Plain queues' waiting counts (:mod:`fair_router.routing.waiting`) from the job keys' HGETALL replies: queue
-    -> encoded tenant -> jobs. An empty queue has nothing waiting, whatever counts were left (a job deleted
-    before it started, or taken by a plain rq worker, keeps its count until then)."""
+    """Plain queues' waiting counts (queue -> encoded tenant -> jobs) from the job keys' replies; an empty queue has
+    nothing waiting, whatever counts were left."""
     waiting: dict[str, dict[str, int]] = {}
     for raw in replies:
         for name, count in _ints(raw).items():

@@ -1,8 +1,5 @@
-"""Event counters kept beside the start records: a hash of ``<event>:<queue>`` -> count.
-
-Events are rare (a worker died between pop and start, a job was abandoned), so a count is a plain
-``HINCRBY``, on the caller's pipeline when it has one.
-"""
+"""Event counters beside the start records (``<event>:<queue>`` -> count): events are rare, so each is a plain
+``HINCRBY``."""
 
 from __future__ import annotations
 
@@ -12,10 +9,8 @@ from fair_router.core.keys import Keys
 from fair_router.core.text import as_text
 
 EVENTS = ("recovered", "abandoned")
-"""Known events. ``recovered``: a fair job popped but never started, given back (``FairQueue.recover``);
-``abandoned``: a started job whose worker stopped heartbeating, handed back by crash recovery. Abandoned jobs
-are not counted in this hash but by ``abandon.lua`` itself, in the queue's ``Keys.abandoned_total`` (the
-script's own cluster slot, so the count is part of the same write); the reader merges both."""
+"""Known events: ``recovered`` (a fair job popped, never started, given back) and ``abandoned`` (counted by
+``abandon.lua`` in ``Keys.abandoned_total``, its own slot; the reader merges both)."""
 
 
 def count_event(client: Any, keys: Keys, event: str, queue: str, amount: int = 1) -> Any:
