@@ -1,21 +1,9 @@
-"""Backlog caps: how many jobs one tenant may have waiting in one FairQueue (``tiers.max_backlog``, or the
-tenant's ``max_backlog`` override).
+"""Backlog caps: how many jobs one tenant may have waiting in one FairQueue (docs/tenant-controls.md).
 
-The cap is decided where the jobs are pushed, inside ``lua/fair_push.lua``: the script refuses the whole
-call (pushes nothing) when any capped job would take its tenant's waiting jobs past the cap. So the check
-and the push are one atomic step, and a batch is all or nothing. The push runs in rq's own MULTI, after
-rq has saved the job hashes, which a refusal cannot undo: the code that executes the pipeline (FairQueue's
-own enqueues, FairRouter's) reads the script's reply (:meth:`BacklogCaps.refusal`), deletes the jobs it
-saved (:func:`withdraw`) and raises :class:`TenantBacklogFull`. A pipeline the caller executes is checked
-before anything is queued on it (:meth:`BacklogCaps.precheck`, a read). An enqueue that races past the cap
-between that read and the caller's execute is still refused by the script, and its refusal is an error
-reply (``FAIRBACKLOG ...``), so the caller's ``execute()`` raises redis-py's ``ResponseError`` naming the
-tenant, the cap and the job: that job was saved by the same MULTI but is not queued, and the caller, who
-owns the pipeline, decides what to do with it. Our own pipelines run with ``raise_on_error=False``
-(:func:`execute`) and turn the refusal into :class:`TenantBacklogFull`. Caps apply to new enqueues only:
-retries, requeues, dependents and the scheduler's moves of jobs
-already accepted are never refused.
-"""
+``lua/fair_push.lua`` refuses the whole push when a capped tenant would pass its cap, so check and push are one atomic
+step; the push runs in rq's MULTI after the job hashes are saved, so our callers read the refusal
+(:meth:`BacklogCaps.refusal`), delete the saved jobs (:func:`withdraw`) and raise :class:`TenantBacklogFull`. Caps apply
+to new enqueues only."""
 
 from __future__ import annotations
 

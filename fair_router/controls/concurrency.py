@@ -1,19 +1,9 @@
-"""Fleet-wide per-tenant concurrency limits: the slot control of a job start, and the leases it takes.
+"""Fleet-wide per-tenant concurrency limits: the slot control of a job start (``lua/lib/start_slot.lua``) and its
+leases.
 
-Before a job with a tenant runs, its worker takes a slot in Redis (:class:`ConcurrencySlot`, decided by
-``lua/lib/start_slot.lua`` inside the start script of :mod:`fair_router.controls.pipeline`): expired leases
-are dropped, and the job is admitted if it already holds a slot or fewer than its tier's limit are held. So
-the limit holds across every worker process and machine sharing the Redis, which an in-process limiter
-could not do. A slot is a *lease*: it is refreshed while the job runs and expires ``lease_ttl`` after the
-last refresh, so a SIGKILLed worker's slot comes back by itself.
-
-A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a uniform
-jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
-
-Counts (slots acquired, released, reclaimed, jobs snoozed) go to the limiter's tally (the workers give
-:class:`fair_router.observe.counters.TierCounters`); they ride along in the next acquire, release, snooze or
-defer pipeline rather than costing a round trip of their own.
-"""
+A slot is a lease in Redis, so the limit holds across every worker and machine, and a SIGKILLed worker's slot expires
+``lease_ttl`` after its last refresh. A job over its limit is parked (fair queue) or snoozed with jitter (plain queue),
+never failed (docs/tenant-controls.md)."""
 
 from __future__ import annotations
 
@@ -123,19 +113,16 @@ class ConcurrencySlots:
     def acquire(
         self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False
     ) -> Lease | None:
-        """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). With
-        ``pipeline``, the call rides in the same round trip as the commands queued there. ``refresh``: the
-        job already runs in this slot (a refused refresh is a lost slot, not a refused job)."""
+        """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). ``pipeline``: ride
+        its round trip; ``refresh``: the job already runs in this slot."""
         profile = self.tiers.profile(tenant)
         start = Start(tenant, job_id, profile, refresh=refresh)
         admitted = self._checks.run(start, pipeline).admitted
         return Lease(tenant, profile.tier, job_id) if admitted else None
 
     def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None, wake: Wake | None = None) -> None:
-        """Give the slot back (idempotent); pending counters, and whatever ``also`` queues on the
-        pipeline (the worker's own writes after a job), go in the same round trip. ``wake``: called with the
-        fair queues where a refused start parked the tenant until a release (lua/release.lua takes them with
-        the slot), on a second pipeline, when there are any."""
+        """Give the slot back (idempotent), with pending counters and ``also``'s writes in the same round trip. ``wake``
+        is called with the fair queues where the tenant was parked waiting for a release."""
         self._drop(lease, "released", also, wake)
 
     def reclaim(self, tenant: str, job_id: str, also: Callable[[Pipeline], None] | None = None,
@@ -162,9 +149,8 @@ class ConcurrencySlots:
         return released.removed
 
     def parked_in(self, tenant: str, queue: str) -> bool:
-        """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release (with the
-        pending counts). Asked after a refused start parked it there: False means a release took the record
-        after the refusal, so its unpark may have come before the park, and the caller unparks it itself."""
+        """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release: False after a
+        refused start means a release came first, and the caller unparks it itself."""
         with self.connection.pipeline(transaction=False) as pipe:
             self._flush(pipe)
             place = len(pipe)
@@ -192,9 +178,8 @@ class ConcurrencySlots:
     @contextmanager
     def keep_alive(self, lease: Lease, also: Callable[[Pipeline], None] | None = None,
                    wake: Wake | None = None) -> Iterator[None]:
-        """Keep the lease refreshed (every lease_ttl / 3) while the block runs, then release it (with
-        ``also`` and ``wake``, as in release), however the block ends. One refresher thread per limiter serves every
-        lease, so a job costs no thread."""
+        """Refresh the lease (every lease_ttl / 3) while the block runs, then release it however the block ends; one
+        refresher thread per limiter serves every lease."""
         with self._lock:
             self._held[lease.job_id] = lease
             if self._refresher is None:

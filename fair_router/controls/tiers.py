@@ -1,19 +1,9 @@
-"""Plan tiers: which tier a tenant is on, the tier's base queue, and the values that apply to one tenant
-(its :class:`~fair_router.core.profiles.TenantProfile`: concurrency limit, fair-share weight, rate, backlog cap).
+"""Plan tiers: a tenant's tier (the resolver, else the Redis tier map), its base queue, and its
+:class:`~fair_router.core.profiles.TenantProfile` (tier values with the tenant's overrides on top).
 
-A tenant's tier comes from the configured resolver (``tiers.resolver``, "package.module:function",
-tenant -> tier name), else from a Redis hash written by :meth:`FairRouter.set_tier` /
-``fair-router tier set``. Per-tenant overrides (:meth:`FairRouter.set_tenant`) beat the tier's values;
-they live in one small Redis hash per tenant, and a pause flag beside the tenant's leases.
-
-Profiles sit on the enqueue and fetch paths (every job's weight, limits gate and pause check) and change
-rarely, so each process caches them **until they change**: every write through our API (tier, overrides,
-pause, resume) also notes the tenant in one sorted set (``lua/profile_note.lua``), and at most once per
-``cache_ttl`` the next lookup polls that set (``lua/profile_poll.lua``, one round trip) and evicts only the
-tenants changed since its last poll. A change therefore takes effect fleet-wide within ``cache_ttl``, and
-a tenant read once costs nothing more while nothing changes, however many tenants there are. A tenant not
-in the cache is read in one round trip.
-"""
+Profiles sit on the enqueue and fetch paths and change rarely, so each process caches them until they change: every
+write through our API notes the tenant (``lua/profile_note.lua``), and once per ``cache_ttl`` a lookup polls those notes
+and evicts only the changed tenants (docs/tenant-controls.md)."""
 
 from __future__ import annotations
 
@@ -53,10 +43,8 @@ class Cached(NamedTuple):
 
 
 MAX_AGE = 60.0
-"""Seconds a cached profile lives at most, changed or not: the safety net for writes the profile changes set
-never hears of (a hand edit with redis-cli, a restored backup, a writer that died between its write and its
-note, a failover that lost the last notes). Long enough that a busy tenant is re-read rarely (once a minute per
-process), short enough that such a write still takes effect within a minute."""
+"""Seconds a cached profile lives at most, changed or not: the safety net for writes the change notes never hear of (a
+hand edit, a restored backup, a lost note), so they still take effect within a minute."""
 
 POLL_OVERLAP_MS = 1000
 """Each poll asks for changes since its previous poll's server time minus this: a change noted as that poll ran,
@@ -134,9 +122,7 @@ class TierBook:
 
     def _read(self, tenant: str, now: float) -> Cached:
         """Read the tenant's tier, overrides and pause flag (one round trip) and cache its profile, unless another
-        thread polled meanwhile: a change noted before that poll was not evicted from the cache (this tenant was
-        not in it yet), and the next poll asks only for later ones, so a read that began before the change must
-        not be cached."""
+        thread polled meanwhile: then a change may have been missed, so the read is not cached."""
         polls = self._polls
         with self.connection.pipeline(transaction=False) as pipe:
             if self._resolver is None:

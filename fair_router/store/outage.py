@@ -1,27 +1,9 @@
-"""Riding through a Redis outage: a redis-py ``Retry`` bounded by time, what it saw, and the producers' error.
+"""Riding through a Redis outage: a redis-py ``Retry`` bounded by time, what it saw, and the producers' error
+(docs/production-redis.md).
 
-Why a retry policy on the client
-    rq 3.0's worker loop (``BaseWorker.work``) quits on any Redis error outside its dequeue retry: a heartbeat,
-    the suspension check, maintenance or the after-job writes that meet a restarting Redis end the process,
-    and its running job is later failed as abandoned. Retrying below rq, in the client's connections, keeps
-    every one of those calls (and the work horse's, and rq's pubsub thread's) waiting for Redis instead, for
-    up to ``redis_outage_grace`` seconds; rq never sees the outage.
-
-Why bounded by time, not by a count
-    redis-py's ``Retry`` counts attempts, and its calls nest (a command's retry reconnects through the
-    connection's own retry), so a count says little about how long a caller waits. :class:`GraceRetry` keeps
-    retrying until the same thread has waited ``grace`` seconds since the outage's first failure, however the
-    calls nest, then raises the last error.
-
-What the retries saw
-    :data:`OUTAGES` remembers when this process last met an unreachable Redis: crash recovery makes no
-    decision until running jobs have had a heartbeat interval to beat again after that
-    (:mod:`fair_router.workers.recovery`).
-
-Producers
-    Enqueues turn a connection error that outlived the client's retries into :class:`RedisUnavailable`, one
-    error naming the Redis address (:func:`naming_redis`).
-"""
+rq's worker loop quits on any Redis error outside its fetch; retrying in the client's connections for up to
+``redis_outage_grace`` keeps every rq call waiting instead. The bound is time, not a count, because redis-py's retries
+nest. :data:`OUTAGES` tells crash recovery when Redis was last unreachable."""
 
 from __future__ import annotations
 
@@ -147,9 +129,8 @@ class GraceRetry(Retry):
 
 
 def ride_outages(connection: Redis, grace: float) -> Redis:
-    """Give ``connection`` (its pool's connections, present and future, and clients built later from its
-    pool's ``connection_kwargs``, such as rq's scheduler and a forked work horse) a :class:`GraceRetry` of
-    ``grace`` seconds; returns it."""
+    """Give ``connection`` (its pool's connections, and clients built later from its ``connection_kwargs``: rq's
+    scheduler, a forked work horse) a :class:`GraceRetry` of ``grace`` seconds; returns it."""
     current = connection.get_connection_kwargs().get("retry")
     if not (isinstance(current, GraceRetry) and current.grace == grace):
         connection.set_retry(GraceRetry(grace))
