@@ -54,9 +54,7 @@ def plot_waits(report: dict[str, Any], path: Path, long_jobs: dict[str, Any] | N
 
 
 def _plot_long_jobs(fig: Any, grid: Any, half: int, report: dict[str, Any]) -> None:
-    """Two panels on one x-axis (wait, s): the CDF of small tenants' waits, and each small tenant's wait in
-    arrival order; a red and a green series (without, with turns), the slice and the long job's length
-    marked."""
+    """The long-jobs row: small tenants' wait CDF, and each one's wait in arrival order, without and with turns."""
     params = report["params"]
     cdf = fig.add_subplot(grid[1, :half])
     order = fig.add_subplot(grid[1, half:], sharex=cdf)

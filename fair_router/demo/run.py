@@ -1,7 +1,5 @@
-"""``fair-router demo``: where jobs are routed, then the flood scenario drained by real workers.
-
-Runs on ``$REDIS_URL`` / ``$FAIR_ROUTER_REDIS_URL`` when set, else on a private redis-server.
-"""
+"""``fair-router demo``'s scenarios with progress bars, and their printing; on ``$REDIS_URL`` /
+``$FAIR_ROUTER_REDIS_URL`` when set, else a private redis-server."""
 
 from __future__ import annotations
 
