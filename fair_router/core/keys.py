@@ -1,10 +1,6 @@
-"""The one place Redis key names are built.
-
-Every key starts with the prefix and carries exactly one hash tag (``{...}``) chosen so that each
-Lua script only touches keys of one tag, which lets router state live on Redis Cluster.
-Tenant ids and job keys are arbitrary user strings (``:`` ``{`` ``}`` unicode, kilobytes long);
-:func:`encode` turns them into short, brace-free, distinct key parts.
-"""
+"""The one place Redis key names are built: every key starts with the prefix and carries one hash tag, so each Lua
+script touches keys of one cluster slot; :func:`encode` turns user strings into short, brace-free, distinct key
+parts."""
 
 from __future__ import annotations
 
@@ -17,12 +13,9 @@ _MAX_PART = 120
 
 
 def encode(part: str) -> str:
-    """Encode a user string as a key part: injective, without ``{`` ``}`` ``:`` or spaces, bounded length.
-
-    Short strings are percent-encoded (readable for ordinary ids such as ``acme`` or ``user-42``);
-    long ones become ``#`` plus a SHA-256 digest. ``#`` never survives percent-encoding, so the two
-    forms cannot collide.
-    """
+    """Encode a user string as a key part: injective, without ``{`` ``}`` ``:`` or spaces, bounded. Short strings are
+    percent-encoded (readable), long ones ``#`` plus a SHA-256 digest (``#`` never survives percent-encoding, so the
+    forms cannot collide)."""
     quoted = quote(part, safe=_SAFE)
     if len(quoted) <= _MAX_PART:
         return quoted
@@ -30,10 +23,8 @@ def encode(part: str) -> str:
 
 
 def slot_of(key: str) -> str:
-    """A key part with ``key``'s Redis Cluster slot, for our keys that one script touches together with an
-    rq key: ``{<key>}`` for an untagged rq key (``rq:queue:<name>``), else ``{<its tag>}:<key, braces
-    dropped>`` (rq 3.0 with a hash-tagged ``RQ_KEY_PREFIX`` such as ``{myapp}``: every rq key hashes by the
-    tag, and the rest keeps our keys of different queues apart). Never assumes rq's prefix."""
+    """A key part in ``key``'s cluster slot, for our keys a script touches with an rq key: ``{<key>}`` for an untagged
+    rq key, else ``{<its tag>}:<key, braces dropped>`` (a hash-tagged ``RQ_KEY_PREFIX``)."""
     start = key.find("{")
     end = key.find("}", start + 1) if start >= 0 else -1
     if end > start + 1:
@@ -116,9 +107,9 @@ class Keys:
         return f"{self.prefix}:{{{encode(job_key)}}}:routed"
 
     def waiting(self, job_key: str) -> tuple[str, str]:
-        """The waiting counts of one job key's jobs in the plain queues it routes into (lua/lib/waiting.lua): HASH
-        "<queue>|<encoded tenant>" -> jobs waiting, and HASH job id digest (:meth:`member`) -> its field, so each
-        job counts once. Tagged by job key, as the windows: route.lua writes them in the same call."""
+        """The waiting counts of one job key's jobs in the plain queues it routes into: ``"<queue>|<encoded tenant>"``
+        -> jobs, and job id digest -> its field, so each job counts once. Tagged by job key, as route.lua writes them
+        with the windows."""
         return f"{self.prefix}:{{{encode(job_key)}}}:waiting", f"{self.prefix}:{{{encode(job_key)}}}:waiting_jobs"
 
     def tiers(self) -> str:
@@ -126,9 +117,8 @@ class Keys:
         return f"{self.prefix}:{{tiers}}:map"
 
     def profile_changes(self) -> str:
-        """Sorted set tenant -> time (ms, server TIME) of the last change of its tier, overrides or pause flag
-        through our API (``lua/profile_note.lua``), trimmed to the last hour: the tier caches of every process
-        poll it to evict only what changed. Tagged as the tier map: a tier write and its note are one call."""
+        """Sorted set tenant -> time (ms) of its last tier, override or pause change through our API, trimmed to the
+        last hour: the tier caches poll it to evict only what changed. Tagged as the tier map."""
         return f"{self.prefix}:{{tiers}}:changes"
 
     def leases(self, tenant: str) -> str:
@@ -142,16 +132,13 @@ class Keys:
         return f"{self.prefix}:{{lease:{encoded_tenant}}}"
 
     def parked_in(self, tenant: str) -> str:
-        """Set of the fair queues (names) where a start of the tenant refused at its concurrency limit parked
-        it: the release that frees one of its slots takes the set (lua/release.lua) and unparks it in each, so
-        a release reaches every fair queue where the tenant waits, whichever queues its worker serves. Same
-        tag as its leases: the refusal and the release each touch one slot."""
+        """Set of the fair queues where a refused start parked the tenant at its concurrency limit: the release that
+        frees a slot takes it and unparks the tenant in each. Same tag as its leases."""
         return f"{self.leases(tenant)}:parked_in"
 
     def overrides(self, tenant: str) -> str:
-        """Hash of one tenant's overrides of its tier's values (``limit``, ``weight``, ``rate``, ``burst``,
-        ``max_backlog``), written by ``FairRouter.set_tenant``; one field per value, so concurrent writers
-        of different values never overwrite each other."""
+        """Hash of one tenant's overrides of its tier's values, one field per value so concurrent writers of different
+        values never overwrite each other."""
         return f"{self.prefix}:{{tiers}}:tenant:{encode(tenant)}"
 
     def paused(self, tenant: str) -> str:
@@ -163,9 +150,8 @@ class Keys:
         return f"{self.prefix}:{{lease:{encoded_tenant}}}:paused"
 
     def rate(self, tenant: str, job_key: str | None = None) -> str:
-        """GCRA state of one rate scope of ``tenant``: one timestamp (ms), its theoretical arrival time. The
-        tenant's own rate (tier or override) when ``job_key`` is None, else that job function's rate. Same
-        tag as the tenant's leases, so one acquire call checks every scope and takes the slot."""
+        """GCRA state (theoretical arrival time, ms) of ``tenant``'s own rate, or with ``job_key`` of that job
+        function's rate. Same tag as the leases, so one acquire checks every scope."""
         scope = "tenant" if job_key is None else f"job:{encode(job_key)}"
         return f"{self.prefix}:{{lease:{encode(tenant)}}}:rate:{scope}"
 
@@ -179,16 +165,13 @@ class Keys:
         return f"{self.prefix}:{{stats}}:limits"
 
     def recovery_turn(self, rq_list_key: str) -> str:
-        """Short lock (SET NX PX) of one queue's recovery check: the weighted worker that takes it checks
-        the queue, the others skip it until it expires (``fair_router.workers.recovery``). Our own, not rq's
-        899-second maintenance lock, which a dead worker can leave held."""
+        """Short lock of one queue's recovery check, taken by one weighted worker at a time: ours, not rq's 899-second
+        maintenance lock, which a dead worker can leave held."""
         return f"{self.prefix}:{slot_of(rq_list_key)}:recovery:turn"
 
     def abandoned(self, started_registry_key: str) -> str:
-        """Sorted set of one queue's abandoned executions (rq's ``<job id>:<execution id>`` entries, score 0),
-        moved out of rq's StartedJobRegistry and waiting for rq's own cleanup to hand them back. Tagged
-        ``{rq:wip:<name>}``, the cluster slot of rq's untagged registry key, so the script moving entries
-        touches one slot."""
+        """Sorted set of one queue's abandoned executions, moved out of rq's StartedJobRegistry for rq's cleanup to hand
+        back; tagged ``{rq:wip:<name>}``, the slot of rq's registry key."""
         return f"{self.prefix}:{slot_of(started_registry_key)}:abandoned"
 
     def abandoned_total(self, started_registry_key: str) -> str:
@@ -199,16 +182,13 @@ class Keys:
     # -- observability (fair_router.observe): every key tagged {obs}, so one start record is one slot --
 
     def observe_record(self, encoded_tenant: str) -> str:
-        """Hash of one tenant's job starts (waits by minute, by 10-second tick, and cumulative); the layout
-        is documented in ``fair_router/lua/observe_start.lua``. ``#all`` holds every start, ``#other`` the
-        starts of tenants past the per-minute cap."""
+        """Hash of one tenant's job starts (layout in ``lua/observe_start.lua``); ``#all`` holds every start, ``#other``
+        those of tenants past the per-minute cap."""
         return f"{self.prefix}:{{obs}}:rec:{encoded_tenant}"
 
     def observe_recent(self) -> str:
-        """Sorted set of tenants with a record: encoded tenant -> time of its last admission (ms: the first start
-        of a minute that gave it a record of its own); trimmed to the last few minutes. The dashboard's
-        candidates for "busiest" besides waiting jobs, and what tells a flush past the per-minute cap which
-        records it need not read."""
+        """Sorted set encoded tenant -> time of its last admission (ms), trimmed to a few minutes: the dashboard's
+        "busiest" candidates, and what spares a flush past the per-minute cap reading records."""
         return f"{self.prefix}:{{obs}}:recent"
 
     def observe_events(self) -> str:
@@ -226,9 +206,8 @@ class Keys:
 
     @staticmethod
     def fair_mark(rq_list_key: str) -> str:
-        """A queue's fairness mark (a string: the prefix of the producers' fair state), set when a FairQueue is
-        first used or named in ``fair_queues:``. Its name does not depend on any prefix of ours, so a worker
-        or producer with another prefix still finds it (and reports the mismatch); it shares rq's slot."""
+        """A queue's fairness mark (the producers' prefix), set when a FairQueue is first used; named without our
+        prefix, so a process with another prefix still finds it (and reports the mismatch)."""
         return f"fair_router:mark:{slot_of(rq_list_key)}"
 
     def fair_queue_legacy(self, rq_list_key: str) -> tuple[str, str, str, str, str]:
