@@ -33,8 +33,7 @@ def script_names() -> list[str]:
 
 
 def server_findings(settings: Settings, deep: bool) -> list[Finding]:
-    """Reach the settings' Redis: its version, tiers stored there and, with ``deep``, every script loaded. An
-    unreachable server ends the command with status 1."""
+    """The settings' Redis: version, stored tiers and, with ``deep``, every script loaded; unreachable exits 1."""
     url = redact_url(settings.redis_url)
     try:  # on a Redis Cluster: our state through a RedisCluster, the version from the owner of rq's slot
         pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5,
@@ -80,8 +79,7 @@ def _version(connection: Redis) -> str:
 
 
 def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Finding]:
-    """``maxmemory-policy`` of every server (cluster primaries, shard servers): an error where Redis may evict keys, a
-    warning where INFO does not say."""
+    """Every server's ``maxmemory-policy``: an error where Redis may evict keys, a warning where INFO does not say."""
     clients: list[Redis] = [state, rq]
     for shard_url in dict.fromkeys(settings.shard_urls):
         clients.append(Redis.from_url(shard_url, socket_connect_timeout=5, socket_timeout=10))
@@ -102,8 +100,7 @@ def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Findin
 
 
 def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
-    """Tenants whose tier stored in Redis (``fair-router tier set``) is not a tier of these settings: they
-    are served as ``tiers.default``."""
+    """Tenants whose stored tier is no tier of these settings (they are served as ``tiers.default``)."""
     known = set(settings.tiers.concurrency)
     raw = connection.hgetall(Keys(settings.prefix).tiers())
     stored = {as_text(tenant): as_text(tier) for tenant, tier in raw.items()}
@@ -116,8 +113,7 @@ def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
 
 
 def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
-    """Fair queues (marked, or named in ``fair_queues:``) whose jobs a plain rq worker took
-    (:mod:`fair_router.fairqueue.plainpops`): a warning each. Looking also tidies an empty queue's counts."""
+    """A warning per fair queue whose jobs a plain rq worker took (looking also tidies an empty queue's counts)."""
     known = [as_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
              for key in connection.smembers(Queue.redis_queues_keys)]
     names = list(dict.fromkeys([*settings.fair_queue_names(), *sorted(known)]))
@@ -133,8 +129,7 @@ def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
 
 
 def _load_scripts(connection: Redis) -> tuple[list[Finding], bool]:
-    """SCRIPT LOAD every script and FUNCTION LOAD the fair pop's library: what failed, and whether the pop runs
-    as a function here."""
+    """Load every script and the fair pop's library: what failed, and whether the pop runs as a function here."""
     failed, function = [], False
     for name in script_names():
         try:
@@ -149,8 +144,7 @@ def _load_scripts(connection: Redis) -> tuple[list[Finding], bool]:
 
 
 def _pop_function(connection: Redis) -> bool:
-    """Load the fair pop's function library: whether the pop runs as a function here (False where the server or
-    the user cannot have functions); raises what else Redis answers."""
+    """Whether the fair pop's function library loads here (False where functions are unavailable or denied)."""
     try:
         return FairPopScript(connection).load_function()
     except ResponseError as exc:
@@ -160,8 +154,7 @@ def _pop_function(connection: Redis) -> bool:
 
 
 def report(settings: Settings, source: str, server: Callable[[], list[Finding]] | None = None) -> None:
-    """Print the findings, then a verdict; exit 2 if any is an error. ``server`` (the --ping / --deep look)
-    runs only when the settings have no error: the URL may be one of them."""
+    """Print the findings and a verdict (exit 2 on an error); ``server`` runs only when the settings have no error."""
     findings = [*cross_check(settings, source), *unknown_variables(os.environ)]
     if server is not None and not any(finding.level == "error" for finding in findings):
         findings += server()

@@ -22,8 +22,7 @@ CONNECT_TIMEOUT = 5.0
 
 
 def load_or_exit(config: Path | None) -> Settings:
-    """The settings from ``config`` (else the default file and the environment); invalid ones are printed and the
-    command exits with status 2. Warnings are printed and the command goes on."""
+    """The settings from ``config`` (else the default file and environment); invalid ones print and exit 2."""
     import warnings
 
     try:
@@ -64,8 +63,7 @@ def router_for(settings: Settings) -> FairRouter:
 
 
 class Validated(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on, plain before
-    """A click parameter checked by one of :mod:`fair_router.core.validation`'s types, through a pydantic
-    TypeAdapter: an option takes exactly what the setting it overrides takes, with the same message."""
+    """A click parameter checked by a :mod:`fair_router.core.validation` type, as the setting it overrides."""
 
     def __init__(self, annotated: Any, name: str) -> None:
         self.adapter: TypeAdapter[Any] = TypeAdapter(annotated)

@@ -17,8 +17,7 @@ __all__ = ["RECONCILE_BOUND", "reconciled_counts"]
 
 
 def reconciled_counts(router: FairRouter, settings: Settings, tenant: str) -> tuple[set[str], dict[str, int]]:
-    """Reconcile every known queue's counts with rq's lists; returns the queues whose counts are approximate
-    (beyond the bound) and ``tenant``'s jobs waiting per routed plain queue that has any."""
+    """Reconcile the queues' counts; the approximate queues, and ``tenant``'s jobs waiting per routed plain queue."""
     prefix = len(Queue.redis_queue_namespace_prefix)
     names = sorted(as_text(key)[prefix:] for key in router.rq_connection.smembers(Queue.redis_queues_keys))
     fair = fair_queues(router.rq_connection, settings, names)

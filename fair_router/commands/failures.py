@@ -75,8 +75,7 @@ def describe(exc: Exception, where: str | None) -> tuple[int, str]:
 
 
 class FailingCleanly(click.Group):
-    """A click group whose commands (nested groups' included) fail with one line and an exit status instead
-    of a traceback; ``--debug`` (an option of the group, kept in ``ctx.meta``) lets the exception through."""
+    """A click group whose commands fail with one line and an exit status; ``--debug`` lets the exception through."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

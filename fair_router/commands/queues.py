@@ -27,8 +27,8 @@ def _marks(config: Path | None) -> FairnessMarks:
 
 
 def next_jobs(queue: Queue, limit: int) -> list[tuple[str, Job | None]]:
-    """The first ``limit`` waiting jobs of ``queue`` in serving order, each with its Job (None: its hash is gone), in
-    one round trip."""
+    """The first ``limit`` waiting jobs of ``queue`` in serving order, with their Jobs (None: gone), in one round
+    trip."""
     ids = queue.get_job_ids(0, limit)
     jobs = Job.fetch_many(ids, connection=queue.connection, serializer=queue.serializer) if ids else []
     return list(zip(ids, jobs, strict=True))

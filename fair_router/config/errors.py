@@ -48,8 +48,7 @@ def _location(loc: Loc) -> str:
 
 
 def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc], str | None] | None = None) -> str:
-    """A pydantic ValidationError as ``key.path: reason (got value)`` lines, each prefixed by its ``origin`` (a file, a
-    variable), else ``source``."""
+    """A ValidationError as ``key.path: reason (got value)`` lines, each prefixed by its ``origin``, else ``source``."""
     lines = []
     placed = True
     for item in error.errors():
@@ -72,8 +71,7 @@ T = TypeVar("T")
 
 
 def validated(adapter: TypeAdapter[T], value: object, source: str) -> T:
-    """``value`` checked by ``adapter`` where given outside the settings (a constructor argument, a CLI option);
-    SettingsError naming ``source``, the key, the reason and the value."""
+    """``value`` checked by ``adapter`` outside the settings; SettingsError naming ``source``, key, reason and value."""
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:

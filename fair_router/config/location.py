@@ -59,8 +59,7 @@ def describe_source(file: Path | None) -> str:
 
 
 def announce_source(file: Path | None, log: bool = True) -> str:
-    """Log once per process which settings file was read, or warn that none was (jobs then go unthrottled). Returns the
-    text; ``log=False`` only marks it said."""
+    """Log once per process which settings file was read (or warn none was); ``log=False`` only marks it said."""
     said = describe_source(file)
     if not first_time(said) or not log:
         return said

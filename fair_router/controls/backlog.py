@@ -31,8 +31,7 @@ def refused_entry(reply: Any) -> int | None:
 
 
 def execute(pipe: Pipeline) -> list[Any]:
-    """Execute an enqueue pipeline of ours without raising on a push's cap refusal (the caller reads it with
-    :meth:`BacklogCaps.refusal`); any other error is raised as ``pipe.execute()`` would."""
+    """Execute an enqueue pipeline without raising on a cap refusal (read by :meth:`BacklogCaps.refusal`)."""
     results: list[Any] = pipe.execute(raise_on_error=False)
     for reply in results:
         if isinstance(reply, Exception) and refused_entry(reply) is None:
@@ -41,8 +40,7 @@ def execute(pipe: Pipeline) -> list[Any]:
 
 
 class TenantBacklogFull(Exception):
-    """An enqueue would take ``tenant``'s waiting jobs in fair queue ``queue`` past its ``cap``; nothing of
-    it was enqueued."""
+    """An enqueue would take ``tenant``'s waiting jobs in ``queue`` past its ``cap``; nothing was enqueued."""
 
     def __init__(self, tenant: str, queue: str, cap: int) -> None:
         self.tenant, self.queue, self.cap = tenant, queue, cap
@@ -83,16 +81,14 @@ class BacklogCaps:
         return None
 
     def precheck(self, waiting: Mapping[str, int], wanted: dict[str, tuple[Capped, int]]) -> None:
-        """Raise TenantBacklogFull if adding ``wanted`` (encoded tenant -> (cap, jobs)) to what waits now
-        (``waiting``: encoded tenant -> jobs) would pass a cap."""
+        """Raise TenantBacklogFull if ``wanted`` (tenant -> (cap, jobs)) on top of ``waiting`` passes a cap."""
         for name, (capped, jobs) in wanted.items():
             if waiting.get(name, 0) + jobs > capped.cap:
                 raise TenantBacklogFull(capped.tenant, self.queue, capped.cap)
 
 
 def withdraw(connection: Redis, jobs: Iterable[tuple[Queue, Job]], group: Group | None = None) -> None:
-    """Take back the jobs of a refused enqueue: off their queues (those in other queues of the same batch
-    were pushed) and their saved hashes deleted, so nothing of the batch stays behind."""
+    """Take back a refused enqueue's jobs: off their queues and their hashes deleted."""
     with connection.pipeline() as pipe:
         for queue, job in jobs:
             queue.remove(job.id, pipeline=pipe)

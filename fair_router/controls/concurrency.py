@@ -34,8 +34,7 @@ from fair_router.store.scripts import Admission, Clock, ReleaseScript, Verdict
 logger = logging.getLogger("fair_router")
 
 Wake = Callable[[list[str], Pipeline], None]
-"""Queues on the pipeline the unparks of a released slot's tenant in the fair queues named (lua/release.lua found
-it parked there at its limit)."""
+"""Queues the unparks of a released slot's tenant in the fair queues named."""
 
 
 class ConcurrencySlot(StartControl):
@@ -60,8 +59,7 @@ class ConcurrencySlot(StartControl):
                        [start.profile.limit, self.lease_ms, start.fair_queue])
 
     def on_refused(self, start: Start, admission: Admission) -> Refusal:
-        """Parked until a slot frees: a release unparks it, else its first lease expires (a dead worker's slot
-        comes back then: ``at_ms``), at most a lease's life; snoozed on a plain queue."""
+        """Parked until a slot frees (at most a lease's life: ``at_ms``); snoozed on a plain queue."""
         seconds = self.config.lease_ttl
         if admission.at_ms:
             seconds = min(seconds, max(0.001, (admission.at_ms - admission.now_ms) / 1000))
@@ -78,8 +76,7 @@ class Lease:
 
 
 class ConcurrencySlots:
-    """acquire / release / keep_alive / snooze for per-tenant concurrency slots (the workers' limiter,
-    :class:`fair_router.workers.limiter.ConcurrencyLimiter`, adds reading its counts back)."""
+    """acquire / release / keep_alive / snooze of per-tenant concurrency slots."""
 
     def __init__(
         self,
@@ -127,8 +124,7 @@ class ConcurrencySlots:
 
     def reclaim(self, tenant: str, job_id: str, also: Callable[[Pipeline], None] | None = None,
                 wake: Wake | None = None) -> bool:
-        """Free the slot of a job whose worker died, as crash recovery hands the job back, instead of
-        waiting for the lease to expire; counted as reclaimed. True if the job still held a slot."""
+        """Free a dead worker's job's slot now rather than at lease expiry; True if it still held one."""
         return self._drop(Lease(tenant, self.tiers.tier(tenant), job_id), "reclaimed", also, wake)
 
     def _drop(self, lease: Lease, counter: str, also: Callable[[Pipeline], None] | None, wake: Wake | None) -> bool:
@@ -166,8 +162,7 @@ class ConcurrencySlots:
         return when
 
     def defer(self, job: Job, queue: Queue, when: datetime) -> None:
-        """Put ``job`` in its queue's ScheduledJobRegistry for ``when`` (rq's scheduler moves it back); pending
-        counters go in the same round trip."""
+        """Put ``job`` in its queue's ScheduledJobRegistry for ``when``, with pending counters."""
         with job.connection.pipeline() as pipe:
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)  # rq parks single-queue fetches there
             queue.schedule_job(job, when, pipeline=pipe)

@@ -25,8 +25,7 @@ def scope(key: str, rate: Rate, burst: int) -> RateScope:
 
 
 class RateLimiter(StartControl):
-    """The start control of rates: which scopes a job start must pass (its tenant's rate and its job
-    function's), and what becomes of a start over one."""
+    """The start control of rates: the scopes a start must pass, and what becomes of a start over one."""
 
     piece = "start_rate"
     verdicts = (Verdict.RATE, Verdict.RESERVED)

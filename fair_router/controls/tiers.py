@@ -47,17 +47,14 @@ MAX_AGE = 60.0
 hand edit, a restored backup, a lost note), so they still take effect within a minute."""
 
 POLL_OVERLAP_MS = 1000
-"""Each poll asks for changes since its previous poll's server time minus this: a change noted as that poll ran,
-or under a server clock stepped back a little, is still seen (at worst a tenant is evicted twice)."""
+"""A poll asks for changes since the last poll minus this, so a change noted meanwhile is still seen."""
 
 POLL_CAP = 1000
-"""More tenants changed than this since the last poll (a bulk tier migration): clear the whole cache instead of
-receiving them all."""
+"""More changes than this since the last poll (a bulk migration): clear the whole cache instead."""
 
 
 class TierBook:
-    """Tenant -> tier and profile, cached in-process until the tenant changes (polled every ``cache_ttl``) or
-    ``max_age`` passes; knows each tier's limits and queue class."""
+    """Tenant -> tier and profile, cached until the tenant changes or ``max_age`` passes."""
 
     def __init__(
         self,
@@ -68,8 +65,7 @@ class TierBook:
         clock: Callable[[], float] = time.monotonic,
         max_age: float = MAX_AGE,
     ) -> None:
-        """``cache_ttl``: how often the profile changes set is polled (and a resolver asked again), so how soon a
-        change takes effect here; ``max_age``: :data:`MAX_AGE`; ``clock``: seconds, monotonic (tests inject one)."""
+        """``cache_ttl``: how often changes are polled (how soon one takes effect); ``clock``: monotonic seconds."""
         self.connection = connection
         self.keys = keys
         self.config = config or TiersConfig()
@@ -90,8 +86,7 @@ class TierBook:
         return self.profile(tenant).tier
 
     def profile(self, tenant: str) -> TenantProfile:
-        """The tenant's tier and the values in effect for it (overrides beat the tier's). From the cache while
-        the tenant is unchanged (one poll per ``cache_ttl`` says which changed); else one round trip."""
+        """The tenant's tier and values in effect: cached while unchanged, else one round trip."""
         now = self._clock()
         if now >= self._next_poll:
             self._poll(now)
@@ -105,9 +100,7 @@ class TierBook:
         return cached.profile
 
     def _poll(self, now: float) -> None:
-        """Evict the tenants changed since the last poll; clear everything on the first poll, after more than
-        :data:`POLL_CAP` changes, or when the last poll is so old (by this clock or the server's) that changes
-        since then may have been trimmed from the set (:data:`PROFILE_HORIZON`)."""
+        """Evict the tenants changed since the last poll; clear all when changes may have been missed."""
         since = None if self._polled_ms is None else self._polled_ms - POLL_OVERLAP_MS
         changes = self._poll_changes(self.keys.profile_changes(), since, POLL_CAP).run()
         horizon_ms = PROFILE_HORIZON * 1000
@@ -171,8 +164,7 @@ class TierBook:
             return TenantOverrides()
 
     def set_overrides(self, tenant: str, overrides: TenantOverrides, reset: bool = False) -> TenantProfile:
-        """Store the values set in ``overrides`` (``reset``: drop every earlier override first); returns the
-        profile now in effect. Other processes see it within their ``cache_ttl``."""
+        """Store ``overrides`` (``reset``: drop earlier ones first); the profile now in effect."""
         key = self.keys.overrides(tenant)
         with self.connection.pipeline() as pipe:
             if reset:
@@ -185,8 +177,7 @@ class TierBook:
         return self.profile(tenant)
 
     def set(self, tenant: str, tier: str) -> None:
-        """Store ``tenant``'s tier in Redis (used when no resolver is configured). Other processes see it within
-        their ``cache_ttl``."""
+        """Store ``tenant``'s tier in Redis (used without a resolver); others see it within ``cache_ttl``."""
         if tier not in self.config.concurrency:
             known = ", ".join(sorted(self.config.concurrency))
             raise ValueError(f"unknown tier {tier!r}: known tiers are {known}")
@@ -201,8 +192,7 @@ class TierBook:
         self._cache.pop(tenant, None)
 
     def queue_class(self, tenant: str | None, system: bool = False) -> str:
-        """``scheduled`` for system jobs (no tenant, or system=True), ``priority`` for priority tiers,
-        else ``default``."""
+        """``scheduled`` for system jobs, ``priority`` for priority tiers, else ``default``."""
         if system or tenant is None:
             return SCHEDULED
         return PRIORITY if self.tier(tenant) in self.config.priority else DEFAULT

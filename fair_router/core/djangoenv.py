@@ -47,8 +47,7 @@ def commit_mode() -> str:
 
 
 class _Delayed:
-    """One enqueue in django-rq's queue of delayed enqueues (commit mode "request_finished"), which calls
-    ``original_enqueue_call`` when the request finishes."""
+    """One enqueue in django-rq's queue of delayed enqueues ("request_finished"), run when the request ends."""
 
     def __init__(self, run: Callable[[], object]) -> None:
         self.run = run
@@ -85,8 +84,7 @@ def _after_request(run: Callable[[], object], what: str) -> None:
 
 
 def _logged(run: Callable[[], object], what: str) -> Callable[[], None]:
-    """``run``, whose failure is logged loudly instead of raised into Django's commit (the caller's code has
-    moved on, and Django would skip the other commit hooks)."""
+    """``run``, its failure logged rather than raised into Django's commit (which would skip the other hooks)."""
 
     def hook() -> None:
         try:

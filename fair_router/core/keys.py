@@ -88,13 +88,11 @@ class Keys:
 
     @staticmethod
     def member(job_id: str) -> bytes:
-        """A window entry for ``job_id``: an 8-byte digest, so 100 entries fit in ~2 KB whatever the ids
-        look like (a collision among one window's few hundred ids has odds below 1e-14)."""
+        """A window entry for ``job_id``: an 8-byte digest (collision odds below 1e-14 within a window)."""
         return hashlib.blake2b(job_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
     def window(self, job_key: str, tenant: str) -> str:
-        """Sorted set of (job id -> enqueue time ms) for one (job key, tenant); tagged by job key so a
-        batch of one job function for many tenants is one script call on one cluster slot."""
+        """Sorted set job id -> enqueue time (ms) of one (job key, tenant); tagged by job key for batches."""
         return self.window_of(job_key, encode(tenant))
 
     def window_of(self, job_key: str, encoded_tenant: str) -> str:
@@ -102,8 +100,7 @@ class Keys:
         return f"{self.prefix}:{{{encode(job_key)}}}:win:{encoded_tenant}"
 
     def routed(self, job_key: str) -> str:
-        """Hash of one job key's routing decisions: target queue (a rule's queue, or the base queue when no
-        rule matched) -> jobs routed there. Written by route.lua, so it shares the windows' tag."""
+        """Hash target queue -> jobs routed there, of one job key; written by route.lua with the windows' tag."""
         return f"{self.prefix}:{{{encode(job_key)}}}:routed"
 
     def waiting(self, job_key: str) -> tuple[str, str]:
@@ -122,13 +119,11 @@ class Keys:
         return f"{self.prefix}:{{tiers}}:changes"
 
     def leases(self, tenant: str) -> str:
-        """Sorted set of the tenant's running jobs: job id -> lease expiry (ms). Own tag per tenant, so
-        each acquire/release touches one slot."""
+        """Sorted set of the tenant's running jobs: job id -> lease expiry (ms); one tag per tenant."""
         return self.leases_of(encode(tenant))
 
     def leases_of(self, encoded_tenant: str) -> str:
-        """:meth:`leases` of a tenant given in its encoded form (as fair queues and observe records hold it:
-        a long tenant id's digest cannot be decoded back)."""
+        """:meth:`leases` of a tenant given in its encoded form (a long id's digest cannot be decoded)."""
         return f"{self.prefix}:{{lease:{encoded_tenant}}}"
 
     def parked_in(self, tenant: str) -> str:
@@ -156,8 +151,8 @@ class Keys:
         return f"{self.prefix}:{{lease:{encode(tenant)}}}:rate:{scope}"
 
     def rate_paid(self, tenant: str, job_id: str) -> str:
-        """The start time (ms) reserved for one job deferred by a rate limit on a plain queue: its token is
-        already taken, so it starts without paying again once that time has come. Expires on its own."""
+        """The start time (ms) reserved for a job deferred by a rate on a plain queue: it starts without paying
+        again."""
         return f"{self.prefix}:{{lease:{encode(tenant)}}}:paid:{encode(job_id)}"
 
     def limit_stats(self) -> str:
@@ -175,8 +170,7 @@ class Keys:
         return f"{self.prefix}:{slot_of(started_registry_key)}:abandoned"
 
     def abandoned_total(self, started_registry_key: str) -> str:
-        """How many of one queue's jobs were found abandoned (an integer, never reset): counted by the script
-        that stages them, so it shares that call's tag. Read by ``fair_router.observe`` (``/metrics``)."""
+        """How many of one queue's jobs were found abandoned (never reset), counted by the staging script."""
         return f"{self.prefix}:{slot_of(started_registry_key)}:abandoned:total"
 
     # -- observability (fair_router.observe): every key tagged {obs}, so one start record is one slot --
@@ -192,8 +186,7 @@ class Keys:
         return f"{self.prefix}:{{obs}}:recent"
 
     def observe_events(self) -> str:
-        """Hash of event counters ``<event>:<queue>`` (``recovered``: a fair job popped but never started
-        and given back)."""
+        """Hash of event counters ``<event>:<queue>``."""
         return f"{self.prefix}:{{obs}}:events"
 
     def observe_pattern(self) -> str:
@@ -211,14 +204,12 @@ class Keys:
         return f"fair_router:mark:{slot_of(rq_list_key)}"
 
     def fair_queue_legacy(self, rq_list_key: str) -> tuple[str, str, str, str, str]:
-        """The head, tail, weights, fifo and backlog hashes of a fair queue written in earlier layouts (kept in
-        the ``state`` and ``members`` hashes since): read once by ``lua/fair_migrate.lua``, which moves them."""
+        """A fair queue's hashes of earlier layouts, read once by ``lua/fair_migrate.lua``, which moves them."""
         base = f"{self.prefix}:{slot_of(rq_list_key)}:fq"
         return (f"{base}:head", f"{base}:tail", f"{base}:weights", f"{base}:fifo", f"{base}:backlog")
 
     def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
-        """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``, or under rq 3.0's
-        ``RQ_KEY_PREFIX``); the tag (:func:`slot_of`) hashes like rq's own key."""
+        """Keys of the fair queue whose rq list is ``rq_list_key``, tagged to hash like rq's own key."""
         base = f"{self.prefix}:{slot_of(rq_list_key)}:fq"
         fair = FairQueueKeys.names()[1:]  # every field after rq_list is a key of ours, named as the field
         return FairQueueKeys(rq_list_key, *(f"{base}:{name}" for name in fair))

@@ -22,8 +22,7 @@ class Rule(BaseModel):
     per: Duration
 
     def matches(self, recorded: int) -> bool:
-        """Whether the next enqueue matches when the window already holds ``recorded`` enqueues (it counts itself too);
-        ``lua/route.lua`` makes the same test."""
+        """Whether the next enqueue matches, the window holding ``recorded`` (``lua/route.lua`` tests the same)."""
         return recorded + 1 > self.threshold
 
     def for_base(self, base: str) -> Rule:
@@ -43,14 +42,12 @@ class Rule(BaseModel):
 
 
 def window_cap(rules: Sequence[Rule]) -> int:
-    """How many entries a window keeps (route.lua trims to the newest ones): the largest threshold + 1, enough
-    to decide every rule exactly. A count that reaches it is a lower bound: older enqueues were trimmed."""
+    """Entries a window keeps: the largest threshold + 1, enough to decide every rule (a count there is a floor)."""
     return max(rule.threshold for rule in rules) + 1
 
 
 def last_match(rules: Sequence[Rule], recorded: Sequence[int]) -> Rule | None:
-    """The rule the next enqueue would be routed by: the last of ``rules`` it matches (rules go from least
-    to most restrictive), given each rule's window count ``recorded``; None when none matches."""
+    """The rule the next enqueue would be routed by (the last one matching ``recorded``), else None."""
     matched = None
     for rule, count in zip(rules, recorded, strict=True):
         if rule.matches(count):

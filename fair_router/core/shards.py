@@ -37,8 +37,7 @@ def family_of(queue: str) -> tuple[str, int] | None:
 
 
 def _draw(tenant: bytes, step: int, below: int) -> int:
-    """The ``step``-th uniform draw in ``[0, below)`` for ``tenant``: 8 digest bytes modulo ``below``
-    (bias at most ``below / 2**64``, nil for at most 1024 shards)."""
+    """The ``step``-th uniform draw in ``[0, below)`` for ``tenant`` (bias at most ``below / 2**64``)."""
     digest = hashlib.blake2b(tenant, digest_size=8, person=_PERSON, salt=step.to_bytes(16, "big")).digest()
     return int.from_bytes(digest, "big") % below
 
@@ -69,8 +68,7 @@ def shards_of(tenant: str | int, count: int, per_tenant: int) -> tuple[int, ...]
 
 
 class Shards(BaseModel):
-    """How a job key is sharded: ``count`` shard queues per queue family, ``per_tenant`` of them dealt to each
-    tenant (a job goes to the least loaded of its tenant's shards)."""
+    """How a job key is sharded: ``count`` shard queues per family, ``per_tenant`` dealt to each tenant."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -26,8 +26,7 @@ _SHOWN = 60
 
 
 class InvalidTenant(ValueError):
-    """A tenant id of the right type that cannot be used: empty, longer than ``tenant_max_bytes``, or not
-    encodable as UTF-8. Nothing is written for it."""
+    """A tenant id that cannot be used: empty, over ``tenant_max_bytes``, or not UTF-8. Nothing is written."""
 
 
 def _shown(text: str) -> str:
@@ -63,8 +62,7 @@ STORED_FIELD = f'job.meta["{META_TENANT}"]'
 
 
 class InvalidStoredTenant(InvalidTenant):
-    """A job's stored tenant (written past the validated API) that is no tenant id: the job fails with this error
-    through rq's failure path."""
+    """A job's stored tenant that is no tenant id: the job fails with this error, through rq's failure path."""
 
     def __init__(self, value: object, why: str) -> None:
         self.shown = shown_value(value)
@@ -104,8 +102,7 @@ def stored_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENAN
 
 def usable_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
                   warn: bool = True) -> str | None:
-    """:func:`stored_tenant`, with an unusable one read as no tenant (logged if ``warn``): for readers that
-    must go on (a push by rq's internals, a slot's release, a turn's end), where the job's start fails it."""
+    """:func:`stored_tenant`, an unusable one read as none (logged if ``warn``), for readers that must go on."""
     try:
         return stored_tenant(meta, max_bytes)
     except InvalidStoredTenant as exc:

@@ -16,12 +16,10 @@ from fair_router.core.durations import parse_duration
 from fair_router.core.rates import Rate, parse_rate
 
 MAX_WEIGHT = 1e6
-"""Largest queue or fair-share weight: a million to one is far past any useful share, and keeps sums of
-weights and passes (1 / weight) well inside a double's precision."""
+"""Largest weight: past any useful share, and keeps sums of passes well inside a double's precision."""
 
 MAX_COUNT = 1_000_000_000
-"""Largest count (rule threshold, concurrency limit, burst, backlog cap, workers): larger is a typo, and Lua
-numbers stay exact below 2**53."""
+"""Largest count (threshold, limit, burst, cap, workers): larger is a typo, and Lua numbers stay exact."""
 
 MAX_QUEUES = 1000
 """Most entries of ``queues:`` / ``fair_queues:`` / ``pool:`` (a worker polls each listed queue)."""
@@ -133,8 +131,7 @@ FairWeight = Annotated[float, Field(gt=0, le=MAX_WEIGHT, allow_inf_nan=False)]
 """A tenant's (or tier's) share in a FairQueue: a positive number up to :data:`MAX_WEIGHT` (default 1)."""
 
 AtLeastOne = Annotated[int, Field(ge=1, le=MAX_COUNT)]
-"""A count that must allow something: a concurrency limit, a burst, a backlog cap, a number of workers (at
-most :data:`MAX_COUNT`)."""
+"""A count that must allow something (a limit, burst, cap, number of workers), at most :data:`MAX_COUNT`."""
 
 TenantMaxBytes = Annotated[int, Field(ge=16, le=65536)]
 """The ``tenant_max_bytes`` setting: the longest tenant id taken, in bytes of UTF-8 (16 to 64 KiB)."""
@@ -146,17 +143,14 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A measured or declared time in seconds, zero allowed (a job's ``fair_cost``)."""
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
-"""A positive duration in seconds, given as seconds, a ``timedelta`` or ``"250ms"`` / ``"30s"`` / ``"5m"`` /
-``"1h"`` / ``"1d"`` (:func:`fair_router.core.durations.parse_duration`)."""
+"""A positive duration in seconds: seconds, a ``timedelta`` or ``"250ms"`` / ``"5m"`` / ``"1d"``."""
 
 RateField = Annotated[Rate, BeforeValidator(parse_rate), PlainSerializer(str, return_type=str)]
-"""Job starts per unit of time, ``"10/s"`` / ``"N/m"`` / ``"N/h"`` (:func:`fair_router.core.rates.parse_rate`),
-serialised back to its text."""
+"""Job starts per unit, ``"10/s"`` / ``"N/m"`` / ``"N/h"``, serialised back to its text."""
 
 
 def _redis_url(value: str) -> str:
-    """A URL redis-py can connect with: its own parser (scheme, port range, query options), and a database
-    path that is a number, which redis-py would otherwise ignore."""
+    """A URL redis-py parses as meant, with a numeric database path (redis-py would ignore another)."""
     try:
         parse_url(value)  # type: ignore[no-untyped-call]
         parts = urlsplit(value)

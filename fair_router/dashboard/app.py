@@ -164,8 +164,7 @@ def create_app(
 
 def listen(app: Flask, host: str, port: int, threads: int = 8,
            **options: Any) -> BaseWSGIServer | MultiSocketServer:
-    """A waitress server bound to ``host:port``, not yet serving, so a port in use raises OSError before anything is
-    printed."""
+    """A waitress server bound to ``host:port``, not yet serving: a port in use raises OSError first."""
     from waitress.server import create_server
 
     logging.basicConfig()  # waitress logs its warnings (e.g. a deep task queue) through logging

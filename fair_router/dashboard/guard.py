@@ -45,8 +45,7 @@ def is_loopback(host: str) -> bool:
 
 
 def split_host(value: str) -> tuple[str, str | None]:
-    """``Host`` header (or allowlist entry) -> (lower-case name, port or None); IPv6 names keep their
-    brackets (``[::1]:9181`` -> ``("[::1]", "9181")``), a trailing dot is dropped."""
+    """``Host`` header -> (lower-case name, port or None); IPv6 keeps its brackets, a trailing dot is dropped."""
     value = value.strip().lower()
     if value.startswith("["):
         name, _, rest = value.partition("]")
@@ -80,8 +79,7 @@ def allowed_hosts(bind: str, extra: Iterable[str]) -> list[str]:
 
 
 class HostAllowlist:
-    """WSGI middleware refusing (400) any request whose ``Host`` is not allowed. An entry without a port
-    allows any port (``localhost``), one with a port only that one (``dash.example.com:8443``)."""
+    """WSGI middleware refusing (400) a request whose ``Host`` is not allowed (an entry without port: any port)."""
 
     def __init__(self, app: WSGIApplication, hosts: Iterable[str]) -> None:
         self.app = app
@@ -107,8 +105,7 @@ class HostAllowlist:
 
 
 def secure_headers(response: Response) -> Response:
-    """Flask ``after_request`` hook: :data:`SECURITY_HEADERS`, unless the response (or an app the dashboard
-    is mounted in) set its own."""
+    """Flask ``after_request`` hook: :data:`SECURITY_HEADERS`, unless the response set its own."""
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     return response

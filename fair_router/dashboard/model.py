@@ -81,8 +81,7 @@ class TenantView:
 
 @dataclass
 class RunningIteration:
-    """An interruptible job running now (:mod:`fair_router.iteration`): where it is, as of its last saved
-    checkpoint."""
+    """An interruptible job running now, as of its last saved checkpoint."""
 
     job_id: str
     queue: str

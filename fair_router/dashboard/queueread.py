@@ -22,8 +22,7 @@ from fair_router.routing.servers import TIMEOUT, ShardServers
 from fair_router.store.fair_scripts import tenant_waiting
 
 PER_QUEUE = 5
-"""Commands per queue: length, running, fair state (tenants waiting, stale and plain pops), parked, abandoned
-count."""
+"""Commands per queue: length, running, fair state, parked, abandoned count."""
 
 
 @dataclass

@@ -64,8 +64,7 @@ class SnapshotReader:
         queues: Sequence[str] | None = None,
         clock: Clock | None = None,
     ) -> None:
-        """``queues``: the queues to show (default: the settings' ``queues`` and ``fair_queues`` and every
-        queue rq knows); ``clock``: epoch seconds instead of Redis ``TIME`` (tests)."""
+        """``queues``: those to show (default: the settings' and rq's); ``clock``: instead of Redis ``TIME``."""
         self.connection = connection
         self.rq = rq_of(connection)  # rq's keys: the same client, or on a cluster the owner of rq's slot
         self.settings = settings
@@ -198,8 +197,7 @@ class SnapshotReader:
     def _candidates(
         self, candidates: list[str], now: float, backlogs: dict[str, dict[str, int]], parked: dict[str, set[str]]
     ) -> list[tuple[TenantView, dict[str, int]]]:
-        """Round trip 3: each candidate's row (and its record's fields), from its record, slots held and
-        tier."""
+        """Each candidate's row (and its record's fields), from its record, slots held and tier."""
         limits_on = self.settings.concurrency.enabled
         raw_names = [unquote(key) for key in candidates]
         with self.connection.pipeline(transaction=False) as pipe:
@@ -251,8 +249,7 @@ class SnapshotReader:
                 row.rule = matched.describe()
 
     def _fair_weights(self, backlogs: dict[str, dict[str, int]]) -> dict[str, float]:
-        """Weight of each tenant waiting in a fair queue (its tier's ``tiers.weights``, as the fair queue
-        uses), read from the tenants' records in the fair queues' state hashes."""
+        """Weight of each tenant waiting in a fair queue, from its record in the queue's state hash."""
         asks = [(queue, list(backlog)) for queue, backlog in backlogs.items()
                 if backlog and queue not in self._shards.names]
         if not asks:
@@ -334,8 +331,7 @@ def _window(fields: dict[str, int], minute: int, minutes: int) -> Histogram:
 def _series(
     fields: dict[str, int], tick: int, minus: Sequence[dict[str, int]] = ()
 ) -> list[tuple[float, float]]:
-    """(tick start, mean wait) of the ticks a record holds, oldest first; ``minus``: records whose starts
-    are taken out (the ``_other`` row is everyone minus the top N)."""
+    """(tick start, mean wait) of a record's ticks, oldest first, ``minus`` the records taken out."""
     points = []
     for slot in range(TICK_SLOTS):
         held = fields.get(f"t{slot}")

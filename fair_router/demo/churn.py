@@ -25,8 +25,7 @@ DONE = "bench:bounded:done"
 
 @dataclass
 class Leftover:
-    """What a run left: per key without a TTL, its entries naming a scenario tenant (and the same halfway through
-    the last wave, while its tenants were active); used_memory (bytes)."""
+    """What a run left: per key without a TTL, its entries naming a scenario tenant (also midway); used_memory."""
 
     tenants: int
     jobs: int
@@ -41,8 +40,7 @@ class Leftover:
 
 
 def tenant_entries(conn: Redis, key: bytes) -> int:
-    """How many entries of ``key`` (fields of a hash, members of a set or sorted set, items of a list, the
-    key itself for a string) name a scenario tenant: in the entry or in the key's own name."""
+    """How many entries of ``key`` (or the key's own name) name a scenario tenant."""
     kind = as_text(conn.type(key))
     entries: dict[str, Callable[[bytes], Any]] = {
         "hash": conn.hkeys, "zset": lambda k: conn.zrange(k, 0, -1), "set": conn.smembers,

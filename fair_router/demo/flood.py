@@ -45,8 +45,7 @@ class FloodParams:
     share_tenants: int = 5
     share_jobs: int = 100
     flush_interval: float = 1.0
-    """The workers' ``observe.flush_interval``: a flood shorter than a couple of intervals (the tests' small
-    ones) needs a shorter one for its halfway dashboard view to show the starts so far."""
+    """The workers' ``observe.flush_interval`` (a short flood needs a short one for its halfway view)."""
 
     @property
     def total_jobs(self) -> int:
@@ -79,8 +78,7 @@ def run_once(
     progress: Callable[[int], None] | None = None,
     midway: Midway | None = None,
 ) -> list[JobTiming]:
-    """Run one mode once (with or without the flood) on real workers; return every job's timing.
-    ``midway`` is called once, when half the jobs have run."""
+    """Run one mode once (with or without the flood); ``midway`` is called when half the jobs have run."""
     plan = arrivals(params, flood)
     bursts = [[tenant for _, tenant, kind in plan if kind == "greedy"]] if flood else []
     trickle = [item for item in plan if item[2] != "greedy"]
@@ -95,8 +93,7 @@ def run_backlogged(
     params: FloodParams,
     progress: Callable[[int], None] | None = None,
 ) -> list[JobTiming]:
-    """Every tenant backlogged: ``share_tenants`` tenants each enqueue ``share_jobs`` jobs at once, one
-    tenant after another (the share-accuracy scenario)."""
+    """Every tenant backlogged: ``share_tenants`` each enqueue ``share_jobs`` jobs, one after another."""
     bursts = [[f"tenant-{i}"] * params.share_jobs for i in range(params.share_tenants)]
     return drain(connection, url, mode_name, params.workers, params.job_ms, bursts, "backlogged", [], progress,
                  flush_interval=params.flush_interval)
@@ -104,8 +101,7 @@ def run_backlogged(
 
 @dataclass(frozen=True)
 class MixedParams:
-    """Worker-time share scenario: a tenant with long jobs and one with short jobs (10:1), both backlogged
-    from the start, each with about the same total work; ``weights``: (long tenant's, short tenant's)."""
+    """Worker-time share scenario: long (10x) and short jobs of two backlogged tenants; ``weights``: (long, short)."""
 
     long_ms: float = 20.0
     short_ms: float = 2.0

@@ -80,8 +80,7 @@ def mode(name: str, run: str) -> Mode:
 
 @contextmanager
 def workers(url: str, chosen: Mode, count: int, flush_interval: float = 1.0) -> Iterator[None]:
-    """``count`` real ``rq worker`` processes of the mode's class, stopped (SIGTERM) on exit (each flushes
-    its start records as it stops)."""
+    """``count`` real ``rq worker`` processes of the mode's class, stopped (SIGTERM) on exit."""
     with tempfile.TemporaryDirectory(prefix="fair-router-flood-") as tmp:
         config = Path(tmp) / "fair_router.yaml"
         fair_queues = list(chosen.queues) if chosen.fair else []
@@ -185,8 +184,7 @@ def _clear_observe(connection: Redis) -> None:
 
 
 def observed_settings(chosen: Mode, top_tenants: int = 10) -> Settings:
-    """The settings a dashboard of this mode's run would use: the workers' (prefix, weights, fair queues),
-    plus the router's rules under its job key, so that the throttling rule shows."""
+    """The settings a dashboard of this mode's run uses: the workers', plus the router's rules."""
     jobs = {f"{PREFIX}.{chosen.queues[0]}": JobConfig(queue=chosen.queues[0], rules=list(chosen.rules))}
     return Settings(prefix=PREFIX, queues=chosen.weights, fair_queues=list(chosen.queues) if chosen.fair else [],
                     fair_charge=chosen.charge,
@@ -246,8 +244,7 @@ class _Enqueuer:
 
 
 def _enqueuer(connection: Redis, chosen: Mode, weights: Mapping[str, float]) -> _Enqueuer:
-    """How the mode enqueues: plain rq for FIFO, ``@fair_job`` for the router, FairQueue for fair (tenants'
-    ``weights`` through tiers named after them, written where the queue's TierBook reads them)."""
+    """How the mode enqueues: plain rq, ``@fair_job``, or a FairQueue (``weights`` through tiers named after them)."""
     if chosen.fair:
         tiers = TiersConfig(default="w1", priority=[], concurrency={"w1": 1, **{_tier(w): 1 for w in weights.values()}},
                             weights={_tier(w): w for w in weights.values()})
@@ -278,8 +275,7 @@ def _tier(weight: float) -> str:
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
-    """SIGTERM every process (warm shutdown, all at once), then wait; one still running after ``grace``
-    seconds is killed."""
+    """SIGTERM every process at once, then wait; one still running after ``grace`` seconds is killed."""
     for proc in procs:
         proc.terminate()
     for proc in procs:

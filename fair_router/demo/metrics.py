@@ -56,8 +56,7 @@ def served_ahead(timings: Sequence[JobTiming], kind: str = "small") -> list[int]
 
 
 def summarize(runs: Sequence[Sequence[JobTiming]]) -> dict[str, float]:
-    """Per-class p50/p95 wait and small jobs' p95 served-ahead count (pooled over the runs), median
-    makespan and throughput, and Jain's index over per-tenant slowdown."""
+    """Per-class wait p50/p95, small jobs' served-ahead p95, median makespan and throughput, slowdown Jain."""
     pooled = [t for run in runs for t in run]
     result: dict[str, float] = {}
     for kind in ("greedy", "small"):
@@ -83,8 +82,7 @@ def share_accuracy(timings: Sequence[JobTiming]) -> float:
 
 
 def worker_time_shares(timings: Sequence[JobTiming]) -> dict[str, float]:
-    """Each tenant's share of the worker time (ended - started) of the jobs that started while every tenant
-    still had jobs waiting, that is before the first tenant's last job started."""
+    """Each tenant's share of worker time over the jobs started while every tenant still had jobs waiting."""
     last_start: dict[str, float] = {}
     for t in timings:
         last_start[t.tenant] = max(last_start.get(t.tenant, t.started), t.started)

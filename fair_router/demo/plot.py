@@ -14,8 +14,7 @@ BELOW: dict[str, Any] = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.16), 
 
 
 def plot_waits(report: dict[str, Any], path: Path, long_jobs: dict[str, Any] | None = None) -> None:
-    """Draw the empirical CDF of queue wait for greedy and small tenants in each mode, side by side; with
-    ``long_jobs`` (:func:`~fair_router.demo.long_jobs.run_long_jobs`'s report) a second row for it."""
+    """Draw each mode's queue-wait CDF for greedy and small tenants; with ``long_jobs``, a second row for it."""
     try:
         import matplotlib
 

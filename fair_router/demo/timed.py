@@ -55,8 +55,7 @@ class TimedWorker(WeightedSimpleWorker):
 
 
 def read_spans(connection: Redis) -> tuple[list[JobTiming], list[JobTiming]]:
-    """The spans TimedWorkers wrote (taken away): each job's worker time, and its cycle, as JobTimings (started =
-    when the worker took it up; ended = started + that time)."""
+    """Take the spans TimedWorkers wrote: each job's worker time and cycle, as JobTimings."""
     with connection.pipeline() as pipe:
         pipe.lrange(SPANS, 0, -1)
         pipe.delete(SPANS)

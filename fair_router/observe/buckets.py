@@ -49,8 +49,7 @@ class Histogram:
         return left
 
     def quantile(self, q: float) -> float | None:
-        """Estimated q-quantile of the wait in seconds (None without starts): linear within the bucket that
-        holds it, as Prometheus' ``histogram_quantile`` does; a quantile past the last bound is that bound."""
+        """Estimated q-quantile of the wait in seconds (None without starts), as ``histogram_quantile`` does."""
         total = self.count
         if total == 0:
             return None

@@ -20,8 +20,7 @@ and once by what became of the job (``parked`` in a FairQueue, ``snoozed`` on a 
 
 
 def counter_table(raw: dict[Any, Any]) -> dict[str, dict[str, int]]:
-    """The counters hash (``<tier>:<counter>`` fields) as tier -> every counter of :data:`COUNTERS` (0 when
-    never written)."""
+    """The counters hash as tier -> every counter of :data:`COUNTERS` (0 when never written)."""
     table: dict[str, dict[str, int]] = {}
     for field, value in raw.items():
         tier, _, name = as_text(field).rpartition(":")

@@ -33,8 +33,7 @@ RECENT_SECONDS = 180
 """How long a tenant stays in the "recent" set after its last admission (first start of a minute)."""
 
 ALL = "#all"
-"""Record of every start. Like the two below, never the encoding of a tenant id: ``encode`` yields '#'
-only before a 64-digit digest."""
+"""Record of every start; like the two below, never a tenant's encoding (``#`` only precedes a digest)."""
 OTHER = "#other"
 """Record of the starts of tenants past the per-minute cap."""
 NO_TENANT = "#none"
@@ -42,8 +41,7 @@ NO_TENANT = "#none"
 
 
 MAX_GROUPS = 1000
-"""Groups per script call: a larger buffer (a thousand tenants starting within one flush) goes as several
-calls on the same pipeline, applied in order, so that no Lua stack or argument list grows without bound."""
+"""Groups per script call: a larger buffer goes as several calls, so no Lua argument list grows unbounded."""
 
 
 class _Group:
@@ -96,8 +94,7 @@ class StartRecorder:
         self.flush_due(pipeline)
 
     def note(self, job: Job) -> None:
-        """Gather ``job``'s start, nothing sent; a job without ``enqueued_at`` or with an unusable stored tenant has no
-        wait to record."""
+        """Gather ``job``'s start, nothing sent (none without ``enqueued_at`` or a usable tenant)."""
         if job.enqueued_at is None:
             return
         try:
@@ -108,8 +105,7 @@ class StartRecorder:
         self.add(tenant, now - job.enqueued_at.timestamp(), now)
 
     def flush_due(self, pipeline: Pipeline | None) -> None:
-        """When the interval has passed, queue the flush on ``pipeline`` (None: send it now, on this
-        recorder's connection, where a failed send costs these statistics, never a job's start)."""
+        """When the interval has passed, queue the flush on ``pipeline`` (None: send it now, errors logged)."""
         if self._now() - self._last_flush < self.interval:
             return
         if pipeline is not None:
@@ -126,13 +122,11 @@ class StartRecorder:
             logger.warning("job start records lost (%s)", exc)
 
     def send_overdue(self) -> None:
-        """:meth:`send` if no job start has flushed for twice the interval: the worker is idle, or runs a long
-        job (a busy worker's job starts flush on rq's own pipeline before that)."""
+        """:meth:`send` if no job start flushed for twice the interval (an idle worker, or one on a long job)."""
         self.send(older_than=2 * self.interval)
 
     def add(self, tenant: str | None, wait: float, at: float | None = None) -> None:
-        """Gather one start of ``tenant`` (None: no tenant) at ``at`` (default now) that waited ``wait``
-        seconds: dictionary updates only, nothing is sent."""
+        """Gather one start of ``tenant`` at ``at`` (default now) that waited ``wait`` seconds; nothing sent."""
         at = self._now() if at is None else at
         wait_us = max(0, round(wait * 1e6))
         bucket = bucket_of(wait_us)
@@ -162,8 +156,7 @@ class StartRecorder:
         return None if isinstance(client, Pipeline) else placed
 
     def record(self, tenant: str | None, wait: float, client: Any) -> Any:
-        """Record one start of ``tenant`` now, past the buffer (tests, benchmarks): queued when ``client`` is a
-        pipeline, else run at once (returns 1 if it went to the tenant's own record, 0 if to ``#other``)."""
+        """Record one start of ``tenant`` now, past the buffer (tests, benchmarks); 1: its own record, 0: ``#other``."""
         now = self._now()
         group = _Group(now)
         wait_us = max(0, round(wait * 1e6))

@@ -33,8 +33,7 @@ def note_grace(client: Any, grace: float) -> None:
 
 
 def grace_of(client: Any) -> float:
-    """Seconds a write of ``client`` may wait for Redis: its :class:`GraceRetry`'s grace (the worker's
-    ``redis_outage_grace``), what :func:`note_grace` noted, else 0 (a producer's client: no waiting)."""
+    """Seconds a write of ``client`` may wait for Redis: its retry's grace, a noted one, else 0."""
     try:
         retry = client.get_connection_kwargs().get("retry")
     except AttributeError:

@@ -33,8 +33,7 @@ _NOT_AN_OUTAGE = (AuthenticationError, AuthorizationError)
 
 
 class RedisUnavailable(RedisConnectionError):
-    """Redis at ``address`` could not be reached, after the client's retries; nothing was enqueued by the
-    call that raised it (what it had recorded was taken back)."""
+    """Redis at ``address`` could not be reached after the client's retries; nothing was enqueued."""
 
     def __init__(self, address: str, cause: BaseException) -> None:
         self.address = address
@@ -63,8 +62,7 @@ OUTAGES = OutageWatch()
 
 
 class GraceRetry(Retry):
-    """redis-py's ``Retry`` on connection and timeout errors, retrying until ``grace`` seconds have passed
-    since the first failure of the outermost call in this thread (nested retries share that deadline)."""
+    """redis-py's ``Retry`` until ``grace`` seconds after the outermost call's first failure in this thread."""
 
     def __init__(self, grace: float, watch: OutageWatch = OUTAGES) -> None:
         super().__init__(EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE), -1,
@@ -79,13 +77,11 @@ class GraceRetry(Retry):
     __hash__ = Retry.__hash__
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GraceRetry:
-        """redis-py gives each connection a deep copy of its pool's retry: a fresh one, writing to the same
-        watch (a process-wide record, not a copy of it)."""
+        """Each connection's copy is a fresh retry writing to the same process-wide record."""
         return GraceRetry(self.grace, self.watch)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Picklable (rq's tests and user code pickle a client's connection kwargs, this retry among them): the
-        copy is a fresh one of the same grace, writing to this process's record."""
+        """Picklable (connection kwargs get pickled): a fresh retry of the same grace."""
         return (GraceRetry, (self.grace,))
 
     def call_with_retry(
@@ -95,8 +91,7 @@ class GraceRetry(Retry):
         is_retryable: Callable[[Exception], bool] | None = None,
         with_failure_count: bool = False,
     ) -> Any:
-        """redis-py's contract (``fail`` after each failure, the last error raised when giving up), with the
-        deadline rather than a count deciding when to give up."""
+        """redis-py's contract, with a deadline rather than a count deciding when to give up."""
         local = self._local
         outermost = not getattr(local, "active", False)
         if outermost:
@@ -149,8 +144,7 @@ def redis_address(connection: Any) -> str:
 
 
 def naming_redis(method: F) -> F:
-    """A producer's method (on an object with a ``connection``) raising :class:`RedisUnavailable` instead of
-    redis-py's connection or timeout error that outlived the client's retries."""
+    """A producer's method raising :class:`RedisUnavailable` for a connection error that outlived the retries."""
 
     @wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -74,8 +74,7 @@ class ReplicaWait:
 
     @contextmanager
     def confirming(self, pipe: Pipeline) -> Iterator[Confirmation]:
-        """Within this block, executing ``pipe`` (a transaction) also sends ``WAIT`` in the same write and reads
-        its reply; call the yielded confirmation's ``check`` once the enqueue's own outcome is settled."""
+        """Executing ``pipe`` here also sends ``WAIT`` in the same write; call the confirmation's ``check`` after."""
         confirmation = Confirmation(self, redis_address(pipe))
         if self.replicas <= 0:
             yield confirmation
@@ -115,8 +114,7 @@ def _checked(adapter: TypeAdapter[T], value: object, setting: str) -> T:
 
 
 class _PackAfterMulti:
-    """Make ``connection``'s next write that starts with MULTI carry ``wait`` after it (the same socket write,
-    so no round trip of its own), until :meth:`undo`."""
+    """Make ``connection``'s next MULTI write carry ``wait`` (no round trip of its own), until :meth:`undo`."""
 
     def __init__(self, connection: Any, wait: list[bytes]) -> None:
         self.connection, self.wait, self.sent = connection, wait, False

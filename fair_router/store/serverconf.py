@@ -53,8 +53,7 @@ class PolicyReading:
 
 
 def servers_of(client: Any) -> list[tuple[str, Any]]:
-    """(address, plain client) of every server ``client`` writes to: each primary of a ``RedisCluster`` (also for
-    the client that follows rq's slot there, whose server is one of them), else the client's own server."""
+    """(address, plain client) of every server ``client`` writes to: each cluster primary, else its own."""
     if is_rq_slot_client(client):
         client = pair_of(client).state
     if isinstance(client, RedisCluster):
@@ -64,8 +63,7 @@ def servers_of(client: Any) -> list[tuple[str, Any]]:
 
 
 def read_policy(server: str, client: Any) -> PolicyReading:
-    """``server``'s policy from one ``INFO memory``. An unreachable server raises redis-py's ConnectionError or
-    TimeoutError (the caller decides); any other refusal gives an unknown reading."""
+    """``server``'s policy from ``INFO memory``; unreachable raises, any other refusal reads unknown."""
     try:
         info = client.info("memory")
     except (RedisConnectionError, RedisTimeoutError):
