@@ -39,6 +39,11 @@ Midway = Callable[["Mode"], None]
 def timed_job(tenant: str, ms: float, done_key: str) -> None:
     """The scenario's job: sleeps ``ms`` (an I/O-bound task), then counts itself done."""
     time.sleep(ms / 1000)
+    count_done(done_key)
+
+
+def count_done(done_key: str) -> None:
+    """Count the current job done (the scenario waits for its count)."""
     job = get_current_job()
     if job is not None:
         job.connection.incr(done_key)

@@ -13,13 +13,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from redis import Redis
-from rq import get_current_job
 from rq.job import Job
 
 from fair_router.demo.harness import (
     PREFIX,
     Tally,
     clean_up,
+    count_done,
     mode,
     observed_settings,
     run_id,
@@ -49,18 +49,12 @@ def _items(items: int, item_ms: float, cursor: int | None) -> Generator[int, Non
     return items
 
 
-def _count_done(done_key: str) -> None:
-    job = get_current_job()
-    if job is not None:
-        job.connection.incr(done_key)
-
-
 @interruptible(slice=SLICE)
 def long_job_in_turns(tenant: str, items: int, item_ms: float, done_key: str,
                       cursor: int | None = None) -> Generator[int, None, int]:
     """The long job, interruptible: it gives its worker up at the first checkpoint after each slice."""
     done = yield from _items(items, item_ms, cursor)
-    _count_done(done_key)
+    count_done(done_key)
     return done
 
 
@@ -68,7 +62,7 @@ def long_job_whole(tenant: str, items: int, item_ms: float, done_key: str) -> in
     """The same work in one go, as a plain job function."""
     for _ in _items(items, item_ms, None):
         pass
-    _count_done(done_key)
+    count_done(done_key)
     return items
 
 

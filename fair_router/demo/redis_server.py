@@ -79,31 +79,32 @@ class RedisServer:
             finally:
                 client.close()
 
+    def _end(self, grace: float) -> None:
+        """SIGTERM the server and give it ``grace`` seconds (0: none) before SIGKILL."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if grace:
+            process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr:
+            process.stderr.close()
+
     def client(self) -> Redis:
         """A new client connected to this server."""
         return Redis.from_url(self.url)
 
     def crash(self) -> None:
         """SIGKILL the server, keeping its data directory (no shutdown, no final save)."""
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
-            if self._process.stderr:
-                self._process.stderr.close()
-            self._process = None
+        self._end(grace=0)
 
     def stop(self) -> None:
         """Stop the server and remove its directory."""
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            if self._process.stderr:
-                self._process.stderr.close()
-            self._process = None
+        self._end(grace=5)
         if self._dir is not None:
             self._dir.cleanup()
             self._dir = None
