@@ -4,6 +4,7 @@ once where it enters; the code behind trusts it."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sized
 from typing import Annotated, Literal, TypeVar
@@ -112,13 +113,10 @@ def _weight(value: object) -> object:
     """Queue weights are positive finite numbers or the word ``strict`` (bools are not numbers here)."""
     if value == "strict":
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', got {value!r}")
     try:
-        number = float(value)
+        number = float(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else math.nan
     except (ValueError, OverflowError):
-        raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', "
-                         f"got {value!r}") from None
+        number = math.nan
     if not (0 < number <= MAX_WEIGHT):  # also rejects NaN and infinities
         raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', got {value!r}")
     return number
