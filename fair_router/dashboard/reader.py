@@ -24,6 +24,7 @@ from fair_router.core.text import as_text
 from fair_router.dashboard.iterations import running_iterations
 from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
+from fair_router.fairqueue.queue import FairQueue
 from fair_router.fairqueue.reconcile import RECONCILE_BOUND, FairQueues, reconcile_queues
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.counters import counter_table
@@ -129,7 +130,7 @@ class SnapshotReader:
         routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, routed_replies[::2], strict=True)
                   for queue, count in _ints(raw).items()}
         lengths = {queue.name: queue.jobs for queue in queues if not queue.down}
-        waiting = {**_plain_waiting(routed_replies[1::2], lengths), **backlogs}  # queue -> tenant -> jobs
+        waiting = {**plain_waiting(routed_replies[1::2], lengths), **backlogs}  # queue -> tenant -> jobs
 
         waiting_total: dict[str, int] = {}
         for backlog in waiting.values():
@@ -168,14 +169,10 @@ class SnapshotReader:
     # -- steps ----------------------------------------------------------------------------------------
 
     def _reconcile(self, names: list[str], routed_keys: list[str]) -> set[str]:
-        """Make the fair and routed plain queues' counts agree with rq's lists first (rq's own commands change them);
-        returns the queues whose counts are approximate."""
-        fair = self._fair.among(names)
+        """:func:`reconciled` counts, or every queue approximate where this connection may not write."""
         self._waiting.bound = self.reconcile_bound
-        fair_names = {queue.name for queue in fair}
         try:
-            done = reconcile_queues(fair, self.reconcile_bound)
-            plain = self._waiting.reconcile(routed_keys, [name for name in names if name not in fair_names])
+            return reconciled(self._fair.among(names), self._waiting, names, routed_keys, self.reconcile_bound)
         except (ReadOnlyError, NoPermissionError, ResponseError) as exc:  # a replica, or a user without EVAL
             if not isinstance(exc, ReadOnlyError | NoPermissionError) and not _refused(exc):
                 raise
@@ -185,7 +182,6 @@ class SnapshotReader:
                                "as stored, approximate after rq's own cancels, deletes and requeues; give it a "
                                "connection to the primary, allowed EVAL/EVALSHA", exc)
             return set(names)
-        return {name for name, one in done.items() if not one.exact} | {name for name, ok in plain.items() if not ok}
 
     def _queue_names(self, known: Iterable[str]) -> list[str]:
         if self.queues is not None:
@@ -266,6 +262,16 @@ class SnapshotReader:
         return weights
 
 
+def reconciled(fair: list[FairQueue], waiting: WaitingReconciler, names: list[str], job_keys: list[str],
+               bound: int = RECONCILE_BOUND) -> set[str]:
+    """Make the fair queues' and the routed plain queues' counts agree with rq's lists first (rq's own commands
+    change them); returns the queues whose counts are approximate (beyond ``bound``)."""
+    fair_names = {queue.name for queue in fair}
+    done = reconcile_queues(fair, bound)
+    plain = waiting.reconcile(job_keys, [name for name in names if name not in fair_names])
+    return {name for name, one in done.items() if not one.exact} | {name for name, ok in plain.items() if not ok}
+
+
 def _row(key: str, label: str, fields: dict[str, int], now: float) -> TenantView:
     """A row's wait figures, live series and cumulative histogram, from its record's fields."""
     minute = int(now // 60)
@@ -284,7 +290,7 @@ def _refused(error: ResponseError) -> bool:
     return any(sign in text for sign in ("noperm", "readonly", "read only", "no permissions"))
 
 
-def _plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:
+def plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:
     """Plain queues' waiting counts (queue -> encoded tenant -> jobs) from the job keys' replies; an empty queue has
     nothing waiting, whatever counts were left."""
     waiting: dict[str, dict[str, int]] = {}
