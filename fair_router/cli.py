@@ -1,10 +1,5 @@
-"""The ``fair-router`` command: check settings, inspect tenant windows, run the demo.
-
-This module is the group (the console script ``fair_router.cli:main``); each command lives with the others
-of its concern in :mod:`fair_router.commands` and is added here. Every command fails with one line and exit
-status 1 (or 2 for bad input) rather than a traceback (:mod:`fair_router.commands.failures`); ``--debug``
-shows the traceback.
-"""
+"""The ``fair-router`` command group (console script ``fair_router.cli:main``); the commands live in
+:mod:`fair_router.commands`, and every one fails with one line and an exit status (``--debug`` shows the traceback)."""
 
 from __future__ import annotations
 

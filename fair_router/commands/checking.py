@@ -1,11 +1,5 @@
-"""``fair-router check``'s look beyond the file: the settings' cross-references and the environment
-(:mod:`fair_router.config.crosscheck`), and with ``--ping`` / ``--deep`` the Redis server itself.
-
-Exit status: 2 when a setting is wrong (the file, key and value are named; with ``--ping``, also a Redis
-server whose ``maxmemory-policy`` is not ``noeviction``), 1 when Redis (or a shard server of ``shard_urls``)
-cannot be reached or refuses a script, 0 otherwise (warnings are printed, and the last line says there were
-some; a policy that ``INFO memory`` does not report is one).
-"""
+"""``fair-router check``'s look beyond the file: the settings' cross-references, the environment and, with ``--ping`` /
+``--deep``, the Redis server (exit statuses in docs/api.md)."""
 
 from __future__ import annotations
 
@@ -21,6 +15,7 @@ from rq import Queue
 from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
 from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
+from fair_router.core.text import as_text
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
@@ -38,9 +33,7 @@ def script_names() -> list[str]:
 
 
 def server_findings(settings: Settings, deep: bool) -> list[Finding]:
-    """Reach the settings' Redis: its version, tiers stored there, and with ``deep`` every script loaded by
-    SCRIPT LOAD (and the fair pop's function library where the server has functions). An unreachable server
-    ends the command with status 1."""
+    """The settings' Redis: version, stored tiers and, with ``deep``, every script loaded; unreachable exits 1."""
     url = redact_url(settings.redis_url)
     try:  # on a Redis Cluster: our state through a RedisCluster, the version from the owner of rq's slot
         pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5,
@@ -86,9 +79,7 @@ def _version(connection: Redis) -> str:
 
 
 def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Finding]:
-    """``maxmemory-policy`` of every server (each primary of a cluster, each shard server of ``shard_urls``):
-    an error where Redis may evict keys, a warning where INFO does not say. An unreachable shard server ends
-    the command with status 1."""
+    """Every server's ``maxmemory-policy``: an error where Redis may evict keys, a warning where INFO does not say."""
     clients: list[Redis] = [state, rq]
     for shard_url in dict.fromkeys(settings.shard_urls):
         clients.append(Redis.from_url(shard_url, socket_connect_timeout=5, socket_timeout=10))
@@ -109,10 +100,10 @@ def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Findin
 
 
 def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
-    """Tenants whose tier stored in Redis (``fair-router tier set``) is not a tier of these settings: they
-    are served as ``tiers.default``."""
+    """Tenants whose stored tier is no tier of these settings (they are served as ``tiers.default``)."""
     known = set(settings.tiers.concurrency)
-    stored = {_text(tenant): _text(tier) for tenant, tier in connection.hgetall(Keys(settings.prefix).tiers()).items()}
+    raw = connection.hgetall(Keys(settings.prefix).tiers())
+    stored = {as_text(tenant): as_text(tier) for tenant, tier in raw.items()}
     unknown = sorted((tenant, tier) for tenant, tier in stored.items() if tier not in known)
     if not unknown:
         return []
@@ -122,9 +113,8 @@ def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
 
 
 def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
-    """Fair queues (marked, or named in ``fair_queues:``) whose jobs a plain rq worker took
-    (:mod:`fair_router.fairqueue.plainpops`): a warning each. Looking also tidies an empty queue's counts."""
-    known = [_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
+    """A warning per fair queue whose jobs a plain rq worker took (looking also tidies an empty queue's counts)."""
+    known = [as_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
              for key in connection.smembers(Queue.redis_queues_keys)]
     names = list(dict.fromkeys([*settings.fair_queue_names(), *sorted(known)]))
     marked = FairnessMarks(connection, settings.prefix).read(names)
@@ -138,13 +128,8 @@ def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
     return findings
 
 
-def _text(raw: bytes | str) -> str:
-    return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
-
-
 def _load_scripts(connection: Redis) -> tuple[list[Finding], bool]:
-    """SCRIPT LOAD every script and FUNCTION LOAD the fair pop's library: what failed, and whether the pop runs
-    as a function here."""
+    """Load every script and the fair pop's library: what failed, and whether the pop runs as a function here."""
     failed, function = [], False
     for name in script_names():
         try:
@@ -159,8 +144,7 @@ def _load_scripts(connection: Redis) -> tuple[list[Finding], bool]:
 
 
 def _pop_function(connection: Redis) -> bool:
-    """Load the fair pop's function library: whether the pop runs as a function here (False where the server or
-    the user cannot have functions); raises what else Redis answers."""
+    """Whether the fair pop's function library loads here (False where functions are unavailable or denied)."""
     try:
         return FairPopScript(connection).load_function()
     except ResponseError as exc:
@@ -170,8 +154,7 @@ def _pop_function(connection: Redis) -> bool:
 
 
 def report(settings: Settings, source: str, server: Callable[[], list[Finding]] | None = None) -> None:
-    """Print the findings, then a verdict; exit 2 if any is an error. ``server`` (the --ping / --deep look)
-    runs only when the settings have no error: the URL may be one of them."""
+    """Print the findings and a verdict (exit 2 on an error); ``server`` runs only when the settings have no error."""
     findings = [*cross_check(settings, source), *unknown_variables(os.environ)]
     if server is not None and not any(finding.level == "error" for finding in findings):
         findings += server()

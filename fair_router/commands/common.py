@@ -1,6 +1,5 @@
-"""What every ``fair-router`` command shares: its settings (or a clear error and exit status 2), its Redis
-connection (recorded, so a failure names where), a router on them, and option types validated exactly as the
-settings they override. How failures become one-line errors is :mod:`fair_router.commands.failures`."""
+"""What every ``fair-router`` command shares: its settings (or exit status 2), its recorded Redis connection, a router,
+and option types validated as the settings they override."""
 
 from __future__ import annotations
 
@@ -23,9 +22,7 @@ CONNECT_TIMEOUT = 5.0
 
 
 def load_or_exit(config: Path | None) -> Settings:
-    """The settings from ``config`` (else the default file and the environment); invalid ones are printed
-    with their file, key and reason, and the command exits with status 2 rather than a traceback. Warnings
-    (an empty settings file) are printed and the command goes on."""
+    """The settings from ``config`` (else the default file and environment); invalid ones print and exit 2."""
     import warnings
 
     try:
@@ -45,11 +42,8 @@ def load_or_exit(config: Path | None) -> Settings:
 
 
 def connect(url: str, ping: bool = False, cluster: bool = False) -> Redis:
-    """A client of the Redis at ``url`` (its redacted form is recorded for error messages); ``ping``: check it
-    answers now, so a long-running command fails at start rather than in its loop. A URL redis-py cannot
-    parse is bad input (exit status 2). ``cluster`` (the ``redis_cluster`` setting): ``url`` is a seed node and
-    the client a ``RedisCluster`` for our state (:func:`fair_router.store.cluster.rq_of` gives rq's); a
-    ``RQ_KEY_PREFIX`` without a hash tag is bad input."""
+    """A client of the Redis at ``url`` (recorded for error messages); ``ping`` checks it answers now, so a long-running
+    command fails at start. A bad URL, or with ``cluster`` an untagged ``RQ_KEY_PREFIX``, is bad input (status 2)."""
     remember_redis(url)
     try:
         connection = connections_for(url, cluster, socket_connect_timeout=CONNECT_TIMEOUT).state
@@ -69,8 +63,7 @@ def router_for(settings: Settings) -> FairRouter:
 
 
 class Validated(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on, plain before
-    """A click parameter checked by one of :mod:`fair_router.core.validation`'s types, through a pydantic
-    TypeAdapter: an option takes exactly what the setting it overrides takes, with the same message."""
+    """A click parameter checked by a :mod:`fair_router.core.validation` type, as the setting it overrides."""
 
     def __init__(self, annotated: Any, name: str) -> None:
         self.adapter: TypeAdapter[Any] = TypeAdapter(annotated)

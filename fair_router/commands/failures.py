@@ -1,10 +1,5 @@
-"""How a ``fair-router`` command fails: one line naming what failed and where, and an exit status (1: the
-command could not do its work, e.g. Redis down, refused credentials, a cluster node; 2: bad input, e.g.
-invalid settings, an unusable Redis URL or tenant id). Never a traceback, unless ``fair-router --debug``.
-
-Implemented once, for every command, by :class:`FailingCleanly` (the click group class of
-:func:`fair_router.cli.main`): commands raise, the group maps the exception to its message.
-"""
+"""How a ``fair-router`` command fails: one line naming what failed and where, and exit status 1 (could not do its work)
+or 2 (bad input); a traceback only with ``--debug``. Commands raise; :class:`FailingCleanly` maps the exception."""
 
 from __future__ import annotations
 
@@ -80,8 +75,7 @@ def describe(exc: Exception, where: str | None) -> tuple[int, str]:
 
 
 class FailingCleanly(click.Group):
-    """A click group whose commands (nested groups' included) fail with one line and an exit status instead
-    of a traceback; ``--debug`` (an option of the group, kept in ``ctx.meta``) lets the exception through."""
+    """A click group whose commands fail with one line and an exit status; ``--debug`` lets the exception through."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -1,6 +1,5 @@
-"""``fair-router queue ...``: a queue's fairness mark (:mod:`fair_router.fairqueue.marks`): show it, set it,
-and take it away (only while the queue is empty); ``show`` also lists the next jobs in the order workers will
-serve them, with their tenants (rq's own tools list a fair queue in enqueue order)."""
+"""``fair-router queue ...``: show, set and take away a queue's fairness mark; ``show`` lists the next jobs in serving
+order."""
 
 from __future__ import annotations
 
@@ -28,9 +27,8 @@ def _marks(config: Path | None) -> FairnessMarks:
 
 
 def next_jobs(queue: Queue, limit: int) -> list[tuple[str, Job | None]]:
-    """The first ``limit`` waiting jobs of ``queue`` in the order they will be served (a FairQueue's
-    ``get_job_ids`` replays its fair pops; a plain queue's is rq's list, head first), each with its Job (None:
-    its hash is gone), read in one round trip."""
+    """The first ``limit`` waiting jobs of ``queue`` in serving order, with their Jobs (None: gone), in one round
+    trip."""
     ids = queue.get_job_ids(0, limit)
     jobs = Job.fetch_many(ids, connection=queue.connection, serializer=queue.serializer) if ids else []
     return list(zip(ids, jobs, strict=True))

@@ -90,8 +90,7 @@ def stats(job_key: str | None, tenant: str | None, limits: bool, config: Path | 
 
 
 def _known_or_exit(job_key: str, settings: Settings) -> None:
-    """A job key the settings do not name must at least import as a ``@fair_job`` function's dotted path
-    (its rules are then the decorator's); otherwise it is a typo, named with the keys the settings know."""
+    """Exit unless a job key the settings do not name imports as a ``@fair_job`` function's path (else a typo)."""
     findings = [finding for finding in job_key_findings(job_key, f"job key {job_key!r}") if finding.level == "error"]
     if not findings and "." in job_key:
         return

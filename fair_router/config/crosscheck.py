@@ -1,14 +1,6 @@
-"""Checks across settings that each validate alone but break a deployment together (``fair-router check``).
-
-Loading validates every value where it is given (:mod:`fair_router.core.validation`); what it cannot see is
-how values refer to each other and to the world outside the file: a rule sending jobs to a queue no worker
-started from these settings serves, a job key naming a function that does not exist (its rules would never
-apply, silently), a ``FAIR_ROUTER_*`` variable pydantic-settings ignores because no setting has that name.
-A queue the settings send jobs to that no worker serves is an error at load (the settings' own validation);
-here it is only named when the settings list no queues at all. Each finding is an error (the deployment
-breaks: ``fair-router check`` exits 2) or a warning (it may be intended: exit 0, and the command says so), and
-names where the value is, the key and the value.
-"""
+"""Checks across settings that each validate alone but break a deployment together (``fair-router check``): a rule's
+queue no worker serves, a job key naming no function, a ``FAIR_ROUTER_*`` variable no setting reads. Each finding is an
+error (exit 2) or a warning, naming where the value is."""
 
 from __future__ import annotations
 
@@ -23,8 +15,7 @@ from fair_router.config.settings import CONFIG_ENV, Settings
 
 ENV_PREFIX = "FAIR_ROUTER_"
 OTHER_VARIABLES = {"CONFIG", "DASHBOARD_TOKEN", "DASHBOARD_READ_TOKEN", "SKIP_RQ_CHECK"}  # not settings
-"""``FAIR_ROUTER_<name>`` variables that are not settings but are read elsewhere (the file, the dashboard, the
-import-time rq check of :mod:`fair_router.rq_internals.guard`)."""
+"""``FAIR_ROUTER_<name>`` variables that are not settings but are read elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -40,9 +31,7 @@ class Finding:
 
 
 def cross_check(settings: Settings, source: str) -> list[Finding]:
-    """Every cross-reference problem of ``settings``, loaded from ``source`` (a file name, or a phrase
-    naming the environment). A queue that `queues:` or `pool:` leaves out is an error at load already
-    (:class:`~fair_router.config.settings.Settings`); here, settings with neither are named."""
+    """Every cross-reference problem of ``settings``, loaded from ``source`` (a file, or the environment)."""
     findings = []
     if not settings.served_queues() and settings.queue_targets():
         findings.append(Finding("warning", f"{source}: queues", "no `queues:` and no `pool:`: `fair-router worker` "
@@ -83,8 +72,7 @@ def job_key_findings(job_key: str, where: str) -> Iterator[Finding]:
 
 
 def _import_prefix(dotted: str) -> tuple[str | None, list[str], str]:
-    """The longest importable module prefix of ``dotted``, the attribute names after it, and why the
-    shortest prefix failed when none imports."""
+    """The longest importable module prefix of ``dotted``, the names after it, and why none imports."""
     parts = dotted.split(".")
     failure = ""
     for end in range(len(parts) - 1, 0, -1):
@@ -108,8 +96,7 @@ def _did_you_mean(name: str, candidates: list[str]) -> str:
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[Finding]:
-    """``FAIR_ROUTER_*`` variables that no setting reads (pydantic-settings ignores them without a word).
-    One close to a setting's name is an error (a typo: the setting keeps its other value); others warnings."""
+    """``FAIR_ROUTER_*`` variables no setting reads: an error when close to a setting's name (a typo), else warnings."""
     known = {name.upper() for name in Settings.model_fields} | OTHER_VARIABLES
     findings = []
     for variable in sorted(environ):

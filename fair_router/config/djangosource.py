@@ -16,8 +16,7 @@ S = TypeVar("S", bound=BaseSettings)
 
 
 def from_django(settings_cls: type[S], values: Any, name: str, overrides: dict[str, Any]) -> S:
-    """``settings_cls`` from Django's ``FAIR_ROUTER`` dict (``name``), at the file's place: ``FAIR_ROUTER_*``
-    variables and ``load_settings`` arguments override its keys. Logged once per process, as a file is."""
+    """``settings_cls`` from Django's ``FAIR_ROUTER`` dict in the file's place (variables and arguments override it)."""
     if not isinstance(values, dict):
         raise SettingsError(f"{name} must be a dict of fair-router settings (the YAML file's keys), "
                             f"got {type(values).__name__}")

@@ -1,7 +1,5 @@
-"""How an invalid value is reported: ``key.path: reason (got value)`` lines under a heading naming where it
-was given. Used by settings loading (:func:`~fair_router.config.settings.load_settings`, which adds the file
-or variable of each line) and by constructors that take a settings value (:func:`validated`).
-"""
+"""How an invalid value is reported: ``key.path: reason (got value)`` lines under a heading naming where it was
+given."""
 
 from __future__ import annotations
 
@@ -50,9 +48,7 @@ def _location(loc: Loc) -> str:
 
 
 def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc], str | None] | None = None) -> str:
-    """Render a pydantic ValidationError as ``key.path: reason (got value)`` lines. ``origin`` names where
-    the value at a path came from (a file, a variable) and prefixes its line; lines it cannot place fall
-    back to ``source``, named in the heading."""
+    """A ValidationError as ``key.path: reason (got value)`` lines, each prefixed by its ``origin``, else ``source``."""
     lines = []
     placed = True
     for item in error.errors():
@@ -75,9 +71,7 @@ T = TypeVar("T")
 
 
 def validated(adapter: TypeAdapter[T], value: object, source: str) -> T:
-    """``value`` checked by ``adapter`` (built on :mod:`fair_router.core.validation`'s types) where it is given
-    outside the settings: a constructor argument or a CLI option. Raises SettingsError naming ``source``
-    (e.g. ``FairRouter(prefix=...)``), the key when ``value`` is a mapping, the reason and the value."""
+    """``value`` checked by ``adapter`` outside the settings; SettingsError naming ``source``, key, reason and value."""
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:

@@ -1,6 +1,4 @@
-"""Where settings come from: the search for the settings file (``$FAIR_ROUTER_CONFIG``, then ``fair_router.yaml``
-in the working directory and its parents up to the project's root), and the one log line per process naming
-what was read, or that nothing was found."""
+"""Where settings come from: the search for the settings file, and the one log line per process naming what was read."""
 
 from __future__ import annotations
 
@@ -15,10 +13,9 @@ PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 
 
 def default_config_path(start: Path | None = None) -> Path | None:
-    """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else the first ``fair_router.yaml`` in the working
-    directory (``start``) or one of its parents, up to the project's root (the first directory holding a
-    ``pyproject.toml``, ``setup.py``, ``setup.cfg`` or ``.git``), so a producer started from a subdirectory
-    reads the project's file. None when there is none."""
+    """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else the first ``fair_router.yaml`` in ``start`` or its parents
+    up to the project's root, so a process started in a subdirectory reads the project's file. None when there is
+    none."""
     named = os.environ.get(CONFIG_ENV)
     if named:
         return Path(named)
@@ -62,9 +59,7 @@ def describe_source(file: Path | None) -> str:
 
 
 def announce_source(file: Path | None, log: bool = True) -> str:
-    """Log once per process which settings file was read, or that none was found (a warning: jobs then go
-    to their base queues unthrottled, which is rarely what a process that loads settings wants). Returns the
-    text; ``log=False`` only marks it said (a command that prints it itself)."""
+    """Log once per process which settings file was read (or warn none was); ``log=False`` only marks it said."""
     said = describe_source(file)
     if not first_time(said) or not log:
         return said

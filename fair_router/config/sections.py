@@ -1,9 +1,5 @@
-"""The settings' sections, one pydantic model each: a job function's routing, plan tiers, concurrency limits,
-crash recovery, interruptible iteration, observability; and what a fair queue charges.
-:class:`~fair_router.config.settings.Settings`
-holds one of each (and re-exports them: callers import every settings type from there); they are also built
-directly, e.g. ``TiersConfig(...)`` for a ``FairQueue`` made in code.
-"""
+"""The settings' sections, one pydantic model each; :class:`~fair_router.config.settings.Settings` holds and re-exports
+them."""
 
 from __future__ import annotations
 
@@ -53,8 +49,7 @@ class JobConfig(BaseModel):
 
 
 def unreachable_rules(rules: list[Rule]) -> list[str]:
-    """One message per rule that can never be the last match (:func:`~fair_router.core.rules.shadowed`),
-    naming it, the later rule that always wins over it, and the fix."""
+    """One message per rule that can never be the last match, naming the later rule that always wins, and the fix."""
     return [f"rules[{i}] ({rules[i].describe()}) never applies: rules[{j}] ({rules[j].describe()}) matches "
             "whenever it does, and the last matching rule wins; list rules from least to most restrictive "
             "(each later rule needs a shorter window or a higher threshold than every earlier one)"
@@ -81,8 +76,7 @@ def _resolver_path(value: object) -> object:
 
 
 class TiersConfig(BaseModel):
-    """Plan tiers: which tiers get priority queues, how many jobs each may run at once, and their
-    fair-queue weight. The built-in defaults are ``ADR_LIMITS`` (free 1, pro 3, pro_plus 3, enterprise 5)."""
+    """Plan tiers: priority queues, concurrency limits and fair-queue weights (defaults ``ADR_LIMITS``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -129,14 +123,11 @@ class ConcurrencyConfig(BaseModel):
 
 
 MIN_ABANDON_AFTER = 3.0
-"""Weighted workers heartbeat a running job every ``abandon_after / 3`` seconds, in whole seconds (rq's
-job-monitoring alarm counts whole seconds), so below 3 s a live job could be taken for abandoned."""
+"""Heartbeats come every ``abandon_after / 3`` whole seconds, so below 3 s a live job could look abandoned."""
 
 
 class RecoveryConfig(BaseModel):
-    """Bounded crash recovery (``fair_router.workers.recovery``): a started job whose worker sent no heartbeat for
-    ``abandon_after`` is handed back as rq would (retried, else failed as abandoned) within that bound
-    plus a few seconds, whatever rq's maintenance schedule and locks."""
+    """Bounded crash recovery: a job without a heartbeat for ``abandon_after`` is handed back as rq would."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -154,40 +145,31 @@ class RecoveryConfig(BaseModel):
 
 
 class InterruptibleConfig(BaseModel):
-    """Interruptible iteration (``fair_router.interruptible``): long generator jobs that give up their worker
-    at checkpoints and take turns in fair order."""
+    """Interruptible iteration: long generator jobs that give up their worker at checkpoints and take turns."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_resumes: Annotated[int, Field(ge=0)] = 5
-    """Crash recovery queues an abandoned interruptible job again from its last saved cursor at most this
-    many times; after that it is handed back as rq would (retried, else failed as abandoned)."""
+    """Times crash recovery resumes an abandoned interruptible job from its cursor before handing it back."""
     count_turns: bool = False
     """Rate limits count every turn of an interruptible job as a start (else only its first turn)."""
 
 
 class ObserveConfig(BaseModel):
-    """What workers record at each job start, and what the dashboard and ``/metrics`` show
-    (:mod:`fair_router.observe`)."""
+    """What workers record at each job start, and what the dashboard and ``/metrics`` show."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     record: bool = True
     """Record each job's wait as a weighted worker starts it (rides rq's own job-start pipeline)."""
     top_tenants: Annotated[int, Field(ge=1, le=1000)] = 10
-    """Tenants shown by name (dashboard rows, metric labels): the N with most jobs waiting or running; the
-    rest are summed under ``_other``."""
+    """Tenants shown by name (most waiting or running); the rest are summed under ``_other``."""
     tenants_per_minute: Annotated[int, Field(ge=1)] = 500
-    """Tenants that get a record of their own in any one minute; starts of further tenants that minute are
-    recorded under ``_other``. Bounds the records' memory whatever the number of tenants."""
+    """Tenants with a record of their own per minute (others go to ``_other``): bounds the records' memory."""
     retention: Duration = 7200.0
-    """A tenant's record expires this long after its last start (its cumulative counts then start again
-    from zero, which Prometheus reads as a counter reset). At least 62 minutes: the 60-minute figures
-    need them."""
+    """A record expires this long after its last start; at least 62 minutes, for the 60-minute figures."""
     flush_interval: Duration = 1.0
-    """A worker gathers its job starts in memory and sends them at most once per this interval, on the
-    pipeline rq sends as a job starts (also when it stops, and from an idle or busy worker's heartbeat once
-    they are twice this old). A worker killed outright loses up to this much of its records. At most 60s."""
+    """A worker sends its start records at most once per this interval (at most 60s), the most a kill loses."""
 
     @field_validator("retention")
     @classmethod
@@ -206,5 +188,4 @@ class ObserveConfig(BaseModel):
 
 
 Charge = Literal["jobs", "runtime"]
-"""What a FairQueue's fair share divides: jobs (each pop costs its tenant 1 / weight), or worker time (a pop
-costs the job's run time / weight: estimated at the pop, settled with the measured time when it ends)."""
+"""What a fair share divides: jobs (a pop costs 1 / weight) or worker time (run time / weight, settled at the end)."""

@@ -1,14 +1,5 @@
-"""Settings: a YAML file plus ``FAIR_ROUTER_*`` environment overrides, validated by pydantic-settings.
-
-The file comes from ``FAIR_ROUTER_CONFIG`` (default ``./fair_router.yaml`` when present); every key
-can be overridden by ``FAIR_ROUTER_<KEY>`` with ``__`` for nesting and JSON for complex values.
-Settings are validated whole at load, so a typo fails at start-up with the file, key path and reason
-rather than silently routing nothing.
-
-This module is the model and its loading (where each value came from, for the error message). The sections
-are in :mod:`fair_router.config.sections` and the error rendering in :mod:`fair_router.config.errors`; both
-are re-exported here, so every settings type is imported from this one place.
-"""
+"""Settings: a YAML file plus ``FAIR_ROUTER_*`` environment overrides, validated whole at load by pydantic-settings, so
+a typo fails at start-up naming the file, key path and reason. Every settings type is imported from here."""
 
 from __future__ import annotations
 
@@ -136,8 +127,7 @@ class Settings(BaseSettings):
 
     @property
     def source_file(self) -> Path | None:
-        """The file these settings were loaded from (:func:`load_settings`); None when none was (built in code,
-        or no file found)."""
+        """The file these settings were loaded from; None when none was."""
         return self._source_file
 
     @source_file.setter
@@ -146,9 +136,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _every_target_served(self) -> Settings:
-        """A queue jobs are sent to (a job's base queue, a rule's target, a fair queue) that no worker started
-        from these settings serves is an error at load, in every process: its jobs would wait forever. Without
-        `queues:` and `pool:` workers name their queues, and ``fair-router check`` warns instead."""
+        """A queue jobs go to that no worker of these settings serves is an error: its jobs would wait forever."""
         served = self.served_queues()
         if served:
             missing = [(key, queue) for key, queue in self.queue_targets() if queue not in served]
@@ -162,13 +150,11 @@ class Settings(BaseSettings):
         return self
 
     def served_queues(self) -> set[str]:
-        """The queues workers started from these settings serve: `queues:` (``fair-router worker``) and the
-        groups of `pool:` (``fair-router pool``)."""
+        """The queues workers started from these settings serve: `queues:` and the groups of `pool:`."""
         return set(self.queues) | {name for group in self.pool for name in group.split(",")}
 
     def queue_targets(self) -> list[tuple[str, str]]:
-        """Every queue these settings send jobs to, with its key path: base queues, rule targets (``{queue}``
-        filled in where the base is known) and fair queues."""
+        """Every queue these settings send jobs to, with its key path: base queues, rule targets and fair queues."""
         targets: list[tuple[str, str]] = []
         for job_key, job in self.jobs.items():
             if job.queue:
@@ -180,8 +166,7 @@ class Settings(BaseSettings):
         return targets
 
     def _rising_weights(self) -> list[str]:
-        """Rules go from least to most restrictive, so each later rule's queue should be polled no more often
-        than the one before it (the base queue first): a heavier tenant sent to a faster queue is named."""
+        """A later rule's queue should be polled no more often than the one before it: name one that is."""
         found = []
         for job_key, job in self.jobs.items():
             stages = [("its base queue", job.queue)] if job.queue else []
@@ -218,16 +203,14 @@ class Settings(BaseSettings):
         return self.queues.get(queue, self.queues.get(member[0], 1.0) if member else 1.0)
 
     def fair_queue_names(self) -> list[str]:
-        """The queues served as FairQueues: ``fair_queues``, and with ``throttled_queues: fair`` (the default) the
-        queues the settings' rules route to."""
+        """The FairQueues: ``fair_queues``, plus the rules' queues with ``throttled_queues: fair`` (the default)."""
         names = dict.fromkeys(self.fair_queues)
         if self.throttled_queues == "fair":
             names.update(dict.fromkeys(queue for key, queue in self.queue_targets() if ".rules[" in key))
         return list(names)
 
     def is_fair(self, queue: str) -> bool:
-        """Whether weighted workers serve ``queue`` as a FairQueue: one of :meth:`fair_queue_names`, or a shard
-        queue of one's family."""
+        """Whether ``queue`` is served as a FairQueue: one of :meth:`fair_queue_names` or a shard of one."""
         names = self.fair_queue_names()
         member = family_of(queue)
         return queue in names or (member is not None and member[0] in names)
@@ -237,8 +220,7 @@ class Settings(BaseSettings):
         return self.shard_urls[index % len(self.shard_urls)] if self.shard_urls else self.redis_url
 
     def sharded_families(self, index: int | None = None) -> list[str]:
-        """The queue families of the sharded job keys (each one's base queue and rule queues, ``{queue}`` filled
-        in), in settings order; with ``index``, only those of job keys that have that shard."""
+        """The queue families of the sharded job keys, in settings order; with ``index``, those having that shard."""
         families: dict[str, None] = {}
         for job in self.jobs.values():
             if job.shards is not None and (index is None or index < job.shards.count):
@@ -258,9 +240,7 @@ def _shorten(value: str, limit: int = 80) -> str:
 
 
 class _Origins:
-    """Which layer each setting came from: ``load_settings`` arguments, then ``FAIR_ROUTER_*`` variables,
-    then the file, merged as pydantic-settings merges its sources (mappings key by key; anything else,
-    lists included, replaced whole by the higher layer). Read again only when validation failed."""
+    """Which layer (arguments, variables, file) each setting came from; read only when validation failed."""
 
     ARGUMENTS = "load_settings() arguments"
 
@@ -298,8 +278,7 @@ class _Origins:
         return " + ".join(self._variables(loc[:depth]) if name == "env" else name for name, _ in nodes)
 
     def _variables(self, path: Loc) -> str:
-        """The variable that set ``path`` (the deepest whose key path leads to it), or the several nested
-        variables that together built the mapping at ``path``."""
+        """The variable (or nested variables) that set the value at ``path``."""
         wanted = tuple(str(part).lower() for part in path)
         holders = [key for key in self.variables if wanted[: len(key)] == key]
         if holders:
@@ -321,8 +300,7 @@ def _has(node: Any, part: int | str) -> bool:
 
 
 def _bad_json(exc: SourceError) -> str | None:
-    """pydantic-settings reports a ``FAIR_ROUTER_*`` value that is not valid JSON against the top-level
-    field only: name the variable(s) holding that value, the value and the JSON error instead."""
+    """Name the ``FAIR_ROUTER_*`` variables holding invalid JSON (pydantic-settings names only the top field)."""
     cause: BaseException | None = exc
     while cause is not None and not isinstance(cause, json.JSONDecodeError):
         cause = cause.__cause__ or cause.__context__
@@ -337,12 +315,8 @@ def _bad_json(exc: SourceError) -> str | None:
 
 
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
-    """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``) and the environment.
-
-    Raises SettingsError naming the file or environment variable, the key path and the reason when
-    anything is invalid. In a Django process whose settings set ``FAIR_ROUTER`` (a dict with the YAML's
-    keys), that dict takes the place of the file when no ``path`` is given (docs/django.md).
-    """
+    """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``, or Django's ``FAIR_ROUTER``)
+    and the environment. Raises SettingsError naming the file or variable, the key path and the reason."""
     django = fair_router_setting() if path is None else None
     if django is not None:
         return from_django(Settings, *django, overrides)

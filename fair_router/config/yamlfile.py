@@ -1,16 +1,5 @@
-"""Reading a settings file safely: a YAML file is user input, so it is bounded before it is parsed.
-
-- over :data:`MAX_FILE_BYTES` (1 MB; real settings are a few KB) the file is refused unread;
-- an alias (``*name``) is refused after scanning the file's events, before any document is built, so an
-  alias bomb (a few hundred bytes that expand to gigabytes) costs a scan of its bytes only;
-- a key given twice in one mapping is an error (PyYAML keeps the last one silently);
-- an integer of more than 30 digits is an error (Python refuses to build one past 4,300 digits anyway);
-- an empty file (or one of comments only) is a :class:`~fair_router.config.errors.SettingsWarning`, not an
-  error: the settings are the defaults and the environment's.
-
-Every message names the file, the line, the key or value (cut to :data:`SHOWN` characters), so it stays
-short whatever the input. :class:`CheckedYamlSource` plugs this reader into pydantic-settings.
-"""
+"""Reading a settings file safely: a YAML file is user input, so it is bounded before it is parsed (size, aliases,
+duplicate keys, huge integers; docs/hostile-input.md). Every message names the file, line and key, cut short."""
 
 from __future__ import annotations
 

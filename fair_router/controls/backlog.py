@@ -1,21 +1,9 @@
-"""Backlog caps: how many jobs one tenant may have waiting in one FairQueue (``tiers.max_backlog``, or the
-tenant's ``max_backlog`` override).
+"""Backlog caps: how many jobs one tenant may have waiting in one FairQueue (docs/tenant-controls.md).
 
-The cap is decided where the jobs are pushed, inside ``lua/fair_push.lua``: the script refuses the whole
-call (pushes nothing) when any capped job would take its tenant's waiting jobs past the cap. So the check
-and the push are one atomic step, and a batch is all or nothing. The push runs in rq's own MULTI, after
-rq has saved the job hashes, which a refusal cannot undo: the code that executes the pipeline (FairQueue's
-own enqueues, FairRouter's) reads the script's reply (:meth:`BacklogCaps.refusal`), deletes the jobs it
-saved (:func:`withdraw`) and raises :class:`TenantBacklogFull`. A pipeline the caller executes is checked
-before anything is queued on it (:meth:`BacklogCaps.precheck`, a read). An enqueue that races past the cap
-between that read and the caller's execute is still refused by the script, and its refusal is an error
-reply (``FAIRBACKLOG ...``), so the caller's ``execute()`` raises redis-py's ``ResponseError`` naming the
-tenant, the cap and the job: that job was saved by the same MULTI but is not queued, and the caller, who
-owns the pipeline, decides what to do with it. Our own pipelines run with ``raise_on_error=False``
-(:func:`execute`) and turn the refusal into :class:`TenantBacklogFull`. Caps apply to new enqueues only:
-retries, requeues, dependents and the scheduler's moves of jobs
-already accepted are never refused.
-"""
+``lua/fair_push.lua`` refuses the whole push when a capped tenant would pass its cap, so check and push are one atomic
+step; the push runs in rq's MULTI after the job hashes are saved, so our callers read the refusal
+(:meth:`BacklogCaps.refusal`), delete the saved jobs (:func:`withdraw`) and raise :class:`TenantBacklogFull`. Caps apply
+to new enqueues only."""
 
 from __future__ import annotations
 
@@ -43,8 +31,7 @@ def refused_entry(reply: Any) -> int | None:
 
 
 def execute(pipe: Pipeline) -> list[Any]:
-    """Execute an enqueue pipeline of ours without raising on a push's cap refusal (the caller reads it with
-    :meth:`BacklogCaps.refusal`); any other error is raised as ``pipe.execute()`` would."""
+    """Execute an enqueue pipeline without raising on a cap refusal (read by :meth:`BacklogCaps.refusal`)."""
     results: list[Any] = pipe.execute(raise_on_error=False)
     for reply in results:
         if isinstance(reply, Exception) and refused_entry(reply) is None:
@@ -53,8 +40,7 @@ def execute(pipe: Pipeline) -> list[Any]:
 
 
 class TenantBacklogFull(Exception):
-    """An enqueue would take ``tenant``'s waiting jobs in fair queue ``queue`` past its ``cap``; nothing of
-    it was enqueued."""
+    """An enqueue would take ``tenant``'s waiting jobs in ``queue`` past its ``cap``; nothing was enqueued."""
 
     def __init__(self, tenant: str, queue: str, cap: int) -> None:
         self.tenant, self.queue, self.cap = tenant, queue, cap
@@ -95,16 +81,14 @@ class BacklogCaps:
         return None
 
     def precheck(self, waiting: Mapping[str, int], wanted: dict[str, tuple[Capped, int]]) -> None:
-        """Raise TenantBacklogFull if adding ``wanted`` (encoded tenant -> (cap, jobs)) to what waits now
-        (``waiting``: encoded tenant -> jobs) would pass a cap."""
+        """Raise TenantBacklogFull if ``wanted`` (tenant -> (cap, jobs)) on top of ``waiting`` passes a cap."""
         for name, (capped, jobs) in wanted.items():
             if waiting.get(name, 0) + jobs > capped.cap:
                 raise TenantBacklogFull(capped.tenant, self.queue, capped.cap)
 
 
 def withdraw(connection: Redis, jobs: Iterable[tuple[Queue, Job]], group: Group | None = None) -> None:
-    """Take back the jobs of a refused enqueue: off their queues (those in other queues of the same batch
-    were pushed) and their saved hashes deleted, so nothing of the batch stays behind."""
+    """Take back a refused enqueue's jobs: off their queues and their hashes deleted."""
     with connection.pipeline() as pipe:
         for queue, job in jobs:
             queue.remove(job.id, pipeline=pipe)

@@ -1,19 +1,9 @@
-"""Fleet-wide per-tenant concurrency limits: the slot control of a job start, and the leases it takes.
+"""Fleet-wide per-tenant concurrency limits: the slot control of a job start (``lua/lib/start_slot.lua``) and its
+leases.
 
-Before a job with a tenant runs, its worker takes a slot in Redis (:class:`ConcurrencySlot`, decided by
-``lua/lib/start_slot.lua`` inside the start script of :mod:`fair_router.controls.pipeline`): expired leases
-are dropped, and the job is admitted if it already holds a slot or fewer than its tier's limit are held. So
-the limit holds across every worker process and machine sharing the Redis, which an in-process limiter
-could not do. A slot is a *lease*: it is refreshed while the job runs and expires ``lease_ttl`` after the
-last refresh, so a SIGKILLed worker's slot comes back by itself.
-
-A job over its limit is snoozed, not failed: rescheduled to its own queue after ``snooze`` plus a uniform
-jitter (so a burst of snoozed jobs does not wake as one herd), and not counted as a failure.
-
-Counts (slots acquired, released, reclaimed, jobs snoozed) go to the limiter's tally (the workers give
-:class:`fair_router.observe.counters.TierCounters`); they ride along in the next acquire, release, snooze or
-defer pipeline rather than costing a round trip of their own.
-"""
+A slot is a lease in Redis, so the limit holds across every worker and machine, and a SIGKILLed worker's slot expires
+``lease_ttl`` after its last refresh. A job over its limit is parked (fair queue) or snoozed with jitter (plain queue),
+never failed (docs/tenant-controls.md)."""
 
 from __future__ import annotations
 
@@ -44,8 +34,7 @@ from fair_router.store.scripts import Admission, Clock, ReleaseScript, Verdict
 logger = logging.getLogger("fair_router")
 
 Wake = Callable[[list[str], Pipeline], None]
-"""Queues on the pipeline the unparks of a released slot's tenant in the fair queues named (lua/release.lua found
-it parked there at its limit)."""
+"""Queues the unparks of a released slot's tenant in the fair queues named."""
 
 
 class ConcurrencySlot(StartControl):
@@ -70,8 +59,7 @@ class ConcurrencySlot(StartControl):
                        [start.profile.limit, self.lease_ms, start.fair_queue])
 
     def on_refused(self, start: Start, admission: Admission) -> Refusal:
-        """Parked until a slot frees: a release unparks it, else its first lease expires (a dead worker's slot
-        comes back then: ``at_ms``), at most a lease's life; snoozed on a plain queue."""
+        """Parked until a slot frees (at most a lease's life: ``at_ms``); snoozed on a plain queue."""
         seconds = self.config.lease_ttl
         if admission.at_ms:
             seconds = min(seconds, max(0.001, (admission.at_ms - admission.now_ms) / 1000))
@@ -88,8 +76,7 @@ class Lease:
 
 
 class ConcurrencySlots:
-    """acquire / release / keep_alive / snooze for per-tenant concurrency slots (the workers' limiter,
-    :class:`fair_router.workers.limiter.ConcurrencyLimiter`, adds reading its counts back)."""
+    """acquire / release / keep_alive / snooze of per-tenant concurrency slots."""
 
     def __init__(
         self,
@@ -123,25 +110,21 @@ class ConcurrencySlots:
     def acquire(
         self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False
     ) -> Lease | None:
-        """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). With
-        ``pipeline``, the call rides in the same round trip as the commands queued there. ``refresh``: the
-        job already runs in this slot (a refused refresh is a lost slot, not a refused job)."""
+        """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). ``pipeline``: ride
+        its round trip; ``refresh``: the job already runs in this slot."""
         profile = self.tiers.profile(tenant)
         start = Start(tenant, job_id, profile, refresh=refresh)
         admitted = self._checks.run(start, pipeline).admitted
         return Lease(tenant, profile.tier, job_id) if admitted else None
 
     def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None, wake: Wake | None = None) -> None:
-        """Give the slot back (idempotent); pending counters, and whatever ``also`` queues on the
-        pipeline (the worker's own writes after a job), go in the same round trip. ``wake``: called with the
-        fair queues where a refused start parked the tenant until a release (lua/release.lua takes them with
-        the slot), on a second pipeline, when there are any."""
+        """Give the slot back (idempotent), with pending counters and ``also``'s writes in the same round trip. ``wake``
+        is called with the fair queues where the tenant was parked waiting for a release."""
         self._drop(lease, "released", also, wake)
 
     def reclaim(self, tenant: str, job_id: str, also: Callable[[Pipeline], None] | None = None,
                 wake: Wake | None = None) -> bool:
-        """Free the slot of a job whose worker died, as crash recovery hands the job back, instead of
-        waiting for the lease to expire; counted as reclaimed. True if the job still held a slot."""
+        """Free a dead worker's job's slot now rather than at lease expiry; True if it still held one."""
         return self._drop(Lease(tenant, self.tiers.tier(tenant), job_id), "reclaimed", also, wake)
 
     def _drop(self, lease: Lease, counter: str, also: Callable[[Pipeline], None] | None, wake: Wake | None) -> bool:
@@ -162,9 +145,8 @@ class ConcurrencySlots:
         return released.removed
 
     def parked_in(self, tenant: str, queue: str) -> bool:
-        """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release (with the
-        pending counts). Asked after a refused start parked it there: False means a release took the record
-        after the refusal, so its unpark may have come before the park, and the caller unparks it itself."""
+        """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release: False after a
+        refused start means a release came first, and the caller unparks it itself."""
         with self.connection.pipeline(transaction=False) as pipe:
             self._flush(pipe)
             place = len(pipe)
@@ -180,8 +162,7 @@ class ConcurrencySlots:
         return when
 
     def defer(self, job: Job, queue: Queue, when: datetime) -> None:
-        """Put ``job`` in its queue's ScheduledJobRegistry for ``when`` (rq's scheduler moves it back); pending
-        counters go in the same round trip."""
+        """Put ``job`` in its queue's ScheduledJobRegistry for ``when``, with pending counters."""
         with job.connection.pipeline() as pipe:
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)  # rq parks single-queue fetches there
             queue.schedule_job(job, when, pipeline=pipe)
@@ -192,9 +173,8 @@ class ConcurrencySlots:
     @contextmanager
     def keep_alive(self, lease: Lease, also: Callable[[Pipeline], None] | None = None,
                    wake: Wake | None = None) -> Iterator[None]:
-        """Keep the lease refreshed (every lease_ttl / 3) while the block runs, then release it (with
-        ``also`` and ``wake``, as in release), however the block ends. One refresher thread per limiter serves every
-        lease, so a job costs no thread."""
+        """Refresh the lease (every lease_ttl / 3) while the block runs, then release it however the block ends; one
+        refresher thread per limiter serves every lease."""
         with self._lock:
             self._held[lease.job_id] = lease
             if self._refresher is None:

@@ -1,14 +1,7 @@
-"""The rate control of a job start: GCRA (the generic cell rate algorithm), decided by
-``lua/lib/start_rate.lua`` inside the start script of :mod:`fair_router.controls.pipeline`.
-
-Per (scope, tenant) one timestamp, the *theoretical arrival time*. A rate of N per unit allows a start every
-``unit / N``; ``burst`` starts may come at once after a quiet spell. A job start must pass its tenant's rate
-(``tiers.rate`` or the tenant's override) and its job function's (``@fair_job(rate=...)`` /
-``jobs.<key>.rate``), both keyed by tenant. A job over its rate is never failed or dropped: in a FairQueue
-its tenant is parked until its next allowed start (other tenants flow, nothing churns); on a plain queue the
-job's start is *reserved* (its token taken now) and the job deferred to exactly that time through rq's
-scheduler, so a backlog on a plain queue comes back one job per token instead of as a herd.
-"""
+"""The rate control of a job start: GCRA, decided by ``lua/lib/start_rate.lua`` in the start script, per tenant for its
+own rate and its job function's. A start over its rate is never failed: in a FairQueue its tenant is parked until its
+next allowed start; on a plain queue its token is reserved now and the job deferred to that time, so a backlog returns
+one job per token rather than as a herd (docs/tenant-controls.md)."""
 
 from __future__ import annotations
 
@@ -32,8 +25,7 @@ def scope(key: str, rate: Rate, burst: int) -> RateScope:
 
 
 class RateLimiter(StartControl):
-    """The start control of rates: which scopes a job start must pass (its tenant's rate and its job
-    function's), and what becomes of a start over one."""
+    """The start control of rates: the scopes a start must pass, and what becomes of a start over one."""
 
     piece = "start_rate"
     verdicts = (Verdict.RATE, Verdict.RESERVED)
@@ -44,9 +36,8 @@ class RateLimiter(StartControl):
         self.jobs = jobs or {}
 
     def scopes(self, tenant: str, profile: TenantProfile, job: Job) -> list[RateScope]:
-        """The tenant's rate (override, else tier), then the job function's: the rate the enqueue wrote into
-        the job (``@fair_job(rate=...)`` or ``jobs.<key>.rate`` of the producer's settings), else this
-        worker's ``jobs.<function path>.rate``."""
+        """The tenant's rate (override, else tier), then the job function's: the one the enqueue wrote into the job,
+        else this worker's ``jobs.<function path>.rate``."""
         found = []
         if profile.rate is not None:
             found.append(scope(self.keys.rate(tenant), profile.rate, profile.burst))

@@ -1,19 +1,9 @@
-"""Plan tiers: which tier a tenant is on, the tier's base queue, and the values that apply to one tenant
-(its :class:`~fair_router.core.profiles.TenantProfile`: concurrency limit, fair-share weight, rate, backlog cap).
+"""Plan tiers: a tenant's tier (the resolver, else the Redis tier map), its base queue, and its
+:class:`~fair_router.core.profiles.TenantProfile` (tier values with the tenant's overrides on top).
 
-A tenant's tier comes from the configured resolver (``tiers.resolver``, "package.module:function",
-tenant -> tier name), else from a Redis hash written by :meth:`FairRouter.set_tier` /
-``fair-router tier set``. Per-tenant overrides (:meth:`FairRouter.set_tenant`) beat the tier's values;
-they live in one small Redis hash per tenant, and a pause flag beside the tenant's leases.
-
-Profiles sit on the enqueue and fetch paths (every job's weight, limits gate and pause check) and change
-rarely, so each process caches them **until they change**: every write through our API (tier, overrides,
-pause, resume) also notes the tenant in one sorted set (``lua/profile_note.lua``), and at most once per
-``cache_ttl`` the next lookup polls that set (``lua/profile_poll.lua``, one round trip) and evicts only the
-tenants changed since its last poll. A change therefore takes effect fleet-wide within ``cache_ttl``, and
-a tenant read once costs nothing more while nothing changes, however many tenants there are. A tenant not
-in the cache is read in one round trip.
-"""
+Profiles sit on the enqueue and fetch paths and change rarely, so each process caches them until they change: every
+write through our API notes the tenant (``lua/profile_note.lua``), and once per ``cache_ttl`` a lookup polls those notes
+and evicts only the changed tenants (docs/tenant-controls.md)."""
 
 from __future__ import annotations
 
@@ -53,23 +43,18 @@ class Cached(NamedTuple):
 
 
 MAX_AGE = 60.0
-"""Seconds a cached profile lives at most, changed or not: the safety net for writes the profile changes set
-never hears of (a hand edit with redis-cli, a restored backup, a writer that died between its write and its
-note, a failover that lost the last notes). Long enough that a busy tenant is re-read rarely (once a minute per
-process), short enough that such a write still takes effect within a minute."""
+"""Seconds a cached profile lives at most, changed or not: the safety net for writes the change notes never hear of (a
+hand edit, a restored backup, a lost note), so they still take effect within a minute."""
 
 POLL_OVERLAP_MS = 1000
-"""Each poll asks for changes since its previous poll's server time minus this: a change noted as that poll ran,
-or under a server clock stepped back a little, is still seen (at worst a tenant is evicted twice)."""
+"""A poll asks for changes since the last poll minus this, so a change noted meanwhile is still seen."""
 
 POLL_CAP = 1000
-"""More tenants changed than this since the last poll (a bulk tier migration): clear the whole cache instead of
-receiving them all."""
+"""More changes than this since the last poll (a bulk migration): clear the whole cache instead."""
 
 
 class TierBook:
-    """Tenant -> tier and profile, cached in-process until the tenant changes (polled every ``cache_ttl``) or
-    ``max_age`` passes; knows each tier's limits and queue class."""
+    """Tenant -> tier and profile, cached until the tenant changes or ``max_age`` passes."""
 
     def __init__(
         self,
@@ -80,8 +65,7 @@ class TierBook:
         clock: Callable[[], float] = time.monotonic,
         max_age: float = MAX_AGE,
     ) -> None:
-        """``cache_ttl``: how often the profile changes set is polled (and a resolver asked again), so how soon a
-        change takes effect here; ``max_age``: :data:`MAX_AGE`; ``clock``: seconds, monotonic (tests inject one)."""
+        """``cache_ttl``: how often changes are polled (how soon one takes effect); ``clock``: monotonic seconds."""
         self.connection = connection
         self.keys = keys
         self.config = config or TiersConfig()
@@ -102,8 +86,7 @@ class TierBook:
         return self.profile(tenant).tier
 
     def profile(self, tenant: str) -> TenantProfile:
-        """The tenant's tier and the values in effect for it (overrides beat the tier's). From the cache while
-        the tenant is unchanged (one poll per ``cache_ttl`` says which changed); else one round trip."""
+        """The tenant's tier and values in effect: cached while unchanged, else one round trip."""
         now = self._clock()
         if now >= self._next_poll:
             self._poll(now)
@@ -117,9 +100,7 @@ class TierBook:
         return cached.profile
 
     def _poll(self, now: float) -> None:
-        """Evict the tenants changed since the last poll; clear everything on the first poll, after more than
-        :data:`POLL_CAP` changes, or when the last poll is so old (by this clock or the server's) that changes
-        since then may have been trimmed from the set (:data:`PROFILE_HORIZON`)."""
+        """Evict the tenants changed since the last poll; clear all when changes may have been missed."""
         since = None if self._polled_ms is None else self._polled_ms - POLL_OVERLAP_MS
         changes = self._poll_changes(self.keys.profile_changes(), since, POLL_CAP).run()
         horizon_ms = PROFILE_HORIZON * 1000
@@ -134,9 +115,7 @@ class TierBook:
 
     def _read(self, tenant: str, now: float) -> Cached:
         """Read the tenant's tier, overrides and pause flag (one round trip) and cache its profile, unless another
-        thread polled meanwhile: a change noted before that poll was not evicted from the cache (this tenant was
-        not in it yet), and the next poll asks only for later ones, so a read that began before the change must
-        not be cached."""
+        thread polled meanwhile: then a change may have been missed, so the read is not cached."""
         polls = self._polls
         with self.connection.pipeline(transaction=False) as pipe:
             if self._resolver is None:
@@ -185,8 +164,7 @@ class TierBook:
             return TenantOverrides()
 
     def set_overrides(self, tenant: str, overrides: TenantOverrides, reset: bool = False) -> TenantProfile:
-        """Store the values set in ``overrides`` (``reset``: drop every earlier override first); returns the
-        profile now in effect. Other processes see it within their ``cache_ttl``."""
+        """Store ``overrides`` (``reset``: drop earlier ones first); the profile now in effect."""
         key = self.keys.overrides(tenant)
         with self.connection.pipeline() as pipe:
             if reset:
@@ -199,8 +177,7 @@ class TierBook:
         return self.profile(tenant)
 
     def set(self, tenant: str, tier: str) -> None:
-        """Store ``tenant``'s tier in Redis (used when no resolver is configured). Other processes see it within
-        their ``cache_ttl``."""
+        """Store ``tenant``'s tier in Redis (used without a resolver); others see it within ``cache_ttl``."""
         if tier not in self.config.concurrency:
             known = ", ".join(sorted(self.config.concurrency))
             raise ValueError(f"unknown tier {tier!r}: known tiers are {known}")
@@ -215,8 +192,7 @@ class TierBook:
         self._cache.pop(tenant, None)
 
     def queue_class(self, tenant: str | None, system: bool = False) -> str:
-        """``scheduled`` for system jobs (no tenant, or system=True), ``priority`` for priority tiers,
-        else ``default``."""
+        """``scheduled`` for system jobs, ``priority`` for priority tiers, else ``default``."""
         if system or tenant is None:
             return SCHEDULED
         return PRIORITY if self.tier(tenant) in self.config.priority else DEFAULT

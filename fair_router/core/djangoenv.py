@@ -1,19 +1,8 @@
-"""Django, when the process runs it: enqueues inside a transaction wait for its commit, and settings may come
-from Django's ``FAIR_ROUTER`` setting (docs/django.md).
+"""Django, when the process runs it: enqueues inside a transaction wait for its commit (as django-rq's ``COMMIT_MODE``
+says), and settings may come from ``settings.FAIR_ROUTER`` (docs/django.md).
 
-Detected lazily and for free: Django counts as running only when something already imported it (a Django
-process has, long before it enqueues) and its settings are configured. This module never imports Django
-itself, so ``import fair_router`` stays as light as it was, with or without Django installed.
-
-When an enqueue waits, django-rq's ``RQ["COMMIT_MODE"]`` decides how, where it is set (read with django-rq's
-own ``get_commit_mode`` when django-rq is installed): ``"on_db_commit"`` (django-rq's default, and ours
-without django-rq): inside ``transaction.atomic()`` of the default database the enqueue runs when the
-outermost block commits, and never if it rolls back; outside one, at once. ``"auto"``: at once.
-``"request_finished"``: when the request finishes, through django-rq's own queue of delayed enqueues.
-An enqueue that fails when it finally runs cannot raise into its caller, whose code has moved on: it is logged
-at ERROR on the ``fair_router`` logger, naming the job, its tenant and why (a backlog cap's
-``TenantBacklogFull``, Redis unreachable), and the other commit hooks still run.
-"""
+Django counts as running only when something already imported it and configured its settings: this module never imports
+Django, so ``import fair_router`` stays light."""
 
 from __future__ import annotations
 
@@ -58,8 +47,7 @@ def commit_mode() -> str:
 
 
 class _Delayed:
-    """One enqueue in django-rq's queue of delayed enqueues (commit mode "request_finished"), which calls
-    ``original_enqueue_call`` when the request finishes."""
+    """One enqueue in django-rq's queue of delayed enqueues ("request_finished"), run when the request ends."""
 
     def __init__(self, run: Callable[[], object]) -> None:
         self.run = run
@@ -69,9 +57,8 @@ class _Delayed:
 
 
 def commit_hook() -> Callable[[Callable[[], object], str], None] | None:
-    """Where an enqueue made now must wait, as the commit mode says: a function taking the enqueue and a name
-    for it in the log (``schedule(run, what)``), which runs it when the current transaction commits (or the
-    request finishes); None: enqueue now (no Django here, mode "auto", outside a transaction)."""
+    """Where an enqueue made now must wait: ``schedule(run, what)`` that runs it at commit (or request end), or None to
+    enqueue now."""
     if django_settings() is None:
         return None
     mode = commit_mode()
@@ -97,8 +84,7 @@ def _after_request(run: Callable[[], object], what: str) -> None:
 
 
 def _logged(run: Callable[[], object], what: str) -> Callable[[], None]:
-    """``run``, whose failure is logged loudly instead of raised into Django's commit (the caller's code has
-    moved on, and Django would skip the other commit hooks)."""
+    """``run``, its failure logged rather than raised into Django's commit (which would skip the other hooks)."""
 
     def hook() -> None:
         try:

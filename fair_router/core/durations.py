@@ -1,8 +1,5 @@
-"""Durations as users write them: ``30``, ``2.5``, ``timedelta(hours=1)``, ``"250ms"``, ``"1h"``.
-
-Every window, lease and snooze in fair-router is a duration; parsing them in one place keeps the
-YAML, the environment and the Python API in agreement about what ``"5m"`` means.
-"""
+"""Durations as users write them (``30``, ``timedelta(hours=1)``, ``"250ms"``, ``"1h"``), parsed in one place so the
+YAML, the environment and the API agree."""
 
 from __future__ import annotations
 
@@ -11,8 +8,7 @@ from datetime import timedelta
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 MAX_DURATION = 366 * 86400.0
-"""Longest duration taken (366 days): windows, leases and retention are minutes to days; a year and a day
-covers any calendar window, and anything longer is a typo (or ``1e308``)."""
+"""Longest duration taken (366 days): any calendar window fits, and anything longer is a typo."""
 _PATTERN = re.compile(r"^\s*(\d{1,30}(?:\.\d{1,30})?)\s*(ms|s|m|h|d)?\s*$")
 
 

@@ -1,10 +1,5 @@
-"""The ``job.meta`` keys fair-router writes on a job and reads back in workers and queues.
-
-They live in a module of their own, below everything else, because the producer side (the router, the
-fair queue's enqueue) writes them and the consumer side (the workers, the fair queue's pop, the tenant
-controls) reads them: defined in either, the other would have to import it, which made ``router`` and
-``fairqueue`` import each other.
-"""
+"""The ``job.meta`` keys fair-router writes and reads; on the ground floor because producers write them and workers read
+them, and defining them on either side made ``router`` and ``fairqueue`` import each other."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The one place Redis key names are built.
-
-Every key starts with the prefix and carries exactly one hash tag (``{...}``) chosen so that each
-Lua script only touches keys of one tag, which lets router state live on Redis Cluster.
-Tenant ids and job keys are arbitrary user strings (``:`` ``{`` ``}`` unicode, kilobytes long);
-:func:`encode` turns them into short, brace-free, distinct key parts.
-"""
+"""The one place Redis key names are built: every key starts with the prefix and carries one hash tag, so each Lua
+script touches keys of one cluster slot; :func:`encode` turns user strings into short, brace-free, distinct key
+parts."""
 
 from __future__ import annotations
 
@@ -17,12 +13,9 @@ _MAX_PART = 120
 
 
 def encode(part: str) -> str:
-    """Encode a user string as a key part: injective, without ``{`` ``}`` ``:`` or spaces, bounded length.
-
-    Short strings are percent-encoded (readable for ordinary ids such as ``acme`` or ``user-42``);
-    long ones become ``#`` plus a SHA-256 digest. ``#`` never survives percent-encoding, so the two
-    forms cannot collide.
-    """
+    """Encode a user string as a key part: injective, without ``{`` ``}`` ``:`` or spaces, bounded. Short strings are
+    percent-encoded (readable), long ones ``#`` plus a SHA-256 digest (``#`` never survives percent-encoding, so the
+    forms cannot collide)."""
     quoted = quote(part, safe=_SAFE)
     if len(quoted) <= _MAX_PART:
         return quoted
@@ -30,10 +23,8 @@ def encode(part: str) -> str:
 
 
 def slot_of(key: str) -> str:
-    """A key part with ``key``'s Redis Cluster slot, for our keys that one script touches together with an
-    rq key: ``{<key>}`` for an untagged rq key (``rq:queue:<name>``), else ``{<its tag>}:<key, braces
-    dropped>`` (rq 3.0 with a hash-tagged ``RQ_KEY_PREFIX`` such as ``{myapp}``: every rq key hashes by the
-    tag, and the rest keeps our keys of different queues apart). Never assumes rq's prefix."""
+    """A key part in ``key``'s cluster slot, for our keys a script touches with an rq key: ``{<key>}`` for an untagged
+    rq key, else ``{<its tag>}:<key, braces dropped>`` (a hash-tagged ``RQ_KEY_PREFIX``)."""
     start = key.find("{")
     end = key.find("}", start + 1) if start >= 0 else -1
     if end > start + 1:
@@ -97,13 +88,11 @@ class Keys:
 
     @staticmethod
     def member(job_id: str) -> bytes:
-        """A window entry for ``job_id``: an 8-byte digest, so 100 entries fit in ~2 KB whatever the ids
-        look like (a collision among one window's few hundred ids has odds below 1e-14)."""
+        """A window entry for ``job_id``: an 8-byte digest (collision odds below 1e-14 within a window)."""
         return hashlib.blake2b(job_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
 
     def window(self, job_key: str, tenant: str) -> str:
-        """Sorted set of (job id -> enqueue time ms) for one (job key, tenant); tagged by job key so a
-        batch of one job function for many tenants is one script call on one cluster slot."""
+        """Sorted set job id -> enqueue time (ms) of one (job key, tenant); tagged by job key for batches."""
         return self.window_of(job_key, encode(tenant))
 
     def window_of(self, job_key: str, encoded_tenant: str) -> str:
@@ -111,14 +100,13 @@ class Keys:
         return f"{self.prefix}:{{{encode(job_key)}}}:win:{encoded_tenant}"
 
     def routed(self, job_key: str) -> str:
-        """Hash of one job key's routing decisions: target queue (a rule's queue, or the base queue when no
-        rule matched) -> jobs routed there. Written by route.lua, so it shares the windows' tag."""
+        """Hash target queue -> jobs routed there, of one job key; written by route.lua with the windows' tag."""
         return f"{self.prefix}:{{{encode(job_key)}}}:routed"
 
     def waiting(self, job_key: str) -> tuple[str, str]:
-        """The waiting counts of one job key's jobs in the plain queues it routes into (lua/lib/waiting.lua): HASH
-        "<queue>|<encoded tenant>" -> jobs waiting, and HASH job id digest (:meth:`member`) -> its field, so each
-        job counts once. Tagged by job key, as the windows: route.lua writes them in the same call."""
+        """The waiting counts of one job key's jobs in the plain queues it routes into: ``"<queue>|<encoded tenant>"``
+        -> jobs, and job id digest -> its field, so each job counts once. Tagged by job key, as route.lua writes them
+        with the windows."""
         return f"{self.prefix}:{{{encode(job_key)}}}:waiting", f"{self.prefix}:{{{encode(job_key)}}}:waiting_jobs"
 
     def tiers(self) -> str:
@@ -126,32 +114,26 @@ class Keys:
         return f"{self.prefix}:{{tiers}}:map"
 
     def profile_changes(self) -> str:
-        """Sorted set tenant -> time (ms, server TIME) of the last change of its tier, overrides or pause flag
-        through our API (``lua/profile_note.lua``), trimmed to the last hour: the tier caches of every process
-        poll it to evict only what changed. Tagged as the tier map: a tier write and its note are one call."""
+        """Sorted set tenant -> time (ms) of its last tier, override or pause change through our API, trimmed to the
+        last hour: the tier caches poll it to evict only what changed. Tagged as the tier map."""
         return f"{self.prefix}:{{tiers}}:changes"
 
     def leases(self, tenant: str) -> str:
-        """Sorted set of the tenant's running jobs: job id -> lease expiry (ms). Own tag per tenant, so
-        each acquire/release touches one slot."""
+        """Sorted set of the tenant's running jobs: job id -> lease expiry (ms); one tag per tenant."""
         return self.leases_of(encode(tenant))
 
     def leases_of(self, encoded_tenant: str) -> str:
-        """:meth:`leases` of a tenant given in its encoded form (as fair queues and observe records hold it:
-        a long tenant id's digest cannot be decoded back)."""
+        """:meth:`leases` of a tenant given in its encoded form (a long id's digest cannot be decoded)."""
         return f"{self.prefix}:{{lease:{encoded_tenant}}}"
 
     def parked_in(self, tenant: str) -> str:
-        """Set of the fair queues (names) where a start of the tenant refused at its concurrency limit parked
-        it: the release that frees one of its slots takes the set (lua/release.lua) and unparks it in each, so
-        a release reaches every fair queue where the tenant waits, whichever queues its worker serves. Same
-        tag as its leases: the refusal and the release each touch one slot."""
+        """Set of the fair queues where a refused start parked the tenant at its concurrency limit: the release that
+        frees a slot takes it and unparks the tenant in each. Same tag as its leases."""
         return f"{self.leases(tenant)}:parked_in"
 
     def overrides(self, tenant: str) -> str:
-        """Hash of one tenant's overrides of its tier's values (``limit``, ``weight``, ``rate``, ``burst``,
-        ``max_backlog``), written by ``FairRouter.set_tenant``; one field per value, so concurrent writers
-        of different values never overwrite each other."""
+        """Hash of one tenant's overrides of its tier's values, one field per value so concurrent writers of different
+        values never overwrite each other."""
         return f"{self.prefix}:{{tiers}}:tenant:{encode(tenant)}"
 
     def paused(self, tenant: str) -> str:
@@ -163,15 +145,14 @@ class Keys:
         return f"{self.prefix}:{{lease:{encoded_tenant}}}:paused"
 
     def rate(self, tenant: str, job_key: str | None = None) -> str:
-        """GCRA state of one rate scope of ``tenant``: one timestamp (ms), its theoretical arrival time. The
-        tenant's own rate (tier or override) when ``job_key`` is None, else that job function's rate. Same
-        tag as the tenant's leases, so one acquire call checks every scope and takes the slot."""
+        """GCRA state (theoretical arrival time, ms) of ``tenant``'s own rate, or with ``job_key`` of that job
+        function's rate. Same tag as the leases, so one acquire checks every scope."""
         scope = "tenant" if job_key is None else f"job:{encode(job_key)}"
         return f"{self.prefix}:{{lease:{encode(tenant)}}}:rate:{scope}"
 
     def rate_paid(self, tenant: str, job_id: str) -> str:
-        """The start time (ms) reserved for one job deferred by a rate limit on a plain queue: its token is
-        already taken, so it starts without paying again once that time has come. Expires on its own."""
+        """The start time (ms) reserved for a job deferred by a rate on a plain queue: it starts without paying
+        again."""
         return f"{self.prefix}:{{lease:{encode(tenant)}}}:paid:{encode(job_id)}"
 
     def limit_stats(self) -> str:
@@ -179,41 +160,33 @@ class Keys:
         return f"{self.prefix}:{{stats}}:limits"
 
     def recovery_turn(self, rq_list_key: str) -> str:
-        """Short lock (SET NX PX) of one queue's recovery check: the weighted worker that takes it checks
-        the queue, the others skip it until it expires (``fair_router.workers.recovery``). Our own, not rq's
-        899-second maintenance lock, which a dead worker can leave held."""
+        """Short lock of one queue's recovery check, taken by one weighted worker at a time: ours, not rq's 899-second
+        maintenance lock, which a dead worker can leave held."""
         return f"{self.prefix}:{slot_of(rq_list_key)}:recovery:turn"
 
     def abandoned(self, started_registry_key: str) -> str:
-        """Sorted set of one queue's abandoned executions (rq's ``<job id>:<execution id>`` entries, score 0),
-        moved out of rq's StartedJobRegistry and waiting for rq's own cleanup to hand them back. Tagged
-        ``{rq:wip:<name>}``, the cluster slot of rq's untagged registry key, so the script moving entries
-        touches one slot."""
+        """Sorted set of one queue's abandoned executions, moved out of rq's StartedJobRegistry for rq's cleanup to hand
+        back; tagged ``{rq:wip:<name>}``, the slot of rq's registry key."""
         return f"{self.prefix}:{slot_of(started_registry_key)}:abandoned"
 
     def abandoned_total(self, started_registry_key: str) -> str:
-        """How many of one queue's jobs were found abandoned (an integer, never reset): counted by the script
-        that stages them, so it shares that call's tag. Read by ``fair_router.observe`` (``/metrics``)."""
+        """How many of one queue's jobs were found abandoned (never reset), counted by the staging script."""
         return f"{self.prefix}:{slot_of(started_registry_key)}:abandoned:total"
 
     # -- observability (fair_router.observe): every key tagged {obs}, so one start record is one slot --
 
     def observe_record(self, encoded_tenant: str) -> str:
-        """Hash of one tenant's job starts (waits by minute, by 10-second tick, and cumulative); the layout
-        is documented in ``fair_router/lua/observe_start.lua``. ``#all`` holds every start, ``#other`` the
-        starts of tenants past the per-minute cap."""
+        """Hash of one tenant's job starts (layout in ``lua/observe_start.lua``); ``#all`` holds every start, ``#other``
+        those of tenants past the per-minute cap."""
         return f"{self.prefix}:{{obs}}:rec:{encoded_tenant}"
 
     def observe_recent(self) -> str:
-        """Sorted set of tenants with a record: encoded tenant -> time of its last admission (ms: the first start
-        of a minute that gave it a record of its own); trimmed to the last few minutes. The dashboard's
-        candidates for "busiest" besides waiting jobs, and what tells a flush past the per-minute cap which
-        records it need not read."""
+        """Sorted set encoded tenant -> time of its last admission (ms), trimmed to a few minutes: the dashboard's
+        "busiest" candidates, and what spares a flush past the per-minute cap reading records."""
         return f"{self.prefix}:{{obs}}:recent"
 
     def observe_events(self) -> str:
-        """Hash of event counters ``<event>:<queue>`` (``recovered``: a fair job popped but never started
-        and given back)."""
+        """Hash of event counters ``<event>:<queue>``."""
         return f"{self.prefix}:{{obs}}:events"
 
     def observe_pattern(self) -> str:
@@ -226,20 +199,17 @@ class Keys:
 
     @staticmethod
     def fair_mark(rq_list_key: str) -> str:
-        """A queue's fairness mark (a string: the prefix of the producers' fair state), set when a FairQueue is
-        first used or named in ``fair_queues:``. Its name does not depend on any prefix of ours, so a worker
-        or producer with another prefix still finds it (and reports the mismatch); it shares rq's slot."""
+        """A queue's fairness mark (the producers' prefix), set when a FairQueue is first used; named without our
+        prefix, so a process with another prefix still finds it (and reports the mismatch)."""
         return f"fair_router:mark:{slot_of(rq_list_key)}"
 
     def fair_queue_legacy(self, rq_list_key: str) -> tuple[str, str, str, str, str]:
-        """The head, tail, weights, fifo and backlog hashes of a fair queue written in earlier layouts (kept in
-        the ``state`` and ``members`` hashes since): read once by ``lua/fair_migrate.lua``, which moves them."""
+        """A fair queue's hashes of earlier layouts, read once by ``lua/fair_migrate.lua``, which moves them."""
         base = f"{self.prefix}:{slot_of(rq_list_key)}:fq"
         return (f"{base}:head", f"{base}:tail", f"{base}:weights", f"{base}:fifo", f"{base}:backlog")
 
     def fair_queue(self, rq_list_key: str) -> FairQueueKeys:
-        """Keys of the fair queue whose rq list is ``rq_list_key`` (``rq:queue:<name>``, or under rq 3.0's
-        ``RQ_KEY_PREFIX``); the tag (:func:`slot_of`) hashes like rq's own key."""
+        """Keys of the fair queue whose rq list is ``rq_list_key``, tagged to hash like rq's own key."""
         base = f"{self.prefix}:{slot_of(rq_list_key)}:fq"
         fair = FairQueueKeys.names()[1:]  # every field after rq_list is a key of ours, named as the field
         return FairQueueKeys(rq_list_key, *(f"{base}:{name}" for name in fair))

@@ -1,8 +1,5 @@
-"""A tenant's profile: the values in effect for it (its tier's, with its own overrides on top).
-
-Value types only, on the ground floor: the tier book (``fair_router.controls.tiers``) builds them from the
-settings and Redis, and the router, the fair queue, the start checks and the dashboard read them.
-"""
+"""A tenant's profile: its tier's values with its own overrides on top (value types only; ``controls.tiers`` builds
+them)."""
 
 from __future__ import annotations
 

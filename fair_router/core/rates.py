@@ -1,9 +1,5 @@
-"""Rates as users write them: ``"2/s"``, ``"100/m"``, ``"5000/h"`` (jobs started per unit of time).
-
-A rate limit is enforced by GCRA (``lua/lib/start_rate.lua``, in the job-start script): a start is allowed once every
-``interval = unit / count``, and ``burst`` starts may come at once after a quiet spell. Parsing it in
-one place keeps the YAML, the environment, ``@fair_job(rate=...)`` and the CLI in agreement.
-"""
+"""Rates as users write them (``"2/s"``, ``"100/m"``, ``"5000/h"``), parsed in one place; enforced by GCRA in
+``lua/lib/start_rate.lua``."""
 
 from __future__ import annotations
 

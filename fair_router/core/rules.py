@@ -12,11 +12,8 @@ from fair_router.core.validation import MAX_COUNT, Duration, RuleQueue
 
 
 class Rule(BaseModel):
-    """Route a tenant's jobs to ``queue`` once it enqueued more than ``threshold`` jobs within ``per``.
-
-    Rules are listed from least to most restrictive: when several match, the last one wins, so a
-    stricter rule can be appended without editing the others (the sidekiq-fair-tenant convention).
-    """
+    """Route a tenant's jobs to ``queue`` once it enqueued more than ``threshold`` jobs within ``per``. When several
+    rules match the last wins, so a stricter rule can be appended without editing the others."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -25,10 +22,7 @@ class Rule(BaseModel):
     per: Duration
 
     def matches(self, recorded: int) -> bool:
-        """Whether the next enqueue matches this rule when its window already holds ``recorded`` enqueues:
-        the rule counts the enqueue being decided too, so it matches once ``recorded + 1`` passes
-        ``threshold``. The one statement of that test outside Lua; ``lua/route.lua`` makes the same
-        test after recording the enqueue (its count then already includes it)."""
+        """Whether the next enqueue matches, the window holding ``recorded`` (``lua/route.lua`` tests the same)."""
         return recorded + 1 > self.threshold
 
     def for_base(self, base: str) -> Rule:
@@ -48,14 +42,12 @@ class Rule(BaseModel):
 
 
 def window_cap(rules: Sequence[Rule]) -> int:
-    """How many entries a window keeps (route.lua trims to the newest ones): the largest threshold + 1, enough
-    to decide every rule exactly. A count that reaches it is a lower bound: older enqueues were trimmed."""
+    """Entries a window keeps: the largest threshold + 1, enough to decide every rule (a count there is a floor)."""
     return max(rule.threshold for rule in rules) + 1
 
 
 def last_match(rules: Sequence[Rule], recorded: Sequence[int]) -> Rule | None:
-    """The rule the next enqueue would be routed by: the last of ``rules`` it matches (rules go from least
-    to most restrictive), given each rule's window count ``recorded``; None when none matches."""
+    """The rule the next enqueue would be routed by (the last one matching ``recorded``), else None."""
     matched = None
     for rule, count in zip(rules, recorded, strict=True):
         if rule.matches(count):
@@ -64,9 +56,7 @@ def last_match(rules: Sequence[Rule], recorded: Sequence[int]) -> Rule | None:
 
 
 def shadowed(rules: Sequence[Rule]) -> list[tuple[int, int]]:
-    """Pairs ``(i, j)``, ``i < j``, where rule ``j`` matches whenever rule ``i`` does: its window is at least
-    as long and its threshold at most as high, so its count is at least rule ``i``'s and passes its
-    threshold first. The later match wins, so rule ``i`` is never the last match and its queue never
-    chosen: a list written most-restrictive first, or a rule repeated."""
+    """Pairs ``(i, j)``, ``i < j``, where rule ``j`` matches whenever rule ``i`` does (window as long, threshold as
+    low), so rule ``i`` can never be the last match."""
     return [(i, j) for i, earlier in enumerate(rules) for j in range(i + 1, len(rules))
             if rules[j].per >= earlier.per and rules[j].threshold <= earlier.threshold]

@@ -1,18 +1,8 @@
-"""Shuffle-sharding: each tenant is dealt ``per_tenant`` of ``count`` shards, the same ones everywhere.
+"""Shuffle-sharding: each tenant is dealt ``per_tenant`` of ``count`` shard queues, the same ones in every process
+(docs/shards.md).
 
-A shard is a queue of its own (``<queue>_shard<i>``, with its own workers, possibly on its own Redis). A
-tenant's jobs only ever go to its dealt shards, so a tenant flooding its queue fills those shards and no
-others: only tenants dealt exactly the same set share its whole fate, 1 in C(count, per_tenant) of them
-(28 for 8 shards, 2 each), and every other tenant keeps at least one shard the flood does not reach.
-
-The deal must be the same in every producer, worker and dashboard, on every machine and Python version, so
-it is derived from a keyed BLAKE2b digest of the tenant's UTF-8 bytes (never ``hash()``, which is salted
-per process) by a partial Fisher-Yates shuffle whose every draw is one more digest. Uniform draws make every
-set of ``per_tenant`` shards equally likely, which spreads tenants evenly over all shards.
-
-This module is ground floor: it imports nothing from fair-router's feature packages, so routing, workers,
-the settings and the dashboard can all speak of shards.
-"""
+The deal comes from a keyed BLAKE2b digest (never the salted ``hash()``) driving a partial Fisher-Yates shuffle, so
+every set of shards is equally likely."""
 
 from __future__ import annotations
 
@@ -47,8 +37,7 @@ def family_of(queue: str) -> tuple[str, int] | None:
 
 
 def _draw(tenant: bytes, step: int, below: int) -> int:
-    """The ``step``-th uniform draw in ``[0, below)`` for ``tenant``: 8 digest bytes modulo ``below``
-    (bias at most ``below / 2**64``, nil for at most 1024 shards)."""
+    """The ``step``-th uniform draw in ``[0, below)`` for ``tenant`` (bias at most ``below / 2**64``)."""
     digest = hashlib.blake2b(tenant, digest_size=8, person=_PERSON, salt=step.to_bytes(16, "big")).digest()
     return int.from_bytes(digest, "big") % below
 
@@ -70,11 +59,8 @@ def _deal(tenant: str, count: int, per_tenant: int) -> tuple[int, ...]:
 
 
 def shards_of(tenant: str | int, count: int, per_tenant: int) -> tuple[int, ...]:
-    """The ``per_tenant`` distinct shard indexes in ``[0, count)`` dealt to ``tenant``, ascending.
-
-    Deterministic across processes, machines and Python versions; every set of ``per_tenant`` shards is
-    equally likely over tenants. Raises ValueError for counts outside ``1 <= per_tenant <= count <= 1024``.
-    """
+    """The ``per_tenant`` distinct shard indexes in ``[0, count)`` dealt to ``tenant``, ascending; ValueError outside
+    ``1 <= per_tenant <= count <= 1024``."""
     if isinstance(tenant, bool) or not isinstance(tenant, (str, int)):
         raise TypeError(f"tenant must be a str or int, got {type(tenant).__name__} {tenant!r}")
     Shards(count=count, per_tenant=per_tenant)  # the one statement of the bounds and their messages
@@ -82,8 +68,7 @@ def shards_of(tenant: str | int, count: int, per_tenant: int) -> tuple[int, ...]
 
 
 class Shards(BaseModel):
-    """How a job key is sharded: ``count`` shard queues per queue family, ``per_tenant`` of them dealt to each
-    tenant (a job goes to the least loaded of its tenant's shards)."""
+    """How a job key is sharded: ``count`` shard queues per family, ``per_tenant`` dealt to each tenant."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

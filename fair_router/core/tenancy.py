@@ -1,16 +1,7 @@
-"""What a tenant is, and finding a job's tenant.
+"""What a tenant is, and finding a job's tenant (docs/hostile-input.md).
 
-A tenant id is a ``str`` or an ``int`` (an int stands for its decimal string), at most
-``tenant_max_bytes`` bytes of UTF-8 (a setting, default 256). :func:`tenant_id` is the one normaliser:
-every public entry point that takes a tenant (``@fair_job``, :class:`~fair_router.routing.router.FairRouter`
-and its tenant admin, ``FairQueue(...).enqueue(fair_tenant=...)``, the CLI, the dashboard) calls it before
-anything is written, so ``42`` and ``"42"`` are one tenant everywhere, and a value that is no tenant id
-(``True``, ``b"abc"``, ``1.5``, an object whose ``str()`` differs per instance) is refused instead of
-silently becoming a new tenant per call.
-
-A job without a tenant is not an error worth failing an enqueue for (it still runs, unthrottled, on
-its base queue), but it is almost always a bug, so it is logged, at most once a minute per job.
-"""
+:func:`tenant_id` is the one normaliser every entry point calls before writing, so ``42`` and ``"42"`` are one tenant
+and a value that is no tenant id is refused rather than becoming a new tenant per call."""
 
 from __future__ import annotations
 
@@ -35,8 +26,7 @@ _SHOWN = 60
 
 
 class InvalidTenant(ValueError):
-    """A tenant id of the right type that cannot be used: empty, longer than ``tenant_max_bytes``, or not
-    encodable as UTF-8. Nothing is written for it."""
+    """A tenant id that cannot be used: empty, over ``tenant_max_bytes``, or not UTF-8. Nothing is written."""
 
 
 def _shown(text: str) -> str:
@@ -44,12 +34,8 @@ def _shown(text: str) -> str:
 
 
 def tenant_id(value: object, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str:
-    """``value`` as a tenant id: a ``str`` as it is, an ``int`` as its decimal string.
-
-    Raises TypeError naming the type for anything else (``bool``, ``bytes``, ``float``, ``None``, objects;
-    callers for whom None means "no tenant" check that first), and :class:`InvalidTenant` for an empty id,
-    one over ``max_bytes`` bytes of UTF-8 (naming the limit), or one with lone surrogates.
-    """
+    """``value`` as a tenant id: a ``str`` as it is, an ``int`` as its decimal string. TypeError for other types;
+    :class:`InvalidTenant` for an empty id, one over ``max_bytes`` of UTF-8, or lone surrogates."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise TypeError(f"a tenant id must be a str or an int, got {type(value).__name__}")
     if isinstance(value, int):
@@ -76,9 +62,7 @@ STORED_FIELD = f'job.meta["{META_TENANT}"]'
 
 
 class InvalidStoredTenant(InvalidTenant):
-    """A job's stored tenant (``job.meta["fair_tenant"]``, written by plain rq or by code editing the meta, past
-    the validated API) that is no tenant id: the wrong type, not UTF-8, too long. The job fails with this
-    error (rq's failure path: FailedJobRegistry, ``exc_info`` naming the field); nothing else stops."""
+    """A job's stored tenant that is no tenant id: the job fails with this error, through rq's failure path."""
 
     def __init__(self, value: object, why: str) -> None:
         self.shown = shown_value(value)
@@ -105,10 +89,8 @@ def shown_value(value: object) -> str:
 
 
 def stored_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:
-    """The tenant a job's meta stores, through :func:`tenant_id` (so ``42`` is ``"42"``): the one reader of
-    ``job.meta["fair_tenant"]`` for workers, fair queues, recovery, start records and the dashboard. None for
-    no tenant (no meta, no key, ``None``, and ``""`` as plain rq users write it). Raises
-    :class:`InvalidStoredTenant` (naming the field, the value and why) for anything else."""
+    """The tenant a job's meta stores, through :func:`tenant_id`: the one reader of ``job.meta["fair_tenant"]``. None
+    for no tenant (including ``""``); :class:`InvalidStoredTenant` for anything unusable."""
     value = (meta or {}).get(META_TENANT)
     if value is None or (isinstance(value, str) and value == ""):
         return None
@@ -120,8 +102,7 @@ def stored_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENAN
 
 def usable_tenant(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
                   warn: bool = True) -> str | None:
-    """:func:`stored_tenant`, with an unusable one read as no tenant (logged if ``warn``): for readers that
-    must go on (a push by rq's internals, a slot's release, a turn's end), where the job's start fails it."""
+    """:func:`stored_tenant`, an unusable one read as none (logged if ``warn``), for readers that must go on."""
     try:
         return stored_tenant(meta, max_bytes)
     except InvalidStoredTenant as exc:
@@ -146,11 +127,8 @@ class TenantResolver:
 
     def resolve(self, explicit: object, args: Sequence[Any], kwargs: Mapping[str, Any],
                 max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:
-        """The tenant id (:func:`tenant_id`), or None after a rate-limited warning when there is none.
-
-        An explicit ``fair_tenant=`` or a value the callable returns that is no tenant id raises (TypeError,
-        InvalidTenant): that is a bug at the call site. The callable raising is logged instead (the job is
-        still enqueued, unthrottled), as is its returning None."""
+        """The tenant id, or None after a rate-limited warning. A bad explicit or returned id raises (a call-site bug);
+        the callable raising is logged and the job enqueued unthrottled."""
         if explicit is not None:
             return tenant_id(explicit, max_bytes)
         if self.func is None:

@@ -1,17 +1,10 @@
-"""The validated vocabulary of fair-router: one annotated pydantic type per kind of value users give.
-
-Settings fields, constructor arguments (``FairRouter``, ``FairQueue``, the weighted workers, tier overrides,
-``@fair_job``) and the CLI's options (``fair_router.commands.common.Validated``) all check their values with
-these types, so a rule is stated once and a bad value gets the same message wherever it was given. Each
-check happens once, where the value enters (settings load, a constructor, an option): the code behind trusts
-it, e.g. the worker's weighted fetch order does not look at its weights again on every fetch.
-
-Messages name the value (``weight must be a positive number up to 1e+06 or 'strict', got -1``); where it came from (the
-file, variable or argument and the key path) is added by :func:`fair_router.config.errors.describe_errors`.
-"""
+"""The validated vocabulary: one annotated pydantic type per kind of value users give (settings, constructors, CLI
+options), so a rule is stated once and a bad value gets the same message wherever it came from. Each value is checked
+once where it enters; the code behind trusts it."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sized
 from typing import Annotated, Literal, TypeVar
@@ -25,12 +18,10 @@ from fair_router.core.names import PREFIX, QUEUE_NAME, RULE_QUEUE, TIER_NAME
 from fair_router.core.rates import Rate, parse_rate
 
 MAX_WEIGHT = 1e6
-"""Largest queue or fair-share weight: a million to one is far past any useful share, and keeps sums of
-weights and passes (1 / weight) well inside a double's precision."""
+"""Largest weight: past any useful share, and keeps sums of passes well inside a double's precision."""
 
 MAX_COUNT = 1_000_000_000
-"""Largest count (rule threshold, concurrency limit, burst, backlog cap, workers): larger is a typo, and Lua
-numbers stay exact below 2**53."""
+"""Largest count (threshold, limit, burst, cap, workers): larger is a typo, and Lua numbers stay exact."""
 
 MAX_QUEUES = 1000
 """Most entries of ``queues:`` / ``fair_queues:`` / ``pool:`` (a worker polls each listed queue)."""
@@ -118,13 +109,10 @@ def _weight(value: object) -> object:
     """Queue weights are positive finite numbers or the word ``strict`` (bools are not numbers here)."""
     if value == "strict":
         return value
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', got {value!r}")
     try:
-        number = float(value)
+        number = float(value) if isinstance(value, int | float | str) and not isinstance(value, bool) else math.nan
     except (ValueError, OverflowError):
-        raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', "
-                         f"got {value!r}") from None
+        number = math.nan
     if not (0 < number <= MAX_WEIGHT):  # also rejects NaN and infinities
         raise ValueError(f"weight must be a positive number up to {MAX_WEIGHT:g} or 'strict', got {value!r}")
     return number
@@ -137,8 +125,7 @@ FairWeight = Annotated[float, Field(gt=0, le=MAX_WEIGHT, allow_inf_nan=False)]
 """A tenant's (or tier's) share in a FairQueue: a positive number up to :data:`MAX_WEIGHT` (default 1)."""
 
 AtLeastOne = Annotated[int, Field(ge=1, le=MAX_COUNT)]
-"""A count that must allow something: a concurrency limit, a burst, a backlog cap, a number of workers (at
-most :data:`MAX_COUNT`)."""
+"""A count that must allow something (a limit, burst, cap, number of workers), at most :data:`MAX_COUNT`."""
 
 TenantMaxBytes = Annotated[int, Field(ge=16, le=65536)]
 """The ``tenant_max_bytes`` setting: the longest tenant id taken, in bytes of UTF-8 (16 to 64 KiB)."""
@@ -150,17 +137,14 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 """A measured or declared time in seconds, zero allowed (a job's ``fair_cost``)."""
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
-"""A positive duration in seconds, given as seconds, a ``timedelta`` or ``"250ms"`` / ``"30s"`` / ``"5m"`` /
-``"1h"`` / ``"1d"`` (:func:`fair_router.core.durations.parse_duration`)."""
+"""A positive duration in seconds: seconds, a ``timedelta`` or ``"250ms"`` / ``"5m"`` / ``"1d"``."""
 
 RateField = Annotated[Rate, BeforeValidator(parse_rate), PlainSerializer(str, return_type=str)]
-"""Job starts per unit of time, ``"10/s"`` / ``"N/m"`` / ``"N/h"`` (:func:`fair_router.core.rates.parse_rate`),
-serialised back to its text."""
+"""Job starts per unit, ``"10/s"`` / ``"N/m"`` / ``"N/h"``, serialised back to its text."""
 
 
 def _redis_url(value: str) -> str:
-    """A URL redis-py can connect with: its own parser (scheme, port range, query options), and a database
-    path that is a number, which redis-py would otherwise ignore."""
+    """A URL redis-py parses as meant, with a numeric database path (redis-py would ignore another)."""
     try:
         parse_url(value)  # type: ignore[no-untyped-call]
         parts = urlsplit(value)

@@ -1,28 +1,8 @@
-"""The live dashboard (Flask, the ``dashboard`` extra): ``/`` (the page), ``/api/snapshot`` (its data, JSON)
-and ``/metrics`` (Prometheus text), all from one :class:`SnapshotReader`.
+"""The live dashboard (Flask, the ``dashboard`` extra): ``/`` (the page), ``/api/snapshot`` (its data, JSON) and
+``/metrics`` (Prometheus), all from one :class:`SnapshotReader`; :func:`create_blueprint` mounts it in another app.
 
-``fair-router dashboard`` serves :func:`create_app`. To add the page to an existing Flask app, or beside
-rq-dashboard, mount :func:`create_blueprint` under any prefix::
-
-    from fair_router.dashboard.app import create_blueprint
-    from fair_router.dashboard.reader import SnapshotReader
-    app.register_blueprint(create_blueprint(SnapshotReader(redis, settings)), url_prefix="/fair")
-
-The page is read-only by default: no route changes anything. Tenant actions (pause and resume, through
-``FairRouter.pause`` / ``resume``) exist only when the app is built with an ``actions_token`` (the CLI's
-``--actions`` flag with ``$FAIR_ROUTER_DASHBOARD_TOKEN``): then ``POST api/tenant/pause|resume`` with
-``{"tenant": ...}`` and ``Authorization: Bearer <token>`` acts, anything else gets 403.
-
-Exposed beyond one machine (``docs/dashboard-security.md``): :func:`create_app` answers only the ``Host``
-names it is given (loopback ones by default), every response carries a strict Content-Security-Policy and
-anti-framing headers, and with a ``read_token`` nothing but the static assets and the sign-in form is served
-without it (``Authorization: Bearer`` for ``api/*`` and ``/metrics``, a sign-in cookie for the page);
-``metrics_open`` leaves ``/metrics`` without it.
-
-The page fetches ``api/snapshot`` every ``refresh`` seconds and redraws itself with its own script and an
-inline SVG chart: nothing is loaded from another site, so it works offline.
-Each page load and each refresh costs one snapshot: a few pipelined round trips bounded by the top N.
-"""
+Read-only unless built with an ``actions_token``; the Host allowlist, security headers and read token are in
+docs/dashboard-security.md. The page needs nothing from another site."""
 
 from __future__ import annotations
 
@@ -65,13 +45,9 @@ def create_blueprint(
     read_token: str | None = None,
     metrics_open: bool = False,
 ) -> Blueprint:
-    """The dashboard's routes (``/``, ``/api/snapshot``, ``/metrics``) as a blueprint; ``name`` must be unique
-    within the app (mount two deployments under two names and prefixes). ``actions_token``: turn the tenant
-    actions on (``POST /api/tenant/<pause|resume>``), each request needing this bearer token; None (the
-    default) keeps the dashboard read-only, without those routes. ``read_token``: every route but the assets
-    needs it (see the module's doc); ``metrics_open``: except ``/metrics``. The blueprint's responses carry
-    the security headers; the ``Host`` check is the app's (:func:`create_app`, or wrap your own app's
-    ``wsgi_app`` in :class:`~fair_router.dashboard.guard.HostAllowlist`)."""
+    """The dashboard's routes as a blueprint (``name`` unique within the app). ``actions_token`` turns on the tenant
+    actions (``POST /api/tenant/<pause|resume>``); ``read_token`` guards every route but the assets (``metrics_open``:
+    except ``/metrics``). The ``Host`` check is the app's (:class:`~fair_router.dashboard.guard.HostAllowlist`)."""
     if not refresh > 0:
         raise ValueError(f"refresh must be a positive number of seconds, got {refresh!r}")
     for kind, token, env in (("actions", actions_token, TOKEN_ENV), ("read", read_token, READ_TOKEN_ENV)):
@@ -172,11 +148,9 @@ def create_app(
     allowed_hosts: Iterable[str] = LOOPBACK_NAMES,
     metrics_open: bool = False,
 ) -> Flask:
-    """A Flask app serving the dashboard at ``/``; settings and connection default to the settings file and
-    its ``redis_url`` (so ``gunicorn 'fair_router.dashboard.app:create_app()'`` works). Read-only unless
-    ``actions_token`` is given; ``read_token`` and ``metrics_open`` as in :func:`create_blueprint`.
-    ``allowed_hosts``: the ``Host`` names answered (default: loopback ones; any port unless one is given);
-    any other gets 400."""
+    """A Flask app serving the dashboard at ``/``; settings and connection default to the settings file (so ``gunicorn
+    'fair_router.dashboard.app:create_app()'`` works). Tokens as in :func:`create_blueprint`; ``allowed_hosts``: the
+    ``Host`` names answered (default loopback), any other gets 400."""
     settings = settings or load_settings()
     connection = connection or connections_for(settings.redis_url, settings.redis_cluster).state
     app = Flask(__name__, static_folder=None)
@@ -190,9 +164,7 @@ def create_app(
 
 def listen(app: Flask, host: str, port: int, threads: int = 8,
            **options: Any) -> BaseWSGIServer | MultiSocketServer:
-    """A waitress server (the ``dashboard`` extra: a production WSGI server, pure Python, on any OS) bound
-    to ``host:port``, not yet serving: a port in use or a bad address raises OSError here, before anything
-    is printed. ``options`` go to ``waitress.create_server``."""
+    """A waitress server bound to ``host:port``, not yet serving: a port in use raises OSError first."""
     from waitress.server import create_server
 
     logging.basicConfig()  # waitress logs its warnings (e.g. a deep task queue) through logging

@@ -1,12 +1,6 @@
-"""Prometheus exposition (prometheus-client, the ``dashboard`` extra): a collector that reads Redis at scrape
-time, so any number of dashboard processes agree and none keeps state.
-
-Each scrape is one :meth:`SnapshotReader.snapshot` (a few pipelined round trips, bounded by the top N).
-Cardinality is bounded the same way: only the top N tenants (``observe.top_tenants``) by jobs waiting plus
-running get their own ``tenant`` label, the rest are summed under ``tenant="_other"``. As tenants enter and
-leave the top N their series start and stop, and ``_other`` moves by their counts: aggregate with
-``sum without (tenant)`` for fleet-wide figures, which are exact.
-"""
+"""Prometheus exposition: a collector that reads Redis at scrape time (one snapshot), so dashboard processes agree and
+keep no state. Only the top N tenants get their own label, the rest are summed under ``_other``
+(docs/observability.md)."""
 
 from __future__ import annotations
 

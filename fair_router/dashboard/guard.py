@@ -1,17 +1,5 @@
-"""What makes the dashboard safe to expose: a ``Host`` header allowlist, security headers on every
-response, and an optional read token.
-
-- :class:`HostAllowlist` is WSGI middleware: a request whose ``Host`` is not one of the allowed names gets
-  400 before Flask sees it. Without it a DNS-rebinding page (``attacker.example`` resolving to 127.0.0.1)
-  could read the tenant data of a dashboard bound to loopback.
-- :func:`secure_headers` sets a Content-Security-Policy that allows nothing but this origin's own script,
-  styles and fetches (no inline script, no inline style attribute), plus ``X-Frame-Options``, ``nosniff`` and
-  ``Referrer-Policy``.
-- :class:`ReadAccess` checks the read token: as ``Authorization: Bearer <token>`` (``/api/*``, ``/metrics``,
-  Prometheus) or as the sign-in cookie the page's form sets. The cookie holds an expiring HMAC of the
-  token (itsdangerous, Flask's own signer), never the token itself: a leaked cookie ends in
-  :data:`SESSION_SECONDS` and is no bearer token; changing the token signs everybody out.
-"""
+"""What makes the dashboard safe to expose (docs/dashboard-security.md): a ``Host`` allowlist against DNS rebinding,
+strict security headers, and an optional read token whose sign-in cookie is an expiring HMAC, never the token."""
 
 from __future__ import annotations
 
@@ -57,8 +45,7 @@ def is_loopback(host: str) -> bool:
 
 
 def split_host(value: str) -> tuple[str, str | None]:
-    """``Host`` header (or allowlist entry) -> (lower-case name, port or None); IPv6 names keep their
-    brackets (``[::1]:9181`` -> ``("[::1]", "9181")``), a trailing dot is dropped."""
+    """``Host`` header -> (lower-case name, port or None); IPv6 keeps its brackets, a trailing dot is dropped."""
     value = value.strip().lower()
     if value.startswith("["):
         name, _, rest = value.partition("]")
@@ -75,9 +62,8 @@ def split_host(value: str) -> tuple[str, str | None]:
 
 
 def allowed_hosts(bind: str, extra: Iterable[str]) -> list[str]:
-    """The ``Host`` names a dashboard listening on ``bind`` answers: the loopback names and ``extra`` when
-    ``bind`` is loopback; only ``extra`` (at least one) when it is reachable from elsewhere, because then
-    nothing but the operator knows the name clients use."""
+    """The ``Host`` names a dashboard bound to ``bind`` answers: loopback names and ``extra`` on loopback; only
+    ``extra`` (at least one) otherwise, since only the operator knows the public name."""
     extra = list(extra)
     for host in extra:
         name, port = split_host(host)
@@ -93,8 +79,7 @@ def allowed_hosts(bind: str, extra: Iterable[str]) -> list[str]:
 
 
 class HostAllowlist:
-    """WSGI middleware refusing (400) any request whose ``Host`` is not allowed. An entry without a port
-    allows any port (``localhost``), one with a port only that one (``dash.example.com:8443``)."""
+    """WSGI middleware refusing (400) a request whose ``Host`` is not allowed (an entry without port: any port)."""
 
     def __init__(self, app: WSGIApplication, hosts: Iterable[str]) -> None:
         self.app = app
@@ -120,8 +105,7 @@ class HostAllowlist:
 
 
 def secure_headers(response: Response) -> Response:
-    """Flask ``after_request`` hook: :data:`SECURITY_HEADERS`, unless the response (or an app the dashboard
-    is mounted in) set its own."""
+    """Flask ``after_request`` hook: :data:`SECURITY_HEADERS`, unless the response set its own."""
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     return response

@@ -1,8 +1,5 @@
-"""What the views show: one :class:`Snapshot` of queues, the busiest tenants and the counters.
-
-The dashboard page, its JSON, ``/metrics`` and ``fair-router demo`` all render the same Snapshot, read by
-:class:`fair_router.dashboard.reader.SnapshotReader`.
-"""
+"""What the views show: one :class:`Snapshot` of queues, the busiest tenants and the counters, rendered by the page, its
+JSON, ``/metrics`` and ``fair-router demo``."""
 
 from __future__ import annotations
 
@@ -84,8 +81,7 @@ class TenantView:
 
 @dataclass
 class RunningIteration:
-    """An interruptible job running now (:mod:`fair_router.iteration`): where it is, as of its last saved
-    checkpoint."""
+    """An interruptible job running now, as of its last saved checkpoint."""
 
     job_id: str
     queue: str

@@ -1,14 +1,5 @@
-"""The queue rows of a snapshot: what one queue costs to read, and the shard queues that live on the shard
-servers (``shard_urls``).
-
-With ``shard_urls`` set, shard ``i``'s queues (``<family>_shard<i>``) live on ``shard_urls[i % len]``, not on
-``redis_url``: the dashboard reads them there, one pipelined round trip per distinct shard server per
-snapshot, the same :data:`PER_QUEUE` commands per queue as on ``redis_url``. Which queues to read comes from
-the settings (every sharded job key's families, for each of its shards), so no extra round trip lists them
-first. A server that does not answer within :data:`~fair_router.routing.servers.TIMEOUT` seconds is shown
-as down (its queues flagged ``down``, without figures), never as an error: the rest of the snapshot is read
-as usual.
-"""
+"""The queue rows of a snapshot: what one queue costs to read, and the shard queues on the shard servers (one pipelined
+round trip per server; a server that does not answer within ``TIMEOUT`` is shown as down, never an error)."""
 
 from __future__ import annotations
 
@@ -25,17 +16,13 @@ from rq.registry import StartedJobRegistry
 from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
 from fair_router.core.shards import shard_queue
+from fair_router.core.text import as_text
 from fair_router.dashboard.model import QueueView, ShardServerView
 from fair_router.routing.servers import TIMEOUT, ShardServers
 from fair_router.store.fair_scripts import tenant_waiting
 
 PER_QUEUE = 5
-"""Commands per queue: length, running, fair state (tenants waiting, stale and plain pops), parked, abandoned
-count."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+"""Commands per queue: length, running, fair state, parked, abandoned count."""
 
 
 @dataclass
@@ -62,13 +49,13 @@ def queue_commands(pipe: Pipeline, connection: Redis, keys: Keys, name: str, now
 def parse_queue(settings: Settings, name: str, replies: list[Any], server: str = "") -> QueueRead:
     """The :class:`QueueRead` of queue ``name`` from its :data:`PER_QUEUE` replies."""
     length, running, state_raw, parked_raw, abandoned = replies
-    state = {_text(k): v for k, v in state_raw.items()}
+    state = {as_text(k): v for k, v in state_raw.items()}
     backlog = tenant_waiting(state)  # the tenants' records in the fair queue's state hash (lua/lib/fifo.lua)
     stale, plain = state.get("stale"), state.get("plain")
     # an empty list has nothing waiting, whatever members a plain rq worker left (fairqueue.plainpops)
     backlog = {k: v for k, v in backlog.items() if v > 0 and length}
     fair = settings.is_fair(name) or bool(backlog)
-    parked = {_text(t) for t in parked_raw} if fair else set()
+    parked = {as_text(t) for t in parked_raw} if fair else set()
     view = QueueView(name, settings.weight(name), int(length), int(running), fair,
                      len(backlog), len(parked), server=server, stale_pops=int(stale or 0), plain_pops=int(plain or 0))
     return QueueRead(view, backlog if fair else None, parked, None if abandoned is None else int(abandoned))

@@ -1,33 +1,9 @@
 """One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
 
-Cost per call, whatever the number of tenants: at most seven pipelined round trips (plus one per shard
-server) of at most ``10 + 5 * queues + 2 * job keys + 8 * top_n + top_n * rule job keys`` commands, after
-the counts were reconciled with rq's lists (rq's own cancels, deletes, empties and requeues change them
-without our code): one round trip for the fair queues' marks and one script call per fair queue
-(:mod:`fair_router.fairqueue.reconcile`), two for the routed plain queues' counts
-(:mod:`fair_router.routing.waitcheck`), each bounded by ``RECONCILE_BOUND`` entries per queue (a queue holding
-more is shown approximate), and up to four more only when rq changed something (reading the jobs it requeued,
-then the fixes):
-
-1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
-2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant and its stale
-   members (:mod:`fair_router.fairqueue.plainpops`), both in ``HGETALL`` of the fair queue's state hash
-   (its tenant records hold their counts; its size grows with the tenants waiting there), and the parked
-   tenants; the routed counters of each job key and its jobs waiting per plain queue and tenant
-   (:mod:`fair_router.routing.waiting`; an empty queue's are not trusted);
-3. per candidate (at most ``4 * top_n``: the most waiting, the most recently started): its start record,
-   its concurrency slots held, its tier;
-4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);
-5. for the top N only: where its next job would be routed (``peek.lua``, job keys configured in settings);
-6. the interruptible jobs running (:mod:`fair_router.dashboard.iterations`: two more, bounded by the running
-   jobs);
-7. with ``shard_urls``: one per shard server, the round trip 2 reads of the shard queues living there
-   (:mod:`fair_router.dashboard.queueread`); a server that does not answer is shown as down.
-
-The top N are the tenants with the most jobs waiting (fair and routed plain queues) plus running (slots
-held), then the most starts in the last 5 minutes; every other tenant is summed into one ``_other`` row
-(the all-tenant record minus the top N's).
-"""
+After reconciling the counts with rq's lists, a few pipelined round trips (plus one per shard server) whose commands are
+bounded by the queues, job keys and top N, whatever the number of tenants (docs/observability.md, "Cost of a page
+load"). The top N are the tenants with most jobs waiting plus running, then the most recent starts; the rest are summed
+into ``_other``."""
 
 from __future__ import annotations
 
@@ -44,9 +20,11 @@ from fair_router.config.settings import Settings, TiersConfig
 from fair_router.controls.tiers import load_resolver
 from fair_router.core.keys import Keys
 from fair_router.core.rules import last_match
+from fair_router.core.text import as_text
 from fair_router.dashboard.iterations import running_iterations
 from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
+from fair_router.fairqueue.queue import FairQueue
 from fair_router.fairqueue.reconcile import RECONCILE_BOUND, FairQueues, reconcile_queues
 from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.counters import counter_table
@@ -73,12 +51,8 @@ def display_name(key: str) -> str:
     return unquote(key)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _ints(raw: dict[Any, Any]) -> dict[str, int]:
-    return {_text(k): int(float(v)) for k, v in raw.items()}
+    return {as_text(k): int(float(v)) for k, v in raw.items()}
 
 
 class SnapshotReader:
@@ -91,8 +65,7 @@ class SnapshotReader:
         queues: Sequence[str] | None = None,
         clock: Clock | None = None,
     ) -> None:
-        """``queues``: the queues to show (default: the settings' ``queues`` and ``fair_queues`` and every
-        queue rq knows); ``clock``: epoch seconds instead of Redis ``TIME`` (tests)."""
+        """``queues``: those to show (default: the settings' and rq's); ``clock``: instead of Redis ``TIME``."""
         self.connection = connection
         self.rq = rq_of(connection)  # rq's keys: the same client, or on a cluster the owner of rq's slot
         self.settings = settings
@@ -129,8 +102,8 @@ class SnapshotReader:
             replies.insert(0, self.rq.time() if self.clock is None else None)
         server_time, rq_queues, recent, events, limits, job_keys, everyone, other = replies
         now = self.clock() if self.clock is not None else int(server_time[0]) + int(server_time[1]) / 1e6
-        names = self._queue_names(_text(key).removeprefix(Queue.redis_queue_namespace_prefix) for key in rq_queues)
-        routed_keys = sorted({*map(_text, job_keys), *self._rules})
+        names = self._queue_names(as_text(key).removeprefix(Queue.redis_queue_namespace_prefix) for key in rq_queues)
+        routed_keys = sorted({*map(as_text, job_keys), *self._rules})
         approximate = self._reconcile(names, routed_keys)
 
         with self.connection.pipeline(transaction=False) as pipe:
@@ -157,13 +130,13 @@ class SnapshotReader:
         routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, routed_replies[::2], strict=True)
                   for queue, count in _ints(raw).items()}
         lengths = {queue.name: queue.jobs for queue in queues if not queue.down}
-        waiting = {**_plain_waiting(routed_replies[1::2], lengths), **backlogs}  # queue -> tenant -> jobs
+        waiting = {**plain_waiting(routed_replies[1::2], lengths), **backlogs}  # queue -> tenant -> jobs
 
         waiting_total: dict[str, int] = {}
         for backlog in waiting.values():
             for tenant, count in backlog.items():
                 waiting_total[tenant] = waiting_total.get(tenant, 0) + count
-        recently = [_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
+        recently = [as_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
         by_waiting = sorted(waiting_total, key=lambda t: -waiting_total[t])[: 2 * n]
         candidates = list(dict.fromkeys([*by_waiting, *recently]))
         records = self._candidates(candidates, now, waiting, parked)
@@ -196,16 +169,10 @@ class SnapshotReader:
     # -- steps ----------------------------------------------------------------------------------------
 
     def _reconcile(self, names: list[str], routed_keys: list[str]) -> set[str]:
-        """Before the counts are read: the fair queues' and the routed plain queues' counts made to agree with
-        rq's lists (rq's own commands change them without our code: :mod:`fair_router.fairqueue.reconcile`,
-        :mod:`fair_router.routing.waitcheck`). Returns the queues whose counts are approximate (beyond the
-        bound)."""
-        fair = self._fair.among(names)
+        """:func:`reconciled` counts, or every queue approximate where this connection may not write."""
         self._waiting.bound = self.reconcile_bound
-        fair_names = {queue.name for queue in fair}
         try:
-            done = reconcile_queues(fair, self.reconcile_bound)
-            plain = self._waiting.reconcile(routed_keys, [name for name in names if name not in fair_names])
+            return reconciled(self._fair.among(names), self._waiting, names, routed_keys, self.reconcile_bound)
         except (ReadOnlyError, NoPermissionError, ResponseError) as exc:  # a replica, or a user without EVAL
             if not isinstance(exc, ReadOnlyError | NoPermissionError) and not _refused(exc):
                 raise
@@ -215,7 +182,6 @@ class SnapshotReader:
                                "as stored, approximate after rq's own cancels, deletes and requeues; give it a "
                                "connection to the primary, allowed EVAL/EVALSHA", exc)
             return set(names)
-        return {name for name, one in done.items() if not one.exact} | {name for name, ok in plain.items() if not ok}
 
     def _queue_names(self, known: Iterable[str]) -> list[str]:
         if self.queues is not None:
@@ -227,8 +193,7 @@ class SnapshotReader:
     def _candidates(
         self, candidates: list[str], now: float, backlogs: dict[str, dict[str, int]], parked: dict[str, set[str]]
     ) -> list[tuple[TenantView, dict[str, int]]]:
-        """Round trip 3: each candidate's row (and its record's fields), from its record, slots held and
-        tier."""
+        """Each candidate's row (and its record's fields), from its record, slots held and tier."""
         limits_on = self.settings.concurrency.enabled
         raw_names = [unquote(key) for key in candidates]
         with self.connection.pipeline(transaction=False) as pipe:
@@ -261,7 +226,7 @@ class SnapshotReader:
         if key.startswith("#"):
             return config.default  # no tenant, or a digest: the id itself is not known here
         found: object = self._resolver(raw) if self._resolver is not None else (
-            None if stored is None else _text(stored))
+            None if stored is None else as_text(stored))
         return found if isinstance(found, str) and found in config.concurrency else config.default
 
     def _add_rules(self, rows: list[TenantView], now: float) -> None:
@@ -280,8 +245,7 @@ class SnapshotReader:
                 row.rule = matched.describe()
 
     def _fair_weights(self, backlogs: dict[str, dict[str, int]]) -> dict[str, float]:
-        """Weight of each tenant waiting in a fair queue (its tier's ``tiers.weights``, as the fair queue
-        uses), read from the tenants' records in the fair queues' state hashes."""
+        """Weight of each tenant waiting in a fair queue, from its record in the queue's state hash."""
         asks = [(queue, list(backlog)) for queue, backlog in backlogs.items()
                 if backlog and queue not in self._shards.names]
         if not asks:
@@ -296,6 +260,16 @@ class SnapshotReader:
             for tenant, value in zip(tenants, values, strict=True):
                 weights[tenant] = max(weights.get(tenant, 0.0), record_weight(value) or 1.0)
         return weights
+
+
+def reconciled(fair: list[FairQueue], waiting: WaitingReconciler, names: list[str], job_keys: list[str],
+               bound: int = RECONCILE_BOUND) -> set[str]:
+    """Make the fair queues' and the routed plain queues' counts agree with rq's lists first (rq's own commands
+    change them); returns the queues whose counts are approximate (beyond ``bound``)."""
+    fair_names = {queue.name for queue in fair}
+    done = reconcile_queues(fair, bound)
+    plain = waiting.reconcile(job_keys, [name for name in names if name not in fair_names])
+    return {name for name, one in done.items() if not one.exact} | {name for name, ok in plain.items() if not ok}
 
 
 def _row(key: str, label: str, fields: dict[str, int], now: float) -> TenantView:
@@ -316,10 +290,9 @@ def _refused(error: ResponseError) -> bool:
     return any(sign in text for sign in ("noperm", "readonly", "read only", "no permissions"))
 
 
-def _plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:
-    """Plain queues' waiting counts (:mod:`fair_router.routing.waiting`) from the job keys' HGETALL replies: queue
-    -> encoded tenant -> jobs. An empty queue has nothing waiting, whatever counts were left (a job deleted
-    before it started, or taken by a plain rq worker, keeps its count until then)."""
+def plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Plain queues' waiting counts (queue -> encoded tenant -> jobs) from the job keys' replies; an empty queue has
+    nothing waiting, whatever counts were left."""
     waiting: dict[str, dict[str, int]] = {}
     for raw in replies:
         for name, count in _ints(raw).items():
@@ -364,8 +337,7 @@ def _window(fields: dict[str, int], minute: int, minutes: int) -> Histogram:
 def _series(
     fields: dict[str, int], tick: int, minus: Sequence[dict[str, int]] = ()
 ) -> list[tuple[float, float]]:
-    """(tick start, mean wait) of the ticks a record holds, oldest first; ``minus``: records whose starts
-    are taken out (the ``_other`` row is everyone minus the top N)."""
+    """(tick start, mean wait) of a record's ticks, oldest first, ``minus`` the records taken out."""
     points = []
     for slot in range(TICK_SLOTS):
         held = fields.get(f"t{slot}")

@@ -1,21 +1,18 @@
-"""The churn scenario: N tenants each run a few jobs through one FairQueue with the tenant controls on and go;
-what they leave in Redis without a TTL (bench/bounded_state.py, tests/test_bounded_state.py).
-
-Tenants arrive in waves (``wave`` tenants with ``jobs`` jobs each, enqueued at once, drained by a real
-in-process WeightedSimpleWorker before the next wave): concurrency.enabled (the free tier's limit of 1), a tier
-rate, start records on. Every scenario tenant's id starts with ``visitor-``: per key without a TTL, the count
-is of its entries (hash fields, set members, list items) naming one.
+"""The churn scenario: waves of tenants each run a few jobs through one FairQueue with the tenant controls on,
+then go; what they leave in Redis without a TTL (bench/bounded_state.py, tests/test_bounded_state.py).
+Every scenario tenant's id starts with ``visitor-``, which the count looks for.
 """
-
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from redis import Redis
 
 from fair_router.config.sections import ConcurrencyConfig, TiersConfig
 from fair_router.config.settings import Charge, Settings
+from fair_router.core.text import as_text
 from fair_router.demo.harness import timed_job
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.workers.weighted import WeightedSimpleWorker
@@ -28,8 +25,7 @@ DONE = "bench:bounded:done"
 
 @dataclass
 class Leftover:
-    """What a run left: per key without a TTL, its entries naming a scenario tenant (and the same halfway through
-    the last wave, while its tenants were active); used_memory (bytes)."""
+    """What a run left: per key without a TTL, its entries naming a scenario tenant (also midway); used_memory."""
 
     tenants: int
     jobs: int
@@ -44,25 +40,14 @@ class Leftover:
 
 
 def tenant_entries(conn: Redis, key: bytes) -> int:
-    """How many entries of ``key`` (fields of a hash, members of a set or sorted set, items of a list, the
-    key itself for a string) name a scenario tenant: in the entry or in the key's own name."""
-    kind = cast(bytes, conn.type(key)).decode()
+    """How many entries of ``key`` (or the key's own name) name a scenario tenant."""
+    kind = as_text(conn.type(key))
+    entries: dict[str, Callable[[bytes], Any]] = {
+        "hash": conn.hkeys, "zset": lambda k: conn.zrange(k, 0, -1), "set": conn.smembers,
+        "list": lambda k: conn.lrange(k, 0, -1)}
     if TENANT.encode() in key:
-        return 1 if kind == "string" else max(1, _size(conn, key, kind))
-    if kind == "hash":
-        return sum(TENANT.encode() in name for name in cast(list[bytes], conn.hkeys(key)))
-    if kind == "zset":
-        return sum(TENANT.encode() in name for name in cast(list[bytes], conn.zrange(key, 0, -1)))
-    if kind == "set":
-        return sum(TENANT.encode() in name for name in cast(set[bytes], conn.smembers(key)))
-    if kind == "list":
-        return sum(TENANT.encode() in item for item in cast(list[bytes], conn.lrange(key, 0, -1)))
-    return 0
-
-
-def _size(conn: Redis, key: bytes, kind: str) -> int:
-    sizes = {"hash": conn.hlen, "zset": conn.zcard, "set": conn.scard, "list": conn.llen}
-    return int(cast(Any, sizes[kind](key))) if kind in sizes else 1
+        return 1 if kind not in entries else max(1, len(entries[kind](key)))
+    return sum(TENANT.encode() in name for name in entries[kind](key)) if kind in entries else 0
 
 
 def leftover(conn: Redis) -> dict[str, int]:
@@ -73,7 +58,7 @@ def leftover(conn: Redis) -> dict[str, int]:
             continue
         n = tenant_entries(conn, key)
         if n:
-            found[key.decode()] = n
+            found[as_text(key)] = n
     return found
 
 

@@ -1,29 +1,8 @@
-"""The flood scenario: one greedy tenant enqueues thousands of jobs at once while small tenants keep
-arriving; real rq workers drain it. Shared by ``fair-router demo`` and ``bench/fairness.py``.
-
-Each mode runs the same arrivals twice, with and without the flood, so that the report can say how
-visible the flood is to small tenants:
-
-- **isolation**: small tenants' p95 queue wait under the flood / their p95 wait without it;
-- **served ahead**: for each small job, how many jobs started between its enqueue and its start (p95):
-  FIFO makes it wait for the flood, a fair scheduler only for the jobs workers had in hand. Unlike
-  isolation it does not depend on how fast this machine runs rq, see :func:`~.metrics.served_ahead`;
-- **makespan ratio**: makespan / FIFO's makespan for the same jobs (work conservation, goal <= 1.05);
-- **share accuracy**: every tenant backlogged (each enqueues a batch, one after another); Jain's index
-  over each tenant's share of the first half of the dequeues divided by its fair share (FIFO ~ 1/n);
-- **Jain's index** over per-tenant mean slowdown (wait / service time), in the JSON
-  report only: FIFO scores well on it when everybody waits equally long.
-
-**Worker-time share** (:func:`run_worker_time`): two tenants, backlogged, whose jobs differ in length
-(10:1); Jain's index over each tenant's worker time / its fair share while both are backlogged, and the
-drain throughput, for each charging mode. Worker time is what the worker spent on a job, rq's per-job
-bookkeeping included, as :class:`fair_router.demo.timed.TimedWorker` notes it; Jain is also given over rq's
-run times alone and over the worker's whole cycles (its fetches too).
-
-The modes (``fifo``, ``router``, ``fair``, ``fair-runtime``) and the machinery of one run on real workers
-are in :mod:`fair_router.demo.harness`; the metrics in :mod:`fair_router.demo.metrics`; the demo's printing
-in :mod:`fair_router.demo.run`.
-"""
+"""The flood scenario: one greedy tenant enqueues thousands of jobs at once while small tenants keep arriving, drained
+by real rq workers (``fair-router demo``, ``bench/fairness.py``); and the worker-time share scenario
+(:func:`run_worker_time`). Each mode runs the same arrivals with and without the flood, so the report can say how
+visible the flood is to small tenants; the figures are explained in :data:`fair_router.demo.run.METRICS_EXPLAINED` and
+docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -66,8 +45,7 @@ class FloodParams:
     share_tenants: int = 5
     share_jobs: int = 100
     flush_interval: float = 1.0
-    """The workers' ``observe.flush_interval``: a flood shorter than a couple of intervals (the tests' small
-    ones) needs a shorter one for its halfway dashboard view to show the starts so far."""
+    """The workers' ``observe.flush_interval`` (a short flood needs a short one for its halfway view)."""
 
     @property
     def total_jobs(self) -> int:
@@ -100,8 +78,7 @@ def run_once(
     progress: Callable[[int], None] | None = None,
     midway: Midway | None = None,
 ) -> list[JobTiming]:
-    """Run one mode once (with or without the flood) on real workers; return every job's timing.
-    ``midway`` is called once, when half the jobs have run."""
+    """Run one mode once (with or without the flood); ``midway`` is called when half the jobs have run."""
     plan = arrivals(params, flood)
     bursts = [[tenant for _, tenant, kind in plan if kind == "greedy"]] if flood else []
     trickle = [item for item in plan if item[2] != "greedy"]
@@ -116,8 +93,7 @@ def run_backlogged(
     params: FloodParams,
     progress: Callable[[int], None] | None = None,
 ) -> list[JobTiming]:
-    """Every tenant backlogged: ``share_tenants`` tenants each enqueue ``share_jobs`` jobs at once, one
-    tenant after another (the share-accuracy scenario)."""
+    """Every tenant backlogged: ``share_tenants`` each enqueue ``share_jobs`` jobs, one after another."""
     bursts = [[f"tenant-{i}"] * params.share_jobs for i in range(params.share_tenants)]
     return drain(connection, url, mode_name, params.workers, params.job_ms, bursts, "backlogged", [], progress,
                  flush_interval=params.flush_interval)
@@ -125,8 +101,7 @@ def run_backlogged(
 
 @dataclass(frozen=True)
 class MixedParams:
-    """Worker-time share scenario: a tenant with long jobs and one with short jobs (10:1), both backlogged
-    from the start, each with about the same total work; ``weights``: (long tenant's, short tenant's)."""
+    """Worker-time share scenario: long (10x) and short jobs of two backlogged tenants; ``weights``: (long, short)."""
 
     long_ms: float = 20.0
     short_ms: float = 2.0
@@ -147,10 +122,9 @@ def run_worker_time(
     charge: Charge,
     progress: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
-    """Drain the mixed-length backlog on a FairQueue charging ``charge`` with real workers. Returns the long
-    tenant's share of worker time while both were backlogged (``long_share``; fair: w_long / sum w), Jain's
-    index over each tenant's worker time / its fair share (``jain``; ``jain_run`` over rq's run times alone,
-    ``jain_cycle`` over the worker's whole cycles), and the drain throughput (jobs/s)."""
+    """Drain the mixed-length backlog on a FairQueue charging ``charge``. Returns the long tenant's share of worker time
+    while both were backlogged, Jain's index over worker time / fair share (``jain_run``: over rq's run times,
+    ``jain_cycle``: over whole cycles), and the throughput."""
     tenants = {"long": (params.long_ms, params.long_jobs, params.weights[0]),
                "short": (params.short_ms, params.short_jobs, params.weights[1])}
     # One batch (one MULTI): both tenants are backlogged from the first pop on.
@@ -191,12 +165,9 @@ def run_scenario(
     rounds: int = 1,
     midway: Midway | None = None,
 ) -> dict[str, Any]:
-    """Every mode without and with the flood, ``rounds`` times (modes interleaved within a round, the
-    order rotated each round, seed + round number), then once all backlogged; returns params, per-mode
-    summaries and raw waits. ``midway`` is called once per mode, halfway through its first flooded run.
-
-    Waits are pooled over the rounds. The makespan ratio is the median over rounds of each mode's
-    makespan / FIFO's in the same round, so that this shared machine's drift between runs cancels."""
+    """Every mode without and with the flood, ``rounds`` times (order rotated each round, seed + round), then once all
+    backlogged; returns params, per-mode summaries and raw waits. The makespan ratio is the median over rounds of each
+    mode's against FIFO's in the same round, so the machine's drift cancels."""
     report: dict[str, Any] = {"params": {**asdict(params), "rounds": rounds}, "modes": {}}
     calm: dict[str, list[list[JobTiming]]] = {name: [] for name in modes}
     flooded: dict[str, list[list[JobTiming]]] = {name: [] for name in modes}

@@ -1,13 +1,9 @@
-"""One run of the flood scenario on real rq workers: the modes (queues, worker class, weights, rules), the
-worker processes, the enqueueing of each mode, and the drain that waits for every job and reads back its
-rq timestamps (:func:`drain`). :mod:`fair_router.demo.flood` says what is enqueued when.
+"""One run of a demo scenario on real rq workers: the modes, the worker processes, each mode's enqueueing,
+and the drain that waits for every job and reads back its rq timestamps (:func:`drain`).
 
-Modes: ``fifo`` is plain rq (one queue, rq's SimpleWorker); ``router`` is fair-router's enqueue-time
-router (throttle rules at enqueue, WeightedSimpleWorker over the base and throttled queues); ``fair``
-is one FairQueue (weighted fair share across tenants at dequeue, WeightedSimpleWorker); ``fair-runtime``
-is the same FairQueue charging run time instead of jobs (``charge="runtime"``).
+Modes: ``fifo`` is plain rq (SimpleWorker); ``router`` routes by throttle rules at enqueue; ``fair`` is one
+FairQueue; ``fair-runtime`` the same charging run time (``charge="runtime"``).
 """
-
 from __future__ import annotations
 
 import os
@@ -43,6 +39,11 @@ Midway = Callable[["Mode"], None]
 def timed_job(tenant: str, ms: float, done_key: str) -> None:
     """The scenario's job: sleeps ``ms`` (an I/O-bound task), then counts itself done."""
     time.sleep(ms / 1000)
+    count_done(done_key)
+
+
+def count_done(done_key: str) -> None:
+    """Count the current job done (the scenario waits for its count)."""
     job = get_current_job()
     if job is not None:
         job.connection.incr(done_key)
@@ -84,8 +85,7 @@ def mode(name: str, run: str) -> Mode:
 
 @contextmanager
 def workers(url: str, chosen: Mode, count: int, flush_interval: float = 1.0) -> Iterator[None]:
-    """``count`` real ``rq worker`` processes of the mode's class, stopped (SIGTERM) on exit (each flushes
-    its start records as it stops)."""
+    """``count`` real ``rq worker`` processes of the mode's class, stopped (SIGTERM) on exit."""
     with tempfile.TemporaryDirectory(prefix="fair-router-flood-") as tmp:
         config = Path(tmp) / "fair_router.yaml"
         fair_queues = list(chosen.queues) if chosen.fair else []
@@ -122,12 +122,10 @@ def drain(
     flush_interval: float = 1.0,
     worker_class: str | None = None,
 ) -> list[JobTiming]:
-    """Start the mode's workers, enqueue each burst at once (in order), then the trickle at its offsets;
-    wait until every job ran and return their timings, with ``worker_count`` workers. ``job_ms``: tenant ->
-    its jobs' length (else ``default_ms``); ``weights``: tenant -> fair-share weight (fair modes; else 1).
-    The workers' start records (fair_router.observe) begin empty and are deleted at the end: a run sees only
-    its own. ``worker_class``: the workers' class instead of the mode's."""
-    run = f"fr{os.getpid()}_{time.monotonic_ns() % 10**9}"
+    """Start the mode's workers, enqueue each burst at once, then the trickle at its offsets; wait until every job ran
+    and return their timings. ``job_ms``: tenant -> job length (else ``default_ms``); ``weights``: tenant -> fair-share
+    weight; ``worker_class``: instead of the mode's. A run sees only its own start records."""
+    run = run_id()
     chosen = mode(mode_name, run)
     if worker_class is not None:
         chosen = replace(chosen, worker_class=worker_class)
@@ -139,12 +137,14 @@ def drain(
     _clear_observe(connection)
 
     pending = [midway] if midway is not None else []
+    tally = Tally(connection, done_key, progress)
 
-    def report(reported: int) -> int:
-        done = _report(connection, done_key, reported, progress)
-        if pending and done >= total // 2:
+    def done() -> int:
+        count = tally.update()
+        if pending and count >= total // 2:
             pending.pop()(chosen)
-        return done
+        return count
+
     kinds: dict[str, tuple[str, str]] = {}
     with workers(url, chosen, worker_count, flush_interval):
         wait_for_workers(connection, chosen.queues, worker_count)
@@ -155,28 +155,22 @@ def drain(
         # tenants' jobs held back behind the flood's enqueue calls would arrive in a clump, which
         # measures this harness rather than the queue (in production they come from other processes).
         start = time.monotonic()
-        reported = 0
         for offset, tenant, kind in trickle:
             while (delay := start + offset - time.monotonic()) > 0:
                 time.sleep(min(delay, 0.05))
-                reported = report(reported)
+                done()
             kinds[enqueue.one(tenant, length[tenant], done_key).id] = (tenant, kind)
-        deadline = time.monotonic() + 120 + total * max(length.values(), default=0) / 1000
-        while reported < total:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{mode_name}: only {reported} of {total} jobs finished in time")
-            time.sleep(0.05)
-            reported = report(reported)
+        if not wait_until(lambda: done() >= total, 120 + total * max(length.values(), default=0) / 1000):
+            raise RuntimeError(f"{mode_name}: only {tally.reported} of {total} jobs finished in time")
     jobs = [job for job in Job.fetch_many(list(kinds), connection=connection) if job is not None]
-    timings = [_timing(job, *kinds[job.id]) for job in jobs]
+    timings = [timing(job, *kinds[job.id]) for job in jobs]
     clean_up(connection, chosen, jobs, done_key)
     return timings
 
 
 def clean_up(connection: Redis, chosen: Mode, jobs: Sequence[Job], done_key: str) -> None:
-    """Delete a run's jobs, queues, done counter and start records. Finished jobs and their results go too:
-    left to expire, they would make Redis a little bigger and slower for every later run, which biases the
-    comparison against the modes that run later."""
+    """Delete a run's jobs, queues, done counter and start records: left to expire, they would slow every
+    later run and bias the comparison against the modes that run later."""
     with connection.pipeline(transaction=False) as pipe:
         for job in jobs:
             job.delete(pipeline=pipe, remove_from_queue=False)
@@ -195,35 +189,57 @@ def _clear_observe(connection: Redis) -> None:
 
 
 def observed_settings(chosen: Mode, top_tenants: int = 10) -> Settings:
-    """The settings a dashboard of this mode's run would use: the workers' (prefix, weights, fair queues),
-    plus the router's rules under its job key, so that the throttling rule shows."""
+    """The settings a dashboard of this mode's run uses: the workers', plus the router's rules."""
     jobs = {f"{PREFIX}.{chosen.queues[0]}": JobConfig(queue=chosen.queues[0], rules=list(chosen.rules))}
     return Settings(prefix=PREFIX, queues=chosen.weights, fair_queues=list(chosen.queues) if chosen.fair else [],
                     fair_charge=chosen.charge,
                     jobs=jobs if chosen.rules else {}, observe=ObserveConfig(top_tenants=top_tenants))
 
 
-def _timing(job: Job, tenant: str, kind: str) -> JobTiming:
+def timing(job: Job, tenant: str, kind: str) -> JobTiming:
+    """A finished job's rq timestamps as a JobTiming."""
     if job.enqueued_at is None or job.started_at is None or job.ended_at is None:
         raise RuntimeError(f"job {job.id} of {tenant} finished without rq timestamps")
     return JobTiming(tenant, kind, job.enqueued_at.timestamp(), job.started_at.timestamp(),
                      job.ended_at.timestamp())
 
 
-def _report(connection: Redis, done_key: str, reported: int, progress: Callable[[int], None] | None) -> int:
-    done = int(connection.get(done_key) or 0)
-    if progress is not None and done > reported:
-        progress(done - reported)
-    return max(done, reported)
+def run_id(suffix: str = "") -> str:
+    """Queue and key names unique to one run of this process."""
+    return f"fr{os.getpid()}_{time.monotonic_ns() % 10**9}{suffix}"
+
+
+@dataclass
+class Tally:
+    """The jobs a run counted done (its ``done_key``), reported to ``progress`` as they grow."""
+
+    connection: Redis
+    done_key: str
+    progress: Callable[[int], None] | None
+    reported: int = 0
+
+    def update(self) -> int:
+        done = int(self.connection.get(self.done_key) or 0)
+        if self.progress is not None and done > self.reported:
+            self.progress(done - self.reported)
+        self.reported = max(done, self.reported)
+        return self.reported
+
+
+def wait_until(ready: Callable[[], bool], seconds: float, step: float = 0.05) -> bool:
+    """Poll ``ready`` every ``step`` seconds until it is true (True) or ``seconds`` have passed (False)."""
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
 
 
 def wait_for_workers(connection: Redis, queues: Sequence[str], count: int) -> None:
     """Block until ``count`` workers listen on these queues, so start-up is not counted as wait."""
-    deadline = time.monotonic() + 60
-    while len(Worker.all(queue=Queue(queues[0], connection=connection))) < count:
-        if time.monotonic() > deadline:
-            raise RuntimeError("rq workers did not start within 60 s")
-        time.sleep(0.05)
+    if not wait_until(lambda: len(Worker.all(queue=Queue(queues[0], connection=connection))) >= count, 60):
+        raise RuntimeError("rq workers did not start within 60 s")
 
 
 @dataclass
@@ -233,8 +249,7 @@ class _Enqueuer:
 
 
 def _enqueuer(connection: Redis, chosen: Mode, weights: Mapping[str, float]) -> _Enqueuer:
-    """How the mode enqueues: plain rq for FIFO, ``@fair_job`` for the router, FairQueue for fair (tenants'
-    ``weights`` through tiers named after them, written where the queue's TierBook reads them)."""
+    """How the mode enqueues: plain rq, ``@fair_job``, or a FairQueue (``weights`` through tiers named after them)."""
     if chosen.fair:
         tiers = TiersConfig(default="w1", priority=[], concurrency={"w1": 1, **{_tier(w): 1 for w in weights.values()}},
                             weights={_tier(w): w for w in weights.values()})
@@ -265,8 +280,7 @@ def _tier(weight: float) -> str:
 
 
 def stop_processes(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
-    """SIGTERM every process (warm shutdown, all at once), then wait; one still running after ``grace``
-    seconds is killed."""
+    """SIGTERM every process at once, then wait; one still running after ``grace`` seconds is killed."""
     for proc in procs:
         proc.terminate()
     for proc in procs:

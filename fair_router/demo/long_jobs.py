@@ -1,32 +1,34 @@
 """The "long jobs" scenario: what fair share cannot do alone, and what interruptible iteration adds.
 
-One tenant's long jobs (one per worker, ``items`` items of ``item_ms`` each) hold every worker of one
-FairQueue. Once they have started, small tenants arrive one after another over most of a long job's length
-and enqueue one short job each. The scenario runs twice on real ``rq worker`` processes (the flood's
-harness, WeightedSimpleWorker):
-
-- **without turns**: the long jobs are plain functions. A fair scheduler only decides which job starts
-  next, so each small job waits for a long job to end (up to a whole long job);
-- **with turns**: the same work as an ``@interruptible(slice="0.3s")`` generator. At the first checkpoint
-  after the slice the long job goes back to the end of its tenant's FIFO, and the small tenants, charged
-  less, start first: a small job waits about one slice plus one item at most.
-
-The job functions live here so that the worker processes can import them.
+One tenant's long jobs hold every worker of a FairQueue while small tenants arrive one by one. Without
+turns each small job waits for a long job to end; with ``@interruptible(slice="0.3s")`` the long job gives
+its worker up at each slice, so a small job waits about one slice. The job functions live here so that
+the worker processes can import them.
 """
-
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Generator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from redis import Redis
-from rq import get_current_job
 from rq.job import Job
 
-from fair_router.demo.harness import PREFIX, clean_up, mode, observed_settings, timed_job, wait_for_workers, workers
+from fair_router.demo.harness import (
+    PREFIX,
+    Tally,
+    clean_up,
+    count_done,
+    mode,
+    observed_settings,
+    run_id,
+    timed_job,
+    timing,
+    wait_for_workers,
+    wait_until,
+    workers,
+)
 from fair_router.demo.metrics import percentile
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.decorator import interruptible
@@ -47,18 +49,12 @@ def _items(items: int, item_ms: float, cursor: int | None) -> Generator[int, Non
     return items
 
 
-def _count_done(done_key: str) -> None:
-    job = get_current_job()
-    if job is not None:
-        job.connection.incr(done_key)
-
-
 @interruptible(slice=SLICE)
 def long_job_in_turns(tenant: str, items: int, item_ms: float, done_key: str,
                       cursor: int | None = None) -> Generator[int, None, int]:
     """The long job, interruptible: it gives its worker up at the first checkpoint after each slice."""
     done = yield from _items(items, item_ms, cursor)
-    _count_done(done_key)
+    count_done(done_key)
     return done
 
 
@@ -66,7 +62,7 @@ def long_job_whole(tenant: str, items: int, item_ms: float, done_key: str) -> in
     """The same work in one go, as a plain job function."""
     for _ in _items(items, item_ms, None):
         pass
-    _count_done(done_key)
+    count_done(done_key)
     return items
 
 
@@ -94,46 +90,36 @@ class LongParams:
 def run_variant(
     connection: Redis, url: str, params: LongParams, turns: bool, progress: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
-    """One run on real workers: the long jobs (``turns``: interruptible), then the small tenants once every
-    long job has started. Returns each small tenant's wait (enqueue to start, s; rq's timestamps), and each
-    long job's turns and result."""
-    run = f"fr{os.getpid()}_{time.monotonic_ns() % 10**9}_long"
+    """One run on real workers: the long jobs (``turns``: interruptible), then the small tenants once every long job has
+    started. Returns the small tenants' waits and each long job's turns and result."""
+    run = run_id("_long")
     chosen = mode("fair", run)
     queue = FairQueue(chosen.queues[0], connection=connection, settings=observed_settings(chosen))
     done_key = f"{PREFIX}:{run}:done"
     func: Callable[..., Any] = long_job_in_turns if turns else long_job_whole
     arrive = [params.spread * params.long_seconds * k / params.small_tenants for k in range(params.small_tenants)]
-    reported = 0
-
-    def report() -> int:
-        done = int(connection.get(done_key) or 0)
-        if progress is not None and done > reported:
-            progress(done - reported)
-        return max(done, reported)
+    tally = Tally(connection, done_key, progress)
 
     with workers(url, chosen, params.workers):
         wait_for_workers(connection, chosen.queues, params.workers)
         longs = [queue.enqueue(func, LONG_TENANT, params.items, params.item_ms, done_key, fair_tenant=LONG_TENANT,
                                result_ttl=600) for _ in range(params.workers)]
-        _wait_until(lambda: all(job is not None and job.started_at is not None
-                                for job in Job.fetch_many([j.id for j in longs], connection=connection)),
-                    30, "the long jobs to start")
+        if not wait_until(lambda: all(job is not None and job.started_at is not None
+                                      for job in Job.fetch_many([j.id for j in longs], connection=connection)),
+                          30, step=0.01):
+            raise RuntimeError("timed out after 30s waiting for the long jobs to start")
         start = time.monotonic()
         smalls: list[Job] = []
         for k, offset in enumerate(arrive):
             time.sleep(max(0.0, start + offset - time.monotonic()))
             smalls.append(queue.enqueue(timed_job, f"small-{k}", params.small_ms, done_key, fair_tenant=f"small-{k}",
                                         result_ttl=600))
-            reported = report()
-        deadline = time.monotonic() + 60 + params.workers * params.long_seconds
-        while reported < params.jobs_per_variant:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"long jobs: only {reported} of {params.jobs_per_variant} jobs finished in time")
-            time.sleep(0.05)
-            reported = report()
+            tally.update()
+        if not wait_until(lambda: tally.update() >= params.jobs_per_variant, 60 + params.workers * params.long_seconds):
+            raise RuntimeError(f"long jobs: only {tally.reported} of {params.jobs_per_variant} jobs finished in time")
     fetched = [job for job in Job.fetch_many([j.id for j in [*longs, *smalls]], connection=connection) if job]
     by_id = {job.id: job for job in fetched}
-    waits = [_wait(by_id[job.id]) for job in smalls]
+    waits = [timing(by_id[job.id], "", "small").wait for job in smalls]
     long_runs = [{"turns": int(by_id[job.id].meta.get(TURNS) or 1), "result": by_id[job.id].return_value()}
                  for job in longs]
     clean_up(connection, chosen, fetched, done_key)
@@ -169,16 +155,3 @@ def total_jobs(params: LongParams) -> int:
     """Jobs run by run_long_jobs (for a progress bar)."""
     return len(VARIANTS) * params.jobs_per_variant
 
-
-def _wait(job: Job) -> float:
-    if job.enqueued_at is None or job.started_at is None:
-        raise RuntimeError(f"job {job.id} finished without rq timestamps")
-    return (job.started_at - job.enqueued_at).total_seconds()
-
-
-def _wait_until(ready: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not ready():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {seconds:g}s waiting for {what}")
-        time.sleep(0.01)

@@ -1,6 +1,4 @@
-"""The flood scenario's metrics (what each means: :mod:`fair_router.demo.flood`), computed from every finished
-job's rq timestamps: wait percentiles, served-ahead counts, makespan, Jain's index, share accuracy and
-worker-time shares."""
+"""The demo scenarios' metrics, from every finished job's rq timestamps."""
 
 from __future__ import annotations
 
@@ -50,20 +48,15 @@ def makespan(timings: Sequence[JobTiming]) -> float:
 
 
 def served_ahead(timings: Sequence[JobTiming], kind: str = "small") -> list[int]:
-    """For each job of ``kind``: how many jobs started after it was enqueued and before it started.
-
-    The machine-independent part of a small job's wait: FIFO makes it wait for the whole flood, a fair
-    scheduler only for the jobs that workers had already taken when it arrived (about one per worker).
-    What is left of its wait is the rest of the jobs then running, which no scheduler that does not
-    preempt jobs can avoid."""
+    """For each job of ``kind``: how many jobs started after it was enqueued and before it started; the
+    machine-independent part of its wait (FIFO: the whole flood; a fair scheduler: about one job per worker)."""
     starts = sorted(t.started for t in timings)
     return [bisect.bisect_left(starts, t.started) - bisect.bisect_right(starts, t.enqueued)
             for t in timings if t.kind == kind]
 
 
 def summarize(runs: Sequence[Sequence[JobTiming]]) -> dict[str, float]:
-    """Per-class p50/p95 wait and small jobs' p95 served-ahead count (pooled over the runs), median
-    makespan and throughput, and Jain's index over per-tenant slowdown."""
+    """Per-class wait p50/p95, small jobs' served-ahead p95, median makespan and throughput, slowdown Jain."""
     pooled = [t for run in runs for t in run]
     result: dict[str, float] = {}
     for kind in ("greedy", "small"):
@@ -81,17 +74,15 @@ def summarize(runs: Sequence[Sequence[JobTiming]]) -> dict[str, float]:
 
 
 def share_accuracy(timings: Sequence[JobTiming]) -> float:
-    """Jain's index over x_i = (tenant i's share of the first half of all dequeues) / (its fair share,
-    1/n with equal weights): 1.0 is a perfect fair share; FIFO, which serves one tenant after another,
-    scores about 1/n."""
+    """Jain's index over each tenant's share of the first half of the dequeues / its fair share (1/n): 1.0 is a perfect
+    fair share, FIFO scores about 1/n."""
     tenants = sorted({t.tenant for t in timings})
     first = sorted(timings, key=lambda t: t.started)[: len(timings) // 2]
     return jain([sum(t.tenant == tenant for t in first) / len(first) * len(tenants) for tenant in tenants])
 
 
 def worker_time_shares(timings: Sequence[JobTiming]) -> dict[str, float]:
-    """Each tenant's share of the worker time (ended - started) of the jobs that started while every tenant
-    still had jobs waiting, that is before the first tenant's last job started."""
+    """Each tenant's share of worker time over the jobs started while every tenant still had jobs waiting."""
     last_start: dict[str, float] = {}
     for t in timings:
         last_start[t.tenant] = max(last_start.get(t.tenant, t.started), t.started)

@@ -14,8 +14,7 @@ BELOW: dict[str, Any] = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.16), 
 
 
 def plot_waits(report: dict[str, Any], path: Path, long_jobs: dict[str, Any] | None = None) -> None:
-    """Draw the empirical CDF of queue wait for greedy and small tenants in each mode, side by side; with
-    ``long_jobs`` (:func:`~fair_router.demo.long_jobs.run_long_jobs`'s report) a second row for it."""
+    """Draw each mode's queue-wait CDF for greedy and small tenants; with ``long_jobs``, a second row for it."""
     try:
         import matplotlib
 
@@ -54,9 +53,7 @@ def plot_waits(report: dict[str, Any], path: Path, long_jobs: dict[str, Any] | N
 
 
 def _plot_long_jobs(fig: Any, grid: Any, half: int, report: dict[str, Any]) -> None:
-    """Two panels on one x-axis (wait, s): the CDF of small tenants' waits, and each small tenant's wait in
-    arrival order; a red and a green series (without, with turns), the slice and the long job's length
-    marked."""
+    """The long-jobs row: small tenants' wait CDF, and each one's wait in arrival order, without and with turns."""
     params = report["params"]
     cdf = fig.add_subplot(grid[1, :half])
     order = fig.add_subplot(grid[1, half:], sharex=cdf)

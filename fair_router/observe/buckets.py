@@ -1,12 +1,6 @@
-"""Log-spaced wait buckets: where a start's wait is counted, and percentiles estimated back from counts.
-
-Bucket bounds are the R10 preferred numbers (1, 1.25, 1.6, 2, 2.5, 3.15, 4, 5, 6.3, 8) times powers of ten,
-from 1 ms to 100,000 s: ten buckets per decade, so an estimated percentile is off by at most a quarter of
-its value (much less with interpolation), and a wait's bucket is one ``bisect``. Bucket ``b`` counts waits
-``<= BOUNDS_US[b]`` (and above the bound before it); the last bucket counts longer waits. Prometheus gets
-the 1-2-5 subset of the bounds as its ``le`` labels (25 series per tenant instead of 82): every one of them
-is a fine bound, so its cumulative count is exact.
-"""
+"""Log-spaced wait buckets (R10 numbers, 1 ms to 100,000 s, ten per decade): a wait's bucket is one ``bisect``, an
+estimated percentile is off by at most a quarter. Prometheus gets the 1-2-5 subset as ``le`` labels, each a bucket
+bound, so its counts are exact."""
 
 from __future__ import annotations
 
@@ -55,8 +49,7 @@ class Histogram:
         return left
 
     def quantile(self, q: float) -> float | None:
-        """Estimated q-quantile of the wait in seconds (None without starts): linear within the bucket that
-        holds it, as Prometheus' ``histogram_quantile`` does; a quantile past the last bound is that bound."""
+        """Estimated q-quantile of the wait in seconds (None without starts), as ``histogram_quantile`` does."""
         total = self.count
         if total == 0:
             return None

@@ -1,11 +1,6 @@
-"""The per-tier job-start counters: what the start controls counted (refusals by reason, slots acquired,
-released and reclaimed, jobs parked and snoozed), kept as ``<tier>:<counter>`` fields of one hash.
-
-The controls do not write them themselves: they report each count to a tally (the
-:class:`~fair_router.controls.pipeline.Tally` hook) and :class:`TierCounters` is the tally the workers give
-them. Counts are plain increments gathered in memory; they ride along in the limiter's next round trip
-(an acquire, release, snooze or defer pipeline) rather than costing one of their own.
-"""
+"""The per-tier job-start counters (refusals by reason, slots acquired, released, reclaimed, parked, snoozed) as
+``<tier>:<counter>`` fields of one hash. The controls report to a tally (:class:`TierCounters`), whose increments ride
+the limiter's next round trip."""
 
 from __future__ import annotations
 
@@ -17,20 +12,18 @@ from redis import Redis
 from redis.client import Pipeline
 
 from fair_router.core.keys import Keys
+from fair_router.core.text import as_text
 
 COUNTERS = ("acquired", "refused", "paused", "rate_deferred", "snoozed", "parked", "released", "reclaimed")
-"""Per-tier counters. A job start refused is counted once by its reason: ``refused`` (the tenant at its
-concurrency limit), ``paused`` or ``rate_deferred``; and once by what became of the job: ``parked`` (its
-tenant parked in a FairQueue), ``snoozed`` (a plain queue's job rescheduled after the snooze: at its limit
-or paused) or deferred to its reserved start (a rate on a plain queue: ``rate_deferred`` only)."""
+"""Per-tier counters. A refused start counts once by reason (``refused`` at the limit, ``paused``, ``rate_deferred``)
+and once by what became of the job (``parked`` in a FairQueue, ``snoozed`` on a plain queue)."""
 
 
 def counter_table(raw: dict[Any, Any]) -> dict[str, dict[str, int]]:
-    """The counters hash (``<tier>:<counter>`` fields) as tier -> every counter of :data:`COUNTERS` (0 when
-    never written)."""
+    """The counters hash as tier -> every counter of :data:`COUNTERS` (0 when never written)."""
     table: dict[str, dict[str, int]] = {}
     for field, value in raw.items():
-        tier, _, name = (field.decode() if isinstance(field, bytes) else str(field)).rpartition(":")
+        tier, _, name = as_text(field).rpartition(":")
         table.setdefault(tier, dict.fromkeys(COUNTERS, 0))[name] = int(value)
     return table
 

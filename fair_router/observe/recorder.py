@@ -1,40 +1,7 @@
-"""Recording at the source: job starts are gathered in the worker and added to bounded per-tenant records in
-Redis, about once a second, by one script call that rides a pipeline rq sends anyway.
-
-A weighted worker calls :meth:`StartRecorder.job_started` with the pipeline rq itself sends as the job starts
-(the ``job_started`` hook of :mod:`fair_router.rq_internals.worker`, from its ``prepare_execution``). The
-start is added to the worker's buffer (a few dictionary updates, no Redis); when ``observe.flush_interval``
-(1 s) has passed since the last flush, the whole buffer goes on that same pipeline as one ``EVAL`` of
-``lua/observe_start.lua``: no round trip of its own, and one script run per interval instead of
-one per job (the script's run, not its text, was the cost: ~45 us of Redis CPU per call). The worker also
-flushes when it stops (its teardown, whichever way rq's loop ends), and from its heartbeats once the buffer
-is twice the interval old (an idle worker, or one running a long job, still shows its starts within a few
-seconds). A worker killed outright (SIGKILL, OOM, power) loses the starts it had not flushed: at most one
-interval's (twice it if it was also idle or busy with one long job). A failed flush (Redis away) loses its
-starts too; records are statistics, never state anything depends on.
-
-The buffer holds, per tenant and second of the worker's clock, the starts by wait bucket, their count and
-total wait, and the time of the first. The script places each group at Redis' time minus the group's age
-(its first start to the flush, on the worker's clock): minutes and ticks stay on Redis' clock, as the
-reader's, whatever the worker's clock says, and a start is placed within a second of when it happened.
-
-What a record holds (all of it bounded):
-
-- per minute, for the last 62 minutes: the starts by wait bucket (:mod:`fair_router.observe.buckets`),
-  whence the wait p50/p95 over 5 and 60 minutes and each tenant's share of the starts;
-- per 10-second tick, for the last ~10 minutes: the starts and their total wait, whence the live chart;
-- since the record was created: the starts by bucket and their total wait, whence the Prometheus
-  histogram (a record idle for ``observe.retention`` expires; Prometheus reads that as a counter reset).
-
-At most ``observe.tenants_per_minute`` tenants get a record of their own in any minute; the starts of the
-others that minute go to the ``#other`` record (decided in the script, per tenant and minute, as the batch's
-groups are applied oldest first). Every start also goes to ``#all``.
-
-The wait is rq's, taken as the job starts (not at the flush): the job's start (now, on the worker's clock)
-minus ``job.enqueued_at`` (the enqueuer's clock). rq resets ``enqueued_at`` when its scheduler enqueues a job,
-so a job snoozed by a concurrency limit counts its wait from its return to the queue. A job parked by a fair
-queue keeps its ``enqueued_at``.
-"""
+"""Recording at the source: a worker gathers its job starts in memory and adds them to bounded per-tenant records in
+Redis about once a second, with one ``lua/observe_start.lua`` call on the pipeline rq sends as a job starts (no round
+trip of its own; the script run, not its text, was the cost). Records are statistics: a killed worker or a failed flush
+loses at most an interval's starts. Layout and bounds: docs/observability.md."""
 
 from __future__ import annotations
 
@@ -66,8 +33,7 @@ RECENT_SECONDS = 180
 """How long a tenant stays in the "recent" set after its last admission (first start of a minute)."""
 
 ALL = "#all"
-"""Record of every start. Like the two below, never the encoding of a tenant id: ``encode`` yields '#'
-only before a 64-digit digest."""
+"""Record of every start; like the two below, never a tenant's encoding (``#`` only precedes a digest)."""
 OTHER = "#other"
 """Record of the starts of tenants past the per-minute cap."""
 NO_TENANT = "#none"
@@ -75,8 +41,7 @@ NO_TENANT = "#none"
 
 
 MAX_GROUPS = 1000
-"""Groups per script call: a larger buffer (a thousand tenants starting within one flush) goes as several
-calls on the same pipeline, applied in order, so that no Lua stack or argument list grows without bound."""
+"""Groups per script call: a larger buffer goes as several calls, so no Lua argument list grows unbounded."""
 
 
 class _Group:
@@ -96,9 +61,8 @@ class StartRecorder:
 
     def __init__(self, connection: Redis, keys: Keys, config: ObserveConfig, clock: Clock | None = None,
                  tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> None:
-        """``clock``: epoch seconds for the waits, the flush interval and the records' minutes (tests); None
-        uses the worker's clock for the waits and the interval and Redis ``TIME`` for the minutes.
-        ``tenant_max_bytes``: the setting, for reading a job's stored tenant."""
+        """``clock``: epoch seconds for the waits, interval and minutes (tests); None uses the worker's clock, and Redis
+        ``TIME`` for the minutes."""
         self.keys = keys
         self.tenant_max_bytes = tenant_max_bytes
         self.config = config
@@ -124,16 +88,13 @@ class StartRecorder:
             return sum(group.starts for group in self._pending.values())
 
     def job_started(self, job: Job, pipeline: Pipeline | None) -> None:
-        """Note ``job``'s start; when the interval has passed, queue the flush on ``pipeline`` (rq's own, at
-        job start; None: sent on this recorder's connection, as on a Redis Cluster where rq's slot is not the
-        records')."""
+        """Note ``job``'s start; when the interval has passed, queue the flush on ``pipeline`` (rq's own; None: this
+        recorder's connection, as on a cluster)."""
         self.note(job)
         self.flush_due(pipeline)
 
     def note(self, job: Job) -> None:
-        """Gather ``job``'s start, nothing sent. A job without ``enqueued_at`` (never enqueued, e.g. run
-        directly) has no wait to record, nor has one whose stored tenant is no tenant id (the worker fails it
-        unrun)."""
+        """Gather ``job``'s start, nothing sent (none without ``enqueued_at`` or a usable tenant)."""
         if job.enqueued_at is None:
             return
         try:
@@ -144,8 +105,7 @@ class StartRecorder:
         self.add(tenant, now - job.enqueued_at.timestamp(), now)
 
     def flush_due(self, pipeline: Pipeline | None) -> None:
-        """When the interval has passed, queue the flush on ``pipeline`` (None: send it now, on this
-        recorder's connection, where a failed send costs these statistics, never a job's start)."""
+        """When the interval has passed, queue the flush on ``pipeline`` (None: send it now, errors logged)."""
         if self._now() - self._last_flush < self.interval:
             return
         if pipeline is not None:
@@ -154,22 +114,19 @@ class StartRecorder:
             self.send()
 
     def send(self, older_than: float = 0.0) -> None:
-        """Send the gathered starts now, on this recorder's connection (with ``older_than``, only if the last
-        flush is that many seconds old). A Redis error is logged, not raised: the records are statistics, and a
-        stopping worker still has to register its death."""
+        """Send the gathered starts now (with ``older_than``, only if the last flush is that old). A Redis error is
+        logged, not raised: a stopping worker must still register its death."""
         try:
             self.flush(self.connection, older_than=older_than)
         except RedisError as exc:
             logger.warning("job start records lost (%s)", exc)
 
     def send_overdue(self) -> None:
-        """:meth:`send` if no job start has flushed for twice the interval: the worker is idle, or runs a long
-        job (a busy worker's job starts flush on rq's own pipeline before that)."""
+        """:meth:`send` if no job start flushed for twice the interval (an idle worker, or one on a long job)."""
         self.send(older_than=2 * self.interval)
 
     def add(self, tenant: str | None, wait: float, at: float | None = None) -> None:
-        """Gather one start of ``tenant`` (None: no tenant) at ``at`` (default now) that waited ``wait``
-        seconds: dictionary updates only, nothing is sent."""
+        """Gather one start of ``tenant`` at ``at`` (default now) that waited ``wait`` seconds; nothing sent."""
         at = self._now() if at is None else at
         wait_us = max(0, round(wait * 1e6))
         bucket = bucket_of(wait_us)
@@ -182,10 +139,8 @@ class StartRecorder:
             group.buckets[bucket] = group.buckets.get(bucket, 0) + 1
 
     def flush(self, client: Any, *, older_than: float = 0.0) -> list[int] | None:
-        """Send the gathered starts: queued when ``client`` is a pipeline (returns None), else run at once
-        (returns, per group sent, 1 if it went to its tenant's own record, 0 if to ``#other``). With
-        ``older_than``, only when the last flush is at least that many seconds old. Nothing gathered:
-        nothing sent."""
+        """Send the gathered starts: queued on a pipeline (returns None), else run now (returns per group 1 if it went
+        to the tenant's own record, 0 if to ``#other``). ``older_than`` as in :meth:`send`."""
         now = self._now()
         with self._lock:
             if not self._pending or now - self._last_flush < older_than:
@@ -201,8 +156,7 @@ class StartRecorder:
         return None if isinstance(client, Pipeline) else placed
 
     def record(self, tenant: str | None, wait: float, client: Any) -> Any:
-        """Record one start of ``tenant`` now, past the buffer (tests, benchmarks): queued when ``client`` is a
-        pipeline, else run at once (returns 1 if it went to the tenant's own record, 0 if to ``#other``)."""
+        """Record one start of ``tenant`` now, past the buffer (tests, benchmarks); 1: its own record, 0: ``#other``."""
         now = self._now()
         group = _Group(now)
         wait_us = max(0, round(wait * 1e6))

@@ -31,6 +31,7 @@ from rq.job import Job
 from fair_router.core.jobmeta import META_WAITING
 from fair_router.core.keys import Keys
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, usable_tenant
+from fair_router.core.text import as_text as _text
 from fair_router.routing.waiting import field as waiting_field
 from fair_router.routing.waiting import parse_field
 from fair_router.store.scripts import RewaitScript, UnwaitScript
@@ -39,10 +40,6 @@ logger = logging.getLogger("fair_router")
 
 MAX_REMEMBERED = 10_000
 """Listed ids found not routed (no count to give them), remembered so that a long-lived reader reads each once."""
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class WaitingReconciler:

@@ -37,6 +37,7 @@ from redis.exceptions import ClusterDownError, MovedError, RedisError, TryAgainE
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.retry import Retry
 
+from fair_router.core.text import as_text as _text
 from fair_router.store.oom import note_grace
 
 StateConnection = Redis
@@ -75,10 +76,6 @@ def check_rq_prefix(prefix: str | None = None) -> str:
 def rq_slot() -> int:
     """The cluster slot of every rq key (checked: rq's prefix is hash-tagged)."""
     return key_slot(check_rq_prefix().encode())
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def slot_owner(seeds: list[tuple[str, int]], slot: int, timeout: float = 2.0) -> tuple[str, int]:

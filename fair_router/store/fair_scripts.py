@@ -9,8 +9,8 @@ from enum import IntEnum
 from typing import Any, NamedTuple
 
 from fair_router.core.keys import FairQueueKeys
+from fair_router.core.text import as_text as _text
 from fair_router.store.luascript import Call, LuaScript
-from fair_router.store.scripts import _text
 
 TENANT_FIELD = "="
 """The prefix of a tenant's record field in a fair queue's ``state`` hash (lua/lib/fifo.lua): never part of an

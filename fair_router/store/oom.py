@@ -1,18 +1,9 @@
-"""Redis out of memory (``maxmemory`` reached under ``noeviction``): which error it is, and riding it through on
-the writes that can wait.
+"""Redis out of memory under ``noeviction``: which error it is, and riding it through on the writes that can wait.
 
-Under ``noeviction`` a Redis at ``maxmemory`` refuses every command that may grow memory (redis-py raises
-``OutOfMemoryError``) and still serves reads, pops and deletes, which free memory. A transaction (MULTI/EXEC)
-holding such a command is refused whole, and a script is refused before its first write, so neither is half
-applied; a plain pipeline is applied command by command, so only its refused commands are missing.
-
-:func:`execute_riding_oom` runs a plain pipeline and sends its refused commands again, and only those, until
-they pass or the connection's outage grace (``redis_outage_grace``, :func:`grace_of`) has passed: each
-command is applied once. The worker uses it for the writes that can wait (the lease release pipeline with its
-counters, unparks and heartbeat; the counters' flush). :func:`call_riding_oom` makes a call again whole, for the
-idempotent writes sent as one MULTI or command: the worker's and its running job's heartbeats. Anything else
-that Redis refuses for memory ends the worker with exit code 1 (:mod:`fair_router.rq_internals.worker`).
-"""
+Redis then refuses writes but serves reads, pops and deletes; a MULTI or script is refused whole, a plain pipeline
+command by command. :func:`execute_riding_oom` resends only the refused commands until they pass or the outage grace
+passes; :func:`call_riding_oom` repeats an idempotent call whole (heartbeats). Anything else refused for memory ends the
+worker."""
 
 from __future__ import annotations
 
@@ -42,8 +33,7 @@ def note_grace(client: Any, grace: float) -> None:
 
 
 def grace_of(client: Any) -> float:
-    """Seconds a write of ``client`` may wait for Redis: its :class:`GraceRetry`'s grace (the worker's
-    ``redis_outage_grace``), what :func:`note_grace` noted, else 0 (a producer's client: no waiting)."""
+    """Seconds a write of ``client`` may wait for Redis: its retry's grace, a noted one, else 0."""
     try:
         retry = client.get_connection_kwargs().get("retry")
     except AttributeError:
@@ -59,9 +49,8 @@ def is_oom(error: BaseException) -> bool:
 
 
 def call_riding_oom(call: Callable[[], T], grace: float) -> T:
-    """``call()``, made again with backoff while Redis refuses it for memory, until ``grace`` seconds have passed
-    since the first refusal (then the refusal is raised). For calls that may be repeated whole: idempotent writes
-    sent as one command, one MULTI or one script (a heartbeat)."""
+    """``call()``, made again with backoff while Redis refuses it for memory, until ``grace`` seconds have passed since
+    the first refusal; for idempotent calls (a heartbeat)."""
     deadline: float | None = None
     backoff = EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE)
     attempts = 0
@@ -78,11 +67,8 @@ def call_riding_oom(call: Callable[[], T], grace: float) -> T:
 
 
 def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = None) -> list[Any]:
-    """``pipe.execute()`` for a pipeline of ``connection``, riding Redis out of memory for up to ``grace`` seconds
-    (default: the connection's, :func:`grace_of`) since the first refusal, then raising the refusal. A plain
-    pipeline's refused commands are sent again, alone, with backoff; a transaction, refused whole (its EXEC
-    is), is sent again whole. Other errors are raised as ``execute`` raises them. Returns every command's
-    reply, in order."""
+    """``pipe.execute()`` riding Redis out of memory for up to ``grace`` seconds (default :func:`grace_of`): a plain
+    pipeline's refused commands are sent again alone, a refused transaction whole. Returns every reply, in order."""
     stack = list(pipe.command_stack)
     if getattr(pipe, "transaction", False) is True:
         limit = grace_of(connection) if grace is None else grace

@@ -1,27 +1,9 @@
-"""Riding through a Redis outage: a redis-py ``Retry`` bounded by time, what it saw, and the producers' error.
+"""Riding through a Redis outage: a redis-py ``Retry`` bounded by time, what it saw, and the producers' error
+(docs/production-redis.md).
 
-Why a retry policy on the client
-    rq 3.0's worker loop (``BaseWorker.work``) quits on any Redis error outside its dequeue retry: a heartbeat,
-    the suspension check, maintenance or the after-job writes that meet a restarting Redis end the process,
-    and its running job is later failed as abandoned. Retrying below rq, in the client's connections, keeps
-    every one of those calls (and the work horse's, and rq's pubsub thread's) waiting for Redis instead, for
-    up to ``redis_outage_grace`` seconds; rq never sees the outage.
-
-Why bounded by time, not by a count
-    redis-py's ``Retry`` counts attempts, and its calls nest (a command's retry reconnects through the
-    connection's own retry), so a count says little about how long a caller waits. :class:`GraceRetry` keeps
-    retrying until the same thread has waited ``grace`` seconds since the outage's first failure, however the
-    calls nest, then raises the last error.
-
-What the retries saw
-    :data:`OUTAGES` remembers when this process last met an unreachable Redis: crash recovery makes no
-    decision until running jobs have had a heartbeat interval to beat again after that
-    (:mod:`fair_router.workers.recovery`).
-
-Producers
-    Enqueues turn a connection error that outlived the client's retries into :class:`RedisUnavailable`, one
-    error naming the Redis address (:func:`naming_redis`).
-"""
+rq's worker loop quits on any Redis error outside its fetch; retrying in the client's connections for up to
+``redis_outage_grace`` keeps every rq call waiting instead. The bound is time, not a count, because redis-py's retries
+nest. :data:`OUTAGES` tells crash recovery when Redis was last unreachable."""
 
 from __future__ import annotations
 
@@ -51,8 +33,7 @@ _NOT_AN_OUTAGE = (AuthenticationError, AuthorizationError)
 
 
 class RedisUnavailable(RedisConnectionError):
-    """Redis at ``address`` could not be reached, after the client's retries; nothing was enqueued by the
-    call that raised it (what it had recorded was taken back)."""
+    """Redis at ``address`` could not be reached after the client's retries; nothing was enqueued."""
 
     def __init__(self, address: str, cause: BaseException) -> None:
         self.address = address
@@ -81,8 +62,7 @@ OUTAGES = OutageWatch()
 
 
 class GraceRetry(Retry):
-    """redis-py's ``Retry`` on connection and timeout errors, retrying until ``grace`` seconds have passed
-    since the first failure of the outermost call in this thread (nested retries share that deadline)."""
+    """redis-py's ``Retry`` until ``grace`` seconds after the outermost call's first failure in this thread."""
 
     def __init__(self, grace: float, watch: OutageWatch = OUTAGES) -> None:
         super().__init__(EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE), -1,
@@ -97,13 +77,11 @@ class GraceRetry(Retry):
     __hash__ = Retry.__hash__
 
     def __deepcopy__(self, memo: dict[int, Any]) -> GraceRetry:
-        """redis-py gives each connection a deep copy of its pool's retry: a fresh one, writing to the same
-        watch (a process-wide record, not a copy of it)."""
+        """Each connection's copy is a fresh retry writing to the same process-wide record."""
         return GraceRetry(self.grace, self.watch)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Picklable (rq's tests and user code pickle a client's connection kwargs, this retry among them): the
-        copy is a fresh one of the same grace, writing to this process's record."""
+        """Picklable (connection kwargs get pickled): a fresh retry of the same grace."""
         return (GraceRetry, (self.grace,))
 
     def call_with_retry(
@@ -113,8 +91,7 @@ class GraceRetry(Retry):
         is_retryable: Callable[[Exception], bool] | None = None,
         with_failure_count: bool = False,
     ) -> Any:
-        """redis-py's contract (``fail`` after each failure, the last error raised when giving up), with the
-        deadline rather than a count deciding when to give up."""
+        """redis-py's contract, with a deadline rather than a count deciding when to give up."""
         local = self._local
         outermost = not getattr(local, "active", False)
         if outermost:
@@ -147,9 +124,8 @@ class GraceRetry(Retry):
 
 
 def ride_outages(connection: Redis, grace: float) -> Redis:
-    """Give ``connection`` (its pool's connections, present and future, and clients built later from its
-    pool's ``connection_kwargs``, such as rq's scheduler and a forked work horse) a :class:`GraceRetry` of
-    ``grace`` seconds; returns it."""
+    """Give ``connection`` (its pool's connections, and clients built later from its ``connection_kwargs``: rq's
+    scheduler, a forked work horse) a :class:`GraceRetry` of ``grace`` seconds; returns it."""
     current = connection.get_connection_kwargs().get("retry")
     if not (isinstance(current, GraceRetry) and current.grace == grace):
         connection.set_retry(GraceRetry(grace))
@@ -168,8 +144,7 @@ def redis_address(connection: Any) -> str:
 
 
 def naming_redis(method: F) -> F:
-    """A producer's method (on an object with a ``connection``) raising :class:`RedisUnavailable` instead of
-    redis-py's connection or timeout error that outlived the client's retries."""
+    """A producer's method raising :class:`RedisUnavailable` for a connection error that outlived the retries."""
 
     @wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:

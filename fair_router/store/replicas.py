@@ -1,18 +1,9 @@
-"""Producers that confirm each enqueue with Redis replicas (settings ``replicas_to_wait``, ``replicas_timeout``).
+"""Producers that confirm each enqueue with Redis replicas (``replicas_to_wait``, ``replicas_timeout``;
+docs/production-redis.md).
 
-Redis replicates asynchronously: a primary acknowledges a write before any replica has it, so a failover
-right after an enqueue can lose the job. ``WAIT n timeout`` blocks until ``n`` replicas have acknowledged
-every write the *same connection* made before it (or the timeout passes) and returns how many did. So the
-WAIT must go on the connection that ran rq's enqueue MULTI, and after its EXEC: inside MULTI, Redis answers
-a WAIT at once without waiting (and before the transaction's writes are even propagated).
-
-:meth:`ReplicaWait.confirming` does that for one of our enqueue pipelines without a round trip of its own:
-while the pipeline runs, the WAIT is packed into the same write as ``MULTI ... EXEC`` on the connection
-redis-py picked, and its reply is read after EXEC's. A redis-py retry of the pipeline (a lost connection)
-sends the WAIT again with it. If fewer replicas acknowledged, :class:`ReplicasNotAcknowledged` names Redis,
-the counts and the setting. The job stays written and queued on the primary (nothing is taken back: a
-replica may still catch up, and dropping an acknowledged write would be worse); the caller decides.
-"""
+``WAIT`` only counts the writes of its own connection, and inside MULTI it answers at once, so it must follow rq's EXEC
+on the same connection: :meth:`ReplicaWait.confirming` packs it into the pipeline's own write (no round trip of its
+own). Too few acknowledgements raise :class:`ReplicasNotAcknowledged`; the job stays queued on the primary."""
 
 from __future__ import annotations
 
@@ -83,8 +74,7 @@ class ReplicaWait:
 
     @contextmanager
     def confirming(self, pipe: Pipeline) -> Iterator[Confirmation]:
-        """Within this block, executing ``pipe`` (a transaction) also sends ``WAIT`` in the same write and reads
-        its reply; call the yielded confirmation's ``check`` once the enqueue's own outcome is settled."""
+        """Executing ``pipe`` here also sends ``WAIT`` in the same write; call the confirmation's ``check`` after."""
         confirmation = Confirmation(self, redis_address(pipe))
         if self.replicas <= 0:
             yield confirmation
@@ -124,8 +114,7 @@ def _checked(adapter: TypeAdapter[T], value: object, setting: str) -> T:
 
 
 class _PackAfterMulti:
-    """Make ``connection``'s next write that starts with MULTI carry ``wait`` after it (the same socket write,
-    so no round trip of its own), until :meth:`undo`."""
+    """Make ``connection``'s next MULTI write carry ``wait`` (no round trip of its own), until :meth:`undo`."""
 
     def __init__(self, connection: Any, wait: list[bytes]) -> None:
         self.connection, self.wait, self.sent = connection, wait, False

@@ -16,6 +16,7 @@ from redis import Redis
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, window_cap
 from fair_router.core.shards import SHARD_SUFFIX
+from fair_router.core.text import as_text as _text
 from fair_router.store.luascript import Call, LuaScript, assemble, assemble_source, compact, lua_dir
 
 Clock = Callable[[], float]
@@ -25,10 +26,6 @@ Clock = Callable[[], float]
 def now_arg(clock: Clock | None) -> str:
     """The ``now_ms`` ARGV slot: the injected clock in ms, or '' for server TIME."""
     return "" if clock is None else str(round(clock() * 1000))
-
-
-def _text(raw: Any) -> str:
-    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 class RouteJob(NamedTuple):

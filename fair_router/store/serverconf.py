@@ -1,15 +1,6 @@
-"""The Redis server settings fair-router relies on, read rather than assumed: ``maxmemory-policy``.
-
-A Redis that evicts (any policy but ``noeviction``, the default of several managed services) drops keys when it
-reaches ``maxmemory``: queued jobs, their hashes, fair queues' state and fairness marks, leases, with no error
-to anyone; acknowledged jobs are lost in silence. Under ``noeviction`` Redis refuses the writes instead, which
-the callers see (:mod:`fair_router.store.oom`). So ``fair-router check --ping`` fails on such a policy and every
-weighted worker logs a warning as it starts.
-
-The policy is read from ``INFO memory`` (``maxmemory_policy``), which managed services serve where they block
-``CONFIG GET``: one read per server (each primary of a Redis Cluster). Where INFO does not say (a server that
-does not report it, a user denied INFO) the policy is "unknown", reported as such.
-"""
+"""The Redis setting fair-router relies on, read rather than assumed: ``maxmemory-policy``. A Redis that evicts drops
+queued jobs and leases in silence, so ``fair-router check --ping`` fails on such a policy and workers warn. Read from
+``INFO memory`` (managed services block ``CONFIG GET``); where INFO does not say, "unknown"."""
 
 from __future__ import annotations
 
@@ -62,8 +53,7 @@ class PolicyReading:
 
 
 def servers_of(client: Any) -> list[tuple[str, Any]]:
-    """(address, plain client) of every server ``client`` writes to: each primary of a ``RedisCluster`` (also for
-    the client that follows rq's slot there, whose server is one of them), else the client's own server."""
+    """(address, plain client) of every server ``client`` writes to: each cluster primary, else its own."""
     if is_rq_slot_client(client):
         client = pair_of(client).state
     if isinstance(client, RedisCluster):
@@ -73,8 +63,7 @@ def servers_of(client: Any) -> list[tuple[str, Any]]:
 
 
 def read_policy(server: str, client: Any) -> PolicyReading:
-    """``server``'s policy from one ``INFO memory``. An unreachable server raises redis-py's ConnectionError or
-    TimeoutError (the caller decides); any other refusal gives an unknown reading."""
+    """``server``'s policy from ``INFO memory``; unreachable raises, any other refusal reads unknown."""
     try:
         info = client.info("memory")
     except (RedisConnectionError, RedisTimeoutError):
