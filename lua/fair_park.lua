@@ -2,7 +2,7 @@
 -- in its tenant's FIFO (where it was, else at the front) and park the tenant (pops skip it) until
 -- `until_ms` or a slot frees. The job's claim ends (lib/claims.lua), and the tenant's limit is learnt.
 -- include: fair_keys, stride, members, fifo, charge, claims
--- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     job_id, tenant (encoded), weight, until_ms, refund ('1' = a fair choice served the job: take
 --          back what its pop added to the tenant's pass, 1 / weight or, charge="runtime", the estimate /
 --          weight recorded in `charged`; '0' = a plain entry, nothing added),
@@ -11,6 +11,7 @@
 --          exact ('1' = a rate refused the start: until_ms, on the server's clock, is its next token, and the
 --          park ends then, replacing a pop's bound for a paced tenant, unless it is at its concurrency limit)
 -- Returns  1 when the job was put back, 0 when it was already waiting.
+bind_keys()
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local refund, old_seq, exact = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[8] == '1'
 learn_limit(tenant, ARGV[7] or '')

@@ -5,7 +5,7 @@
 -- recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
 -- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
--- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
 --          weight, settled later by fair_settle.lua; '0' = by 1 / weight), lease_ms (a claim's life, 0 = no
@@ -14,6 +14,7 @@
 --          choice (seq: its place in its tenant's FIFO, for fair_park to put it back there);
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
 --          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
+bind_keys()
 local now_ms = clock_ms(ARGV[1])
 local given = ARGV[2]
 local runtime = ARGV[3] == '1'

@@ -16,6 +16,7 @@
 --          (as fair_push.lua's).
 -- Returns  {exact (1 compared, 0 beyond the bound or stale members left to page through), stale members dropped, jobs adopted, listed ids that are no
 --          members (when compared: at most `bound`), rq's list length}.
+bind_keys()
 local GROUP = 5
 local RECONCILE_SLICE = 1000  -- ids per HMGET (Lua's unpack has a stack bound)
 local bound = tonumber(ARGV[1])

@@ -1,15 +1,15 @@
 -- observe_start.lua: add a batch of job starts (one worker's buffer, fair_router/observe/recorder.py) to the
 -- tenants' records and the all-tenant record.
--- include: time, slices, obs_fields, obs_groups, obs_record, obs_recent
+-- include: time, obs_settings, slices, obs_fields, obs_groups, obs_record, obs_recent
 -- KEYS[1] the overflow record (#other), KEYS[2] the all-tenant record (#all), KEYS[3] recent: sorted set
 --         tenant -> when it was last admitted (ms); KEYS[3 + g] the record of group g's tenant (its last ':'
 --         part is the encoded tenant; a tenant with starts in several seconds has several groups). All {obs}.
--- ARGV[1] now_ms ('' = server TIME); then per group g, oldest first: age_ms (its starts were taken that long
+-- ARGV[1] now_ms ('' = server TIME); ARGV[2..8] the record layout's settings: cap (tenants per minute), ttl
+--         (record expiry, s), minute_slots, tick_ms, tick_slots, n_buckets, recent_ms (lib/obs_settings.lua);
+--         then per group g, oldest first: age_ms (its starts were taken that long
 --         before now), starts, their total wait (us), k, then k pairs: wait bucket, starts in it.
 -- A group is placed in the minute and 10-second tick of now_ms - age_ms: Redis' clock, as the reader's, and
 -- the worker's only for the age (a clock difference between the two cancels out).
--- The recorder puts one line in front of this file: cap (tenants per minute), ttl (record expiry, s),
--- minute_slots, tick_ms, tick_slots, n_buckets, recent_ms.
 -- A record is a hash:
 --   m<s> = the minute held by minute slot s (minute % minute_slots); <s>:<b> = its starts in wait bucket b
 --   t<s> = the tick held by tick slot s; n<s>, s<s> = its starts and their total wait (us)

@@ -1,6 +1,7 @@
 -- obs_fields.lua: the start record's field names, built once per call for each minute, tick and bucket a
 -- batch touches (Lua's string work, not Redis', is most of an observe_start call: reuse beats rebuilding).
--- Needs the recorder's constants minute_slots and tick_slots (observe_start.lua's first line).
+-- Reads the settings minute_slots and tick_slots (lib/obs_settings.lua).
+-- include: obs_settings
 -- minute_of(m) / tick_of(t) -> the names of minute m's (tick t's) slot; totals[b] = 'c:<b>'; int(x) -> '%d'.
 local function int(x) return string.format('%d', x) end
 
