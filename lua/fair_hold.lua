@@ -17,7 +17,7 @@ if not has_waiting(tenant) then
   return 0
 end
 if not paced then
-  hold(tenant, until_ms, 0)
+  stride_hold(tenant, until_ms, 0)
 elseif not under_limit(tenant) then  -- parked at its concurrency limit too: that park ends at a release
   park_until(tenant, until_ms, true)
 elseif until_ms > now_ms then

@@ -32,12 +32,12 @@ elseif refund then
   local _, _, stored = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   step = 1 / tonumber(stored or weight)
 end
-hold(tenant, until_ms, step)  -- it keeps its place: on return it starts at max(virtual time, kept pass)
+stride_hold(tenant, until_ms, step)  -- it keeps its place: on return it starts at max(virtual time, kept pass)
 if exact and under_limit(tenant) then park_paced(tenant, until_ms) end
 if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by
 -- several workers at once come back in FIFO order whatever order their parks land in; else the front.
-enter(job_id, tenant, place(tenant, true, old_seq, weight), list_push(job_id, true))
+fifo_enter(job_id, tenant, fifo_place(tenant, true, old_seq, weight), list_push(job_id, true))
 if declared then keep_costs(job_id, declared, func) end
 return 1

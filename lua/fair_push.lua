@@ -54,7 +54,7 @@ for i = 1, #ARGV, GROUP do
     elseif redis.call('LINDEX', rq_list, 0) == job_id then  -- rq's LPUSH: the head moved one up
       pos = redis.call('HINCRBY', state, 'head', -1)
     end
-    enter(job_id, tenant, place(tenant, at_front, nil, weight, st[2]), pos)
+    fifo_enter(job_id, tenant, fifo_place(tenant, at_front, nil, weight, st[2]), pos)
     keep_costs(job_id, declared, func)
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
       activate(tenant)

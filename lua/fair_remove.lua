@@ -7,5 +7,5 @@ bind_keys()
 local job_id = ARGV[1]
 
 local value = redis.call('HGET', members, job_id)
-if value then leave(job_id, value) end
+if value then fifo_leave(job_id, value) end
 return redis.call('LREM', rq_list, 1, job_id)

@@ -55,6 +55,6 @@ elseif delta > 0 then
   -- from the virtual time (an undercharge, by at most what its pass was below it, would let it gain). An
   -- overcharge of an idle tenant is dropped: idle tenants bank nothing.
   local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  keep(tenant, vtime + delta)  -- lib/stride.lua: expires with the other kept passes while none is active
+  stride_keep(tenant, vtime + delta)  -- lib/stride.lua: expires with the other kept passes while none is active
 end
 return 1

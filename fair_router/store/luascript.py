@@ -3,7 +3,7 @@
 **Text.** Redis runs only files of the repo: ``lua/built/<name>.lua``, the script ``lua/<name>.lua`` with the
 ``lua/lib`` pieces its ``-- include:`` lines name in front (each once, after the pieces it includes), and
 ``lua/built/<name>.library.lua``, the Redis function library of a script run by FCALL. ``make lua``
-(``python -m fair_router.store.luascript``) writes them from ``lua/``; tests/test_lua_files.py fails when one
+(:func:`main`) writes them from ``lua/``; tests/test_lua_files.py fails when one
 is not current. Redis 6.2 and 7.0 have no function libraries, so text assembly is how the scripts share code;
 :func:`assemble` refuses two pieces that define the same top-level name (a flat namespace, never silently
 shared). Settings travel in ARGV: the text of a script is the same for every configuration.
@@ -331,7 +331,3 @@ def main() -> int:
     for name in write_built(target):
         print(f"lua/{BUILT}/{name}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -70,18 +70,18 @@ end
 
 -- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
 -- after KEPT_IDLE_MS.
-local function keep(tenant, pass)
+local function stride_keep(tenant, pass)
   redis.call('ZADD', kept, pass, tenant)
   if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
 
 -- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
 -- for its return.
-local function idle(tenant, pass)
+local function stride_idle(tenant, pass)
   redis.call('ZREM', active, tenant)
   redis.call('ZREM', parked, tenant)
   redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
-  if pass then keep(tenant, pass) end
+  if pass then stride_keep(tenant, pass) end
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
@@ -98,11 +98,11 @@ end
 
 -- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
 -- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
-local function hold(tenant, until_ms, step)
+local function stride_hold(tenant, until_ms, step)
   local pass = redis.call('ZSCORE', active, tenant)
   if pass then
     redis.call('ZREM', active, tenant)
-    keep(tenant, tonumber(pass) - step)
+    stride_keep(tenant, tonumber(pass) - step)
   elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end
@@ -206,7 +206,7 @@ end
 -- A record's head and tail (numbers), weight (as stored) and waiting count, or nil when there is none (or it
 -- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
 -- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
--- corrects itself (choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
+-- corrects itself (serve_choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
 local function parse_tenant(value)
   if not value then return nil end
   local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
@@ -225,7 +225,7 @@ end
 local function uncount(tenant)
   local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   if not h or n <= 1 then
-    idle(tenant, redis.call('ZSCORE', active, tenant))
+    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
     forget(tenant)  -- lib/forget.lua: with no claim nor park here, its limit and pace go
   else
     redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n - 1))
@@ -236,7 +236,7 @@ end
 -- `wanted` (a refused job's old place) is used when it is free and not past the tail. Writes the
 -- tenant's record, with `weight` and the job counted. `record`: the tenant's record when the caller read it
 -- already (false: it has none), else nil.
-local function place(tenant, at_front, wanted, weight, record)
+local function fifo_place(tenant, at_front, wanted, weight, record)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, _, n = parse_tenant(record)
   local seq
@@ -257,16 +257,16 @@ local function place(tenant, at_front, wanted, weight, record)
   return seq
 end
 
--- A job joins its tenant's FIFO at `seq` (from place(), which counted it); its id sits at list position
+-- A job joins its tenant's FIFO at `seq` (from fifo_place(), which counted it); its id sits at list position
 -- `pos` ('' when unknown).
-local function enter(job_id, tenant, seq, pos)
+local function fifo_enter(job_id, tenant, seq, pos)
   local field = tenant .. ':' .. seq
   redis.call('HSET', members, field, job_id, job_id, pos .. '|' .. field)  -- its FIFO place and its entry
 end
 
 -- A member leaves its tenant's FIFO other than by a fair pop (taken as a list entry, removed, or
 -- found stale). Its tenant goes idle, keeping its pass, when that was its last job.
-local function leave(job_id, value)
+local function fifo_leave(job_id, value)
   local field, tenant = parse_member(value)
   redis.call('HDEL', members, job_id, field)
   redis.call('HDEL', costs, job_id)
@@ -440,7 +440,7 @@ local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been m
 -- job} of the min-pass tenant when the caller read them already (job: the id at its FIFO head, false when
 -- that place is a hole, nil when not read), else nil. Returns job id, seq, tenant, pass, and the tenant's
 -- tail seq, weight and waiting count (its record, for take); or nil when no tenant can be served.
-local function choose(first)
+local function serve_choose(first)
   while true do
     local tenant, pass, record, known
     if first then
@@ -460,7 +460,7 @@ local function choose(first)
       if job_id then return job_id, h, tenant, pass, t, weight, n end
       h = h + 1
     end
-    idle(tenant, false)  -- nothing left in its FIFO (its waiting count was off): drop it
+    stride_idle(tenant, false)  -- nothing left in its FIFO (its waiting count was off): drop it
   end
 end
 
@@ -502,8 +502,8 @@ end
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
--- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (choose()).
-local function take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
+-- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
+local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local now_ms = pop.now_ms
   redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
   local weight = tonumber(stored) or 1
@@ -520,7 +520,7 @@ local function take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
   if waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-    idle(tenant, next_pass)
+    stride_idle(tenant, next_pass)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
@@ -529,7 +529,7 @@ local function take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   redis.call('ZADD', inflight, now_ms, job_id)
   local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
   if until_ms then
-    hold(tenant, until_ms, 0)
+    stride_hold(tenant, until_ms, 0)
   elseif pop.limited and waiting <= 1 then
     forget(tenant)  -- its last job, neither claimed nor parked: a limit of 0 or an old pace (lib/forget.lua)
   end
@@ -568,7 +568,7 @@ end
 
 -- A member the pop met is not on rq's list: it leaves (its tenant's count with it) and is counted.
 local function drop_stale(job_id, value)
-  leave(job_id, value)
+  fifo_leave(job_id, value)
   note_stale({job_id})
 end
 
@@ -592,9 +592,9 @@ local function drop_all_stale()
     if place and redis.call('HGET', members, place) == sample[i] then ids[#ids + 1] = sample[i] end
   end
   for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
-    idle(tenant, redis.call('ZSCORE', active, tenant))
+    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
   end
-  for _, tenant in ipairs(waiting) do idle(tenant, false) end
+  for _, tenant in ipairs(waiting) do stride_idle(tenant, false) end
   redis.call('DEL', members, costs)
   note_stale(ids)
   if n > #ids then redis.call('HINCRBY', state, 'stale', n - #ids) end
@@ -631,7 +631,7 @@ local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
 local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
-local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- choose()'s first look
+local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
 -- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
@@ -668,10 +668,10 @@ local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or 
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    take(entry, h, first[1], first[2], pop, t, weight, waiting)
+    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting)
     return {2, entry, -1, h}
   end
-  first[4] = got[2]  -- choose() need not read it again
+  first[4] = got[2]  -- serve_choose() need not read it again
 end
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
@@ -683,15 +683,15 @@ local field, tenant = parse_member(entry_value)
 if first and tenant ~= first[1] then  -- ties on pass go to the entry's tenant (lib/serve.lua)
   local seq, pass, tail, stored, count = tied_entry(field, tenant, first[2])
   if seq then
-    take(entry, seq, tenant, pass, pop, tail, stored, count)
+    serve_take(entry, seq, tenant, pass, pop, tail, stored, count)
     return {2, entry, -1, seq}
   end
 end
 for _ = 1, MAX_STALE do
-  local job_id, seq, chosen, pass, tail, stored, count = choose(first)
+  local job_id, seq, chosen, pass, tail, stored, count = serve_choose(first)
   first = nil
   if job_id and job_id == entry then  -- holes skipped: the entry is the choice after all
-    take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
     return {2, job_id, -1, seq}
   end
   if not job_id then
@@ -709,7 +709,7 @@ for _ = 1, MAX_STALE do
     -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
     redis.call('LSET', rq_list, index, entry)
     set_pos(entry, head + index, entry_value)
-    take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
     return {2, job_id, -1, seq}
   elseif value then
     drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)

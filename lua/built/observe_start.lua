@@ -42,15 +42,15 @@ end
 -- batch touches (Lua's string work, not Redis', is most of an observe_start call: reuse beats rebuilding).
 -- Reads the settings minute_slots and tick_slots (lib/obs_settings.lua).
 -- include: obs_settings
--- minute_of(m) / tick_of(t) -> the names of minute m's (tick t's) slot; totals[b] = 'c:<b>'; int(x) -> '%d'.
-local function int(x) return string.format('%d', x) end
+-- minute_of(m) / tick_of(t) -> the names of minute m's (tick t's) slot; totals[b] = 'c:<b>'; obs_int(x) -> '%d'.
+local function obs_int(x) return string.format('%d', x) end
 
 local minutes, ticks, totals = {}, {}, {}
 local function minute_of(minute)
   local n = minutes[minute]
   if not n then
     local ms = minute % minute_slots
-    n = {minute = minute, held = 'm' .. ms, places = 'a' .. ms, value = int(minute), prefix = ms .. ':', b = {}}
+    n = {minute = minute, held = 'm' .. ms, places = 'a' .. ms, value = obs_int(minute), prefix = ms .. ':', b = {}}
     minutes[minute] = n
   end
   return n
@@ -59,7 +59,7 @@ local function tick_of(tick)
   local n = ticks[tick]
   if not n then
     local ts = tick % tick_slots
-    n = {tick = tick, held = 't' .. ts, value = int(tick), n = 'n' .. ts, s = 's' .. ts}
+    n = {tick = tick, held = 't' .. ts, value = obs_int(tick), n = 'n' .. ts, s = 's' .. ts}
     ticks[tick] = n
   end
   return n
@@ -98,13 +98,13 @@ local function read_groups(now_ms)
 end
 
 -- obs_record.lua: what one start record gets from a batch (a delta), and its one read and one write:
--- delta() / add(d, group); read(key, d, places) -> field -> value (one HMGET); write(key, v, d, places) (one
+-- record_delta() / record_add(d, group); record_read(key, d, places) -> field -> value (one HMGET); record_write(key, v, d, places) (one
 -- HSET, plus a cleared minute slot's HDEL and EXPIRE). places (#all only): minute -> tenants given a record.
 -- include: obs_fields
 
 -- Per minute its starts by bucket, per tick its starts and wait, and the cumulative ones.
-local function delta() return {m = {}, t = {}, c = {}, us = 0, any = false} end
-local function add(d, g)
+local function record_delta() return {m = {}, t = {}, c = {}, us = 0, any = false} end
+local function record_add(d, g)
   local m = d.m[g.m]
   if not m then
     m = {}
@@ -126,7 +126,7 @@ local function add(d, g)
 end
 
 -- One HMGET of every field the delta touches (and #all's places of its minutes): name -> value.
-local function read(key, d, places)
+local function record_read(key, d, places)
   local names = {'c:us'}
   for m, buckets in pairs(d.m) do
     names[#names + 1] = m.held
@@ -143,10 +143,10 @@ local function read(key, d, places)
   return v
 end
 
-local function write(key, v, d, places)
+local function record_write(key, v, d, places)
   local out, renewed = {}, false
   local function set(name, value)
-    out[#out + 1], out[#out + 2] = name, int(value)
+    out[#out + 1], out[#out + 2] = name, obs_int(value)
   end
   for m, buckets in pairs(d.m) do
     local held = tonumber(v[m.held])
@@ -243,9 +243,9 @@ local now_ms = clock_ms(ARGV[1])
 local groups, tenants, order = read_groups(now_ms)  -- lib/obs_groups.lua; records: lib/obs_record.lua
 
 -- #all gets every group; its a<s> say how many places each minute has given.
-local all = delta()
-for _, g in ipairs(groups) do add(all, g) end
-local all_v = read(KEYS[2], all, true)
+local all = record_delta()
+for _, g in ipairs(groups) do record_add(all, g) end
+local all_v = record_read(KEYS[2], all, true)
 local places = {}
 for m in pairs(all.m) do
   local held = tonumber(all_v[m.held])
@@ -262,13 +262,13 @@ local skip = unread(order, tenants, places, now_ms)
 local values, decided = {}, {}
 for _, key in ipairs(order) do
   if not skip[key] then
-    local d = delta()
-    for _, g in ipairs(tenants[key]) do add(d, g) end
-    values[key] = read(key, d, false)
+    local d = record_delta()
+    for _, g in ipairs(tenants[key]) do record_add(d, g) end
+    values[key] = record_read(key, d, false)
   end
   decided[key] = {}
 end
-local other, admitted = delta(), {}
+local other, admitted = record_delta(), {}
 for _, g in ipairs(groups) do
   local minute = g.m.minute
   local verdict = decided[g.key][minute]
@@ -289,33 +289,33 @@ for _, g in ipairs(groups) do
     decided[g.key][minute] = verdict
   end
   g.own = verdict
-  if not verdict then add(other, g) end
+  if not verdict then record_add(other, g) end
 end
 for _, key in ipairs(order) do
-  local mine = delta()
+  local mine = record_delta()
   for _, g in ipairs(tenants[key]) do
-    if g.own then add(mine, g) end
+    if g.own then record_add(mine, g) end
   end
-  if mine.any then write(key, values[key], mine, false) end
+  if mine.any then record_write(key, values[key], mine, false) end
 end
-if other.any then write(KEYS[1], read(KEYS[1], other, false), other, false) end
+if other.any then record_write(KEYS[1], record_read(KEYS[1], other, false), other, false) end
 for minute, count in pairs(places) do
   if count == false then places[minute] = nil end
 end
-write(KEYS[2], all_v, all, places)
+record_write(KEYS[2], all_v, all, places)
 
 local zadd = {}
 for tenant, at in pairs(admitted) do
-  zadd[#zadd + 1] = int(at)
+  zadd[#zadd + 1] = obs_int(at)
   zadd[#zadd + 1] = tenant
 end
 -- GT: a late flush's older minute must not hide a newer admission from unread() (lib/obs_recent.lua)
 call_sliced('ZADD', KEYS[3], zadd, SLICE, nil, 'GT')
 if next(admitted) then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now_ms - recent_ms))
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. obs_int(now_ms - recent_ms))
   -- Every entry is trimmed recent_ms after its admission: with no admission for that long the set would hold
   -- only such entries, so it expires then (tenants that came and went leave nothing without a TTL).
-  redis.call('PEXPIRE', KEYS[3], int(recent_ms))
+  redis.call('PEXPIRE', KEYS[3], obs_int(recent_ms))
 end
 
 local placed = {}
