@@ -107,14 +107,15 @@ def not_files(conn: Redis, feed: list[list[bytes]]) -> tuple[list[bytes], set[st
     FCALL) that are no file under lua/, and the files that were run."""
     files = {path.read_bytes(): str(path.relative_to(LUA)) for path in LUA.rglob("*.lua")}
     by_sha = {hashlib.sha1(text).hexdigest().encode(): text for text in files}
-    listed = [dict(zip(map(_bytes, entry[::2]), entry[1::2], strict=True)) for entry in conn.function_list(withcode=True)]
+    listed = [dict(zip(map(_bytes, entry[::2]), entry[1::2], strict=True))
+              for entry in conn.function_list(withcode=True)]
     libraries = {_bytes(lib[b"library_name"]): _bytes(lib[b"library_code"]) for lib in listed}
     texts: list[bytes] = []
     for args in feed:
         name = args[0].upper()
         if name in (b"EVAL", b"EVAL_RO"):
             texts.append(args[1])
-        elif name == b"SCRIPT" and args[1].upper() == b"LOAD" or name == b"FUNCTION" and args[1].upper() == b"LOAD":
+        elif name in (b"SCRIPT", b"FUNCTION") and args[1].upper() == b"LOAD":
             texts.append(args[-1])
         elif name in (b"EVALSHA", b"EVALSHA_RO"):
             texts.append(by_sha.get(args[1].lower(), b"no file has the sha " + args[1]))

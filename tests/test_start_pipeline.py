@@ -1,5 +1,6 @@
 """The job-start pipeline itself (fair_router/controls/pipeline.py): one script for every list of controls
-(lua/built/start.lua), which runs the controls a call names in the list's order, and counts each refusal under the refusing control's counter.
+(lua/built/start.lua) runs the controls a call names in the list's order, and each refusal is counted under the
+refusing control's counter.
 Real Redis; the behaviour of each control is in test_controls.py and test_limits.py."""
 
 from __future__ import annotations

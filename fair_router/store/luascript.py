@@ -27,8 +27,6 @@ from redis.client import Pipeline
 from redis.connection import ConnectionPool
 from redis.exceptions import NoPermissionError, NoScriptError, OutOfMemoryError, ReadOnlyError, ResponseError
 
-from fair_router.core.keys import FairQueueKeys
-
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):
         from importlib.resources.abc import Traversable
@@ -281,9 +279,9 @@ class Call(Generic[R]):
         return self.script.parse(self.script.evalsha(self.keys, self.args))
 
     def queue(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it on ``pipeline`` as EVAL of its built text (a pipeline someone else may execute). Its reply is in the pipeline's
-        execute() list at its place: ``script.parse(reply)`` types it. Returns the pipeline, as redis-py's
-        commands do."""
+        """Queue it on ``pipeline`` as EVAL of its built text (a pipeline someone else may execute). Its reply is
+        in the pipeline's execute() list at its place: ``script.parse(reply)`` types it. Returns the pipeline,
+        as redis-py's commands do."""
         # execute_command rather than .eval(): a RedisCluster's pipeline has no eval() but routes an EVAL by
         # its keys (all in one slot); on a plain pipeline it is what .eval() sends.
         pipeline.execute_command(  # type: ignore[no-untyped-call]
@@ -292,8 +290,9 @@ class Call(Generic[R]):
 
     def queue_loaded(self, pipeline: Pipeline) -> Pipeline:
         """Queue it as EVALSHA on ``pipeline``, a pipeline of ours that :func:`execute_loaded` executes (only
-        those: its retry runs the pipeline's other commands again); loads the script first if this process has not yet. A Redis
-        Cluster's pipeline gets EVAL (its scripts are loaded per node; no pool to remember them by)."""
+        those: its retry runs the pipeline's other commands again); loads the script first if this process has
+        not yet. A Redis Cluster's pipeline gets EVAL (its scripts are loaded per node; no pool to remember
+        them by)."""
         if not hasattr(pipeline, "connection_pool"):
             return self.queue(pipeline)
         self.script.ensure_loaded()
