@@ -1,5 +1,5 @@
 """The job-start pipeline itself (fair_router/controls/pipeline.py): one script for every list of controls
-(lua/built/start.lua) runs the controls a call names in the list's order, and each refusal is counted under the
+(lua/built/start.min.lua) runs the controls a call names in the list's order, and each refusal is counted under the
 refusing control's counter.
 Real Redis; the behaviour of each control is in test_controls.py and test_limits.py."""
 
@@ -33,7 +33,7 @@ def test_one_script_runs_only_the_listed_controls_in_their_order(conn: Redis) ->
     both = StartPipeline(conn, [PauseCheck(KEYS), ConcurrencySlot(KEYS, config)], TierCounters(conn, KEYS))
     slot_first = StartPipeline(conn, [ConcurrencySlot(KEYS, config), PauseCheck(KEYS)], TierCounters(conn, KEYS))
     assert pause_only.script.sha == both.script.sha == slot_first.script.sha  # one text, whatever the list
-    assert both.script.source == (Path(__file__).resolve().parent.parent / "lua/built/start.lua").read_text()
+    assert both.script.source == (Path(__file__).resolve().parent.parent / "lua/built/start.min.lua").read_text()
     # pause only: no slot is taken, however many start
     assert [pause_only.run(start(conn, "acme", f"j{i}")).status for i in range(3)] == [Verdict.GRANTED] * 3
     assert not conn.exists(KEYS.leases("acme"))

@@ -51,6 +51,9 @@ BUILT = "built"
 """``lua/built``: the generated, checked-in texts Redis runs."""
 FUNCTIONS = ("fair_pop",)
 """The scripts that also run as a Redis function library (``lua/built/<name>.library.lua``)."""
+MINIFIED = ("start", "observe_start")
+"""The scripts sent whole as EVAL on rq's job-start MULTI, as ``lua/built/<name>.min.lua`` (no comments or
+indentation): Redis hashes and parses the text at every call, and the start's costs every job start."""
 
 
 def no_functions(error: ResponseError, command: str) -> bool:
@@ -151,13 +154,21 @@ def _pieces(source: str, where: str, lua: Traversable) -> list[str]:
     return parts
 
 
+def compact(source: str) -> str:
+    """``source`` without comment lines and indentation. Our scripts hold no multi-line strings, so a line
+    starting with "--" is a comment."""
+    return "".join(line.strip() + "\n" for line in source.splitlines()
+                   if line.strip() and not line.strip().startswith("--"))
+
+
 def generate() -> dict[str, str]:
-    """Every file of ``lua/built``, by name: each script of ``lua/`` assembled, and each of :data:`FUNCTIONS` as
-    its function library."""
+    """Every file of ``lua/built``, by name: each script of ``lua/`` assembled, each of :data:`FUNCTIONS` as
+    its function library and each of :data:`MINIFIED` compacted."""
     lua = lua_dir()
     names = sorted(entry.name.removesuffix(".lua") for entry in lua.iterdir() if entry.name.endswith(".lua"))
     texts = {f"{name}.lua": assemble(name) for name in names}
     texts.update({f"{name}.library.lua": assemble_library(name) for name in FUNCTIONS})
+    texts.update({f"{name}.min.lua": compact(texts[f"{name}.lua"]) for name in MINIFIED})
     return texts
 
 
@@ -209,8 +220,8 @@ class LuaScript(Generic[R]):
             loaded.add(self.sha)
 
     def build_source(self) -> str:
-        """The text registered and sent: ``lua/built/<name>.lua``."""
-        return built(self.name)
+        """The text registered and sent: ``lua/built/<name>.lua`` (``<name>.min.lua`` for :data:`MINIFIED`)."""
+        return built(f"{self.name}.min" if self.name in MINIFIED else self.name)
 
     def call(self, keys: Sequence[str], args: Sequence[Any]) -> Call[R]:
         return Call(self, list(keys), list(args))
