@@ -1,12 +1,12 @@
 """The base of the script wrappers (``fair_router.store.scripts``): which text a script sends, and how.
 
-**Text.** Redis runs only files of the repo: ``lua/built/<name>.lua``, the script ``lua/<name>.lua`` with the
-``lua/lib`` pieces its ``-- include:`` lines name in front (each once, after the pieces it includes), and
-``lua/built/<name>.library.lua``, the Redis function library of a script run by FCALL. ``make lua``
-(:func:`main`) writes them from ``lua/``; tests/test_lua_files.py fails when one
-is not current. Redis 6.2 and 7.0 have no function libraries, so text assembly is how the scripts share code;
-:func:`assemble` refuses two pieces that define the same top-level name (a flat namespace, never silently
-shared). Settings travel in ARGV: the text of a script is the same for every configuration.
+**Text.** Redis runs only files of the repo, in ``lua/built``: ``<name>.lua``, the script ``lua/<name>.lua``
+with the ``lua/lib`` pieces its ``-- include:`` lines name in front (each once, after the pieces it includes);
+``<name>.min.lua``, the same without comments, for the :data:`MINIFIED` scripts; ``<name>.library.lua``, the
+Redis function library of a script run by FCALL. ``make lua`` (:func:`main`) writes them from ``lua/``, and
+tests/test_lua_files.py fails when one is not current. Redis 6.2 and 7.0 have no function libraries, so text
+assembly is how the scripts share code; :func:`assemble` refuses two pieces that define the same top-level
+name (one flat namespace, never silently shared). Settings travel in ARGV: a script has one text.
 
 **Transport.** One :class:`Call` per invocation; its methods choose the transport (:class:`Call` says why).
 """
