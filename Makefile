@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs bench clean rq-suite dist
+.PHONY: demo test lint docs bench clean rq-suite dist lua
 
 # `make rq-suite VARIANT=fairqueue` runs one variant of rq's own test suite (default: all CI variants).
 VARIANT ?=
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/fair-router demo
+
+# lua/built: every script text Redis runs, generated from lua/ and checked in (tests/test_lua_files.py fails
+# when one is not current): run after editing a script or a lua/lib piece.
+lua: $(STAMP)
+	$(BIN)/python -c "from fair_router.store.luascript import main; main()"
 
 lint: $(STAMP)
 	$(BIN)/ruff check fair_router tests bench compat conftest.py

@@ -8,7 +8,8 @@ Three prices, from ``INFO commandstats`` in tight loops on a private redis-serve
   less ``base`` and the ``HGET`` time Redis counts for them, per call);
 - per script, as it runs for real: its server time per call, how many commands it sends and their own time.
   ``route.lua`` records one enqueue of a tenant whose window is at its cap (``FairRouter.record_and_route``, 50
-  tenants, bench/enqueue.py's rules); the fair pop is ``FairQueue.pop_fair()`` over 10 tenants.
+  tenants, bench/enqueue.py's rules); the fair pop is ``FairQueue.pop_fair()`` over 10 tenants; the settle is
+  ``FairQueue.settle()`` of a popped job of a ``charge="runtime"`` queue (fair_settle.lua).
 
 The floor of a script is ``base + commands x bridge + the commands' own time``: the time it would take if its
 Lua logic and argument handling cost nothing. A goal below that floor cannot be met by making the Lua cheaper,
@@ -99,6 +100,17 @@ def pop_cost(conn: Redis, calls: int) -> dict[str, float]:
     return script_cost(stats_of(conn, calls, lambda i: queue.pop_fair()), calls)
 
 
+def settle_cost(conn: Redis, calls: int) -> dict[str, float]:
+    """fair_settle.lua: each of ``calls`` jobs popped from a charge="runtime" queue over 10 tenants, settled with
+    its measured run time (what a worker sends as the job ends)."""
+    queue = FairQueue("lua_floor_settle", connection=conn, settings=Settings(prefix="lua_floor"), charge="runtime")
+    for start in range(0, calls, 1000):
+        queue.enqueue_many([Queue.prepare_data(noop, (i,), meta={"fair_tenant": f"t{i % 10}"})
+                            for i in range(start, min(calls, start + 1000))])
+    popped = [queue.pop_fair().job_id for _ in range(calls)]
+    return script_cost(stats_of(conn, calls, lambda i: queue.settle(str(popped[i]), 0.01)), calls)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=3000, help="calls per measurement (default 3000)")
@@ -110,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             conn.flushdb()
             base, bridge = prices(conn, args.calls)
-            for name, cost in (("route.lua", route_cost(conn, args.calls)), ("fair pop", pop_cost(conn, args.calls))):
+            for name, cost in (("route.lua", route_cost(conn, args.calls)), ("fair pop", pop_cost(conn, args.calls)),
+                               ("settle", settle_cost(conn, args.calls))):
                 floor = base + cost["commands"] * bridge + cost["own_us"]
                 for key, value in (("base", base), ("bridge", bridge), (f"{name} us", cost["us"]),
                                    (f"{name} commands", cost["commands"]), (f"{name} own", cost["own_us"]),
@@ -120,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Lua floor ({args.rounds} rounds x {args.calls} calls, medians): an empty EVALSHA {med['base']:.1f} us; "
           f"a redis.call beyond its command {med['bridge']:.2f} us")
     print(f"{'script':10}{'server':>10}{'commands':>10}{'their own':>11}{'floor':>9}{'goal':>8}")
-    for name, goal in (("route.lua", ROUTE_GOAL_US), ("fair pop", POP_GOAL_US)):
+    for name, goal in (("route.lua", ROUTE_GOAL_US), ("fair pop", POP_GOAL_US), ("settle", None)):
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
-              f"{med[f'{name} floor']:>6.1f} us{goal:>5.0f} us")
+              f"{med[f'{name} floor']:>6.1f} us" + ("" if goal is None else f"{goal:>5.0f} us"))
     return 0
 
 

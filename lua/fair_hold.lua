@@ -3,10 +3,11 @@
 -- own was admitted: parked exactly until its rate allows its next start, or unparked when that is now. The
 -- start report also marks it paced (lib/claims.lua): pops park it after each take until the next report.
 -- include: fair_keys, time, stride, claims, forget
--- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     tenant (encoded), until_ms, paced ('1' = a paced tenant's start report, '0' = a pause), now_ms
 --          ('' = server TIME)
 -- Returns  1 if the tenant has jobs waiting here, else 0 (a pause then changes nothing).
+bind_keys()
 local tenant, until_ms, paced = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local now_ms = clock_ms(ARGV[4])
 
@@ -16,7 +17,7 @@ if not has_waiting(tenant) then
   return 0
 end
 if not paced then
-  hold(tenant, until_ms, 0)
+  stride_hold(tenant, until_ms, 0)
 elseif not under_limit(tenant) then  -- parked at its concurrency limit too: that park ends at a release
   park_until(tenant, until_ms, true)
 elseif until_ms > now_ms then

@@ -2,7 +2,7 @@
 -- in its tenant's FIFO (where it was, else at the front) and park the tenant (pops skip it) until
 -- `until_ms` or a slot frees. The job's claim ends (lib/claims.lua), and the tenant's limit is learnt.
 -- include: fair_keys, stride, members, fifo, charge, claims
--- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     job_id, tenant (encoded), weight, until_ms, refund ('1' = a fair choice served the job: take
 --          back what its pop added to the tenant's pass, 1 / weight or, charge="runtime", the estimate /
 --          weight recorded in `charged`; '0' = a plain entry, nothing added),
@@ -11,6 +11,7 @@
 --          exact ('1' = a rate refused the start: until_ms, on the server's clock, is its next token, and the
 --          park ends then, replacing a pop's bound for a paced tenant, unless it is at its concurrency limit)
 -- Returns  1 when the job was put back, 0 when it was already waiting.
+bind_keys()
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local refund, old_seq, exact = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[8] == '1'
 learn_limit(tenant, ARGV[7] or '')
@@ -31,12 +32,12 @@ elseif refund then
   local _, _, stored = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   step = 1 / tonumber(stored or weight)
 end
-hold(tenant, until_ms, step)  -- it keeps its place: on return it starts at max(virtual time, kept pass)
+stride_hold(tenant, until_ms, step)  -- it keeps its place: on return it starts at max(virtual time, kept pass)
 if exact and under_limit(tenant) then park_paced(tenant, until_ms) end
 if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by
 -- several workers at once come back in FIFO order whatever order their parks land in; else the front.
-enter(job_id, tenant, place(tenant, true, old_seq, weight), list_push(job_id, true))
+fifo_enter(job_id, tenant, fifo_place(tenant, true, old_seq, weight), list_push(job_id, true))
 if declared then keep_costs(job_id, declared, func) end
 return 1

@@ -5,7 +5,7 @@
 -- recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
 -- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
--- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
 --          weight, settled later by fair_settle.lua; '0' = by 1 / weight), lease_ms (a claim's life, 0 = no
@@ -14,6 +14,7 @@
 --          choice (seq: its place in its tenant's FIFO, for fair_park to put it back there);
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
 --          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
+bind_keys()
 local now_ms = clock_ms(ARGV[1])
 local given = ARGV[2]
 local runtime = ARGV[3] == '1'
@@ -27,7 +28,7 @@ local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
 local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
-local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- choose()'s first look
+local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
 -- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
@@ -64,10 +65,10 @@ local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or 
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    take(entry, h, first[1], first[2], pop, t, weight, waiting)
+    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting)
     return {2, entry, -1, h}
   end
-  first[4] = got[2]  -- choose() need not read it again
+  first[4] = got[2]  -- serve_choose() need not read it again
 end
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
@@ -79,15 +80,15 @@ local field, tenant = parse_member(entry_value)
 if first and tenant ~= first[1] then  -- ties on pass go to the entry's tenant (lib/serve.lua)
   local seq, pass, tail, stored, count = tied_entry(field, tenant, first[2])
   if seq then
-    take(entry, seq, tenant, pass, pop, tail, stored, count)
+    serve_take(entry, seq, tenant, pass, pop, tail, stored, count)
     return {2, entry, -1, seq}
   end
 end
 for _ = 1, MAX_STALE do
-  local job_id, seq, chosen, pass, tail, stored, count = choose(first)
+  local job_id, seq, chosen, pass, tail, stored, count = serve_choose(first)
   first = nil
   if job_id and job_id == entry then  -- holes skipped: the entry is the choice after all
-    take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
     return {2, job_id, -1, seq}
   end
   if not job_id then
@@ -105,7 +106,7 @@ for _ = 1, MAX_STALE do
     -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
     redis.call('LSET', rq_list, index, entry)
     set_pos(entry, head + index, entry_value)
-    take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
     return {2, job_id, -1, seq}
   elseif value then
     drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)

@@ -1,7 +1,7 @@
 -- fair_push.lua: add jobs to a fair queue: each id onto rq's list and into its tenant's FIFO. Also
 -- puts popped jobs back (recovery after a dead worker) and adopts ids rq pushed itself (unique=True).
 -- include: fair_keys, stride, members, fifo, charge, recount
--- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     one group of nine per job: job_id, tenant (encoded), weight, at_front ('1'/'0'),
 --          from_inflight ('1' = only if still recorded as popped-not-started, which is then cleared),
 --          listed ('1' = rq already pushed the id onto its list: only give it a FIFO place),
@@ -12,6 +12,7 @@
 --          (from 0) would take its tenant's waiting jobs past its cap, nothing is added and the reply is
 --          the error "FAIRBACKLOG <i> ...": an error, so that a caller's own pipeline (rq's MULTI, which
 --          also saved the job) fails loudly on execute rather than leaving the job saved but not queued.
+bind_keys()
 local GROUP = 9
 
 -- Backlog caps first, for the whole call, so that a batch is all or nothing.
@@ -53,7 +54,7 @@ for i = 1, #ARGV, GROUP do
     elseif redis.call('LINDEX', rq_list, 0) == job_id then  -- rq's LPUSH: the head moved one up
       pos = redis.call('HINCRBY', state, 'head', -1)
     end
-    enter(job_id, tenant, place(tenant, at_front, nil, weight, st[2]), pos)
+    fifo_enter(job_id, tenant, fifo_place(tenant, at_front, nil, weight, st[2]), pos)
     keep_costs(job_id, declared, func)
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
       activate(tenant)

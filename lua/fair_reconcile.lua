@@ -16,6 +16,7 @@
 --          (as fair_push.lua's).
 -- Returns  {exact (1 compared, 0 beyond the bound or stale members left to page through), stale members dropped, jobs adopted, listed ids that are no
 --          members (when compared: at most `bound`), rq's list length}.
+bind_keys()
 local GROUP = 5
 local RECONCILE_SLICE = 1000  -- ids per HMGET (Lua's unpack has a stack bound)
 local bound = tonumber(ARGV[1])
@@ -59,7 +60,7 @@ local function drop_unlisted(pairs_)
   for i = 1, #pairs_, 2 do
     local id = pairs_[i]
     if index[id] == nil and not string.find(id, ':', 1, true) then
-      leave(id, pairs_[i + 1])
+      fifo_leave(id, pairs_[i + 1])
       gone[#gone + 1] = id
     end
   end
@@ -88,7 +89,7 @@ for i = 2, #ARGV, GROUP do
   local id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if index[id] ~= nil and not member[id] then
     member[id] = true
-    enter(id, tenant, place(tenant, false, nil, weight, nil), head + index[id])
+    fifo_enter(id, tenant, fifo_place(tenant, false, nil, weight, nil), head + index[id])
     keep_costs(id, ARGV[i + 4], ARGV[i + 3])
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
       activate(tenant)

@@ -4,6 +4,7 @@
 -- KEYS     keys.FairQueueKeys, in field order.
 -- ARGV     tenants (encoded).
 -- Returns  each tenant's waiting count, in ARGV order (a count that could not be verified is returned as it was).
+bind_keys()
 local counts = {}
 for i = 1, #ARGV do
   counts[i] = (recount(ARGV[i]))

@@ -3,11 +3,12 @@
 -- declared cost when the queue trusts declared costs. Also folds the measured time into the recent means
 -- the next pops estimate from. Sent in the worker's own after-job pipeline (no round trip of its own).
 -- include: fair_keys, time, stride, charge
--- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), job_id, measured (seconds the job ran; '' = its worker died: charge
 --          the time from its pop until now, and learn nothing from it), trust ('1' = a declared cost is
 --          the charge).
 -- Returns  1 when the job had a charge to settle, else 0 (charge="jobs", a plain entry, settled already).
+bind_keys()
 local now_ms = clock_ms(ARGV[1])
 local job_id, measured, trust = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local ALPHA = 0.2  -- weight of the newest run time in the recent means (about the last 5-10 runs count)
@@ -54,6 +55,6 @@ elseif delta > 0 then
   -- from the virtual time (an undercharge, by at most what its pass was below it, would let it gain). An
   -- overcharge of an idle tenant is dropped: idle tenants bank nothing.
   local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  keep(tenant, vtime + delta)  -- lib/stride.lua: expires with the other kept passes while none is active
+  stride_keep(tenant, vtime + delta)  -- lib/stride.lua: expires with the other kept passes while none is active
 end
 return 1

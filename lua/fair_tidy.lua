@@ -6,6 +6,7 @@
 -- KEYS     keys.FairQueueKeys, in field order.
 -- ARGV     none. (The caller adds the ids it finds run by some worker to state.plain itself: one HINCRBY.)
 -- Returns  {stale ids (space-separated, '' none), state.stale, state.plain, rq's list length}.
+bind_keys()
 local length = redis.call('LLEN', rq_list)
 if length == 0 then drop_all_stale() end
 local ids = redis.call('HGET', state, 'stale_ids') or ''

@@ -3,10 +3,11 @@
 -- the tenant is eligible again in this queue and one worker blocked while only parked tenants' jobs waited
 -- is woken.
 -- include: fair_keys, time, stride, claims, forget
--- KEYS     keys.FairQueueKeys, in field order: bound to locals named as the fields by the fair_keys include.
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     tenant (encoded), job_id (the job that released the slot, '' = none), limit (the tenant's
 --          concurrency limit, 0 = none, '' = not known to the caller), now_ms ('' = server TIME)
 -- Returns  1 if the tenant has jobs waiting here and may be served, else 0.
+bind_keys()
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
 
 local here = has_waiting(tenant)

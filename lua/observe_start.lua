@@ -1,15 +1,15 @@
 -- observe_start.lua: add a batch of job starts (one worker's buffer, fair_router/observe/recorder.py) to the
 -- tenants' records and the all-tenant record.
--- include: time, slices, obs_fields, obs_groups, obs_record, obs_recent
+-- include: time, obs_settings, slices, obs_fields, obs_groups, obs_record, obs_recent
 -- KEYS[1] the overflow record (#other), KEYS[2] the all-tenant record (#all), KEYS[3] recent: sorted set
 --         tenant -> when it was last admitted (ms); KEYS[3 + g] the record of group g's tenant (its last ':'
 --         part is the encoded tenant; a tenant with starts in several seconds has several groups). All {obs}.
--- ARGV[1] now_ms ('' = server TIME); then per group g, oldest first: age_ms (its starts were taken that long
+-- ARGV[1] now_ms ('' = server TIME); ARGV[2..8] the record layout's settings: cap (tenants per minute), ttl
+--         (record expiry, s), minute_slots, tick_ms, tick_slots, n_buckets, recent_ms (lib/obs_settings.lua);
+--         then per group g, oldest first: age_ms (its starts were taken that long
 --         before now), starts, their total wait (us), k, then k pairs: wait bucket, starts in it.
 -- A group is placed in the minute and 10-second tick of now_ms - age_ms: Redis' clock, as the reader's, and
 -- the worker's only for the age (a clock difference between the two cancels out).
--- The recorder puts one line in front of this file: cap (tenants per minute), ttl (record expiry, s),
--- minute_slots, tick_ms, tick_slots, n_buckets, recent_ms.
 -- A record is a hash:
 --   m<s> = the minute held by minute slot s (minute % minute_slots); <s>:<b> = its starts in wait bucket b
 --   t<s> = the tick held by tick slot s; n<s>, s<s> = its starts and their total wait (us)
@@ -26,9 +26,9 @@ local now_ms = clock_ms(ARGV[1])
 local groups, tenants, order = read_groups(now_ms)  -- lib/obs_groups.lua; records: lib/obs_record.lua
 
 -- #all gets every group; its a<s> say how many places each minute has given.
-local all = delta()
-for _, g in ipairs(groups) do add(all, g) end
-local all_v = read(KEYS[2], all, true)
+local all = record_delta()
+for _, g in ipairs(groups) do record_add(all, g) end
+local all_v = record_read(KEYS[2], all, true)
 local places = {}
 for m in pairs(all.m) do
   local held = tonumber(all_v[m.held])
@@ -45,13 +45,13 @@ local skip = unread(order, tenants, places, now_ms)
 local values, decided = {}, {}
 for _, key in ipairs(order) do
   if not skip[key] then
-    local d = delta()
-    for _, g in ipairs(tenants[key]) do add(d, g) end
-    values[key] = read(key, d, false)
+    local d = record_delta()
+    for _, g in ipairs(tenants[key]) do record_add(d, g) end
+    values[key] = record_read(key, d, false)
   end
   decided[key] = {}
 end
-local other, admitted = delta(), {}
+local other, admitted = record_delta(), {}
 for _, g in ipairs(groups) do
   local minute = g.m.minute
   local verdict = decided[g.key][minute]
@@ -72,33 +72,33 @@ for _, g in ipairs(groups) do
     decided[g.key][minute] = verdict
   end
   g.own = verdict
-  if not verdict then add(other, g) end
+  if not verdict then record_add(other, g) end
 end
 for _, key in ipairs(order) do
-  local mine = delta()
+  local mine = record_delta()
   for _, g in ipairs(tenants[key]) do
-    if g.own then add(mine, g) end
+    if g.own then record_add(mine, g) end
   end
-  if mine.any then write(key, values[key], mine, false) end
+  if mine.any then record_write(key, values[key], mine, false) end
 end
-if other.any then write(KEYS[1], read(KEYS[1], other, false), other, false) end
+if other.any then record_write(KEYS[1], record_read(KEYS[1], other, false), other, false) end
 for minute, count in pairs(places) do
   if count == false then places[minute] = nil end
 end
-write(KEYS[2], all_v, all, places)
+record_write(KEYS[2], all_v, all, places)
 
 local zadd = {}
 for tenant, at in pairs(admitted) do
-  zadd[#zadd + 1] = int(at)
+  zadd[#zadd + 1] = obs_int(at)
   zadd[#zadd + 1] = tenant
 end
 -- GT: a late flush's older minute must not hide a newer admission from unread() (lib/obs_recent.lua)
 call_sliced('ZADD', KEYS[3], zadd, SLICE, nil, 'GT')
 if next(admitted) then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. int(now_ms - recent_ms))
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. obs_int(now_ms - recent_ms))
   -- Every entry is trimmed recent_ms after its admission: with no admission for that long the set would hold
   -- only such entries, so it expires then (tenants that came and went leave nothing without a TTL).
-  redis.call('PEXPIRE', KEYS[3], int(recent_ms))
+  redis.call('PEXPIRE', KEYS[3], obs_int(recent_ms))
 end
 
 local placed = {}

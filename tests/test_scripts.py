@@ -1,16 +1,14 @@
-"""The Lua scripts as loaded: every script assembles with its includes and compiles, the fair scripts'
-KEYS are bound in FairQueueKeys order, and every script's header states its KEYS and ARGV."""
+"""The Lua scripts as loaded: every script assembles with its includes and compiles, what runs is its
+lua/built file, and every script's header states its KEYS and ARGV (the fair keys' order: test_lua_files.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 from redis import Redis
 
-from fair_router.core.keys import FairQueueKeys, Keys
-from fair_router.store.luascript import assemble, assemble_source, fair_keys_lua, includes, lua_dir
+from fair_router.store.luascript import assemble, assemble_source, built, includes, lua_dir
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 SCRIPTS = sorted(path.stem for path in LUA.glob("*.lua"))
@@ -28,9 +26,9 @@ def test_every_script_assembles_compiles_and_states_its_keys_and_argv(conn: Redi
     assert any(line.startswith("-- KEYS") for line in header), name
     assert any(line.startswith("-- ARGV") for line in header), name
     source = assemble(name)
-    assert source.endswith(text)
+    assert source.endswith(text) and built(name) == source
     for piece in includes(text):  # each piece once, in front
-        marker = fair_keys_lua() if piece == "fair_keys" else (LUA / "lib" / f"{piece}.lua").read_text()
+        marker = (LUA / "lib" / f"{piece}.lua").read_text()
         assert source.count(marker) == 1, (name, piece)
         assert source.index(marker) < source.index(text)
     assert conn.script_load(source)  # compiles
@@ -39,18 +37,8 @@ def test_every_script_assembles_compiles_and_states_its_keys_and_argv(conn: Redi
 def test_a_piece_comes_after_the_pieces_it_includes() -> None:
     source = assemble("fair_remove")  # includes fifo, which includes stride and members
     order = [source.index(f"-- lib/{piece}.lua") for piece in ("members", "fifo")]
-    assert source.index("local rq_list,") < order[0] < order[1]
+    assert source.index("local rq_list,") < order[0] < order[1] < source.index("\nbind_keys()\n")
     assert source.index("-- lib/stride.lua") < order[1]
-
-
-def test_fair_keys_binds_keys_in_field_order(conn: Redis) -> None:
-    keys = Keys("fq_order").fair_queue("rq:queue:x")
-    names = FairQueueKeys.names()
-    assert names == tuple(field.name for field in dataclasses.fields(FairQueueKeys))  # every field, in order
-    assert names[0] == "rq_list" and len(set(names)) == len(names)
-    assert keys.all_for_scripts() == [getattr(keys, name) for name in names]
-    probe = assemble_source(f"-- include: fair_keys\nreturn {{{', '.join(names)}}}", "probe", lua_dir())
-    assert [raw.decode() for raw in conn.eval(probe, len(names), *keys.all_for_scripts())] == keys.all_for_scripts()
 
 
 def test_an_unknown_include_is_named() -> None:

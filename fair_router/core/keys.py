@@ -66,7 +66,7 @@ class FairQueueKeys:
     @classmethod
     def names(cls) -> tuple[str, ...]:
         """The field names in declaration order: the one statement of the fair scripts' KEYS order. The
-        loader binds KEYS[i] to a Lua local of the i-th name (``luascript.fair_keys_lua``), and
+        loader binds KEYS[i] to a Lua local of the i-th name (``lua/lib/fair_keys.lua``, checked by a test), and
         :meth:`all_for_scripts` passes the keys in this order. (A dataclass's ``__match_args__`` is its fields'
         names in declaration order: read, not rebuilt by ``dataclasses.fields`` at every script call.)"""
         return cls.__match_args__

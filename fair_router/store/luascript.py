@@ -1,33 +1,14 @@
-"""The base of the script wrappers (``fair_router.store.scripts``): how a script in the top-level ``lua/`` directory is
-found, assembled with the shared pieces it includes, registered and run.
+"""The base of the script wrappers (``fair_router.store.scripts``): which text a script sends, and how.
 
-**Assembly.** A script names the shared pieces it needs in its header, ``-- include: time, fifo``; each is
-``lua/lib/<piece>.lua``, whose own ``-- include:`` line names what it needs in turn. :func:`assemble` puts
-every piece the script needs in front of it, each once, a piece after the pieces it includes. Redis 6.2 and
-7.0 have no function libraries, so this text assembly is how the scripts share code. One piece is generated
-rather than read: ``fair_keys`` binds ``KEYS[i]`` to a local named as the i-th field of
-:class:`~fair_router.core.keys.FairQueueKeys`, which is the one statement of the fair scripts' KEYS order.
+**Text.** Redis runs only files of the repo, in ``lua/built``: ``<name>.lua``, the script ``lua/<name>.lua``
+with the ``lua/lib`` pieces its ``-- include:`` lines name in front (each once, after the pieces it includes);
+``<name>.min.lua``, the same without comments, for the :data:`MINIFIED` scripts; ``<name>.library.lua``, the
+Redis function library of a script run by FCALL. ``make lua`` (:func:`main`) writes them from ``lua/``, and
+tests/test_lua_files.py fails when one is not current. Redis 6.2 and 7.0 have no function libraries, so text
+assembly is how the scripts share code; :func:`assemble` refuses two pieces that define the same top-level
+name (one flat namespace, never silently shared). Settings travel in ARGV: a script has one text.
 
-**Wrappers.** Every wrapper derives from :class:`LuaScript`: it reads and assembles its script once, when
-built, registers it on the client it was built with, and its ``__call__`` names the script's KEYS and ARGV
-and returns a :class:`Call`. A call runs in one of two ways:
-
-- ``call.run()``: on its own, as EVALSHA (redis-py loads the script once after NOSCRIPT); returns the typed
-  result. A wrapper with ``as_function`` (the fair pop) runs as FCALL of a Redis function library instead
-  where the server has functions (:func:`assemble_library`, :meth:`LuaScript.evalsha`).
-- ``call.queue(pipeline)``: the one way to run inside a pipeline: queued as EVAL of the source. The reply
-  comes back in ``pipeline.execute()``'s list at the call's place, and ``script.parse(reply)`` types it.
-  EVAL rather than EVALSHA: for a pipeline holding a registered script, redis-py sends SCRIPT EXISTS before
-  every execute, a round trip of its own; and a bare EVALSHA could meet NOSCRIPT (after a Redis restart)
-  inside a pipeline someone else executes, such as rq's enqueue MULTI. The server hashes the few KB of
-  source per call, microseconds against a round trip.
-- ``call.queue_loaded(pipeline)``: EVALSHA on a pipeline *we* execute, through :func:`execute_loaded`. The
-  script is loaded once per connection pool (SCRIPT LOAD, :meth:`LuaScript.ensure_loaded`), so a hot path
-  sends 40 bytes instead of the source (a fair push's is 12 KB: its sending and hashing were most of the
-  gap between a FairQueue enqueue and rq's). After a Redis restart (or SCRIPT FLUSH) the EVALSHA meets
-  NOSCRIPT: the script did nothing, and :func:`execute_loaded` loads what the pipeline needs and runs the
-  same commands again. That retry is only safe for pipelines whose other commands can run twice (the
-  job-saving HSETs, EXPIREs and SADDs of an enqueue), which is why a caller's pipeline keeps EVAL.
+**Transport.** One :class:`Call` per invocation; its methods choose the transport (:class:`Call` says why).
 """
 
 from __future__ import annotations
@@ -46,8 +27,6 @@ from redis.client import Pipeline
 from redis.connection import ConnectionPool
 from redis.exceptions import NoPermissionError, NoScriptError, OutOfMemoryError, ReadOnlyError, ResponseError
 
-from fair_router.core.keys import FairQueueKeys
-
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):
         from importlib.resources.abc import Traversable
@@ -63,10 +42,18 @@ _SOURCES: dict[str, str] = {}
 """SHA -> source of every script built in this process (what :func:`execute_loaded` loads after NOSCRIPT)."""
 
 _INCLUDE = re.compile(r"--\s*include:\s*(.*)")
+_DEFINES = re.compile(r"^local\s+(?:function\s+)?([A-Za-z_][\w\s,]*?)\s*(?:=|\(|$)", re.MULTILINE)
 _FUNCTION_SLOT = "@@function@@"
 """Stands for a library's function name while its text is hashed (the name is made from the hash)."""
 _NO_FUNCTIONS = "fn:none"
 """In a pool's ``_LOADED`` set: its server or user can have no Redis functions (run scripts as EVALSHA)."""
+BUILT = "built"
+"""``lua/built``: the generated, checked-in texts Redis runs."""
+FUNCTIONS = ("fair_pop",)
+"""The scripts that also run as a Redis function library (``lua/built/<name>.library.lua``)."""
+MINIFIED = ("start", "observe_start")
+"""The scripts sent whole as EVAL on rq's job-start MULTI, as ``lua/built/<name>.min.lua`` (no comments or
+indentation): Redis hashes and parses the text at every call, and the start's costs every job start."""
 
 
 def no_functions(error: ResponseError, command: str) -> bool:
@@ -88,17 +75,9 @@ def lua_dir() -> Traversable:
     return Path(__file__).resolve().parents[2] / "lua"
 
 
-def fair_keys_lua(library: bool = False) -> str:
-    """The generated ``fair_keys`` piece: one local per FairQueueKeys field, bound to KEYS in field order
-    (the order :meth:`FairQueueKeys.all_for_scripts` passes them in). ``library``: for a Redis function
-    (:func:`assemble_library`), where the pieces are defined once and KEYS differ per call: the locals are
-    declared only, and ``bind_keys()`` binds them at the start of each call."""
-    names = ", ".join(FairQueueKeys.names())
-    slots = ", ".join(f"KEYS[{i}]" for i in range(1, len(FairQueueKeys.names()) + 1))
-    head = "-- fair_keys (generated by fair_router.store.luascript from keys.FairQueueKeys): KEYS in field order.\n"
-    if library:
-        return f"{head}local {names}\nlocal function bind_keys() {names} = {slots} end\n"
-    return f"{head}local {names} = {slots}\n"
+def built(name: str) -> str:
+    """The text Redis runs for ``name``: ``lua/built/<name>.lua`` as checked in (``make lua`` writes it)."""
+    return lua_dir().joinpath(BUILT).joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 def includes(source: str) -> list[str]:
@@ -113,50 +92,62 @@ def includes(source: str) -> list[str]:
     return wanted
 
 
+def defines(source: str) -> set[str]:
+    """The top-level names a piece or script defines (``local x``, ``local a, b``, ``local function f``)."""
+    names: set[str] = set()
+    for match in _DEFINES.finditer(source):
+        names.update(name.strip() for name in match.group(1).split(",") if name.strip())
+    return names
+
+
 def assemble(name: str) -> str:
     """The source of ``lua/<name>.lua`` with every piece it includes in front: each once, after the pieces it
-    includes itself."""
+    includes itself (what ``make lua`` writes to ``lua/built/<name>.lua``)."""
     lua = lua_dir()
     return assemble_source(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"), f"lua/{name}.lua", lua)
 
 
 def assemble_source(source: str, where: str, lua: Traversable) -> str:
     """``source`` (named ``where`` in errors) with the pieces of ``lua``/lib it includes in front."""
-    return "\n".join(_pieces(source, where, lua, library=False))
+    return "\n".join(_pieces(source, where, lua))
 
 
-def assemble_library(name: str, function: str) -> str:
-    """``lua/<name>.lua`` as a Redis function library (Redis >= 7) registering it as ``function``. Its pieces
-    are the library's own body, defined once when the library loads rather than at every call as in a script
-    (for the pop's pieces, 8-15 µs of each call). KEYS and ARGV are locals of the library that each call
-    sets before it runs the script's body, so the pieces read them as they do in a script. Flag allow-oom: as
-    a script's, the call is not refused upfront when Redis is out of memory (a pop frees memory)."""
+def assemble_library(name: str) -> str:
+    """``lua/<name>.lua`` as a Redis function library (Redis >= 7), registering it as a function named after
+    the hash of its text (processes of two builds, a rolling deploy, each call their own). Its pieces are the
+    library's own body, defined once when the library loads rather than at every call as in a script (for
+    the pop's pieces, 8-15 µs of each call). KEYS and ARGV are locals of the library that each call sets before
+    it runs the script's body, so the pieces read them as they do in a script. Flag allow-oom: as a script's,
+    the call is not refused upfront when Redis is out of memory (a pop frees memory)."""
     lua = lua_dir()
-    *pieces, body = _pieces(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"), f"lua/{name}.lua", lua,
-                            library=True)
-    bind = "bind_keys()\n" if any(piece.startswith("-- fair_keys") for piece in pieces) else ""
-    return "\n".join([f"#!lua name={function}", "local KEYS, ARGV", *pieces,
-                      f"redis.register_function{{function_name='{function}', flags={{'allow-oom'}}, "
-                      f"callback=function(keys, args)\nKEYS, ARGV = keys, args\n{bind}{body}\nend}}"])
+    *pieces, body = _pieces(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"), f"lua/{name}.lua", lua)
+    text = "\n".join([f"#!lua name={_FUNCTION_SLOT}", "local KEYS, ARGV", *pieces,
+                      f"redis.register_function{{function_name='{_FUNCTION_SLOT}', flags={{'allow-oom'}}, "
+                      f"callback=function(keys, args)\nKEYS, ARGV = keys, args\n{body}\nend}}\n"])
+    function = f"fair_router_{name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    return text.replace(_FUNCTION_SLOT, function)
 
 
-def _pieces(source: str, where: str, lua: Traversable, library: bool) -> list[str]:
-    """The pieces ``source`` includes, each once, after the pieces it includes itself; ``source`` last."""
+def _pieces(source: str, where: str, lua: Traversable) -> list[str]:
+    """The pieces ``source`` includes, each once, after the pieces it includes itself; ``source`` last. A name
+    defined at the top level of two of them is refused: one would silently replace the other."""
     parts: list[str] = []
     seen: set[str] = set()
+    owners: dict[str, str] = {}
 
     def add(text: str, origin: str) -> None:
         for piece in includes(text):
             if piece in seen:
                 continue
             seen.add(piece)
-            if piece == "fair_keys":
-                add(fair_keys_lua(library), "fair_keys")
-                continue
             path = lua.joinpath("lib").joinpath(f"{piece}.lua")
             if not path.is_file():
                 raise ValueError(f"{origin}: '-- include: {piece}' names no lua/lib/{piece}.lua")
             add(path.read_text(encoding="utf-8"), f"lua/lib/{piece}.lua")
+        for defined in sorted(defines(text)):
+            if defined in owners:
+                raise ValueError(f"{origin} defines '{defined}', as {owners[defined]} does (one flat namespace)")
+            owners[defined] = origin
         parts.append(text)
 
     add(source, where)
@@ -164,17 +155,43 @@ def _pieces(source: str, where: str, lua: Traversable, library: bool) -> list[st
 
 
 def compact(source: str) -> str:
-    """``source`` without comment lines and indentation, for a script sent whole with every call on a hot
-    path: Redis reads, parses and hashes less. Our scripts hold no multi-line strings, so a line starting
-    with "--" is a comment."""
-    return "\n".join(line.strip() for line in source.splitlines()
-                     if line.strip() and not line.strip().startswith("--"))
+    """``source`` without comment lines and indentation. Our scripts hold no multi-line strings, so a line
+    starting with "--" is a comment."""
+    return "".join(line.strip() + "\n" for line in source.splitlines()
+                   if line.strip() and not line.strip().startswith("--"))
+
+
+def generate() -> dict[str, str]:
+    """Every file of ``lua/built``, by name: each script of ``lua/`` assembled, each of :data:`FUNCTIONS` as
+    its function library and each of :data:`MINIFIED` compacted."""
+    lua = lua_dir()
+    names = sorted(entry.name.removesuffix(".lua") for entry in lua.iterdir() if entry.name.endswith(".lua"))
+    texts = {f"{name}.lua": assemble(name) for name in names}
+    texts.update({f"{name}.library.lua": assemble_library(name) for name in FUNCTIONS})
+    texts.update({f"{name}.min.lua": compact(texts[f"{name}.lua"]) for name in MINIFIED})
+    return texts
+
+
+def write_built(target: Path) -> list[str]:
+    """Write :func:`generate`'s files into ``target`` (``lua/built``), removing any other ``.lua`` there;
+    returns the names of the files that changed."""
+    target.mkdir(exist_ok=True)
+    texts = generate()
+    changed = [name for name, text in texts.items()
+               if not (target / name).is_file() or (target / name).read_text(encoding="utf-8") != text]
+    for name in changed:
+        (target / name).write_text(texts[name], encoding="utf-8", newline="")
+    for stale in target.glob("*.lua"):
+        if stale.name not in texts:
+            stale.unlink()
+            changed.append(stale.name)
+    return changed
 
 
 class LuaScript(Generic[R]):
-    """Base of the script wrappers: the script assembled and registered on ``connection`` once, when built.
-    A subclass sets ``name`` (``lua/<name>.lua``), names KEYS and ARGV in its ``__call__`` (returning
-    :meth:`call`) and types the reply in :meth:`parse`."""
+    """Base of the script wrappers: the script's built text (``lua/built/<name>.lua``) registered on
+    ``connection`` once, when built. A subclass sets ``name`` (``lua/<name>.lua``), names KEYS and ARGV in its
+    ``__call__`` (returning :meth:`call`) and types the reply in :meth:`parse`."""
 
     name: ClassVar[str]
     as_function: ClassVar[bool] = False
@@ -190,10 +207,8 @@ class LuaScript(Generic[R]):
         self.function: str | None = None
         self.library = ""
         if self.as_function:
-            # One library per version of its text: processes of two builds (a rolling deploy) each call their own.
-            text = assemble_library(self.name, _FUNCTION_SLOT)
-            self.function = f"fair_router_{self.name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
-            self.library = text.replace(_FUNCTION_SLOT, self.function)
+            self.library = built(f"{self.name}.library")
+            self.function = self.library.split("\n", 1)[0].removeprefix("#!lua name=")
 
     def ensure_loaded(self) -> None:
         """SCRIPT LOAD this script on its connection's server, once per connection pool and process (a round
@@ -205,8 +220,8 @@ class LuaScript(Generic[R]):
             loaded.add(self.sha)
 
     def build_source(self) -> str:
-        """The text registered and sent: the assembled script (a subclass may put constants in front)."""
-        return assemble(self.name)
+        """The text registered and sent: ``lua/built/<name>.lua`` (``<name>.min.lua`` for :data:`MINIFIED`)."""
+        return built(f"{self.name}.min" if self.name in MINIFIED else self.name)
 
     def call(self, keys: Sequence[str], args: Sequence[Any]) -> Call[R]:
         return Call(self, list(keys), list(args))
@@ -260,7 +275,10 @@ class LuaScript(Generic[R]):
 
 
 class Call(Generic[R]):
-    """One invocation of a script: its KEYS and ARGV, to :meth:`run` now or :meth:`queue` on a pipeline."""
+    """One invocation of a script, and the one place that picks its transport. Measured reasons: FCALL for the
+    pop (its pieces defined once: 8-15 µs of each call); EVALSHA on its own and on pipelines we execute (40
+    bytes sent, not KBs; NOSCRIPT retried by :func:`execute_loaded`); EVAL inside a pipeline someone else
+    executes (rq's MULTI), where a NOSCRIPT could not be retried and SCRIPT EXISTS would cost a round trip."""
 
     __slots__ = ("args", "keys", "script")
 
@@ -268,13 +286,13 @@ class Call(Generic[R]):
         self.script, self.keys, self.args = script, keys, args
 
     def run(self) -> R:
-        """Run it on its own (EVALSHA) and return the typed result."""
+        """Run it on its own (FCALL or EVALSHA: :meth:`LuaScript.evalsha`) and return the typed result."""
         return self.script.parse(self.script.evalsha(self.keys, self.args))
 
     def queue(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it on ``pipeline`` (EVAL of the source; module docstring). Its reply is in the pipeline's
-        execute() list at its place: ``script.parse(reply)`` types it. Returns the pipeline, as redis-py's
-        commands do."""
+        """Queue it on ``pipeline`` as EVAL of its built text (a pipeline someone else may execute). Its reply is
+        in the pipeline's execute() list at its place: ``script.parse(reply)`` types it. Returns the pipeline,
+        as redis-py's commands do."""
         # execute_command rather than .eval(): a RedisCluster's pipeline has no eval() but routes an EVAL by
         # its keys (all in one slot); on a plain pipeline it is what .eval() sends.
         pipeline.execute_command(  # type: ignore[no-untyped-call]
@@ -282,9 +300,10 @@ class Call(Generic[R]):
         return pipeline
 
     def queue_loaded(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it as EVALSHA on ``pipeline``, a pipeline of ours that :func:`execute_loaded` executes (the
-        module docstring says why only those); loads the script first if this process has not yet. A Redis
-        Cluster's pipeline gets EVAL (its scripts are loaded per node; no pool to remember them by)."""
+        """Queue it as EVALSHA on ``pipeline``, a pipeline of ours that :func:`execute_loaded` executes (only
+        those: its retry runs the pipeline's other commands again); loads the script first if this process has
+        not yet. A Redis Cluster's pipeline gets EVAL (its scripts are loaded per node; no pool to remember
+        them by)."""
         if not hasattr(pipeline, "connection_pool"):
             return self.queue(pipeline)
         self.script.ensure_loaded()
@@ -314,3 +333,11 @@ def execute_loaded(pipe: Pipeline, run: Callable[[Pipeline], T]) -> T:
         loaded.update(shas)
         pipe.command_stack.extend(stack)
         return run(pipe)
+
+
+def main() -> int:
+    """``make lua``: write ``lua/built`` from ``lua/`` (in a checkout) and name the files that changed."""
+    target = Path(str(lua_dir())) / BUILT
+    for name in write_built(target):
+        print(f"lua/{BUILT}/{name}")
+    return 0

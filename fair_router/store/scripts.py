@@ -17,7 +17,7 @@ from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, window_cap
 from fair_router.core.shards import SHARD_SUFFIX
 from fair_router.core.text import as_text as _text
-from fair_router.store.luascript import Call, LuaScript, assemble, assemble_source, compact, lua_dir
+from fair_router.store.luascript import Call, LuaScript
 
 Clock = Callable[[], float]
 """Returns epoch seconds. ``None`` in its place means Redis server ``TIME``."""
@@ -244,34 +244,26 @@ class RateScope(NamedTuple):
 
 
 class StartScript(LuaScript[Admission]):
-    """The job-start script, built from the list of start controls: ``lua/lib/start.lua`` runs the
-    ``lua/lib/start_<piece>.lua`` pieces in the list's order (its header says how), so one call per start
-    decides every control whatever the list holds."""
+    """start.lua: decide one job start by the controls the call names, in its order (``lua/lib/start.lua`` runs
+    their ``lua/lib/start_<name>.lua`` pieces): one text for every list of controls, one call per start."""
 
     name = "start"
 
     def __init__(self, connection: Redis, pieces: Sequence[str]) -> None:
-        """``pieces``: each control's ``lua/lib`` piece (``start_pause``, ``start_slot``, ...), in order."""
+        """``pieces``: each control's ``lua/lib`` piece (``start_pause``, ``start_slot``, ...), in order: named in
+        every call's ARGV."""
         self.pieces = tuple(pieces)
         super().__init__(connection)
-
-    def build_source(self) -> str:
-        listed = ", ".join(self.pieces)
-        main = (f"-- the job-start script of controls {listed} (fair_router.store.scripts.StartScript)\n"
-                f"-- include: start, {listed}\n"
-                f"return run_start({{{listed}}})\n")
-        # compacted: a worker's pipeline sends it as EVAL with every job start
-        return compact(assemble_source(main, f"start script ({listed})", lua_dir()))
 
     def __call__(self, now_ms: str, job_id: str, sections: Sequence[tuple[Sequence[str], Sequence[str | int]]]
                  ) -> Call[Admission]:
         """KEYS = every section's keys in order; ARGV = now_ms, job_id, then per section (one per piece, in
-        order): its number of keys, of args, and its args."""
+        order): the piece's name, its number of keys, of args, and its args."""
         keys: list[str] = []
         args: list[str | int] = [now_ms, job_id]
-        for section_keys, section_args in sections:
+        for piece, (section_keys, section_args) in zip(self.pieces, sections, strict=True):
             keys += section_keys
-            args += (len(section_keys), len(section_args), *section_args)
+            args += (piece, len(section_keys), len(section_args), *section_args)
         return self.call(keys, args)
 
     def parse(self, reply: Any) -> Admission:
@@ -320,9 +312,8 @@ class AbandonScript(LuaScript[list[str]]):
 
 
 class ObserveStartScript(LuaScript[list[int]]):
-    """observe_start.lua: add a batch of job starts (a worker's buffer) to the tenants' records. The record
-    layout's constants go in front of the script's text rather than in ARGV, and the text is sent compacted:
-    the flush rides rq's job-start MULTI as an EVAL of that text."""
+    """observe_start.lua: add a batch of job starts (a worker's buffer) to the tenants' records. The flush rides
+    rq's job-start MULTI as an EVAL; the record layout's settings go in every call's ARGV."""
 
     name = "observe_start"
 
@@ -332,14 +323,11 @@ class ObserveStartScript(LuaScript[list[int]]):
         self.constants = tuple(constants)
         super().__init__(connection)
 
-    def build_source(self) -> str:
-        names = "cap, ttl, minute_slots, tick_ms, tick_slots, n_buckets, recent_ms"
-        return f"local {names} = {', '.join(map(str, self.constants))}\n" + compact(assemble(self.name))
-
     def __call__(self, fixed: Sequence[str], records: Sequence[str], args: Sequence[int | str]) -> Call[list[int]]:
-        """KEYS = ``fixed`` (#other, #all, recent) then one record per group; ARGV = now_ms ('' = server
-        TIME), then per group: age_ms, starts, total wait (us), k, k pairs (bucket, starts)."""
-        return self.call([*fixed, *records], args)
+        """KEYS = ``fixed`` (#other, #all, recent) then one record per group; ``args`` = now_ms ('' = server
+        TIME), then per group: age_ms, starts, total wait (us), k, k pairs (bucket, starts); the constants go
+        after now_ms."""
+        return self.call([*fixed, *records], [args[0], *self.constants, *args[1:]])
 
     def parse(self, reply: Any) -> list[int]:
         return [int(flag) for flag in reply]

@@ -10,7 +10,7 @@
 -- A record's head and tail (numbers), weight (as stored) and waiting count, or nil when there is none (or it
 -- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
 -- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
--- corrects itself (choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
+-- corrects itself (serve_choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
 local function parse_tenant(value)
   if not value then return nil end
   local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
@@ -29,7 +29,7 @@ end
 local function uncount(tenant)
   local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   if not h or n <= 1 then
-    idle(tenant, redis.call('ZSCORE', active, tenant))
+    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
     forget(tenant)  -- lib/forget.lua: with no claim nor park here, its limit and pace go
   else
     redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n - 1))
@@ -40,7 +40,7 @@ end
 -- `wanted` (a refused job's old place) is used when it is free and not past the tail. Writes the
 -- tenant's record, with `weight` and the job counted. `record`: the tenant's record when the caller read it
 -- already (false: it has none), else nil.
-local function place(tenant, at_front, wanted, weight, record)
+local function fifo_place(tenant, at_front, wanted, weight, record)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, _, n = parse_tenant(record)
   local seq
@@ -61,16 +61,16 @@ local function place(tenant, at_front, wanted, weight, record)
   return seq
 end
 
--- A job joins its tenant's FIFO at `seq` (from place(), which counted it); its id sits at list position
+-- A job joins its tenant's FIFO at `seq` (from fifo_place(), which counted it); its id sits at list position
 -- `pos` ('' when unknown).
-local function enter(job_id, tenant, seq, pos)
+local function fifo_enter(job_id, tenant, seq, pos)
   local field = tenant .. ':' .. seq
   redis.call('HSET', members, field, job_id, job_id, pos .. '|' .. field)  -- its FIFO place and its entry
 end
 
 -- A member leaves its tenant's FIFO other than by a fair pop (taken as a list entry, removed, or
 -- found stale). Its tenant goes idle, keeping its pass, when that was its last job.
-local function leave(job_id, value)
+local function fifo_leave(job_id, value)
   local field, tenant = parse_member(value)
   redis.call('HDEL', members, job_id, field)
   redis.call('HDEL', costs, job_id)

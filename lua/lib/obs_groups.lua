@@ -1,10 +1,10 @@
 -- obs_groups.lua: read_groups(now_ms) -> groups (oldest first), tenants (record key -> its groups), order
--- (record keys, first seen first), from observe_start.lua's KEYS[4..] and ARGV[2..] (its header has the layout).
+-- (record keys, first seen first), from observe_start.lua's KEYS[4..] and ARGV[FIRST_GROUP..] (its header has the layout).
 -- A group's `tenant` is its record key's last ':' part: the encoded tenant, as the recent set names it.
 -- include: obs_fields
 local function read_groups(now_ms)
   local groups, tenants, order = {}, {}, {}
-  local i = 2
+  local i = FIRST_GROUP
   for g = 1, #KEYS - 3 do
     local at = now_ms - tonumber(ARGV[i])
     local m = minute_of(math.floor(at / 60000))

@@ -1,11 +1,11 @@
 -- obs_record.lua: what one start record gets from a batch (a delta), and its one read and one write:
--- delta() / add(d, group); read(key, d, places) -> field -> value (one HMGET); write(key, v, d, places) (one
+-- record_delta() / record_add(d, group); record_read(key, d, places) -> field -> value (one HMGET); record_write(key, v, d, places) (one
 -- HSET, plus a cleared minute slot's HDEL and EXPIRE). places (#all only): minute -> tenants given a record.
 -- include: obs_fields
 
 -- Per minute its starts by bucket, per tick its starts and wait, and the cumulative ones.
-local function delta() return {m = {}, t = {}, c = {}, us = 0, any = false} end
-local function add(d, g)
+local function record_delta() return {m = {}, t = {}, c = {}, us = 0, any = false} end
+local function record_add(d, g)
   local m = d.m[g.m]
   if not m then
     m = {}
@@ -27,7 +27,7 @@ local function add(d, g)
 end
 
 -- One HMGET of every field the delta touches (and #all's places of its minutes): name -> value.
-local function read(key, d, places)
+local function record_read(key, d, places)
   local names = {'c:us'}
   for m, buckets in pairs(d.m) do
     names[#names + 1] = m.held
@@ -44,10 +44,10 @@ local function read(key, d, places)
   return v
 end
 
-local function write(key, v, d, places)
+local function record_write(key, v, d, places)
   local out, renewed = {}, false
   local function set(name, value)
-    out[#out + 1], out[#out + 2] = name, int(value)
+    out[#out + 1], out[#out + 2] = name, obs_int(value)
   end
   for m, buckets in pairs(d.m) do
     local held = tonumber(v[m.held])

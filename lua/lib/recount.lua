@@ -48,7 +48,7 @@ local function recount(tenant)
     end
     local gone = {}
     for job_id in pairs(missing) do
-      leave(job_id, values[job_id])
+      fifo_leave(job_id, values[job_id])
       gone[#gone + 1] = job_id
     end
     note_stale(gone)

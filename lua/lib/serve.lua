@@ -6,7 +6,7 @@ local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been m
 -- job} of the min-pass tenant when the caller read them already (job: the id at its FIFO head, false when
 -- that place is a hole, nil when not read), else nil. Returns job id, seq, tenant, pass, and the tenant's
 -- tail seq, weight and waiting count (its record, for take); or nil when no tenant can be served.
-local function choose(first)
+local function serve_choose(first)
   while true do
     local tenant, pass, record, known
     if first then
@@ -26,7 +26,7 @@ local function choose(first)
       if job_id then return job_id, h, tenant, pass, t, weight, n end
       h = h + 1
     end
-    idle(tenant, false)  -- nothing left in its FIFO (its waiting count was off): drop it
+    stride_idle(tenant, false)  -- nothing left in its FIFO (its waiting count was off): drop it
   end
 end
 
@@ -68,8 +68,8 @@ end
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
--- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (choose()).
-local function take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
+-- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
+local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local now_ms = pop.now_ms
   redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
   local weight = tonumber(stored) or 1
@@ -86,7 +86,7 @@ local function take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
   if waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-    idle(tenant, next_pass)
+    stride_idle(tenant, next_pass)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
@@ -95,7 +95,7 @@ local function take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   redis.call('ZADD', inflight, now_ms, job_id)
   local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
   if until_ms then
-    hold(tenant, until_ms, 0)
+    stride_hold(tenant, until_ms, 0)
   elseif pop.limited and waiting <= 1 then
     forget(tenant)  -- its last job, neither claimed nor parked: a limit of 0 or an old pace (lib/forget.lua)
   end

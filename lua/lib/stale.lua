@@ -31,7 +31,7 @@ end
 
 -- A member the pop met is not on rq's list: it leaves (its tenant's count with it) and is counted.
 local function drop_stale(job_id, value)
-  leave(job_id, value)
+  fifo_leave(job_id, value)
   note_stale({job_id})
 end
 
@@ -55,9 +55,9 @@ local function drop_all_stale()
     if place and redis.call('HGET', members, place) == sample[i] then ids[#ids + 1] = sample[i] end
   end
   for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
-    idle(tenant, redis.call('ZSCORE', active, tenant))
+    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
   end
-  for _, tenant in ipairs(waiting) do idle(tenant, false) end
+  for _, tenant in ipairs(waiting) do stride_idle(tenant, false) end
   redis.call('DEL', members, costs)
   note_stale(ids)
   if n > #ids then redis.call('HINCRBY', state, 'stale', n - #ids) end

@@ -1,7 +1,7 @@
--- start.lua: run_start(controls): decide one job start by the worker's controls, in their configured order.
+-- lib/start.lua: run_start(controls): decide one job start by the controls the call names, in its order.
 -- include: time
--- Each control is a table from its own lua/lib/start_<name>.lua piece (fair_router/controls/pipeline.py
--- builds the script from the list: store/start_script.py). Three passes, each in the list's order:
+-- controls: name -> the table of its lua/lib/start_<name>.lua piece (start.lua holds every piece; a call
+-- names the ones its worker runs: fair_router/controls/pipeline.py). Three passes, each in the call's order:
 --   held(s, k, a, n)  -> true when the job already holds what it needs (a lease refresh): admitted, HELD (2);
 --   check(s, k, a, n) -> a refusal status, or nil to let the next control look (none writes but a rate's
 --                        reservation, so a rate control goes last);
@@ -9,18 +9,16 @@
 -- k, a: the control's offsets in KEYS and ARGV (its first key is KEYS[k + 1], its first arg ARGV[a + 1]);
 -- n: how many keys it has.
 -- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms (admissions).
--- KEYS     every control's keys, control by control.
--- ARGV     now_ms ('' = server TIME), job_id, then per control: its number of keys, of args, its args.
--- Returns  {status, reclaimed, at_ms, now_ms, next_ms} (store/scripts.py Verdict and Admission).
 local function run_start(controls)
   local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0}
-  local n = #controls
+  local n_argv = #ARGV
   -- pass 0 (held), 1 (check), 2 (take); offsets walked again per pass: no tables built per call
   for pass = 0, 2 do
     local k, a = 0, 2
-    for i = 1, n do
-      local control, n_keys = controls[i], tonumber(ARGV[a + 1])
-      local first = a + 2
+    while a < n_argv do
+      local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
+      if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
+      local first = a + 3
       if pass == 0 then
         if control.held and control.held(s, k, first, n_keys) then return {2, s.reclaimed, 0, s.now_ms, 0} end
       elseif pass == 1 then
@@ -29,7 +27,7 @@ local function run_start(controls)
       elseif control.take then
         control.take(s, k, first, n_keys)
       end
-      k, a = k + n_keys, first + tonumber(ARGV[a + 2])
+      k, a = k + n_keys, first + tonumber(ARGV[a + 3])
     end
   end
   return {1, s.reclaimed, 0, s.now_ms, s.next_ms}

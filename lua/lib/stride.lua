@@ -35,18 +35,18 @@ end
 
 -- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
 -- after KEPT_IDLE_MS.
-local function keep(tenant, pass)
+local function stride_keep(tenant, pass)
   redis.call('ZADD', kept, pass, tenant)
   if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
 
 -- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
 -- for its return.
-local function idle(tenant, pass)
+local function stride_idle(tenant, pass)
   redis.call('ZREM', active, tenant)
   redis.call('ZREM', parked, tenant)
   redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
-  if pass then keep(tenant, pass) end
+  if pass then stride_keep(tenant, pass) end
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
@@ -63,11 +63,11 @@ end
 
 -- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
 -- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
-local function hold(tenant, until_ms, step)
+local function stride_hold(tenant, until_ms, step)
   local pass = redis.call('ZSCORE', active, tenant)
   if pass then
     redis.call('ZREM', active, tenant)
-    keep(tenant, tonumber(pass) - step)
+    stride_keep(tenant, tonumber(pass) - step)
   elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end

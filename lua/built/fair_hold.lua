@@ -1,0 +1,260 @@
+-- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
+-- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
+-- checks the two agree). A fair script calls bind_keys() first: the pieces it includes read these locals.
+-- Bound per call rather than where they are declared, so that the same text serves a Redis function
+-- library, whose pieces are defined once and whose calls each bring their own KEYS.
+local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
+  claimed
+local function bind_keys()
+  rq_list = KEYS[1]
+  members = KEYS[2]
+  active = KEYS[3]
+  kept = KEYS[4]
+  parked = KEYS[5]
+  state = KEYS[6]
+  inflight = KEYS[7]
+  wake = KEYS[8]
+  costs = KEYS[9]
+  charged = KEYS[10]
+  runtimes = KEYS[11]
+  limits = KEYS[12]
+  claims = KEYS[13]
+  claimed = KEYS[14]
+end
+
+-- lib/time.lua: the one clock every script decides with.
+
+-- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+local function clock_ms(given)
+  local now = tonumber(given)
+  if now then return now end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
+-- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- include: fair_keys
+
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+-- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
+-- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
+-- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
+local KEPT_IDLE_MS = 60000
+
+-- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
+-- record cannot meet the state's own fields (head, vtime, due, limited).
+local RECORD = '='
+local function tenant_field(tenant)
+  return RECORD .. tenant
+end
+
+-- Whether `tenant` has jobs waiting here: it has a record (lib/fifo.lua) exactly while it does.
+local function has_waiting(tenant)
+  return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
+end
+
+-- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
+-- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
+-- cannot reset it by draining and refilling.
+local function activate(tenant)
+  if redis.call('ZSCORE', active, tenant) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+  if last and last > start then start = last end
+  redis.call('ZREM', kept, tenant)
+  redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  redis.call('ZADD', active, start, tenant)
+end
+
+-- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
+-- after KEPT_IDLE_MS.
+local function stride_keep(tenant, pass)
+  redis.call('ZADD', kept, pass, tenant)
+  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+end
+
+-- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
+-- for its return.
+local function stride_idle(tenant, pass)
+  redis.call('ZREM', active, tenant)
+  redis.call('ZREM', parked, tenant)
+  redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
+  if pass then stride_keep(tenant, pass) end
+end
+
+-- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
+-- before the first park end, so that a pop looks for parks to end only once one may be due.
+local function park_until(tenant, until_ms, later)
+  if later then
+    redis.call('ZADD', parked, 'GT', until_ms, tenant)
+  else
+    redis.call('ZADD', parked, until_ms, tenant)
+  end
+  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
+end
+
+-- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
+local function stride_hold(tenant, until_ms, step)
+  local pass = redis.call('ZSCORE', active, tenant)
+  if pass then
+    redis.call('ZREM', active, tenant)
+    stride_keep(tenant, tonumber(pass) - step)
+  elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
+    local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+    if last then redis.call('ZADD', kept, last - step, tenant) end
+  end
+  park_until(tenant, until_ms, true)
+end
+
+-- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
+-- tenant has jobs waiting here, which are then eligible again.
+local function end_park(tenant)
+  if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
+  activate(tenant)
+  return true
+end
+
+-- When the first park ends (ms), -1 when no tenant is parked.
+local function first_park_end()
+  local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
+-- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
+-- only parked tenants' jobs wait on it).
+local function wake_one()
+  redis.call('RPUSH', wake, '1')
+  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+end
+
+-- lib/forget.lua: a fair queue's state stays bounded by the tenants active, not by every tenant ever seen.
+-- `limits` holds a tenant's concurrency limit and its pace (lib/claims.lua) as workers reported them: needed
+-- while the tenant has jobs waiting here, claims running or a park, and then dropped, by the script that
+-- touched the tenant as it went idle (a pop that took its last job, a release, a park's end, a start report,
+-- a settle). A tenant that comes back has its limit and pace reported again by its first release, refusal or
+-- start (until then a pop may hand out a job its start refuses: one park, as before its first report).
+-- include: fair_keys, stride
+
+-- Whether `tenant` has nothing here: no job waiting, no claim (a job of its handed out and not released),
+-- no park.
+local function forgotten(tenant)
+  return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
+    and not redis.call('ZSCORE', parked, tenant)
+end
+
+-- `tenant` may have gone idle: when it has nothing here, its limit and pace go.
+local function forget(tenant)
+  if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+end
+
+-- lib/claims.lua: a mirror, on the fair queue's own cluster slot, of its limited tenants' concurrency slots,
+-- so that a pop parks a tenant that reached its limit instead of handing out a job acquire.lua would refuse.
+-- `limits`: tenant -> its limit as workers last reported it (with each release and each refused start);
+-- `claims`: "<tenant>|<job id>" -> expiry (ms): jobs of limited tenants that pops handed out, until their
+-- release, their refusal or (a dead worker, a job outliving its lease) their expiry; `claimed`: tenant ->
+-- its claims. A tenant with a rate of its own is *paced*: `limits` field "<tenant>|r" holds until when
+-- (ms) its last start report (fair_hold.lua) keeps it so; a pop parks a paced tenant after each take, for
+-- PACED_WAIT_MS at most, until that job's start reports when its rate allows the next one.
+-- acquire.lua stays the authority: the mirror only spares the pops it would refuse.
+-- include: fair_keys, stride, forget
+local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report
+local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
+
+-- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
+-- until when the tenant must be parked (ms): `lease_ms` on when it is at its limit (till a release),
+-- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on. `limited`:
+-- state.limited, set once any limit or pace was reported here.
+local function claim(tenant, job_id, now_ms, lease_ms, limited)
+  if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
+  local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
+  local limit, paced = tonumber(known[1]), tonumber(known[2])
+  if limit and lease_ms > 0 then
+    redis.call('ZADD', claims, now_ms + lease_ms, tenant .. '|' .. job_id)
+    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+  end
+  if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
+  return nil
+end
+
+-- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS.
+local function report_pace(tenant, now_ms)
+  redis.call('HSET', limits, tenant .. '|r', now_ms + PACED_FOR_MS)
+  redis.call('HSET', state, 'limited', 1)
+end
+
+-- Park paced `tenant` exactly until `until_ms`, when its rate allows its next start (its start's report, or a
+-- start its rate refused). This replaces a pop's PACED_WAIT_MS bound, so the park may now end before the first
+-- park end that pops told blocked workers (lib/stride.lua first_park_end): then one is woken, to look again
+-- and block until this end instead of oversleeping the tenant's token.
+local function park_paced(tenant, until_ms)
+  local first = first_park_end()
+  park_until(tenant, until_ms, false)
+  if first < 0 or until_ms < first then wake_one() end
+end
+
+-- A claim ends (released, refused, expired). Returns true when `job_id` held one here.
+local function unclaim(tenant, job_id)
+  if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
+  if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
+  return true
+end
+
+-- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
+local function learn_limit(tenant, limit)
+  local n = tonumber(limit)
+  if n and n > 0 then
+    redis.call('HSET', limits, tenant, n)
+    redis.call('HSET', state, 'limited', 1)
+  elseif n then
+    redis.call('HDEL', limits, tenant)
+  end
+end
+
+-- True when `tenant` holds fewer claims here than its known limit (or has no known limit).
+local function under_limit(tenant)
+  local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+  return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
+end
+
+-- Drop claims past their expiry, 64 a call at most.
+local function sweep_claims(now_ms)
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', claims, '-inf', now_ms, 'LIMIT', 0, 64)) do
+    local tenant, job_id = string.match(member, '^([^|]*)|(.*)$')
+    unclaim(tenant, job_id)
+    forget(tenant)  -- lib/forget.lua: its last claim expired with nothing waiting: its limit goes
+  end
+end
+
+-- fair_hold.lua: park a tenant that may not start jobs for now before any pop hands one of its jobs out:
+-- paused (until `until_ms`, a later bound it has stays), or (paced) a start of a tenant with a rate of its
+-- own was admitted: parked exactly until its rate allows its next start, or unparked when that is now. The
+-- start report also marks it paced (lib/claims.lua): pops park it after each take until the next report.
+-- include: fair_keys, time, stride, claims, forget
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
+-- ARGV     tenant (encoded), until_ms, paced ('1' = a paced tenant's start report, '0' = a pause), now_ms
+--          ('' = server TIME)
+-- Returns  1 if the tenant has jobs waiting here, else 0 (a pause then changes nothing).
+bind_keys()
+local tenant, until_ms, paced = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local now_ms = clock_ms(ARGV[4])
+
+if paced then report_pace(tenant, now_ms) end
+if not has_waiting(tenant) then
+  forget(tenant)  -- nothing waiting, claimed or parked here: its pace goes (lib/forget.lua)
+  return 0
+end
+if not paced then
+  stride_hold(tenant, until_ms, 0)
+elseif not under_limit(tenant) then  -- parked at its concurrency limit too: that park ends at a release
+  park_until(tenant, until_ms, true)
+elseif until_ms > now_ms then
+  park_paced(tenant, until_ms)
+elseif end_park(tenant) then
+  wake_one()
+end
+return 1

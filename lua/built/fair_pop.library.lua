@@ -1,0 +1,729 @@
+#!lua name=fair_router_fair_pop_f0422e7204d7d2b5
+local KEYS, ARGV
+-- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
+-- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
+-- checks the two agree). A fair script calls bind_keys() first: the pieces it includes read these locals.
+-- Bound per call rather than where they are declared, so that the same text serves a Redis function
+-- library, whose pieces are defined once and whose calls each bring their own KEYS.
+local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
+  claimed
+local function bind_keys()
+  rq_list = KEYS[1]
+  members = KEYS[2]
+  active = KEYS[3]
+  kept = KEYS[4]
+  parked = KEYS[5]
+  state = KEYS[6]
+  inflight = KEYS[7]
+  wake = KEYS[8]
+  costs = KEYS[9]
+  charged = KEYS[10]
+  runtimes = KEYS[11]
+  limits = KEYS[12]
+  claims = KEYS[13]
+  claimed = KEYS[14]
+end
+
+-- lib/time.lua: the one clock every script decides with.
+
+-- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+local function clock_ms(given)
+  local now = tonumber(given)
+  if now then return now end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
+-- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- include: fair_keys
+
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+-- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
+-- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
+-- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
+local KEPT_IDLE_MS = 60000
+
+-- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
+-- record cannot meet the state's own fields (head, vtime, due, limited).
+local RECORD = '='
+local function tenant_field(tenant)
+  return RECORD .. tenant
+end
+
+-- Whether `tenant` has jobs waiting here: it has a record (lib/fifo.lua) exactly while it does.
+local function has_waiting(tenant)
+  return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
+end
+
+-- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
+-- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
+-- cannot reset it by draining and refilling.
+local function activate(tenant)
+  if redis.call('ZSCORE', active, tenant) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+  if last and last > start then start = last end
+  redis.call('ZREM', kept, tenant)
+  redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  redis.call('ZADD', active, start, tenant)
+end
+
+-- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
+-- after KEPT_IDLE_MS.
+local function stride_keep(tenant, pass)
+  redis.call('ZADD', kept, pass, tenant)
+  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+end
+
+-- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
+-- for its return.
+local function stride_idle(tenant, pass)
+  redis.call('ZREM', active, tenant)
+  redis.call('ZREM', parked, tenant)
+  redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
+  if pass then stride_keep(tenant, pass) end
+end
+
+-- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
+-- before the first park end, so that a pop looks for parks to end only once one may be due.
+local function park_until(tenant, until_ms, later)
+  if later then
+    redis.call('ZADD', parked, 'GT', until_ms, tenant)
+  else
+    redis.call('ZADD', parked, until_ms, tenant)
+  end
+  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
+end
+
+-- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
+local function stride_hold(tenant, until_ms, step)
+  local pass = redis.call('ZSCORE', active, tenant)
+  if pass then
+    redis.call('ZREM', active, tenant)
+    stride_keep(tenant, tonumber(pass) - step)
+  elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
+    local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+    if last then redis.call('ZADD', kept, last - step, tenant) end
+  end
+  park_until(tenant, until_ms, true)
+end
+
+-- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
+-- tenant has jobs waiting here, which are then eligible again.
+local function end_park(tenant)
+  if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
+  activate(tenant)
+  return true
+end
+
+-- When the first park ends (ms), -1 when no tenant is parked.
+local function first_park_end()
+  local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
+-- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
+-- only parked tenants' jobs wait on it).
+local function wake_one()
+  redis.call('RPUSH', wake, '1')
+  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+end
+
+-- lib/members.lua: rq's list and the fair queue's members, the invariant every fair_*.lua script keeps.
+-- include: fair_keys
+--
+-- rq's list holds exactly one entry per waiting job, the job's own id. A fair job is also a *member*: it
+-- has a place in its tenant's FIFO (lib/fifo.lua). An entry that is not a member was pushed by rq's
+-- internals with a plain Queue (scheduler, registry requeues) and is served in list order. A member whose
+-- id is no longer on the list was removed by rq behind our back (Job.cancel, Job.delete, a plain
+-- Queue.remove): it is *stale*, and dropped when the scheduler meets it.
+--
+-- Each member also records its *list position*: a virtual index that stays put while the list changes
+-- at its ends (state.head is the position of the list head: LPOP adds 1, LPUSH takes 1). So a pop can
+-- take its chosen id out with LINDEX/LSET at a known index, O(list length / listpack node size), where
+-- an LREM would compare every entry. rq's own LREM or LPUSH behind our back shifts positions it does
+-- not tell us about: locate() (lib/locate.lua) then looks around the recorded index, and re-records every position when
+-- the drift has grown.
+
+-- A members entry is "<list position>|<tenant>:<seq>" (position '' when unknown), `tenant:seq` its FIFO
+-- field, which lives in `members` too ("<tenant>:<seq>" -> job id; rq 3.0 job ids hold no ':').
+-- Returns field, tenant, position.
+local function parse_member(value)
+  local pos, field = string.match(value, '^([^|]*)|(.*)$')
+  if not field then field = value end
+  return field, string.match(field, '^(.*):[^:]*$'), tonumber(pos)
+end
+
+-- The list head's position: state.head as the caller read it already (`known`: its value, false when unset),
+-- else read here.
+local function head_pos(known)
+  if known == nil then known = redis.call('HGET', state, 'head') end
+  return tonumber(known or '0')
+end
+
+-- Push `job_id` at the list's tail (or head); returns its list position. `head`: state.head when the caller
+-- read it already (as for head_pos), else nil.
+local function list_push(job_id, at_front, head)
+  if at_front then
+    redis.call('LPUSH', rq_list, job_id)
+    return redis.call('HINCRBY', state, 'head', -1)
+  end
+  return head_pos(head) + redis.call('RPUSH', rq_list, job_id) - 1
+end
+
+-- lib/forget.lua: a fair queue's state stays bounded by the tenants active, not by every tenant ever seen.
+-- `limits` holds a tenant's concurrency limit and its pace (lib/claims.lua) as workers reported them: needed
+-- while the tenant has jobs waiting here, claims running or a park, and then dropped, by the script that
+-- touched the tenant as it went idle (a pop that took its last job, a release, a park's end, a start report,
+-- a settle). A tenant that comes back has its limit and pace reported again by its first release, refusal or
+-- start (until then a pop may hand out a job its start refuses: one park, as before its first report).
+-- include: fair_keys, stride
+
+-- Whether `tenant` has nothing here: no job waiting, no claim (a job of its handed out and not released),
+-- no park.
+local function forgotten(tenant)
+  return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
+    and not redis.call('ZSCORE', parked, tenant)
+end
+
+-- `tenant` may have gone idle: when it has nothing here, its limit and pace go.
+local function forget(tenant)
+  if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+end
+
+-- lib/fifo.lua: each tenant's FIFO of waiting members: a job's place, its entry and its leaving. The FIFO's
+-- fields ("<tenant>:<seq>" -> job id) live in `members`, beside the members' own (lib/members.lua).
+-- include: fair_keys, stride, members, forget
+--
+-- A tenant with waiting jobs has a *record*, field "=<tenant>" of `state` (stride.lua tenant_field):
+-- "<head seq>|<tail seq>|<weight>|<waiting>", its FIFO's ends, its weight from its last push and how many of
+-- its jobs wait here. One field, in the hash the pop reads and writes anyway, so a pop reads and updates all
+-- of it with the state's own fields (a count of its own would cost each push and each pop a command).
+
+-- A record's head and tail (numbers), weight (as stored) and waiting count, or nil when there is none (or it
+-- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
+-- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
+-- corrects itself (serve_choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
+local function parse_tenant(value)
+  if not value then return nil end
+  local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
+  h, t = tonumber(h), tonumber(t)
+  if not (h and t) then return nil end
+  return h, t, weight, tonumber(n) or (t - h + 1)
+end
+
+-- A record's value (parse_tenant reads it).
+local function tenant_record(h, t, weight, n)
+  return h .. '|' .. t .. '|' .. weight .. '|' .. n
+end
+
+-- One job of `tenant` less waiting here (it left its FIFO other than by a pop): the tenant goes idle,
+-- keeping its pass, when that was its last job.
+local function uncount(tenant)
+  local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  if not h or n <= 1 then
+    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
+    forget(tenant)  -- lib/forget.lua: with no claim nor park here, its limit and pace go
+  else
+    redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n - 1))
+  end
+end
+
+-- The place of a new job in its tenant's FIFO: after its tail, or before its head (`at_front`);
+-- `wanted` (a refused job's old place) is used when it is free and not past the tail. Writes the
+-- tenant's record, with `weight` and the job counted. `record`: the tenant's record when the caller read it
+-- already (false: it has none), else nil.
+local function fifo_place(tenant, at_front, wanted, weight, record)
+  if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
+  local h, t, _, n = parse_tenant(record)
+  local seq
+  if not h then
+    seq = wanted or 0
+    h, t = seq, seq
+  elseif wanted and wanted <= t and redis.call('HEXISTS', members, tenant .. ':' .. wanted) == 0 then
+    seq = wanted
+    if wanted < h then h = wanted end
+  elseif at_front then
+    h = h - 1
+    seq = h
+  else
+    t = t + 1
+    seq = t
+  end
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, (n or 0) + 1))
+  return seq
+end
+
+-- A job joins its tenant's FIFO at `seq` (from fifo_place(), which counted it); its id sits at list position
+-- `pos` ('' when unknown).
+local function fifo_enter(job_id, tenant, seq, pos)
+  local field = tenant .. ':' .. seq
+  redis.call('HSET', members, field, job_id, job_id, pos .. '|' .. field)  -- its FIFO place and its entry
+end
+
+-- A member leaves its tenant's FIFO other than by a fair pop (taken as a list entry, removed, or
+-- found stale). Its tenant goes idle, keeping its pass, when that was its last job.
+local function fifo_leave(job_id, value)
+  local field, tenant = parse_member(value)
+  redis.call('HDEL', members, job_id, field)
+  redis.call('HDEL', costs, job_id)
+  uncount(tenant)
+end
+
+-- lib/locate.lua: finding a member on rq's list by its recorded position (lib/members.lua), for the pop.
+-- include: fair_keys, members
+
+-- Record that member `job_id` (members entry `value`) now sits at list position `pos`.
+local function set_pos(job_id, pos, value)
+  local field = parse_member(value)
+  redis.call('HSET', members, job_id, pos .. '|' .. field)
+end
+
+-- Re-record the position of every member from the list itself (`head`: the list head's position):
+-- O(list length), after drift.
+local function reindex(head)
+  local listed = redis.call('LRANGE', rq_list, 0, -1)
+  for i, entry in ipairs(listed) do
+    local value = redis.call('HGET', members, entry)
+    if value then set_pos(entry, head + i - 1, value) end
+  end
+end
+
+-- The index of member `job_id` on rq's list, or nil when it is not there (stale). `pos`: its recorded
+-- position (nil when unknown); `head`: the list head's position. Exact (one LINDEX) unless rq shifted the
+-- list behind our back; then a look around the expected index, else a scan of the whole list and a reindex.
+local function locate(job_id, pos, head)
+  if pos then
+    local expected = pos - head
+    if expected >= 0 and redis.call('LINDEX', rq_list, expected) == job_id then return expected end
+    for _, reach in ipairs({8, 128}) do
+      local lo = math.max(0, expected - reach)
+      local near = expected + reach >= 0 and redis.call('LRANGE', rq_list, lo, expected + reach) or {}
+      for i, entry in ipairs(near) do
+        if entry == job_id then return lo + i - 1 end
+      end
+    end
+  end
+  local found = redis.call('LPOS', rq_list, job_id)
+  if found then reindex(head) end
+  return found or nil
+end
+
+-- A pop found only parked tenants' members at hand, `entry` (a member, just popped off the head; members
+-- entry `value`; `head` the list head's position) among them: the first plain entry further down, if there
+-- is one (there is when the list holds more entries than there are members), which `entry` replaces on
+-- the list, so no other entry moves. Returns that plain entry, or nil.
+local function plain_further_down(entry, value, head)
+  -- Each member has two fields in `members` (its entry and its FIFO place).
+  if redis.call('LLEN', rq_list) + 1 <= redis.call('HLEN', members) / 2 then return nil end
+  local start = 0
+  while true do
+    local chunk = redis.call('LRANGE', rq_list, start, start + 99)
+    if #chunk == 0 then return nil end
+    for i, plain in ipairs(chunk) do
+      if redis.call('HEXISTS', members, plain) == 0 then
+        redis.call('LSET', rq_list, start + i - 1, entry)
+        set_pos(entry, head + start + i - 1, value)
+        return plain
+      end
+    end
+    start = start + 100
+  end
+end
+
+-- lib/claims.lua: a mirror, on the fair queue's own cluster slot, of its limited tenants' concurrency slots,
+-- so that a pop parks a tenant that reached its limit instead of handing out a job acquire.lua would refuse.
+-- `limits`: tenant -> its limit as workers last reported it (with each release and each refused start);
+-- `claims`: "<tenant>|<job id>" -> expiry (ms): jobs of limited tenants that pops handed out, until their
+-- release, their refusal or (a dead worker, a job outliving its lease) their expiry; `claimed`: tenant ->
+-- its claims. A tenant with a rate of its own is *paced*: `limits` field "<tenant>|r" holds until when
+-- (ms) its last start report (fair_hold.lua) keeps it so; a pop parks a paced tenant after each take, for
+-- PACED_WAIT_MS at most, until that job's start reports when its rate allows the next one.
+-- acquire.lua stays the authority: the mirror only spares the pops it would refuse.
+-- include: fair_keys, stride, forget
+local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report
+local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
+
+-- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
+-- until when the tenant must be parked (ms): `lease_ms` on when it is at its limit (till a release),
+-- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on. `limited`:
+-- state.limited, set once any limit or pace was reported here.
+local function claim(tenant, job_id, now_ms, lease_ms, limited)
+  if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
+  local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
+  local limit, paced = tonumber(known[1]), tonumber(known[2])
+  if limit and lease_ms > 0 then
+    redis.call('ZADD', claims, now_ms + lease_ms, tenant .. '|' .. job_id)
+    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+  end
+  if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
+  return nil
+end
+
+-- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS.
+local function report_pace(tenant, now_ms)
+  redis.call('HSET', limits, tenant .. '|r', now_ms + PACED_FOR_MS)
+  redis.call('HSET', state, 'limited', 1)
+end
+
+-- Park paced `tenant` exactly until `until_ms`, when its rate allows its next start (its start's report, or a
+-- start its rate refused). This replaces a pop's PACED_WAIT_MS bound, so the park may now end before the first
+-- park end that pops told blocked workers (lib/stride.lua first_park_end): then one is woken, to look again
+-- and block until this end instead of oversleeping the tenant's token.
+local function park_paced(tenant, until_ms)
+  local first = first_park_end()
+  park_until(tenant, until_ms, false)
+  if first < 0 or until_ms < first then wake_one() end
+end
+
+-- A claim ends (released, refused, expired). Returns true when `job_id` held one here.
+local function unclaim(tenant, job_id)
+  if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
+  if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
+  return true
+end
+
+-- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
+local function learn_limit(tenant, limit)
+  local n = tonumber(limit)
+  if n and n > 0 then
+    redis.call('HSET', limits, tenant, n)
+    redis.call('HSET', state, 'limited', 1)
+  elseif n then
+    redis.call('HDEL', limits, tenant)
+  end
+end
+
+-- True when `tenant` holds fewer claims here than its known limit (or has no known limit).
+local function under_limit(tenant)
+  local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+  return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
+end
+
+-- Drop claims past their expiry, 64 a call at most.
+local function sweep_claims(now_ms)
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', claims, '-inf', now_ms, 'LIMIT', 0, 64)) do
+    local tenant, job_id = string.match(member, '^([^|]*)|(.*)$')
+    unclaim(tenant, job_id)
+    forget(tenant)  -- lib/forget.lua: its last claim expired with nothing waiting: its limit goes
+  end
+end
+
+-- lib/charge.lua: charge="runtime" (FairQueue docstring): `costs` holds what a waiting member's pop needs
+-- to estimate its run time (its function, a declared cost), `charged` what a popped job was charged until
+-- fair_settle.lua replaces it with the real cost, `runtimes` the recent mean run times the estimates come
+-- from.
+-- include: fair_keys
+
+-- A waiting member's `costs` entry, "<declared seconds or ''>|<function>"; nothing when both are ''.
+local function keep_costs(job_id, declared, func)
+  if func ~= '' or declared ~= '' then redis.call('HSET', costs, job_id, declared .. '|' .. func) end
+end
+
+-- A popped job's `charged` entry, "<tenant>|<weight>|<estimate>|<pop ms>|<declared>|<function>" (the pop
+-- charged the tenant's pass estimate / weight; declared '' when the job declared no cost).
+-- Returns tenant, weight, estimate, pop ms, declared (string), function.
+local function parse_charged(value)
+  local tenant, weight, estimate, popped, declared, func =
+    string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func
+end
+
+-- lib/serve.lua: the stride choice of a fair pop and serving it (its tenant's pass advances).
+-- include: fair_keys, stride, fifo, charge, claims, forget
+local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
+
+-- The stride choice, not yet taken: the min-pass active tenant's oldest job. `first`: {tenant, pass, record,
+-- job} of the min-pass tenant when the caller read them already (job: the id at its FIFO head, false when
+-- that place is a hole, nil when not read), else nil. Returns job id, seq, tenant, pass, and the tenant's
+-- tail seq, weight and waiting count (its record, for take); or nil when no tenant can be served.
+local function serve_choose(first)
+  while true do
+    local tenant, pass, record, known
+    if first then
+      tenant, pass, record, known = first[1], first[2], first[3], first[4]
+      first = nil
+    else
+      local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+      if #top == 0 then return nil end
+      tenant, pass = top[1], tonumber(top[2])
+      record = redis.call('HGET', state, tenant_field(tenant))
+    end
+    local h, t, weight, n = parse_tenant(record)
+    while h and h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
+      local job_id = known
+      if job_id == nil then job_id = redis.call('HGET', members, tenant .. ':' .. h) end
+      known = nil
+      if job_id then return job_id, h, tenant, pass, t, weight, n end
+      h = h + 1
+    end
+    stride_idle(tenant, false)  -- nothing left in its FIFO (its waiting count was off): drop it
+  end
+end
+
+-- Tenants tied on pass are served in the order their jobs wait on rq's list: the head entry's own tenant
+-- when its pass is the minimum too (`min_pass`) and the entry (its FIFO place `field` of `tenant`) is its
+-- oldest member (its places before it are holes), so that no other entry moves either. With equal weights and
+-- charge="jobs" passes are whole numbers: ties are the rule. fair_pop decides this once per pop, before any
+-- stale member is dropped (its model test and fairqueue/serving_order.py follow the same rule). Returns the
+-- entry's seq, its tenant's pass, tail seq, weight and waiting count (for take), or nil when the entry is not
+-- the choice.
+local function tied_entry(field, tenant, min_pass)
+  local pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
+  if pass ~= min_pass then return nil end
+  local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  local seq = tonumber(string.match(field, ':([^:]*)$'))
+  while h and h < seq and redis.call('HEXISTS', members, tenant .. ':' .. h) == 0 do h = h + 1 end
+  if h ~= seq then return nil end
+  return seq, pass, t, weight, n
+end
+
+-- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
+-- mean run time of its function for this tenant, else for any tenant, else of any job here. The pop
+-- cannot read rq's job hash (another cluster slot), so the push recorded the function in `costs`.
+-- Returns the estimate (seconds), the declared cost ('' if none) and the function.
+local function estimate(job_id, tenant)
+  local declared, func = '', ''
+  local info = redis.call('HGET', costs, job_id)
+  if info then declared, func = string.match(info, '^([^|]*)|(.*)$') end
+  local cost = tonumber(declared)
+  if not cost then
+    local known = redis.call('HMGET', runtimes, tenant .. '|' .. func, '*|' .. func, '*|*')
+    cost = tonumber(known[1]) or tonumber(known[2]) or tonumber(known[3]) or FIRST_ESTIMATE
+  end
+  return cost, declared, func
+end
+
+-- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
+-- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
+-- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
+-- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
+-- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+-- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
+local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
+  local now_ms = pop.now_ms
+  redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
+  local weight = tonumber(stored) or 1
+  local step = 1
+  if pop.runtime then
+    local cost, declared, func = estimate(job_id, tenant)
+    step = cost
+    redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
+    redis.call('HDEL', costs, job_id)
+  end
+  local next_pass = pass + step / weight
+  -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
+  -- drop them as it advances, so idle tenants leave no state behind.
+  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
+  if waiting <= 1 then
+    redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
+    stride_idle(tenant, next_pass)
+  else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
+    redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+               tenant_record(seq + 1, tail, stored, waiting - 1))
+    redis.call('ZADD', active, next_pass, tenant)
+  end
+  redis.call('ZADD', inflight, now_ms, job_id)
+  local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
+  if until_ms then
+    stride_hold(tenant, until_ms, 0)
+  elseif pop.limited and waiting <= 1 then
+    forget(tenant)  -- its last job, neither claimed nor parked: a limit of 0 or an old pace (lib/forget.lua)
+  end
+end
+
+-- lib/stale.lua: members found gone from rq's list (stale, lib/members.lua), counted so that our processes
+-- can tell and report it. state.stale: how many were dropped, ever; state.stale_ids: the latest STALE_KEPT of
+-- them (space-separated), which fair_tidy.lua hands to Python to look at their jobs: one that ran was
+-- taken by a worker without our pop (a plain `rq worker`), one that did not was removed by rq (cancel, delete).
+-- include: fair_keys, stride, members, fifo
+local STALE_KEPT = 16
+
+-- Count the stale members `ids` (just dropped) and keep the latest of them.
+local function note_stale(ids)
+  if #ids == 0 then return end
+  redis.call('HINCRBY', state, 'stale', #ids)
+  local kept = {}
+  for id in string.gmatch(redis.call('HGET', state, 'stale_ids') or '', '%S+') do kept[#kept + 1] = id end
+  for _, id in ipairs(ids) do kept[#kept + 1] = id end
+  redis.call('HSET', state, 'stale_ids', table.concat(kept, ' ', math.max(1, #kept - STALE_KEPT + 1), #kept))
+end
+
+-- `job_id`, given to a pop by the caller's BLPOP, is no member: if a pop of another worker meanwhile dropped it as
+-- stale (it was off the list, in this caller's hand), it was not: taken out of the stale count and ids again.
+local function unnote_stale(job_id)
+  local noted = redis.call('HGET', state, 'stale_ids')
+  if not noted then return end
+  local kept, found = {}, false
+  for id in string.gmatch(noted, '%S+') do
+    if id == job_id and not found then found = true else kept[#kept + 1] = id end
+  end
+  if not found then return end
+  redis.call('HINCRBY', state, 'stale', -1)
+  redis.call('HSET', state, 'stale_ids', table.concat(kept, ' '))
+end
+
+-- A member the pop met is not on rq's list: it leaves (its tenant's count with it) and is counted.
+local function drop_stale(job_id, value)
+  fifo_leave(job_id, value)
+  note_stale({job_id})
+end
+
+-- rq's list is empty: every member left is stale. Drop them all, keeping their tenants' passes, and count them
+-- (their tenants' waiting counts: `members` also holds their FIFO places, lib/fifo.lua). Returns how many.
+local function drop_all_stale()
+  if redis.call('HLEN', members) == 0 then return 0 end
+  local n, ids, waiting = 0, {}, {}
+  local fields = redis.call('HGETALL', state)
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, #RECORD) == RECORD then  -- a tenant's record (stride.lua tenant_field)
+      local _, _, _, count = parse_tenant(fields[i + 1])
+      n = n + count
+      waiting[#waiting + 1] = string.sub(fields[i], #RECORD + 1)
+    end
+  end
+  -- a sample of the member entries (a FIFO place "<tenant>:<seq>" holds a job id, a member entry "<pos>|<place>")
+  local sample = redis.call('HRANDFIELD', members, 2 * STALE_KEPT, 'WITHVALUES')
+  for i = 1, #sample, 2 do
+    local place = #ids < STALE_KEPT and string.match(sample[i + 1], '^[^|]*|(.+)$')
+    if place and redis.call('HGET', members, place) == sample[i] then ids[#ids + 1] = sample[i] end
+  end
+  for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
+    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
+  end
+  for _, tenant in ipairs(waiting) do stride_idle(tenant, false) end
+  redis.call('DEL', members, costs)
+  note_stale(ids)
+  if n > #ids then redis.call('HINCRBY', state, 'stale', n - #ids) end
+  return n
+end
+
+redis.register_function{function_name='fair_router_fair_pop_f0422e7204d7d2b5', flags={'allow-oom'}, callback=function(keys, args)
+KEYS, ARGV = keys, args
+-- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of
+-- entries: an id rq's internals pushed (not a member) is served as it is; a member's turn goes to the
+-- stride scheduler's choice (lib/serve.lua: the min-pass active tenant's oldest job; of tenants tied on that
+-- pass, the head entry's own tenant first), whose id the head entry then replaces on the list (LSET at its
+-- recorded position). O(log tenants + list length / node size).
+-- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
+-- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
+-- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
+--          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
+--          weight, settled later by fair_settle.lua; '0' = by 1 / weight), lease_ms (a claim's life, 0 = no
+--          claims: lib/claims.lua), n_acks, then n_acks ids this caller handed out earlier (run: forget them).
+-- Returns  {kind, job_id, wake_ms, seq[, now_ms]}. kind 0 = the list is empty; 1 = a plain entry; 2 = a fair
+--          choice (seq: its place in its tenant's FIFO, for fair_park to put it back there);
+--          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
+--          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
+bind_keys()
+local now_ms = clock_ms(ARGV[1])
+local given = ARGV[2]
+local runtime = ARGV[3] == '1'
+local lease_ms = tonumber(ARGV[4])
+local n_acks = tonumber(ARGV[5])
+local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
+
+if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
+-- The min-pass tenant first, so that one HMGET reads its record (lib/fifo.lua) with the state's fields.
+local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
+local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
+
+-- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
+-- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
+local due = tonumber(st[3] or '')
+if due and due <= now_ms then
+  for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', parked, '-inf', now_ms, 'LIMIT', 0, 64)) do
+    if not end_park(tenant) then forget(tenant) end  -- nothing waits: its limit and pace go (lib/forget.lua)
+  end
+  sweep_claims(now_ms)
+  local next_due = first_park_end()
+  if next_due < 0 then
+    redis.call('HDEL', state, 'due')
+    redis.call('DEL', wake)
+  else
+    redis.call('HSET', state, 'due', next_due)
+  end
+  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass tenant may have changed
+  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1]))} or nil
+end
+
+local entry = given
+if entry == '' then entry = redis.call('LPOP', rq_list) end
+if not entry then
+  drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
+  redis.call('HDEL', state, 'head')
+  if redis.call('ZCARD', parked) == 0 then redis.call('DEL', wake) end
+  return {0, '', first_park_end(), '', now_ms}
+end
+local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
+-- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
+local h, t, weight, waiting
+if first then h, t, weight, waiting = parse_tenant(first[3]) end
+local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
+local entry_value = got[1]
+if h then
+  if got[2] == entry then  -- the common case: the entry is the choice
+    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting)
+    return {2, entry, -1, h}
+  end
+  first[4] = got[2]  -- serve_choose() need not read it again
+end
+if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
+  if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
+  redis.call('HSET', state, 'head', head)
+  redis.call('ZADD', inflight, now_ms, entry)
+  return {1, entry, -1, ''}
+end
+local field, tenant = parse_member(entry_value)
+if first and tenant ~= first[1] then  -- ties on pass go to the entry's tenant (lib/serve.lua)
+  local seq, pass, tail, stored, count = tied_entry(field, tenant, first[2])
+  if seq then
+    serve_take(entry, seq, tenant, pass, pop, tail, stored, count)
+    return {2, entry, -1, seq}
+  end
+end
+for _ = 1, MAX_STALE do
+  local job_id, seq, chosen, pass, tail, stored, count = serve_choose(first)
+  first = nil
+  if job_id and job_id == entry then  -- holes skipped: the entry is the choice after all
+    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    return {2, job_id, -1, seq}
+  end
+  if not job_id then
+    redis.call('HSET', state, 'head', head)
+    local plain = plain_further_down(entry, entry_value, head)
+    if plain then
+      redis.call('ZADD', inflight, now_ms, plain)
+      return {1, plain, -1, ''}
+    end
+    break
+  end
+  local value = redis.call('HGET', members, job_id)
+  local index = value and locate(job_id, select(3, parse_member(value)), head)
+  if index then
+    -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
+    redis.call('LSET', rq_list, index, entry)
+    set_pos(entry, head + index, entry_value)
+    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    return {2, job_id, -1, seq}
+  elseif value then
+    drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)
+  else  -- a FIFO place without its members entry (never written so): drop it, choose again. Its count stays
+    redis.call('HDEL', members, chosen .. ':' .. seq)  -- (too high: safe); an id still listed is served plain
+    redis.call('HDEL', costs, job_id)
+  end
+end
+redis.call('HSET', state, 'head', head)
+set_pos(entry, list_push(entry, true), entry_value)  -- back where it was
+return {3, '', first_park_end(), '', now_ms}
+
+end}

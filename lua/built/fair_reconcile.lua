@@ -1,0 +1,457 @@
+-- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
+-- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
+-- checks the two agree). A fair script calls bind_keys() first: the pieces it includes read these locals.
+-- Bound per call rather than where they are declared, so that the same text serves a Redis function
+-- library, whose pieces are defined once and whose calls each bring their own KEYS.
+local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
+  claimed
+local function bind_keys()
+  rq_list = KEYS[1]
+  members = KEYS[2]
+  active = KEYS[3]
+  kept = KEYS[4]
+  parked = KEYS[5]
+  state = KEYS[6]
+  inflight = KEYS[7]
+  wake = KEYS[8]
+  costs = KEYS[9]
+  charged = KEYS[10]
+  runtimes = KEYS[11]
+  limits = KEYS[12]
+  claims = KEYS[13]
+  claimed = KEYS[14]
+end
+
+-- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
+-- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- include: fair_keys
+
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+-- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
+-- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
+-- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
+local KEPT_IDLE_MS = 60000
+
+-- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
+-- record cannot meet the state's own fields (head, vtime, due, limited).
+local RECORD = '='
+local function tenant_field(tenant)
+  return RECORD .. tenant
+end
+
+-- Whether `tenant` has jobs waiting here: it has a record (lib/fifo.lua) exactly while it does.
+local function has_waiting(tenant)
+  return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
+end
+
+-- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
+-- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
+-- cannot reset it by draining and refilling.
+local function activate(tenant)
+  if redis.call('ZSCORE', active, tenant) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+  if last and last > start then start = last end
+  redis.call('ZREM', kept, tenant)
+  redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  redis.call('ZADD', active, start, tenant)
+end
+
+-- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
+-- after KEPT_IDLE_MS.
+local function stride_keep(tenant, pass)
+  redis.call('ZADD', kept, pass, tenant)
+  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+end
+
+-- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
+-- for its return.
+local function stride_idle(tenant, pass)
+  redis.call('ZREM', active, tenant)
+  redis.call('ZREM', parked, tenant)
+  redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
+  if pass then stride_keep(tenant, pass) end
+end
+
+-- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
+-- before the first park end, so that a pop looks for parks to end only once one may be due.
+local function park_until(tenant, until_ms, later)
+  if later then
+    redis.call('ZADD', parked, 'GT', until_ms, tenant)
+  else
+    redis.call('ZADD', parked, until_ms, tenant)
+  end
+  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
+end
+
+-- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
+local function stride_hold(tenant, until_ms, step)
+  local pass = redis.call('ZSCORE', active, tenant)
+  if pass then
+    redis.call('ZREM', active, tenant)
+    stride_keep(tenant, tonumber(pass) - step)
+  elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
+    local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+    if last then redis.call('ZADD', kept, last - step, tenant) end
+  end
+  park_until(tenant, until_ms, true)
+end
+
+-- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
+-- tenant has jobs waiting here, which are then eligible again.
+local function end_park(tenant)
+  if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
+  activate(tenant)
+  return true
+end
+
+-- When the first park ends (ms), -1 when no tenant is parked.
+local function first_park_end()
+  local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
+-- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
+-- only parked tenants' jobs wait on it).
+local function wake_one()
+  redis.call('RPUSH', wake, '1')
+  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+end
+
+-- lib/members.lua: rq's list and the fair queue's members, the invariant every fair_*.lua script keeps.
+-- include: fair_keys
+--
+-- rq's list holds exactly one entry per waiting job, the job's own id. A fair job is also a *member*: it
+-- has a place in its tenant's FIFO (lib/fifo.lua). An entry that is not a member was pushed by rq's
+-- internals with a plain Queue (scheduler, registry requeues) and is served in list order. A member whose
+-- id is no longer on the list was removed by rq behind our back (Job.cancel, Job.delete, a plain
+-- Queue.remove): it is *stale*, and dropped when the scheduler meets it.
+--
+-- Each member also records its *list position*: a virtual index that stays put while the list changes
+-- at its ends (state.head is the position of the list head: LPOP adds 1, LPUSH takes 1). So a pop can
+-- take its chosen id out with LINDEX/LSET at a known index, O(list length / listpack node size), where
+-- an LREM would compare every entry. rq's own LREM or LPUSH behind our back shifts positions it does
+-- not tell us about: locate() (lib/locate.lua) then looks around the recorded index, and re-records every position when
+-- the drift has grown.
+
+-- A members entry is "<list position>|<tenant>:<seq>" (position '' when unknown), `tenant:seq` its FIFO
+-- field, which lives in `members` too ("<tenant>:<seq>" -> job id; rq 3.0 job ids hold no ':').
+-- Returns field, tenant, position.
+local function parse_member(value)
+  local pos, field = string.match(value, '^([^|]*)|(.*)$')
+  if not field then field = value end
+  return field, string.match(field, '^(.*):[^:]*$'), tonumber(pos)
+end
+
+-- The list head's position: state.head as the caller read it already (`known`: its value, false when unset),
+-- else read here.
+local function head_pos(known)
+  if known == nil then known = redis.call('HGET', state, 'head') end
+  return tonumber(known or '0')
+end
+
+-- Push `job_id` at the list's tail (or head); returns its list position. `head`: state.head when the caller
+-- read it already (as for head_pos), else nil.
+local function list_push(job_id, at_front, head)
+  if at_front then
+    redis.call('LPUSH', rq_list, job_id)
+    return redis.call('HINCRBY', state, 'head', -1)
+  end
+  return head_pos(head) + redis.call('RPUSH', rq_list, job_id) - 1
+end
+
+-- lib/forget.lua: a fair queue's state stays bounded by the tenants active, not by every tenant ever seen.
+-- `limits` holds a tenant's concurrency limit and its pace (lib/claims.lua) as workers reported them: needed
+-- while the tenant has jobs waiting here, claims running or a park, and then dropped, by the script that
+-- touched the tenant as it went idle (a pop that took its last job, a release, a park's end, a start report,
+-- a settle). A tenant that comes back has its limit and pace reported again by its first release, refusal or
+-- start (until then a pop may hand out a job its start refuses: one park, as before its first report).
+-- include: fair_keys, stride
+
+-- Whether `tenant` has nothing here: no job waiting, no claim (a job of its handed out and not released),
+-- no park.
+local function forgotten(tenant)
+  return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
+    and not redis.call('ZSCORE', parked, tenant)
+end
+
+-- `tenant` may have gone idle: when it has nothing here, its limit and pace go.
+local function forget(tenant)
+  if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+end
+
+-- lib/fifo.lua: each tenant's FIFO of waiting members: a job's place, its entry and its leaving. The FIFO's
+-- fields ("<tenant>:<seq>" -> job id) live in `members`, beside the members' own (lib/members.lua).
+-- include: fair_keys, stride, members, forget
+--
+-- A tenant with waiting jobs has a *record*, field "=<tenant>" of `state` (stride.lua tenant_field):
+-- "<head seq>|<tail seq>|<weight>|<waiting>", its FIFO's ends, its weight from its last push and how many of
+-- its jobs wait here. One field, in the hash the pop reads and writes anyway, so a pop reads and updates all
+-- of it with the state's own fields (a count of its own would cost each push and each pop a command).
+
+-- A record's head and tail (numbers), weight (as stored) and waiting count, or nil when there is none (or it
+-- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
+-- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
+-- corrects itself (serve_choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
+local function parse_tenant(value)
+  if not value then return nil end
+  local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
+  h, t = tonumber(h), tonumber(t)
+  if not (h and t) then return nil end
+  return h, t, weight, tonumber(n) or (t - h + 1)
+end
+
+-- A record's value (parse_tenant reads it).
+local function tenant_record(h, t, weight, n)
+  return h .. '|' .. t .. '|' .. weight .. '|' .. n
+end
+
+-- One job of `tenant` less waiting here (it left its FIFO other than by a pop): the tenant goes idle,
+-- keeping its pass, when that was its last job.
+local function uncount(tenant)
+  local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  if not h or n <= 1 then
+    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
+    forget(tenant)  -- lib/forget.lua: with no claim nor park here, its limit and pace go
+  else
+    redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n - 1))
+  end
+end
+
+-- The place of a new job in its tenant's FIFO: after its tail, or before its head (`at_front`);
+-- `wanted` (a refused job's old place) is used when it is free and not past the tail. Writes the
+-- tenant's record, with `weight` and the job counted. `record`: the tenant's record when the caller read it
+-- already (false: it has none), else nil.
+local function fifo_place(tenant, at_front, wanted, weight, record)
+  if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
+  local h, t, _, n = parse_tenant(record)
+  local seq
+  if not h then
+    seq = wanted or 0
+    h, t = seq, seq
+  elseif wanted and wanted <= t and redis.call('HEXISTS', members, tenant .. ':' .. wanted) == 0 then
+    seq = wanted
+    if wanted < h then h = wanted end
+  elseif at_front then
+    h = h - 1
+    seq = h
+  else
+    t = t + 1
+    seq = t
+  end
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, (n or 0) + 1))
+  return seq
+end
+
+-- A job joins its tenant's FIFO at `seq` (from fifo_place(), which counted it); its id sits at list position
+-- `pos` ('' when unknown).
+local function fifo_enter(job_id, tenant, seq, pos)
+  local field = tenant .. ':' .. seq
+  redis.call('HSET', members, field, job_id, job_id, pos .. '|' .. field)  -- its FIFO place and its entry
+end
+
+-- A member leaves its tenant's FIFO other than by a fair pop (taken as a list entry, removed, or
+-- found stale). Its tenant goes idle, keeping its pass, when that was its last job.
+local function fifo_leave(job_id, value)
+  local field, tenant = parse_member(value)
+  redis.call('HDEL', members, job_id, field)
+  redis.call('HDEL', costs, job_id)
+  uncount(tenant)
+end
+
+-- lib/charge.lua: charge="runtime" (FairQueue docstring): `costs` holds what a waiting member's pop needs
+-- to estimate its run time (its function, a declared cost), `charged` what a popped job was charged until
+-- fair_settle.lua replaces it with the real cost, `runtimes` the recent mean run times the estimates come
+-- from.
+-- include: fair_keys
+
+-- A waiting member's `costs` entry, "<declared seconds or ''>|<function>"; nothing when both are ''.
+local function keep_costs(job_id, declared, func)
+  if func ~= '' or declared ~= '' then redis.call('HSET', costs, job_id, declared .. '|' .. func) end
+end
+
+-- A popped job's `charged` entry, "<tenant>|<weight>|<estimate>|<pop ms>|<declared>|<function>" (the pop
+-- charged the tenant's pass estimate / weight; declared '' when the job declared no cost).
+-- Returns tenant, weight, estimate, pop ms, declared (string), function.
+local function parse_charged(value)
+  local tenant, weight, estimate, popped, declared, func =
+    string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func
+end
+
+-- lib/stale.lua: members found gone from rq's list (stale, lib/members.lua), counted so that our processes
+-- can tell and report it. state.stale: how many were dropped, ever; state.stale_ids: the latest STALE_KEPT of
+-- them (space-separated), which fair_tidy.lua hands to Python to look at their jobs: one that ran was
+-- taken by a worker without our pop (a plain `rq worker`), one that did not was removed by rq (cancel, delete).
+-- include: fair_keys, stride, members, fifo
+local STALE_KEPT = 16
+
+-- Count the stale members `ids` (just dropped) and keep the latest of them.
+local function note_stale(ids)
+  if #ids == 0 then return end
+  redis.call('HINCRBY', state, 'stale', #ids)
+  local kept = {}
+  for id in string.gmatch(redis.call('HGET', state, 'stale_ids') or '', '%S+') do kept[#kept + 1] = id end
+  for _, id in ipairs(ids) do kept[#kept + 1] = id end
+  redis.call('HSET', state, 'stale_ids', table.concat(kept, ' ', math.max(1, #kept - STALE_KEPT + 1), #kept))
+end
+
+-- `job_id`, given to a pop by the caller's BLPOP, is no member: if a pop of another worker meanwhile dropped it as
+-- stale (it was off the list, in this caller's hand), it was not: taken out of the stale count and ids again.
+local function unnote_stale(job_id)
+  local noted = redis.call('HGET', state, 'stale_ids')
+  if not noted then return end
+  local kept, found = {}, false
+  for id in string.gmatch(noted, '%S+') do
+    if id == job_id and not found then found = true else kept[#kept + 1] = id end
+  end
+  if not found then return end
+  redis.call('HINCRBY', state, 'stale', -1)
+  redis.call('HSET', state, 'stale_ids', table.concat(kept, ' '))
+end
+
+-- A member the pop met is not on rq's list: it leaves (its tenant's count with it) and is counted.
+local function drop_stale(job_id, value)
+  fifo_leave(job_id, value)
+  note_stale({job_id})
+end
+
+-- rq's list is empty: every member left is stale. Drop them all, keeping their tenants' passes, and count them
+-- (their tenants' waiting counts: `members` also holds their FIFO places, lib/fifo.lua). Returns how many.
+local function drop_all_stale()
+  if redis.call('HLEN', members) == 0 then return 0 end
+  local n, ids, waiting = 0, {}, {}
+  local fields = redis.call('HGETALL', state)
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, #RECORD) == RECORD then  -- a tenant's record (stride.lua tenant_field)
+      local _, _, _, count = parse_tenant(fields[i + 1])
+      n = n + count
+      waiting[#waiting + 1] = string.sub(fields[i], #RECORD + 1)
+    end
+  end
+  -- a sample of the member entries (a FIFO place "<tenant>:<seq>" holds a job id, a member entry "<pos>|<place>")
+  local sample = redis.call('HRANDFIELD', members, 2 * STALE_KEPT, 'WITHVALUES')
+  for i = 1, #sample, 2 do
+    local place = #ids < STALE_KEPT and string.match(sample[i + 1], '^[^|]*|(.+)$')
+    if place and redis.call('HGET', members, place) == sample[i] then ids[#ids + 1] = sample[i] end
+  end
+  for _, tenant in ipairs(redis.call('ZRANGE', active, 0, -1)) do
+    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
+  end
+  for _, tenant in ipairs(waiting) do stride_idle(tenant, false) end
+  redis.call('DEL', members, costs)
+  note_stale(ids)
+  if n > #ids then redis.call('HINCRBY', state, 'stale', n - #ids) end
+  return n
+end
+
+-- fair_reconcile.lua: a fair queue's per-tenant waiting counts made to agree with rq's list when our processes
+-- read them (fairqueue/reconcile.py: `fair-router tenant show`, the dashboard, /metrics), after rq's own commands
+-- changed the list without our scripts: members whose id rq took off the list (Job.cancel, Job.delete, a plain
+-- Queue.remove, `rq empty`) are dropped as stale (lib/stale.lua); ids rq pushed by itself (`rq requeue`,
+-- FailedJobRegistry.requeue, StartedJobRegistry.cleanup's retries) are handed to the caller, which reads their
+-- jobs' tenants (rq's serializer: not readable here) and calls again with them to adopt: each joins its tenant's
+-- FIFO at the tail, at its list position, only if it is still listed and no member.
+-- Bounded: compared only when the list holds at most `bound` entries (one LRANGE and an HMGET of the listed
+-- ids); the members hash is read only when it holds more members than are listed: whole up to `bound` members,
+-- else one HSCAN page of `bound` per call (state.reconcile_cursor), not exact until the pages dropped them all.
+-- Beyond the bound nothing is compared and the reply says the counts are not exact.
+-- An empty list is always exact (every member left is stale).
+-- include: fair_keys, stride, members, fifo, charge, stale
+-- KEYS     keys.FairQueueKeys, in field order.
+-- ARGV     bound, then one group of five per job to adopt: job_id, tenant (encoded), weight, func, declared
+--          (as fair_push.lua's).
+-- Returns  {exact (1 compared, 0 beyond the bound or stale members left to page through), stale members dropped, jobs adopted, listed ids that are no
+--          members (when compared: at most `bound`), rq's list length}.
+bind_keys()
+local GROUP = 5
+local RECONCILE_SLICE = 1000  -- ids per HMGET (Lua's unpack has a stack bound)
+local bound = tonumber(ARGV[1])
+local length = redis.call('LLEN', rq_list)
+if length == 0 then
+  return {1, drop_all_stale(), 0, {}, 0}
+end
+local fields = redis.call('HLEN', members)  -- two per member (its entry and its FIFO place)
+if length > bound then
+  return {0, 0, 0, {}, length}
+end
+
+local head = head_pos(nil)
+local listed = redis.call('LRANGE', rq_list, 0, -1)
+local index = {}  -- id -> its index on the list
+for i, id in ipairs(listed) do
+  if not index[id] then index[id] = i - 1 end
+end
+
+-- The listed ids' members entries, a slice per HMGET; the positions of the listed members are recorded again
+-- where rq's LREM or LPUSH moved them.
+local member, n_listed = {}, 0
+for first = 1, #listed, RECONCILE_SLICE do
+  local last = math.min(#listed, first + RECONCILE_SLICE - 1)
+  local values = redis.call('HMGET', members, unpack(listed, first, last))
+  for k, value in ipairs(values) do
+    local i = first + k - 1
+    local id = listed[i]
+    if value and index[id] == i - 1 then
+      member[id], n_listed = true, n_listed + 1
+      local field, _, pos = parse_member(value)
+      if pos ~= head + i - 1 then redis.call('HSET', members, id, (head + i - 1) .. '|' .. field) end
+    end
+  end
+end
+
+-- Stale members: only when there are more members than listed ones is the members hash read whole (their
+-- FIFO places are fields "<tenant>:<seq>"; rq 3.0 job ids hold no ':').
+local gone = {}
+local function drop_unlisted(pairs_)
+  for i = 1, #pairs_, 2 do
+    local id = pairs_[i]
+    if index[id] == nil and not string.find(id, ':', 1, true) then
+      fifo_leave(id, pairs_[i + 1])
+      gone[#gone + 1] = id
+    end
+  end
+end
+local exact = 1
+if fields > 2 * n_listed and fields <= 2 * bound then
+  drop_unlisted(redis.call('HGETALL', members))
+  redis.call('HDEL', state, 'reconcile_cursor')  -- a paging begun while there were more is done
+elseif fields > 2 * n_listed then  -- more than the bound (a big queue emptied, then refilled): a page per read
+  local page = redis.call('HSCAN', members, redis.call('HGET', state, 'reconcile_cursor') or '0', 'COUNT', 2 * bound)
+  drop_unlisted(page[2])
+  if page[1] ~= '0' and redis.call('HLEN', members) > 2 * n_listed then
+    redis.call('HSET', state, 'reconcile_cursor', page[1])
+    exact = 0
+  else  -- all paged through, or none left to drop
+    redis.call('HDEL', state, 'reconcile_cursor')
+    if redis.call('HLEN', members) > 2 * n_listed then exact = 0 end
+  end
+end
+note_stale(gone)
+
+-- Adoptions: rq pushed these ids itself; the caller read their tenants.
+local any_parked = #ARGV > 1 and redis.call('ZCARD', parked) > 0
+local adopted = 0
+for i = 2, #ARGV, GROUP do
+  local id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if index[id] ~= nil and not member[id] then
+    member[id] = true
+    fifo_enter(id, tenant, fifo_place(tenant, false, nil, weight, nil), head + index[id])
+    keep_costs(id, ARGV[i + 4], ARGV[i + 3])
+    if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
+      activate(tenant)
+      if any_parked then wake_one() end
+    end
+    adopted = adopted + 1
+  end
+end
+
+-- What is listed and no member: rq's own pushes, for the caller to adopt.
+local plain = {}
+for i, id in ipairs(listed) do
+  if not member[id] and index[id] == i - 1 then plain[#plain + 1] = id end
+end
+return {exact, #gone, adopted, plain, length}

@@ -1,0 +1,214 @@
+-- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
+-- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
+-- checks the two agree). A fair script calls bind_keys() first: the pieces it includes read these locals.
+-- Bound per call rather than where they are declared, so that the same text serves a Redis function
+-- library, whose pieces are defined once and whose calls each bring their own KEYS.
+local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
+  claimed
+local function bind_keys()
+  rq_list = KEYS[1]
+  members = KEYS[2]
+  active = KEYS[3]
+  kept = KEYS[4]
+  parked = KEYS[5]
+  state = KEYS[6]
+  inflight = KEYS[7]
+  wake = KEYS[8]
+  costs = KEYS[9]
+  charged = KEYS[10]
+  runtimes = KEYS[11]
+  limits = KEYS[12]
+  claims = KEYS[13]
+  claimed = KEYS[14]
+end
+
+-- lib/time.lua: the one clock every script decides with.
+
+-- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+local function clock_ms(given)
+  local now = tonumber(given)
+  if now then return now end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
+-- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- include: fair_keys
+
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+-- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
+-- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
+-- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
+local KEPT_IDLE_MS = 60000
+
+-- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
+-- record cannot meet the state's own fields (head, vtime, due, limited).
+local RECORD = '='
+local function tenant_field(tenant)
+  return RECORD .. tenant
+end
+
+-- Whether `tenant` has jobs waiting here: it has a record (lib/fifo.lua) exactly while it does.
+local function has_waiting(tenant)
+  return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
+end
+
+-- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
+-- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
+-- cannot reset it by draining and refilling.
+local function activate(tenant)
+  if redis.call('ZSCORE', active, tenant) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+  if last and last > start then start = last end
+  redis.call('ZREM', kept, tenant)
+  redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  redis.call('ZADD', active, start, tenant)
+end
+
+-- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
+-- after KEPT_IDLE_MS.
+local function stride_keep(tenant, pass)
+  redis.call('ZADD', kept, pass, tenant)
+  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+end
+
+-- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
+-- for its return.
+local function stride_idle(tenant, pass)
+  redis.call('ZREM', active, tenant)
+  redis.call('ZREM', parked, tenant)
+  redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
+  if pass then stride_keep(tenant, pass) end
+end
+
+-- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
+-- before the first park end, so that a pop looks for parks to end only once one may be due.
+local function park_until(tenant, until_ms, later)
+  if later then
+    redis.call('ZADD', parked, 'GT', until_ms, tenant)
+  else
+    redis.call('ZADD', parked, until_ms, tenant)
+  end
+  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
+end
+
+-- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
+local function stride_hold(tenant, until_ms, step)
+  local pass = redis.call('ZSCORE', active, tenant)
+  if pass then
+    redis.call('ZREM', active, tenant)
+    stride_keep(tenant, tonumber(pass) - step)
+  elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
+    local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+    if last then redis.call('ZADD', kept, last - step, tenant) end
+  end
+  park_until(tenant, until_ms, true)
+end
+
+-- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
+-- tenant has jobs waiting here, which are then eligible again.
+local function end_park(tenant)
+  if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
+  activate(tenant)
+  return true
+end
+
+-- When the first park ends (ms), -1 when no tenant is parked.
+local function first_park_end()
+  local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
+-- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
+-- only parked tenants' jobs wait on it).
+local function wake_one()
+  redis.call('RPUSH', wake, '1')
+  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+end
+
+-- lib/charge.lua: charge="runtime" (FairQueue docstring): `costs` holds what a waiting member's pop needs
+-- to estimate its run time (its function, a declared cost), `charged` what a popped job was charged until
+-- fair_settle.lua replaces it with the real cost, `runtimes` the recent mean run times the estimates come
+-- from.
+-- include: fair_keys
+
+-- A waiting member's `costs` entry, "<declared seconds or ''>|<function>"; nothing when both are ''.
+local function keep_costs(job_id, declared, func)
+  if func ~= '' or declared ~= '' then redis.call('HSET', costs, job_id, declared .. '|' .. func) end
+end
+
+-- A popped job's `charged` entry, "<tenant>|<weight>|<estimate>|<pop ms>|<declared>|<function>" (the pop
+-- charged the tenant's pass estimate / weight; declared '' when the job declared no cost).
+-- Returns tenant, weight, estimate, pop ms, declared (string), function.
+local function parse_charged(value)
+  local tenant, weight, estimate, popped, declared, func =
+    string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func
+end
+
+-- fair_settle.lua: charge="runtime": a popped job ended (or was found abandoned). Its pop charged the
+-- tenant's pass an estimate / weight; replace that with the real cost: the measured run time, or the
+-- declared cost when the queue trusts declared costs. Also folds the measured time into the recent means
+-- the next pops estimate from. Sent in the worker's own after-job pipeline (no round trip of its own).
+-- include: fair_keys, time, stride, charge
+-- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
+-- ARGV     now_ms ('' = server TIME), job_id, measured (seconds the job ran; '' = its worker died: charge
+--          the time from its pop until now, and learn nothing from it), trust ('1' = a declared cost is
+--          the charge).
+-- Returns  1 when the job had a charge to settle, else 0 (charge="jobs", a plain entry, settled already).
+bind_keys()
+local now_ms = clock_ms(ARGV[1])
+local job_id, measured, trust = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local ALPHA = 0.2  -- weight of the newest run time in the recent means (about the last 5-10 runs count)
+-- Bound on the recent means kept (one per tenant and function, plus one per function and '*|*'): past it,
+-- each settle evicts two random per-tenant means (as Redis's allkeys-random does). An evicted tenant's next
+-- estimate is its function's mean until it is learnt again; the memory stays under about 1 MB.
+local MAX_MEANS = 10000
+
+local value = redis.call('HGET', charged, job_id)
+if not value then return 0 end
+redis.call('HDEL', charged, job_id)
+local tenant, weight, estimate, popped, declared, func = parse_charged(value)
+
+local cost = measured or math.max(0, (now_ms - popped) / 1000)
+if trust and tonumber(declared) then cost = tonumber(declared) end
+if measured then
+  for _, field in ipairs({tenant .. '|' .. func, '*|' .. func, '*|*'}) do
+    local mean = tonumber(redis.call('HGET', runtimes, field) or '')
+    if mean then mean = mean + ALPHA * (measured - mean) else mean = measured end
+    redis.call('HSET', runtimes, field, mean)
+  end
+  -- A tenant with nothing waiting here needs no estimate until its next push (which falls back to its
+  -- function's mean): its own mean goes, so the means stay bounded by the tenants active (lib/forget.lua).
+  if not has_waiting(tenant) then redis.call('HDEL', runtimes, tenant .. '|' .. func) end
+  if redis.call('HLEN', runtimes) > MAX_MEANS then
+    for _, field in ipairs(redis.call('HRANDFIELD', runtimes, 2)) do
+      if string.sub(field, 1, 2) ~= '*|' then redis.call('HDEL', runtimes, field) end
+    end
+  end
+end
+
+local delta = (cost - estimate) / weight
+if delta == 0 then return 1 end
+local pass = redis.call('ZSCORE', active, tenant)
+if pass then
+  redis.call('ZADD', active, tonumber(pass) + delta, tenant)
+  return 1
+end
+local last = redis.call('ZSCORE', kept, tenant)
+if last then
+  redis.call('ZADD', kept, tonumber(last) + delta, tenant)
+elseif delta > 0 then
+  -- Idle with a pass at or below the virtual time (no longer kept): it still owes the difference, counted
+  -- from the virtual time (an undercharge, by at most what its pass was below it, would let it gain). An
+  -- overcharge of an idle tenant is dropped: idle tenants bank nothing.
+  local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  stride_keep(tenant, vtime + delta)  -- lib/stride.lua: expires with the other kept passes while none is active
+end
+return 1

@@ -1,0 +1,105 @@
+local function clock_ms(given)
+local now = tonumber(given)
+if now then return now end
+local t = redis.call('TIME')
+return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function run_start(controls)
+local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0}
+local n_argv = #ARGV
+for pass = 0, 2 do
+local k, a = 0, 2
+while a < n_argv do
+local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
+if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
+local first = a + 3
+if pass == 0 then
+if control.held and control.held(s, k, first, n_keys) then return {2, s.reclaimed, 0, s.now_ms, 0} end
+elseif pass == 1 then
+local refused = control.check(s, k, first, n_keys)
+if refused then return {refused, s.reclaimed, s.at_ms, s.now_ms, 0} end
+elseif control.take then
+control.take(s, k, first, n_keys)
+end
+k, a = k + n_keys, first + tonumber(ARGV[a + 3])
+end
+end
+return {1, s.reclaimed, 0, s.now_ms, s.next_ms}
+end
+local start_pause = {}
+function start_pause.check(s, k, a)
+if redis.call('EXISTS', KEYS[k + 1]) == 1 then return 4 end
+end
+local start_slot = {}
+function start_slot.held(s, k, a)
+local leases = KEYS[k + 1]
+s.reclaimed = s.reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
+if redis.call('ZSCORE', leases, s.job_id) then
+redis.call('ZADD', leases, s.now_ms + tonumber(ARGV[a + 2]), s.job_id)
+return true
+end
+return false
+end
+function start_slot.check(s, k, a)
+local leases = KEYS[k + 1]
+if redis.call('ZCARD', leases) >= tonumber(ARGV[a + 1]) then
+local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+s.at_ms = tonumber(first[2]) or 0
+local queue = ARGV[a + 3]
+if queue ~= '' then  -- parked there until a release: it lasts a lease at most, so does the record
+redis.call('SADD', KEYS[k + 2], queue)
+redis.call('PEXPIRE', KEYS[k + 2], 2 * tonumber(ARGV[a + 2]))
+end
+return 0
+end
+end
+function start_slot.take(s, k, a)
+local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
+redis.call('ZADD', leases, s.now_ms + lease_ms, s.job_id)
+local keep_ms = lease_ms + 86400000
+if redis.call('PTTL', leases) < keep_ms then redis.call('PEXPIRE', leases, keep_ms) end
+end
+local start_rate = {}
+local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
+local function rate_take(s, k, a, start)
+local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
+for i = 1, s.rate_n do
+local interval = tonumber(ARGV[a + 1 + 2 * i])
+local tat = math.max(s.tats[i], start or s.tats[i]) + interval
+redis.call('SET', KEYS[k + 1 + i], tat, 'PX', tat - s.now_ms + interval)  -- kept T past it, for a late start
+local at = tat - tonumber(ARGV[a + 2 + 2 * i])
+if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
+end
+return next_ms
+end
+function start_rate.check(s, k, a, n_keys)
+local paid, now_ms = KEYS[k + 1], s.now_ms
+local n, tats, allowed = n_keys - 1, {}, now_ms
+local reserved = tonumber(redis.call('GET', paid) or '')
+if reserved then
+if reserved > now_ms then  -- back early: not yet its time
+s.at_ms = reserved
+return 3
+end
+n = 0  -- its token was taken when it was deferred
+end
+for i = 1, n do
+local tat = tonumber(redis.call('GET', KEYS[k + 1 + i]) or '0')
+if tat <= now_ms - tonumber(ARGV[a + 1 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
+tats[i] = tat
+local at = tat - tonumber(ARGV[a + 2 + 2 * i])
+if at > allowed then allowed = at end
+end
+s.rate_n, s.tats, s.reserved = n, tats, reserved
+if allowed <= now_ms then return nil end
+s.at_ms = allowed
+if ARGV[a + 1] ~= '1' then return 3 end
+rate_take(s, k, a, allowed)
+redis.call('SET', paid, allowed, 'PX', allowed - now_ms + PAID_KEEP_MS)
+return 5
+end
+function start_rate.take(s, k, a)
+s.next_ms = rate_take(s, k, a, nil)
+if s.reserved then redis.call('DEL', KEYS[k + 1]) end
+end
+return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate})
