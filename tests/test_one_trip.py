@@ -146,7 +146,9 @@ def test_a_job_no_rule_moves_keeps_one_round_trip_and_a_throttled_one_goes_to_th
     echo.delay("acme", 2)  # the third within the hour: the rule's queue (acme's tier profile read once there)
     with monitored(conn) as feed:
         throttled = echo.delay("acme", 3)
-    assert round_trips(feed) == 2, feed  # route.lua with rq's save, then the fair queue's enqueue
+    assert round_trips(feed) == 2, feed  # route.lua with rq's save, then the fair queue's push
+    second = [name for _, name in feed][[name for _, name in feed].index("EXEC") + 1:]
+    assert second == ["MULTI", "EVALSHA", "EXEC"], feed  # the fair push alone: the job is not saved again
     assert throttled.origin == "default_slow" and throttled.meta["fair_rule"]["queue"] == "default_slow"
     slow = FairQueue("default_slow", connection=conn)
     assert slow.get_job_ids()[-1] == throttled.id and Job.fetch(throttled.id, connection=conn).origin == "default_slow"

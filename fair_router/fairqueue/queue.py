@@ -169,6 +169,15 @@ class FairQueue(RqQueueSeam):
         with self._pushes.new_enqueue():
             return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
 
+    @naming_redis
+    def push_saved(self, job: Job, at_front: bool = False) -> Job:
+        """Push ``job``, already saved with this queue as its origin (the router's route call saved it), as a new
+        enqueue: one fair push, its backlog cap checked; a refusal deletes the job (TenantBacklogFull)."""
+        with self._pushes.new_enqueue(), self.connection.pipeline() as pipe:
+            self._pushes.push(self.store, RqPush(job.id, job, at_front, True), pipe, True)
+            self.execute_checked(pipe, [job])
+        return job
+
     # -- the seam's push hooks ------------------------------------------------------------------------------
 
     def may_refuse(self, meta: dict[str, Any] | None) -> bool:

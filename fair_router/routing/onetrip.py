@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from redis import Redis
 from redis.client import Pipeline
@@ -28,6 +28,7 @@ from rq.job import Job
 from rq.queue import EnqueueArgs
 
 from fair_router.core.keys import Keys
+from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.announce import Announcer
 from fair_router.routing.placement import JobMetas, Pending, Route, RouteInputs
 from fair_router.routing.takeback import TakeBack
@@ -151,17 +152,17 @@ class OneTrip:
         rule = router._route.parse(results[at[-1]])[0][0]
         job.meta, job.origin = metas[rule], families[rule]
         confirmation.check([job.id])
-        if fair[rule] == "1":  # route.lua left it where rq saved it: the fair queue's own enqueue
-            return self._to_fair_queue(route, call._replace(job_id=job.id, meta=job.meta), job, pending)
+        if fair[rule] == "1":  # route.lua set its origin and meta but left the push to the fair queue
+            return self._to_fair_queue(route, bool(call.at_front), job, pending)
         return job
 
-    def _to_fair_queue(self, route: Route, call: EnqueueArgs, job: Job, pending: Pending) -> Job:
-        """The second round trip of a job a rule sent to a fair queue: the queue's enqueue of ``call`` (the job
-        saved again, with its fair push and backlog cap), as the router's two-step path enqueues. If it fails, the
-        job is deleted and its window entry taken back, as when the two-step path's enqueue fails."""
+    def _to_fair_queue(self, route: Route, at_front: bool, job: Job, pending: Pending) -> Job:
+        """The second round trip of a job a rule sent to a fair queue: route.lua saved its origin and meta, so the
+        queue only pushes it (no rebuild, no second save), its backlog cap checked. If that fails, the job is
+        deleted and its window entry taken back, as when the two-step path's enqueue fails."""
         router = self.router
         try:
-            return router.queue(job.origin).enqueue_call(**call._asdict())
+            return cast(FairQueue, router.queue(job.origin)).push_saved(job, at_front)
         except BaseException:
             router.connection.delete(job.key)
             if pending.tenant is not None:  # always, on this path (applies: a recorded enqueue)

@@ -14,12 +14,12 @@ end
 -- Push the job (section at ARGV[a]) to family `rule` of `n_rules`, queue `queue`: origin and meta (the rule is
 -- in it) set, the id pushed (LPUSH at_front, else RPUSH), the list added to rq:queues. The base family
 -- (rule 0) keeps the origin and meta rq saved: they are the base family's already (onetrip.py saves so).
--- A fair family's job is left where rq saved it: the router pushes it into the fair queue after this call.
+-- A fair family's job gets its origin, meta and registration but no push: the router's fair push follows.
 local function push_job(a, n_rules, rule, queue)
-  if string.sub(ARGV[a + 2 + n_rules], rule + 1, rule + 1) == '1' then return end
   local job = #KEYS - n_rules - 2  -- the job hash's KEYS index; rq:queues, then the lists, follow it
   local list = KEYS[job + 2 + rule]
   if rule > 0 then redis.call('HSET', KEYS[job], 'origin', queue, 'meta', ARGV[a + 1 + rule]) end
-  redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
   redis.call('SADD', KEYS[job + 1], list)
+  if string.sub(ARGV[a + 2 + n_rules], rule + 1, rule + 1) == '1' then return end
+  redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
 end
