@@ -25,7 +25,7 @@ from fair_router.controls.backlog import TenantBacklogFull
 from fair_router.dashboard.collector import metric_families
 from fair_router.dashboard.reader import SnapshotReader
 from fair_router.fairqueue.reconcile import reconcile_queues
-from fair_router.store.fair_scripts import tenant_waiting
+from fair_router.fairqueue.scripts import tenant_waiting
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 

@@ -15,7 +15,7 @@ from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker
 from fair_router.cli import main
 from fair_router.dashboard.reader import SnapshotReader
 from fair_router.fairqueue.plainpops import PlainPops
-from fair_router.store.fair_scripts import tenant_waiting
+from fair_router.fairqueue.scripts import tenant_waiting
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 

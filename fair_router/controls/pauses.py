@@ -17,7 +17,7 @@ from rq.utils import as_text
 
 from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
 from fair_router.core.keys import Keys, encode
-from fair_router.store.fair_scripts import FairHoldScript, FairUnparkScript
+from fair_router.fairqueue.scripts import FairHoldScript, FairUnparkScript
 from fair_router.store.profile_scripts import NoteChangeScript
 from fair_router.store.scripts import Admission, Clock, Verdict, now_arg
 

@@ -55,7 +55,7 @@ from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TI
 from fair_router.routing.waitcheck import WaitingReconciler
 from fair_router.routing.waiting import parse_field
 from fair_router.store.cluster import rq_of
-from fair_router.store.fair_scripts import TENANT_FIELD, record_weight
+from fair_router.fairqueue.scripts import TENANT_FIELD, record_weight
 from fair_router.store.scripts import Clock, PeekScript
 
 logger = logging.getLogger("fair_router")

@@ -3,7 +3,7 @@
 :class:`FairConfig` holds what the constructor was given (prefix, tiers, charge, ...), each checked where it
 enters, and falls back to the settings, loaded on first use: ``--queue-class`` builds queues with rq's
 arguments only. It also knows each tenant's weight and backlog cap (through the tier book) and turns a job
-into the :class:`~fair_router.store.fair_scripts.PushEntry` the store pushes. The design is explained in
+into the :class:`~fair_router.fairqueue.scripts.PushEntry` the store pushes. The design is explained in
 :mod:`fair_router.fairqueue`."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from fair_router.core.keys import Keys, encode
 from fair_router.core.tenancy import optional_tenant_id, usable_tenant
 from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.store.cluster import state_of
-from fair_router.store.fair_scripts import PushEntry
+from fair_router.fairqueue.scripts import PushEntry
 
 NO_TENANT = "#none"
 """Encoded pseudo-tenant of jobs without a tenant. ``encode`` never yields it: '#' only starts the

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rq.utils import as_text
 
 from fair_router.fairqueue.serving_order import FairSnapshot, serving_order
-from fair_router.store.fair_scripts import tenant_weights
+from fair_router.fairqueue.scripts import tenant_weights
 from fair_router.store.fair_store import FairStore
 
 FIRST_ESTIMATE = 0.01

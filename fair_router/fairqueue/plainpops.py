@@ -20,7 +20,7 @@ from redis import Redis
 from rq.job import Job
 
 from fair_router.core.keys import FairQueueKeys
-from fair_router.store.fair_scripts import FairTidyScript
+from fair_router.fairqueue.scripts import FairTidyScript
 
 logger = logging.getLogger("fair_router")
 

@@ -29,7 +29,7 @@ from fair_router.fairqueue.maintenance import recover_popped
 from fair_router.fairqueue.pushing import FairPushes
 from fair_router.rq_internals.queue import RqPush, RqQueueSeam
 from fair_router.store.cluster import is_cluster, rq_of
-from fair_router.store.fair_scripts import PopResult
+from fair_router.fairqueue.scripts import PopResult
 from fair_router.store.fair_store import FairStore, RedisFairStore
 from fair_router.store.outage import naming_redis
 from fair_router.store.scripts import Clock

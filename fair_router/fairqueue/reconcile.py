@@ -32,7 +32,7 @@ from fair_router.config.settings import Settings
 from fair_router.fairqueue.config import declared_cost, tenant_key, tenant_of
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.store.fair_scripts import PushEntry, ReconcileResult
+from fair_router.fairqueue.scripts import PushEntry, ReconcileResult
 
 logger = logging.getLogger("fair_router")
 

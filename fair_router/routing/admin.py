@@ -22,7 +22,7 @@ from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides, TenantProfile
 from fair_router.core.rates import Rate
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
-from fair_router.store.fair_scripts import TENANT_FIELD, FairUnparkScript, record_waiting
+from fair_router.fairqueue.scripts import TENANT_FIELD, FairUnparkScript, record_waiting
 from fair_router.store.scripts import Clock
 
 P = ParamSpec("P")

@@ -25,7 +25,7 @@ from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
 from fair_router.rq_internals.jobclock import FETCH_CLOCK
-from fair_router.store.fair_scripts import PopKind, PopResult
+from fair_router.fairqueue.scripts import PopKind, PopResult
 
 STALLED_POLL = 1.0
 """Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id

@@ -1,7 +1,7 @@
 """Where a fair queue's state lives: :class:`FairStore`, the few operations a
 :class:`~fair_router.fairqueue.queue.FairQueue` asks of it, and :class:`RedisFairStore`, the one implementation
 (the fair queue's keys from the key builder and its ``lua/fair_*.lua`` scripts through the typed wrappers of
-:mod:`fair_router.store.fair_scripts`).
+:mod:`fair_router.fairqueue.scripts`).
 
 The queue decides *what* to do (which tenant a job joins, its weight and charge, when a refusal parks a
 tenant); the store does it, each change atomically. Every method is one script call, run now or queued on a
@@ -20,7 +20,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from fair_router.core.keys import FairQueueKeys
-from fair_router.store.fair_scripts import (
+from fair_router.fairqueue.scripts import (
     TENANT_FIELD,
     FairHoldScript,
     FairMigrateScript,
