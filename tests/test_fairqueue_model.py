@@ -53,7 +53,7 @@ from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides
 from fair_router.demo.redis_server import RedisServer
 from fair_router.routing.admin import TenantAdmin
-from fair_router.fairqueue.scripts import PopKind
+from fair_router.rq_internals.queue import PopKind
 from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.turnaway import turn_away

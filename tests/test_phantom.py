@@ -27,8 +27,8 @@ from rq.job import Job
 from fair_router import FairQueue, FairRouter, RedisUnavailable, Rule
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
-from fair_router.routing.router import Route
 from fair_router.fairqueue.scripts import tenant_waiting
+from fair_router.routing.router import Route
 
 ROUTE = Route("phantom.job", "default", (Rule(queue="default_throttled", threshold=5000, per=3600),))
 """One rule whose threshold the test never reaches: the window keeps every entry (no trimming at the cap)."""

@@ -26,8 +26,8 @@ from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
 from fair_router.core.shards import shard_queue
 from fair_router.dashboard.model import QueueView, ShardServerView
-from fair_router.routing.servers import TIMEOUT, ShardServers
 from fair_router.fairqueue.scripts import tenant_waiting
+from fair_router.routing.servers import TIMEOUT, ShardServers
 
 PER_QUEUE = 5
 """Commands per queue: length, running, fair state (tenants waiting, stale and plain pops), parked, abandoned

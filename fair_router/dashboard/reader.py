@@ -41,6 +41,7 @@ from redis.exceptions import NoPermissionError, ReadOnlyError, ResponseError
 from rq import Queue
 
 from fair_router.config.settings import Settings, TiersConfig
+from fair_router.controls.fairstate import TENANT_FIELD, record_weight
 from fair_router.controls.tiers import load_resolver
 from fair_router.core.keys import Keys
 from fair_router.core.rules import last_match
@@ -55,7 +56,6 @@ from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TI
 from fair_router.routing.waitcheck import WaitingReconciler
 from fair_router.routing.waiting import parse_field
 from fair_router.store.cluster import rq_of
-from fair_router.fairqueue.scripts import TENANT_FIELD, record_weight
 from fair_router.store.scripts import Clock, PeekScript
 
 logger = logging.getLogger("fair_router")

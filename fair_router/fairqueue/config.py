@@ -20,8 +20,8 @@ from fair_router.core.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.core.keys import Keys, encode
 from fair_router.core.tenancy import optional_tenant_id, usable_tenant
 from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
-from fair_router.store.cluster import state_of
 from fair_router.fairqueue.scripts import PushEntry
+from fair_router.store.cluster import state_of
 
 NO_TENANT = "#none"
 """Encoded pseudo-tenant of jobs without a tenant. ``encode`` never yields it: '#' only starts the

@@ -21,7 +21,7 @@ from redis.client import Pipeline
 from rq import Queue
 
 from fair_router.core.keys import Keys
-from fair_router.store.fair_store import RedisFairStore
+from fair_router.fairqueue.scripts import FairUnmarkScript
 
 logger = logging.getLogger("fair_router")
 
@@ -94,6 +94,7 @@ class FairnessMarks:
         (nothing changed)."""
         rq_list = Queue.redis_queue_namespace_prefix + name
         prefix = self.read([name]).get(name) or self.prefix
-        result = RedisFairStore(self.connection, Keys(prefix).fair_queue(rq_list)).unmark(mark_key(name))
+        keys = Keys(prefix).fair_queue(rq_list)
+        result = FairUnmarkScript(self.connection)(keys.rq_list, keys.members, mark_key(name)).run()
         self._read.pop(name, None)
         return result

@@ -32,7 +32,7 @@ from fair_router.config.settings import Settings
 from fair_router.fairqueue.config import declared_cost, tenant_key, tenant_of
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.fairqueue.scripts import PushEntry, ReconcileResult
+from fair_router.fairqueue.scripts import FairReconcileScript, PushEntry, ReconcileResult
 
 logger = logging.getLogger("fair_router")
 
@@ -110,7 +110,8 @@ def reconcile_queues(queues: Sequence[FairQueue], bound: int = RECONCILE_BOUND) 
 
 def _run(queues: Sequence[FairQueue], bound: int, adopt: Sequence[Sequence[PushEntry]]) -> list[ReconcileResult]:
     """One fair_reconcile.lua call per queue (adopting ``adopt[i]`` in queue i), pipelined."""
-    calls = [queue.store.reconcile_call(bound, entries) for queue, entries in zip(queues, adopt, strict=True)]
+    calls = [queue.fair_script(FairReconcileScript)(queue.fair_keys, bound, entries)
+             for queue, entries in zip(queues, adopt, strict=True)]
     with queues[0].connection.pipeline(transaction=False) as pipe:
         for call in calls:
             call.queue(pipe)

@@ -16,13 +16,13 @@ from redis import Redis
 from rq import Queue
 from rq.utils import as_text
 
+from fair_router.controls.fairstate import TENANT_FIELD, FairUnparkScript, record_waiting
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides, TenantProfile
 from fair_router.core.rates import Rate
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
-from fair_router.fairqueue.scripts import TENANT_FIELD, FairUnparkScript, record_waiting
 from fair_router.store.scripts import Clock
 
 P = ParamSpec("P")
