@@ -21,7 +21,7 @@
 --          On a Redis Cluster these keys are on other slots: the router routes first and enqueues with rq
 --          after (two round trips).
 -- Waiting  (a routed enqueue into plain queues) each recorded job counts waiting for its tenant in the queue
---          chosen (shard included) until its start (routing/waiting.py); with the rules' queues fair, only the
+--          chosen (shard included) until its start (observe/waiting.py); with the rules' queues fair, only the
 --          jobs no rule moved (a fair queue counts its own).
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.

@@ -1,4 +1,4 @@
-"""Waiting counts stay exact under rq's own commands (fair_router.fairqueue.reconcile, routing.waitcheck,
+"""Waiting counts stay exact under rq's own commands (fair_router.fairqueue.reconcile, observe.waitcheck,
 lua/lib/recount.lua): after `rq requeue --all`, `rq empty`, Job.cancel, Job.delete, a plain Queue.remove,
 Queue.empty and FailedJobRegistry.requeue, with no worker running in between, `fair-router tenant show` (the CLI,
 a subprocess), the dashboard's snapshot and the backlog cap agree with rq's lists at once. Real Redis, rq's own

@@ -45,6 +45,7 @@ from rq.registry import CanceledJobRegistry
 
 from fair_router import FairQueue, Settings
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
+from fair_router.controls.admin import TenantAdmin
 from fair_router.controls.concurrency import Lease
 from fair_router.controls.gate import TenantGate
 from fair_router.controls.ratelimit import RateLimiter
@@ -52,7 +53,6 @@ from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides
 from fair_router.demo.redis_server import RedisServer
-from fair_router.routing.admin import TenantAdmin
 from fair_router.rq_internals.queue import PopKind
 from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter

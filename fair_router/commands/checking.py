@@ -22,8 +22,8 @@ from fair_router.config.crosscheck import Finding, cross_check, unknown_variable
 from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
 from fair_router.fairqueue.marks import FairnessMarks
-from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.fairqueue.scripts import FairPopScript
+from fair_router.fairqueue.stale import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
 from fair_router.store.luascript import assemble, lua_dir, no_functions
 from fair_router.store.serverconf import policy_readings
@@ -123,7 +123,7 @@ def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
 
 def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
     """Fair queues (marked, or named in ``fair_queues:``) whose jobs a plain rq worker took
-    (:mod:`fair_router.fairqueue.plainpops`): a warning each. Looking also tidies an empty queue's counts."""
+    (:mod:`fair_router.fairqueue.stale`): a warning each. Looking also tidies an empty queue's counts."""
     known = [_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
              for key in connection.smembers(Queue.redis_queues_keys)]
     names = list(dict.fromkeys([*settings.fair_queue_names(), *sorted(known)]))

@@ -1,6 +1,6 @@
 """The waiting counts ``fair-router tenant show`` prints, reconciled with rq's lists first: rq's own cancels,
 deletes, empties and requeues change the lists without our code (:mod:`fair_router.fairqueue.reconcile` for
-fair queues, :mod:`fair_router.routing.waitcheck` for the plain queues routers count jobs in)."""
+fair queues, :mod:`fair_router.observe.waitcheck` for the plain queues routers count jobs in)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from rq import Queue
 from fair_router.config.settings import Settings
 from fair_router.core.keys import encode
 from fair_router.fairqueue.reconcile import RECONCILE_BOUND, fair_queues, reconcile_queues
+from fair_router.observe.waitcheck import WaitingReconciler, routed_job_keys
+from fair_router.observe.waiting import parse_field
 from fair_router.routing.router import FairRouter
-from fair_router.routing.waitcheck import WaitingReconciler, routed_job_keys
-from fair_router.routing.waiting import parse_field
 
 __all__ = ["RECONCILE_BOUND", "reconciled_counts"]
 
@@ -46,7 +46,7 @@ def reconciled_counts(router: FairRouter, settings: Settings, tenant: str) -> tu
             queue, who = parse_field(_text(name))
             if who == wanted and queue in plain and int(count) > 0:
                 routed[queue] = routed.get(queue, 0) + int(count)
-    if routed:  # an empty list has nothing waiting, whatever counts were left (routing.waiting)
+    if routed:  # an empty list has nothing waiting, whatever counts were left (observe.waiting)
         with router.rq_connection.pipeline(transaction=False) as pipe:
             for queue in routed:
                 pipe.llen(Queue.redis_queue_namespace_prefix + queue)

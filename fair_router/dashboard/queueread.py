@@ -65,7 +65,7 @@ def parse_queue(settings: Settings, name: str, replies: list[Any], server: str =
     state = {_text(k): v for k, v in state_raw.items()}
     backlog = tenant_waiting(state)  # the tenants' records in the fair queue's state hash (lua/lib/fifo.lua)
     stale, plain = state.get("stale"), state.get("plain")
-    # an empty list has nothing waiting, whatever members a plain rq worker left (fairqueue.plainpops)
+    # an empty list has nothing waiting, whatever members a plain rq worker left (fairqueue.stale)
     backlog = {k: v for k, v in backlog.items() if v > 0 and length}
     fair = settings.is_fair(name) or bool(backlog)
     parked = {_text(t) for t in parked_raw} if fair else set()

@@ -5,16 +5,16 @@ server) of at most ``10 + 5 * queues + 2 * job keys + 8 * top_n + top_n * rule j
 the counts were reconciled with rq's lists (rq's own cancels, deletes, empties and requeues change them
 without our code): one round trip for the fair queues' marks and one script call per fair queue
 (:mod:`fair_router.fairqueue.reconcile`), two for the routed plain queues' counts
-(:mod:`fair_router.routing.waitcheck`), each bounded by ``RECONCILE_BOUND`` entries per queue (a queue holding
+(:mod:`fair_router.observe.waitcheck`), each bounded by ``RECONCILE_BOUND`` entries per queue (a queue holding
 more is shown approximate), and up to four more only when rq changed something (reading the jobs it requeued,
 then the fixes):
 
 1. the clock (Redis ``TIME``), rq's set of queues, the recently started tenants, the counters;
 2. per queue: its length, its running jobs, and for fair queues the jobs waiting per tenant and its stale
-   members (:mod:`fair_router.fairqueue.plainpops`), both in ``HGETALL`` of the fair queue's state hash
+   members (:mod:`fair_router.fairqueue.stale`), both in ``HGETALL`` of the fair queue's state hash
    (its tenant records hold their counts; its size grows with the tenants waiting there), and the parked
    tenants; the routed counters of each job key and its jobs waiting per plain queue and tenant
-   (:mod:`fair_router.routing.waiting`; an empty queue's are not trusted);
+   (:mod:`fair_router.observe.waiting`; an empty queue's are not trusted);
 3. per candidate (at most ``4 * top_n``: the most waiting, the most recently started): its start record,
    its concurrency slots held, its tier;
 4. the fair-share weights of the tenants waiting (one ``HMGET`` per fair queue);
@@ -53,8 +53,8 @@ from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
-from fair_router.routing.waitcheck import WaitingReconciler
-from fair_router.routing.waiting import parse_field
+from fair_router.observe.waitcheck import WaitingReconciler
+from fair_router.observe.waiting import parse_field
 from fair_router.store.cluster import rq_of
 from fair_router.store.scripts import Clock, PeekScript
 
@@ -198,7 +198,7 @@ class SnapshotReader:
     def _reconcile(self, names: list[str], routed_keys: list[str]) -> set[str]:
         """Before the counts are read: the fair queues' and the routed plain queues' counts made to agree with
         rq's lists (rq's own commands change them without our code: :mod:`fair_router.fairqueue.reconcile`,
-        :mod:`fair_router.routing.waitcheck`). Returns the queues whose counts are approximate (beyond the
+        :mod:`fair_router.observe.waitcheck`). Returns the queues whose counts are approximate (beyond the
         bound)."""
         fair = self._fair.among(names)
         self._waiting.bound = self.reconcile_bound
@@ -317,7 +317,7 @@ def _refused(error: ResponseError) -> bool:
 
 
 def _plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:
-    """Plain queues' waiting counts (:mod:`fair_router.routing.waiting`) from the job keys' HGETALL replies: queue
+    """Plain queues' waiting counts (:mod:`fair_router.observe.waiting`) from the job keys' HGETALL replies: queue
     -> encoded tenant -> jobs. An empty queue has nothing waiting, whatever counts were left (a job deleted
     before it started, or taken by a plain rq worker, keeps its count until then)."""
     waiting: dict[str, dict[str, int]] = {}

@@ -38,7 +38,7 @@ QUEUE, WORKER, JOB = "rq.queue.Queue", "rq.worker.BaseWorker", "rq.job.Job"
 REGISTRY, EXECUTION, UTILS = "rq.registry.StartedJobRegistry", "rq.executions.Execution", "rq.utils"
 
 MEMBERS: tuple[RqMember, ...] = (
-    # -- Queue side: rq_internals/queue.py (RqQueueSeam), routing/onetrip.py (PlacedQueue), fairqueue/queue.py
+    # -- Queue side: rq_internals/queue.py (RqQueueSeam), rq_internals/placed.py (PlacedQueue), fairqueue/queue.py
     RqMember(QUEUE, "_enqueue_job", "(self, job, pipeline, at_front, unique)", "feature",
              "overridden: every enqueue path (retries, requeues, dependents) reaches the fair push and backlog "
              "caps; called by the one-trip enqueue and interruptible turns' requeue"),

@@ -98,7 +98,7 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
     ) -> Call[list[tuple[int, int]]]:
         """KEYS = the job key's ``routed`` counters, ``windows``, then the shard section's load keys, then the
         push section's keys; ``base``: the queue family of jobs no rule matches; ``push``: one job to push;
-        ``waiting``: count the recorded jobs waiting in the plain queues they go to (routing/waiting.py).
+        ``waiting``: count the recorded jobs waiting in the plain queues they go to (observe/waiting.py).
         Result: per job (0 or the 1-based index of the rule that matched, the chosen shard or -1)."""
         keys = [routed, *windows]
         args: list[str | int | bytes] = [now_ms, *self._header(base, rules), len(windows)]

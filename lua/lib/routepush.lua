@@ -1,4 +1,4 @@
--- lib/routepush.lua: route.lua's push section (FairRouter's one-round-trip enqueue, routing/onetrip.py): the
+-- lib/routepush.lua: route.lua's push section (FairRouter's one-round-trip enqueue, routing/enqueue.py): the
 -- job, saved by rq earlier in the same MULTI with its base queue as origin, goes to the queue its rule chose
 -- as rq's enqueue would put it there.
 -- Its keys are the last of KEYS: the job hash, rq:queues, then the rq list of each family f = 0..n_rules.

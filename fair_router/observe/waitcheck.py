@@ -1,4 +1,4 @@
-"""The routed plain queues' waiting counts (:mod:`fair_router.routing.waiting`) reconciled with rq's lists when
+"""The routed plain queues' waiting counts (:mod:`fair_router.observe.waiting`) reconciled with rq's lists when
 our processes read them, so that rq's own commands leave them exact.
 
 A routed job counts waiting in its plain queue from its route to its start on a weighted worker. rq's own
@@ -31,8 +31,8 @@ from rq.job import Job
 from fair_router.core.jobmeta import META_WAITING
 from fair_router.core.keys import Keys
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, usable_tenant
-from fair_router.routing.waiting import field as waiting_field
-from fair_router.routing.waiting import parse_field
+from fair_router.observe.waiting import field as waiting_field
+from fair_router.observe.waiting import parse_field
 from fair_router.store.scripts import RewaitScript, UnwaitScript
 
 logger = logging.getLogger("fair_router")

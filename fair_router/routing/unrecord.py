@@ -3,7 +3,7 @@
 Routing records a job in its tenant's window (``lua/route.lua``) before rq's enqueue pipeline saves and
 queues it. Those are two round trips, on two different hash tags (the job key's, rq's), so they cannot be
 one atomic step. When the enqueue fails (Redis at ``maxmemory``, the connection dropped, a backlog cap),
-:class:`TakeBack` removes exactly the entries of the jobs that are not queued: it asks Redis whether each
+:class:`Unrecord` removes exactly the entries of the jobs that are not queued: it asks Redis whether each
 job's hash exists (rq's enqueue is one MULTI, so a job whose hash exists was queued, even when its reply was
 lost with the connection) and runs ``lua/unrecord.lua`` for the others, which also takes their count off
 the job key's routed counters.
@@ -41,7 +41,7 @@ def recorded_by(route: Route, pendings: Sequence[Pending], placements: Sequence[
             if pending.record and pending.tenant is not None]
 
 
-class TakeBack:
+class Unrecord:
     """Removes the window entries of recorded jobs whose enqueue did not happen."""
 
     def __init__(self, connection: Redis, keys: Keys) -> None:

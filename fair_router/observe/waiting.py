@@ -15,39 +15,15 @@ dashboard stops trusting it (the list length says).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
-from rq import Queue
 from rq.job import Job
 
 from fair_router.core.jobmeta import META_WAITING
 from fair_router.core.keys import Keys, encode
-from fair_router.routing.placement import Route
-from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.scripts import RewaitScript, UnwaitScript
-
-Counted = Literal["all", "unthrottled"] | None
-"""Which routed jobs count waiting (:func:`counts_waiting`): all, only those no rule moved, or none."""
-
-
-def counts_waiting(queue_of: Callable[[str, bool], Queue], route: Route, fair: bool,
-                   calls: Sequence[tuple[Any, ...]], shard_servers: object) -> Counted:
-    """Which jobs of ``calls`` (each item's first element, an EnqueueArgs) route.lua counts waiting in the queues
-    it chooses: "all" when every queue of the route (as ``queue_of(name, fair)`` gives it) is a plain one,
-    "unthrottled" (the jobs no rule moved) when only the rules' queues are fair (they count their own jobs),
-    None otherwise; only on the router's Redis (``shard_servers`` None for a sharded route), and only for jobs
-    pushed at once by rq's ordinary path (no dependencies, no rate limit)."""
-    if shard_servers is not None and route.shards is not None:
-        return None
-    if any(item[0].depends_on or item[0].rate_limit is not None for item in calls):
-        return None
-    fair_families = [isinstance(queue_of(name, fair), RqQueueSeam) for name in route.families()]
-    if not any(fair_families):
-        return "all"
-    return "unthrottled" if not fair_families[0] else None
 
 
 def field(queue: str, tenant: str) -> str:

@@ -1,25 +1,17 @@
-"""A routed enqueue in one round trip, on a standalone Redis.
+"""A routed enqueue in one round trip on a standalone Redis: rq's save of the job and route.lua's record, choice
+and push in one MULTI (all or nothing against a lost connection). rq saves the job as its enqueue would, with the
+base queue as origin (:class:`~fair_router.rq_internals.placed.PlacedQueue`); route.lua pushes the id onto the
+chosen queue's list and, when a rule moved the job, sets its ``origin`` and ``meta`` for that queue. A job a
+rule sends to a fair queue is pushed there by a second call (no second save).
 
-Routing decides the job's queue in Redis (``lua/route.lua`` records the enqueue in the tenant's window and
-picks the rule), so a routed enqueue used to be two round trips: the script, then rq's MULTI that saves and
-pushes the job into the queue it returned. Here both go in one MULTI: rq saves the job exactly as its
-enqueue would (``Queue.enqueue_call`` on a pipeline, with the base queue as origin and the base queue's
-meta), and instead of rq's push the route.lua call that follows in the same MULTI pushes the id onto the
-chosen queue's list and, when a rule moved the job, sets its ``origin`` and ``meta`` (which names the rule)
-for that queue. One MULTI is also all or nothing against a lost connection: no enqueue is recorded in a
-window without its job (nor the reverse).
-
-It applies to an enqueue without ``depends_on``, ``rate_limit``, ``unique``, a caller's pipeline, an explicit
-queue, shards or a fair queue among the route's queues: those keep the router's two-step path (rq's own
-path for the first three, as rq needs it). On a Redis Cluster route.lua's keys and rq's are on different
-slots: set ``FairRouter.one_round_trip = False`` there (two round trips, each on its own slot).
+Not for ``depends_on``, ``rate_limit``, ``unique``, a caller's pipeline, an explicit queue or shards (the
+router's two-step path), nor on a Redis Cluster, where route.lua's keys and rq's are on different slots
+(``FairRouter.one_round_trip = False``).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from redis import Redis
 from redis.client import Pipeline
@@ -31,54 +23,12 @@ from fair_router.core.keys import Keys
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.announce import Announcer
 from fair_router.routing.placement import JobMetas, Pending, Route, RouteInputs
-from fair_router.routing.takeback import TakeBack
+from fair_router.routing.unrecord import Unrecord
+from fair_router.rq_internals.placed import PlacedQueue
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.luascript import execute_loaded
 from fair_router.store.replicas import ReplicaWait
 from fair_router.store.scripts import Clock, RoutePush, RouteScript, now_arg
-
-PushCall = Callable[[Job, Pipeline, bool], None]
-"""Queues the route.lua call that pushes ``job`` (``at_front``) on the pipeline that saved it."""
-
-
-class PlacedQueue(Queue):
-    """rq's Queue of a route's base family whose enqueue saves the job as rq's does but leaves the push, and
-    the queue's registration in ``rq:queues``, to route.lua (the queue is only known there).
-
-    rq's ``enqueue_call`` builds the job and calls ``enqueue_job``; overridden here to skip what only applies
-    to options the one-trip path never takes (dependencies, rate limits, ``unique``: the router checked) and
-    the registration of the base queue, then rq's ``_enqueue_job`` saves the job on the pipeline (status,
-    hash, TTLs) and calls ``push_job_id``, overridden to queue the route.lua call instead."""
-
-    def __init__(self, name: str, connection: Any) -> None:
-        super().__init__(name, connection=connection)
-        self._local = threading.local()  # per thread (a router may serve several): .job, .push_call
-
-    def enqueue_with(self, push_call: PushCall, call: EnqueueArgs) -> Job:
-        """rq's ``enqueue_call`` of ``call`` (whose pipeline is the router's), its push by ``push_call``."""
-        self._local.push_call = push_call
-        try:
-            job: Job = self.enqueue_call(**call._asdict())
-            return job
-        finally:
-            self._local.push_call = None
-
-    def enqueue_job(self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False,
-                    unique: bool = False) -> Job:
-        if pipeline is None or unique or job._dependency_ids or job.has_rate_limit:
-            raise ValueError("PlacedQueue enqueues into the router's pipeline only, without dependencies, "
-                             "rate limits or unique")
-        self._local.job = job
-        try:
-            return self._enqueue_job(job, pipeline=pipeline, at_front=at_front)
-        finally:
-            self._local.job = None
-
-    def push_job_id(self, job_id: str, pipeline: Pipeline | None = None, at_front: bool = False) -> None:
-        job, push_call = getattr(self._local, "job", None), getattr(self._local, "push_call", None)
-        if job is None or job.id != job_id or pipeline is None or push_call is None:
-            raise RuntimeError(f"PlacedQueue {self.name!r}: push of {job_id!r} outside the router's enqueue")
-        push_call(job, pipeline, bool(at_front))
 
 
 class Router(Protocol):
@@ -91,14 +41,14 @@ class Router(Protocol):
     one_round_trip: bool
     _route: RouteScript
     _meta: JobMetas
-    _take_back: TakeBack
+    _unrecord: Unrecord
     announcer: Announcer
     replicas: ReplicaWait
 
     def queue(self, name: str, fair: bool = False, shard: int | None = None) -> Queue: ...
 
 
-class OneTrip:
+class RoutedEnqueue:
     """A router's one-round-trip enqueue (module docstring): when it applies, and the enqueue."""
 
     def __init__(self, router: Router) -> None:
@@ -166,5 +116,5 @@ class OneTrip:
         except BaseException:
             router.connection.delete(job.key)
             if pending.tenant is not None:  # always, on this path (applies: a recorded enqueue)
-                router._take_back(route.job_key, [(pending.tenant, job.id, job.origin)], type(job))
+                router._unrecord(route.job_key, [(pending.tenant, job.id, job.origin)], type(job))
             raise

@@ -1,4 +1,4 @@
-"""A routed enqueue in one round trip (fair_router.routing.onetrip): counted with MONITOR on the real server,
+"""A routed enqueue in one round trip (fair_router.routing.enqueue): counted with MONITOR on the real server,
 the saved job compared with plain rq's, and what a failing or a NOSCRIPT enqueue leaves behind."""
 
 from __future__ import annotations

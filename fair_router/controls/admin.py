@@ -155,7 +155,7 @@ class TenantAdmin:
         lease_key = self.keys.leases(tenant)
         leases = cast(list[tuple[bytes, float]],
                       self.connection.zrange(lease_key, 0, -1, withscores=True) if apart else replies.pop(0))
-        # an empty list has nothing waiting, whatever members a plain rq worker left behind (fairqueue.plainpops)
+        # an empty list has nothing waiting, whatever members a plain rq worker left behind (fairqueue.stale)
         counts = [record_waiting(record) if length else 0
                   for record, length in zip(replies[::2], replies[1::2], strict=True)]
         now_ms = seconds * 1000 + micros // 1000
