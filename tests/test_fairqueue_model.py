@@ -1,7 +1,7 @@
 """Model-based test: a FairQueue on a real redis-server, driven by random fair pushes, pops, parks and
 unparks interleaved with rq's own calls on the same queue (plain pushes, unique pushes, Job.cancel,
 Job.delete, plain Queue.remove, CanceledJobRegistry.requeue, compact after an expired job), agrees with a
-plain-Python model of its semantics (the package docstring of fair_router/fairqueue/__init__.py):
+plain-Python model of its semantics (docs/fair-queue.md, "How it works"):
 - ``count`` and rq's own ``Queue.count`` are the waiting jobs at every step, and the listing is that set;
 - every pop serves exactly the model's choice: the list head when rq pushed it, else the stride choice;
 - the listing's head is what the next pop serves, and each tenant's jobs are listed in FIFO order;

@@ -3,8 +3,7 @@
 :class:`FairConfig` holds what the constructor was given (prefix, tiers, charge, ...), each checked where it
 enters, and falls back to the settings, loaded on first use: ``--queue-class`` builds queues with rq's
 arguments only. It also knows each tenant's weight and backlog cap (through the tier book) and turns a job
-into the :class:`~fair_router.fairqueue.scripts.PushEntry` the store pushes. The design is explained in
-:mod:`fair_router.fairqueue`."""
+into the :class:`~fair_router.fairqueue.scripts.PushEntry` a push sends (docs/fair-queue.md)."""
 
 from __future__ import annotations
 
