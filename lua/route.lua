@@ -17,7 +17,8 @@
 --          (1-based among the windows; 0 = not recorded, e.g. a system job), job id digest, n_candidates, then
 --          that many used-shard positions (1-based) to choose among.
 -- Push     (one unsharded job, rq's keys on this server: FairRouter's one-round-trip enqueue) the job goes to
---          the queue its rule chose, as rq's enqueue would put it there.
+--          the queue its rule chose, as rq's enqueue would put it there (a fair queue: by the fair push that
+--          follows in the same MULTI, lib/routepush.lua).
 --          On a Redis Cluster these keys are on other slots: the router routes first and enqueues with rq
 --          after (two round trips).
 -- Waiting  (a routed enqueue into plain queues) each recorded job counts waiting for its tenant in the queue
@@ -87,7 +88,7 @@ for rule, n in pairs(routed) do
   redis.call('HINCRBY', KEYS[1], rule_target(rule), n)
 end
 
-if push then push_job(push, n_rules, reply[1], rule_target(reply[1])) end
+if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_ms) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (ttl_ms: ARGV[2]).
 for key in pairs(touched) do

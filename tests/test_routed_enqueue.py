@@ -139,16 +139,16 @@ def test_a_job_no_rule_moves_keeps_one_round_trip_and_a_throttled_one_goes_to_th
     echo = fair_throttled(conn)
     for i in range(3):  # scripts loaded, the fair queue built and marked: what every later call finds done
         echo.delay("warm", i)
+    echo.delay("acme", 0)  # acme's tier profile read (its weight and cap in the fair queue), once
     with monitored(conn) as feed:
-        first = echo.delay("acme", 0)
-    assert round_trips(feed) == 1 and first.origin == "default"
-    echo.delay("acme", 1)
-    echo.delay("acme", 2)  # the third within the hour: the rule's queue (acme's tier profile read once there)
+        second = echo.delay("acme", 1)
+    assert round_trips(feed) == 1 and second.origin == "default"
+    echo.delay("acme", 2)  # the third within the hour: the rule's queue
     with monitored(conn) as feed:
         throttled = echo.delay("acme", 3)
-    assert round_trips(feed) == 2, feed  # route.lua with rq's save, then the fair queue's push
-    second = [name for _, name in feed][[name for _, name in feed].index("EXEC") + 1:]
-    assert second == ["MULTI", "EVALSHA", "EXEC"], feed  # the fair push alone: the job is not saved again
+    assert round_trips(feed) == 1, feed  # rq's save, route.lua, then the fair queue's push, in one MULTI
+    assert [name for _, name in feed if name == "EVALSHA"] == ["EVALSHA", "EVALSHA"], feed
+    assert not conn.zcard(FairQueue("default_slow", connection=conn).fair_keys.inflight)
     assert throttled.origin == "default_slow" and throttled.meta["fair_rule"]["queue"] == "default_slow"
     slow = FairQueue("default_slow", connection=conn)
     assert slow.get_job_ids()[-1] == throttled.id and Job.fetch(throttled.id, connection=conn).origin == "default_slow"
@@ -167,4 +167,15 @@ def test_a_refused_fair_push_leaves_neither_the_job_nor_its_window_entry(conn: R
         echo.enqueue("acme", 3, job_id="refused")
     assert not conn.exists(Job.key_for("refused"))
     assert conn.zscore(window, Keys.member("refused")) is None  # its window entry taken back
+    assert not conn.zcard(FairQueue("default_slow", connection=conn).fair_keys.inflight)
     assert FairQueue("default_slow", connection=conn).count == 1
+
+
+def test_a_tenant_at_its_cap_in_the_rules_queue_still_enqueues_a_job_no_rule_moves(conn: Redis) -> None:
+    """The fair push queued for the rule's queue meets the cap but the job is not going there: it is ignored."""
+    echo = fair_throttled(conn, tiers=TiersConfig(max_backlog={"free": 1}))
+    slow = FairQueue("default_slow", connection=conn)
+    slow.enqueue(routed_jobs.echo, "beta", 0, fair_tenant="beta")  # beta's one job there: at its cap
+    job = echo.delay("beta", 1)  # the first within the hour: the base queue
+    assert job.origin == "default" and Queue("default", connection=conn).get_job_ids() == [job.id]
+    assert slow.count == 1 and not conn.zcard(slow.fair_keys.inflight)

@@ -16,6 +16,7 @@ from rq.job import Job
 from rq.utils import as_text
 
 from fair_router.config.settings import Charge, Settings, TiersConfig
+from fair_router.controls.backlog import Capped
 from fair_router.controls.fairstate import FairHoldScript, FairUnparkScript
 from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_TENANT
@@ -156,14 +157,14 @@ class FairQueue(RqQueueSeam):
         with self._pushes.new_enqueue():
             return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
 
-    @naming_redis
-    def push_saved(self, job: Job, at_front: bool = False) -> Job:
-        """Push ``job``, already saved with this queue as its origin (the router's route call saved it), as a new
-        enqueue: one fair push, its backlog cap checked; a refusal deletes the job (TenantBacklogFull)."""
-        with self._pushes.new_enqueue(), self.own_pipeline() as pipe:
-            self.push(RqPush(job.id, job, at_front, True), pipe)
-            self.execute_checked(pipe, [job])
-        return job
+    def push_marked(self, job: Job, at_front: bool, pipeline: Pipeline) -> Capped | None:
+        """Queue on ``pipeline`` (the router's MULTI, after its route.lua call) the push of ``job`` as a new enqueue,
+        which adds it only if route.lua chose this queue (it marked the id inflight here); its backlog cap."""
+        with self._pushes.new_enqueue():
+            entry, capped = self._pushes.entry(RqPush(job.id, job, at_front, True))
+        self._pushes.mark(pipeline)
+        self.fair_script(FairPushScript)(self.fair_keys, [entry._replace(from_inflight=True)]).queue_loaded(pipeline)
+        return capped
 
     # -- the seam's push hooks ------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from rq import Queue
 from rq.job import Job
 from rq.queue import EnqueueArgs
 
+from fair_router.controls.backlog import Capped, TenantBacklogFull, execute, refused_entry
 from fair_router.core.keys import Keys
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.announce import Announcer
@@ -69,13 +70,15 @@ class RoutedEnqueue:
         return not isinstance(router.queue(route.queue), RqQueueSeam)
 
     def enqueue(self, route: Route, call: EnqueueArgs, pending: Pending, system: bool) -> Job:
-        """rq's save of the job and route.lua's record, choice and push, in one MULTI (EVALSHA: the pipeline is
-        ours, re-run after NOSCRIPT: every command in it may run twice)."""
+        """rq's save of the job, route.lua's record, choice and push, and the fair push of each fair family (only
+        the chosen one's adds the job: lib/routepush.lua), in one MULTI (EVALSHA: the pipeline is ours, re-run
+        after NOSCRIPT: every command in it may run twice)."""
         router = self.router
         inputs = RouteInputs(route, [pending], router.keys)
         metas = router._meta.per_family(call.meta, pending.tenant, route, system)
         families = route.families()
-        fair = "".join("1" if isinstance(router.queue(name), RqQueueSeam) else "0" for name in families)
+        queues = [router.queue(name) for name in families]
+        fair = "".join("1" if isinstance(queue, RqQueueSeam) else "0" for queue in queues)
         base = self._bases.get(route.queue)
         if base is None:
             base = self._bases[route.queue] = PlacedQueue(route.queue, router.connection)
@@ -83,38 +86,45 @@ class RoutedEnqueue:
         if routed is None:
             routed = self._routed[route.job_key] = router.keys.routed(route.job_key)
         at: list[int] = []
+        caps: dict[int, tuple[int, Capped | None]] = {}  # fair family -> its push's place on the pipe, its cap
 
         def push(job: Job, pipe: Pipeline, at_front: bool) -> None:
-            lists = [Queue.redis_queue_namespace_prefix + name for name in families]
+            lists = [queue.key for queue in queues]
+            inflight = tuple(queue.fair_keys.inflight if isinstance(queue, FairQueue) else queue.key
+                             for queue in queues) if "1" in fair else ()
             serialized = [job.serializer.dumps(meta) for meta in metas[1:]]  # the base family's: rq's save
-            target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, lists, serialized, fair)
+            target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, lists, serialized, fair, inflight)
             waiting = inputs.waiting(route, "unthrottled" if "1" in fair else "all")  # fair queues count their own
             router._route(inputs.windows, routed, inputs.jobs, route.queue, route.rules, now_arg(router.clock),
                           None, target, waiting).queue_loaded(pipe)
             at.append(len(pipe.command_stack) - 1)
+            for family, queue in enumerate(queues):
+                if isinstance(queue, FairQueue):
+                    capped = queue.push_marked(job, at_front, pipe)
+                    caps[family] = (len(pipe.command_stack) - 1, capped)
 
         with router.connection.pipeline() as pipe:
             job = base.enqueue_with(push, call._replace(job_id=pending.job_id, meta=metas[0], pipeline=pipe))
             if router.announcer.due(route):
                 router.announcer.announce(route, pipe)
             with router.replicas.confirming(pipe) as confirmation:
-                results = execute_loaded(pipe, lambda p: p.execute())
+                results = execute_loaded(pipe, execute)  # a fair push's cap refusal is read below
         rule = router._route.parse(results[at[-1]])[0][0]
         job.meta, job.origin = metas[rule], families[rule]
+        place, capped = caps.get(rule, (0, None))
+        if capped is not None and refused_entry(results[place]) is not None:
+            self._refused(route, job, pending, cast(FairQueue, queues[rule]))
+            raise TenantBacklogFull(capped.tenant, job.origin, capped.cap)
         confirmation.check([job.id])
-        if fair[rule] == "1":  # route.lua set its origin and meta but left the push to the fair queue
-            return self._to_fair_queue(route, bool(call.at_front), job, pending)
         return job
 
-    def _to_fair_queue(self, route: Route, at_front: bool, job: Job, pending: Pending) -> Job:
-        """The second round trip of a job a rule sent to a fair queue: route.lua saved its origin and meta, so the
-        queue only pushes it (no rebuild, no second save), its backlog cap checked. If that fails, the job is
-        deleted and its window entry taken back, as when the two-step path's enqueue fails."""
+    def _refused(self, route: Route, job: Job, pending: Pending, queue: FairQueue) -> None:
+        """The fair push of a job a rule sent to ``queue`` met its tenant's backlog cap: the job is deleted, out of
+        the queue's inflight, and its window entry taken back, as when the two-step path's enqueue is refused."""
         router = self.router
-        try:
-            return cast(FairQueue, router.queue(job.origin)).push_saved(job, at_front)
-        except BaseException:
-            router.connection.delete(job.key)
-            if pending.tenant is not None:  # always, on this path (applies: a recorded enqueue)
-                router._unrecord(route.job_key, [(pending.tenant, job.id, job.origin)], type(job))
-            raise
+        with router.connection.pipeline() as pipe:
+            pipe.delete(job.key)
+            pipe.zrem(queue.fair_keys.inflight, job.id)
+            pipe.execute()
+        if pending.tenant is not None:  # always, on this path (applies: a recorded enqueue)
+            router._unrecord(route.job_key, [(pending.tenant, job.id, job.origin)], type(job))

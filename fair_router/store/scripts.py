@@ -60,6 +60,7 @@ class RoutePush(NamedTuple):
     metas: list[bytes]  # the job's serialized meta for each rule's family (the rule is in it); the base
     # family's is the one rq saved with the job
     fair: str = ""  # per family (base first) '1' for a fair queue: not pushed by route.lua; "" = none is
+    inflight: tuple[str, ...] = ()  # with a fair family: each family's fair inflight key (a plain one's list)
 
 
 class RouteWaiting(NamedTuple):
@@ -120,7 +121,7 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
         if push is None:
             args.append(NONE)
         else:  # its keys last, where route.lua finds them
-            keys += (push.job_key, push.queues_key, *push.lists)
+            keys += (*push.inflight, push.job_key, push.queues_key, *push.lists)
             args += (ONE, ONE if push.at_front else NONE, push.job_id, *push.metas,
                      push.fair or "0" * (len(push.metas) + 1))
         for job in jobs:
