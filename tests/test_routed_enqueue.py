@@ -143,9 +143,9 @@ def test_a_job_no_rule_moves_keeps_one_round_trip_and_a_throttled_one_goes_to_th
     with monitored(conn) as feed:
         second = echo.delay("acme", 1)
     assert round_trips(feed) == 1 and second.origin == "default"
-    echo.delay("acme", 2)  # the third within the hour: the rule's queue
+    echo.delay("acme", 2)  # the third within the hour: the rule's queue, its fair push a second round trip
     with monitored(conn) as feed:
-        throttled = echo.delay("acme", 3)
+        throttled = echo.delay("acme", 3)  # expected there now
     assert round_trips(feed) == 1, feed  # rq's save, route.lua, then the fair queue's push, in one MULTI
     assert [name for _, name in feed if name == "EVALSHA"] == ["EVALSHA", "EVALSHA"], feed
     assert not conn.zcard(FairQueue("default_slow", connection=conn).fair_keys.inflight)
@@ -179,3 +179,17 @@ def test_a_tenant_at_its_cap_in_the_rules_queue_still_enqueues_a_job_no_rule_mov
     job = echo.delay("beta", 1)  # the first within the hour: the base queue
     assert job.origin == "default" and Queue("default", connection=conn).get_job_ids() == [job.id]
     assert slow.count == 1 and not conn.zcard(slow.fair_keys.inflight)
+
+
+def test_a_refused_fair_push_in_the_second_round_trip_leaves_nothing(conn: Redis) -> None:
+    """The tenant's last job went to the base queue, so its fair push follows route.lua's MULTI; refused there."""
+    echo = fair_throttled(conn, tiers=TiersConfig(max_backlog={"free": 1}))
+    slow = FairQueue("default_slow", connection=conn)
+    slow.enqueue(routed_jobs.echo, "acme", 0, fair_tenant="acme")  # acme's one job there: at its cap
+    echo.delay("acme", 0)
+    echo.delay("acme", 1)
+    with monitored(conn) as feed, pytest.raises(TenantBacklogFull):
+        echo.enqueue("acme", 2, job_id="refused")  # the third within the hour: the rule's queue
+    assert round_trips(feed) >= 2, feed
+    assert not conn.exists(Job.key_for("refused")) and slow.count == 1 and not conn.zcard(slow.fair_keys.inflight)
+    assert conn.zscore(Keys("fair_router").window(echo.job_key, "acme"), Keys.member("refused")) is None

@@ -2,7 +2,8 @@
 and push in one MULTI (all or nothing against a lost connection). rq saves the job as its enqueue would, with the
 base queue as origin (:class:`~fair_router.rq_internals.placed.PlacedQueue`); route.lua pushes the id onto the
 chosen queue's list and, when a rule moved the job, sets its ``origin`` and ``meta`` for that queue. A job a
-rule sends to a fair queue is pushed there by a second call (no second save).
+rule sends to a fair queue is pushed there in the same MULTI when its tenant's last job went there too (a
+tenant over a threshold stays over it for a while), else by a second call (no second save).
 
 Not for ``depends_on``, ``rate_limit``, ``unique``, a caller's pipeline, an explicit queue or shards (the
 router's two-step path), nor on a Redis Cluster, where route.lua's keys and rq's are on different slots
@@ -49,6 +50,10 @@ class Router(Protocol):
     def queue(self, name: str, fair: bool = False, shard: int | None = None) -> Queue: ...
 
 
+GUESSES = 10_000
+"""(job key, tenant) pairs whose last rule a router keeps (all forgotten at once past it)."""
+
+
 class RoutedEnqueue:
     """A router's one-round-trip enqueue (module docstring): when it applies, and the enqueue."""
 
@@ -56,6 +61,7 @@ class RoutedEnqueue:
         self.router = router
         self._bases: dict[str, PlacedQueue] = {}
         self._routed: dict[str, str] = {}  # job key -> its routed counters' key (Keys.routed)
+        self._last: dict[tuple[str, str | None], int] = {}  # (job key, tenant) -> the rule its last enqueue took
 
     def applies(self, route: Route, call: EnqueueArgs, pending: Pending) -> bool:
         """Whether ``call`` can go in one round trip: an enqueue to record (else rq's MULTI alone is one round
@@ -70,9 +76,10 @@ class RoutedEnqueue:
         return not isinstance(router.queue(route.queue), RqQueueSeam)
 
     def enqueue(self, route: Route, call: EnqueueArgs, pending: Pending, system: bool) -> Job:
-        """rq's save of the job, route.lua's record, choice and push, and the fair push of each fair family (only
-        the chosen one's adds the job: lib/routepush.lua), in one MULTI (EVALSHA: the pipeline is ours, re-run
-        after NOSCRIPT: every command in it may run twice)."""
+        """rq's save of the job, route.lua's record, choice and push, in one MULTI (EVALSHA: the pipeline is ours,
+        re-run after NOSCRIPT: every command in it may run twice). A fair queue's push goes in that MULTI when the
+        job's tenant took that queue's rule last time (it adds the job only if route.lua chose the queue:
+        lib/routepush.lua), else, when route.lua chose a fair queue, in a second round trip."""
         router = self.router
         inputs = RouteInputs(route, [pending], router.keys)
         metas = router._meta.per_family(call.meta, pending.tenant, route, system)
@@ -86,7 +93,9 @@ class RoutedEnqueue:
         if routed is None:
             routed = self._routed[route.job_key] = router.keys.routed(route.job_key)
         at: list[int] = []
-        caps: dict[int, tuple[int, Capped | None]] = {}  # fair family -> its push's place on the pipe, its cap
+        last = (route.job_key, pending.tenant)
+        guess = self._last.get(last, 0)  # a tenant over a rule's threshold stays there for a while: its queue
+        pushed: list[tuple[int, Capped | None]] = []  # the guessed fair queue's push: its place, its cap
 
         def push(job: Job, pipe: Pipeline, at_front: bool) -> None:
             lists = [queue.key for queue in queues]
@@ -98,10 +107,8 @@ class RoutedEnqueue:
             router._route(inputs.windows, routed, inputs.jobs, route.queue, route.rules, now_arg(router.clock),
                           None, target, waiting).queue_loaded(pipe)
             at.append(len(pipe.command_stack) - 1)
-            for family, queue in enumerate(queues):
-                if isinstance(queue, FairQueue):
-                    capped = queue.push_marked(job, at_front, pipe)
-                    caps[family] = (len(pipe.command_stack) - 1, capped)
+            if fair[guess] == "1":
+                pushed.append(self._fair_push(cast(FairQueue, queues[guess]), job, at_front, pipe))
 
         with router.connection.pipeline() as pipe:
             job = base.enqueue_with(push, call._replace(job_id=pending.job_id, meta=metas[0], pipeline=pipe))
@@ -111,12 +118,28 @@ class RoutedEnqueue:
                 results = execute_loaded(pipe, execute)  # a fair push's cap refusal is read below
         rule = router._route.parse(results[at[-1]])[0][0]
         job.meta, job.origin = metas[rule], families[rule]
-        place, capped = caps.get(rule, (0, None))
-        if capped is not None and refused_entry(results[place]) is not None:
-            self._refused(route, job, pending, cast(FairQueue, queues[rule]))
-            raise TenantBacklogFull(capped.tenant, job.origin, capped.cap)
+        if len(self._last) >= GUESSES:
+            self._last.clear()
+        self._last[last] = rule
         confirmation.check([job.id])
+        if fair[rule] == "1":
+            if rule != guess:  # the second round trip: the fair push route.lua expected was not in its MULTI
+                with router.connection.pipeline() as pipe:
+                    pushed.append(self._fair_push(cast(FairQueue, queues[rule]), job, bool(call.at_front), pipe))
+                    with router.replicas.confirming(pipe) as confirmation:
+                        results = execute_loaded(pipe, execute)
+                    confirmation.check([job.id])
+            place, capped = pushed[-1]
+            if capped is not None and refused_entry(results[place]) is not None:
+                self._refused(route, job, pending, cast(FairQueue, queues[rule]))
+                raise TenantBacklogFull(capped.tenant, job.origin, capped.cap)
         return job
+
+    @staticmethod
+    def _fair_push(queue: FairQueue, job: Job, at_front: bool, pipe: Pipeline) -> tuple[int, Capped | None]:
+        """Queue ``job``'s fair push into ``queue`` on ``pipe``: its place there and its backlog cap."""
+        capped = queue.push_marked(job, at_front, pipe)
+        return len(pipe.command_stack) - 1, capped
 
     def _refused(self, route: Route, job: Job, pending: Pending, queue: FairQueue) -> None:
         """The fair push of a job a rule sent to ``queue`` met its tenant's backlog cap: the job is deleted, out of
