@@ -1,17 +1,11 @@
-"""Per-tenant waiting counts of the plain queues fair-router routes into, so the dashboard shows what waits
-there without scanning a list (a fair queue keeps its own, in its tenants' records).
+"""Per-tenant waiting counts of the plain queues fair-router routes into, so the dashboard shows what waits there
+without scanning a list (a fair queue keeps its own, in its tenants' records).
 
-A routed job with a tenant carries ``fair_waiting`` (its job key) in its meta. When route.lua records it in its
-tenant's window for an enqueue into plain queues (no fair queue among the route's), it also counts the job
-waiting for its tenant in the queue it chose (lua/lib/waiting.lua, keys tagged by the job key as the windows:
-no extra call); an enqueue that fails is taken back with its window entry (``lua/unrecord.lua``). A weighted
-worker's start takes the count back (``lua/unwait.lua`` on rq's job-start MULTI: no round trip). Each job counts
-once (the counts keep the job's id digest until it starts), so a retry or a second start never counts twice.
-Not counted: jobs of job keys without throttle rules (route.lua records nothing for them), an explicit
-``queue=``, dependencies, a rate limit or a schedule (rq's own paths), and shards on other servers. A job
-deleted before it starts, or started by a plain rq worker, keeps its count until its queue is empty, when the
-dashboard stops trusting it (the list length says).
-"""
+route.lua counts a recorded job in the queue it chose (lua/lib/waiting.lua, keys tagged by the job key: no extra
+call); a weighted worker's start takes it back (``lua/unwait.lua`` on rq's job-start MULTI), once per job. Jobs
+routing does not record (no rules, an explicit ``queue=``, dependencies, a rate limit, a schedule, other shards'
+servers) are not counted; a job deleted before it starts, or started by a plain rq worker, keeps its count
+until :mod:`fair_router.observe.waitcheck` or an empty queue says otherwise."""
 
 from __future__ import annotations
 
