@@ -1,11 +1,6 @@
-"""The per-tenant admin API a :class:`~fair_router.routing.router.FairRouter` offers: a tenant's tier, its
-overrides of the tier's values, pause and resume, and its running and waiting jobs.
-
-Used by ``fair-router tier|tenant`` and the dashboard's actions. It is apart from the router's own work
-(recording enqueues, choosing and enqueueing into queues) because it shares none of it: only the connection,
-the keys and the tier book. A FairRouter has one (``router.tenants``) and delegates to it, so
-``router.pause(tenant)`` and the rest stay where callers find them.
-"""
+"""The per-tenant admin API (``fair-router tier|tenant``, the dashboard's actions): a tenant's tier, its
+overrides, pause and resume, its running and waiting jobs. Apart from the router's work, whose connection, keys
+and tier book it shares only; a FairRouter has one (``router.tenants``) and delegates to it."""
 
 from __future__ import annotations
 

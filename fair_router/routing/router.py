@@ -1,12 +1,7 @@
-"""FairRouter: where a job's queue is decided, at enqueue time.
-
-Each enqueue is recorded in the sliding window of its (job key, tenant) by one Lua call
-(``lua/route.lua``), which also picks the last throttle rule the tenant now exceeds; the job goes into that
-rule's queue, in the same MULTI as rq's save of the job where it can (:mod:`fair_router.routing.enqueue`),
-else with plain rq in one pipelined round trip after the script. Everything rq does later
-(retries, the scheduler, dependents) goes back to ``job.origin`` and never passes through here, so it
-is never counted twice or rerouted.
-"""
+"""FairRouter: where a job's queue is decided, at enqueue time. One ``lua/route.lua`` call records the enqueue in
+its (job key, tenant) window and picks the last throttle rule the tenant exceeds; the job goes into that rule's
+queue, in rq's MULTI where it can (:mod:`fair_router.routing.enqueue`). What rq does later (retries, the
+scheduler, dependents) goes back to ``job.origin``, never through here: nothing is counted twice or rerouted."""
 
 from __future__ import annotations
 
