@@ -12,6 +12,11 @@ a FairQueue and on a plain Queue, sides alternating first; reported as the media
 enqueues/s (goal >= 0.95x: rq's enqueue is two round trips, a fair one is one MULTI with the fair push as
 an EVALSHA in it). ``--enqueue-only`` runs only this part.
 
+``--seam`` instead measures FairQueue's speed-up overrides of rq (docs/compatibility.md): single enqueues and
+``enqueue_many`` batches of 1,000 on a FairQueue against a FairQueue without the override (rq's own
+``enqueue_job``: the queue's registration in a round trip of its own; rq's own ``enqueue_many``: one fair push
+per job), sides interleaved; reported as with/without ratios of jobs/s.
+
 Always runs on a private redis-server (it empties the database between drains, so it never touches
 a server of yours).
 
@@ -110,6 +115,46 @@ def enqueue_rate(conn: Redis, fair: bool, enqueues: int, tenants: int = 100) -> 
     return enqueues / elapsed
 
 
+class WithoutEnqueueJob(FairQueue):
+    """FairQueue with rq's own ``enqueue_job`` (the registration in a round trip of its own)."""
+
+    enqueue_job = Queue.enqueue_job  # type: ignore[assignment]
+
+
+class WithoutEnqueueMany(FairQueue):
+    """FairQueue with rq's own ``enqueue_many`` (each job's fair push a call of its own in rq's pipeline)."""
+
+    enqueue_many = Queue.enqueue_many  # type: ignore[assignment]
+
+
+def seam_rate(conn: Redis, kind: type[FairQueue], batch: bool, total: int) -> float:
+    """Jobs/s of ``total`` single enqueues (or ``enqueue_many`` batches of 1,000) on a queue of class ``kind``."""
+    conn.flushdb()
+    queue = kind("bench", connection=conn, settings=Settings(prefix="bench"))
+    queue.enqueue(noop, 0, meta={"fair_tenant": "warm-up"})
+    start = time.perf_counter()
+    if batch:
+        fill(queue, 100, total)
+    else:
+        for i in range(total):
+            queue.enqueue(noop, i, meta={"fair_tenant": f"tenant-{i % 100}"})
+    elapsed = time.perf_counter() - start
+    assert queue.count == total + 1 and len(conn.hkeys(queue.fair_keys.members)) >= total
+    return total / elapsed
+
+
+def seam(conn: Redis, rounds: int, enqueues: int) -> None:
+    """Each speed-up override: with/without jobs/s, interleaved by round."""
+    for name, without, batch, total in (("enqueue_job", WithoutEnqueueJob, False, enqueues),
+                                        ("enqueue_many", WithoutEnqueueMany, True, 10 * enqueues)):
+        def measure(fair: bool, without: type[FairQueue] = without, batch: bool = batch, total: int = total) -> float:
+            return seam_rate(conn, FairQueue if fair else without, batch, total)
+
+        ratios = interleaved(measure, rounds)[2]
+        print(f"{name}: with / without the override, jobs/s: {statistics.median(ratios):.2f}x (per round "
+              + " ".join(f"{x:.2f}" for x in ratios) + f"; {total} jobs per side and round)")
+
+
 def interleaved(measure: Callable[[bool], float], rounds: int) -> tuple[list[float], list[float], list[float]]:
     """``measure(fair)`` for both sides each round, plain first in even rounds: (plain, fair, fair/plain)."""
     plain_rates, fair_rates, ratios = [], [], []
@@ -148,10 +193,15 @@ def main() -> None:
     parser.add_argument("--enqueues", type=int, default=1000, help="single enqueues timed per side and round")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--enqueue-only", action="store_true", help="only the single-enqueue comparison")
+    parser.add_argument("--seam", action="store_true", help="only the speed-up overrides, with against without")
     parser.add_argument("--weighted", action="store_true",
                         help="drain both sides with WeightedSimpleWorker instead of rq's SimpleWorker")
     args = parser.parse_args()
     logging.getLogger("rq").setLevel(logging.WARNING)
+    if args.seam:
+        with RedisServer() as server:
+            seam(server.client(), args.rounds, args.enqueues)
+        return
     counts = [] if args.enqueue_only else [int(x) for x in args.tenants.split(",")]
     with RedisServer() as server:
         rows = run(server.client(), counts, args.jobs, args.rounds, args.weighted)

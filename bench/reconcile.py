@@ -17,7 +17,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 from rq import Queue
@@ -31,6 +30,7 @@ from redisstats import pop_stat
 from fair_router import FairQueue, Settings
 from fair_router.controls.backlog import TenantBacklogFull
 from fair_router.demo.redis_server import RedisServer
+from fair_router.fairqueue.scripts import FairReconcileScript
 
 
 def timed(conn: object, run: Callable[[], object], calls: int) -> tuple[float, float]:
@@ -56,8 +56,9 @@ def main() -> None:
             queue = FairQueue("fq", connection=conn, settings=Settings(prefix="bench"))
             queue.enqueue_many([Queue.prepare_data(fair_jobs.log, ("t", i), meta={"fair_tenant": f"t{i % 20}"})
                                 for i in range(size)])
-            queue.store.reconcile(1000)
-            client, redis = timed(conn, partial(queue.store.reconcile, 1000), calls)
+            reconcile = queue.fair_script(FairReconcileScript)(queue.fair_keys, 1000)
+            reconcile.run()
+            client, redis = timed(conn, reconcile.run, calls)
             print(f"reconcile, {size:5} waiting, nothing changed: {redis:7.0f} µs Redis, {client:7.0f} µs client")
         conn.flushall()
         capped = Settings.model_validate({"prefix": "bench", "tiers": {"max_backlog": {"free": 100}}})

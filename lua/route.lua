@@ -17,11 +17,12 @@
 --          (1-based among the windows; 0 = not recorded, e.g. a system job), job id digest, n_candidates, then
 --          that many used-shard positions (1-based) to choose among.
 -- Push     (one unsharded job, rq's keys on this server: FairRouter's one-round-trip enqueue) the job goes to
---          the queue its rule chose, as rq's enqueue would put it there.
+--          the queue its rule chose, as rq's enqueue would put it there (a fair queue: by the fair push that
+--          follows in the same MULTI, lib/routepush.lua).
 --          On a Redis Cluster these keys are on other slots: the router routes first and enqueues with rq
 --          after (two round trips).
 -- Waiting  (a routed enqueue into plain queues) each recorded job counts waiting for its tenant in the queue
---          chosen (shard included) until its start (routing/waiting.py); with the rules' queues fair, only the
+--          chosen (shard included) until its start (observe/waiting.py); with the rules' queues fair, only the
 --          jobs no rule moved (a fair queue counts its own).
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
@@ -87,7 +88,7 @@ for rule, n in pairs(routed) do
   redis.call('HINCRBY', KEYS[1], rule_target(rule), n)
 end
 
-if push then push_job(push, n_rules, reply[1], rule_target(reply[1])) end
+if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_ms) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (ttl_ms: ARGV[2]).
 for key in pairs(touched) do

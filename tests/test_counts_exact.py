@@ -1,4 +1,4 @@
-"""Waiting counts stay exact under rq's own commands (fair_router.fairqueue.reconcile, routing.waitcheck,
+"""Waiting counts stay exact under rq's own commands (fair_router.fairqueue.reconcile, observe.waitcheck,
 lua/lib/recount.lua): after `rq requeue --all`, `rq empty`, Job.cancel, Job.delete, a plain Queue.remove,
 Queue.empty and FailedJobRegistry.requeue, with no worker running in between, `fair-router tenant show` (the CLI,
 a subprocess), the dashboard's snapshot and the backlog cap agree with rq's lists at once. Real Redis, rq's own
@@ -25,7 +25,7 @@ from fair_router.controls.backlog import TenantBacklogFull
 from fair_router.dashboard.collector import metric_families
 from fair_router.dashboard.reader import SnapshotReader
 from fair_router.fairqueue.reconcile import reconcile_queues
-from fair_router.store.fair_scripts import tenant_waiting
+from fair_router.fairqueue.scripts import tenant_waiting
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 

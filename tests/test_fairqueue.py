@@ -31,7 +31,7 @@ from rq.scheduler import RQScheduler
 from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.config.settings import TiersConfig
 from fair_router.demo.redis_server import RedisServer
-from fair_router.store.fair_scripts import PopKind
+from fair_router.rq_internals.queue import PopKind
 
 TESTS = Path(__file__).resolve().parent
 PREFIX = "fq_test"

@@ -1,7 +1,7 @@
 """Model-based test: a FairQueue on a real redis-server, driven by random fair pushes, pops, parks and
 unparks interleaved with rq's own calls on the same queue (plain pushes, unique pushes, Job.cancel,
 Job.delete, plain Queue.remove, CanceledJobRegistry.requeue, compact after an expired job), agrees with a
-plain-Python model of its semantics (the package docstring of fair_router/fairqueue/__init__.py):
+plain-Python model of its semantics (docs/fair-queue.md, "How it works"):
 - ``count`` and rq's own ``Queue.count`` are the waiting jobs at every step, and the listing is that set;
 - every pop serves exactly the model's choice: the list head when rq pushed it, else the stride choice;
 - the listing's head is what the next pop serves, and each tenant's jobs are listed in FIFO order;
@@ -45,6 +45,7 @@ from rq.registry import CanceledJobRegistry
 
 from fair_router import FairQueue, Settings
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
+from fair_router.controls.admin import TenantAdmin
 from fair_router.controls.concurrency import Lease
 from fair_router.controls.gate import TenantGate
 from fair_router.controls.ratelimit import RateLimiter
@@ -52,8 +53,7 @@ from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides
 from fair_router.demo.redis_server import RedisServer
-from fair_router.routing.admin import TenantAdmin
-from fair_router.store.fair_scripts import PopKind
+from fair_router.rq_internals.queue import PopKind
 from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.turnaway import turn_away

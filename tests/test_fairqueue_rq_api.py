@@ -17,7 +17,7 @@ from rq.job import Job, JobStatus, cancel_job
 from rq.registry import CanceledJobRegistry, FailedJobRegistry, StartedJobRegistry
 
 from fair_router import FairQueue, Settings, WeightedSimpleWorker
-from fair_router.store.fair_scripts import PopKind
+from fair_router.rq_internals.queue import PopKind
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 PREFIX = "fq_api"

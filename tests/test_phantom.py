@@ -27,8 +27,8 @@ from rq.job import Job
 from fair_router import FairQueue, FairRouter, RedisUnavailable, Rule
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
+from fair_router.fairqueue.scripts import tenant_waiting
 from fair_router.routing.router import Route
-from fair_router.store.fair_scripts import tenant_waiting
 
 ROUTE = Route("phantom.job", "default", (Rule(queue="default_throttled", threshold=5000, per=3600),))
 """One rule whose threshold the test never reaches: the window keeps every entry (no trimming at the cap)."""
@@ -83,7 +83,7 @@ def test_enqueues_refused_at_maxmemory_leave_no_window_entries(private_redis: Re
 
     assert refused >= 40 and sum(accepted.values()) > 0, (refused, accepted)
     # A fair enqueue is routed, then enqueued: its refused enqueues' entries were taken back. A plain one goes
-    # in one MULTI with its record (routing.onetrip): refused whole, nothing to take back.
+    # in one MULTI with its record (routing.enqueue): refused whole, nothing to take back.
     assert (command_calls(conn, "zrem") > 0) == fair
     assert windows(conn) == {tenant: accepted[tenant] for tenant in TENANTS}
     assert routed_total(conn) == sum(accepted.values()) + 1  # + the warm-up job

@@ -1,4 +1,4 @@
-"""The dashboard's waiting counts on plain routed queues (fair_router.routing.waiting): per tenant, kept by the
+"""The dashboard's waiting counts on plain routed queues (fair_router.observe.waiting): per tenant, kept by the
 routing script and the worker's start, equal to the jobs really waiting at every step. Real Redis, real rq
 jobs, an in-process weighted worker."""
 

@@ -74,7 +74,7 @@ def test_the_check_finds_a_class_with_three_bases(tmp_path: Path) -> None:
 def test_the_router_has_its_tenant_admin_and_queue_registry() -> None:
     from redis import Redis
 
-    from fair_router.routing.admin import TenantAdmin
+    from fair_router.controls.admin import TenantAdmin
     from fair_router.routing.queues import QueueRegistry
     from fair_router.routing.router import FairRouter
 

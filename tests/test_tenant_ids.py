@@ -25,6 +25,7 @@ from fair_router import FairQueue, FairRouter, Rule, fair_job
 from fair_router.config.settings import Settings, TiersConfig
 from fair_router.core.tenancy import InvalidTenant, tenant_id
 from fair_router.demo.redis_server import RedisServer
+from fair_router.fairqueue.pushing import waiting
 
 MAX = 256
 
@@ -188,7 +189,7 @@ def test_fair_queue_enqueue(conn: Redis, value: object, isolated_settings: None)
         return
     check(conn, value, lambda: enqueued.append(queue.enqueue(routed_jobs.echo, "acme", fair_tenant=value)),
           lambda t: enqueued[0].meta["fair_tenant"] == t
-          and queue.store.waiting([queue.tenant_key(t)]) == {queue.tenant_key(t): 1})
+          and waiting(conn, queue.fair_keys, [queue.tenant_key(t)]) == {queue.tenant_key(t): 1})
 
 
 @HYPOTHESIS
@@ -197,7 +198,7 @@ def test_fair_queue_enqueue_many_checks_the_meta_s_tenant(conn: Redis, value: ob
     queue = FairQueue("fq", connection=conn, settings=Settings())
     check(conn, value,
           lambda: queue.enqueue_many([FairQueue.prepare_data(routed_jobs.echo, ("a",), meta={"fair_tenant": value})]),
-          lambda t: queue.store.waiting([queue.tenant_key(t)]) == {queue.tenant_key(t): 1})
+          lambda t: waiting(conn, queue.fair_keys, [queue.tenant_key(t)]) == {queue.tenant_key(t): 1})
 
 
 def test_fair_queue_and_router_read_tenant_max_bytes_from_the_settings(conn: Redis) -> None:

@@ -17,9 +17,9 @@ from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
 from fair_router.core.text import as_text
 from fair_router.fairqueue.marks import FairnessMarks
-from fair_router.fairqueue.plainpops import PlainPops
+from fair_router.fairqueue.scripts import FairPopScript
+from fair_router.fairqueue.stale import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
-from fair_router.store.fair_scripts import FairPopScript
 from fair_router.store.luascript import assemble, lua_dir, no_functions
 from fair_router.store.serverconf import policy_readings
 from fair_router.workers.pool import redact_url

@@ -10,8 +10,8 @@ from fair_router.core.keys import encode
 from fair_router.core.text import as_text
 from fair_router.dashboard.reader import plain_waiting, reconciled
 from fair_router.fairqueue.reconcile import RECONCILE_BOUND, fair_queues
+from fair_router.observe.waitcheck import WaitingReconciler, routed_job_keys
 from fair_router.routing.router import FairRouter
-from fair_router.routing.waitcheck import WaitingReconciler, routed_job_keys
 
 __all__ = ["RECONCILE_BOUND", "reconciled_counts"]
 

@@ -38,7 +38,7 @@ class QueueView:
     tenants_parked: int = 0  # fair queues: tenants at their concurrency limit, skipped by pops
     server: str = ""  # the shard server it lives on (``host:port/db``); "" for redis_url
     down: bool = False  # its shard server did not answer: the figures above are not known
-    stale_pops: int = 0  # fair queues: jobs taken off rq's list behind the fair pop (fairqueue.plainpops)
+    stale_pops: int = 0  # fair queues: jobs taken off rq's list behind the fair pop (fairqueue.stale)
     plain_pops: int = 0  # of those, found run by a worker that is not fair-router's (a plain `rq worker`)
     approximate: bool = False  # its tenants' counts were not reconciled with rq's list (more waits than the bound)
 

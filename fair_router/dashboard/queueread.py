@@ -18,8 +18,8 @@ from fair_router.core.keys import Keys
 from fair_router.core.shards import shard_queue
 from fair_router.core.text import as_text
 from fair_router.dashboard.model import QueueView, ShardServerView
+from fair_router.fairqueue.scripts import tenant_waiting
 from fair_router.routing.servers import TIMEOUT, ShardServers
-from fair_router.store.fair_scripts import tenant_waiting
 
 PER_QUEUE = 5
 """Commands per queue: length, running, fair state, parked, abandoned count."""
@@ -52,7 +52,7 @@ def parse_queue(settings: Settings, name: str, replies: list[Any], server: str =
     state = {as_text(k): v for k, v in state_raw.items()}
     backlog = tenant_waiting(state)  # the tenants' records in the fair queue's state hash (lua/lib/fifo.lua)
     stale, plain = state.get("stale"), state.get("plain")
-    # an empty list has nothing waiting, whatever members a plain rq worker left (fairqueue.plainpops)
+    # an empty list has nothing waiting, whatever members a plain rq worker left (fairqueue.stale)
     backlog = {k: v for k, v in backlog.items() if v > 0 and length}
     fair = settings.is_fair(name) or bool(backlog)
     parked = {as_text(t) for t in parked_raw} if fair else set()

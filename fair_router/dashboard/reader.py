@@ -17,6 +17,7 @@ from redis.exceptions import NoPermissionError, ReadOnlyError, ResponseError
 from rq import Queue
 
 from fair_router.config.settings import Settings, TiersConfig
+from fair_router.controls.fairstate import TENANT_FIELD, record_weight
 from fair_router.controls.tiers import load_resolver
 from fair_router.core.keys import Keys
 from fair_router.core.rules import last_match
@@ -30,10 +31,9 @@ from fair_router.observe.buckets import Histogram, from_fields, merge
 from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
-from fair_router.routing.waitcheck import WaitingReconciler
-from fair_router.routing.waiting import parse_field
+from fair_router.observe.waitcheck import WaitingReconciler
+from fair_router.observe.waiting import parse_field
 from fair_router.store.cluster import rq_of
-from fair_router.store.fair_scripts import TENANT_FIELD, record_weight
 from fair_router.store.scripts import Clock, PeekScript
 
 logger = logging.getLogger("fair_router")

@@ -1,19 +1,9 @@
 """Fair serving follows the queue, not its class: a queue marked fair, built by any rq Queue class (django-rq's
-``DjangoRQ``, a user's ``--queue-class myapp.MyQueue``), is served by fair-router's own pop through a class
-made for it, ``Fair<Class>``: the user's class first, then :class:`FairQueue`, so the user's methods keep
-their behaviour (django-rq's ``commit_mode`` deferral wraps FairQueue's enqueue, backlog caps included) and
-reach fair-router's through ``super()``.
-
-Where that cannot work the queue is refused with a :class:`QueueClassConflict` naming the queue, its class,
-why and the fix:
-
-- the two classes cannot be combined (a metaclass or instance layout conflict, or an MRO Python cannot
-  linearize);
-- the class overrides a method FairQueue needs (its fair pop, push, listing or removal) without calling
-  ``super()``, so fair-router's would never run;
-- the class's ``__init__`` does not take rq's Queue arguments (name, connection, serializer, job_class,
-  death_penalty_class, default_timeout) plus keyword arguments it passes on to ``super().__init__``.
-"""
+``DjangoRQ``, a ``--queue-class``), is served through ``Fair<Class>``, the user's class first, then
+:class:`FairQueue`, so the user's methods keep their behaviour and reach fair-router's through ``super()``.
+Where that cannot work (classes that cannot be combined, an override of a method FairQueue needs without
+``super()``, an ``__init__`` without rq's Queue arguments) :class:`QueueClassConflict` names the queue, its
+class, why and the fix."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 :class:`FairConfig` holds what the constructor was given (prefix, tiers, charge, ...), each checked where it
 enters, and falls back to the settings, loaded on first use: ``--queue-class`` builds queues with rq's
 arguments only. It also knows each tenant's weight and backlog cap (through the tier book) and turns a job
-into the :class:`~fair_router.store.fair_scripts.PushEntry` the store pushes. The design is explained in
-:mod:`fair_router.fairqueue`."""
+into the :class:`~fair_router.fairqueue.scripts.PushEntry` a push sends (docs/fair-queue.md)."""
 
 from __future__ import annotations
 
@@ -21,8 +20,8 @@ from fair_router.core.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.core.keys import Keys, encode
 from fair_router.core.tenancy import optional_tenant_id, usable_tenant
 from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
+from fair_router.fairqueue.scripts import PushEntry
 from fair_router.store.cluster import state_of
-from fair_router.store.fair_scripts import PushEntry
 
 if TYPE_CHECKING:
     from fair_router.config.settings import Settings

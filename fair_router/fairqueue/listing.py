@@ -1,24 +1,23 @@
 """What rq's tools read on a FairQueue: its waiting jobs in serving order (``get_job_ids``, and through it
 rq's ``jobs``, ``get_jobs``, ``job_ids`` and job positions), a replay of the pops on one snapshot of the
-store (:mod:`fair_router.fairqueue.serving_order`). Plain functions over a
-:class:`~fair_router.store.fair_store.FairStore`."""
+queue's fair keys (:mod:`fair_router.fairqueue.serving_order`)."""
 
 from __future__ import annotations
 
+from redis import Redis
 from rq.utils import as_text
 
+from fair_router.core.keys import FairQueueKeys
+from fair_router.fairqueue.scripts import tenant_weights
 from fair_router.fairqueue.serving_order import FairSnapshot, serving_order
-from fair_router.store.fair_scripts import tenant_weights
-from fair_router.store.fair_store import FairStore
 
 FIRST_ESTIMATE = 0.01
 """charge="runtime": seconds a pop charges while nothing has been measured on the queue (fair_pop.lua's)."""
 
 
-def snapshot(store: FairStore, runtime: bool) -> FairSnapshot:
+def snapshot(connection: Redis, keys: FairQueueKeys, runtime: bool) -> FairSnapshot:
     """What the replay reads, in one MULTI; ``runtime``: the queue charges run time (estimates are read)."""
-    keys = store.keys
-    with store.connection.pipeline() as pipe:  # MULTI: one consistent snapshot
+    with connection.pipeline() as pipe:  # MULTI: one consistent snapshot
         pipe.lrange(keys.rq_list, 0, -1)
         pipe.hgetall(keys.members)
         pipe.zrange(keys.active, 0, -1, withscores=True)
@@ -39,10 +38,11 @@ def snapshot(store: FairStore, runtime: bool) -> FairSnapshot:
     )
 
 
-def serving_ids(store: FairStore, runtime: bool, offset: int = 0, length: int = -1) -> list[str]:
+def serving_ids(connection: Redis, keys: FairQueueKeys, runtime: bool, offset: int = 0, length: int = -1
+                ) -> list[str]:
     """The waiting jobs' ids (exactly rq's list), in the order pops would serve them if nothing more were
     pushed; ``offset`` and ``length`` as rq's ``get_job_ids``."""
-    ids = serving_order(snapshot(store, runtime))
+    ids = serving_order(snapshot(connection, keys, runtime))
     end = None if length < 0 else offset + length
     return ids[offset:end]
 

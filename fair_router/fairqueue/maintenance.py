@@ -1,8 +1,7 @@
 """Jobs popped from a FairQueue but never started (their worker died between pop and start), given back to
 the front of their tenant's FIFO. rq's worker maintenance reaches :func:`recover_popped` through the
 intermediate-queue hook of :class:`~fair_router.rq_internals.queue.RqQueueSeam` (``FairQueue.recover``);
-crash recovery (:mod:`fair_router.workers.recovery`) calls it too. A plain function over the queue's
-:class:`~fair_router.store.fair_store.FairStore`."""
+crash recovery (:mod:`fair_router.workers.recovery`) calls it too."""
 
 from __future__ import annotations
 
@@ -14,18 +13,21 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.utils import as_text
 
+from fair_router.core.keys import FairQueueKeys
 from fair_router.fairqueue.config import FairConfig
+from fair_router.fairqueue.scripts import FairPushScript, FairSettleScript
 from fair_router.observe.events import count_event
-from fair_router.store.fair_store import FairStore
+from fair_router.store.scripts import Clock, now_arg
 
 
-def recover_popped(queue: Queue, store: FairStore, config: FairConfig, grace: float) -> list[str]:
+def recover_popped(queue: Queue, keys: FairQueueKeys, config: FairConfig, grace: float,
+                   clock: Clock | None) -> list[str]:
     """Give back ``queue``'s jobs popped more than ``grace`` seconds ago that never started; their ids. A job
     that started, moved on or was queued again by rq since its pop is only forgotten."""
     cutoff = int((time.time() - grace) * 1000)
-    keys = store.keys
+    connection = queue.connection
     popped = cast(list[tuple[bytes, float]],
-                  store.connection.zrangebyscore(keys.inflight, "-inf", cutoff, withscores=True))
+                  connection.zrangebyscore(keys.inflight, "-inf", cutoff, withscores=True))
     if not popped:
         return []
     started = set(queue.started_job_registry.get_job_ids(cleanup=False))
@@ -34,7 +36,7 @@ def recover_popped(queue: Queue, store: FairStore, config: FairConfig, grace: fl
     for raw, popped_ms in popped:
         job_id = as_text(raw)
         try:
-            job = queue.job_class.fetch(job_id, connection=store.connection, serializer=queue.serializer)
+            job = queue.job_class.fetch(job_id, connection=connection, serializer=queue.serializer)
         except NoSuchJobError:
             done.append(job_id)
             continue
@@ -48,12 +50,13 @@ def recover_popped(queue: Queue, store: FairStore, config: FairConfig, grace: fl
         lost.append(job)
     # Each goes back to the front of its tenant's FIFO: the newest first, so a tenant's jobs keep their order.
     lost.sort(key=lambda job: job.enqueued_at.timestamp() if job.enqueued_at else 0.0, reverse=True)
+    settle, push = FairSettleScript(connection), FairPushScript(connection)
     for job in lost:
-        store.settle(job.id, None, config.trust_cost)  # its worker held it from the pop until now (runtime)
-        if store.push([config.entry(job.id, job, True, from_inflight=True)]):
+        settle(keys, job.id, None, config.trust_cost, now_arg(clock)).run()  # held from its pop until now (runtime)
+        if push(keys, [config.entry(job.id, job, True, from_inflight=True)]).run():
             recovered.append(job.id)
     if done:
-        store.connection.zrem(keys.inflight, *done)
+        connection.zrem(keys.inflight, *done)
     if recovered:
-        count_event(store.connection, config.keys, "recovered", queue.name, len(recovered))
+        count_event(connection, config.keys, "recovered", queue.name, len(recovered))
     return recovered

@@ -1,14 +1,7 @@
-"""Fairness that never switches off silently: a queue is fair because Redis says so, not because every
-process was started with the right flag.
-
-A FairQueue records the fact the first time it pushes a job (and a weighted worker for every queue named
-in ``fair_queues:``): the queue's *fairness mark*, :meth:`fair_router.core.keys.Keys.fair_mark`, holding
-the prefix of the fair state. From then on every weighted worker serves the queue as a FairQueue (without
-``--queue-class``) and every producer of ours enqueues into it as one (without ``fair=True``). Only
-``fair-router queue plain NAME`` removes the mark, and only while the queue is empty. A process whose prefix
-differs from the mark's uses the mark's prefix for that queue's fair state and logs the mismatch, rather
-than serving the queue first-in first-out.
-"""
+"""Fairness that never switches off silently: a queue is fair because Redis says so (its *fairness mark*,
+``Keys.fair_mark``, holding the prefix of its fair state), not because every process got the right flag.
+A FairQueue's first push (or a worker for each queue in ``fair_queues:``) sets it; only ``fair-router queue plain``
+removes it, while the queue is empty. A process of another prefix uses the mark's and logs the mismatch."""
 
 from __future__ import annotations
 
@@ -21,7 +14,7 @@ from redis.client import Pipeline
 from rq import Queue
 
 from fair_router.core.keys import Keys
-from fair_router.store.fair_store import RedisFairStore
+from fair_router.fairqueue.scripts import FairUnmarkScript
 
 logger = logging.getLogger("fair_router")
 
@@ -94,6 +87,7 @@ class FairnessMarks:
         (nothing changed)."""
         rq_list = Queue.redis_queue_namespace_prefix + name
         prefix = self.read([name]).get(name) or self.prefix
-        result = RedisFairStore(self.connection, Keys(prefix).fair_queue(rq_list)).unmark(mark_key(name))
+        keys = Keys(prefix).fair_queue(rq_list)
+        result = FairUnmarkScript(self.connection)(keys.rq_list, keys.members, mark_key(name)).run()
         self._read.pop(name, None)
         return result

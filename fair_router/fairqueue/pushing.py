@@ -1,8 +1,6 @@
-"""How jobs join a FairQueue: the fair push of each id rq puts on the list (one store push, or one per
-``PUSH_BATCH`` jobs of an ``enqueue_many``), the queue's fairness mark, and backlog caps
-(:mod:`fair_router.controls.backlog`): a new enqueue that would take its tenant's waiting jobs past the cap is
-refused whole. :class:`FairPushes` is a collaborator of :class:`~fair_router.fairqueue.queue.FairQueue`, whose
-push hooks (called by :class:`~fair_router.rq_internals.queue.RqQueueSeam`) hand it the store to push into."""
+"""What a FairQueue's pushes need besides the push itself: each job's entry, the queue's fairness mark, the
+batches of an ``enqueue_many``, and backlog caps (:mod:`fair_router.controls.backlog`): a new enqueue that
+would take its tenant's waiting jobs past its cap is refused whole."""
 
 from __future__ import annotations
 
@@ -10,16 +8,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import ResponseError
 from rq import Queue
 from rq.job import Job
 
 from fair_router.controls.backlog import BacklogCaps, Capped, TenantBacklogFull, execute, refused_entry, withdraw
+from fair_router.controls.fairstate import TENANT_FIELD, record_waiting
+from fair_router.core.keys import FairQueueKeys
 from fair_router.fairqueue.config import FairConfig, tenant_key, tenant_of
 from fair_router.fairqueue.marks import FairnessMarks
+from fair_router.fairqueue.scripts import FairPushScript, FairRecountScript, PushEntry
 from fair_router.rq_internals.queue import RqPush
-from fair_router.store.fair_store import FairStore
 from fair_router.store.luascript import execute_loaded
 from fair_router.store.replicas import ReplicaWait
 
@@ -61,18 +62,19 @@ class FairPushes:
         cap = self.config.max_backlog(tenant)
         return None if cap is None else Capped(tenant, cap)
 
-    def check_room(self, store: FairStore, metas: Sequence[dict[str, Any] | None]) -> None:
+    def check_room(self, keys: FairQueueKeys, metas: Sequence[dict[str, Any] | None]) -> None:
         """Raise TenantBacklogFull if the new jobs with these metas would pass a cap now (a read)."""
         wanted: dict[str, tuple[Capped, int]] = {}
         max_bytes = self.config.tenant_max_bytes
         for capped in filter(None, (self.capped(tenant_of(meta, max_bytes, warn=False)) for meta in metas)):
             name = tenant_key(capped.tenant)
             wanted[name] = (capped, wanted.get(name, (capped, 0))[1] + 1)
-        waiting = store.waiting(list(wanted))
-        over = [name for name, (capped, jobs) in wanted.items() if waiting.get(name, 0) + jobs > capped.cap]
+        counts = waiting(self.config.connection, keys, list(wanted))
+        over = [name for name, (capped, jobs) in wanted.items() if counts.get(name, 0) + jobs > capped.cap]
         if over:  # before refusing: rq may have removed some of their jobs (lua/lib/recount.lua)
-            waiting = {**waiting, **dict.fromkeys(over, 0), **store.recount(over)}
-        self.caps.precheck(waiting, wanted)
+            recounted = zip(over, FairRecountScript(self.config.connection)(keys, over).run(), strict=True)
+            counts = {**counts, **dict(recounted)}
+        self.caps.precheck(counts, wanted)
 
     def execute_checked(self, queue: Queue, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
         """Execute ``pipe`` (our own, holding the enqueue of ``jobs`` into ``queue``); if a push hit a backlog
@@ -86,36 +88,40 @@ class FairPushes:
         confirmation.check([job.id for job in jobs])
         return results
 
-    def _capped_push(self, push: RqPush) -> Capped | None:
-        """The cap of a push: only a new enqueue's is capped (not rq's retries, requeues, dependents)."""
-        if not push.new or push.job is None:
-            return None
-        return self.capped(tenant_of(push.job.meta, self.config.tenant_max_bytes, warn=False))
+    def entry(self, push: RqPush) -> tuple[PushEntry, Capped | None]:
+        """``push``'s fair_push.lua entry, and its backlog cap (only a new enqueue's: not rq's retries,
+        requeues or dependents)."""
+        capped = None
+        if push.new and push.job is not None:
+            capped = self.capped(tenant_of(push.job.meta, self.config.tenant_max_bytes, warn=False))
+        return self.config.entry(push.job_id, push.job, push.at_front, capped.cap if capped else 0), capped
 
-    def push(self, store: FairStore, push: RqPush, pipeline: Pipeline | None, loaded: bool) -> None:
-        """One fair push, queued on ``pipeline`` when given (EVALSHA if ``loaded``: a pipeline of ours)."""
-        capped = self._capped_push(push)
-        entry = self.config.entry(push.job_id, push.job, push.at_front, capped.cap if capped else 0)
-        self.mark(pipeline)
-        if pipeline is not None:
-            store.push([entry], pipeline, loaded)
-            self.caps.record(pipeline, [capped])
-            return
+    def run(self, script: FairPushScript, keys: FairQueueKeys, entry: PushEntry, capped: Capped | None) -> None:
+        """Push ``entry`` now; a refusal by its cap is TenantBacklogFull."""
         try:
-            store.push([entry])
+            script(keys, [entry]).run()
         except ResponseError as error:
             if capped is None or refused_entry(error) is None:
                 raise
             raise TenantBacklogFull(capped.tenant, self.name, capped.cap) from None
 
-    def push_many(self, store: FairStore, pushes: list[RqPush], pipeline: Pipeline, loaded: bool) -> None:
+    def push_many(self, script: FairPushScript, keys: FairQueueKeys, pushes: list[RqPush], pipeline: Pipeline,
+                  loaded: bool) -> None:
         """An ``enqueue_many`` batch's pushes, ``PUSH_BATCH`` per call; a batch with a capped job is pushed by
         one call: all or nothing."""
-        caps = [self._capped_push(push) for push in pushes]
-        entries = [self.config.entry(push.job_id, push.job, push.at_front, capped.cap if capped else 0)
-                   for push, capped in zip(pushes, caps, strict=True)]
+        pairs = [self.entry(push) for push in pushes]
+        entries, caps = [entry for entry, _ in pairs], [capped for _, capped in pairs]
         self.mark(pipeline)
         size = max(1, len(entries)) if any(caps) else PUSH_BATCH
         for start in range(0, len(entries), size):
-            store.push(entries[start:start + size], pipeline, loaded)
+            call = script(keys, entries[start:start + size])
+            call.queue_loaded(pipeline) if loaded else call.queue(pipeline)
             self.caps.record(pipeline, caps[start:start + size])
+
+
+def waiting(connection: Redis, keys: FairQueueKeys, tenants: Sequence[str]) -> dict[str, int]:
+    """How many jobs each of ``tenants`` (encoded) has waiting in the fair queue of ``keys`` (none: left out)."""
+    if not tenants:
+        return {}
+    records = connection.hmget(keys.state, [TENANT_FIELD + tenant for tenant in tenants])
+    return {tenant: count for tenant, count in zip(tenants, map(record_waiting, records), strict=True) if count > 0}

@@ -1,18 +1,14 @@
-"""FairQueue: an ``rq.Queue`` whose workers take jobs by weighted fair share across tenants.
+"""FairQueue: an ``rq.Queue`` whose workers take jobs by weighted fair share across tenants (docs/fair-queue.md).
 
-The design is explained in the docstring of :mod:`fair_router.fairqueue`. This class is rq's Queue (through
-the seam, :class:`~fair_router.rq_internals.queue.RqQueueSeam`) with the hooks the seam calls, each delegating
-to one collaborator: its configuration (:class:`~fair_router.fairqueue.config.FairConfig`), its fair state
-(a :class:`~fair_router.store.fair_store.FairStore`), its pushes and backlog caps
-(:class:`~fair_router.fairqueue.pushing.FairPushes`), listings (:mod:`~fair_router.fairqueue.listing`) and
-the recovery of popped jobs (:mod:`~fair_router.fairqueue.maintenance`)."""
+It implements the hooks of rq's seam (:class:`~fair_router.rq_internals.queue.RqQueueSeam`), each one call of a
+fair script (:mod:`fair_router.fairqueue.scripts`) on the queue's keys."""
 
 from __future__ import annotations
 
 import time
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from redis import Redis
 from redis.client import Pipeline
@@ -20,6 +16,8 @@ from rq.job import Job
 from rq.utils import as_text
 
 from fair_router.config.sections import Charge, TiersConfig
+from fair_router.controls.backlog import Capped
+from fair_router.controls.fairstate import FairHoldScript, FairUnparkScript
 from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_TENANT
 from fair_router.core.keys import FairQueueKeys, Keys
@@ -27,23 +25,28 @@ from fair_router.fairqueue.config import FairConfig, tenant_key, tenant_of
 from fair_router.fairqueue.listing import serving_ids
 from fair_router.fairqueue.maintenance import recover_popped
 from fair_router.fairqueue.pushing import FairPushes
-from fair_router.rq_internals.queue import RqPush, RqQueueSeam
+from fair_router.fairqueue.scripts import (
+    FairMigrateScript,
+    FairParkScript,
+    FairPopScript,
+    FairPushScript,
+    FairRemoveScript,
+    FairSettleScript,
+)
+from fair_router.rq_internals.queue import PopResult, RqPush, RqQueueSeam
 from fair_router.store.cluster import is_cluster, rq_of
-from fair_router.store.fair_scripts import PopResult
-from fair_router.store.fair_store import FairStore, RedisFairStore
+from fair_router.store.luascript import LuaScript
 from fair_router.store.outage import naming_redis
-from fair_router.store.scripts import Clock
+from fair_router.store.scripts import Clock, now_arg
+
+_S = TypeVar("_S", bound=LuaScript[Any])
 
 if TYPE_CHECKING:
     from fair_router.config.settings import Settings
 
 
 class FairQueue(RqQueueSeam):
-    """An rq Queue with per-tenant FIFOs served by weighted fair share (see :mod:`fair_router.fairqueue`).
-
-    ``FairQueue(name, connection=None, *, prefix=None, tiers=None, settings=None, recover_after=None,
-    charge=None, trust_cost=None, tenant_max_bytes=None, clock=None, **rq_options)``.
-    """
+    """An rq Queue with per-tenant FIFOs served by weighted fair share (docs/fair-queue.md)."""
 
     recover_after: float = 60.0
     """Seconds a popped job may stay unstarted before maintenance gives it back to the queue."""
@@ -52,12 +55,9 @@ class FairQueue(RqQueueSeam):
                  tiers: TiersConfig | None = None, settings: Settings | None = None, recover_after: float | None = None,
                  charge: Charge | None = None, trust_cost: bool | None = None, tenant_max_bytes: int | None = None,
                  clock: Clock | None = None, **kwargs: Any) -> None:
-        """rq's arguments, plus where the fair state lives (``prefix``), the tiers that give weights
-        (``tiers``), what a pop charges its tenant (``charge``: "jobs" or "runtime", see
-        :mod:`fair_router.fairqueue`), whether a declared ``fair_cost`` is the charge (``trust_cost``) and the
-        longest ``fair_tenant`` id taken (``tenant_max_bytes``, UTF-8 bytes); all default to ``settings``
-        (else loaded on first use, as ``--queue-class`` builds queues with rq's arguments only). ``clock``: the
-        fair scripts' now (epoch seconds; tests inject one), else Redis server TIME."""
+        """rq's arguments, plus the fair settings (``prefix``, ``tiers``, ``charge``, ``trust_cost``,
+        ``tenant_max_bytes``: docs/fair-queue.md), each defaulting to ``settings`` (else loaded on first use: rq's
+        ``--queue-class`` passes rq's arguments only); ``clock``: the scripts' now, else Redis server TIME."""
         connection = rq_of(connection) if is_cluster(connection) else connection  # on a cluster: rq's slot owner
         super().__init__(name, connection, *args, **_without_django_rqs(name, kwargs))
         if "{" in name or "}" in name:
@@ -67,34 +67,36 @@ class FairQueue(RqQueueSeam):
         if recover_after is not None:
             self.recover_after = recover_after
         self._clock = clock
-        self._store: FairStore | None = None
+        self._keys: FairQueueKeys | None = None
+        self._scripts: dict[type[LuaScript[Any]], LuaScript[Any]] = {}
         self._pushes = FairPushes(name, self._config)
         self.caps = self._pushes.caps  # backlog caps of pushes in flight: FairRouter reads them after its pipelines
         # Popped through this object -> FIFO seq of a fair choice (None: a plain entry); acknowledged with the
         # next pop (an rq worker runs each job to its end before it dequeues again).
         self._handed_out: dict[str, int | None] = {}
 
-    # -- configuration -----------------------------------------------------------------------------------
-
     def use_settings(self, settings: Settings, prefix: str | None = None) -> None:
         """Take prefix and tiers from ``settings`` (the weighted worker calls this on queues rq built);
         ``prefix``: the queue's fairness mark names another prefix for its fair state."""
         self._config.use_settings(settings, prefix)
-        self._store = None
-
-    @property
-    def store(self) -> FairStore:
-        """This queue's fair state (its keys and scripts), built on first use."""
-        if self._store is None:
-            store = RedisFairStore(self.connection, self._config.keys.fair_queue(self.key), self._clock)
-            store.migrate(self._config.keys.fair_queue_legacy(self.key))  # once per object: an upgrade's jobs
-            self._store = store
-        return self._store
+        self._keys = None
 
     @property
     def fair_keys(self) -> FairQueueKeys:
-        """This queue's fair keys (all on the cluster slot of rq's list)."""
-        return self.store.keys
+        """This queue's fair keys (on the cluster slot of rq's list). Their first use moves state an earlier
+        layout left (``Keys.fair_queue_legacy``), so an upgrade strands no waiting job."""
+        if self._keys is None:
+            keys = self._config.keys.fair_queue(self.key)
+            self.fair_script(FairMigrateScript)(keys, self._config.keys.fair_queue_legacy(self.key)).run()
+            self._keys = keys
+        return self._keys
+
+    def fair_script(self, kind: type[_S]) -> _S:
+        """This queue's wrapper of fair script ``kind``, built (read, assembled, registered) once per queue."""
+        script = self._scripts.get(kind)
+        if script is None:
+            script = self._scripts[kind] = kind(self.connection)
+        return cast(_S, script)
 
     @property
     def prefix_keys(self) -> Keys:
@@ -105,11 +107,6 @@ class FairQueue(RqQueueSeam):
     def charge(self) -> Charge:
         """What a pop charges its tenant: "jobs" (1 / weight) or "runtime" (run time / weight)."""
         return self._config.charge
-
-    @property
-    def trust_cost(self) -> bool:
-        """charge="runtime": settle with a job's declared ``fair_cost`` instead of its measured run time."""
-        return self._config.trust_cost
 
     @property
     def tenant_max_bytes(self) -> int:
@@ -131,10 +128,6 @@ class FairQueue(RqQueueSeam):
 
     tenant_key = staticmethod(tenant_key)
 
-    def mark_fair(self, pipeline: Pipeline | None = None) -> None:
-        """Record in Redis that this queue is fair (:mod:`fair_router.fairqueue.marks`), once per object."""
-        self._pushes.mark(pipeline)
-
     # -- enqueue: rq's methods with fair_tenant= and fair_cost= ----------------------------------------------
 
     def enqueue(self, f: Any, *args: Any, fair_tenant: object = None, fair_cost: float | None = None,
@@ -153,24 +146,28 @@ class FairQueue(RqQueueSeam):
 
     @naming_redis
     def enqueue_at(self, datetime: Any, f: Any, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
-        """rq's ``enqueue_at`` with ``fair_tenant=``. rq's scheduler later pushes the job with a plain
-        Queue, so it is served as a plain entry (in list order), not by fair share."""
+        """rq's ``enqueue_at`` (and ``enqueue_in``) with ``fair_tenant=``. rq's scheduler pushes the job with a plain
+        Queue later, so it is served as a plain entry (in list order), not by fair share."""
         return cast(Job, super().enqueue_at(datetime, f, *args, **self._config.with_tenant(kwargs, fair_tenant)))
-
-    def enqueue_in(self, time_delta: Any, func: Any, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
-        """rq's ``enqueue_in`` with ``fair_tenant=`` (see :meth:`enqueue_at`)."""
-        return super().enqueue_in(time_delta, func, *args, **self._config.with_tenant(kwargs, fair_tenant))
 
     @naming_redis
     def enqueue_many(self, job_datas: Iterable[Any], pipeline: Pipeline | None = None,
                      group_id: str | None = None) -> list[Job]:
-        """rq's ``enqueue_many``: a new enqueue, so backlog caps apply. Jobs without dependencies are pushed
-        by one store push per ``PUSH_BATCH`` jobs at the end of rq's pipeline, still in its MULTI."""
+        """rq's ``enqueue_many``: a new enqueue, so backlog caps apply (pushes: :meth:`push_many`)."""
         datas = list(job_datas)
         for data in datas:  # every tenant checked before anything is saved
             self.tenant_id((getattr(data, "meta", None) or {}).get(META_TENANT))
         with self._pushes.new_enqueue():
             return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
+
+    def push_marked(self, job: Job, at_front: bool, pipeline: Pipeline) -> Capped | None:
+        """Queue on ``pipeline`` (the router's MULTI, after its route.lua call) the push of ``job`` as a new enqueue,
+        which adds it only if route.lua chose this queue (it marked the id inflight here); its backlog cap."""
+        with self._pushes.new_enqueue():
+            entry, capped = self._pushes.entry(RqPush(job.id, job, at_front, True))
+        self._pushes.mark(pipeline)
+        self.fair_script(FairPushScript)(self.fair_keys, [entry._replace(from_inflight=True)]).queue_loaded(pipeline)
+        return capped
 
     # -- the seam's push hooks ------------------------------------------------------------------------------
 
@@ -180,37 +177,46 @@ class FairQueue(RqQueueSeam):
 
     def check_room(self, metas: Sequence[dict[str, Any] | None]) -> None:
         """Seam hook: raise TenantBacklogFull if the new jobs with these metas would pass a cap now."""
-        self._pushes.check_room(self.store, metas)
+        self._pushes.check_room(self.fair_keys, metas)
 
     def execute_checked(self, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
         """Seam hook: execute our own enqueue ``pipe``; a push refused by a cap undoes it (TenantBacklogFull)."""
         return self._pushes.execute_checked(self, pipe, jobs)
 
     def push(self, push: RqPush, pipeline: Pipeline | None) -> None:
-        """Seam hook: one fair push, queued on ``pipeline`` (rq's MULTI that saves the job) when given."""
-        self._pushes.push(self.store, push, pipeline, self.owns(pipeline))
+        """Seam hook: one fair_push.lua call, queued on ``pipeline`` (rq's MULTI that saves the job) when given;
+        run now, a refusal by the tenant's backlog cap raises TenantBacklogFull."""
+        entry, capped = self._pushes.entry(push)
+        self._pushes.mark(pipeline)
+        if pipeline is None:
+            return self._pushes.run(self.fair_script(FairPushScript), self.fair_keys, entry, capped)
+        call = self.fair_script(FairPushScript)(self.fair_keys, [entry])
+        call.queue_loaded(pipeline) if self.owns(pipeline) else call.queue(pipeline)
+        self._pushes.caps.record(pipeline, [capped])
 
     def push_many(self, pushes: list[RqPush], pipeline: Pipeline) -> None:
         """Seam hook: an ``enqueue_many`` batch's pushes (all or nothing when one is capped)."""
-        self._pushes.push_many(self.store, pushes, pipeline, self.owns(pipeline))
+        self._pushes.push_many(self.fair_script(FairPushScript), self.fair_keys, pushes, pipeline, self.owns(pipeline))
 
     def pushed_unique(self, job: Job, at_front: bool) -> None:
         """Seam hook: rq's ``unique=True`` script pushed the id itself; the job joins its tenant's FIFO."""
-        self.store.push([self._config.entry(job.id, job, at_front, listed=True)])
+        self.fair_script(FairPushScript)(self.fair_keys, [self._config.entry(job.id, job, at_front, listed=True)]).run()
 
     def adopt(self, job: Job) -> bool:
         """Seam hook: a job rq 3.0's ``RateLimit`` admitted by a plain push joins its tenant's FIFO (fair order)."""
         if not job.has_rate_limit or tenant_of(job.meta, self.tenant_max_bytes) is None:
             return False
         self._handed_out.pop(job.id, None)
-        return bool(self.store.push([self._config.entry(job.id, job, bool(job.enqueue_at_front), from_inflight=True)]))
+        entry = self._config.entry(job.id, job, bool(job.enqueue_at_front), from_inflight=True)
+        return bool(self.fair_script(FairPushScript)(self.fair_keys, [entry]).run())
 
-    # -- pops, parks and holds ----------------------------------------------------------------------------
+    # -- pops, parks, holds and maintenance ----------------------------------------------------------------
 
     def pop_fair(self, given: str = "") -> PopResult:
         """Seam hook: one pop (``given``: an entry BLPOP took off rq's list), acking the jobs handed out before."""
         acks, self._handed_out = list(self._handed_out), {}
-        result = self.store.pop(given, acks, self._config.charge == "runtime", self._config.claim_ms)
+        result = self.fair_script(FairPopScript)(self.fair_keys, given, acks, now_arg(self._clock),
+                                                 self._config.charge == "runtime", self._config.claim_ms).run()
         if result.job_id is not None:
             self._handed_out[result.job_id] = result.seq
         return result
@@ -222,44 +228,44 @@ class FairQueue(RqQueueSeam):
     @property
     def wake_key(self) -> str:
         """Seam hook: the list workers block on while only parked tenants' jobs wait."""
-        return self.store.keys.wake
+        return self.fair_keys.wake
 
     def park(self, job: Job, tenant: str, seconds: float, limit: int | None = None, at_ms: int | None = None) -> None:
-        """``job``'s start was refused: put it back (to its FIFO place when this object's latest pop chose it,
-        that step refunded; else to the front) and skip the tenant until :meth:`unpark` or for ``seconds`` (or
-        until ``at_ms``, a rate's next token, epoch ms). ``limit``: its limit (0 none, None not known)."""
+        """``job``'s start was refused: put it back (its pop refunded) and skip the tenant until :meth:`unpark`, for
+        ``seconds`` or until ``at_ms`` (a rate's next token, epoch ms); ``limit``: 0 none, None not known."""
         until_ms = int(((self._clock or time.time)() + seconds) * 1000) if at_ms is None else at_ms
         seq = self._handed_out.pop(job.id, None)
-        self.store.park(job.id, tenant_key(tenant), self.weight(tenant), until_ms, seq, limit, exact=at_ms is not None)
+        self.fair_script(FairParkScript)(self.fair_keys, job.id, tenant_key(tenant), self.weight(tenant), until_ms, seq,
+                                         limit, at_ms is not None).run()
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None, job_id: str = "", limit: int | None = None) -> Any:
         """One of ``tenant``'s slots was released (by ``job_id``; ``limit``: 0 none, None not known): below its
         limit it may be served here again (one worker is woken)."""
-        return self.store.unpark(tenant_key(tenant), job_id, limit, pipeline)
+        return self.fair_script(FairUnparkScript)(self.fair_keys, tenant_key(tenant), job_id, limit,
+                                                  now_arg(self._clock)).run_or_queue(pipeline)
 
     def hold(self, tenant: str, until_ms: int, pipeline: Pipeline | None = None, paced: bool = False) -> Any:
         """Pops skip ``tenant`` until ``until_ms`` (epoch ms) or an :meth:`unpark`; ``paced``: its own rate
         allows its next start then, and pops park it after each take until the next report."""
-        return self.store.hold(tenant_key(tenant), until_ms, paced, pipeline)
-
-    # -- maintenance ------------------------------------------------------------------------------------
+        return self.fair_script(FairHoldScript)(self.fair_keys, tenant_key(tenant), until_ms, paced,
+                                                now_arg(self._clock)).run_or_queue(pipeline)
 
     def settle(self, job_id: str, seconds: float | None, pipeline: Pipeline | None = None) -> Any:
         """charge="runtime": the job ran ``seconds`` (None: its worker died; from its pop until now); replaces
         its pop's estimate with the real cost (a no-op with none pending), on ``pipeline`` when given."""
-        return self.store.settle(job_id, seconds, self.trust_cost, pipeline)
+        return self.fair_script(FairSettleScript)(self.fair_keys, job_id, seconds, self._config.trust_cost,
+                                                  now_arg(self._clock)).run_or_queue(pipeline)
 
     def recover(self, older_than: float | None = None) -> list[str]:
-        """Seam hook (rq's maintenance): give back jobs popped more than ``older_than`` (default
-        ``recover_after``) seconds ago that never started; returns their ids."""
-        return recover_popped(self, self.store, self._config, self.recover_after if older_than is None else older_than)
+        """Seam hook (rq's maintenance): give back jobs popped ``older_than`` seconds ago and never started."""
+        grace = self.recover_after if older_than is None else older_than
+        return recover_popped(self, self.fair_keys, self._config, grace, self._clock)
 
     # -- rq's view: listings and removals -----------------------------------------------------------------
 
     def get_job_ids(self, offset: int = 0, length: int = -1) -> list[str]:
-        """The waiting jobs' ids (exactly rq's list), in the order pops would serve them if nothing more
-        were pushed (:mod:`fair_router.fairqueue.listing`)."""
-        return serving_ids(self.store, self.charge == "runtime", offset, length)
+        """The waiting jobs' ids (exactly rq's list) in the order pops would serve them (fairqueue/listing.py)."""
+        return serving_ids(self.connection, self.fair_keys, self.charge == "runtime", offset, length)
 
     def get_job_position(self, job_or_id: Job | str) -> int | None:
         """The job's place in :meth:`get_job_ids` (serving order), None when it is not waiting here."""
@@ -269,7 +275,8 @@ class FairQueue(RqQueueSeam):
 
     def remove(self, job_or_id: Job | str, pipeline: Pipeline | None = None) -> Any:
         """Take the job out of rq's list and of the fair state, in one script (rq's LREM result)."""
-        return self.store.remove(job_or_id.id if isinstance(job_or_id, Job) else job_or_id, pipeline)
+        job_id = job_or_id.id if isinstance(job_or_id, Job) else job_or_id
+        return self.fair_script(FairRemoveScript)(self.fair_keys, job_id).run_or_queue(pipeline)
 
     def empty(self) -> Any:
         """rq's ``empty`` (deletes every listed job, which is every waiting job), then the fair keys."""

@@ -1,23 +1,7 @@
-"""Waiting counts that stay exact under rq's own commands, reconciled when our processes read them.
-
-rq changes a fair queue's list without any of our code running: ``Job.cancel``, ``Job.delete``, a plain
-``Queue.remove`` and ``rq empty`` take ids off it (their members stay behind, *stale*, still counted for their
-tenants), and ``rq requeue``, ``FailedJobRegistry.requeue`` and ``StartedJobRegistry.cleanup``'s retries push
-ids onto it through a plain Queue (no member: not counted for their tenant). A fair pop meets both in time;
-readers do not wait for it. :func:`reconcile_queues` runs before ``fair-router tenant show``, the dashboard and
-``/metrics`` read the counts: ``lua/fair_reconcile.lua`` compares the members with rq's list and drops the stale
-ones, and hands back the listed ids that are no members; their jobs are read here (their tenant is in
-``job.meta``, which only rq's serializer reads) and adopted into their tenants' FIFOs by a second call, which
-adopts an id only if it is still listed and no member (a worker may have taken it meanwhile).
-
-Bound: a read compares a queue whose list holds at most :data:`RECONCILE_BOUND` entries, in one script call:
-one LRANGE and an HMGET of the listed ids, and only when more members than listed ids exist, an HGETALL of the
-members (up to the bound) or one HSCAN page of them (more: a big queue emptied then refilled; approximate until
-the pages dropped them all). A longer list is left as it is and reported *approximate*: its tenants' counts
-may include jobs rq removed, and miss jobs rq requeued, until pops meet them.
-An empty list is always exact. Backlog caps do not depend on this: before a cap refuses a tenant, its own
-members are checked against the list (``lua/lib/recount.lua``).
-"""
+"""Waiting counts kept exact under rq's own commands (cancel, delete, requeue: docs/fair-queue.md, "Counts under
+rq's own commands"): before our readers read them, ``lua/fair_reconcile.lua`` drops the members rq took off a
+fair queue's list and hands back the ids rq pushed itself, which a second call adopts into their tenants' FIFOs.
+A list longer than :data:`RECONCILE_BOUND` is not compared and reported *approximate*."""
 
 from __future__ import annotations
 
@@ -32,7 +16,7 @@ from rq.job import Job, JobStatus
 from fair_router.fairqueue.config import declared_cost, tenant_key, tenant_of
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.store.fair_scripts import PushEntry, ReconcileResult
+from fair_router.fairqueue.scripts import FairReconcileScript, PushEntry, ReconcileResult
 
 if TYPE_CHECKING:
     from fair_router.config.settings import Settings
@@ -113,7 +97,8 @@ def reconcile_queues(queues: Sequence[FairQueue], bound: int = RECONCILE_BOUND) 
 
 def _run(queues: Sequence[FairQueue], bound: int, adopt: Sequence[Sequence[PushEntry]]) -> list[ReconcileResult]:
     """One fair_reconcile.lua call per queue (adopting ``adopt[i]`` in queue i), pipelined."""
-    calls = [queue.store.reconcile_call(bound, entries) for queue, entries in zip(queues, adopt, strict=True)]
+    calls = [queue.fair_script(FairReconcileScript)(queue.fair_keys, bound, entries)
+             for queue, entries in zip(queues, adopt, strict=True)]
     with queues[0].connection.pipeline(transaction=False) as pipe:
         for call in calls:
             call.queue(pipe)

@@ -1,1 +1,2 @@
-"""Enqueue-time routing: throttle rules, the window router, the decorator, tenancy and tiers."""
+"""Enqueue-time routing: the router (route.lua records each enqueue in its tenant's window and picks the
+rule's queue), the @fair_job decorator, and shard placement."""

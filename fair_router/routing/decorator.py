@@ -1,14 +1,8 @@
-"""``@fair_job``: an rq job function whose enqueues are routed by tenant.
-
-As with rq's own ``@job``, the decorated name is still a plain function (a copy of it: same code, module and
-qualname), so every rq enqueue takes it as before (rq stores a function by its dotted name; workers import it
-and call it): rq's ``Queue.enqueue``, django-rq's, FairQueue's. It gains ``delay`` / ``enqueue`` /
-``enqueue_in`` / ``enqueue_at`` / ``enqueue_many``, which go through
-:class:`~fair_router.routing.router.FairRouter`, ``job_key``, and ``fair_job``: the :class:`FairJob` holding
-them (its ``router``, ``route`` and ``settings`` are resolved on first use). Rules and the base queue come from
-the decorator, else from settings under the job key (``module.qualname`` unless ``job_key=`` says otherwise).
-Inside a Django transaction the routed enqueues wait for its commit (:mod:`fair_router.core.djangoenv`).
-"""
+"""``@fair_job``: an rq job function whose enqueues are routed by tenant. As with rq's ``@job`` the decorated name
+stays a plain function (every rq enqueue takes it as before) and gains ``delay`` / ``enqueue`` / ``enqueue_in``
+/ ``enqueue_at`` / ``enqueue_many`` through :class:`~fair_router.routing.router.FairRouter`, ``job_key`` and
+``fair_job`` (its :class:`FairJob`). Rules come from the decorator, else from settings under the job key; inside
+a Django transaction the routed enqueues wait for its commit (:mod:`fair_router.core.djangoenv`)."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@ call's windows, jobs and shard section.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from rq import Queue
 
@@ -19,6 +19,7 @@ from fair_router.core.keys import Keys, encode
 from fair_router.core.rates import Rate
 from fair_router.core.rules import Rule
 from fair_router.core.shards import Shards, shard_queue
+from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.scripts import RouteJob, RouteWaiting, ShardLoads
 
 NO_TENANT_SHARDS = ""
@@ -102,7 +103,7 @@ class RouteInputs:
                                             else (None, loads.get(name, 0)) for name in pairs])
 
     def waiting(self, route: Route, count: str | None = "all") -> RouteWaiting | None:
-        """route.lua's waiting section for this batch: its recorded jobs count waiting (routing/waiting.py), "all"
+        """route.lua's waiting section for this batch: its recorded jobs count waiting (observe/waiting.py), "all"
         of them or only those no rule moved ("unthrottled"); None: none count."""
         if not self.windows or count is None:
             return None
@@ -159,3 +160,24 @@ class JobMetas:
                 self._rules[rule] = rule.model_dump()
             metas.append({**base, META_RULE: dict(self._rules[rule])})
         return metas
+
+
+Counted = Literal["all", "unthrottled"] | None
+"""Which routed jobs count waiting (:func:`counts_waiting`): all, only those no rule moved, or none."""
+
+
+def counts_waiting(queue_of: Callable[[str, bool], Queue], route: Route, fair: bool,
+                   calls: Sequence[tuple[Any, ...]], shard_servers: object) -> Counted:
+    """Which jobs of ``calls`` (each item's first element, an EnqueueArgs) route.lua counts waiting in the queues
+    it chooses: "all" when every queue of the route (as ``queue_of(name, fair)`` gives it) is a plain one,
+    "unthrottled" (the jobs no rule moved) when only the rules' queues are fair (they count their own jobs),
+    None otherwise; only on the router's Redis (``shard_servers`` None for a sharded route), and only for jobs
+    pushed at once by rq's ordinary path (no dependencies, no rate limit)."""
+    if shard_servers is not None and route.shards is not None:
+        return None
+    if any(item[0].depends_on or item[0].rate_limit is not None for item in calls):
+        return None
+    fair_families = [isinstance(queue_of(name, fair), RqQueueSeam) for name in route.families()]
+    if not any(fair_families):
+        return "all"
+    return "unthrottled" if not fair_families[0] else None

@@ -1,12 +1,7 @@
-"""FairRouter: where a job's queue is decided, at enqueue time.
-
-Each enqueue is recorded in the sliding window of its (job key, tenant) by one Lua call
-(``lua/route.lua``), which also picks the last throttle rule the tenant now exceeds; the job goes into that
-rule's queue, in the same MULTI as rq's save of the job where it can (:mod:`fair_router.routing.onetrip`),
-else with plain rq in one pipelined round trip after the script. Everything rq does later
-(retries, the scheduler, dependents) goes back to ``job.origin`` and never passes through here, so it
-is never counted twice or rerouted.
-"""
+"""FairRouter: where a job's queue is decided, at enqueue time. One ``lua/route.lua`` call records the enqueue in
+its (job key, tenant) window and picks the last throttle rule the tenant exceeds; the job goes into that rule's
+queue, in rq's MULTI where it can (:mod:`fair_router.routing.enqueue`). What rq does later (retries, the
+scheduler, dependents) goes back to ``job.origin``, never through here: nothing is counted twice or rerouted."""
 
 from __future__ import annotations
 
@@ -28,20 +23,19 @@ from rq.queue import EnqueueArgs, EnqueueData
 
 from fair_router.config.errors import validated
 from fair_router.config.sections import TiersConfig
+from fair_router.controls.admin import TenantAdmin, delegate
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, last_match
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES
 from fair_router.core.validation import Prefix, TenantMaxBytes
-from fair_router.routing.admin import TenantAdmin, delegate
 from fair_router.routing.announce import Announcer
-from fair_router.routing.onetrip import OneTrip
-from fair_router.routing.placement import JobMetas, Pending, Placement, Route, RouteInputs
+from fair_router.routing.enqueue import RoutedEnqueue
+from fair_router.routing.placement import Counted, JobMetas, Pending, Placement, Route, RouteInputs, counts_waiting
 from fair_router.routing.queues import QueueRegistry
 from fair_router.routing.servers import ShardServers
-from fair_router.routing.takeback import TakeBack, recorded_by
-from fair_router.routing.waiting import Counted, counts_waiting
+from fair_router.routing.unrecord import Unrecord, recorded_by
 from fair_router.store.cluster import pair_of
 from fair_router.store.outage import naming_redis
 from fair_router.store.replicas import ReplicaWait
@@ -89,12 +83,12 @@ class FairRouter:
         self.clock, self._route, self._peek = clock, RouteScript(connection), PeekScript(connection)
         self.servers = ShardServers(shard_urls) if shard_urls else None
         self.queues = QueueRegistry(pair.rq, keys.prefix, tiers, self.tenant_max_bytes, self.servers)
-        self._take_back, self._meta = TakeBack(connection, keys), JobMetas()
-        self.one_round_trip = not pair.cluster  # one MULTI (routing.onetrip); a cluster: route.lua's slot is not rq's
-        self._one_trip, self.announcer = OneTrip(self), Announcer(keys)
+        self._unrecord, self._meta = Unrecord(connection, keys), JobMetas()
+        self.one_round_trip = not pair.cluster  # one MULTI (routing.enqueue); a cluster: route.lua's slot is not rq's
+        self._routed, self.announcer = RoutedEnqueue(self), Announcer(keys)
         self.replicas = replicas or ReplicaWait()
 
-    # -- the tenant admin's API: thin delegates to router.tenants (routing.admin.delegate) ---------
+    # -- the tenant admin's API: thin delegates to router.tenants (controls.admin.delegate) ---------
 
     tenant_id = delegate(TenantAdmin.tenant_id)
     set_tier = delegate(TenantAdmin.set_tier)
@@ -181,7 +175,7 @@ class FairRouter:
         every option as rq parsed it, so rq's checks and options behave exactly as with a plain Queue;
         only the job id (decided here, before routing, so the window records it) and the meta are ours.
         ``tenant``: a str or int id, or None for a job without tenant (its base queue, unthrottled).
-        If the enqueue fails, the window entry it recorded is taken back (:mod:`fair_router.routing.takeback`);
+        If the enqueue fails, the window entry it recorded is taken back (:mod:`fair_router.routing.unrecord`);
         a connection error that outlived the client's retries is raised as RedisUnavailable.
         """
         tenant = None if tenant is None else self.tenant_id(tenant)
@@ -194,8 +188,8 @@ class FairRouter:
         if queue is not None and route.shards is not None:  # an explicit queue is taken as it is: no shard
             route = replace(route, shards=None)
         pending = Pending(tenant, job_id, tenant is not None and not system)
-        if queue is None and at is None and not fair and self._one_trip.applies(route, call, pending):
-            return self._one_trip.enqueue(route, call, pending, system)
+        if queue is None and at is None and not fair and self._routed.applies(route, call, pending):
+            return self._routed.enqueue(route, call, pending, system)
         down: list[int] = []
         counted = (counts_waiting(self.queue, route, fair, [(call,)], self.servers)
                    if queue is None and at is None else None)
@@ -207,7 +201,7 @@ class FairRouter:
             try:
                 return self._enqueue_placed(route, call, job_id, tenant, placed, queue, at, system, fair)
             except BaseException as exc:
-                self._take_back(route.job_key, recorded, self.queue(route.queue, fair).job_class,
+                self._unrecord(route.job_key, recorded, self.queue(route.queue, fair).job_class,
                                 self._server(placed.shard))
                 if not isinstance(exc, RedisConnectionError) or self.servers is None or placed.shard is None:
                     raise
@@ -263,7 +257,7 @@ class FairRouter:
             return self._enqueue_batch(route, batch, placements, fair, pipeline, group)
         except BaseException:
             if not several:  # jobs on several servers: their entries stay (they leave the window after `per`)
-                self._take_back(route.job_key, recorded, self.queue(route.queue, fair).job_class,
+                self._unrecord(route.job_key, recorded, self.queue(route.queue, fair).job_class,
                                 self.rq_connection)
             raise
 

@@ -1,14 +1,8 @@
-"""Shards on several Redis primaries (``shard_urls``): shard ``i`` lives on ``shard_urls[i % len]``.
-
-Producers enqueue a sharded job into its shard's Redis; router windows, tiers and leases stay on ``redis_url``.
-The least-loaded choice still happens in route.lua on ``redis_url``, but the loads it compares are read first
-on the shards' own servers: one pipelined round trip per server holding a candidate shard (LLEN of each
-candidate family member), passed to the script as numbers. That costs a round trip per server, where a count
-kept on ``redis_url`` would cost none but drift from the truth whenever a worker takes a job (it would need
-every worker to write to ``redis_url`` too); the read is exact and a server that does not answer is known to
-be down before the job is placed: its shards are left out of the choice, so a tenant with another healthy
-shard goes there, and one whose every shard is down gets :class:`~fair_router.routing.placement.ShardsUnavailable`.
-"""
+"""Shards on several Redis primaries (``shard_urls``): shard ``i`` lives on ``shard_urls[i % len]``; windows,
+tiers and leases stay on ``redis_url``. route.lua picks the least loaded shard from loads read first on the
+shards' own servers (one pipelined LLEN round trip per server: exact, where a count kept on ``redis_url`` would
+drift), so a server that does not answer is left out before the job is placed (every shard down:
+:class:`~fair_router.routing.placement.ShardsUnavailable`)."""
 
 from __future__ import annotations
 

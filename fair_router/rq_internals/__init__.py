@@ -21,7 +21,7 @@ Queue side (:mod:`fair_router.rq_internals.queue`, base class ``RqQueueSeam`` of
       rate limit or ``unique`` runs rq's own ``enqueue_job`` on a pipeline of ours (one MULTI for the queue's
       registration, which rq executes on a pipeline of its own first, and the job); it reads the job's
       private ``_dependency_ids`` as rq's ``enqueue_job`` does (the public ``dependency_ids`` is a round trip).
-      The router's one-trip enqueue (:mod:`fair_router.routing.onetrip`, ``PlacedQueue``) overrides
+      The router's one-trip enqueue (:mod:`fair_router.routing.enqueue`, ``PlacedQueue``) overrides
       ``enqueue_job`` and ``push_job_id`` the same way, calling rq's private ``_enqueue_job`` to save the job.
     - ``Queue.push_job_id`` (public, overridden) relies on an internal order: ``_enqueue_async_job`` saves
       the job and then pushes its id on the same pipeline (so the fair push joins rq's MULTI), and rq's

@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from enum import IntEnum
 from typing import Any, NamedTuple, cast
 
 from redis import Redis
@@ -25,7 +27,6 @@ from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
 from fair_router.rq_internals.jobclock import FETCH_CLOCK
-from fair_router.store.fair_scripts import PopKind, PopResult
 
 STALLED_POLL = 1.0
 """Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id
@@ -36,6 +37,25 @@ BLPOP_TICK = 0.1
 (``hz`` 10 by default). A wait for a park's end (a rate's next token) that is nearer than this is slept by the
 worker instead, and a longer one blocks this much less and sleeps the rest, so the park's tenant is served at its
 token, not up to a tick later."""
+
+
+class PopKind(IntEnum):
+    """What a fair pop found."""
+
+    EMPTY = 0  # nothing waits
+    PLAIN = 1  # an id rq's internals pushed, served in list order
+    FAIR = 2  # the stride scheduler's choice
+    STALLED = 3  # jobs wait, but only those of parked tenants
+
+
+class PopResult(NamedTuple):
+    """One pop of a seam queue (fair_pop.lua's reply, or a plain LPOP's)."""
+
+    kind: PopKind
+    job_id: str | None
+    wake_ms: int  # STALLED / EMPTY: when the first park ends (epoch ms), -1 if none
+    seq: int | None  # FAIR: the job's place in its tenant's FIFO (for fair_park)
+    now_ms: int = -1  # STALLED / EMPTY: the pop's clock (epoch ms), for a wait of wake_ms - now_ms; -1 not known
 
 
 class RqPush(NamedTuple):
@@ -120,6 +140,16 @@ class RqQueueSeam(Queue):
         retried after NOSCRIPT: :func:`fair_router.store.luascript.execute_loaded`)."""
         return pipeline is not None and id(pipeline) in self._own
 
+    @contextmanager
+    def own_pipeline(self) -> Iterator[Pipeline]:
+        """A pipeline this queue makes and executes itself (:meth:`owns`)."""
+        with self.connection.pipeline() as own:
+            self._own.add(id(own))
+            try:
+                yield own
+            finally:
+                self._own.discard(id(own))
+
     def enqueue_job(
         self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
     ) -> Job:
@@ -130,13 +160,9 @@ class RqQueueSeam(Queue):
         a caller's pipeline take rq's path unchanged."""
         if pipeline is not None or unique or not self.is_async or job._dependency_ids or job.has_rate_limit:
             return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
-        with self.connection.pipeline() as own:
-            self._own.add(id(own))
-            try:
-                job = super().enqueue_job(job, pipeline=own, at_front=at_front)
-                self.execute_checked(own, [job])
-            finally:
-                self._own.discard(id(own))
+        with self.own_pipeline() as own:
+            job = super().enqueue_job(job, pipeline=own, at_front=at_front)
+            self.execute_checked(own, [job])
         return job
 
     def _enqueue_job(

@@ -1,1 +1,2 @@
-"""Redis: the one key builder, and the Lua script wrappers (scripts live in the top-level lua/)."""
+"""Redis plumbing: the Lua script loader and wrappers (scripts live in the top-level lua/), cluster and replica
+clients, outage and out-of-memory handling. Keys are built in fair_router.core.keys."""

@@ -57,6 +57,7 @@ class RoutePush(NamedTuple):
     metas: list[bytes]  # the job's serialized meta for each rule's family (the rule is in it); the base
     # family's is the one rq saved with the job
     fair: str = ""  # per family (base first) '1' for a fair queue: not pushed by route.lua; "" = none is
+    inflight: tuple[str, ...] = ()  # with a fair family: each family's fair inflight key (a plain one's list)
 
 
 class RouteWaiting(NamedTuple):
@@ -95,7 +96,7 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
     ) -> Call[list[tuple[int, int]]]:
         """KEYS = the job key's ``routed`` counters, ``windows``, then the shard section's load keys, then the
         push section's keys; ``base``: the queue family of jobs no rule matches; ``push``: one job to push;
-        ``waiting``: count the recorded jobs waiting in the plain queues they go to (routing/waiting.py).
+        ``waiting``: count the recorded jobs waiting in the plain queues they go to (observe/waiting.py).
         Result: per job (0 or the 1-based index of the rule that matched, the chosen shard or -1)."""
         keys = [routed, *windows]
         args: list[str | int | bytes] = [now_ms, *self._header(base, rules), len(windows)]
@@ -117,7 +118,7 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
         if push is None:
             args.append(NONE)
         else:  # its keys last, where route.lua finds them
-            keys += (push.job_key, push.queues_key, *push.lists)
+            keys += (*push.inflight, push.job_key, push.queues_key, *push.lists)
             args += (ONE, ONE if push.at_front else NONE, push.job_id, *push.metas,
                      push.fair or "0" * (len(push.metas) + 1))
         for job in jobs:

@@ -12,8 +12,8 @@ from rq import Queue
 from fair_router.core.validation import QueueWeight
 from fair_router.fairqueue.combined import QueueClassConflict, as_fair
 from fair_router.fairqueue.marks import RECHECK_EVERY, FairnessMarks
-from fair_router.fairqueue.plainpops import PlainPops
 from fair_router.fairqueue.queue import FairQueue
+from fair_router.fairqueue.stale import PlainPops
 from fair_router.workers.turnhooks import InterruptibleTurns
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class FollowsFairnessMarks(InterruptibleTurns):
     _plain_warned: set[str] | None = None
 
     def report_plain_pops(self, now: bool = False) -> None:
-        """Look at this worker's fair queues for jobs a plain rq worker took (:mod:`fair_router.fairqueue.plainpops`;
+        """Look at this worker's fair queues for jobs a plain rq worker took (:mod:`fair_router.fairqueue.stale`;
         this also keeps their tenants' counts exact when the queue is empty) and log a warning, once per queue,
         naming it and what to do. At most once per :data:`RECHECK_EVERY` seconds unless ``now``."""
         if not self.fair_queues or self.is_horse or (not now and time.monotonic() - self._plain_looked < RECHECK_EVERY):

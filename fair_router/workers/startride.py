@@ -25,7 +25,7 @@ from rq.job import Job
 
 from fair_router.controls.concurrency import Lease
 from fair_router.controls.gate import PendingStart, TenantGate
-from fair_router.routing.waiting import WaitCounts
+from fair_router.observe.waiting import WaitCounts
 from fair_router.rq_internals.worker import JobNotStarted
 from fair_router.store.scripts import Admission, RateScope
 

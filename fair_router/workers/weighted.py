@@ -59,7 +59,7 @@ from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
-from fair_router.routing.waiting import WaitCounts
+from fair_router.observe.waiting import WaitCounts
 from fair_router.rq_internals.worker import ForkingWorkerSeam, InProcessWorkerSeam
 from fair_router.store.cluster import ride_cluster_outages, state_of
 from fair_router.store.outage import OUTAGES, ride_outages

@@ -184,10 +184,12 @@ local function least_loaded(loads, rule, at, n_cand)
   return loads.shard_no[(best_slot - 1) % loads.n + 1]
 end
 
--- lib/routepush.lua: route.lua's push section (FairRouter's one-round-trip enqueue, routing/onetrip.py): the
+-- lib/routepush.lua: route.lua's push section (FairRouter's one-round-trip enqueue, routing/enqueue.py): the
 -- job, saved by rq earlier in the same MULTI with its base queue as origin, goes to the queue its rule chose
 -- as rq's enqueue would put it there.
--- Its keys are the last of KEYS: the job hash, rq:queues, then the rq list of each family f = 0..n_rules.
+-- Its keys are the last of KEYS: when a family is a fair queue, first each family's fair `inflight` key (a plain
+-- family's list stands in, untouched), then the job hash, rq:queues, then the rq list of each family
+-- f = 0..n_rules.
 
 -- The section from ARGV[at]: 0 (none), or 1 then at_front ('1'/'0'), job_id, the job's meta for each rule's
 -- family r = 1..n_rules (the base family's is the one rq saved), and which families are fair queues (a string
@@ -199,15 +201,20 @@ end
 
 -- Push the job (section at ARGV[a]) to family `rule` of `n_rules`, queue `queue`: origin and meta (the rule is
 -- in it) set, the id pushed (LPUSH at_front, else RPUSH), the list added to rq:queues. The base family
--- (rule 0) keeps the origin and meta rq saved: they are the base family's already (onetrip.py saves so).
--- A fair family's job is left where rq saved it: the router pushes it into the fair queue after this call.
-local function push_job(a, n_rules, rule, queue)
-  if string.sub(ARGV[a + 2 + n_rules], rule + 1, rule + 1) == '1' then return end
+-- (rule 0) keeps the origin and meta rq saved: they are the base family's already (routing/enqueue.py saves so).
+-- A fair family's job is not pushed here: its id goes into that queue's `inflight` (at `now_ms`), and the
+-- fair_push.lua call of each fair family queued after this one in the MULTI (``from_inflight``) adds it to
+-- the one queue that holds it, taking it out of `inflight`: the fair push of the chosen queue only.
+local function push_job(a, n_rules, rule, queue, now_ms)
   local job = #KEYS - n_rules - 2  -- the job hash's KEYS index; rq:queues, then the lists, follow it
   local list = KEYS[job + 2 + rule]
   if rule > 0 then redis.call('HSET', KEYS[job], 'origin', queue, 'meta', ARGV[a + 1 + rule]) end
-  redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
   redis.call('SADD', KEYS[job + 1], list)
+  if string.sub(ARGV[a + 2 + n_rules], rule + 1, rule + 1) == '1' then
+    redis.call('ZADD', KEYS[job - n_rules - 1 + rule], now_ms, ARGV[a + 1])
+    return
+  end
+  redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
 end
 
 -- lib/waiting.lua: per-tenant waiting counts of the plain queues fair-router routes into (what the dashboard
@@ -305,11 +312,12 @@ end
 --          (1-based among the windows; 0 = not recorded, e.g. a system job), job id digest, n_candidates, then
 --          that many used-shard positions (1-based) to choose among.
 -- Push     (one unsharded job, rq's keys on this server: FairRouter's one-round-trip enqueue) the job goes to
---          the queue its rule chose, as rq's enqueue would put it there.
+--          the queue its rule chose, as rq's enqueue would put it there (a fair queue: by the fair push that
+--          follows in the same MULTI, lib/routepush.lua).
 --          On a Redis Cluster these keys are on other slots: the router routes first and enqueues with rq
 --          after (two round trips).
 -- Waiting  (a routed enqueue into plain queues) each recorded job counts waiting for its tenant in the queue
---          chosen (shard included) until its start (routing/waiting.py); with the rules' queues fair, only the
+--          chosen (shard included) until its start (observe/waiting.py); with the rules' queues fair, only the
 --          jobs no rule moved (a fair queue counts its own).
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
@@ -375,7 +383,7 @@ for rule, n in pairs(routed) do
   redis.call('HINCRBY', KEYS[1], rule_target(rule), n)
 end
 
-if push then push_job(push, n_rules, reply[1], rule_target(reply[1])) end
+if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_ms) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (ttl_ms: ARGV[2]).
 for key in pairs(touched) do

@@ -1,4 +1,4 @@
-"""A routed enqueue in one round trip (fair_router.routing.onetrip): counted with MONITOR on the real server,
+"""A routed enqueue in one round trip (fair_router.routing.enqueue): counted with MONITOR on the real server,
 the saved job compared with plain rq's, and what a failing or a NOSCRIPT enqueue leaves behind."""
 
 from __future__ import annotations
@@ -139,14 +139,16 @@ def test_a_job_no_rule_moves_keeps_one_round_trip_and_a_throttled_one_goes_to_th
     echo = fair_throttled(conn)
     for i in range(3):  # scripts loaded, the fair queue built and marked: what every later call finds done
         echo.delay("warm", i)
+    echo.delay("acme", 0)  # acme's tier profile read (its weight and cap in the fair queue), once
     with monitored(conn) as feed:
-        first = echo.delay("acme", 0)
-    assert round_trips(feed) == 1 and first.origin == "default"
-    echo.delay("acme", 1)
-    echo.delay("acme", 2)  # the third within the hour: the rule's queue (acme's tier profile read once there)
+        second = echo.delay("acme", 1)
+    assert round_trips(feed) == 1 and second.origin == "default"
+    echo.delay("acme", 2)  # the third within the hour: the rule's queue, its fair push a second round trip
     with monitored(conn) as feed:
-        throttled = echo.delay("acme", 3)
-    assert round_trips(feed) == 2, feed  # route.lua with rq's save, then the fair queue's enqueue
+        throttled = echo.delay("acme", 3)  # expected there now
+    assert round_trips(feed) == 1, feed  # rq's save, route.lua, then the fair queue's push, in one MULTI
+    assert [name for _, name in feed if name == "EVALSHA"] == ["EVALSHA", "EVALSHA"], feed
+    assert not conn.zcard(FairQueue("default_slow", connection=conn).fair_keys.inflight)
     assert throttled.origin == "default_slow" and throttled.meta["fair_rule"]["queue"] == "default_slow"
     slow = FairQueue("default_slow", connection=conn)
     assert slow.get_job_ids()[-1] == throttled.id and Job.fetch(throttled.id, connection=conn).origin == "default_slow"
@@ -165,4 +167,29 @@ def test_a_refused_fair_push_leaves_neither_the_job_nor_its_window_entry(conn: R
         echo.enqueue("acme", 3, job_id="refused")
     assert not conn.exists(Job.key_for("refused"))
     assert conn.zscore(window, Keys.member("refused")) is None  # its window entry taken back
+    assert not conn.zcard(FairQueue("default_slow", connection=conn).fair_keys.inflight)
     assert FairQueue("default_slow", connection=conn).count == 1
+
+
+def test_a_tenant_at_its_cap_in_the_rules_queue_still_enqueues_a_job_no_rule_moves(conn: Redis) -> None:
+    """The fair push queued for the rule's queue meets the cap but the job is not going there: it is ignored."""
+    echo = fair_throttled(conn, tiers=TiersConfig(max_backlog={"free": 1}))
+    slow = FairQueue("default_slow", connection=conn)
+    slow.enqueue(routed_jobs.echo, "beta", 0, fair_tenant="beta")  # beta's one job there: at its cap
+    job = echo.delay("beta", 1)  # the first within the hour: the base queue
+    assert job.origin == "default" and Queue("default", connection=conn).get_job_ids() == [job.id]
+    assert slow.count == 1 and not conn.zcard(slow.fair_keys.inflight)
+
+
+def test_a_refused_fair_push_in_the_second_round_trip_leaves_nothing(conn: Redis) -> None:
+    """The tenant's last job went to the base queue, so its fair push follows route.lua's MULTI; refused there."""
+    echo = fair_throttled(conn, tiers=TiersConfig(max_backlog={"free": 1}))
+    slow = FairQueue("default_slow", connection=conn)
+    slow.enqueue(routed_jobs.echo, "acme", 0, fair_tenant="acme")  # acme's one job there: at its cap
+    echo.delay("acme", 0)
+    echo.delay("acme", 1)
+    with monitored(conn) as feed, pytest.raises(TenantBacklogFull):
+        echo.enqueue("acme", 2, job_id="refused")  # the third within the hour: the rule's queue
+    assert round_trips(feed) >= 2, feed
+    assert not conn.exists(Job.key_for("refused")) and slow.count == 1 and not conn.zcard(slow.fair_keys.inflight)
+    assert conn.zscore(Keys("fair_router").window(echo.job_key, "acme"), Keys.member("refused")) is None

@@ -5,35 +5,13 @@ order."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import IntEnum
 from typing import Any, NamedTuple
 
+from fair_router.controls.fairstate import TENANT_FIELD, record_waiting, record_weight
 from fair_router.core.keys import FairQueueKeys
 from fair_router.core.text import as_text as _text
+from fair_router.rq_internals.queue import PopKind, PopResult
 from fair_router.store.luascript import Call, LuaScript
-
-TENANT_FIELD = "="
-"""The prefix of a tenant's record field in a fair queue's ``state`` hash (lua/lib/fifo.lua): never part of an
-encoded tenant, so records and the state's own fields (head, vtime, due, limited) cannot meet."""
-
-
-def _record(record: Any) -> list[str]:
-    """A tenant's record ("<head seq>|<tail seq>|<weight>|<waiting>", lua/lib/fifo.lua) split in its parts."""
-    return _text(record).split("|")
-
-
-def record_weight(record: Any) -> float | None:
-    """The weight in a tenant's record; None when there is no record."""
-    return None if record is None else float(_record(record)[2])
-
-
-def record_waiting(record: Any) -> int:
-    """How many of a tenant's jobs wait, from its record; 0 when there is none. A record written before counts
-    moved in counts its FIFO places, as lua/lib/fifo.lua's ``parse_tenant`` does."""
-    if record is None:
-        return 0
-    head, tail, _, *count = _record(record)
-    return int(count[0]) if count and count[0] else int(tail) - int(head) + 1
 
 
 def _tenant_records(state: dict[Any, Any]) -> dict[str, Any]:
@@ -86,23 +64,6 @@ class FairPushScript(LuaScript[int]):
         return int(reply)
 
 
-class PopKind(IntEnum):
-    """What a fair pop found."""
-
-    EMPTY = 0  # nothing waits
-    PLAIN = 1  # an id rq's internals pushed, served in list order
-    FAIR = 2  # the stride scheduler's choice
-    STALLED = 3  # jobs wait, but only those of parked tenants
-
-
-class PopResult(NamedTuple):
-    kind: PopKind
-    job_id: str | None
-    wake_ms: int  # STALLED / EMPTY: when the first park ends (epoch ms), -1 if none
-    seq: int | None  # FAIR: the job's place in its tenant's FIFO (for fair_park)
-    now_ms: int = -1  # STALLED / EMPTY: the pop's clock (epoch ms), for a wait of wake_ms - now_ms; -1 not known
-
-
 class FairPopScript(LuaScript[PopResult]):
     """fair_pop.lua: the next job of a fair queue, plain entries first-come, fair jobs by stride."""
 
@@ -143,21 +104,6 @@ class FairParkScript(LuaScript[int]):
         args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq,
                                  "" if limit is None else limit, int(exact)]
         return self.call(keys.all_for_scripts(), args)
-
-    def parse(self, reply: Any) -> int:
-        return int(reply)
-
-
-class FairUnparkScript(LuaScript[int]):
-    """fair_unpark.lua: a tenant's slot was released; make it eligible and wake one worker if needed."""
-
-    name = "fair_unpark"
-
-    def __call__(self, keys: FairQueueKeys, tenant: str, job_id: str = "", limit: int | None = None,
-                 now_ms: str = "") -> Call[int]:
-        """``job_id``: the job whose slot was released (its claim here ends); ``limit``: the tenant's limit
-        (0 none, None not known). Result: 1 if the tenant has jobs waiting in this queue and may be served."""
-        return self.call(keys.all_for_scripts(), [tenant, job_id, "" if limit is None else limit, now_ms])
 
     def parse(self, reply: Any) -> int:
         return int(reply)
@@ -215,21 +161,6 @@ class FairMigrateScript(LuaScript[int]):
     def __call__(self, keys: FairQueueKeys, legacy: Sequence[str]) -> Call[int]:
         """KEYS = [state, members, *legacy (head, tail, weights, fifo, backlog)]. Result: the tenants moved."""
         return self.call([keys.state, keys.members, *legacy], [])
-
-    def parse(self, reply: Any) -> int:
-        return int(reply)
-
-
-class FairHoldScript(LuaScript[int]):
-    """fair_hold.lua: park a tenant before a pop hands out its job (paused), or report a paced tenant's start
-    (parked exactly until its rate's next start)."""
-
-    name = "fair_hold"
-
-    def __call__(self, keys: FairQueueKeys, tenant: str, until_ms: int, paced: bool = False,
-                 now_ms: str = "") -> Call[int]:
-        """Result: 1 if the tenant has jobs waiting in this queue, else 0."""
-        return self.call(keys.all_for_scripts(), [tenant, until_ms, int(paced), now_ms])
 
     def parse(self, reply: Any) -> int:
         return int(reply)

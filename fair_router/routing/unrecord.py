@@ -1,19 +1,9 @@
-"""Taking back what routing recorded for an enqueue that then failed: no phantom window entries.
+"""Taking back what routing recorded for an enqueue that then failed, so no phantom entry counts in a window.
 
-Routing records a job in its tenant's window (``lua/route.lua``) before rq's enqueue pipeline saves and
-queues it. Those are two round trips, on two different hash tags (the job key's, rq's), so they cannot be
-one atomic step. When the enqueue fails (Redis at ``maxmemory``, the connection dropped, a backlog cap),
-:class:`TakeBack` removes exactly the entries of the jobs that are not queued: it asks Redis whether each
-job's hash exists (rq's enqueue is one MULTI, so a job whose hash exists was queued, even when its reply was
-lost with the connection) and runs ``lua/unrecord.lua`` for the others, which also takes their count off
-the job key's routed counters.
-
-When even that cannot reach Redis (after the client's retries), the entry stays: it counts toward its
-tenant's rules for at most the rule's ``per`` (entries older than the longest window are never counted and
-the window expires whole), and is logged. A pending marker confirmed by the enqueue would close that gap
-at the price of one more write on every enqueue; an unreachable Redis refuses the producer's other
-enqueues too, so the gap is the outage itself.
-"""
+route.lua records a job before rq's MULTI saves it (two hash tags: not one atomic step). When the enqueue fails
+(``maxmemory``, a lost connection, a backlog cap), :class:`Unrecord` runs ``lua/unrecord.lua`` for the jobs whose
+hash does not exist (rq's enqueue is one MULTI: an existing hash was queued). When Redis cannot be reached even
+for that, the entry stays until it leaves its window (logged): the gap is the outage itself."""
 
 from __future__ import annotations
 
@@ -41,7 +31,7 @@ def recorded_by(route: Route, pendings: Sequence[Pending], placements: Sequence[
             if pending.record and pending.tenant is not None]
 
 
-class TakeBack:
+class Unrecord:
     """Removes the window entries of recorded jobs whose enqueue did not happen."""
 
     def __init__(self, connection: Redis, keys: Keys) -> None:

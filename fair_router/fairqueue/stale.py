@@ -1,15 +1,10 @@
 """Plain rq workers on a fair queue: detected and reported, never a silent count error.
 
-A plain ``rq worker`` (none of our code runs in it) serving a fair queue takes jobs off rq's list with its own
-LPOP, first-in first-out. The jobs run, but their fair-structure entries (members, lua/lib/members.lua) stay
-behind, *stale*, and their tenants' waiting counts with them. The fair scripts drop a stale member as soon as
-they meet it (a pop, or :class:`PlainPops` on an empty queue, which drops them all), count it in the queue's
-state hash and note its id (lua/lib/stale.lua). :class:`PlainPops` then looks at the jobs of the ids noted:
-one that was started was taken by a worker without our pop (ours never leave a member behind), one that was
-not was removed by rq itself (``Job.cancel``, ``Job.delete`` through a plain Queue), which is no fault. Those
-found run are counted in the queue's state (``plain``), which the weighted workers (a warning, once per
-queue), the dashboard and ``fair-router check --ping`` (a warning) report.
-"""
+A plain ``rq worker`` pops a fair queue's list first-in first-out and leaves the jobs' fair members behind,
+*stale*. The fair scripts drop a stale member when they meet it and note its id (lua/lib/stale.lua);
+:class:`PlainPops` looks at the noted jobs: one that started was taken by a worker without our pop (counted in
+the queue's state as ``plain``, which workers, the dashboard and ``fair-router check --ping`` report), one that
+did not was removed by rq itself (``Job.cancel``, ``Job.delete``), which is no fault."""
 
 from __future__ import annotations
 
@@ -21,7 +16,7 @@ from rq.job import Job
 
 from fair_router.core.keys import FairQueueKeys
 from fair_router.core.text import as_text as _text
-from fair_router.store.fair_scripts import FairTidyScript
+from fair_router.fairqueue.scripts import FairTidyScript
 
 logger = logging.getLogger("fair_router")
 

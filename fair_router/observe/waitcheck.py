@@ -1,22 +1,8 @@
-"""The routed plain queues' waiting counts (:mod:`fair_router.routing.waiting`) reconciled with rq's lists when
-our processes read them, so that rq's own commands leave them exact.
-
-A routed job counts waiting in its plain queue from its route to its start on a weighted worker. rq's own
-commands change the list without our code: ``Job.cancel``, ``Job.delete``, ``Queue.remove`` and ``rq empty`` take
-ids off it (their counts would stay), ``rq requeue`` / ``FailedJobRegistry.requeue`` and
-``StartedJobRegistry.cleanup``'s retries push a started job back (its count was taken at its start).
-:class:`WaitingReconciler` compares, per routed plain queue, the jobs counted there (the job keys' ``jobs``
-hashes: id digest -> field) with the ids on rq's list: a counted job not listed stops counting (``unwait.lua``,
-by digest); a listed job of a routed job key not counted counts again (``rewait.lua``, under the field its
-meta names: job key ``fair_waiting`` and its tenant), each only once (both scripts are idempotent per job).
-
-Bound: a queue whose list holds more than ``bound`` entries, or a job key with more than ``bound`` jobs
-counted, is not compared (reported approximate). Cost per read: two pipelined round trips, plus one to read
-the metas of listed jobs not counted (at most ``bound`` per queue; ids found not routed are remembered) and
-one for the fixes when there are any. Two windows it cannot see: a job counted by ``route.lua`` whose push is
-still on its way (the two-step enqueue) is taken for removed, and a job started between the read and the fix
-counts again; the next read puts either right.
-"""
+"""The routed plain queues' waiting counts (:mod:`fair_router.observe.waiting`) reconciled with rq's lists when our
+processes read them (docs/fair-queue.md, "Counts under rq's own commands"): a counted job no longer listed stops
+counting (``unwait.lua``), a listed routed job not counted counts again (``rewait.lua``), each once. A queue or
+job key past ``bound`` is not compared (approximate); a push still on its way, or a start between the read and
+the fix, is put right by the next read."""
 
 from __future__ import annotations
 
@@ -32,8 +18,8 @@ from fair_router.core.jobmeta import META_WAITING
 from fair_router.core.keys import Keys
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, usable_tenant
 from fair_router.core.text import as_text as _text
-from fair_router.routing.waiting import field as waiting_field
-from fair_router.routing.waiting import parse_field
+from fair_router.observe.waiting import field as waiting_field
+from fair_router.observe.waiting import parse_field
 from fair_router.store.scripts import RewaitScript, UnwaitScript
 
 logger = logging.getLogger("fair_router")

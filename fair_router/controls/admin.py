@@ -1,11 +1,6 @@
-"""The per-tenant admin API a :class:`~fair_router.routing.router.FairRouter` offers: a tenant's tier, its
-overrides of the tier's values, pause and resume, and its running and waiting jobs.
-
-Used by ``fair-router tier|tenant`` and the dashboard's actions. It is apart from the router's own work
-(recording enqueues, choosing and enqueueing into queues) because it shares none of it: only the connection,
-the keys and the tier book. A FairRouter has one (``router.tenants``) and delegates to it, so
-``router.pause(tenant)`` and the rest stay where callers find them.
-"""
+"""The per-tenant admin API (``fair-router tier|tenant``, the dashboard's actions): a tenant's tier, its
+overrides, pause and resume, its running and waiting jobs. Apart from the router's work, whose connection, keys
+and tier book it shares only; a FairRouter has one (``router.tenants``) and delegates to it."""
 
 from __future__ import annotations
 
@@ -16,13 +11,13 @@ from redis import Redis
 from rq import Queue
 from rq.utils import as_text
 
+from fair_router.controls.fairstate import TENANT_FIELD, FairUnparkScript, record_waiting
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides, TenantProfile
 from fair_router.core.rates import Rate
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
-from fair_router.store.fair_scripts import TENANT_FIELD, FairUnparkScript, record_waiting
 from fair_router.store.scripts import Clock
 
 P = ParamSpec("P")
@@ -155,7 +150,7 @@ class TenantAdmin:
         lease_key = self.keys.leases(tenant)
         leases = cast(list[tuple[bytes, float]],
                       self.connection.zrange(lease_key, 0, -1, withscores=True) if apart else replies.pop(0))
-        # an empty list has nothing waiting, whatever members a plain rq worker left behind (fairqueue.plainpops)
+        # an empty list has nothing waiting, whatever members a plain rq worker left behind (fairqueue.stale)
         counts = [record_waiting(record) if length else 0
                   for record, length in zip(replies[::2], replies[1::2], strict=True)]
         now_ms = seconds * 1000 + micros // 1000

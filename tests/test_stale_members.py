@@ -1,5 +1,5 @@
 """A plain `rq worker` (none of our code runs in it) serving a fair queue: what happens to the per-tenant counts,
-and how our processes detect and report it (fair_router.fairqueue.plainpops). Real worker subprocesses."""
+and how our processes detect and report it (fair_router.fairqueue.stale). Real worker subprocesses."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from redis import Redis
 from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker
 from fair_router.cli import main
 from fair_router.dashboard.reader import SnapshotReader
-from fair_router.fairqueue.plainpops import PlainPops
-from fair_router.store.fair_scripts import tenant_waiting
+from fair_router.fairqueue.scripts import tenant_waiting
+from fair_router.fairqueue.stale import PlainPops
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 
