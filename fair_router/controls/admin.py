@@ -9,7 +9,6 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from redis import Redis
 from rq import Queue
-from rq.utils import as_text
 
 from fair_router.controls.fairstate import TENANT_FIELD, FairUnparkScript, record_waiting
 from fair_router.controls.pauses import TenantPauses
@@ -18,6 +17,7 @@ from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides, TenantProfile
 from fair_router.core.rates import Rate
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id
+from fair_router.core.text import as_text
 from fair_router.store.scripts import Clock
 
 P = ParamSpec("P")

@@ -13,11 +13,11 @@ import time
 
 from redis import Redis
 from rq import Queue
-from rq.utils import as_text
 
 from fair_router.controls.fairstate import FairHoldScript, FairUnparkScript
 from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
 from fair_router.core.keys import Keys, encode
+from fair_router.core.text import as_text
 from fair_router.store.profile_scripts import NoteChangeScript
 from fair_router.store.scripts import Admission, Clock, Verdict, now_arg
 

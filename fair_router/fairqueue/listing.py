@@ -5,9 +5,9 @@ queue's fair keys (:mod:`fair_router.fairqueue.serving_order`)."""
 from __future__ import annotations
 
 from redis import Redis
-from rq.utils import as_text
 
 from fair_router.core.keys import FairQueueKeys
+from fair_router.core.text import as_text
 from fair_router.fairqueue.scripts import tenant_weights
 from fair_router.fairqueue.serving_order import FairSnapshot, serving_order
 

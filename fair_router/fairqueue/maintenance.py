@@ -11,9 +11,9 @@ from typing import cast
 from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
-from rq.utils import as_text
 
 from fair_router.core.keys import FairQueueKeys
+from fair_router.core.text import as_text
 from fair_router.fairqueue.config import FairConfig
 from fair_router.fairqueue.scripts import FairPushScript, FairSettleScript
 from fair_router.observe.events import count_event

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from redis import Redis
 from redis.client import Pipeline
 from rq.job import Job
-from rq.utils import as_text
 
 from fair_router.config.sections import Charge, TiersConfig
 from fair_router.controls.backlog import Capped
@@ -21,6 +20,7 @@ from fair_router.controls.fairstate import FairHoldScript, FairUnparkScript
 from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_TENANT
 from fair_router.core.keys import FairQueueKeys, Keys
+from fair_router.core.text import as_text
 from fair_router.fairqueue.config import FairConfig, tenant_key, tenant_of
 from fair_router.fairqueue.listing import serving_ids
 from fair_router.fairqueue.maintenance import recover_popped
