@@ -56,7 +56,7 @@ from fair_router.routing.admin import TenantAdmin
 from fair_router.store.fair_scripts import PopKind
 from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
-from fair_router.workers.turnaway import turn_away
+from fair_router.workers.start_gate import turn_away
 
 PREFIX = "fq_model"
 NAME = "default"

@@ -1,4 +1,4 @@
-"""A job start's tenant checks ride rq's job-start MULTI (fair_router.workers.startride): no round trip of their
+"""A job start's tenant checks ride rq's job-start MULTI (fair_router.workers.start_gate): no round trip of their
 own when admitted; a refused start leaves no trace of a start (no execution, its waiting count back, no start
 record) and its job waits. Real Redis, real rq jobs, an in-process weighted worker."""
 

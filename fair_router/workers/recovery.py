@@ -70,14 +70,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import WatchError
 from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
-from rq.utils import as_text
 
 from fair_router.core.keys import Keys
 from fair_router.fairqueue.queue import FairQueue
@@ -203,7 +202,7 @@ class Recovery:
             replies = pipe.execute()
         seconds, micros = replies[0]
         now = self.clock() if self.clock is not None else int(seconds) + int(micros) / 1e6
-        running = [[(as_text(member), float(score)) for member, score in replies[1 + 2 * i]]
+        running = [[(_text(member), float(score)) for member, score in replies[1 + 2 * i]]
                    for i in range(len(queues))]
         left = [int(replies[2 + 2 * i]) for i in range(len(queues))]
 
@@ -280,7 +279,7 @@ class Recovery:
         """The staged jobs that are interruptible, still STARTED, with resumes left (``max_resumes``)."""
         found = []
         for raw in self.connection.zrange(staged, 0, -1):
-            member = as_text(cast(bytes, raw))
+            member = _text(raw)
             try:
                 job = queue.job_class.fetch(job_id_of(member), connection=self.connection,
                                             serializer=queue.serializer)
@@ -313,3 +312,7 @@ class Recovery:
                        "its cursor %r (resume %d of %d)", job.id, queue.name, self.abandon_after,
                        job.meta.get(CURSOR), job.meta[RESUMES], self.max_resumes)
         return True
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
