@@ -121,7 +121,7 @@ class RqWorkerSeam(BaseWorker):
 
     _running: tuple[Job, Queue] | None = None
     _seam_dequeued = False
-    """The job in hand came through a seam queue class's ``dequeue_any`` (never onto rq's intermediate list)."""
+    """The job in hand came through a seam queue class's ``dequeue_any``, which times its blocking wait."""
     _last_beat: tuple[float, int] | None = None
     _previous_turn_handler: Any = None
     _burst_scheduler = False
@@ -184,8 +184,8 @@ class RqWorkerSeam(BaseWorker):
             self._ordered_queues = order
         if timeout is not None and self.fetch_wait_cap is not None:
             timeout = min(timeout, self.fetch_wait_cap)
-        # A seam queue class never moves a job onto rq's intermediate list. Noted before the fetch: queue_class only
-        # ever becomes one during it (a queue marked fair at a heartbeat), and then rq's LREM stays, harmless.
+        # Noted before the fetch: queue_class only ever becomes a seam class during it (a queue marked fair at a
+        # heartbeat), and then the job's time counts from its start rather than its fetch.
         seam = issubclass(self.queue_class, RqQueueSeam)
         with self.fatal.guard():
             result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
@@ -253,13 +253,6 @@ class RqWorkerSeam(BaseWorker):
                 raise
         self.starts.on_start_replies(job, execution, replies)
         return execution
-
-    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
-        """rq's, minus its LREM when the job never was on rq's intermediate list."""
-        if self._seam_dequeued:
-            remove_from_intermediate_queue = False
-        self._seam_dequeued = False
-        super().prepare_job_execution(job, remove_from_intermediate_queue)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         """rq's, if the start parts let the job start now."""

@@ -62,14 +62,10 @@ class StartGate:
         self.fair_queues, self.start_recorder, self.wait_counts = fair_queues, start_recorder, wait_counts
         self.unparker = Unparker(fair_queues, gate, worker.connection, settings)
         self.count_turns = settings.interruptible.count_turns
+        self.rides = state_connection is worker.connection  # checks ride rq's MULTI (not on a Redis Cluster)
         self.ride: StartRide | None = None  # the start check riding rq's job-start MULTI of the job being started
         # (queue, tenant with a rate of its own, ms its next start is allowed): parked on the job start's MULTI
         self.rate_hold: tuple[FairQueue, str, int] | None = None
-
-    @property
-    def rides(self) -> bool:
-        """Whether the checks can ride rq's MULTI: our state is on rq's connection (not on a Redis Cluster)."""
-        return self.state_connection is self.worker.connection
 
     def run(self, job: Job, queue: Queue, execute: Callable[[], None]) -> None:
         """Run the job (``execute``) if its tenant may start one now; else it waits, never failed. A job whose
