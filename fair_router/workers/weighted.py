@@ -86,11 +86,10 @@ class WeightedBase(RqWorkerSeam):
         # None when concurrency limits are off (the gate then takes no slots)
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
         keys = Keys(settings.prefix)
-        self.start_recorder = (StartRecorder(self.state_connection, keys, settings.observe,
-                                             tenant_max_bytes=settings.tenant_max_bytes)
-                               if settings.observe.record else None)
-        self.starts = StartGate(self, settings, self.gate, self.state_connection, fair,
-                                           self.start_recorder, WaitCounts(self.state_connection, keys))
+        recorder = (StartRecorder(self.state_connection, keys, settings.observe,
+                                  tenant_max_bytes=settings.tenant_max_bytes) if settings.observe.record else None)
+        self.starts = StartGate(self, settings, self.gate, self.state_connection, fair, recorder,
+                                WaitCounts(self.state_connection, keys))
         self.recovery = Recovery(self.connection, keys, settings.recovery.abandon_after, outages=OUTAGES,
                                  max_resumes=settings.interruptible.max_resumes)
         self.fetch_wait_cap = self.recovery.wait_cap  # idle workers wake for their recovery check
