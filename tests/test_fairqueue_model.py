@@ -590,7 +590,7 @@ class StartPathMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.holding()))
     @rule(pick=st.integers(0, 2))
     def start(self, pick: int) -> None:
-        """The popped job's start, as ``WeightedFetchMixin.execute_job`` decides it on a fair queue: the gate's
+        """The popped job's start, as ``StartGate.run`` decides it on a fair queue: the gate's
         checks and one script call; admitted, a paced tenant's report (``job_started``: ``FairQueue.hold``);
         refused, ``turn_away`` (back to its tenant's FIFO, the tenant parked)."""
         holding = self.holding()
