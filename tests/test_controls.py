@@ -35,7 +35,7 @@ from fair_router.core.rates import Rate, parse_rate
 from fair_router.demo.redis_server import RedisServer
 from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
-from fair_router.workers.turnaway import turn_away
+from fair_router.workers.start_gate import turn_away
 
 PREFIX = "controls_test"
 KEYS = Keys(PREFIX)

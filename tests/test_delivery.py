@@ -34,7 +34,7 @@ from fair_router.core.keys import Keys
 from fair_router.observe.counters import COUNTERS
 from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
-from fair_router.workers.turnaway import turn_away
+from fair_router.workers.start_gate import turn_away
 
 PREFIX = "deliver_test"
 KEYS = Keys(PREFIX)

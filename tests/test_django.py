@@ -169,10 +169,10 @@ def test_a_queue_marked_while_the_worker_runs_is_switched_or_warned_about(conn: 
                                   queue_class=Queue)
     assert not worker.fair_queues  # nothing marked yet
     FairnessMarks(conn, "fair_router").mark(["audited", "listing"])
-    worker.marks = FairnessMarks(conn, "fair_router")  # what the worker reads again after RECHECK_EVERY
+    worker.fairness.marks = FairnessMarks(conn, "fair_router")  # what the worker reads again after RECHECK_EVERY
     with caplog.at_level(logging.INFO, logger="rq.worker"):
-        worker.follow_fairness_marks()
-        worker.follow_fairness_marks()
+        worker.fairness.follow()
+        worker.fairness.follow()
     assert [type(queue).__name__ for queue in worker.queues] == ["FairAuditedQueue", "OwnListingQueue"]
     assert worker.fair_queues == [worker.queues[0]]
     refusals = [record for record in caplog.records if "listing" in record.getMessage() and "fix:" in

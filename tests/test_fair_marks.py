@@ -101,8 +101,8 @@ def test_a_worker_already_running_picks_up_a_mark_set_later(conn: Redis) -> None
     worker = WeightedSimpleWorker([Queue("late", connection=conn)], connection=conn, settings=Settings(prefix="mk"))
     assert not worker.fair_queues
     FairnessMarks(conn, "mk").mark(["late"])
-    worker.marks._read.clear()  # what RECHECK_EVERY seconds do
-    worker.heartbeat_due()
+    worker.fairness.marks._read.clear()  # what RECHECK_EVERY seconds do
+    worker.duties.beat()
     assert [queue.name for queue in worker.fair_queues] == ["late"]
     assert all(isinstance(queue, FairQueue) for queue in worker.queues)
 

@@ -56,7 +56,7 @@ from fair_router.demo.redis_server import RedisServer
 from fair_router.rq_internals.queue import PopKind
 from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
-from fair_router.workers.turnaway import turn_away
+from fair_router.workers.start_gate import turn_away
 
 PREFIX = "fq_model"
 NAME = "default"
@@ -590,7 +590,7 @@ class StartPathMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.holding()))
     @rule(pick=st.integers(0, 2))
     def start(self, pick: int) -> None:
-        """The popped job's start, as ``WeightedFetchMixin.execute_job`` decides it on a fair queue: the gate's
+        """The popped job's start, as ``StartGate.run`` decides it on a fair queue: the gate's
         checks and one script call; admitted, a paced tenant's report (``job_started``: ``FairQueue.hold``);
         refused, ``turn_away`` (back to its tenant's FIFO, the tenant parked)."""
         holding = self.holding()

@@ -224,8 +224,8 @@ def test_the_worker_gathers_starts_and_flushes_them_on_rq_s_own_job_start_pipeli
         settings = Settings(prefix=f"hook_{mode}", observe=ObserveConfig(record=recording, flush_interval=60))
         worker = worker_class([queue], connection=conn, weights={queue.name: 1}, settings=settings)
         if mode == "every":
-            assert worker.start_recorder is not None
-            worker.start_recorder.interval = 0.0
+            assert worker.starts.start_recorder is not None
+            worker.starts.start_recorder.interval = 0.0
         execs, evals, evalshas = (command_calls(conn, name) for name in ("exec", "eval", "evalsha"))
         with monitored(conn) as feed:
             worker.work(burst=True, logging_level="WARNING")
@@ -275,19 +275,19 @@ def test_an_idle_worker_flushes_its_starts_from_its_heartbeat_once_twice_the_int
     clock = [T0 + 5.0]
     settings = Settings(prefix="idle", observe=ObserveConfig(flush_interval=1))
     worker = WeightedSimpleWorker(["idle"], connection=conn, weights={"idle": 1}, settings=settings)
-    worker.start_recorder = StartRecorder(conn, Keys("idle"), settings.observe, clock=lambda: clock[0])
-    worker.start_recorder.add("acme", 0.25)
-    worker.start_recorder.add("acme", 0.5)
+    worker.starts.start_recorder = StartRecorder(conn, Keys("idle"), settings.observe, clock=lambda: clock[0])
+    worker.starts.start_recorder.add("acme", 0.25)
+    worker.starts.start_recorder.add("acme", 0.5)
     clock[0] = T0 + 6.9  # the interval has passed, but a job start may still come to carry them
     worker.heartbeat()
-    assert worker.start_recorder.pending == 2 and conn.keys("idle:{obs}:*") == []
+    assert worker.starts.start_recorder.pending == 2 and conn.keys("idle:{obs}:*") == []
     clock[0] = T0 + 7.0
     worker.heartbeat()
-    assert worker.start_recorder.pending == 0
+    assert worker.starts.start_recorder.pending == 0
     acme = reader(conn, clock, prefix="idle").snapshot().tenants[0]
     assert (acme.tenant, acme.wait_5m.starts, acme.histogram.total_us) == ("acme", 2, 750_000)
     assert acme.series == [(T0, pytest.approx(0.375))]  # placed at the first start's time, on the clock given
-    worker.start_recorder.add("acme", 0.125)
+    worker.starts.start_recorder.add("acme", 0.125)
     worker.teardown()  # rq calls it whichever way its loop ends
     assert reader(conn, clock, prefix="idle").snapshot().tenants[0].wait_5m.starts == 3
 

@@ -32,6 +32,7 @@ from fair_router import FairQueue, Settings, SettingsError, WeightedSimpleWorker
 from fair_router.config.settings import ConcurrencyConfig, RecoveryConfig
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
+from fair_router.rq_internals.worker import revive_scheduler
 from fair_router.store.scripts import AbandonScript
 from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.recovery import Recovery
@@ -377,5 +378,5 @@ def test_a_burst_workers_scheduler_is_never_revived_as_a_process(conn: Redis) ->
     worker = WeightedSimpleWorker([QUEUE], connection=conn, settings=Settings(prefix=PREFIX))
     worker.work(burst=True, with_scheduler=True)
     assert worker.scheduler is not None and worker.scheduler._process is None
-    worker.revive_scheduler()
+    revive_scheduler(worker)
     assert worker.scheduler._process is None

@@ -1,4 +1,4 @@
-"""A job start's tenant checks ride rq's job-start MULTI (fair_router.workers.startride): no round trip of their
+"""A job start's tenant checks ride rq's job-start MULTI (fair_router.workers.start_gate): no round trip of their
 own when admitted; a refused start leaves no trace of a start (no execution, its waiting count back, no start
 record) and its job waits. Real Redis, real rq jobs, an in-process weighted worker."""
 
@@ -105,7 +105,8 @@ def test_a_refused_start_leaves_no_trace_of_a_start_and_its_job_runs_later(conn:
     assert list(conn.scan_iter(match="rq:execution:*")) == []  # rq's execution of the refused start is gone
     assert worker.executions == {}
     assert conn.hlen(waiting_jobs) == 1 and conn.hvals(waiting_counts) == [b"1"]  # it still counts waiting
-    assert worker.start_recorder is not None and worker.start_recorder.flush(conn) is None  # no start gathered
+    recorder = worker.starts.start_recorder
+    assert recorder is not None and recorder.flush(conn) is None  # no start gathered
 
     slots.release(lease)
     time.sleep(1.2)  # rq keeps scheduled times in whole seconds

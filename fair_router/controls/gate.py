@@ -1,6 +1,6 @@
 """The workers' job-start checks: pause, (with ``slots``) the concurrency slot, and rates, run as a
 :class:`~fair_router.controls.pipeline.StartPipeline` in that order, one script call per start queued on rq's
-job-start MULTI (:mod:`fair_router.workers.startride`; on a Redis Cluster in the same pipeline as the worker's
+job-start MULTI (:mod:`fair_router.workers.start_gate`; on a Redis Cluster in the same pipeline as the worker's
 "busy" state write), so they cost no round trip of their own.
 
 The order is the controls' contract: a job that already holds its slot is a lease refresh and passes

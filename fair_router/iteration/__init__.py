@@ -8,7 +8,7 @@ one slice for a worker instead of one whole long job. Usage and semantics: ``doc
   ``job.meta`` keys, the end-of-turn marker, the per-process flags a worker sets);
 - :mod:`~fair_router.iteration.decorator`: :func:`~fair_router.iteration.decorator.interruptible`.
 
-The worker side (ending a turn without rq's success handling, warm shutdown reaching the job) is in
-:mod:`fair_router.rq_internals.worker` (the rq seam) and :mod:`fair_router.workers.weighted`; resuming after a
-crash in :mod:`fair_router.workers.recovery`. This package's ``__init__`` imports nothing.
+The worker side is ``turns.HostedTurns``, a part of the weighted workers; its rq seam (ending a turn without
+rq's success handling, warm shutdown reaching the job) is :mod:`fair_router.rq_internals.turns`; resuming after
+a crash is in :mod:`fair_router.workers.recovery`. This package's ``__init__`` imports nothing.
 """

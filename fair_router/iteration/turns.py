@@ -78,3 +78,19 @@ def turns_started(job: Job) -> int:
         return int(job.meta.get(TURNS) or 0)
     except (TypeError, ValueError):
         return 0
+
+
+class HostedTurns:
+    """The worker side of interruptible iteration: the worker meets the jobs it runs in :data:`HOST`."""
+
+    def is_end(self, value: Any) -> bool:
+        """An interruptible job returned at the end of a turn: the worker queues it again."""
+        return is_turn_end(value)
+
+    def hosting(self, active: bool, stop: bool) -> None:
+        """Interruptible jobs run by this process may end turns (and stop at once if ``stop``)."""
+        HOST.hosting(active, stop)
+
+    def stop(self) -> None:
+        """Warm shutdown: the running interruptible job stops at its next checkpoint."""
+        HOST.stop = True

@@ -1,13 +1,6 @@
-"""The worker's time on a job, for runtime charging: rq's per-job bookkeeping (the job-start transaction with
-the start checks, the status writes, the result, the after-job transaction) takes a few ms, as much as a short
-job runs, and is the time of the tenant whose job it is, so the charge is not only the job's run as rq stamps
-it (``ended_at - started_at``).
-
-A job's worker time runs from the start of the fetch that found it (a blocking wait for work left out: the
-seam queue's fetch notes when it ended, :data:`FETCH_CLOCK`) to its after-job writes done. The charge is
-settled on those very writes (rq's after-job pipeline), before they are sent: their own time counts as long
-as the last job's took.
-"""
+"""The worker's time on a job, for runtime charging: from the start of the fetch that found it (a blocking wait
+left out: the seam queue's fetch notes when it ended, :data:`FETCH_CLOCK`) to its after-job writes, whose own time
+counts as long as the last job's took. Why more than rq's ``ended_at - started_at``: docs/internals.md."""
 
 from __future__ import annotations
 

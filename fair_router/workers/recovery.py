@@ -1,68 +1,7 @@
 """Bounded crash recovery: a started job whose worker stopped heartbeating is handed back within
-``recovery.abandon_after`` plus a few seconds.
-
-Why rq alone is slow here
-    rq hands back a dead worker's job (retry, else FailedJobRegistry with AbandonedJobError) only in a
-    maintenance pass, which each worker runs every ``maintenance_interval`` (10 minutes), after the job's
-    StartedJobRegistry entry has lapsed (its last heartbeat + ``job_monitoring_interval`` + 60 s), and only
-    under a per-queue lock (``rq:clean_registries:<queue>``, 899 s) that a worker killed mid-pass leaves
-    held. Idle workers meanwhile block in BLPOP for up to ~7 minutes.
-
-After a Redis outage
-    Running jobs cannot heartbeat while Redis is unreachable, so right after it returns every one of them
-    looks abandoned. A check therefore decides nothing for ``settle`` seconds (a heartbeat interval, a check
-    interval and the longest retry backoff) after this process last met Redis unreachable (its retries note
-    it, :data:`fair_router.store.outage.OUTAGES`), nor while the server's ``uptime_in_seconds`` is below that
-    (a restart this process slept through). A fresh server delays the first hand-back by the same amount.
-
-What "no heartbeat" means
-    rq keeps each running job's last heartbeat in its execution hash (``last_heartbeat``). The entry's score
-    in the StartedJobRegistry is that heartbeat plus a TTL that depends on the worker class and the job
-    (forking worker: min(job timeout left, job_monitoring_interval) + 60; SimpleWorker: job timeout + 60),
-    so the score alone cannot say how long ago the last heartbeat was; the execution hash can. An entry
-    is abandoned when its last heartbeat is ``abandon_after`` old, its execution hash has expired, or rq's
-    own deadline (the score) has passed. For that to mean "dead", live workers must heartbeat running jobs
-    more often: ours do every ``abandon_after / 3`` (whole seconds, at least 1). The forking worker runs
-    rq's job monitoring that often; rq's SimpleWorker sends no heartbeat at all while a job runs, so the
-    weighted one beats from a thread (``JobBeat`` in :mod:`fair_router.rq_internals.jobbeat`). rq's own
-    forking Worker beats every ``job_monitoring_interval`` (30 s): fine beside the default ``abandon_after``
-    of 60 s. rq's plain SimpleWorker must not serve the same queues with jobs longer than ``abandon_after``.
-
-Who checks, and how often
-    Each weighted worker is due for a check every ``every`` seconds (``abandon_after / 4``, at most 2 s).
-    Then it takes the turn of each of its queues that no other worker has taken in that time (SET NX PX
-    ``every`` on our own key per queue; one pipelined round trip per check): a worker that finds a queue
-    taken skips it, so each queue is read by one worker per interval, however many workers there are. A
-    turn lapses by itself, so a dead holder delays nothing beyond one interval. Idle workers cap their
-    blocking fetch at ``every`` (rounded up to whole seconds) so they wake to check even when every queue
-    is empty. So while some worker of the queue is idle (or between jobs), the queue is checked at least
-    once per interval plus one blocking wait, and a job is handed back within ``abandon_after`` after its
-    last heartbeat plus that. A forking worker busy with a job also checks, at each of its job's
-    heartbeats.
-
-A queue's check
-    1. FairQueue only: :meth:`FairQueue.recover` with ``older_than=abandon_after`` gives back jobs popped but
-       never started. It runs first: a job handed back below is queued again, and recover must not see it
-       as one that was popped and lost.
-    2. Read the StartedJobRegistry with scores and each entry's last heartbeat (two round trips, only the
-       second one grows with the running jobs of the queue). Server TIME is "now" unless a clock is given.
-    3. Move the abandoned entries into our staging set (``abandon.lua``), each only if its score is still the
-       one read: a heartbeat rewrites the score, so an entry whose worker beat in between stays. (rq scores
-       in whole seconds, and in a job's last ``job_monitoring_interval`` before its timeout every beat gives
-       the same score: a stalled worker that wakes up exactly then is not told apart.)
-    4. Run rq's own ``StartedJobRegistry.cleanup`` over the staging set: failure callback, exception
-       handlers, retry (``job.retry`` on the worker's queue object, as rq's worker does for a failed job) or
-       FailedJobRegistry with AbandonedJobError, dependents. Entries left staged by a check that died midway
-       are handed back by the next one. rq's maintenance never sees staged entries, so the two cannot hand
-       back one job twice.
-
-Where this relies on rq internals (rq 3.0): all of it is behind :mod:`fair_router.rq_internals.registry` and
-:mod:`fair_router.rq_internals.worker`: the
-registry's member format and execution hash (``started_key``, ``execution_key``, ``has_execution``), rq's
-``cleanup`` run on the staging set (``staged_registry``), and on the worker side the heartbeats this check
-runs from (the seam's ``heartbeat_due`` hook), the running jobs' heartbeat period and the worker's exception
-handlers.
-"""
+``recovery.abandon_after`` plus a few seconds, by rq's own ``StartedJobRegistry.cleanup`` on a staging set; rq's
+internals it relies on are in :mod:`fair_router.rq_internals.registry`. How a check works, and why rq alone is
+slow here: docs/recovery.md ("How a check works")."""
 
 from __future__ import annotations
 
@@ -70,14 +9,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import WatchError
 from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
-from rq.utils import as_text
 
 from fair_router.core.keys import Keys
 from fair_router.fairqueue.queue import FairQueue
@@ -203,7 +141,7 @@ class Recovery:
             replies = pipe.execute()
         seconds, micros = replies[0]
         now = self.clock() if self.clock is not None else int(seconds) + int(micros) / 1e6
-        running = [[(as_text(member), float(score)) for member, score in replies[1 + 2 * i]]
+        running = [[(_text(member), float(score)) for member, score in replies[1 + 2 * i]]
                    for i in range(len(queues))]
         left = [int(replies[2 + 2 * i]) for i in range(len(queues))]
 
@@ -280,7 +218,7 @@ class Recovery:
         """The staged jobs that are interruptible, still STARTED, with resumes left (``max_resumes``)."""
         found = []
         for raw in self.connection.zrange(staged, 0, -1):
-            member = as_text(cast(bytes, raw))
+            member = _text(raw)
             try:
                 job = queue.job_class.fetch(job_id_of(member), connection=self.connection,
                                             serializer=queue.serializer)
@@ -313,3 +251,7 @@ class Recovery:
                        "its cursor %r (resume %d of %d)", job.id, queue.name, self.abandon_after,
                        job.meta.get(CURSOR), job.meta[RESUMES], self.max_resumes)
         return True
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -22,6 +22,8 @@ import random
 from collections.abc import Iterable
 from typing import TypeVar
 
+from rq import Queue
+
 from fair_router.core.validation import QueueWeight
 
 T = TypeVar("T")
@@ -46,3 +48,20 @@ def weighted_order(items: Iterable[tuple[T, QueueWeight]], rng: random.Random | 
         keyed.append((expovariate(weight), index, item))
     keyed.sort(key=lambda entry: (entry[0], entry[1]))
     return strict + [item for _, _, item in keyed]
+
+
+class WeightedOrder:
+    """A worker's fetch order: a fresh :func:`weighted_order` of its queues before every fetch. ``weights`` is
+    None when none of its queues has a configured weight: rq's order (and ``--dequeue-strategy``) then stands."""
+
+    def __init__(self, weights: list[tuple[Queue, QueueWeight]] | None) -> None:
+        self.weights = weights
+
+    def draw(self) -> list[Queue] | None:
+        """The order of the next fetch (None: rq's)."""
+        return None if self.weights is None else weighted_order(self.weights)
+
+    def replace(self, old: Queue, new: Queue) -> None:
+        """Serve ``new`` in ``old``'s place, with its weight (a queue marked fair)."""
+        if self.weights is not None:
+            self.weights = [(new if queue is old else queue, weight) for queue, weight in self.weights]
