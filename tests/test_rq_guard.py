@@ -254,12 +254,12 @@ OWN_NAMES = {
     "_job": "JobBeat's own job",
     "_queue_names": "the dashboard reader's own method",
     "_queue": "_StagedRegistry's own queue",
+    "_process": "the demo's RedisServer's own server process",
 }
 
 
-def test_every_private_rq_name_used_is_listed() -> None:
-    """Each ``._name`` in fair_router/ that names a private member of one of rq's classes is listed (or is one
-    of our own attributes by the same name, OWN_NAMES)."""
+def _rq_private_names() -> set[str]:
+    """The private member names of rq's classes fair_router meets (defined on them, or set in their __init__)."""
     import rq.executions
     import rq.intermediate_queue
     import rq.job
@@ -279,12 +279,36 @@ def test_every_private_rq_name_used_is_listed() -> None:
             if init is not None and hasattr(init, "__code__"):
                 private |= {name for name in init.__code__.co_names if name.startswith("_")
                             and not name.startswith("__")}
+    return private
+
+
+def _private_used(path: Path) -> set[str]:
+    """``path``'s ``._name`` attributes naming a private member of rq's classes (OWN_NAMES left out)."""
+    return set(re.findall(r"\.(_[a-z]\w*)\b", path.read_text())) & _rq_private_names() - set(OWN_NAMES)
+
+
+def test_every_private_rq_name_used_is_listed() -> None:
+    """Each ``._name`` in fair_router/ that names a private member of one of rq's classes is listed (or is one
+    of our own attributes by the same name, OWN_NAMES)."""
     used = set()
     for path in (ROOT / "fair_router").rglob("*.py"):
-        used |= set(re.findall(r"\.(_[a-z]\w*)\b", path.read_text())) & private
+        used |= _private_used(path)
     listed = {member.name for member in MEMBERS}
     assert {"_enqueue_job", "_ordered_queues", "_dependency_ids"} <= used
-    assert used - listed - set(OWN_NAMES) == set()
+    assert used - listed == set()
+
+
+def test_rq_private_names_stay_inside_rq_internals() -> None:
+    """rq's private members and its undocumented helpers (``rq.utils``) are reached only from
+    ``fair_router/rq_internals/``: an rq upgrade is checked there, and nowhere else."""
+    inside = ROOT / "fair_router" / "rq_internals"
+    outside = {path.relative_to(ROOT).as_posix(): sorted(_private_used(path))
+               for path in (ROOT / "fair_router").rglob("*.py") if inside not in path.parents}
+    assert any(_private_used(path) for path in inside.glob("*.py"))  # the scan sees the seam's own
+    assert {path: names for path, names in outside.items() if names} == {}
+    helpers = [path.relative_to(ROOT).as_posix() for path in (ROOT / "fair_router").rglob("*.py")
+               if inside not in path.parents and re.search(r"\brq\.utils\b", path.read_text())]
+    assert helpers == []
 
 
 def test_rq_utils_names_used_are_listed() -> None:

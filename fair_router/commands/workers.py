@@ -95,8 +95,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     """
     import logging
 
-    from rq.utils import import_worker_class
-
+    from fair_router.rq_internals.worker import worker_class as worker_class_named
     from fair_router.workers.pool import WorkerPool
     from fair_router.workers.shard_pool import pool_allocation
 
@@ -110,7 +109,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     url = url or settings.redis_url
     allocation, urls = pool_allocation(settings)  # groups of sharded families: one group per shard
     try:
-        import_worker_class(worker_class)
+        worker_class_named(worker_class)
     except (ImportError, ValueError) as exc:
         click.echo(f"error: cannot use worker class {worker_class!r}: {exc}", err=True)
         sys.exit(2)

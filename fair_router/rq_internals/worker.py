@@ -19,7 +19,7 @@ from redis.exceptions import OutOfMemoryError
 from rq import Queue, SimpleWorker
 from rq.executions import Execution
 from rq.job import Job
-from rq.utils import now
+from rq.utils import import_worker_class, now
 from rq.worker import BaseWorker, WorkerStatus
 
 from fair_router.rq_internals.fatal import FatalRedisExits
@@ -363,3 +363,8 @@ def rebuilt_as(queue_class: type[Queue], queue: Queue, **extra: Any) -> Queue:
     return queue_class(queue.name, connection=queue.connection, serializer=queue.serializer,
                        job_class=queue.job_class, death_penalty_class=queue.death_penalty_class,
                        default_timeout=queue._default_timeout, **extra)
+
+
+def worker_class(name: str) -> type[BaseWorker]:
+    """The worker class a dotted path names, checked as ``rq worker --worker-class`` checks it (``rq.utils``)."""
+    return import_worker_class(name)
