@@ -15,7 +15,7 @@ from rq.queue import Queue
 
 from fair_router.core.tenancy import usable_tenant
 from fair_router.demo.metrics import JobTiming
-from fair_router.rq_internals.jobclock import FETCH_CLOCK
+from fair_router.rq_internals.jobclock import waited_until
 from fair_router.workers.weighted import WeightedSimpleWorker
 
 SPANS = "fair_router_flood:worker_spans"  # LIST of JSON [tenant, taken (epoch s), worker s, cycle s]
@@ -36,7 +36,7 @@ class TimedWorker(WeightedSimpleWorker):
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         taken = time.time()
-        waited = FETCH_CLOCK.waited_until
+        waited = waited_until(job)
         fetched = self._fetching if waited is None else max(self._fetching, waited)
         try:
             super().execute_job(job, queue)

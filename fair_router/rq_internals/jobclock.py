@@ -1,21 +1,28 @@
 """The worker's time on a job, for runtime charging: from the start of the fetch that found it (a blocking wait
-left out: the seam queue's fetch notes when it ended, :data:`FETCH_CLOCK`) to its after-job writes, whose own time
-counts as long as the last job's took. Why more than rq's ``ended_at - started_at``: docs/internals.md."""
+left out: the seam queue's fetch notes on the job it returns when its wait ended, :func:`waited_until`) to its
+after-job writes, whose own time counts as long as the last job's took. Why more than rq's
+``ended_at - started_at``: docs/internals.md."""
 
 from __future__ import annotations
 
-import threading
 import time
 
+from rq.job import Job
 
-class FetchClock(threading.local):
-    """When the blocking wait of this thread's last fetch (``RqQueueSeam.dequeue_any``) ended
-    (``time.perf_counter()``), None when it found a job without waiting."""
-
-    waited_until: float | None = None
+WAITED_UNTIL = "fair_waited_until"
+"""The attribute (of the Job object a seam queue's fetch returns, never saved) holding when the fetch's blocking
+wait ended (``time.perf_counter()``), None when it found the job without waiting."""
 
 
-FETCH_CLOCK = FetchClock()
+def note_wait(job: Job, until: float | None) -> Job:
+    """``job``, noted with when the blocking wait of the fetch that found it ended (None: no wait)."""
+    setattr(job, WAITED_UNTIL, until)
+    return job
+
+
+def waited_until(job: Job) -> float | None:
+    """When the blocking wait of the fetch that found ``job`` ended; None without a wait or a seam fetch."""
+    return getattr(job, WAITED_UNTIL, None)
 
 
 class JobClock:
@@ -31,13 +38,13 @@ class JobClock:
         """The worker starts a fetch (``dequeue_job_and_maintain_ttl``)."""
         self.fetch_began = time.perf_counter()
 
-    def take(self, timed_fetch: bool) -> None:
-        """The worker takes up a job; ``timed_fetch``: its fetch went through a seam queue class (which notes
-        its blocking wait), so the time counts from that fetch; else from now."""
+    def take(self, job: Job, timed_fetch: bool) -> None:
+        """The worker takes up ``job``; ``timed_fetch``: its fetch went through a seam queue class (which notes
+        its blocking wait on the job), so the time counts from that fetch; else from now."""
         now = time.perf_counter()
         began = now
         if timed_fetch and self.fetch_began is not None:
-            waited = FETCH_CLOCK.waited_until
+            waited = waited_until(job)
             began = self.fetch_began if waited is None else min(now, max(self.fetch_began, waited))
         self.taken_at, self.ended_at = began, None
 

@@ -26,7 +26,7 @@ from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
 from rq.utils import as_text, backend_class
 
-from fair_router.rq_internals.jobclock import FETCH_CLOCK
+from fair_router.rq_internals.jobclock import note_wait
 
 STALLED_POLL = 1.0
 """Seconds a worker blocks on a queue where only parked tenants' jobs wait before it looks again (an id
@@ -268,7 +268,7 @@ class RqQueueSeam(Queue):
         if timeout == 0:
             raise ValueError("RQ does not support indefinite timeouts. Please pick a timeout value > 0")
         queues = list(queues)
-        FETCH_CLOCK.waited_until = None  # the worker's time on the job excludes a blocking wait (jobclock.py)
+        waited = None  # when a blocking wait ended: the worker's time on the job leaves it out (jobclock.py)
         job_cls: type[Job] = backend_class(cls, "job_class", override=job_class)
         deadline = None if timeout is None else time.monotonic() + timeout
         by_key = {queue.key: queue for queue in queues}
@@ -286,7 +286,7 @@ class RqQueueSeam(Queue):
                         break
                     job = _fetch(job_cls, cast(str, result.job_id), queue, connection, serializer)
                     if job is not None and not _adopted(queue, result, job):
-                        return job, queue
+                        return note_wait(job, waited), queue
             if deadline is None:
                 return None
             left = deadline - time.monotonic()
@@ -303,7 +303,7 @@ class RqQueueSeam(Queue):
                 block = min(block, STALLED_POLL)
             keys = [cast(RqQueueSeam, by_key[key]).wake_key if key in stalled else key for key in by_key]
             popped = connection.blpop(keys, max(0.01, block))
-            FETCH_CLOCK.waited_until = time.perf_counter()
+            waited = time.perf_counter()
             if popped is None:
                 if block >= left:
                     raise DequeueTimeout(timeout, list(by_key))
@@ -316,7 +316,7 @@ class RqQueueSeam(Queue):
             if result.job_id is not None:
                 job = _fetch(job_cls, result.job_id, queue, connection, serializer)
                 if job is not None and not _adopted(queue, result, job):
-                    return job, queue
+                    return note_wait(job, waited), queue
 
     # -- maintenance: rq's intermediate-queue hook ----------------------------------------------------------
 

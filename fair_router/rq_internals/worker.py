@@ -260,7 +260,7 @@ class RqWorkerSeam(BaseWorker):
 
     def _run_job(self, job: Job, queue: Queue) -> None:
         self._running = (job, queue)
-        self.job_clock.take(timed_fetch=self._seam_dequeued)
+        self.job_clock.take(job, timed_fetch=self._seam_dequeued)
         if self.job_beat is not None:
             self.job_beat.follow(job)
         self.turns.hosting(True, bool(self._stop_requested))
