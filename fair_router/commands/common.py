@@ -3,7 +3,6 @@ and option types validated as the settings they override."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import click
 from pydantic import TypeAdapter, ValidationError
 from redis import Redis
 
-from fair_router.commands.failures import BadInput, redacted, remember_redis
+from fair_router.commands.failures import BadInput, fail, redacted, remember_redis
 from fair_router.config.settings import Settings, SettingsError, SettingsWarning, load_settings
 from fair_router.core.validation import AtLeastOne, FairWeight, RateField
 from fair_router.routing.router import FairRouter
@@ -30,8 +29,7 @@ def load_or_exit(config: Path | None) -> Settings:
             warnings.simplefilter("always", SettingsWarning)
             settings = load_settings(config)
     except SettingsError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(2)
+        fail(str(exc))
     for warning in caught:
         if issubclass(warning.category, SettingsWarning):
             click.echo(f"warning: {warning.message}", err=True)

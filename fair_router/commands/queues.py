@@ -3,7 +3,6 @@ order."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -12,6 +11,7 @@ from rq import Queue
 from rq.job import Job
 
 from fair_router.commands.common import connect, load_or_exit
+from fair_router.commands.failures import fail
 from fair_router.config.settings import Settings
 from fair_router.core.tenancy import usable_tenant
 from fair_router.fairqueue.marks import FairnessMarks
@@ -101,6 +101,5 @@ def queue_plain(name: str, config: Path | None) -> None:
     it in fair_queues: (or pass fair=True) mark it again."""
     result = _marks(config).clear(name)
     if result < 0:
-        click.echo(f"{name}: {-result} job(s) still wait; it stays fair (drain it first)", err=True)
-        sys.exit(1)
+        fail(f"{name}: {-result} job(s) still wait; it stays fair (drain it first)", 1)
     click.echo(f"{name}: plain" if result else f"{name}: was not marked fair")

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from fair_router.commands.common import connect, load_or_exit
+from fair_router.commands.failures import fail
 
 # As `rq worker --path` (default "."): the directories job functions and classes import from, so that
 # `fair-router worker` run from a project's root finds `myapp.tasks` as `rq worker` does. A console
@@ -57,20 +58,17 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
         names = shard_queues(settings, shard, queues)
         url = url or settings.shard_url(shard)
         if not names:
-            click.echo(f"error: no queues for shard {shard}: no job key under `jobs:` has shards reaching shard "
-                       f"{shard}; name the queue families (fair-router worker --shard {shard} default)", err=True)
-            sys.exit(2)
+            fail(f"error: no queues for shard {shard}: no job key under `jobs:` has shards reaching shard "
+                 f"{shard}; name the queue families (fair-router worker --shard {shard} default)")
     if not names:
-        click.echo("error: no queues to work on: name them (fair-router worker default low) or list them "
-                   "under `queues:` in the settings", err=True)
-        sys.exit(2)
+        fail("error: no queues to work on: name them (fair-router worker default low) or list them "
+             "under `queues:` in the settings")
     # An unreachable Redis fails now (exit 1); on a cluster a RedisCluster, the worker takes rq's client from it.
     connection = connect(url or settings.redis_url, ping=True, cluster=settings.redis_cluster)
     try:
         rq_worker = WeightedWorker(names, connection=connection, name=name, settings=settings)  # --config's
     except ValueError as exc:
-        click.echo(f"error: cannot start the worker: {exc}", err=True)
-        sys.exit(2)
+        fail(f"error: cannot start the worker: {exc}")
     rq_worker.work(burst=burst, logging_level=logging_level.upper(), max_jobs=max_jobs,
                    with_scheduler=with_scheduler)
 
@@ -103,17 +101,15 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     import_paths = add_import_paths(paths)
     settings = load_or_exit(config)
     if not settings.pool:
-        click.echo("error: no workers to run: `pool:` is empty. Set it in the settings file, e.g.\n"
-                   "  pool:\n    default: 2\n    default_throttled,default_superslow: 1\n"
-                   "or in the environment: FAIR_ROUTER_POOL='{\"default\": 2}'", err=True)
-        sys.exit(2)
+        fail("error: no workers to run: `pool:` is empty. Set it in the settings file, e.g.\n"
+             "  pool:\n    default: 2\n    default_throttled,default_superslow: 1\n"
+             "or in the environment: FAIR_ROUTER_POOL='{\"default\": 2}'")
     url = url or settings.redis_url
     allocation, urls = pool_allocation(settings)  # groups of sharded families: one group per shard
     try:
         import_worker_class(worker_class)
     except (ImportError, ValueError) as exc:
-        click.echo(f"error: cannot use worker class {worker_class!r}: {exc}", err=True)
-        sys.exit(2)
+        fail(f"error: cannot use worker class {worker_class!r}: {exc}")
     for server in dict.fromkeys([url, *urls.values()]):
         # An unreachable Redis fails now (exit 1), not in every worker.
         connect(server, ping=True, cluster=settings.redis_cluster and server == url)
