@@ -10,23 +10,13 @@ from typing import Any
 import yaml
 from pydantic_settings import YamlConfigSettingsSource
 
-from fair_router.config.errors import SettingsError, SettingsWarning
+from fair_router.config.errors import SHOWN, SettingsError, SettingsWarning, shown
 
 MAX_FILE_BYTES = 1_000_000
 """Largest settings file read (bytes)."""
 
 MAX_INT_DIGITS = 30
 """Longest integer literal taken (digits): every count has a bound far below it."""
-
-SHOWN = 80
-"""Characters of a key or value echoed in a message."""
-
-
-def shown(value: object) -> str:
-    """``repr(value)``, cut to about :data:`SHOWN` characters."""
-    text = repr(value)
-    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
-
 
 class StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing duplicate keys and huge integers (with the line of each)."""

@@ -117,7 +117,7 @@ def create_blueprint(
                             tenant_max_bytes=reader.settings.tenant_max_bytes)
 
         @blueprint.post("/api/tenant/<action>")
-        def api_tenant(action: str) -> Response:
+        def api_tenant(action: str) -> Response | tuple[Response, int]:
             """Pause or resume one tenant (``{"tenant": id}``), with the bearer token."""
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
@@ -129,9 +129,7 @@ def create_blueprint(
             try:  # a str or int id within tenant_max_bytes, as everywhere (fair_router.core.tenancy)
                 tenant = router.tenant_id(given_tenant)
             except (TypeError, ValueError) as exc:
-                refused = jsonify({"error": f'the body must be {{"tenant": "<tenant id>"}}: {exc}'})
-                refused.status_code = 400
-                return refused
+                return jsonify({"error": f'the body must be {{"tenant": "<tenant id>"}}: {exc}'}), 400
             getattr(router, action)(tenant)
             return jsonify({"tenant": tenant, "paused": router.paused(tenant)})
 
@@ -169,8 +167,3 @@ def listen(app: Flask, host: str, port: int, threads: int = 8,
 
     logging.basicConfig()  # waitress logs its warnings (e.g. a deep task queue) through logging
     return create_server(app, host=host, port=port, threads=threads, ident="fair-router", **options)
-
-
-def serve(app: Flask, host: str, port: int, threads: int = 8, **options: Any) -> None:
-    """:func:`listen`, then serve until stopped (Ctrl-C ends it cleanly)."""
-    listen(app, host, port, threads, **options).run()
