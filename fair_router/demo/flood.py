@@ -16,14 +16,7 @@ from redis import Redis
 
 from fair_router.config.settings import Charge
 from fair_router.demo.harness import MODES, Midway, drain
-from fair_router.demo.metrics import (
-    JobTiming,
-    jain,
-    makespan,
-    share_accuracy,
-    summarize,
-    worker_time_shares,
-)
+from fair_router.demo.metrics import JobTiming, jain, makespan, share_accuracy, summarize, worker_time_shares
 from fair_router.demo.timed import TimedWorker, read_spans
 
 CHARGES: tuple[Charge, ...] = ("jobs", "runtime")
@@ -69,15 +62,8 @@ def arrivals(params: FloodParams, flood: bool) -> list[tuple[float, str, str]]:
     return sorted(plan, key=lambda item: item[0])
 
 
-def run_once(
-    connection: Redis,
-    url: str,
-    mode_name: str,
-    params: FloodParams,
-    flood: bool,
-    progress: Callable[[int], None] | None = None,
-    midway: Midway | None = None,
-) -> list[JobTiming]:
+def run_once(connection: Redis, url: str, mode_name: str, params: FloodParams, flood: bool,
+             progress: Callable[[int], None] | None = None, midway: Midway | None = None) -> list[JobTiming]:
     """Run one mode once (with or without the flood); ``midway`` is called when half the jobs have run."""
     plan = arrivals(params, flood)
     bursts = [[tenant for _, tenant, kind in plan if kind == "greedy"]] if flood else []
@@ -86,13 +72,8 @@ def run_once(
                  midway=midway, flush_interval=params.flush_interval)
 
 
-def run_backlogged(
-    connection: Redis,
-    url: str,
-    mode_name: str,
-    params: FloodParams,
-    progress: Callable[[int], None] | None = None,
-) -> list[JobTiming]:
+def run_backlogged(connection: Redis, url: str, mode_name: str, params: FloodParams,
+                   progress: Callable[[int], None] | None = None) -> list[JobTiming]:
     """Every tenant backlogged: ``share_tenants`` each enqueue ``share_jobs`` jobs, one after another."""
     bursts = [[f"tenant-{i}"] * params.share_jobs for i in range(params.share_tenants)]
     return drain(connection, url, mode_name, params.workers, params.job_ms, bursts, "backlogged", [], progress,
@@ -115,13 +96,8 @@ class MixedParams:
         return self.long_jobs + self.short_jobs
 
 
-def run_worker_time(
-    connection: Redis,
-    url: str,
-    params: MixedParams,
-    charge: Charge,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, float]:
+def run_worker_time(connection: Redis, url: str, params: MixedParams, charge: Charge,
+                    progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Drain the mixed-length backlog on a FairQueue charging ``charge``. Returns the long tenant's share of worker time
     while both were backlogged, Jain's index over worker time / fair share (``jain_run``: over rq's run times,
     ``jain_cycle``: over whole cycles), and the throughput."""
@@ -156,15 +132,9 @@ def run_worker_time(
     }
 
 
-def run_scenario(
-    connection: Redis,
-    url: str,
-    params: FloodParams,
-    modes: Sequence[str] = MODES,
-    progress: Callable[[int], None] | None = None,
-    rounds: int = 1,
-    midway: Midway | None = None,
-) -> dict[str, Any]:
+def run_scenario(connection: Redis, url: str, params: FloodParams, modes: Sequence[str] = MODES,
+                 progress: Callable[[int], None] | None = None, rounds: int = 1,
+                 midway: Midway | None = None) -> dict[str, Any]:
     """Every mode without and with the flood, ``rounds`` times (order rotated each round, seed + round), then once all
     backlogged; returns params, per-mode summaries and raw waits. The makespan ratio is the median over rounds of each
     mode's against FIFO's in the same round, so the machine's drift cancels."""

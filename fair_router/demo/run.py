@@ -14,14 +14,8 @@ import click
 from redis import Redis
 
 from fair_router.core.rules import Rule
-from fair_router.demo.flood import (
-    CHARGES,
-    FloodParams,
-    MixedParams,
-    run_scenario,
-    run_worker_time,
-    total_jobs,
-)
+from fair_router.demo import flood
+from fair_router.demo.flood import CHARGES, FloodParams, MixedParams
 from fair_router.demo.harness import Midway, Mode, observed_settings
 from fair_router.demo.long_jobs import SLICE, LongParams, run_long_jobs
 from fair_router.demo.long_jobs import total_jobs as long_total_jobs
@@ -89,8 +83,8 @@ def run_flood_demo(
                f"{params.arrival_spread:.1f}s, {params.job_ms:g} ms jobs, {params.workers} workers; "
                "each mode also runs without the flood" + (f"; {rounds} rounds" if rounds > 1 else ""))
     views: dict[str, list[str]] = {}
-    with click.progressbar(length=total_jobs(params, modes, rounds), label="running", show_pos=True) as bar:
-        report = run_scenario(connection, url, params, modes, progress=bar.update, rounds=rounds,
+    with click.progressbar(length=flood.total_jobs(params, modes, rounds), label="running", show_pos=True) as bar:
+        report = flood.run_scenario(connection, url, params, modes, progress=bar.update, rounds=rounds,
                               midway=dashboard_view(connection, views))
     report["dashboard"] = views
     return report
@@ -173,7 +167,7 @@ def run_worker_time_demo(connection: Redis, url: str, params: MixedParams, round
     with click.progressbar(length=rounds * len(CHARGES) * params.total_jobs, label="running", show_pos=True) as bar:
         for number in range(rounds):
             order = CHARGES[number % 2:] + CHARGES[:number % 2]
-            per_round.append({charge: run_worker_time(connection, url, params, charge, progress=bar.update)
+            per_round.append({charge: flood.run_worker_time(connection, url, params, charge, progress=bar.update)
                               for charge in order})
     medians = {charge: {name: statistics.median(r[charge][name] for r in per_round) for name in per_round[0][charge]}
                for charge in CHARGES}
