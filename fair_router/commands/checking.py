@@ -132,21 +132,12 @@ def _load_scripts(connection: Redis) -> tuple[list[Finding], bool]:
             connection.script_load(assemble(name))
         except RedisError as exc:
             failed.append(Finding("error", f"lua/{name}.lua", f"SCRIPT LOAD failed: {exc}"))
-    try:
-        function = _pop_function(connection)
+    try:  # False where functions are unavailable or denied
+        function = FairPopScript(connection).load_function()
     except RedisError as exc:
-        failed.append(Finding("error", "lua/fair_pop.lua", f"FUNCTION LOAD failed: {exc}"))
+        if not (isinstance(exc, ResponseError) and no_functions(exc, "function")):
+            failed.append(Finding("error", "lua/fair_pop.lua", f"FUNCTION LOAD failed: {exc}"))
     return failed, function
-
-
-def _pop_function(connection: Redis) -> bool:
-    """Whether the fair pop's function library loads here (False where functions are unavailable or denied)."""
-    try:
-        return FairPopScript(connection).load_function()
-    except ResponseError as exc:
-        if no_functions(exc, "function"):
-            return False
-        raise
 
 
 def report(settings: Settings, source: str, server: Callable[[], list[Finding]] | None = None) -> None:

@@ -17,6 +17,9 @@ path_option = click.option("--path", "-P", "paths", multiple=True, default=["."]
                            help="Directory to import job functions from (added to sys.path, as with "
                                 "`rq worker --path`); repeatable.")
 
+level_option = click.option("--logging-level", default="INFO", show_default=True,
+                            type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
+
 
 def add_import_paths(paths: tuple[str, ...]) -> list[str]:
     """Append each directory, made absolute, to ``sys.path`` (as rq's CLI appends its ``--path``)."""
@@ -31,8 +34,7 @@ def add_import_paths(paths: tuple[str, ...]) -> list[str]:
 @click.option("--url", help="Redis URL.  [default: redis_url from settings]")
 @click.option("--burst", is_flag=True, help="Quit when the queues are empty.")
 @click.option("--name", help="Worker name.  [default: random]")
-@click.option("--logging-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
+@level_option
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Quit after this many jobs.")
 @click.option("--with-scheduler/--without-scheduler", default=True, show_default=True,
               help="Also run rq's scheduler, so enqueue_in/enqueue_at jobs are moved to their queues.")
@@ -78,8 +80,7 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
 @click.option("--url", help="Redis URL.  [default: redis_url from settings]")
 @click.option("--worker-class", "-w", default="fair_router.WeightedWorker", show_default=True,
               help="rq worker class every worker runs (dotted path).")
-@click.option("--logging-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
+@level_option
 @click.option("--with-scheduler", is_flag=True, help="Run rq's scheduler in exactly one of the workers.")
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds a stopping worker may finish its job before it is cold-stopped.")
