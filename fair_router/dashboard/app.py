@@ -37,14 +37,9 @@ MIN_TOKEN_LENGTH = 16
 ACTIONS = ("pause", "resume")
 
 
-def create_blueprint(
-    reader: SnapshotReader,
-    refresh: float = DEFAULT_REFRESH,
-    name: str = "fair_router",
-    actions_token: str | None = None,
-    read_token: str | None = None,
-    metrics_open: bool = False,
-) -> Blueprint:
+def create_blueprint(reader: SnapshotReader, refresh: float = DEFAULT_REFRESH, name: str = "fair_router",
+                     actions_token: str | None = None, read_token: str | None = None,
+                     metrics_open: bool = False) -> Blueprint:
     """The dashboard's routes as a blueprint (``name`` unique within the app). ``actions_token`` turns on the tenant
     actions (``POST /api/tenant/<pause|resume>``); ``read_token`` guards every route but the assets (``metrics_open``:
     except ``/metrics``). The ``Host`` check is the app's (:class:`~fair_router.dashboard.guard.HostAllowlist`)."""
@@ -136,16 +131,9 @@ def create_blueprint(
     return blueprint
 
 
-def create_app(
-    settings: Settings | None = None,
-    connection: Redis | None = None,
-    refresh: float = DEFAULT_REFRESH,
-    queues: list[str] | None = None,
-    actions_token: str | None = None,
-    read_token: str | None = None,
-    allowed_hosts: Iterable[str] = LOOPBACK_NAMES,
-    metrics_open: bool = False,
-) -> Flask:
+def create_app(settings: Settings | None = None, connection: Redis | None = None, refresh: float = DEFAULT_REFRESH,
+               queues: list[str] | None = None, actions_token: str | None = None, read_token: str | None = None,
+               allowed_hosts: Iterable[str] = LOOPBACK_NAMES, metrics_open: bool = False) -> Flask:
     """A Flask app serving the dashboard at ``/``; settings and connection default to the settings file (so ``gunicorn
     'fair_router.dashboard.app:create_app()'`` works). Tokens as in :func:`create_blueprint`; ``allowed_hosts``: the
     ``Host`` names answered (default loopback), any other gets 400."""

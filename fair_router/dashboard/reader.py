@@ -8,6 +8,7 @@ into ``_other``."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -58,13 +59,8 @@ def _ints(raw: dict[Any, Any]) -> dict[str, int]:
 class SnapshotReader:
     """Reads a :class:`Snapshot` from Redis for one deployment's settings (prefix, queues, tiers, limits)."""
 
-    def __init__(
-        self,
-        connection: Redis,
-        settings: Settings,
-        queues: Sequence[str] | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, connection: Redis, settings: Settings, queues: Sequence[str] | None = None,
+                 clock: Clock | None = None) -> None:
         """``queues``: those to show (default: the settings' and rq's); ``clock``: instead of Redis ``TIME``."""
         self.connection = connection
         self.rq = rq_of(connection)  # rq's keys: the same client, or on a cluster the owner of rq's slot
@@ -132,10 +128,9 @@ class SnapshotReader:
         lengths = {queue.name: queue.jobs for queue in queues if not queue.down}
         waiting = {**plain_waiting(routed_replies[1::2], lengths), **backlogs}  # queue -> tenant -> jobs
 
-        waiting_total: dict[str, int] = {}
+        waiting_total: Counter[str] = Counter()
         for backlog in waiting.values():
-            for tenant, count in backlog.items():
-                waiting_total[tenant] = waiting_total.get(tenant, 0) + count
+            waiting_total.update(backlog)
         recently = [as_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
         by_waiting = sorted(waiting_total, key=lambda t: -waiting_total[t])[: 2 * n]
         candidates = list(dict.fromkeys([*by_waiting, *recently]))
@@ -190,9 +185,8 @@ class SnapshotReader:
         names = dict.fromkeys([*listed, *sorted(set(known) - set(listed))])
         return [name for name in names if name not in self._shards.names]  # those are read on their servers
 
-    def _candidates(
-        self, candidates: list[str], now: float, backlogs: dict[str, dict[str, int]], parked: dict[str, set[str]]
-    ) -> list[tuple[TenantView, dict[str, int]]]:
+    def _candidates(self, candidates: list[str], now: float, backlogs: dict[str, dict[str, int]],
+                    parked: dict[str, set[str]]) -> list[tuple[TenantView, dict[str, int]]]:
         """Each candidate's row (and its record's fields), from its record, slots held and tier."""
         limits_on = self.settings.concurrency.enabled
         raw_names = [unquote(key) for key in candidates]
@@ -302,14 +296,8 @@ def plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, 
     return waiting
 
 
-def _rest(
-    everyone: TenantView,
-    all_fields: dict[str, int],
-    top: list[tuple[TenantView, dict[str, int]]],
-    now: float,
-    backlogs: dict[str, dict[str, int]],
-    total_running: int | None,
-) -> TenantView:
+def _rest(everyone: TenantView, all_fields: dict[str, int], top: list[tuple[TenantView, dict[str, int]]], now: float,
+          backlogs: dict[str, dict[str, int]], total_running: int | None) -> TenantView:
     """Everyone minus the top N: the ``_other`` row."""
     minute, tick = int(now // 60), int(now // TICK_SECONDS)
     rest = TenantView(OTHER_LABEL, "")
@@ -334,9 +322,7 @@ def _window(fields: dict[str, int], minute: int, minutes: int) -> Histogram:
     return merge(from_fields(fields, f"{slot}:") for slot in slots)
 
 
-def _series(
-    fields: dict[str, int], tick: int, minus: Sequence[dict[str, int]] = ()
-) -> list[tuple[float, float]]:
+def _series(fields: dict[str, int], tick: int, minus: Sequence[dict[str, int]] = ()) -> list[tuple[float, float]]:
     """(tick start, mean wait) of a record's ticks, oldest first, ``minus`` the records taken out."""
     points = []
     for slot in range(TICK_SLOTS):

@@ -74,9 +74,8 @@ def print_routing(placed: dict[str, Counter[str]]) -> None:
         click.echo(f"{tenant:<12}" + "".join(f"{counts[q]:>16}" for q in DEMO_QUEUES))
 
 
-def run_flood_demo(
-    connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...], rounds: int = 1
-) -> dict[str, object]:
+def run_flood_demo(connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...],
+                   rounds: int = 1) -> dict[str, object]:
     """The flood scenario with a progress bar; ``report["dashboard"][mode]``: its dashboard halfway through."""
     click.echo(f"\nflood: {params.greedy_tenants} greedy tenant(s) x {params.greedy_jobs} jobs at once, "
                f"{params.small_tenants} small tenants x {params.small_jobs} jobs over "
