@@ -244,11 +244,10 @@ class _Origins:
     def __init__(self, settings_cls: type[BaseSettings], file: Path | None, overrides: dict[str, Any]) -> None:
         self.file = file
         env = EnvSettingsSource(settings_cls)
-        self.layers: list[tuple[str, Any]] = [
-            (self.ARGUMENTS, overrides),
-            ("env", env()),
-            (str(file), _quietly(CheckedYamlSource, settings_cls, file) if file else {}),
-        ]
+        with warnings.catch_warnings():  # the file read again, for error messages: without repeating its warnings
+            warnings.simplefilter("ignore", SettingsWarning)
+            from_file = CheckedYamlSource(settings_cls, yaml_file=file)() if file else {}
+        self.layers: list[tuple[str, Any]] = [(self.ARGUMENTS, overrides), ("env", env()), (str(file), from_file)]
         prefix = env.env_prefix.lower()
         # Each variable by its key path, as pydantic-settings reads names (case-insensitively here).
         self.variables = {
@@ -281,13 +280,6 @@ class _Origins:
         if holders:
             return self.variables[max(holders, key=len)]
         return " + ".join(name for key, name in self.variables.items() if key[: len(wanted)] == wanted)
-
-
-def _quietly(source: type[CheckedYamlSource], settings_cls: type[BaseSettings], file: Path) -> dict[str, Any]:
-    """The file's values, read again for error messages: without repeating its warnings."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SettingsWarning)
-        return source(settings_cls, yaml_file=file)()
 
 
 def _has(node: Any, part: int | str) -> bool:

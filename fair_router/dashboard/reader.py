@@ -27,7 +27,7 @@ from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitF
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.fairqueue.reconcile import RECONCILE_BOUND, FairQueues, reconcile_queues
-from fair_router.observe.buckets import Histogram, from_fields, merge
+from fair_router.observe.buckets import Histogram, from_fields
 from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
@@ -319,7 +319,7 @@ def _window(fields: dict[str, int], minute: int, minutes: int) -> Histogram:
     """Starts by bucket over the current minute and the ``minutes - 1`` before it."""
     held = {name[1:]: value for name, value in fields.items() if name.startswith("m")}
     slots = {slot for slot, value in held.items() if minute - minutes < value <= minute}
-    return merge(from_fields(fields, f"{slot}:") for slot in slots)
+    return from_fields(fields, *(f"{slot}:" for slot in slots))
 
 
 def _series(fields: dict[str, int], tick: int, minus: Sequence[dict[str, int]] = ()) -> list[tuple[float, float]]:
