@@ -231,11 +231,6 @@ def _speed(weight: float | Literal["strict"]) -> float:
     return math.inf if weight == "strict" else float(weight)
 
 
-def _shorten(value: str, limit: int = 80) -> str:
-    """``value`` quoted, cut to about ``limit`` characters (environment values can be long JSON)."""
-    return repr(value if len(value) <= limit else value[: limit - 3] + "...")
-
-
 class _Origins:
     """Which layer (arguments, variables, file) each setting came from; read only when validation failed."""
 
@@ -299,7 +294,8 @@ def _bad_json(exc: SourceError) -> str | None:
     names = [name for name in sorted(os.environ) if name.lower().startswith(prefix) and os.environ[name] == cause.doc]
     if not names:
         return None
-    return (f"invalid fair-router settings: {' / '.join(names)}={_shorten(cause.doc)} is not valid JSON "
+    shown = repr(cause.doc if len(cause.doc) <= 80 else cause.doc[:77] + "...")  # environment values: long JSON
+    return (f"invalid fair-router settings: {' / '.join(names)}={shown} is not valid JSON "
             f"({cause.msg} at character {cause.pos}); complex values in FAIR_ROUTER_* variables are JSON")
 
 

@@ -89,7 +89,13 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
         wait.add_metric([row.tenant], row.histogram.prometheus_buckets(), row.histogram.total_us / 1e6)
     yield wait
 
-    yield from _limit_counters(snap)
+    tiers = sorted(snap.limit_counters.items())
+    for name, text in JOB_COUNTERS.items():
+        yield _family(Counter, f"fair_router_jobs_{name}", text, ["tier"],
+                      (([tier], counts.get(name, 0)) for tier, counts in tiers))
+    yield _family(Counter, "fair_router_limit_events", "Concurrency slot events, by tier (refused: a start refused at "
+                  "the tenant's limit).", ["tier", "event"],
+                  (([tier, event], counts.get(event, 0)) for tier, counts in tiers for event in LIMIT_EVENTS))
     for event in EVENTS:
         family = _family(Counter, f"fair_router_jobs_{event}", EVENT_HELP[event], ["queue"],
                          (([queue], count) for (name, queue), count in sorted(snap.events.items()) if name == event))
@@ -106,20 +112,6 @@ JOB_COUNTERS = {
     "paused": "Job starts refused because the tenant was paused (parked or snoozed until resumed).",
 }
 """Per-tier job counters (``limits.COUNTERS``) exposed as ``fair_router_jobs_<name>_total{tier}``."""
-
-
-def _limit_counters(snap: Snapshot) -> Iterator[Metric]:
-    families = {name: Counter(f"fair_router_jobs_{name}", text, labels=["tier"])
-                for name, text in JOB_COUNTERS.items()}
-    events = Counter("fair_router_limit_events", "Concurrency slot events, by tier (refused: a "
-                                 "start refused at the tenant's limit).", labels=["tier", "event"])
-    for tier, counts in sorted(snap.limit_counters.items()):
-        for name, family in families.items():
-            family.add_metric([tier], counts.get(name, 0))
-        for event in LIMIT_EVENTS:
-            events.add_metric([tier, event], counts.get(event, 0))
-    yield from families.values()
-    yield events
 
 
 def metrics_text(reader: SnapshotReader) -> bytes:

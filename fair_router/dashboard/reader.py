@@ -169,7 +169,9 @@ class SnapshotReader:
         try:
             return reconciled(self._fair.among(names), self._waiting, names, routed_keys, self.reconcile_bound)
         except (ReadOnlyError, NoPermissionError, ResponseError) as exc:  # a replica, or a user without EVAL
-            if not isinstance(exc, ReadOnlyError | NoPermissionError) and not _refused(exc):
+            text = str(exc).lower()  # a ResponseError: Redis refused a write or a script here, or failed?
+            if not isinstance(exc, ReadOnlyError | NoPermissionError) and not any(
+                    sign in text for sign in ("noperm", "readonly", "read only", "no permissions")):
                 raise
             if not self._warned:
                 self._warned = True
@@ -276,12 +278,6 @@ def _row(key: str, label: str, fields: dict[str, int], now: float) -> TenantView
     row.histogram = from_fields(fields, "c:")
     row.histogram.total_us = fields.get("c:us", 0)
     return row
-
-
-def _refused(error: ResponseError) -> bool:
-    """Whether Redis refused a write or a script to this connection (a replica, an ACL), rather than failing."""
-    text = str(error).lower()
-    return any(sign in text for sign in ("noperm", "readonly", "read only", "no permissions"))
 
 
 def plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:

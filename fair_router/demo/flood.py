@@ -72,14 +72,6 @@ def run_once(connection: Redis, url: str, mode_name: str, params: FloodParams, f
                  midway=midway, flush_interval=params.flush_interval)
 
 
-def run_backlogged(connection: Redis, url: str, mode_name: str, params: FloodParams,
-                   progress: Callable[[int], None] | None = None) -> list[JobTiming]:
-    """Every tenant backlogged: ``share_tenants`` each enqueue ``share_jobs`` jobs, one after another."""
-    bursts = [[f"tenant-{i}"] * params.share_jobs for i in range(params.share_tenants)]
-    return drain(connection, url, mode_name, params.workers, params.job_ms, bursts, "backlogged", [], progress,
-                 flush_interval=params.flush_interval)
-
-
 @dataclass(frozen=True)
 class MixedParams:
     """Worker-time share scenario: long (10x) and short jobs of two backlogged tenants; ``weights``: (long, short)."""
@@ -152,7 +144,10 @@ def run_scenario(connection: Redis, url: str, params: FloodParams, modes: Sequen
         summary = summarize(flooded[name])
         summary["calm_small_p95"] = summarize(calm[name])["small_p95"]
         summary["isolation"] = summary["small_p95"] / max(summary["calm_small_p95"], 1e-6)
-        summary["share_jain"] = share_accuracy(run_backlogged(connection, url, name, params, progress=progress))
+        # Every tenant backlogged: share_tenants each enqueue share_jobs jobs, one after another.
+        backlogged = [[f"tenant-{i}"] * params.share_jobs for i in range(params.share_tenants)]
+        summary["share_jain"] = share_accuracy(drain(connection, url, name, params.workers, params.job_ms, backlogged,
+                                                     "backlogged", [], progress, flush_interval=params.flush_interval))
         if "fifo" in flooded:
             summary["makespan_vs_fifo"] = statistics.median(
                 makespan(mine) / makespan(fifo) for mine, fifo in zip(flooded[name], flooded["fifo"], strict=True))
