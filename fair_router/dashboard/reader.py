@@ -114,14 +114,11 @@ class SnapshotReader:
         for read in reads:
             read.view.approximate = read.view.name in approximate
         shard_servers, shard_reads = self._shards.read(now)
-        queues, backlogs, parked, abandoned_by_queue = [], {}, {}, {}
-        for read in [*reads, *shard_reads]:
-            name = read.view.name
-            if read.abandoned is not None:
-                abandoned_by_queue[name] = read.abandoned
-            if read.backlog is not None:
-                backlogs[name], parked[name] = read.backlog, read.parked
-            queues.append(read.view)
+        every = [*reads, *shard_reads]
+        queues = [read.view for read in every]
+        backlogs = {read.view.name: read.backlog for read in every if read.backlog is not None}
+        parked = {read.view.name: read.parked for read in every if read.backlog is not None}
+        abandoned_by_queue = {read.view.name: read.abandoned for read in every if read.abandoned is not None}
         routed_replies = replies[PER_QUEUE * len(names):]
         routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, routed_replies[::2], strict=True)
                   for queue, count in _ints(raw).items()}
