@@ -36,8 +36,7 @@ def _list_next(queue: Queue, fair: bool, limit: int, max_bytes: int) -> None:
         click.echo("  no job waiting")
         return
     click.echo(f"  next {len(listed)} of {waiting} waiting, in {order}:")
-    tenants = [None if job is None else usable_tenant(job.meta, max_bytes, warn=False) for _, job in listed]
-    shown = ["-" if tenant is None else str(tenant) for tenant in tenants]
+    shown = ["-" if job is None else usable_tenant(job.meta, max_bytes, warn=False) or "-" for _, job in listed]
     width, tenant_width = max(len(job_id) for job_id, _ in listed), max(map(len, shown))
     for position, ((job_id, job), tenant) in enumerate(zip(listed, shown, strict=True), 1):
         if job is None:

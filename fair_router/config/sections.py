@@ -90,12 +90,9 @@ class TiersConfig(BaseModel):
     def _known_tiers(self) -> TiersConfig:
         known = set(self.concurrency)
         named = {*self.priority, *self.weights, *self.rate, *self.burst, *self.max_backlog, self.default}
-        unknown = sorted(named - known)
-        if unknown:
-            raise ValueError(
-                f"unknown tier(s) {', '.join(map(repr, unknown))}: tiers are the keys of tiers.concurrency "
-                f"({', '.join(sorted(known))})"
-            )
+        if unknown := sorted(named - known):
+            raise ValueError(f"unknown tier(s) {', '.join(map(repr, unknown))}: tiers are the keys of "
+                             f"tiers.concurrency ({', '.join(sorted(known))})")
         return self
 
     def limit(self, tier: str) -> int:

@@ -89,9 +89,8 @@ __all__ = [
 class Settings(BaseSettings):
     """All fair-router settings. Build with :func:`load_settings` to get file-aware error messages."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="FAIR_ROUTER_", env_nested_delimiter="__", extra="forbid", yaml_file=None
-    )
+    model_config = SettingsConfigDict(env_prefix="FAIR_ROUTER_", env_nested_delimiter="__", extra="forbid",
+                                      yaml_file=None)
 
     redis_url: RedisUrl = "redis://localhost:6379/0"
     # redis_url names any node of a Redis Cluster (a seed): our state goes through redis-py's RedisCluster,
