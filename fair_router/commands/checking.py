@@ -84,12 +84,8 @@ def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Findin
         readings = policy_readings(clients)
     except (RedisError, OSError) as exc:
         fail(f"error: a shard server of shard_urls cannot be reached ({exc})", 1)
-    findings = []
-    for reading in readings:
-        if reading.evicts:
-            findings.append(Finding("error", "maxmemory-policy", reading.describe()))
-        elif not reading.safe:
-            findings.append(Finding("warning", "maxmemory-policy", reading.describe()))
+    findings = [Finding("error" if reading.evicts else "warning", "maxmemory-policy", reading.describe())
+                for reading in readings if reading.evicts or not reading.safe]
     if all(reading.safe for reading in readings):
         click.echo(f"memory:    maxmemory-policy noeviction on {len(readings)} server(s)")
     return findings

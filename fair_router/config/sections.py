@@ -39,17 +39,13 @@ class JobConfig(BaseModel):
     def _consistent(self) -> JobConfig:
         if self.burst is not None and self.rate is None:
             raise ValueError("burst is set without a rate: give rate too (e.g. rate: 10/s)")
-        if problems := unreachable_rules(self.rules):
+        rules = self.rules  # a rule that can never be the last match: name the later rule that always wins, the fix
+        if problems := [f"rules[{i}] ({rules[i].describe()}) never applies: rules[{j}] ({rules[j].describe()}) "
+                        "matches whenever it does, and the last matching rule wins; list rules from least to most "
+                        "restrictive (each later rule needs a shorter window or a higher threshold than every earlier "
+                        "one)" for i, j in shadowed(rules)]:
             raise ValueError("; ".join(problems))
         return self
-
-
-def unreachable_rules(rules: list[Rule]) -> list[str]:
-    """One message per rule that can never be the last match, naming the later rule that always wins, and the fix."""
-    return [f"rules[{i}] ({rules[i].describe()}) never applies: rules[{j}] ({rules[j].describe()}) matches "
-            "whenever it does, and the last matching rule wins; list rules from least to most restrictive "
-            "(each later rule needs a shorter window or a higher threshold than every earlier one)"
-            for i, j in shadowed(rules)]
 
 
 ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Flask, Response, abort, jsonify, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
 from prometheus_client import CONTENT_TYPE_LATEST
 from redis import Redis
 from werkzeug.wrappers import Response as WerkzeugResponse
@@ -56,13 +57,10 @@ def create_blueprint(reader: SnapshotReader, refresh: float = DEFAULT_REFRESH, n
     blueprint.after_request(secure_headers)
     access = ReadAccess(read_token, f"{name}_session") if read_token else None
 
-    def refused() -> Response:
+    def refused() -> ResponseReturnValue:
         """401 with the scheme to use: a scraper or script learns it needs the bearer token."""
-        response = jsonify({"error": f"this dashboard needs its read token (${READ_TOKEN_ENV}) as "
-                                     "'Authorization: Bearer <token>'"})
-        response.status_code = 401
-        response.headers["WWW-Authenticate"] = 'Bearer realm="fair-router dashboard"'
-        return response
+        return (jsonify({"error": f"this dashboard needs its read token (${READ_TOKEN_ENV}) as 'Authorization: Bearer "
+                                  "<token>'"}), 401, {"WWW-Authenticate": 'Bearer realm="fair-router dashboard"'})
 
     def sign_in_form(status: int, wrong: bool = False) -> tuple[str, int]:
         return render_template("fair_router/sign_in.html", prefix=reader.settings.prefix, wrong=wrong), status
@@ -77,13 +75,13 @@ def create_blueprint(reader: SnapshotReader, refresh: float = DEFAULT_REFRESH, n
                                prefix=reader.settings.prefix, actions=actions, signed_in=access is not None)
 
     @blueprint.get("/api/snapshot")
-    def api_snapshot() -> Response:
+    def api_snapshot() -> ResponseReturnValue:
         if access is not None and not access.allows(request):
             return refused()
         return jsonify(reader.snapshot().to_json())
 
     @blueprint.get("/metrics")
-    def metrics() -> Response:
+    def metrics() -> ResponseReturnValue:
         if access is not None and not metrics_open and not access.allows(request):
             return refused()
         return Response(metrics_text(reader), mimetype=CONTENT_TYPE_LATEST)
@@ -112,7 +110,7 @@ def create_blueprint(reader: SnapshotReader, refresh: float = DEFAULT_REFRESH, n
                             tenant_max_bytes=reader.settings.tenant_max_bytes)
 
         @blueprint.post("/api/tenant/<action>")
-        def api_tenant(action: str) -> Response | tuple[Response, int]:
+        def api_tenant(action: str) -> ResponseReturnValue:
             """Pause or resume one tenant (``{"tenant": id}``), with the bearer token."""
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
