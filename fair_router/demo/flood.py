@@ -97,10 +97,10 @@ def run_worker_time(connection: Redis, url: str, params: MixedParams, charge: Ch
                "short": (params.short_ms, params.short_jobs, params.weights[1])}
     # One batch (one MULTI): both tenants are backlogged from the first pop on.
     bursts = [[name for name, (_, jobs, _) in tenants.items() for _ in range(jobs)]]
-    flood = FloodParams(workers=params.workers)
     read_spans(connection)  # none left from an earlier run
-    timings = drain(connection, url, "fair-runtime" if charge == "runtime" else "fair", flood.workers, flood.job_ms,
-                    bursts, "mixed", [], progress, job_ms={name: ms for name, (ms, _, _) in tenants.items()},
+    timings = drain(connection, url, "fair-runtime" if charge == "runtime" else "fair", params.workers,
+                    FloodParams.job_ms, bursts, "mixed", [], progress,
+                    job_ms={name: ms for name, (ms, _, _) in tenants.items()},
                     weights={name: weight for name, (_, _, weight) in tenants.items()},
                     worker_class=f"{TimedWorker.__module__}.{TimedWorker.__name__}")
     worker, cycle = read_spans(connection)
@@ -114,14 +114,9 @@ def run_worker_time(connection: Redis, url: str, params: MixedParams, charge: Ch
                                               for name, (_, _, weight) in tenants.items()])
 
     long_share, fairness = share_jain(worker)
-    return {
-        "long_share": long_share,
-        "jain": fairness,
-        "jain_run": share_jain(timings)[1],
-        "jain_cycle": share_jain(cycle)[1],
-        "throughput": len(timings) / makespan(timings),
-        "makespan": makespan(timings),
-    }
+    return {"long_share": long_share, "jain": fairness, "jain_run": share_jain(timings)[1],
+            "jain_cycle": share_jain(cycle)[1], "throughput": len(timings) / makespan(timings),
+            "makespan": makespan(timings)}
 
 
 def run_scenario(connection: Redis, url: str, params: FloodParams, modes: Sequence[str] = MODES,

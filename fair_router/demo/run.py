@@ -131,9 +131,7 @@ def print_flood(report: dict[str, object]) -> None:
     modes = report["modes"]
     views = report.get("dashboard") or {}
     assert isinstance(modes, dict) and isinstance(views, dict)
-    click.echo("\nwhat the figures mean:")
-    for line in METRICS_EXPLAINED:
-        click.echo(f"  {line}")
+    click.echo("\nwhat the figures mean:\n" + "\n".join(f"  {line}" for line in METRICS_EXPLAINED))
     for name, entry in modes.items():
         s = entry["summary"]
         click.echo(f"\n== {name} ==")
@@ -149,9 +147,8 @@ def print_flood(report: dict[str, object]) -> None:
                    f"(without flood p95 {s['calm_small_p95']:.3f}s); small p95 vs FIFO "
                    f"{100 * s.get('small_p95_vs_fifo', 1):.1f}%")
         if name in views:
-            click.echo("  dashboard halfway through the flood (as `fair-router dashboard` shows it):")
-            for line in views[name]:
-                click.echo("  " + line)
+            click.echo("  dashboard halfway through the flood (as `fair-router dashboard` shows it):\n"
+                       + "\n".join("  " + line for line in views[name]))
         elif views:
             click.echo("  (no dashboard view: FIFO runs rq's own SimpleWorker, which records no waits)")
 
