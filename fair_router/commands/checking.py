@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 
 import click
@@ -12,6 +11,7 @@ from redis import Redis
 from redis.exceptions import NoPermissionError, RedisError, ResponseError
 from rq import Queue
 
+from fair_router.commands.failures import fail
 from fair_router.config.crosscheck import Finding, cross_check, unknown_variables
 from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
@@ -39,15 +39,13 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
         pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5,
                                socket_timeout=10)
     except ClusterSetupError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        fail(f"error: {exc}")
     connection = pair.state
     try:
         connection.ping()
         version = _version(pair.rq)
     except (RedisError, OSError) as exc:
-        click.echo(f"error: redis_url {url}: cannot reach Redis ({exc})", err=True)
-        sys.exit(1)
+        fail(f"error: redis_url {url}: cannot reach Redis ({exc})", 1)
     click.echo(f"redis:     {url} answers, Redis {version}")
     findings: list[Finding] = []
     numbers = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
@@ -62,8 +60,7 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
         if failed:
             for finding in failed:
                 click.echo(str(finding), err=True)
-            click.echo(f"error: {len(failed)} script(s) do not load on Redis {version} at {url}", err=True)
-            sys.exit(1)
+            fail(f"error: {len(failed)} script(s) do not load on Redis {version} at {url}", 1)
         pop = ("as a Redis function (FUNCTION LOAD)" if function
                else "as EVALSHA (Redis < 7, FUNCTION not allowed, or a cluster)")
         click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD); the fair pop {pop}")
@@ -86,14 +83,9 @@ def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Findin
     try:
         readings = policy_readings(clients)
     except (RedisError, OSError) as exc:
-        click.echo(f"error: a shard server of shard_urls cannot be reached ({exc})", err=True)
-        sys.exit(1)
-    findings = []
-    for reading in readings:
-        if reading.evicts:
-            findings.append(Finding("error", "maxmemory-policy", reading.describe()))
-        elif not reading.safe:
-            findings.append(Finding("warning", "maxmemory-policy", reading.describe()))
+        fail(f"error: a shard server of shard_urls cannot be reached ({exc})", 1)
+    findings = [Finding("error" if reading.evicts else "warning", "maxmemory-policy", reading.describe())
+                for reading in readings if reading.evicts or not reading.safe]
     if all(reading.safe for reading in readings):
         click.echo(f"memory:    maxmemory-policy noeviction on {len(readings)} server(s)")
     return findings
@@ -136,21 +128,12 @@ def _load_scripts(connection: Redis) -> tuple[list[Finding], bool]:
             connection.script_load(assemble(name))
         except RedisError as exc:
             failed.append(Finding("error", f"lua/{name}.lua", f"SCRIPT LOAD failed: {exc}"))
-    try:
-        function = _pop_function(connection)
+    try:  # False where functions are unavailable or denied
+        function = FairPopScript(connection).load_function()
     except RedisError as exc:
-        failed.append(Finding("error", "lua/fair_pop.lua", f"FUNCTION LOAD failed: {exc}"))
+        if not (isinstance(exc, ResponseError) and no_functions(exc, "function")):
+            failed.append(Finding("error", "lua/fair_pop.lua", f"FUNCTION LOAD failed: {exc}"))
     return failed, function
-
-
-def _pop_function(connection: Redis) -> bool:
-    """Whether the fair pop's function library loads here (False where functions are unavailable or denied)."""
-    try:
-        return FairPopScript(connection).load_function()
-    except ResponseError as exc:
-        if no_functions(exc, "function"):
-            return False
-        raise
 
 
 def report(settings: Settings, source: str, server: Callable[[], list[Finding]] | None = None) -> None:
@@ -163,7 +146,5 @@ def report(settings: Settings, source: str, server: Callable[[], list[Finding]] 
     for finding in [*errors, *warnings]:
         click.echo(str(finding), err=True)
     if errors:
-        click.echo(f"\nsettings have {len(errors)} error(s)" + (f" and {len(warnings)} warning(s)" * bool(warnings)),
-                   err=True)
-        sys.exit(2)
+        fail(f"\nsettings have {len(errors)} error(s)" + (f" and {len(warnings)} warning(s)" * bool(warnings)))
     click.echo(f"\nsettings OK, with {len(warnings)} warning(s) above" if warnings else "\nsettings OK")

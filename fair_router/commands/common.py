@@ -3,7 +3,6 @@ and option types validated as the settings they override."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ from pydantic import TypeAdapter, ValidationError
 from redis import Redis
 
 from fair_router.commands.failures import BadInput, redacted, remember_redis
-from fair_router.config.settings import Settings, SettingsError, SettingsWarning, load_settings
+from fair_router.config.settings import Settings, SettingsWarning, load_settings
 from fair_router.core.validation import AtLeastOne, FairWeight, RateField
 from fair_router.routing.router import FairRouter
 from fair_router.store.cluster import ClusterSetupError, connections_for
@@ -22,16 +21,13 @@ CONNECT_TIMEOUT = 5.0
 
 
 def load_or_exit(config: Path | None) -> Settings:
-    """The settings from ``config`` (else the default file and environment); invalid ones print and exit 2."""
+    """The settings from ``config`` (else the default file and environment); invalid ones raise SettingsError, which
+    the command group prints (exit 2)."""
     import warnings
 
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SettingsWarning)
-            settings = load_settings(config)
-    except SettingsError as exc:
-        click.echo(str(exc), err=True)
-        sys.exit(2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SettingsWarning)
+        settings = load_settings(config)
     for warning in caught:
         if issubclass(warning.category, SettingsWarning):
             click.echo(f"warning: {warning.message}", err=True)

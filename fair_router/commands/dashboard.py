@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
 
-from fair_router.commands.common import load_or_exit
-from fair_router.store.cluster import connections_for
+from fair_router.commands.common import connect, load_or_exit
+from fair_router.commands.failures import fail
 
 
 @click.command()
@@ -33,53 +32,37 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
     With $FAIR_ROUTER_DASHBOARD_READ_TOKEN set, the page asks for it (sign-in form) and /api/* and /metrics
     take it as 'Authorization: Bearer <token>'. Needs the dashboard extra: pip install 'fair-router[dashboard]'.
     """
-    from redis.exceptions import RedisError
-
     try:
         import waitress  # noqa: F401  # the server, imported when serving: a missing one is reported here
 
         from fair_router.dashboard.app import create_app, listen
     except ImportError as exc:
-        click.echo(f"error: the dashboard needs Flask, prometheus-client and waitress ({exc}): "
-                   "pip install 'fair-router[dashboard]'", err=True)
-        sys.exit(2)
+        fail(f"error: the dashboard needs Flask, prometheus-client and waitress ({exc}): "
+             "pip install 'fair-router[dashboard]'")
     from fair_router.dashboard.app import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV
     from fair_router.dashboard.guard import allowed_hosts, is_loopback
     from fair_router.workers.pool import redact_url
 
     token = os.environ.get(TOKEN_ENV) if actions else None
     if actions and (token is None or len(token) < MIN_TOKEN_LENGTH):
-        click.echo(f"error: --actions needs a token of at least {MIN_TOKEN_LENGTH} characters in ${TOKEN_ENV}",
-                   err=True)
-        sys.exit(2)
+        fail(f"error: --actions needs a token of at least {MIN_TOKEN_LENGTH} characters in ${TOKEN_ENV}")
     read_token = os.environ.get(READ_TOKEN_ENV) or None
     if read_token is not None and len(read_token) < MIN_TOKEN_LENGTH:
-        click.echo(f"error: ${READ_TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters, got "
-                   f"{len(read_token)}", err=True)
-        sys.exit(2)
+        fail(f"error: ${READ_TOKEN_ENV} must be at least {MIN_TOKEN_LENGTH} characters, got "
+             f"{len(read_token)}")
     try:
         hosts = allowed_hosts(host, allowed)
     except ValueError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        fail(f"error: {exc}")
     settings = load_or_exit(config)
     url = url or settings.redis_url
-    try:
-        connection = connections_for(url, settings.redis_cluster, socket_connect_timeout=5).state
-        connection.ping()
-    except ValueError as exc:  # a malformed --url: bad input
-        click.echo(f"error: invalid Redis URL {redact_url(url)}: {exc}", err=True)
-        sys.exit(2)
-    except RedisError as exc:  # as every command: an unreachable Redis is exit 1
-        click.echo(f"error: cannot reach Redis at {redact_url(url)}: {exc}", err=True)
-        sys.exit(1)
+    connection = connect(url, ping=True, cluster=settings.redis_cluster)  # a bad URL exits 2, no Redis 1
     app = create_app(settings, connection, refresh, actions_token=token, read_token=read_token,
                      allowed_hosts=hosts, metrics_open=metrics_open)
     try:
         server = listen(app, host, port)
     except OSError as exc:  # the port in use, an address not on this machine, a name that does not resolve
-        click.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        sys.exit(1)
+        fail(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", 1)
     if not is_loopback(host) and read_token is None:
         warn_exposed(host, port)
     access = "read token" + (", /metrics open" if metrics_open else "") if read_token else "no read token"

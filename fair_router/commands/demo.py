@@ -23,36 +23,26 @@ def demo(plot: Path, no_plot: bool, quick: bool) -> None:
 
     Uses $REDIS_URL / $FAIR_ROUTER_REDIS_URL, else a private redis-server.
     """
+    from fair_router.demo import run
     from fair_router.demo.flood import FloodParams, MixedParams
     from fair_router.demo.harness import MODES
     from fair_router.demo.long_jobs import LongParams
-    from fair_router.demo.run import (
-        demo_redis,
-        print_flood,
-        print_long_jobs,
-        print_routing,
-        print_worker_time,
-        run_flood_demo,
-        run_long_jobs_demo,
-        run_routing_demo,
-        run_worker_time_demo,
-    )
 
     url = os.environ.get("FAIR_ROUTER_REDIS_URL") or os.environ.get("REDIS_URL")
     if url:  # the user's Redis (else demo_redis starts one): check it answers before anything starts
         connect(url, ping=True)
     params = FloodParams(greedy_jobs=500, small_tenants=10) if quick else FloodParams()
     mixed = MixedParams(long_jobs=20, short_jobs=200) if quick else MixedParams(long_jobs=40, short_jobs=400)
-    with demo_redis() as (connection, url):
-        print_routing(run_routing_demo(connection))
-        report = run_flood_demo(connection, url, params, MODES)
-        worker_time = run_worker_time_demo(connection, url, mixed)
-        long_jobs = run_long_jobs_demo(connection, url, LongParams())
-    print_flood(report)
+    with run.demo_redis() as (connection, url):
+        run.print_routing(run.run_routing_demo(connection))
+        report = run.run_flood_demo(connection, url, params, MODES)
+        worker_time = run.run_worker_time_demo(connection, url, mixed)
+        long_jobs = run.run_long_jobs_demo(connection, url, LongParams())
+    run.print_flood(report)
     click.echo("\n== worker-time share: job-count charging vs runtime charging (FairQueue charge=) ==")
-    print_worker_time(worker_time)
+    run.print_worker_time(worker_time)
     click.echo("\n== long jobs: small tenants' wait (enqueue -> start) without and with interruptible iteration ==")
-    print_long_jobs(long_jobs)
+    run.print_long_jobs(long_jobs)
     if no_plot:
         return
     if importlib.util.find_spec("matplotlib") is None:

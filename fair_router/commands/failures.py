@@ -3,7 +3,7 @@ or 2 (bad input); a traceback only with ``--debug``. Commands raise; :class:`Fai
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import click
@@ -37,6 +37,12 @@ def redacted(url: str) -> str:
         return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
     except ValueError:
         return "(an unparsable URL)"
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``message`` on stderr and exit with ``code`` (2: bad input, 1: could not do the work)."""
+    click.echo(message, err=True)
+    raise SystemExit(code)
 
 
 def remember_redis(url: str) -> None:

@@ -3,16 +3,14 @@ order."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
-from redis import Redis
 from rq import Queue
 from rq.job import Job
 
 from fair_router.commands.common import connect, load_or_exit
-from fair_router.config.settings import Settings
+from fair_router.commands.failures import fail
 from fair_router.core.tenancy import usable_tenant
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
@@ -26,38 +24,25 @@ def _marks(config: Path | None) -> FairnessMarks:
     return FairnessMarks(rq_of(connect(settings.redis_url, cluster=settings.redis_cluster)), settings.prefix)
 
 
-def next_jobs(queue: Queue, limit: int) -> list[tuple[str, Job | None]]:
-    """The first ``limit`` waiting jobs of ``queue`` in serving order, with their Jobs (None: gone), in one round
-    trip."""
-    ids = queue.get_job_ids(0, limit)
-    jobs = Job.fetch_many(ids, connection=queue.connection, serializer=queue.serializer) if ids else []
-    return list(zip(ids, jobs, strict=True))
-
-
 def _list_next(queue: Queue, fair: bool, limit: int, max_bytes: int) -> None:
-    """Print ``queue``'s next jobs: position, job id, tenant (``-``: none, or none usable), function."""
+    """Print ``queue``'s next jobs in serving order: position, job id, tenant (``-``: none, or none usable), function
+    (the jobs fetched in one round trip; None: gone)."""
     waiting = queue.count
     order = "serving order (fair share across tenants)" if fair else "rq's order (list head first)"
-    listed = next_jobs(queue, limit)
+    ids = queue.get_job_ids(0, limit)
+    listed = list(zip(ids, Job.fetch_many(ids, connection=queue.connection, serializer=queue.serializer)
+                      if ids else [], strict=True))
     if not listed:
         click.echo("  no job waiting")
         return
     click.echo(f"  next {len(listed)} of {waiting} waiting, in {order}:")
-    tenants = [None if job is None else usable_tenant(job.meta, max_bytes, warn=False) for _, job in listed]
-    shown = ["-" if tenant is None else str(tenant) for tenant in tenants]
+    shown = ["-" if job is None else usable_tenant(job.meta, max_bytes, warn=False) or "-" for _, job in listed]
     width, tenant_width = max(len(job_id) for job_id, _ in listed), max(map(len, shown))
     for position, ((job_id, job), tenant) in enumerate(zip(listed, shown, strict=True), 1):
         if job is None:
             click.echo(f"  {position:>4}. {job_id:<{width}}  (job hash gone)")
         else:
             click.echo(f"  {position:>4}. {job_id:<{width}}  tenant={tenant:<{tenant_width}}  {job.func_name}")
-
-
-def _queue_of(name: str, connection: Redis, settings: Settings, prefix: str | None) -> Queue:
-    """``name`` as workers serve it: a FairQueue with its fair state under the mark's ``prefix``, else rq's Queue."""
-    if prefix is None:
-        return Queue(name, connection=connection)
-    return FairQueue(name, connection=connection, settings=settings, prefix=prefix)
 
 
 @click.group()
@@ -79,9 +64,10 @@ def queue_show(names: tuple[str, ...], limit: int, config: Path | None) -> None:
     marked = FairnessMarks(connection, settings.prefix).read(names)
     for name in names:
         click.echo(f"{name}: fair (state under prefix {marked[name]!r})" if name in marked else f"{name}: plain")
-        if limit:
-            _list_next(_queue_of(name, connection, settings, marked.get(name)), name in marked, limit,
-                       settings.tenant_max_bytes)
+        if limit:  # as workers serve it: a FairQueue with its fair state under the mark's prefix, else rq's Queue
+            served = (FairQueue(name, connection=connection, settings=settings, prefix=marked[name]) if name in marked
+                      else Queue(name, connection=connection))
+            _list_next(served, name in marked, limit, settings.tenant_max_bytes)
 
 
 @queue.command("fair")
@@ -101,6 +87,5 @@ def queue_plain(name: str, config: Path | None) -> None:
     it in fair_queues: (or pass fair=True) mark it again."""
     result = _marks(config).clear(name)
     if result < 0:
-        click.echo(f"{name}: {-result} job(s) still wait; it stays fair (drain it first)", err=True)
-        sys.exit(1)
+        fail(f"{name}: {-result} job(s) still wait; it stays fair (drain it first)", 1)
     click.echo(f"{name}: plain" if result else f"{name}: was not marked fair")

@@ -4,13 +4,13 @@ the concurrency counters per tier)."""
 from __future__ import annotations
 
 import difflib
-import sys
 from pathlib import Path
 
 import click
 
 from fair_router.commands.checking import report, server_findings
 from fair_router.commands.common import load_or_exit, router_for
+from fair_router.commands.failures import fail
 from fair_router.commands.workers import add_import_paths, path_option
 from fair_router.config.crosscheck import job_key_findings
 from fair_router.config.settings import Settings, announce_source, default_config_path
@@ -97,9 +97,8 @@ def _known_or_exit(job_key: str, settings: Settings) -> None:
     known = ", ".join(sorted(settings.jobs)) or "none"
     close = difflib.get_close_matches(job_key, list(settings.jobs), n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    click.echo(f"error: job key {job_key!r} is not in the settings ({settings.source_file or 'no settings file'}) and "
-               f"does not import as a @fair_job function{hint} (job keys in the settings: {known})", err=True)
-    sys.exit(1)
+    fail(f"error: job key {job_key!r} is not in the settings ({settings.source_file or 'no settings file'}) and "
+         f"does not import as a @fair_job function{hint} (job keys in the settings: {known})", 1)
 
 
 def _print_limits(settings: Settings, router: FairRouter) -> None:

@@ -78,22 +78,15 @@ def tenant_show(tenant_id: str, config: Path | None) -> None:
     _show_tenant(load_or_exit(config), tenant_id)
 
 
-@tenant.command("pause")
-@click.argument("tenant_id", metavar="TENANT")
-@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
-def tenant_pause(tenant_id: str, config: Path | None) -> None:
-    """No job of TENANT starts until resume (its jobs wait; running ones finish; system jobs run)."""
-    router_for(load_or_exit(config)).pause(tenant_id)
-    click.echo(f"{tenant_id}: paused")
+for _action, _help in (("pause", "No job of TENANT starts until resume (its jobs wait; running ones finish; system "
+                                  "jobs run)."), ("resume", "TENANT's jobs may start again.")):
 
-
-@tenant.command("resume")
-@click.argument("tenant_id", metavar="TENANT")
-@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
-def tenant_resume(tenant_id: str, config: Path | None) -> None:
-    """TENANT's jobs may start again."""
-    router_for(load_or_exit(config)).resume(tenant_id)
-    click.echo(f"{tenant_id}: resumed")
+    @tenant.command(_action, help=_help)
+    @click.argument("tenant_id", metavar="TENANT")
+    @click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+    def _pause_or_resume(tenant_id: str, config: Path | None, action: str = _action) -> None:
+        getattr(router_for(load_or_exit(config)), action)(tenant_id)
+        click.echo(f"{tenant_id}: {action}d")
 
 
 def _show_tenant(settings: Settings, tenant_id: str) -> None:

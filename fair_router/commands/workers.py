@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from fair_router.commands.common import connect, load_or_exit
+from fair_router.commands.failures import fail
 
 # As `rq worker --path` (default "."): the directories job functions and classes import from, so that
 # `fair-router worker` run from a project's root finds `myapp.tasks` as `rq worker` does. A console
@@ -15,6 +16,9 @@ from fair_router.commands.common import connect, load_or_exit
 path_option = click.option("--path", "-P", "paths", multiple=True, default=["."], show_default=True,
                            help="Directory to import job functions from (added to sys.path, as with "
                                 "`rq worker --path`); repeatable.")
+
+level_option = click.option("--logging-level", default="INFO", show_default=True,
+                            type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
 
 
 def add_import_paths(paths: tuple[str, ...]) -> list[str]:
@@ -30,8 +34,7 @@ def add_import_paths(paths: tuple[str, ...]) -> list[str]:
 @click.option("--url", help="Redis URL.  [default: redis_url from settings]")
 @click.option("--burst", is_flag=True, help="Quit when the queues are empty.")
 @click.option("--name", help="Worker name.  [default: random]")
-@click.option("--logging-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
+@level_option
 @click.option("--max-jobs", type=click.IntRange(min=1), help="Quit after this many jobs.")
 @click.option("--with-scheduler/--without-scheduler", default=True, show_default=True,
               help="Also run rq's scheduler, so enqueue_in/enqueue_at jobs are moved to their queues.")
@@ -57,20 +60,17 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
         names = shard_queues(settings, shard, queues)
         url = url or settings.shard_url(shard)
         if not names:
-            click.echo(f"error: no queues for shard {shard}: no job key under `jobs:` has shards reaching shard "
-                       f"{shard}; name the queue families (fair-router worker --shard {shard} default)", err=True)
-            sys.exit(2)
+            fail(f"error: no queues for shard {shard}: no job key under `jobs:` has shards reaching shard "
+                 f"{shard}; name the queue families (fair-router worker --shard {shard} default)")
     if not names:
-        click.echo("error: no queues to work on: name them (fair-router worker default low) or list them "
-                   "under `queues:` in the settings", err=True)
-        sys.exit(2)
+        fail("error: no queues to work on: name them (fair-router worker default low) or list them "
+             "under `queues:` in the settings")
     # An unreachable Redis fails now (exit 1); on a cluster a RedisCluster, the worker takes rq's client from it.
     connection = connect(url or settings.redis_url, ping=True, cluster=settings.redis_cluster)
     try:
         rq_worker = WeightedWorker(names, connection=connection, name=name, settings=settings)  # --config's
     except ValueError as exc:
-        click.echo(f"error: cannot start the worker: {exc}", err=True)
-        sys.exit(2)
+        fail(f"error: cannot start the worker: {exc}")
     rq_worker.work(burst=burst, logging_level=logging_level.upper(), max_jobs=max_jobs,
                    with_scheduler=with_scheduler)
 
@@ -80,8 +80,7 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
 @click.option("--url", help="Redis URL.  [default: redis_url from settings]")
 @click.option("--worker-class", "-w", default="fair_router.WeightedWorker", show_default=True,
               help="rq worker class every worker runs (dotted path).")
-@click.option("--logging-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
+@level_option
 @click.option("--with-scheduler", is_flag=True, help="Run rq's scheduler in exactly one of the workers.")
 @click.option("--grace", type=click.FloatRange(min=0), default=30.0, show_default=True,
               help="Seconds a stopping worker may finish its job before it is cold-stopped.")
@@ -102,17 +101,15 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     import_paths = add_import_paths(paths)
     settings = load_or_exit(config)
     if not settings.pool:
-        click.echo("error: no workers to run: `pool:` is empty. Set it in the settings file, e.g.\n"
-                   "  pool:\n    default: 2\n    default_throttled,default_superslow: 1\n"
-                   "or in the environment: FAIR_ROUTER_POOL='{\"default\": 2}'", err=True)
-        sys.exit(2)
+        fail("error: no workers to run: `pool:` is empty. Set it in the settings file, e.g.\n"
+             "  pool:\n    default: 2\n    default_throttled,default_superslow: 1\n"
+             "or in the environment: FAIR_ROUTER_POOL='{\"default\": 2}'")
     url = url or settings.redis_url
     allocation, urls = pool_allocation(settings)  # groups of sharded families: one group per shard
     try:
         worker_class_named(worker_class)
     except (ImportError, ValueError) as exc:
-        click.echo(f"error: cannot use worker class {worker_class!r}: {exc}", err=True)
-        sys.exit(2)
+        fail(f"error: cannot use worker class {worker_class!r}: {exc}")
     for server in dict.fromkeys([url, *urls.values()]):
         # An unreachable Redis fails now (exit 1), not in every worker.
         connect(server, ping=True, cluster=settings.redis_cluster and server == url)

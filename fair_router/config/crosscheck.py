@@ -58,7 +58,8 @@ def job_key_findings(job_key: str, where: str) -> Iterator[Finding]:
         parent, obj = obj, getattr(obj, name, None)
         if obj is None:
             found = ".".join([module_name, *attributes[:i]])
-            hint = _did_you_mean(name, [n for n in dir(parent) if not n.startswith("_")])
+            close = difflib.get_close_matches(name, [n for n in dir(parent) if not n.startswith("_")], n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             yield Finding("error", where, f"job key {job_key!r} does not import: {found} has no {name!r}"
                           f"{hint}; its rules would never apply")
             return
@@ -88,11 +89,6 @@ def _import_prefix(dotted: str) -> tuple[str | None, list[str], str]:
             return None, [], f"importing {name} raised {type(exc).__name__}: {exc}"
         return module.__name__, parts[end:], ""
     return None, [], failure or f"no module in {dotted!r}"
-
-
-def _did_you_mean(name: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(name, candidates, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[Finding]:

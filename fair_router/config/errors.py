@@ -24,7 +24,8 @@ SHOWN = 80
 """Characters of a value echoed in an error line."""
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
+    """``repr(value)``, cut to about :data:`SHOWN` characters."""
     text = repr(value)
     return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
 
@@ -54,7 +55,7 @@ def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc],
     for item in error.errors():
         loc = tuple(p for p in item["loc"] if p not in ("function-after", "function-before"))
         reason = item["msg"].removeprefix("Value error, ")
-        got = "" if item["type"] in ("missing", "value_error") else f" (got {_shown(item['input'])})"
+        got = "" if item["type"] in ("missing", "value_error") else f" (got {shown(item['input'])})"
         label = origin(loc) if origin is not None else None
         placed = placed and label is not None
         where = f"{_location(loc)}: " if loc or label else ""  # a single argument has no key path

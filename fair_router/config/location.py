@@ -63,9 +63,7 @@ def announce_source(file: Path | None, log: bool = True) -> str:
     said = describe_source(file)
     if not first_time(said) or not log:
         return said
-    logger = logging.getLogger("fair_router.settings")
-    if file is None and not any(name.startswith("FAIR_ROUTER_") for name in os.environ):
-        logger.warning("fair-router settings: %s", said)
-    else:
-        logger.info("fair-router settings: %s", said)
+    unset = file is None and not any(name.startswith("FAIR_ROUTER_") for name in os.environ)
+    logging.getLogger("fair_router.settings").log(logging.WARNING if unset else logging.INFO,
+                                                  "fair-router settings: %s", said)
     return said

@@ -4,9 +4,10 @@ them."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from fair_router.core.rules import Rule, shadowed
 from fair_router.core.shards import Shards
@@ -35,25 +36,16 @@ class JobConfig(BaseModel):
     shards: Shards | None = None  # shuffle-sharding: {count: 8, per_tenant: 2}
 
     @model_validator(mode="after")
-    def _burst_needs_rate(self) -> JobConfig:
+    def _consistent(self) -> JobConfig:
         if self.burst is not None and self.rate is None:
             raise ValueError("burst is set without a rate: give rate too (e.g. rate: 10/s)")
-        return self
-
-    @model_validator(mode="after")
-    def _every_rule_reachable(self) -> JobConfig:
-        problems = unreachable_rules(self.rules)
-        if problems:
+        rules = self.rules  # a rule that can never be the last match: name the later rule that always wins, the fix
+        if problems := [f"rules[{i}] ({rules[i].describe()}) never applies: rules[{j}] ({rules[j].describe()}) "
+                        "matches whenever it does, and the last matching rule wins; list rules from least to most "
+                        "restrictive (each later rule needs a shorter window or a higher threshold than every earlier "
+                        "one)" for i, j in shadowed(rules)]:
             raise ValueError("; ".join(problems))
         return self
-
-
-def unreachable_rules(rules: list[Rule]) -> list[str]:
-    """One message per rule that can never be the last match, naming the later rule that always wins, and the fix."""
-    return [f"rules[{i}] ({rules[i].describe()}) never applies: rules[{j}] ({rules[j].describe()}) matches "
-            "whenever it does, and the last matching rule wins; list rules from least to most restrictive "
-            "(each later rule needs a shorter window or a higher threshold than every earlier one)"
-            for i, j in shadowed(rules)]
 
 
 ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}
@@ -94,12 +86,9 @@ class TiersConfig(BaseModel):
     def _known_tiers(self) -> TiersConfig:
         known = set(self.concurrency)
         named = {*self.priority, *self.weights, *self.rate, *self.burst, *self.max_backlog, self.default}
-        unknown = sorted(named - known)
-        if unknown:
-            raise ValueError(
-                f"unknown tier(s) {', '.join(map(repr, unknown))}: tiers are the keys of tiers.concurrency "
-                f"({', '.join(sorted(known))})"
-            )
+        if unknown := sorted(named - known):
+            raise ValueError(f"unknown tier(s) {', '.join(map(repr, unknown))}: tiers are the keys of "
+                             f"tiers.concurrency ({', '.join(sorted(known))})")
         return self
 
     def limit(self, tier: str) -> int:
@@ -122,6 +111,17 @@ class ConcurrencyConfig(BaseModel):
     jitter: Duration = 10.0
 
 
+def _bounded(name: str, fits: Callable[[float], bool], rule: str) -> AfterValidator:
+    """A duration check: ``fits`` or a ValueError saying ``name must be <rule>, got <value>s``."""
+
+    def check(value: float) -> float:
+        if not fits(value):
+            raise ValueError(f"{name} must be {rule}, got {value:g}s")
+        return value
+
+    return AfterValidator(check)
+
+
 MIN_ABANDON_AFTER = 3.0
 """Heartbeats come every ``abandon_after / 3`` whole seconds, so below 3 s a live job could look abandoned."""
 
@@ -131,17 +131,9 @@ class RecoveryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    abandon_after: Duration = 60.0
-
-    @field_validator("abandon_after")
-    @classmethod
-    def _long_enough(cls, value: float) -> float:
-        if value < MIN_ABANDON_AFTER:
-            raise ValueError(
-                f"abandon_after must be at least {MIN_ABANDON_AFTER:g}s (workers heartbeat a running job every "
-                f"abandon_after/3 in whole seconds), got {value:g}s"
-            )
-        return value
+    abandon_after: Annotated[Duration, _bounded(
+        "abandon_after", lambda value: value >= MIN_ABANDON_AFTER, f"at least {MIN_ABANDON_AFTER:g}s (workers "
+        "heartbeat a running job every abandon_after/3 in whole seconds)")] = 60.0
 
 
 class InterruptibleConfig(BaseModel):
@@ -166,25 +158,12 @@ class ObserveConfig(BaseModel):
     """Tenants shown by name (most waiting or running); the rest are summed under ``_other``."""
     tenants_per_minute: Annotated[int, Field(ge=1)] = 500
     """Tenants with a record of their own per minute (others go to ``_other``): bounds the records' memory."""
-    retention: Duration = 7200.0
+    retention: Annotated[Duration, _bounded("retention", lambda value: value >= 62 * 60,
+                                            "at least 62m (the 60-minute wait figures need it)")] = 7200.0
     """A record expires this long after its last start; at least 62 minutes, for the 60-minute figures."""
-    flush_interval: Duration = 1.0
+    flush_interval: Annotated[Duration, _bounded("flush_interval", lambda value: value <= 60, "at most 60s (the "
+                                                 "dashboard's figures lag by up to twice it)")] = 1.0
     """A worker sends its start records at most once per this interval (at most 60s), the most a kill loses."""
-
-    @field_validator("retention")
-    @classmethod
-    def _long_enough(cls, value: float) -> float:
-        if value < 62 * 60:
-            raise ValueError(f"retention must be at least 62m (the 60-minute wait figures need it), got {value:g}s")
-        return value
-
-    @field_validator("flush_interval")
-    @classmethod
-    def _short_enough(cls, value: float) -> float:
-        if value > 60:
-            raise ValueError(f"flush_interval must be at most 60s (the dashboard's figures lag by up to twice it), "
-                             f"got {value:g}s")
-        return value
 
 
 Charge = Literal["jobs", "runtime"]

@@ -89,9 +89,8 @@ __all__ = [
 class Settings(BaseSettings):
     """All fair-router settings. Build with :func:`load_settings` to get file-aware error messages."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="FAIR_ROUTER_", env_nested_delimiter="__", extra="forbid", yaml_file=None
-    )
+    model_config = SettingsConfigDict(env_prefix="FAIR_ROUTER_", env_nested_delimiter="__", extra="forbid",
+                                      yaml_file=None)
 
     redis_url: RedisUrl = "redis://localhost:6379/0"
     # redis_url names any node of a Redis Cluster (a seed): our state goes through redis-py's RedisCluster,
@@ -181,14 +180,11 @@ class Settings(BaseSettings):
         return found
 
     @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Precedence: explicit arguments, then the environment, then the YAML file."""
         yaml_file = settings_cls.model_config.get("yaml_file") or default_config_path()
         return init_settings, env_settings, CheckedYamlSource(settings_cls, yaml_file=yaml_file)
@@ -234,11 +230,6 @@ def _speed(weight: float | Literal["strict"]) -> float:
     return math.inf if weight == "strict" else float(weight)
 
 
-def _shorten(value: str, limit: int = 80) -> str:
-    """``value`` quoted, cut to about ``limit`` characters (environment values can be long JSON)."""
-    return repr(value if len(value) <= limit else value[: limit - 3] + "...")
-
-
 class _Origins:
     """Which layer (arguments, variables, file) each setting came from; read only when validation failed."""
 
@@ -247,11 +238,10 @@ class _Origins:
     def __init__(self, settings_cls: type[BaseSettings], file: Path | None, overrides: dict[str, Any]) -> None:
         self.file = file
         env = EnvSettingsSource(settings_cls)
-        self.layers: list[tuple[str, Any]] = [
-            (self.ARGUMENTS, overrides),
-            ("env", env()),
-            (str(file), _quietly(CheckedYamlSource, settings_cls, file) if file else {}),
-        ]
+        with warnings.catch_warnings():  # the file read again, for error messages: without repeating its warnings
+            warnings.simplefilter("ignore", SettingsWarning)
+            from_file = CheckedYamlSource(settings_cls, yaml_file=file)() if file else {}
+        self.layers: list[tuple[str, Any]] = [(self.ARGUMENTS, overrides), ("env", env()), (str(file), from_file)]
         prefix = env.env_prefix.lower()
         # Each variable by its key path, as pydantic-settings reads names (case-insensitively here).
         self.variables = {
@@ -286,13 +276,6 @@ class _Origins:
         return " + ".join(name for key, name in self.variables.items() if key[: len(wanted)] == wanted)
 
 
-def _quietly(source: type[CheckedYamlSource], settings_cls: type[BaseSettings], file: Path) -> dict[str, Any]:
-    """The file's values, read again for error messages: without repeating its warnings."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SettingsWarning)
-        return source(settings_cls, yaml_file=file)()
-
-
 def _has(node: Any, part: int | str) -> bool:
     if isinstance(node, dict):
         return part in node
@@ -310,7 +293,8 @@ def _bad_json(exc: SourceError) -> str | None:
     names = [name for name in sorted(os.environ) if name.lower().startswith(prefix) and os.environ[name] == cause.doc]
     if not names:
         return None
-    return (f"invalid fair-router settings: {' / '.join(names)}={_shorten(cause.doc)} is not valid JSON "
+    shown = repr(cause.doc if len(cause.doc) <= 80 else cause.doc[:77] + "...")  # environment values: long JSON
+    return (f"invalid fair-router settings: {' / '.join(names)}={shown} is not valid JSON "
             f"({cause.msg} at character {cause.pos}); complex values in FAIR_ROUTER_* variables are JSON")
 
 

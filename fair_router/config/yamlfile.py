@@ -10,23 +10,13 @@ from typing import Any
 import yaml
 from pydantic_settings import YamlConfigSettingsSource
 
-from fair_router.config.errors import SettingsError, SettingsWarning
+from fair_router.config.errors import SHOWN, SettingsError, SettingsWarning, shown
 
 MAX_FILE_BYTES = 1_000_000
 """Largest settings file read (bytes)."""
 
 MAX_INT_DIGITS = 30
 """Longest integer literal taken (digits): every count has a bound far below it."""
-
-SHOWN = 80
-"""Characters of a key or value echoed in a message."""
-
-
-def shown(value: object) -> str:
-    """``repr(value)``, cut to about :data:`SHOWN` characters."""
-    text = repr(value)
-    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
-
 
 class StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing duplicate keys and huge integers (with the line of each)."""
@@ -56,11 +46,6 @@ class StrictLoader(yaml.SafeLoader):
 StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
 
 
-def _where(file: Path, exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    return f"{file}: line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(file)
-
-
 def read_settings_file(file: Path) -> dict[str, Any]:
     """The mapping in ``file``; raises SettingsError (bounded message naming the file) when it cannot be used."""
     try:
@@ -86,7 +71,9 @@ def read_settings_file(file: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc)
         kind = "invalid" if isinstance(exc, yaml.constructor.ConstructorError) else "malformed"
-        raise SettingsError(f"{_where(file, exc)}: {kind} YAML: {str(problem)[:4 * SHOWN]}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{file}: line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(file)
+        raise SettingsError(f"{where}: {kind} YAML: {str(problem)[:4 * SHOWN]}") from None
     if data is None:
         warnings.warn(SettingsWarning(f"{file}: the settings file is empty; using the defaults (and any "
                                       "FAIR_ROUTER_* variables)"), stacklevel=2)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 logger = logging.getLogger("fair_router")
@@ -42,18 +43,7 @@ def commit_mode() -> str:
         from django_rq.queues import get_commit_mode
     except ImportError:
         return "on_db_commit"
-    mode: str = get_commit_mode()
-    return mode
-
-
-class _Delayed:
-    """One enqueue in django-rq's queue of delayed enqueues ("request_finished"), run when the request ends."""
-
-    def __init__(self, run: Callable[[], object]) -> None:
-        self.run = run
-
-    def original_enqueue_call(self) -> None:
-        self.run()
+    return str(get_commit_mode())
 
 
 def commit_hook() -> Callable[[Callable[[], object], str], None] | None:
@@ -80,7 +70,8 @@ def _on_commit(run: Callable[[], object], what: str) -> None:
 def _after_request(run: Callable[[], object], what: str) -> None:
     from django_rq import thread_queue
 
-    thread_queue.add(_Delayed(_logged(run, what)), (), {})  # type: ignore[arg-type]
+    # django-rq's queue of delayed enqueues calls each entry's original_enqueue_call() when the request ends
+    thread_queue.add(SimpleNamespace(original_enqueue_call=_logged(run, what)), (), {})  # type: ignore[arg-type]
 
 
 def _logged(run: Callable[[], object], what: str) -> Callable[[], None]:

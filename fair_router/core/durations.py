@@ -26,9 +26,8 @@ def parse_duration(value: object) -> float:
     elif isinstance(value, str):
         match = _PATTERN.match(value)
         if match is None:
-            raise ValueError(
-                f"invalid duration {value!r}: use seconds or a number with a unit ms, s, m, h or d ('250ms', '1h')"
-            )
+            raise ValueError(f"invalid duration {value!r}: use seconds or a number with a unit ms, s, m, h or d "
+                             "('250ms', '1h')")
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
     else:
         raise ValueError(f"duration must be seconds, a timedelta or a string like '5m', got {value!r}")

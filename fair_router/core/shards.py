@@ -17,14 +17,13 @@ MAX_SHARDS = 1024
 """The most shards a job key may have: every shard is a queue (and a worker group) of its own."""
 
 _PERSON = b"fair-router.sh"  # BLAKE2b personalisation (at most 16 bytes): digests of no other use collide
-_SUFFIX = "_shard"
-SHARD_SUFFIX = _SUFFIX
+SHARD_SUFFIX = "_shard"
 """What a shard queue's name adds to its family's before the shard number (route.lua names them too)."""
 
 
 def shard_queue(queue: str, index: int) -> str:
     """The name of shard ``index`` of queue family ``queue``: ``<queue>_shard<index>``."""
-    return f"{queue}{_SUFFIX}{index}"
+    return f"{queue}{SHARD_SUFFIX}{index}"
 
 
 _MEMBER = re.compile(r"(.+)_shard(\d+)")

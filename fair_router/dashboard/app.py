@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Flask, Response, abort, jsonify, redirect, render_template, request, url_for
+from flask.typing import ResponseReturnValue
 from prometheus_client import CONTENT_TYPE_LATEST
 from redis import Redis
 from werkzeug.wrappers import Response as WerkzeugResponse
@@ -37,14 +38,9 @@ MIN_TOKEN_LENGTH = 16
 ACTIONS = ("pause", "resume")
 
 
-def create_blueprint(
-    reader: SnapshotReader,
-    refresh: float = DEFAULT_REFRESH,
-    name: str = "fair_router",
-    actions_token: str | None = None,
-    read_token: str | None = None,
-    metrics_open: bool = False,
-) -> Blueprint:
+def create_blueprint(reader: SnapshotReader, refresh: float = DEFAULT_REFRESH, name: str = "fair_router",
+                     actions_token: str | None = None, read_token: str | None = None,
+                     metrics_open: bool = False) -> Blueprint:
     """The dashboard's routes as a blueprint (``name`` unique within the app). ``actions_token`` turns on the tenant
     actions (``POST /api/tenant/<pause|resume>``); ``read_token`` guards every route but the assets (``metrics_open``:
     except ``/metrics``). The ``Host`` check is the app's (:class:`~fair_router.dashboard.guard.HostAllowlist`)."""
@@ -61,13 +57,10 @@ def create_blueprint(
     blueprint.after_request(secure_headers)
     access = ReadAccess(read_token, f"{name}_session") if read_token else None
 
-    def refused() -> Response:
+    def refused() -> ResponseReturnValue:
         """401 with the scheme to use: a scraper or script learns it needs the bearer token."""
-        response = jsonify({"error": f"this dashboard needs its read token (${READ_TOKEN_ENV}) as "
-                                     "'Authorization: Bearer <token>'"})
-        response.status_code = 401
-        response.headers["WWW-Authenticate"] = 'Bearer realm="fair-router dashboard"'
-        return response
+        return (jsonify({"error": f"this dashboard needs its read token (${READ_TOKEN_ENV}) as 'Authorization: Bearer "
+                                  "<token>'"}), 401, {"WWW-Authenticate": 'Bearer realm="fair-router dashboard"'})
 
     def sign_in_form(status: int, wrong: bool = False) -> tuple[str, int]:
         return render_template("fair_router/sign_in.html", prefix=reader.settings.prefix, wrong=wrong), status
@@ -82,13 +75,13 @@ def create_blueprint(
                                prefix=reader.settings.prefix, actions=actions, signed_in=access is not None)
 
     @blueprint.get("/api/snapshot")
-    def api_snapshot() -> Response:
+    def api_snapshot() -> ResponseReturnValue:
         if access is not None and not access.allows(request):
             return refused()
         return jsonify(reader.snapshot().to_json())
 
     @blueprint.get("/metrics")
-    def metrics() -> Response:
+    def metrics() -> ResponseReturnValue:
         if access is not None and not metrics_open and not access.allows(request):
             return refused()
         return Response(metrics_text(reader), mimetype=CONTENT_TYPE_LATEST)
@@ -117,7 +110,7 @@ def create_blueprint(
                             tenant_max_bytes=reader.settings.tenant_max_bytes)
 
         @blueprint.post("/api/tenant/<action>")
-        def api_tenant(action: str) -> Response:
+        def api_tenant(action: str) -> ResponseReturnValue:
             """Pause or resume one tenant (``{"tenant": id}``), with the bearer token."""
             given = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
@@ -129,25 +122,16 @@ def create_blueprint(
             try:  # a str or int id within tenant_max_bytes, as everywhere (fair_router.core.tenancy)
                 tenant = router.tenant_id(given_tenant)
             except (TypeError, ValueError) as exc:
-                refused = jsonify({"error": f'the body must be {{"tenant": "<tenant id>"}}: {exc}'})
-                refused.status_code = 400
-                return refused
+                return jsonify({"error": f'the body must be {{"tenant": "<tenant id>"}}: {exc}'}), 400
             getattr(router, action)(tenant)
             return jsonify({"tenant": tenant, "paused": router.paused(tenant)})
 
     return blueprint
 
 
-def create_app(
-    settings: Settings | None = None,
-    connection: Redis | None = None,
-    refresh: float = DEFAULT_REFRESH,
-    queues: list[str] | None = None,
-    actions_token: str | None = None,
-    read_token: str | None = None,
-    allowed_hosts: Iterable[str] = LOOPBACK_NAMES,
-    metrics_open: bool = False,
-) -> Flask:
+def create_app(settings: Settings | None = None, connection: Redis | None = None, refresh: float = DEFAULT_REFRESH,
+               queues: list[str] | None = None, actions_token: str | None = None, read_token: str | None = None,
+               allowed_hosts: Iterable[str] = LOOPBACK_NAMES, metrics_open: bool = False) -> Flask:
     """A Flask app serving the dashboard at ``/``; settings and connection default to the settings file (so ``gunicorn
     'fair_router.dashboard.app:create_app()'`` works). Tokens as in :func:`create_blueprint`; ``allowed_hosts``: the
     ``Host`` names answered (default loopback), any other gets 400."""
@@ -169,8 +153,3 @@ def listen(app: Flask, host: str, port: int, threads: int = 8,
 
     logging.basicConfig()  # waitress logs its warnings (e.g. a deep task queue) through logging
     return create_server(app, host=host, port=port, threads=threads, ident="fair-router", **options)
-
-
-def serve(app: Flask, host: str, port: int, threads: int = 8, **options: Any) -> None:
-    """:func:`listen`, then serve until stopped (Ctrl-C ends it cleanly)."""
-    listen(app, host, port, threads, **options).run()

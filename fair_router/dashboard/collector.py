@@ -4,10 +4,12 @@ keep no state. Only the top N tenants get their own label, the rest are summed u
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily as Counter
+from prometheus_client.core import GaugeMetricFamily as Gauge
+from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fair_router.dashboard.model import OTHER_LABEL, Snapshot
@@ -36,74 +38,50 @@ class FairRouterCollector(Collector):
         yield from metric_families(self.reader.snapshot())
 
 
+def _family(kind: type[Gauge | Counter], name: str, text: str, labels: list[str],
+            samples: Iterable[tuple[list[str], float]]) -> Metric:
+    family = kind(name, text, labels=labels)
+    for values, value in samples:
+        family.add_metric(values, value)
+    return family
+
+
 def metric_families(snap: Snapshot) -> Iterator[Metric]:
     """The metric families of one snapshot (see the metrics table in docs/observability.md)."""
-    queue_jobs = GaugeMetricFamily("fair_router_queue_jobs", "Jobs waiting in the queue (rq's list).",
-                                   labels=["queue"])
-    queue_running = GaugeMetricFamily("fair_router_queue_running", "Jobs of the queue running now "
-                                      "(rq's StartedJobRegistry).", labels=["queue"])
-    for queue in snap.queues:
-        if not queue.down:  # its shard server did not answer: no figure rather than a false 0
-            queue_jobs.add_metric([queue.name], queue.jobs)
-            queue_running.add_metric([queue.name], queue.running)
-    yield queue_jobs
-    yield queue_running
-    plain_pops = GaugeMetricFamily("fair_router_queue_plain_pops", "Jobs of the fair queue found taken by a worker "
-                                   "that is not fair-router's (a plain rq worker; a lower bound).", labels=["queue"])
-    for queue in snap.queues:
-        if queue.fair:
-            plain_pops.add_metric([queue.name], queue.plain_pops)
-    yield plain_pops
-    approximate = GaugeMetricFamily("fair_router_queue_counts_approximate", "1 when the queue's per-tenant waiting "
-                                    "counts were not reconciled with rq's list this scrape (more entries than the "
-                                    "bound): they may include jobs rq removed and miss jobs rq requeued.",
-                                    labels=["queue"])
-    for queue in snap.queues:
-        if not queue.down:
-            approximate.add_metric([queue.name], int(queue.approximate))
-    yield approximate
+    up = [queue for queue in snap.queues if not queue.down]  # a shard server that did not answer: no false 0
+    yield _family(Gauge, "fair_router_queue_jobs", "Jobs waiting in the queue (rq's list).", ["queue"],
+                  (([queue.name], queue.jobs) for queue in up))
+    yield _family(Gauge, "fair_router_queue_running", "Jobs of the queue running now (rq's StartedJobRegistry).",
+                  ["queue"], (([queue.name], queue.running) for queue in up))
+    yield _family(Gauge, "fair_router_queue_plain_pops", "Jobs of the fair queue found taken by a worker that is not "
+                  "fair-router's (a plain rq worker; a lower bound).", ["queue"],
+                  (([queue.name], queue.plain_pops) for queue in snap.queues if queue.fair))
+    yield _family(Gauge, "fair_router_queue_counts_approximate", "1 when the queue's per-tenant waiting counts were "
+                  "not reconciled with rq's list this scrape (more entries than the bound): they may include jobs rq "
+                  "removed and miss jobs rq requeued.", ["queue"], (([queue.name], int(queue.approximate))
+                                                                     for queue in up))
     if snap.shard_servers:
-        up = GaugeMetricFamily("fair_router_shard_server_up", "1 when the shard server (shard_urls) answered "
-                               "this scrape, 0 when it did not (its queues then have no samples).",
-                               labels=["server"])
-        for server in snap.shard_servers:
-            up.add_metric([server.server], int(server.up))
-        yield up
+        yield _family(Gauge, "fair_router_shard_server_up", "1 when the shard server (shard_urls) answered this "
+                      "scrape, 0 when it did not (its queues then have no samples).", ["server"],
+                      (([server.server], int(server.up)) for server in snap.shard_servers))
 
     rows = [*snap.tenants, snap.other]
-    waiting = GaugeMetricFamily("fair_router_tenant_waiting", "Jobs of the tenant waiting in a fair queue or a "
-                                f"routed plain one (top N tenants, the rest as tenant=\"{OTHER_LABEL}\").",
-                                labels=["queue", "tenant"])
     routed_into = {queue for _, queue in snap.routed}
-    for queue in snap.queues:
-        if queue.fair or queue.name in routed_into or any(queue.name in row.waiting for row in rows):
-            for row in rows:
-                waiting.add_metric([queue.name, row.tenant], row.waiting.get(queue.name, 0))
-    yield waiting
-
-    paused = GaugeMetricFamily("fair_router_tenant_paused", "1 while the tenant is paused (FairRouter.pause; top N "
-                               "tenants).", labels=["tenant"])
-    for row in snap.tenants:
-        paused.add_metric([row.tenant], int(row.paused))
-    yield paused
-
+    yield _family(Gauge, "fair_router_tenant_waiting", "Jobs of the tenant waiting in a fair queue or a routed plain "
+                  f"one (top N tenants, the rest as tenant=\"{OTHER_LABEL}\").", ["queue", "tenant"],
+                  (([queue.name, row.tenant], row.waiting.get(queue.name, 0)) for queue in snap.queues
+                   if queue.fair or queue.name in routed_into or any(queue.name in row.waiting for row in rows)
+                   for row in rows))
+    yield _family(Gauge, "fair_router_tenant_paused", "1 while the tenant is paused (FairRouter.pause; top N "
+                  "tenants).", ["tenant"], (([row.tenant], int(row.paused)) for row in snap.tenants))
     if snap.limits_enabled:
-        running = GaugeMetricFamily("fair_router_tenant_running", "Concurrency slots the tenant holds: its jobs "
-                                    "running now.", labels=["tenant", "tier"])
-        limit = GaugeMetricFamily("fair_router_tenant_limit", "The tenant's concurrency limit (its tier's).",
-                                  labels=["tenant"])
-        for row in rows:
-            running.add_metric([row.tenant, row.tier or ""], row.running or 0)
-            if row.limit is not None:
-                limit.add_metric([row.tenant], row.limit)
-        yield running
-        yield limit
-
-    routed = CounterMetricFamily("fair_router_routed", "Jobs routed, by job key and target queue (a rule's "
-                                 "queue, or the base queue when no rule matched).", labels=["job_key", "rule_queue"])
-    for (job, target), count in sorted(snap.routed.items()):
-        routed.add_metric([job, target], count)
-    yield routed
+        yield _family(Gauge, "fair_router_tenant_running", "Concurrency slots the tenant holds: its jobs running "
+                      "now.", ["tenant", "tier"], (([row.tenant, row.tier or ""], row.running or 0) for row in rows))
+        yield _family(Gauge, "fair_router_tenant_limit", "The tenant's concurrency limit (its tier's).", ["tenant"],
+                      (([row.tenant], row.limit) for row in rows if row.limit is not None))
+    yield _family(Counter, "fair_router_routed", "Jobs routed, by job key and target queue (a rule's queue, or the "
+                  "base queue when no rule matched).", ["job_key", "rule_queue"],
+                  (([job, target], count) for (job, target), count in sorted(snap.routed.items())))
 
     wait = HistogramMetricFamily("fair_router_job_wait_seconds", "Wait of started jobs (start minus enqueue), "
                                  "by tenant.", labels=["tenant"])
@@ -111,12 +89,16 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
         wait.add_metric([row.tenant], row.histogram.prometheus_buckets(), row.histogram.total_us / 1e6)
     yield wait
 
-    yield from _limit_counters(snap)
+    tiers = sorted(snap.limit_counters.items())
+    for name, text in JOB_COUNTERS.items():
+        yield _family(Counter, f"fair_router_jobs_{name}", text, ["tier"],
+                      (([tier], counts.get(name, 0)) for tier, counts in tiers))
+    yield _family(Counter, "fair_router_limit_events", "Concurrency slot events, by tier (refused: a start refused at "
+                  "the tenant's limit).", ["tier", "event"],
+                  (([tier, event], counts.get(event, 0)) for tier, counts in tiers for event in LIMIT_EVENTS))
     for event in EVENTS:
-        family = CounterMetricFamily(f"fair_router_jobs_{event}", EVENT_HELP[event], labels=["queue"])
-        for (name, queue_name), count in sorted(snap.events.items()):
-            if name == event:
-                family.add_metric([queue_name], count)
+        family = _family(Counter, f"fair_router_jobs_{event}", EVENT_HELP[event], ["queue"],
+                         (([queue], count) for (name, queue), count in sorted(snap.events.items()) if name == event))
         if family.samples:
             yield family
 
@@ -130,20 +112,6 @@ JOB_COUNTERS = {
     "paused": "Job starts refused because the tenant was paused (parked or snoozed until resumed).",
 }
 """Per-tier job counters (``limits.COUNTERS``) exposed as ``fair_router_jobs_<name>_total{tier}``."""
-
-
-def _limit_counters(snap: Snapshot) -> Iterator[Metric]:
-    families = {name: CounterMetricFamily(f"fair_router_jobs_{name}", text, labels=["tier"])
-                for name, text in JOB_COUNTERS.items()}
-    events = CounterMetricFamily("fair_router_limit_events", "Concurrency slot events, by tier (refused: a "
-                                 "start refused at the tenant's limit).", labels=["tier", "event"])
-    for tier, counts in sorted(snap.limit_counters.items()):
-        for name, family in families.items():
-            family.add_metric([tier], counts.get(name, 0))
-        for event in LIMIT_EVENTS:
-            events.add_metric([tier, event], counts.get(event, 0))
-    yield from families.values()
-    yield events
 
 
 def metrics_text(reader: SnapshotReader) -> bytes:

@@ -115,12 +115,8 @@ class Snapshot:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the dashboard's ``api/snapshot``)."""
         return {
-            "at": self.at,
-            "top_n": self.top_n,
-            "limits_enabled": self.limits_enabled,
-            "tick_seconds": self.tick_seconds,
-            "capped_starts_5m": self.capped_starts_5m,
-            "tiers_named": self.tiers_named,
+            **{name: getattr(self, name)
+               for name in ("at", "top_n", "limits_enabled", "tick_seconds", "capped_starts_5m", "tiers_named")},
             "queues": [vars(queue) for queue in self.queues],
             "tenants": [_tenant_json(row) for row in self.tenants],
             "other": _tenant_json(self.other),

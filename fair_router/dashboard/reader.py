@@ -8,6 +8,7 @@ into ``_other``."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -27,7 +28,7 @@ from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitF
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.fairqueue.reconcile import RECONCILE_BOUND, FairQueues, reconcile_queues
-from fair_router.observe.buckets import Histogram, from_fields, merge
+from fair_router.observe.buckets import Histogram, from_fields
 from fair_router.observe.counters import counter_table
 from fair_router.observe.events import parse_events
 from fair_router.observe.recorder import ALL, NO_TENANT, OTHER, TICK_SECONDS, TICK_SLOTS
@@ -58,13 +59,8 @@ def _ints(raw: dict[Any, Any]) -> dict[str, int]:
 class SnapshotReader:
     """Reads a :class:`Snapshot` from Redis for one deployment's settings (prefix, queues, tiers, limits)."""
 
-    def __init__(
-        self,
-        connection: Redis,
-        settings: Settings,
-        queues: Sequence[str] | None = None,
-        clock: Clock | None = None,
-    ) -> None:
+    def __init__(self, connection: Redis, settings: Settings, queues: Sequence[str] | None = None,
+                 clock: Clock | None = None) -> None:
         """``queues``: those to show (default: the settings' and rq's); ``clock``: instead of Redis ``TIME``."""
         self.connection = connection
         self.rq = rq_of(connection)  # rq's keys: the same client, or on a cluster the owner of rq's slot
@@ -118,24 +114,20 @@ class SnapshotReader:
         for read in reads:
             read.view.approximate = read.view.name in approximate
         shard_servers, shard_reads = self._shards.read(now)
-        queues, backlogs, parked, abandoned_by_queue = [], {}, {}, {}
-        for read in [*reads, *shard_reads]:
-            name = read.view.name
-            if read.abandoned is not None:
-                abandoned_by_queue[name] = read.abandoned
-            if read.backlog is not None:
-                backlogs[name], parked[name] = read.backlog, read.parked
-            queues.append(read.view)
+        every = [*reads, *shard_reads]
+        queues = [read.view for read in every]
+        backlogs = {read.view.name: read.backlog for read in every if read.backlog is not None}
+        parked = {read.view.name: read.parked for read in every if read.backlog is not None}
+        abandoned_by_queue = {read.view.name: read.abandoned for read in every if read.abandoned is not None}
         routed_replies = replies[PER_QUEUE * len(names):]
         routed = {(job_key, queue): count for job_key, raw in zip(routed_keys, routed_replies[::2], strict=True)
                   for queue, count in _ints(raw).items()}
         lengths = {queue.name: queue.jobs for queue in queues if not queue.down}
         waiting = {**plain_waiting(routed_replies[1::2], lengths), **backlogs}  # queue -> tenant -> jobs
 
-        waiting_total: dict[str, int] = {}
+        waiting_total: Counter[str] = Counter()
         for backlog in waiting.values():
-            for tenant, count in backlog.items():
-                waiting_total[tenant] = waiting_total.get(tenant, 0) + count
+            waiting_total.update(backlog)
         recently = [as_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
         by_waiting = sorted(waiting_total, key=lambda t: -waiting_total[t])[: 2 * n]
         candidates = list(dict.fromkeys([*by_waiting, *recently]))
@@ -174,7 +166,9 @@ class SnapshotReader:
         try:
             return reconciled(self._fair.among(names), self._waiting, names, routed_keys, self.reconcile_bound)
         except (ReadOnlyError, NoPermissionError, ResponseError) as exc:  # a replica, or a user without EVAL
-            if not isinstance(exc, ReadOnlyError | NoPermissionError) and not _refused(exc):
+            text = str(exc).lower()  # a ResponseError: Redis refused a write or a script here, or failed?
+            if not isinstance(exc, ReadOnlyError | NoPermissionError) and not any(
+                    sign in text for sign in ("noperm", "readonly", "read only", "no permissions")):
                 raise
             if not self._warned:
                 self._warned = True
@@ -190,9 +184,8 @@ class SnapshotReader:
         names = dict.fromkeys([*listed, *sorted(set(known) - set(listed))])
         return [name for name in names if name not in self._shards.names]  # those are read on their servers
 
-    def _candidates(
-        self, candidates: list[str], now: float, backlogs: dict[str, dict[str, int]], parked: dict[str, set[str]]
-    ) -> list[tuple[TenantView, dict[str, int]]]:
+    def _candidates(self, candidates: list[str], now: float, backlogs: dict[str, dict[str, int]],
+                    parked: dict[str, set[str]]) -> list[tuple[TenantView, dict[str, int]]]:
         """Each candidate's row (and its record's fields), from its record, slots held and tier."""
         limits_on = self.settings.concurrency.enabled
         raw_names = [unquote(key) for key in candidates]
@@ -284,12 +277,6 @@ def _row(key: str, label: str, fields: dict[str, int], now: float) -> TenantView
     return row
 
 
-def _refused(error: ResponseError) -> bool:
-    """Whether Redis refused a write or a script to this connection (a replica, an ACL), rather than failing."""
-    text = str(error).lower()
-    return any(sign in text for sign in ("noperm", "readonly", "read only", "no permissions"))
-
-
 def plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, dict[str, int]]:
     """Plain queues' waiting counts (queue -> encoded tenant -> jobs) from the job keys' replies; an empty queue has
     nothing waiting, whatever counts were left."""
@@ -302,14 +289,8 @@ def plain_waiting(replies: Sequence[Any], lengths: dict[str, int]) -> dict[str, 
     return waiting
 
 
-def _rest(
-    everyone: TenantView,
-    all_fields: dict[str, int],
-    top: list[tuple[TenantView, dict[str, int]]],
-    now: float,
-    backlogs: dict[str, dict[str, int]],
-    total_running: int | None,
-) -> TenantView:
+def _rest(everyone: TenantView, all_fields: dict[str, int], top: list[tuple[TenantView, dict[str, int]]], now: float,
+          backlogs: dict[str, dict[str, int]], total_running: int | None) -> TenantView:
     """Everyone minus the top N: the ``_other`` row."""
     minute, tick = int(now // 60), int(now // TICK_SECONDS)
     rest = TenantView(OTHER_LABEL, "")
@@ -331,12 +312,10 @@ def _window(fields: dict[str, int], minute: int, minutes: int) -> Histogram:
     """Starts by bucket over the current minute and the ``minutes - 1`` before it."""
     held = {name[1:]: value for name, value in fields.items() if name.startswith("m")}
     slots = {slot for slot, value in held.items() if minute - minutes < value <= minute}
-    return merge(from_fields(fields, f"{slot}:") for slot in slots)
+    return from_fields(fields, *(f"{slot}:" for slot in slots))
 
 
-def _series(
-    fields: dict[str, int], tick: int, minus: Sequence[dict[str, int]] = ()
-) -> list[tuple[float, float]]:
+def _series(fields: dict[str, int], tick: int, minus: Sequence[dict[str, int]] = ()) -> list[tuple[float, float]]:
     """(tick start, mean wait) of a record's ticks, oldest first, ``minus`` the records taken out."""
     points = []
     for slot in range(TICK_SLOTS):

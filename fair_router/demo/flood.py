@@ -16,14 +16,7 @@ from redis import Redis
 
 from fair_router.config.settings import Charge
 from fair_router.demo.harness import MODES, Midway, drain
-from fair_router.demo.metrics import (
-    JobTiming,
-    jain,
-    makespan,
-    share_accuracy,
-    summarize,
-    worker_time_shares,
-)
+from fair_router.demo.metrics import JobTiming, jain, makespan, share_accuracy, summarize, worker_time_shares
 from fair_router.demo.timed import TimedWorker, read_spans
 
 CHARGES: tuple[Charge, ...] = ("jobs", "runtime")
@@ -69,34 +62,14 @@ def arrivals(params: FloodParams, flood: bool) -> list[tuple[float, str, str]]:
     return sorted(plan, key=lambda item: item[0])
 
 
-def run_once(
-    connection: Redis,
-    url: str,
-    mode_name: str,
-    params: FloodParams,
-    flood: bool,
-    progress: Callable[[int], None] | None = None,
-    midway: Midway | None = None,
-) -> list[JobTiming]:
+def run_once(connection: Redis, url: str, mode_name: str, params: FloodParams, flood: bool,
+             progress: Callable[[int], None] | None = None, midway: Midway | None = None) -> list[JobTiming]:
     """Run one mode once (with or without the flood); ``midway`` is called when half the jobs have run."""
     plan = arrivals(params, flood)
     bursts = [[tenant for _, tenant, kind in plan if kind == "greedy"]] if flood else []
     trickle = [item for item in plan if item[2] != "greedy"]
     return drain(connection, url, mode_name, params.workers, params.job_ms, bursts, "greedy", trickle, progress,
                  midway=midway, flush_interval=params.flush_interval)
-
-
-def run_backlogged(
-    connection: Redis,
-    url: str,
-    mode_name: str,
-    params: FloodParams,
-    progress: Callable[[int], None] | None = None,
-) -> list[JobTiming]:
-    """Every tenant backlogged: ``share_tenants`` each enqueue ``share_jobs`` jobs, one after another."""
-    bursts = [[f"tenant-{i}"] * params.share_jobs for i in range(params.share_tenants)]
-    return drain(connection, url, mode_name, params.workers, params.job_ms, bursts, "backlogged", [], progress,
-                 flush_interval=params.flush_interval)
 
 
 @dataclass(frozen=True)
@@ -115,13 +88,8 @@ class MixedParams:
         return self.long_jobs + self.short_jobs
 
 
-def run_worker_time(
-    connection: Redis,
-    url: str,
-    params: MixedParams,
-    charge: Charge,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, float]:
+def run_worker_time(connection: Redis, url: str, params: MixedParams, charge: Charge,
+                    progress: Callable[[int], None] | None = None) -> dict[str, float]:
     """Drain the mixed-length backlog on a FairQueue charging ``charge``. Returns the long tenant's share of worker time
     while both were backlogged, Jain's index over worker time / fair share (``jain_run``: over rq's run times,
     ``jain_cycle``: over whole cycles), and the throughput."""
@@ -129,10 +97,10 @@ def run_worker_time(
                "short": (params.short_ms, params.short_jobs, params.weights[1])}
     # One batch (one MULTI): both tenants are backlogged from the first pop on.
     bursts = [[name for name, (_, jobs, _) in tenants.items() for _ in range(jobs)]]
-    flood = FloodParams(workers=params.workers)
     read_spans(connection)  # none left from an earlier run
-    timings = drain(connection, url, "fair-runtime" if charge == "runtime" else "fair", flood.workers, flood.job_ms,
-                    bursts, "mixed", [], progress, job_ms={name: ms for name, (ms, _, _) in tenants.items()},
+    timings = drain(connection, url, "fair-runtime" if charge == "runtime" else "fair", params.workers,
+                    FloodParams.job_ms, bursts, "mixed", [], progress,
+                    job_ms={name: ms for name, (ms, _, _) in tenants.items()},
                     weights={name: weight for name, (_, _, weight) in tenants.items()},
                     worker_class=f"{TimedWorker.__module__}.{TimedWorker.__name__}")
     worker, cycle = read_spans(connection)
@@ -146,25 +114,14 @@ def run_worker_time(
                                               for name, (_, _, weight) in tenants.items()])
 
     long_share, fairness = share_jain(worker)
-    return {
-        "long_share": long_share,
-        "jain": fairness,
-        "jain_run": share_jain(timings)[1],
-        "jain_cycle": share_jain(cycle)[1],
-        "throughput": len(timings) / makespan(timings),
-        "makespan": makespan(timings),
-    }
+    return {"long_share": long_share, "jain": fairness, "jain_run": share_jain(timings)[1],
+            "jain_cycle": share_jain(cycle)[1], "throughput": len(timings) / makespan(timings),
+            "makespan": makespan(timings)}
 
 
-def run_scenario(
-    connection: Redis,
-    url: str,
-    params: FloodParams,
-    modes: Sequence[str] = MODES,
-    progress: Callable[[int], None] | None = None,
-    rounds: int = 1,
-    midway: Midway | None = None,
-) -> dict[str, Any]:
+def run_scenario(connection: Redis, url: str, params: FloodParams, modes: Sequence[str] = MODES,
+                 progress: Callable[[int], None] | None = None, rounds: int = 1,
+                 midway: Midway | None = None) -> dict[str, Any]:
     """Every mode without and with the flood, ``rounds`` times (order rotated each round, seed + round), then once all
     backlogged; returns params, per-mode summaries and raw waits. The makespan ratio is the median over rounds of each
     mode's against FIFO's in the same round, so the machine's drift cancels."""
@@ -182,7 +139,10 @@ def run_scenario(
         summary = summarize(flooded[name])
         summary["calm_small_p95"] = summarize(calm[name])["small_p95"]
         summary["isolation"] = summary["small_p95"] / max(summary["calm_small_p95"], 1e-6)
-        summary["share_jain"] = share_accuracy(run_backlogged(connection, url, name, params, progress=progress))
+        # Every tenant backlogged: share_tenants each enqueue share_jobs jobs, one after another.
+        backlogged = [[f"tenant-{i}"] * params.share_jobs for i in range(params.share_tenants)]
+        summary["share_jain"] = share_accuracy(drain(connection, url, name, params.workers, params.job_ms, backlogged,
+                                                     "backlogged", [], progress, flush_interval=params.flush_interval))
         if "fifo" in flooded:
             summary["makespan_vs_fifo"] = statistics.median(
                 makespan(mine) / makespan(fifo) for mine, fifo in zip(flooded[name], flooded["fifo"], strict=True))

@@ -25,6 +25,7 @@ from fair_router.config.settings import Charge, JobConfig, ObserveConfig, Settin
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule
 from fair_router.demo.metrics import JobTiming
+from fair_router.demo.redis_server import stop_processes
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.decorator import fair_job
 from fair_router.routing.router import FairRouter
@@ -106,22 +107,11 @@ def workers(url: str, chosen: Mode, count: int, flush_interval: float = 1.0) -> 
                     proc.stderr.close()
 
 
-def drain(
-    connection: Redis,
-    url: str,
-    mode_name: str,
-    worker_count: int,
-    default_ms: float,
-    bursts: Sequence[Sequence[str]],
-    burst_kind: str,
-    trickle: Sequence[tuple[float, str, str]],
-    progress: Callable[[int], None] | None,
-    job_ms: Mapping[str, float] | None = None,
-    weights: Mapping[str, float] | None = None,
-    midway: Midway | None = None,
-    flush_interval: float = 1.0,
-    worker_class: str | None = None,
-) -> list[JobTiming]:
+def drain(connection: Redis, url: str, mode_name: str, worker_count: int, default_ms: float,
+          bursts: Sequence[Sequence[str]], burst_kind: str, trickle: Sequence[tuple[float, str, str]],
+          progress: Callable[[int], None] | None, job_ms: Mapping[str, float] | None = None,
+          weights: Mapping[str, float] | None = None, midway: Midway | None = None, flush_interval: float = 1.0,
+          worker_class: str | None = None) -> list[JobTiming]:
     """Start the mode's workers, enqueue each burst at once, then the trickle at its offsets; wait until every job ran
     and return their timings. ``job_ms``: tenant -> job length (else ``default_ms``); ``weights``: tenant -> fair-share
     weight; ``worker_class``: instead of the mode's. A run sees only its own start records."""
@@ -130,7 +120,7 @@ def drain(
     if worker_class is not None:
         chosen = replace(chosen, worker_class=worker_class)
     done_key = f"{PREFIX}:{run}:done"
-    enqueue = _enqueuer(connection, chosen, weights or {})
+    enqueue_one, enqueue_bulk = _enqueuer(connection, chosen, weights or {})
     length = {**dict.fromkeys({t for burst in bursts for t in burst} | {t for _, t, _ in trickle}, default_ms),
               **(job_ms or {})}
     total = sum(len(burst) for burst in bursts) + len(trickle)
@@ -149,7 +139,7 @@ def drain(
     with workers(url, chosen, worker_count, flush_interval):
         wait_for_workers(connection, chosen.queues, worker_count)
         for burst in bursts:
-            for job in enqueue.bulk([(tenant, length[tenant], done_key) for tenant in burst]):
+            for job in enqueue_bulk([(tenant, length[tenant], done_key) for tenant in burst]):
                 kinds[job.id] = (job.args[0], burst_kind)
         # The trickle's clock starts once the bursts are queued: this one client enqueues both, and small
         # tenants' jobs held back behind the flood's enqueue calls would arrive in a clump, which
@@ -159,7 +149,7 @@ def drain(
             while (delay := start + offset - time.monotonic()) > 0:
                 time.sleep(min(delay, 0.05))
                 done()
-            kinds[enqueue.one(tenant, length[tenant], done_key).id] = (tenant, kind)
+            kinds[enqueue_one(tenant, length[tenant], done_key).id] = (tenant, kind)
         if not wait_until(lambda: done() >= total, 120 + total * max(length.values(), default=0) / 1000):
             raise RuntimeError(f"{mode_name}: only {tally.reported} of {total} jobs finished in time")
     jobs = [job for job in Job.fetch_many(list(kinds), connection=connection) if job is not None]
@@ -242,50 +232,31 @@ def wait_for_workers(connection: Redis, queues: Sequence[str], count: int) -> No
         raise RuntimeError("rq workers did not start within 60 s")
 
 
-@dataclass
-class _Enqueuer:
-    one: Callable[[str, float, str], Job]
-    bulk: Callable[[list[tuple[str, float, str]]], list[Job]]
+Enqueuers = tuple[Callable[[str, float, str], Job], Callable[[list[tuple[str, float, str]]], list[Job]]]
 
 
-def _enqueuer(connection: Redis, chosen: Mode, weights: Mapping[str, float]) -> _Enqueuer:
-    """How the mode enqueues: plain rq, ``@fair_job``, or a FairQueue (``weights`` through tiers named after them)."""
+def _enqueuer(connection: Redis, chosen: Mode, weights: Mapping[str, float]) -> Enqueuers:
+    """How the mode enqueues one job, and a batch: plain rq, ``@fair_job``, or a FairQueue (``weights`` through tiers
+    named after them)."""
     if chosen.fair:
         tiers = TiersConfig(default="w1", priority=[], concurrency={"w1": 1, **{_tier(w): 1 for w in weights.values()}},
                             weights={_tier(w): w for w in weights.values()})
         fair = FairQueue(chosen.queues[0], connection=connection, prefix=PREFIX, tiers=tiers, charge=chosen.charge)
         for tenant, weight in weights.items():
             fair.tier_book.set(tenant, _tier(weight))
-        return _Enqueuer(
-            one=lambda tenant, *rest: fair.enqueue(timed_job, tenant, *rest, fair_tenant=tenant, result_ttl=600),
-            bulk=lambda items: fair.enqueue_many(
-                [Queue.prepare_data(timed_job, args, result_ttl=600, meta={"fair_tenant": args[0]})
-                 for args in items]),
-        )
+        return (lambda tenant, *rest: fair.enqueue(timed_job, tenant, *rest, fair_tenant=tenant, result_ttl=600),
+                lambda items: fair.enqueue_many([Queue.prepare_data(timed_job, args, result_ttl=600,
+                                                                    meta={"fair_tenant": args[0]}) for args in items]))
     if not chosen.rules:
         queue = Queue(chosen.queues[0], connection=connection)
-        return _Enqueuer(
-            one=lambda *args: queue.enqueue(timed_job, *args, result_ttl=600),
-            bulk=lambda items: queue.enqueue_many(
-                [Queue.prepare_data(timed_job, args, result_ttl=600) for args in items]),
-        )
+        return (lambda *args: queue.enqueue(timed_job, *args, result_ttl=600),
+                lambda items: queue.enqueue_many([Queue.prepare_data(timed_job, args, result_ttl=600)
+                                                  for args in items]))
     router = FairRouter(connection, prefix=PREFIX)
     job = fair_job(chosen.queues[0], rules=chosen.rules, tenant=lambda tenant, *_: tenant, router=router,
                    job_key=f"{PREFIX}.{chosen.queues[0]}", result_ttl=600)(timed_job)
-    return _Enqueuer(one=job.delay, bulk=lambda items: job.enqueue_many([(args, {}) for args in items]))
+    return job.delay, lambda items: job.enqueue_many([(args, {}) for args in items])
 
 
 def _tier(weight: float) -> str:
     return f"w{weight:g}"
-
-
-def stop_processes(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
-    """SIGTERM every process at once, then wait; one still running after ``grace`` seconds is killed."""
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -15,20 +15,7 @@ from typing import Any
 from redis import Redis
 from rq.job import Job
 
-from fair_router.demo.harness import (
-    PREFIX,
-    Tally,
-    clean_up,
-    count_done,
-    mode,
-    observed_settings,
-    run_id,
-    timed_job,
-    timing,
-    wait_for_workers,
-    wait_until,
-    workers,
-)
+from fair_router.demo import harness
 from fair_router.demo.metrics import percentile
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.decorator import interruptible
@@ -54,7 +41,7 @@ def long_job_in_turns(tenant: str, items: int, item_ms: float, done_key: str,
                       cursor: int | None = None) -> Generator[int, None, int]:
     """The long job, interruptible: it gives its worker up at the first checkpoint after each slice."""
     done = yield from _items(items, item_ms, cursor)
-    count_done(done_key)
+    harness.count_done(done_key)
     return done
 
 
@@ -62,7 +49,7 @@ def long_job_whole(tenant: str, items: int, item_ms: float, done_key: str) -> in
     """The same work in one go, as a plain job function."""
     for _ in _items(items, item_ms, None):
         pass
-    count_done(done_key)
+    harness.count_done(done_key)
     return items
 
 
@@ -87,48 +74,47 @@ class LongParams:
         return self.workers + self.small_tenants
 
 
-def run_variant(
-    connection: Redis, url: str, params: LongParams, turns: bool, progress: Callable[[int], None] | None = None
-) -> dict[str, Any]:
+def run_variant(connection: Redis, url: str, params: LongParams, turns: bool,
+                progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """One run on real workers: the long jobs (``turns``: interruptible), then the small tenants once every long job has
     started. Returns the small tenants' waits and each long job's turns and result."""
-    run = run_id("_long")
-    chosen = mode("fair", run)
-    queue = FairQueue(chosen.queues[0], connection=connection, settings=observed_settings(chosen))
-    done_key = f"{PREFIX}:{run}:done"
+    run = harness.run_id("_long")
+    chosen = harness.mode("fair", run)
+    queue = FairQueue(chosen.queues[0], connection=connection, settings=harness.observed_settings(chosen))
+    done_key = f"{harness.PREFIX}:{run}:done"
     func: Callable[..., Any] = long_job_in_turns if turns else long_job_whole
     arrive = [params.spread * params.long_seconds * k / params.small_tenants for k in range(params.small_tenants)]
-    tally = Tally(connection, done_key, progress)
+    tally = harness.Tally(connection, done_key, progress)
 
-    with workers(url, chosen, params.workers):
-        wait_for_workers(connection, chosen.queues, params.workers)
+    with harness.workers(url, chosen, params.workers):
+        harness.wait_for_workers(connection, chosen.queues, params.workers)
         longs = [queue.enqueue(func, LONG_TENANT, params.items, params.item_ms, done_key, fair_tenant=LONG_TENANT,
                                result_ttl=600) for _ in range(params.workers)]
-        if not wait_until(lambda: all(job is not None and job.started_at is not None
-                                      for job in Job.fetch_many([j.id for j in longs], connection=connection)),
-                          30, step=0.01):
+        ids = [job.id for job in longs]
+        if not harness.wait_until(lambda: all(job is not None and job.started_at is not None
+                                              for job in Job.fetch_many(ids, connection=connection)), 30, step=0.01):
             raise RuntimeError("timed out after 30s waiting for the long jobs to start")
         start = time.monotonic()
         smalls: list[Job] = []
         for k, offset in enumerate(arrive):
             time.sleep(max(0.0, start + offset - time.monotonic()))
-            smalls.append(queue.enqueue(timed_job, f"small-{k}", params.small_ms, done_key, fair_tenant=f"small-{k}",
-                                        result_ttl=600))
+            smalls.append(queue.enqueue(harness.timed_job, f"small-{k}", params.small_ms, done_key,
+                                        fair_tenant=f"small-{k}", result_ttl=600))
             tally.update()
-        if not wait_until(lambda: tally.update() >= params.jobs_per_variant, 60 + params.workers * params.long_seconds):
+        if not harness.wait_until(lambda: tally.update() >= params.jobs_per_variant,
+                                  60 + params.workers * params.long_seconds):
             raise RuntimeError(f"long jobs: only {tally.reported} of {params.jobs_per_variant} jobs finished in time")
     fetched = [job for job in Job.fetch_many([j.id for j in [*longs, *smalls]], connection=connection) if job]
     by_id = {job.id: job for job in fetched}
-    waits = [timing(by_id[job.id], "", "small").wait for job in smalls]
+    waits = [harness.timing(by_id[job.id], "", "small").wait for job in smalls]
     long_runs = [{"turns": int(by_id[job.id].meta.get(TURNS) or 1), "result": by_id[job.id].return_value()}
                  for job in longs]
-    clean_up(connection, chosen, fetched, done_key)
+    harness.clean_up(connection, chosen, fetched, done_key)
     return {"waits": waits, "long": long_runs}
 
 
-def run_long_jobs(
-    connection: Redis, url: str, params: LongParams, progress: Callable[[int], None] | None = None
-) -> dict[str, Any]:
+def run_long_jobs(connection: Redis, url: str, params: LongParams,
+                  progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Both variants (without turns first), then each one's small-tenant wait p50/p95/max and the verdict."""
     report: dict[str, Any] = {"params": {**asdict(params), "slice": SLICE}, "variants": {}}
     for variant in VARIANTS:

@@ -36,6 +36,18 @@ def find_redis_server() -> str:
     raise RuntimeError(HOW_TO_GET_ONE)
 
 
+def stop_processes(procs: list[subprocess.Popen[bytes]], grace: float) -> None:
+    """SIGTERM every process at once, then wait; one still running after ``grace`` seconds is killed."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
@@ -84,13 +96,9 @@ class RedisServer:
         process, self._process = self._process, None
         if process is None:
             return
-        if grace:
-            process.terminate()
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
+        if not grace:
             process.kill()
-            process.wait()
+        stop_processes([process], grace)
         if process.stderr:
             process.stderr.close()
 
@@ -112,7 +120,6 @@ class RedisServer:
     def __enter__(self) -> RedisServer:
         return self.start()
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.stop()

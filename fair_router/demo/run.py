@@ -14,14 +14,8 @@ import click
 from redis import Redis
 
 from fair_router.core.rules import Rule
-from fair_router.demo.flood import (
-    CHARGES,
-    FloodParams,
-    MixedParams,
-    run_scenario,
-    run_worker_time,
-    total_jobs,
-)
+from fair_router.demo import flood
+from fair_router.demo.flood import CHARGES, FloodParams, MixedParams
 from fair_router.demo.harness import Midway, Mode, observed_settings
 from fair_router.demo.long_jobs import SLICE, LongParams, run_long_jobs
 from fair_router.demo.long_jobs import total_jobs as long_total_jobs
@@ -80,17 +74,16 @@ def print_routing(placed: dict[str, Counter[str]]) -> None:
         click.echo(f"{tenant:<12}" + "".join(f"{counts[q]:>16}" for q in DEMO_QUEUES))
 
 
-def run_flood_demo(
-    connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...], rounds: int = 1
-) -> dict[str, object]:
+def run_flood_demo(connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...],
+                   rounds: int = 1) -> dict[str, object]:
     """The flood scenario with a progress bar; ``report["dashboard"][mode]``: its dashboard halfway through."""
     click.echo(f"\nflood: {params.greedy_tenants} greedy tenant(s) x {params.greedy_jobs} jobs at once, "
                f"{params.small_tenants} small tenants x {params.small_jobs} jobs over "
                f"{params.arrival_spread:.1f}s, {params.job_ms:g} ms jobs, {params.workers} workers; "
                "each mode also runs without the flood" + (f"; {rounds} rounds" if rounds > 1 else ""))
     views: dict[str, list[str]] = {}
-    with click.progressbar(length=total_jobs(params, modes, rounds), label="running", show_pos=True) as bar:
-        report = run_scenario(connection, url, params, modes, progress=bar.update, rounds=rounds,
+    with click.progressbar(length=flood.total_jobs(params, modes, rounds), label="running", show_pos=True) as bar:
+        report = flood.run_scenario(connection, url, params, modes, progress=bar.update, rounds=rounds,
                               midway=dashboard_view(connection, views))
     report["dashboard"] = views
     return report
@@ -138,9 +131,7 @@ def print_flood(report: dict[str, object]) -> None:
     modes = report["modes"]
     views = report.get("dashboard") or {}
     assert isinstance(modes, dict) and isinstance(views, dict)
-    click.echo("\nwhat the figures mean:")
-    for line in METRICS_EXPLAINED:
-        click.echo(f"  {line}")
+    click.echo("\nwhat the figures mean:\n" + "\n".join(f"  {line}" for line in METRICS_EXPLAINED))
     for name, entry in modes.items():
         s = entry["summary"]
         click.echo(f"\n== {name} ==")
@@ -156,9 +147,8 @@ def print_flood(report: dict[str, object]) -> None:
                    f"(without flood p95 {s['calm_small_p95']:.3f}s); small p95 vs FIFO "
                    f"{100 * s.get('small_p95_vs_fifo', 1):.1f}%")
         if name in views:
-            click.echo("  dashboard halfway through the flood (as `fair-router dashboard` shows it):")
-            for line in views[name]:
-                click.echo("  " + line)
+            click.echo("  dashboard halfway through the flood (as `fair-router dashboard` shows it):\n"
+                       + "\n".join("  " + line for line in views[name]))
         elif views:
             click.echo("  (no dashboard view: FIFO runs rq's own SimpleWorker, which records no waits)")
 
@@ -173,7 +163,7 @@ def run_worker_time_demo(connection: Redis, url: str, params: MixedParams, round
     with click.progressbar(length=rounds * len(CHARGES) * params.total_jobs, label="running", show_pos=True) as bar:
         for number in range(rounds):
             order = CHARGES[number % 2:] + CHARGES[:number % 2]
-            per_round.append({charge: run_worker_time(connection, url, params, charge, progress=bar.update)
+            per_round.append({charge: flood.run_worker_time(connection, url, params, charge, progress=bar.update)
                               for charge in order})
     medians = {charge: {name: statistics.median(r[charge][name] for r in per_round) for name in per_round[0][charge]}
                for charge in CHARGES}

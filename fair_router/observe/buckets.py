@@ -5,6 +5,7 @@ bound, so its counts are exact."""
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -32,11 +33,6 @@ class Histogram:
     @property
     def count(self) -> int:
         return sum(self.counts.values())
-
-    def add(self, other: Histogram) -> None:
-        for bucket, n in other.counts.items():
-            self.counts[bucket] = self.counts.get(bucket, 0) + n
-        self.total_us += other.total_us
 
     def minus(self, others: Iterable[Histogram]) -> Histogram:
         """This histogram without the others (the rest of a total), never below zero."""
@@ -79,20 +75,11 @@ class Histogram:
         return pairs
 
 
-def merge(histograms: Iterable[Histogram]) -> Histogram:
-    """The sum of ``histograms``."""
-    total = Histogram()
-    for histogram in histograms:
-        total.add(histogram)
-    return total
-
-
-def from_fields(fields: Mapping[str, int], prefix: str) -> Histogram:
-    """The histogram held in a record's ``<prefix><bucket>`` fields."""
-    counts: dict[int, int] = {}
+def from_fields(fields: Mapping[str, int], *prefixes: str) -> Histogram:
+    """The histogram held in a record's ``<prefix><bucket>`` fields, summed over ``prefixes`` (each ending in ``:``)."""
+    counts: Counter[int] = Counter()
     for name, n in fields.items():
-        if name.startswith(prefix) and n:
-            tail = name[len(prefix):]
-            if tail.isdigit():
-                counts[int(tail)] = counts.get(int(tail), 0) + n
-    return Histogram(counts)
+        head, _, tail = name.partition(":")
+        if n and f"{head}:" in prefixes and tail.isdigit():
+            counts[int(tail)] += n
+    return Histogram(dict(counts))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis import Redis
@@ -44,16 +45,14 @@ MAX_GROUPS = 1000
 """Groups per script call: a larger buffer goes as several calls, so no Lua argument list grows unbounded."""
 
 
+@dataclass(slots=True)
 class _Group:
     """One tenant's starts within one second of the worker's clock."""
 
-    __slots__ = ("buckets", "first", "starts", "total_us")
-
-    def __init__(self, first: float) -> None:
-        self.first = first
-        self.starts = 0
-        self.total_us = 0
-        self.buckets: dict[int, int] = {}
+    first: float
+    starts: int = 0
+    total_us: int = 0
+    buckets: dict[int, int] = field(default_factory=dict)
 
 
 class StartRecorder:
@@ -158,9 +157,8 @@ class StartRecorder:
     def record(self, tenant: str | None, wait: float, client: Any) -> Any:
         """Record one start of ``tenant`` now, past the buffer (tests, benchmarks); 1: its own record, 0: ``#other``."""
         now = self._now()
-        group = _Group(now)
         wait_us = max(0, round(wait * 1e6))
-        group.starts, group.total_us, group.buckets = 1, wait_us, {bucket_of(wait_us): 1}
+        group = _Group(now, 1, wait_us, {bucket_of(wait_us): 1})
         result = self._send([((tenant, int(now)), group)], now, client)
         return result if isinstance(client, Pipeline) else int(result[0])
 
