@@ -4,7 +4,7 @@
 -- pass, the head entry's own tenant first), whose id the head entry then replaces on the list (LSET at its
 -- recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
+-- include: fair_keys, time, time_text, stride, members, fifo, locate, claims, forget, serve, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -15,7 +15,7 @@
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
 --          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
 bind_keys()
-local now_ms = clock_ms(ARGV[1])
+local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
 local given = ARGV[2]
 local runtime = ARGV[3] == '1'
 local lease_ms = tonumber(ARGV[4])
@@ -26,7 +26,8 @@ if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass tenant first, so that one HMGET reads its record (lib/fifo.lua) with the state's fields.
 local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+local pop = {now_ms = now_ms, now_text = now_text, runtime = runtime, lease_ms = lease_ms,
+             head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
 local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
@@ -73,7 +74,7 @@ end
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
   redis.call('HSET', state, 'head', head)
-  redis.call('ZADD', inflight, now_ms, entry)
+  redis.call('ZADD', inflight, now_text, entry)
   return {1, entry, -1, ''}
 end
 local field, tenant = parse_member(entry_value)
@@ -95,7 +96,7 @@ for _ = 1, MAX_STALE do
     redis.call('HSET', state, 'head', head)
     local plain = plain_further_down(entry, entry_value, head)
     if plain then
-      redis.call('ZADD', inflight, now_ms, plain)
+      redis.call('ZADD', inflight, now_text, plain)
       return {1, plain, -1, ''}
     end
     break

@@ -33,6 +33,20 @@ local function clock_ms(given)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
+-- is formatted with printf's float path on every call that passes it (and parsed back by the command).
+
+-- Now in whole ms, as text and as a number: `given` (the injected clock's ARGV slot) as sent when it is a number,
+-- else the server's TIME, its seconds joined to the ms digits of its microseconds as text. redis.call sends a
+-- string as it is, where it would format a number with printf's float path (and the command parse it back).
+local function clock_text(given)
+  local now = tonumber(given)
+  if now then return given, now end
+  local t = redis.call('TIME')
+  local text = t[1] .. string.sub('00000' .. t[2], -6, -4)
+  return text, tonumber(text)
+end
+
 -- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
 -- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
 -- include: fair_keys
@@ -500,8 +514,9 @@ end
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
--- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+-- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms (now_text: as text), runtime,
+-- lease_ms, head (the list head's position, written here with the virtual time), vtime (before this pop) and
+-- limited.
 -- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
 local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local now_ms = pop.now_ms
@@ -526,7 +541,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
-  redis.call('ZADD', inflight, now_ms, job_id)
+  redis.call('ZADD', inflight, pop.now_text or now_ms, job_id)
   local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
   if until_ms then
     stride_hold(tenant, until_ms, 0)
@@ -607,7 +622,7 @@ end
 -- pass, the head entry's own tenant first), whose id the head entry then replaces on the list (LSET at its
 -- recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
+-- include: fair_keys, time, time_text, stride, members, fifo, locate, claims, forget, serve, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -618,7 +633,7 @@ end
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
 --          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
 bind_keys()
-local now_ms = clock_ms(ARGV[1])
+local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
 local given = ARGV[2]
 local runtime = ARGV[3] == '1'
 local lease_ms = tonumber(ARGV[4])
@@ -629,7 +644,8 @@ if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass tenant first, so that one HMGET reads its record (lib/fifo.lua) with the state's fields.
 local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+local pop = {now_ms = now_ms, now_text = now_text, runtime = runtime, lease_ms = lease_ms,
+             head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
 local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
@@ -676,7 +692,7 @@ end
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
   redis.call('HSET', state, 'head', head)
-  redis.call('ZADD', inflight, now_ms, entry)
+  redis.call('ZADD', inflight, now_text, entry)
   return {1, entry, -1, ''}
 end
 local field, tenant = parse_member(entry_value)
@@ -698,7 +714,7 @@ for _ = 1, MAX_STALE do
     redis.call('HSET', state, 'head', head)
     local plain = plain_further_down(entry, entry_value, head)
     if plain then
-      redis.call('ZADD', inflight, now_ms, plain)
+      redis.call('ZADD', inflight, now_text, plain)
       return {1, plain, -1, ''}
     end
     break

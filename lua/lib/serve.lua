@@ -66,8 +66,9 @@ end
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
--- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+-- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms (now_text: as text), runtime,
+-- lease_ms, head (the list head's position, written here with the virtual time), vtime (before this pop) and
+-- limited.
 -- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
 local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local now_ms = pop.now_ms
@@ -92,7 +93,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
-  redis.call('ZADD', inflight, now_ms, job_id)
+  redis.call('ZADD', inflight, pop.now_text or now_ms, job_id)
   local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
   if until_ms then
     stride_hold(tenant, until_ms, 0)
