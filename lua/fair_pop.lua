@@ -29,7 +29,8 @@ local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_
 local pop = {now_ms = now_ms, now_text = now_text, runtime = runtime, lease_ms = lease_ms,
              head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
-local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
+-- serve_choose()'s first look; [5]: the pass as Redis sent it (written back as vtime as it is)
+local first = top[1] and {top[1], tonumber(top[2]), st[5], nil, top[2]} or nil
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
 -- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
@@ -47,7 +48,7 @@ if due and due <= now_ms then
     redis.call('HSET', state, 'due', next_due)
   end
   top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass tenant may have changed
-  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1]))} or nil
+  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1])), nil, top[2]} or nil
 end
 
 local entry = given
@@ -60,13 +61,16 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
-local h, t, weight, waiting
-if first then h, t, weight, waiting = parse_tenant(first[3]) end
-local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
+-- The record's own text of its seqs: the FIFO field and the tail go as they are (no number formatted).
+local h, t, weight, waiting, h_text, t_text
+if first then h, t, weight, waiting, h_text, t_text = parse_tenant(first[3]) end
+local chosen_field = h and (first[1] .. ':' .. h_text)
+local got = redis.call('HMGET', members, entry, chosen_field or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting)
+    pop.field, pop.pass_text = chosen_field, first[5]
+    serve_take(entry, h, first[1], first[2], pop, t_text, weight, waiting)
     return {2, entry, -1, h}
   end
   first[4] = got[2]  -- serve_choose() need not read it again

@@ -49,7 +49,7 @@ _NO_FUNCTIONS = "fn:none"
 """In a pool's ``_LOADED`` set: its server or user can have no Redis functions (run scripts as EVALSHA)."""
 BUILT = "built"
 """``lua/built``: the generated, checked-in texts Redis runs."""
-FUNCTIONS = ("fair_pop",)
+FUNCTIONS = ("fair_pop", "route")
 """The scripts that also run as a Redis function library (``lua/built/<name>.library.lua``)."""
 MINIFIED = ("start", "observe_start")
 """The scripts sent whole as EVAL on rq's job-start MULTI, as ``lua/built/<name>.min.lua`` (no comments or

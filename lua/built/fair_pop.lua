@@ -221,12 +221,14 @@ end
 -- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
 -- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
 -- corrects itself (serve_choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
+-- Also returns the head and tail seqs as the record holds them: the text a number's concatenation would make (every
+-- record is written so), for a caller to send on or write back without formatting the number again.
 local function parse_tenant(value)
   if not value then return nil end
-  local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
-  h, t = tonumber(h), tonumber(t)
+  local head, tail, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
+  local h, t = tonumber(head), tonumber(tail)
   if not (h and t) then return nil end
-  return h, t, weight, tonumber(n) or (t - h + 1)
+  return h, t, weight, tonumber(n) or (t - h + 1), head, tail
 end
 
 -- A record's value (parse_tenant reads it).
@@ -516,11 +518,12 @@ end
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms (now_text: as text), runtime,
 -- lease_ms, head (the list head's position, written here with the virtual time), vtime (before this pop) and
--- limited.
--- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
+-- limited; field and pass_text, when the caller has them: the chosen FIFO field and the pass as Redis sent it.
+-- `tail`, `stored`, `waiting`: the tenant's tail seq (a number or its record's text), weight and waiting count
+-- from its record (serve_choose()).
 local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local now_ms = pop.now_ms
-  redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
+  redis.call('HDEL', members, pop.field or (tenant .. ':' .. seq), job_id)
   local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
@@ -532,12 +535,13 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local next_pass = pass + step / weight
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
-  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
+  local vtime = pop.pass_text or pass  -- the pass as Redis sent it, when the caller has it: no number formatted
+  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', vtime) end
   if waiting <= 1 then
-    redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
+    redis.call('HSET', state, 'vtime', vtime, 'head', pop.head)
     stride_idle(tenant, next_pass)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
-    redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+    redis.call('HSET', state, 'vtime', vtime, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
@@ -647,7 +651,8 @@ local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_
 local pop = {now_ms = now_ms, now_text = now_text, runtime = runtime, lease_ms = lease_ms,
              head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
-local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
+-- serve_choose()'s first look; [5]: the pass as Redis sent it (written back as vtime as it is)
+local first = top[1] and {top[1], tonumber(top[2]), st[5], nil, top[2]} or nil
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
 -- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
@@ -665,7 +670,7 @@ if due and due <= now_ms then
     redis.call('HSET', state, 'due', next_due)
   end
   top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass tenant may have changed
-  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1]))} or nil
+  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1])), nil, top[2]} or nil
 end
 
 local entry = given
@@ -678,13 +683,16 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
-local h, t, weight, waiting
-if first then h, t, weight, waiting = parse_tenant(first[3]) end
-local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
+-- The record's own text of its seqs: the FIFO field and the tail go as they are (no number formatted).
+local h, t, weight, waiting, h_text, t_text
+if first then h, t, weight, waiting, h_text, t_text = parse_tenant(first[3]) end
+local chosen_field = h and (first[1] .. ':' .. h_text)
+local got = redis.call('HMGET', members, entry, chosen_field or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting)
+    pop.field, pop.pass_text = chosen_field, first[5]
+    serve_take(entry, h, first[1], first[2], pop, t_text, weight, waiting)
     return {2, entry, -1, h}
   end
   first[4] = got[2]  -- serve_choose() need not read it again
