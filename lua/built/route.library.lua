@@ -1,4 +1,4 @@
-#!lua name=fair_router_route_1a44729c72cd82ec
+#!lua name=fair_router_route_fddf6cfd040c750b
 local KEYS, ARGV
 -- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
 -- is formatted with printf's float path on every call that passes it (and parsed back by the command).
@@ -300,7 +300,7 @@ local function route_waits(waits, n_windows)
   if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end
 
-redis.register_function{function_name='fair_router_route_1a44729c72cd82ec', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_route_fddf6cfd040c750b', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.
