@@ -4,7 +4,7 @@
 -- pass, the head entry's own tenant first), whose id the head entry then replaces on the list (LSET at its
 -- recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
--- include: fair_keys, time, time_text, stride, members, fifo, locate, claims, forget, serve, stale
+-- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -15,7 +15,7 @@
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
 --          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
 bind_keys()
-local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
+local now_ms = clock_ms(ARGV[1])
 local given = ARGV[2]
 local runtime = ARGV[3] == '1'
 local lease_ms = tonumber(ARGV[4])
@@ -26,11 +26,9 @@ if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass tenant first, so that one HMGET reads its record (lib/fifo.lua) with the state's fields.
 local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
-local pop = {now_ms = now_ms, now_text = now_text, runtime = runtime, lease_ms = lease_ms,
-             head = tonumber(st[1] or '0') + 1,
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
--- serve_choose()'s first look; [5]: the pass as Redis sent it (written back as vtime as it is)
-local first = top[1] and {top[1], tonumber(top[2]), st[5], nil, top[2]} or nil
+local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
 -- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
@@ -48,7 +46,7 @@ if due and due <= now_ms then
     redis.call('HSET', state, 'due', next_due)
   end
   top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass tenant may have changed
-  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1])), nil, top[2]} or nil
+  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1]))} or nil
 end
 
 local entry = given
@@ -61,16 +59,13 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
--- The record's own text of its seqs: the FIFO field and the tail go as they are (no number formatted).
-local h, t, weight, waiting, h_text, t_text
-if first then h, t, weight, waiting, h_text, t_text = parse_tenant(first[3]) end
-local chosen_field = h and (first[1] .. ':' .. h_text)
-local got = redis.call('HMGET', members, entry, chosen_field or entry)
+local h, t, weight, waiting
+if first then h, t, weight, waiting = parse_tenant(first[3]) end
+local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    pop.field, pop.pass_text = chosen_field, first[5]
-    serve_take(entry, h, first[1], first[2], pop, t_text, weight, waiting)
+    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting)
     return {2, entry, -1, h}
   end
   first[4] = got[2]  -- serve_choose() need not read it again
@@ -78,7 +73,7 @@ end
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
   redis.call('HSET', state, 'head', head)
-  redis.call('ZADD', inflight, now_text, entry)
+  redis.call('ZADD', inflight, now_ms, entry)
   return {1, entry, -1, ''}
 end
 local field, tenant = parse_member(entry_value)
@@ -100,7 +95,7 @@ for _ = 1, MAX_STALE do
     redis.call('HSET', state, 'head', head)
     local plain = plain_further_down(entry, entry_value, head)
     if plain then
-      redis.call('ZADD', inflight, now_text, plain)
+      redis.call('ZADD', inflight, now_ms, plain)
       return {1, plain, -1, ''}
     end
     break

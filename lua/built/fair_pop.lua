@@ -33,20 +33,6 @@ local function clock_ms(given)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
--- is formatted with printf's float path on every call that passes it (and parsed back by the command).
-
--- Now in whole ms, as text and as a number: `given` (the injected clock's ARGV slot) as sent when it is a number,
--- else the server's TIME, its seconds joined to the ms digits of its microseconds as text. redis.call sends a
--- string as it is, where it would format a number with printf's float path (and the command parse it back).
-local function clock_text(given)
-  local now = tonumber(given)
-  if now then return given, now end
-  local t = redis.call('TIME')
-  local text = t[1] .. string.sub('00000' .. t[2], -6, -4)
-  return text, tonumber(text)
-end
-
 -- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
 -- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
 -- include: fair_keys
@@ -221,14 +207,12 @@ end
 -- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
 -- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
 -- corrects itself (serve_choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
--- Also returns the head and tail seqs as the record holds them: the text a number's concatenation would make (every
--- record is written so), for a caller to send on or write back without formatting the number again.
 local function parse_tenant(value)
   if not value then return nil end
-  local head, tail, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
-  local h, t = tonumber(head), tonumber(tail)
+  local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
+  h, t = tonumber(h), tonumber(t)
   if not (h and t) then return nil end
-  return h, t, weight, tonumber(n) or (t - h + 1), head, tail
+  return h, t, weight, tonumber(n) or (t - h + 1)
 end
 
 -- A record's value (parse_tenant reads it).
@@ -516,14 +500,12 @@ end
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
--- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms (now_text: as text), runtime,
--- lease_ms, head (the list head's position, written here with the virtual time), vtime (before this pop) and
--- limited; field and pass_text, when the caller has them: the chosen FIFO field and the pass as Redis sent it.
--- `tail`, `stored`, `waiting`: the tenant's tail seq (a number or its record's text), weight and waiting count
--- from its record (serve_choose()).
+-- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
+-- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+-- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
 local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local now_ms = pop.now_ms
-  redis.call('HDEL', members, pop.field or (tenant .. ':' .. seq), job_id)
+  redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
   local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
@@ -535,17 +517,16 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local next_pass = pass + step / weight
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
-  local vtime = pop.pass_text or pass  -- the pass as Redis sent it, when the caller has it: no number formatted
-  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', vtime) end
+  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
   if waiting <= 1 then
-    redis.call('HSET', state, 'vtime', vtime, 'head', pop.head)
+    redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
     stride_idle(tenant, next_pass)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
-    redis.call('HSET', state, 'vtime', vtime, 'head', pop.head, tenant_field(tenant),
+    redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
-  redis.call('ZADD', inflight, pop.now_text or now_ms, job_id)
+  redis.call('ZADD', inflight, now_ms, job_id)
   local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
   if until_ms then
     stride_hold(tenant, until_ms, 0)
@@ -626,7 +607,7 @@ end
 -- pass, the head entry's own tenant first), whose id the head entry then replaces on the list (LSET at its
 -- recorded position). O(log tenants + list length / node size).
 -- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
--- include: fair_keys, time, time_text, stride, members, fifo, locate, claims, forget, serve, stale
+-- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -637,7 +618,7 @@ end
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
 --          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
 bind_keys()
-local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
+local now_ms = clock_ms(ARGV[1])
 local given = ARGV[2]
 local runtime = ARGV[3] == '1'
 local lease_ms = tonumber(ARGV[4])
@@ -648,11 +629,9 @@ if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass tenant first, so that one HMGET reads its record (lib/fifo.lua) with the state's fields.
 local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
-local pop = {now_ms = now_ms, now_text = now_text, runtime = runtime, lease_ms = lease_ms,
-             head = tonumber(st[1] or '0') + 1,
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
--- serve_choose()'s first look; [5]: the pass as Redis sent it (written back as vtime as it is)
-local first = top[1] and {top[1], tonumber(top[2]), st[5], nil, top[2]} or nil
+local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
 -- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
@@ -670,7 +649,7 @@ if due and due <= now_ms then
     redis.call('HSET', state, 'due', next_due)
   end
   top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass tenant may have changed
-  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1])), nil, top[2]} or nil
+  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1]))} or nil
 end
 
 local entry = given
@@ -683,16 +662,13 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
--- The record's own text of its seqs: the FIFO field and the tail go as they are (no number formatted).
-local h, t, weight, waiting, h_text, t_text
-if first then h, t, weight, waiting, h_text, t_text = parse_tenant(first[3]) end
-local chosen_field = h and (first[1] .. ':' .. h_text)
-local got = redis.call('HMGET', members, entry, chosen_field or entry)
+local h, t, weight, waiting
+if first then h, t, weight, waiting = parse_tenant(first[3]) end
+local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    pop.field, pop.pass_text = chosen_field, first[5]
-    serve_take(entry, h, first[1], first[2], pop, t_text, weight, waiting)
+    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting)
     return {2, entry, -1, h}
   end
   first[4] = got[2]  -- serve_choose() need not read it again
@@ -700,7 +676,7 @@ end
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
   redis.call('HSET', state, 'head', head)
-  redis.call('ZADD', inflight, now_text, entry)
+  redis.call('ZADD', inflight, now_ms, entry)
   return {1, entry, -1, ''}
 end
 local field, tenant = parse_member(entry_value)
@@ -722,7 +698,7 @@ for _ = 1, MAX_STALE do
     redis.call('HSET', state, 'head', head)
     local plain = plain_further_down(entry, entry_value, head)
     if plain then
-      redis.call('ZADD', inflight, now_text, plain)
+      redis.call('ZADD', inflight, now_ms, plain)
       return {1, plain, -1, ''}
     end
     break

@@ -196,14 +196,12 @@ end
 -- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
 -- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
 -- corrects itself (serve_choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
--- Also returns the head and tail seqs as the record holds them: the text a number's concatenation would make (every
--- record is written so), for a caller to send on or write back without formatting the number again.
 local function parse_tenant(value)
   if not value then return nil end
-  local head, tail, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
-  local h, t = tonumber(head), tonumber(tail)
+  local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
+  h, t = tonumber(h), tonumber(t)
   if not (h and t) then return nil end
-  return h, t, weight, tonumber(n) or (t - h + 1), head, tail
+  return h, t, weight, tonumber(n) or (t - h + 1)
 end
 
 -- A record's value (parse_tenant reads it).

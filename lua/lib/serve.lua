@@ -66,14 +66,12 @@ end
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
--- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms (now_text: as text), runtime,
--- lease_ms, head (the list head's position, written here with the virtual time), vtime (before this pop) and
--- limited; field and pass_text, when the caller has them: the chosen FIFO field and the pass as Redis sent it.
--- `tail`, `stored`, `waiting`: the tenant's tail seq (a number or its record's text), weight and waiting count
--- from its record (serve_choose()).
+-- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
+-- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+-- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
 local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local now_ms = pop.now_ms
-  redis.call('HDEL', members, pop.field or (tenant .. ':' .. seq), job_id)
+  redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
   local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
@@ -85,17 +83,16 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   local next_pass = pass + step / weight
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
-  local vtime = pop.pass_text or pass  -- the pass as Redis sent it, when the caller has it: no number formatted
-  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', vtime) end
+  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
   if waiting <= 1 then
-    redis.call('HSET', state, 'vtime', vtime, 'head', pop.head)
+    redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
     stride_idle(tenant, next_pass)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
-    redis.call('HSET', state, 'vtime', vtime, 'head', pop.head, tenant_field(tenant),
+    redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
-  redis.call('ZADD', inflight, pop.now_text or now_ms, job_id)
+  redis.call('ZADD', inflight, now_ms, job_id)
   local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
   if until_ms then
     stride_hold(tenant, until_ms, 0)
