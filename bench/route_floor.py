@@ -87,6 +87,8 @@ return {0, -1}
 class FloorRoute(RouteScript):
     """route.lua's wrapper over the floor script: same KEYS and ARGV, same reply shape."""
 
+    as_function = False  # the floor script's own text, never route.lua's function library
+
     def build_source(self) -> str:
         return FLOOR_LUA
 

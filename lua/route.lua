@@ -1,6 +1,6 @@
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.
--- include: time, windows, shardload, routepush, waiting
+-- include: time_text, windows, shardload, routepush, waiting
 -- KEYS     KEYS[1] the job key's routed counters (hash target queue -> jobs routed there);
 --          then n_windows window sorted sets, one per (job key, tenant): member = job id digest, score =
 --          enqueue time (whole ms); then the load keys (rq lists of shard queues) the shard section names; then
@@ -26,7 +26,7 @@
 --          jobs no rule moved (a fair queue counts its own).
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
-local now_ms = clock_ms(ARGV[1])
+local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
 local n_rules = tonumber(ARGV[4])
 local n_windows = tonumber(ARGV[6 + 3 * n_rules])  -- the windows are KEYS[2 .. 1 + n_windows]
 local waiting, loads, push, at
@@ -53,24 +53,41 @@ local function record_shared_windows(at, n_argv)
   end
   for _, window in ipairs(order) do
     local jobs = windows[window]
-    local matched = #jobs.at > 1 and record_all_and_match(KEYS[1 + window], jobs.members, now_ms, n_rules)
+    local matched = #jobs.at > 1 and record_all_and_match(KEYS[1 + window], jobs.members, now_text, now_ms, n_rules)
     for i, rule in ipairs(matched or {}) do rules[jobs.at[i]] = rule end
   end
   return rules
 end
 
-local reply, routed, touched, n_argv = {}, {}, {}, #ARGV
--- One job (a delay(), the one-round-trip enqueue): nothing to record together, its waiting count goes at once.
-local several = at <= n_argv and at + 3 + tonumber(ARGV[at + 2]) <= n_argv
-local shared = several and record_shared_windows(at, n_argv)
-local waits = several and {members = {}, fields = {}}
+local n_argv = #ARGV
+-- One job (a delay(), the one-round-trip enqueue): straight through, no tables; its waiting count goes at once.
+if at <= n_argv and at + 3 + tonumber(ARGV[at + 2]) > n_argv then
+  local window, n_cand = tonumber(ARGV[at]), tonumber(ARGV[at + 2])
+  local rule, key = 0, nil
+  if window > 0 and n_rules > 0 then
+    key = KEYS[1 + window]
+    rule = record_and_match(key, ARGV[at + 1], now_text, now_ms, n_rules)
+  end
+  local shard = least_loaded(loads, rule, at + 2, n_cand)
+  if waiting and window > 0 and counts_waiting(waiting, rule) then
+    route_wait(nil, waiting, n_windows, window, ARGV[at + 1], rule_target(rule), shard)
+  end
+  if key then redis.call('HINCRBY', KEYS[1], rule_target(rule), '1') end
+  if push then push_job(push, n_rules, rule, rule_target(rule), now_text) end
+  if key then redis.call('PEXPIRE', key, ARGV[2]) end
+  return {rule, shard}
+end
+
+local reply, routed, touched = {}, {}, {}
+local shared = at <= n_argv and record_shared_windows(at, n_argv)
+local waits = shared and {members = {}, fields = {}}
 while at <= n_argv do
   local window, member, n_cand = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
   local rule = 0
   if window > 0 and n_rules > 0 then
     local key = KEYS[1 + window]
     touched[key] = true
-    rule = shared and shared[at] or record_and_match(key, member, now_ms, n_rules)
+    rule = shared and shared[at] or record_and_match(key, member, now_text, now_ms, n_rules)
     routed[rule] = (routed[rule] or 0) + 1
   end
   local shard = least_loaded(loads, rule, at + 2, n_cand)
@@ -88,7 +105,7 @@ for rule, n in pairs(routed) do
   redis.call('HINCRBY', KEYS[1], rule_target(rule), n)
 end
 
-if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_ms) end
+if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_text) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (ttl_ms: ARGV[2]).
 for key in pairs(touched) do

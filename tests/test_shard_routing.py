@@ -47,12 +47,12 @@ def test_one_after_another_alternate(conn: Redis) -> None:
 def test_one_script_call_per_enqueue(conn: Redis) -> None:
     send = job_on(conn)
     send.enqueue("acme", fair_tenant="acme")  # loads the script
-    before = command_calls(conn, "evalsha", "eval", "llen")
+    before = command_calls(conn, "evalsha", "eval", "fcall", "llen")
     for i in range(5):
         send.enqueue("acme", i, fair_tenant="acme")
-    # One EVALSHA each, whose LLENs of the two candidate shards (counted by Redis too) are the load read:
-    # no round trip of its own.
-    calls = command_calls(conn, "evalsha", "eval", "llen") - before
+    # One route call each (FCALL, EVALSHA on Redis < 7), whose LLENs of the two candidate shards (counted by
+    # Redis too) are the load read: no round trip of its own.
+    calls = command_calls(conn, "evalsha", "eval", "fcall", "llen") - before
     assert calls == 5 * (1 + 2)
 
 

@@ -12,7 +12,7 @@ router's two-step path), nor on a Redis Cluster, where route.lua's keys and rq's
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import NamedTuple, Protocol, cast
 
 from redis import Redis
 from redis.client import Pipeline
@@ -50,6 +50,14 @@ class Router(Protocol):
     def queue(self, name: str, fair: bool = False, shard: int | None = None) -> Queue: ...
 
 
+class Families(NamedTuple):
+    """A route's family queues as route.lua's push section names them (lib/routepush.lua)."""
+
+    fair: str  # per family, base first: '1' for a fair queue
+    lists: list[str]  # each family's rq list
+    inflight: tuple[str, ...]  # with a fair family: each one's fair inflight key (a plain one's list stands in)
+
+
 GUESSES = 10_000
 """(job key, tenant) pairs whose last rule a router keeps (all forgotten at once past it)."""
 
@@ -62,6 +70,19 @@ class RoutedEnqueue:
         self._bases: dict[str, PlacedQueue] = {}
         self._routed: dict[str, str] = {}  # job key -> its routed counters' key (Keys.routed)
         self._last: dict[tuple[str, str | None], int] = {}  # (job key, tenant) -> the rule its last enqueue took
+        self._families: dict[tuple[int, ...], Families] = {}  # the families' queue objects -> their push keys
+
+    def families(self, queues: list[Queue]) -> Families:
+        """The push section's keys of these family queues (the router's registry keeps each queue object: the
+        same objects, the same keys), worked out once rather than at every enqueue."""
+        known = tuple(id(queue) for queue in queues)
+        families = self._families.get(known)
+        if families is None:
+            fair = "".join("1" if isinstance(queue, RqQueueSeam) else "0" for queue in queues)
+            inflight = tuple(queue.fair_keys.inflight if isinstance(queue, FairQueue) else queue.key
+                             for queue in queues) if "1" in fair else ()
+            families = self._families[known] = Families(fair, [queue.key for queue in queues], inflight)
+        return families
 
     def applies(self, route: Route, call: EnqueueArgs, pending: Pending) -> bool:
         """Whether ``call`` can go in one round trip: an enqueue to record (else rq's MULTI alone is one round
@@ -85,7 +106,8 @@ class RoutedEnqueue:
         metas = router._meta.per_family(call.meta, pending.tenant, route, system)
         families = route.families()
         queues = [router.queue(name) for name in families]
-        fair = "".join("1" if isinstance(queue, RqQueueSeam) else "0" for queue in queues)
+        keyed = self.families(queues)
+        fair = keyed.fair
         base = self._bases.get(route.queue)
         if base is None:
             base = self._bases[route.queue] = PlacedQueue(route.queue, router.connection)
@@ -98,11 +120,9 @@ class RoutedEnqueue:
         pushed: list[tuple[int, Capped | None]] = []  # the guessed fair queue's push: its place, its cap
 
         def push(job: Job, pipe: Pipeline, at_front: bool) -> None:
-            lists = [queue.key for queue in queues]
-            inflight = tuple(queue.fair_keys.inflight if isinstance(queue, FairQueue) else queue.key
-                             for queue in queues) if "1" in fair else ()
             serialized = [job.serializer.dumps(meta) for meta in metas[1:]]  # the base family's: rq's save
-            target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, lists, serialized, fair, inflight)
+            target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, keyed.lists, serialized, fair,
+                               keyed.inflight)
             waiting = inputs.waiting(route, "unthrottled" if "1" in fair else "all")  # fair queues count their own
             router._route(inputs.windows, routed, inputs.jobs, route.queue, route.rules, now_arg(router.clock),
                           None, target, waiting).queue_loaded(pipe)

@@ -49,8 +49,12 @@ _NO_FUNCTIONS = "fn:none"
 """In a pool's ``_LOADED`` set: its server or user can have no Redis functions (run scripts as EVALSHA)."""
 BUILT = "built"
 """``lua/built``: the generated, checked-in texts Redis runs."""
-FUNCTIONS = ("fair_pop",)
+FUNCTIONS = ("fair_pop", "route")
 """The scripts that also run as a Redis function library (``lua/built/<name>.library.lua``)."""
+FUNCTION_FLAGS = {"fair_pop": "{'allow-oom'}"}
+"""A library's function flags (none: ``{}``, refused upfront when Redis is out of memory, as a write should be).
+The pop's allow-oom: as a script's, the call is not refused upfront when Redis is out of memory (a pop frees
+memory)."""
 MINIFIED = ("start", "observe_start")
 """The scripts sent whole as EVAL on rq's job-start MULTI, as ``lua/built/<name>.min.lua`` (no comments or
 indentation): Redis hashes and parses the text at every call, and the start's costs every job start."""
@@ -117,12 +121,12 @@ def assemble_library(name: str) -> str:
     the hash of its text (processes of two builds, a rolling deploy, each call their own). Its pieces are the
     library's own body, defined once when the library loads rather than at every call as in a script (for
     the pop's pieces, 8-15 µs of each call). KEYS and ARGV are locals of the library that each call sets before
-    it runs the script's body, so the pieces read them as they do in a script. Flag allow-oom: as a script's,
-    the call is not refused upfront when Redis is out of memory (a pop frees memory)."""
+    it runs the script's body, so the pieces read them as they do in a script. Flags: :data:`FUNCTION_FLAGS`."""
     lua = lua_dir()
     *pieces, body = _pieces(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"), f"lua/{name}.lua", lua)
+    flags = FUNCTION_FLAGS.get(name, "{}")
     text = "\n".join([f"#!lua name={_FUNCTION_SLOT}", "local KEYS, ARGV", *pieces,
-                      f"redis.register_function{{function_name='{_FUNCTION_SLOT}', flags={{'allow-oom'}}, "
+                      f"redis.register_function{{function_name='{_FUNCTION_SLOT}', flags={flags}, "
                       f"callback=function(keys, args)\nKEYS, ARGV = keys, args\n{body}\nend}}\n"])
     function = f"fair_router_{name}_{hashlib.sha1(text.encode()).hexdigest()[:16]}"
     return text.replace(_FUNCTION_SLOT, function)

@@ -77,6 +77,8 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
     job key, the least loaded of the job's candidate shards."""
 
     name = "route"
+    as_function = True  # run on its own (FairRouter.place): its lua/lib pieces defined once, not per call; in the
+    # one-round-trip enqueue's MULTI it goes as EVALSHA (routing/enqueue.py)
 
     def __init__(self, connection: Redis) -> None:
         super().__init__(connection)

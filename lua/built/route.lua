@@ -1,12 +1,15 @@
--- lib/time.lua: the one clock every script decides with.
+-- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
+-- is formatted with printf's float path on every call that passes it (and parsed back by the command).
 
--- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
--- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
-local function clock_ms(given)
+-- Now in whole ms, as text and as a number: `given` (the injected clock's ARGV slot) as sent when it is a number,
+-- else the server's TIME, its seconds joined to the ms digits of its microseconds as text. redis.call sends a
+-- string as it is, where it would format a number with printf's float path (and the command parse it back).
+local function clock_text(given)
   local now = tonumber(given)
-  if now then return now end
+  if now then return given, now end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local text = t[1] .. string.sub('00000' .. t[2], -6, -4)
+  return text, tonumber(text)
 end
 
 -- lib/slices.lua: one Redis command over a long list of arguments, sent in slices: Lua's unpack() gives at
@@ -46,17 +49,19 @@ local function rule_target(r)
   return ARGV[5 + 3 * r]
 end
 
--- Record the enqueue `member` (a job id digest) at `now_ms` in window `key`. Returns the 1-based index of the
--- LAST of the `n_rules` rules whose window holds more than its threshold (this enqueue included), 0 when none.
-local function record_and_match(key, member, now_ms, n_rules)
+-- Record the enqueue `member` (a job id digest) at `now_ms` (`now_text`: the same as text) in window `key`.
+-- Returns the 1-based index of the LAST of the `n_rules` rules whose window holds more than its threshold (this
+-- enqueue included), 0 when none.
+local function record_and_match(key, member, now_text, now_ms, n_rules)
   -- NX: a job id already recorded keeps its first time and counts once.
-  redis.call('ZADD', key, 'NX', now_ms, member)
+  redis.call('ZADD', key, 'NX', now_text, member)
   local size = redis.call('ZCARD', key)
   local cap = tonumber(ARGV[3])
   if size > cap then
     -- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly;
     -- trimming on every add keeps small windows in Redis' compact listpack encoding.
-    redis.call('ZREMRANGEBYRANK', key, 0, size - cap - 1)
+    local last = size - cap - 1  -- one past the cap (the usual case): text, no number to format
+    redis.call('ZREMRANGEBYRANK', key, '0', last == 0 and '0' or last)
     size = cap
   end
   for r = n_rules, 1, -1 do  -- the last matching rule wins: look from the end
@@ -66,7 +71,7 @@ local function record_and_match(key, member, now_ms, n_rules)
     -- bound is now - per + 1 inclusive: a number, which redis.call formats faster than Lua builds '(' .. n.
     local threshold = tonumber(ARGV[4 + 3 * r])
     if size > threshold
-        and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_ms) > threshold then
+        and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_text) > threshold then
       return r
     end
   end
@@ -82,7 +87,7 @@ end
 -- Exact otherwise: the entries inside a rule's range are the window's newest (this call's are all at now_ms),
 -- so the k-th member sees the range's count before the call plus k, which trimming to the newest `cap` could
 -- only lower past cap > every threshold; one trim after all the adds keeps the newest `cap`, as one per add.
-local function record_all_and_match(key, members, now_ms, n_rules)
+local function record_all_and_match(key, members, now_text, now_ms, n_rules)
   local seen = {}
   for _, member in ipairs(members) do
     if seen[member] then return nil end
@@ -106,11 +111,11 @@ local function record_all_and_match(key, members, now_ms, n_rules)
   if newest > now_ms then return nil end
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
     counts[r] = size + #members > tonumber(ARGV[4 + 3 * r])
-      and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_ms)
+      and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_text)
   end
   local zadd = {}
   for _, member in ipairs(members) do
-    zadd[#zadd + 1] = now_ms
+    zadd[#zadd + 1] = now_text
     zadd[#zadd + 1] = member
   end
   call_sliced('ZADD', key, zadd, SLICE, nil)
@@ -202,16 +207,16 @@ end
 -- Push the job (section at ARGV[a]) to family `rule` of `n_rules`, queue `queue`: origin and meta (the rule is
 -- in it) set, the id pushed (LPUSH at_front, else RPUSH), the list added to rq:queues. The base family
 -- (rule 0) keeps the origin and meta rq saved: they are the base family's already (routing/enqueue.py saves so).
--- A fair family's job is not pushed here: its id goes into that queue's `inflight` (at `now_ms`), and the
--- fair_push.lua call of each fair family queued after this one in the MULTI (``from_inflight``) adds it to
--- the one queue that holds it, taking it out of `inflight`: the fair push of the chosen queue only.
-local function push_job(a, n_rules, rule, queue, now_ms)
+-- A fair family's job is not pushed here: its id goes into that queue's `inflight` (at `now_text`, ms as
+-- text), and the fair_push.lua call of each fair family queued after this one in the MULTI (``from_inflight``)
+-- adds it to the one queue that holds it, taking it out of `inflight`: the fair push of the chosen queue only.
+local function push_job(a, n_rules, rule, queue, now_text)
   local job = #KEYS - n_rules - 2  -- the job hash's KEYS index; rq:queues, then the lists, follow it
   local list = KEYS[job + 2 + rule]
   if rule > 0 then redis.call('HSET', KEYS[job], 'origin', queue, 'meta', ARGV[a + 1 + rule]) end
   redis.call('SADD', KEYS[job + 1], list)
   if string.sub(ARGV[a + 2 + n_rules], rule + 1, rule + 1) == '1' then
-    redis.call('ZADD', KEYS[job - n_rules - 1 + rule], now_ms, ARGV[a + 1])
+    redis.call('ZADD', KEYS[job - n_rules - 1 + rule], now_text, ARGV[a + 1])
     return
   end
   redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
@@ -227,7 +232,7 @@ end
 -- it counts now, 0 when it counted already.
 local function wait(counts, jobs, member, field)
   if redis.call('HSETNX', jobs, member, field) == 0 then return 0 end
-  redis.call('HINCRBY', counts, field, 1)
+  redis.call('HINCRBY', counts, field, '1')
   return 1
 end
 
@@ -295,7 +300,7 @@ end
 
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.
--- include: time, windows, shardload, routepush, waiting
+-- include: time_text, windows, shardload, routepush, waiting
 -- KEYS     KEYS[1] the job key's routed counters (hash target queue -> jobs routed there);
 --          then n_windows window sorted sets, one per (job key, tenant): member = job id digest, score =
 --          enqueue time (whole ms); then the load keys (rq lists of shard queues) the shard section names; then
@@ -321,7 +326,7 @@ end
 --          jobs no rule moved (a fair queue counts its own).
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
-local now_ms = clock_ms(ARGV[1])
+local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
 local n_rules = tonumber(ARGV[4])
 local n_windows = tonumber(ARGV[6 + 3 * n_rules])  -- the windows are KEYS[2 .. 1 + n_windows]
 local waiting, loads, push, at
@@ -348,24 +353,41 @@ local function record_shared_windows(at, n_argv)
   end
   for _, window in ipairs(order) do
     local jobs = windows[window]
-    local matched = #jobs.at > 1 and record_all_and_match(KEYS[1 + window], jobs.members, now_ms, n_rules)
+    local matched = #jobs.at > 1 and record_all_and_match(KEYS[1 + window], jobs.members, now_text, now_ms, n_rules)
     for i, rule in ipairs(matched or {}) do rules[jobs.at[i]] = rule end
   end
   return rules
 end
 
-local reply, routed, touched, n_argv = {}, {}, {}, #ARGV
--- One job (a delay(), the one-round-trip enqueue): nothing to record together, its waiting count goes at once.
-local several = at <= n_argv and at + 3 + tonumber(ARGV[at + 2]) <= n_argv
-local shared = several and record_shared_windows(at, n_argv)
-local waits = several and {members = {}, fields = {}}
+local n_argv = #ARGV
+-- One job (a delay(), the one-round-trip enqueue): straight through, no tables; its waiting count goes at once.
+if at <= n_argv and at + 3 + tonumber(ARGV[at + 2]) > n_argv then
+  local window, n_cand = tonumber(ARGV[at]), tonumber(ARGV[at + 2])
+  local rule, key = 0, nil
+  if window > 0 and n_rules > 0 then
+    key = KEYS[1 + window]
+    rule = record_and_match(key, ARGV[at + 1], now_text, now_ms, n_rules)
+  end
+  local shard = least_loaded(loads, rule, at + 2, n_cand)
+  if waiting and window > 0 and counts_waiting(waiting, rule) then
+    route_wait(nil, waiting, n_windows, window, ARGV[at + 1], rule_target(rule), shard)
+  end
+  if key then redis.call('HINCRBY', KEYS[1], rule_target(rule), '1') end
+  if push then push_job(push, n_rules, rule, rule_target(rule), now_text) end
+  if key then redis.call('PEXPIRE', key, ARGV[2]) end
+  return {rule, shard}
+end
+
+local reply, routed, touched = {}, {}, {}
+local shared = at <= n_argv and record_shared_windows(at, n_argv)
+local waits = shared and {members = {}, fields = {}}
 while at <= n_argv do
   local window, member, n_cand = tonumber(ARGV[at]), ARGV[at + 1], tonumber(ARGV[at + 2])
   local rule = 0
   if window > 0 and n_rules > 0 then
     local key = KEYS[1 + window]
     touched[key] = true
-    rule = shared and shared[at] or record_and_match(key, member, now_ms, n_rules)
+    rule = shared and shared[at] or record_and_match(key, member, now_text, now_ms, n_rules)
     routed[rule] = (routed[rule] or 0) + 1
   end
   local shard = least_loaded(loads, rule, at + 2, n_cand)
@@ -383,7 +405,7 @@ for rule, n in pairs(routed) do
   redis.call('HINCRBY', KEYS[1], rule_target(rule), n)
 end
 
-if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_ms) end
+if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_text) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (ttl_ms: ARGV[2]).
 for key in pairs(touched) do

@@ -30,7 +30,7 @@ end
 -- it counts now, 0 when it counted already.
 local function wait(counts, jobs, member, field)
   if redis.call('HSETNX', jobs, member, field) == 0 then return 0 end
-  redis.call('HINCRBY', counts, field, 1)
+  redis.call('HINCRBY', counts, field, '1')
   return 1
 end
 

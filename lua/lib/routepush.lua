@@ -16,16 +16,16 @@ end
 -- Push the job (section at ARGV[a]) to family `rule` of `n_rules`, queue `queue`: origin and meta (the rule is
 -- in it) set, the id pushed (LPUSH at_front, else RPUSH), the list added to rq:queues. The base family
 -- (rule 0) keeps the origin and meta rq saved: they are the base family's already (routing/enqueue.py saves so).
--- A fair family's job is not pushed here: its id goes into that queue's `inflight` (at `now_ms`), and the
--- fair_push.lua call of each fair family queued after this one in the MULTI (``from_inflight``) adds it to
--- the one queue that holds it, taking it out of `inflight`: the fair push of the chosen queue only.
-local function push_job(a, n_rules, rule, queue, now_ms)
+-- A fair family's job is not pushed here: its id goes into that queue's `inflight` (at `now_text`, ms as
+-- text), and the fair_push.lua call of each fair family queued after this one in the MULTI (``from_inflight``)
+-- adds it to the one queue that holds it, taking it out of `inflight`: the fair push of the chosen queue only.
+local function push_job(a, n_rules, rule, queue, now_text)
   local job = #KEYS - n_rules - 2  -- the job hash's KEYS index; rq:queues, then the lists, follow it
   local list = KEYS[job + 2 + rule]
   if rule > 0 then redis.call('HSET', KEYS[job], 'origin', queue, 'meta', ARGV[a + 1 + rule]) end
   redis.call('SADD', KEYS[job + 1], list)
   if string.sub(ARGV[a + 2 + n_rules], rule + 1, rule + 1) == '1' then
-    redis.call('ZADD', KEYS[job - n_rules - 1 + rule], now_ms, ARGV[a + 1])
+    redis.call('ZADD', KEYS[job - n_rules - 1 + rule], now_text, ARGV[a + 1])
     return
   end
   redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])

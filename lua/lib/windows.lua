@@ -13,17 +13,19 @@ local function rule_target(r)
   return ARGV[5 + 3 * r]
 end
 
--- Record the enqueue `member` (a job id digest) at `now_ms` in window `key`. Returns the 1-based index of the
--- LAST of the `n_rules` rules whose window holds more than its threshold (this enqueue included), 0 when none.
-local function record_and_match(key, member, now_ms, n_rules)
+-- Record the enqueue `member` (a job id digest) at `now_ms` (`now_text`: the same as text) in window `key`.
+-- Returns the 1-based index of the LAST of the `n_rules` rules whose window holds more than its threshold (this
+-- enqueue included), 0 when none.
+local function record_and_match(key, member, now_text, now_ms, n_rules)
   -- NX: a job id already recorded keeps its first time and counts once.
-  redis.call('ZADD', key, 'NX', now_ms, member)
+  redis.call('ZADD', key, 'NX', now_text, member)
   local size = redis.call('ZCARD', key)
   local cap = tonumber(ARGV[3])
   if size > cap then
     -- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly;
     -- trimming on every add keeps small windows in Redis' compact listpack encoding.
-    redis.call('ZREMRANGEBYRANK', key, 0, size - cap - 1)
+    local last = size - cap - 1  -- one past the cap (the usual case): text, no number to format
+    redis.call('ZREMRANGEBYRANK', key, '0', last == 0 and '0' or last)
     size = cap
   end
   for r = n_rules, 1, -1 do  -- the last matching rule wins: look from the end
@@ -33,7 +35,7 @@ local function record_and_match(key, member, now_ms, n_rules)
     -- bound is now - per + 1 inclusive: a number, which redis.call formats faster than Lua builds '(' .. n.
     local threshold = tonumber(ARGV[4 + 3 * r])
     if size > threshold
-        and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_ms) > threshold then
+        and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_text) > threshold then
       return r
     end
   end
@@ -49,7 +51,7 @@ end
 -- Exact otherwise: the entries inside a rule's range are the window's newest (this call's are all at now_ms),
 -- so the k-th member sees the range's count before the call plus k, which trimming to the newest `cap` could
 -- only lower past cap > every threshold; one trim after all the adds keeps the newest `cap`, as one per add.
-local function record_all_and_match(key, members, now_ms, n_rules)
+local function record_all_and_match(key, members, now_text, now_ms, n_rules)
   local seen = {}
   for _, member in ipairs(members) do
     if seen[member] then return nil end
@@ -73,11 +75,11 @@ local function record_all_and_match(key, members, now_ms, n_rules)
   if newest > now_ms then return nil end
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
     counts[r] = size + #members > tonumber(ARGV[4 + 3 * r])
-      and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_ms)
+      and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_text)
   end
   local zadd = {}
   for _, member in ipairs(members) do
-    zadd[#zadd + 1] = now_ms
+    zadd[#zadd + 1] = now_text
     zadd[#zadd + 1] = member
   end
   call_sliced('ZADD', key, zadd, SLICE, nil)
