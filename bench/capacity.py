@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import statistics
 import sys
 from collections.abc import Callable
@@ -147,8 +148,9 @@ def _measure(conn: Redis, setup: Setup, jobs: int, tenants: int) -> tuple[dict[s
 
 
 def script_names() -> dict[str, str]:
-    """What names a script in a slow log entry -> its name: the SHA1 of each ``lua/built`` text, the first 60
-    characters of each text (an EVAL's, truncated in the log) and each function library's name (FCALL's)."""
+    """What names a script in a slow log entry -> its name: the SHA1 of each ``lua/built`` text, each text's
+    length (an EVAL's, truncated in the log to 128 characters and a count of the bytes left out: several texts
+    begin alike) and each function library's name (FCALL's)."""
     names: dict[str, str] = {}
     for entry in lua_dir().joinpath(BUILT).iterdir():
         if not entry.name.endswith(".lua"):
@@ -159,7 +161,7 @@ def script_names() -> dict[str, str]:
             names["fcall:" + text.split("\n", 1)[0].removeprefix("#!lua name=")] = name
         else:
             names[hashlib.sha1(text.encode()).hexdigest()] = name
-            names["eval:" + text[:60]] = name
+            names[f"eval:{len(text.encode())}"] = name
     return names
 
 
@@ -171,7 +173,9 @@ def script_of(args: list[str], names: dict[str, str]) -> str | None:
     if verb in ("FCALL", "FCALL_RO"):
         return f"{names.get('fcall:' + args[1], args[1])} (FCALL)"
     if verb in ("EVAL", "EVAL_RO"):
-        return f"{names.get('eval:' + args[1][:60], '?')} (EVAL)"
+        cut = re.search(r"\.\.\. \((\d+) more bytes\)$", args[1])
+        size = 128 + int(cut.group(1)) if cut else len(args[1].encode())
+        return f"{names.get(f'eval:{size}', '?')} (EVAL)"
     return None
 
 
