@@ -37,3 +37,23 @@ def test_capacity_bench_reports_four_setups(tmp_path: Path) -> None:
     assert medians["router"]["enqueue_commands"] > medians["plain"]["enqueue_commands"]
     assert medians["fair_limited"]["drain_commands"] > medians["fair"]["drain_commands"]
     assert medians["plain"]["script_usec"] == 0 and medians["fair"]["script_usec"] > 0
+
+
+def test_capacity_breakdown_names_each_script_and_command(tmp_path: Path) -> None:
+    out = tmp_path / "capacity.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "capacity.py"), "--jobs", "10", "--rounds", "1",
+                           "--setups", "plain,fair_limited", "--tenants", "3", "--breakdown", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["tenants"] == 3
+    plain, limited = report["breakdown"]["plain"], report["breakdown"]["fair_limited"]
+    assert plain["scripts"] == {} and plain["commands"]["exec"]["calls"] > 0
+    # Every script a job runs with every control on is named by its lua/built file, however it was sent.
+    scripts = limited["scripts"]
+    assert {"fair_push (EVALSHA)", "release (EVAL)"} <= set(scripts), scripts
+    sent = {name.split(" (")[0] for name in scripts}
+    assert {"start", "fair_pop", "fair_unpark"} <= sent and "?" not in sent, scripts
+    for row in scripts.values():
+        assert row["calls"] > 0 and row["usec"] > 0
+    assert "| script | calls/job |" in done.stdout

@@ -30,6 +30,7 @@ from typing import ClassVar, NamedTuple, Protocol
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import NoScriptError
 
 from fair_router.core.profiles import TenantProfile
 from fair_router.store.luascript import Call
@@ -131,11 +132,23 @@ class StartPipeline:
 
     def run(self, start: Start, pipeline: Pipeline | None = None) -> Admission:
         """Decide ``start`` by one call (with ``pipeline``: after the commands queued there, in the same round
-        trip, with the pending counts)."""
+        trip, with the pending counts). The pipeline is executed here, so the call goes as EVALSHA (Redis does
+        not hash the script's text at each start, as it must an EVAL's); after a NOSCRIPT (Redis lost its
+        scripts) only the call is sent again, on its own (it did nothing; the pipeline's other commands ran)."""
+        call = self._call(start)
         if pipeline is None:
-            return self._counted(start, self._call(start).run())
-        place = self.queue(start, pipeline)
-        return self.answer(start, pipeline.execute()[place])
+            return self._counted(start, call.run())
+        self.tally.queue(pipeline)
+        place = len(pipeline)
+        call.queue_loaded(pipeline)
+        replies = pipeline.execute(raise_on_error=False)
+        reply = replies[place]
+        for other in replies:
+            if isinstance(other, Exception) and not isinstance(other, NoScriptError):
+                raise other
+        if isinstance(reply, NoScriptError):
+            return self._counted(start, call.run())
+        return self.answer(start, reply)
 
     def queue(self, start: Start, pipeline: Pipeline) -> int:
         """Queue ``start``'s call (and the pending counts) on ``pipeline``, which someone else may execute

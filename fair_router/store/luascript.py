@@ -55,9 +55,11 @@ FUNCTION_FLAGS = {"fair_pop": "{'allow-oom'}"}
 """A library's function flags (none: ``{}``, refused upfront when Redis is out of memory, as a write should be).
 The pop's allow-oom: as a script's, the call is not refused upfront when Redis is out of memory (a pop frees
 memory)."""
-MINIFIED = ("start", "observe_start")
-"""The scripts sent whole as EVAL on rq's job-start MULTI, as ``lua/built/<name>.min.lua`` (no comments or
-indentation): Redis hashes and parses the text at every call, and the start's costs every job start."""
+MINIFIED = ("start", "observe_start", "fair_hold", "fair_unpark", "fair_settle")
+"""The scripts sent whole as EVAL on pipelines someone else executes (rq's job-start MULTI, a slot's release,
+the after-job pipeline), as ``lua/built/<name>.min.lua`` (no comments or indentation): Redis hashes the text
+at every call (about 2.5 us per KB), and these run once per job (the start, a paced tenant's start report,
+the release's unpark, the runtime charge's settle)."""
 
 
 def no_functions(error: ResponseError, command: str) -> bool:

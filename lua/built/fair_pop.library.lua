@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_f0422e7204d7d2b5
+#!lua name=fair_router_fair_pop_6b4ef1f943398ea5
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -346,7 +346,8 @@ end
 -- PACED_WAIT_MS at most, until that job's start reports when its rate allows the next one.
 -- acquire.lua stays the authority: the mirror only spares the pops it would refuse.
 -- include: fair_keys, stride, forget
-local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report
+local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report that wrote it
+local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
 local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
 
 -- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
@@ -358,16 +359,19 @@ local function claim(tenant, job_id, now_ms, lease_ms, limited)
   local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
   local limit, paced = tonumber(known[1]), tonumber(known[2])
   if limit and lease_ms > 0 then
-    redis.call('ZADD', claims, now_ms + lease_ms, tenant .. '|' .. job_id)
+    redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), tenant .. '|' .. job_id)
     if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
   end
   if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
   return nil
 end
 
--- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS.
+-- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS. A tenant paced
+-- for PACED_RENEW_MS more already is left as it is: one read per report, the two writes about twice a minute.
 local function report_pace(tenant, now_ms)
-  redis.call('HSET', limits, tenant .. '|r', now_ms + PACED_FOR_MS)
+  local paced = tonumber(redis.call('HGET', limits, tenant .. '|r') or '')
+  if paced and paced - now_ms > PACED_RENEW_MS then return end
+  redis.call('HSET', limits, tenant .. '|r', string.format('%d', now_ms + PACED_FOR_MS))
   redis.call('HSET', state, 'limited', 1)
 end
 
@@ -392,6 +396,8 @@ end
 local function learn_limit(tenant, limit)
   local n = tonumber(limit)
   if n and n > 0 then
+    -- a limit already known as it is (every release reports it) is one read, not two writes
+    if tonumber(redis.call('HGET', limits, tenant) or '') == n then return end
     redis.call('HSET', limits, tenant, n)
     redis.call('HSET', state, 'limited', 1)
   elseif n then
@@ -603,7 +609,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_f0422e7204d7d2b5', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_6b4ef1f943398ea5', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of
 -- entries: an id rq's internals pushed (not a member) is served as it is; a member's turn goes to the

@@ -63,7 +63,7 @@ function start_slot.held(s, k, a)
   local leases = KEYS[k + 1]
   s.reclaimed = s.reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
   if redis.call('ZSCORE', leases, s.job_id) then
-    redis.call('ZADD', leases, s.now_ms + tonumber(ARGV[a + 2]), s.job_id)
+    redis.call('ZADD', leases, string.format('%d', s.now_ms + tonumber(ARGV[a + 2])), s.job_id)
     return true
   end
   return false
@@ -85,13 +85,14 @@ function start_slot.check(s, k, a)
 end
 function start_slot.take(s, k, a)
   local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
-  redis.call('ZADD', leases, s.now_ms + lease_ms, s.job_id)
+  redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
   -- Every lease ends within lease_ms of its last refresh, but the key outlives it by a day: a lease
   -- whose worker died must still be here for the next start to drop *and count* as reclaimed (a key
   -- expiring with its last lease took that lease away uncounted). Expired leases never count toward
-  -- the limit, so the longer life costs only the memory of an idle tenant's small set.
-  local keep_ms = lease_ms + 86400000
-  if redis.call('PTTL', leases) < keep_ms then redis.call('PEXPIRE', leases, keep_ms) end
+  -- the limit, so the longer life costs only the memory of an idle tenant's small set. Set at every
+  -- take, no PTTL read first: a lease set by a worker whose lease_ms is longer still ends a day before
+  -- (leases up to a day long).
+  redis.call('PEXPIRE', leases, string.format('%d', lease_ms + 86400000))
 end
 
 -- start_rate.lua: the rate control of a job start (controls/gate.py): GCRA, one timestamp per scope (its
@@ -116,7 +117,8 @@ local function rate_take(s, k, a, start)
   for i = 1, s.rate_n do
     local interval = tonumber(ARGV[a + 1 + 2 * i])
     local tat = math.max(s.tats[i], start or s.tats[i]) + interval
-    redis.call('SET', KEYS[k + 1 + i], tat, 'PX', tat - s.now_ms + interval)  -- kept T past it, for a late start
+    -- kept T past it, for a late start; integer ms sent as '%d' (a Lua number crosses redis.call as '%.14g')
+    redis.call('SET', KEYS[k + 1 + i], string.format('%d', tat), 'PX', string.format('%d', tat - s.now_ms + interval))
     local at = tat - tonumber(ARGV[a + 2 + 2 * i])
     if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
   end
@@ -126,7 +128,9 @@ end
 function start_rate.check(s, k, a, n_keys)
   local paid, now_ms = KEYS[k + 1], s.now_ms
   local n, tats, allowed = n_keys - 1, {}, now_ms
-  local reserved = tonumber(redis.call('GET', paid) or '')
+  -- the reservation and every scope's TAT in one read (one slot: the call's hash tag)
+  local got = redis.call('MGET', unpack(KEYS, k + 1, k + n_keys))
+  local reserved = tonumber(got[1] or '')
   if reserved then
     if reserved > now_ms then  -- back early: not yet its time
       s.at_ms = reserved
@@ -135,7 +139,7 @@ function start_rate.check(s, k, a, n_keys)
     n = 0  -- its token was taken when it was deferred
   end
   for i = 1, n do
-    local tat = tonumber(redis.call('GET', KEYS[k + 1 + i]) or '0')
+    local tat = tonumber(got[1 + i] or '0')
     if tat <= now_ms - tonumber(ARGV[a + 1 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
     tats[i] = tat
     local at = tat - tonumber(ARGV[a + 2 + 2 * i])
@@ -146,7 +150,7 @@ function start_rate.check(s, k, a, n_keys)
   s.at_ms = allowed
   if ARGV[a + 1] ~= '1' then return 3 end
   rate_take(s, k, a, allowed)
-  redis.call('SET', paid, allowed, 'PX', allowed - now_ms + PAID_KEEP_MS)
+  redis.call('SET', paid, string.format('%d', allowed), 'PX', string.format('%d', allowed - now_ms + PAID_KEEP_MS))
   return 5
 end
 

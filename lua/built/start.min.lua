@@ -35,7 +35,7 @@ function start_slot.held(s, k, a)
 local leases = KEYS[k + 1]
 s.reclaimed = s.reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
 if redis.call('ZSCORE', leases, s.job_id) then
-redis.call('ZADD', leases, s.now_ms + tonumber(ARGV[a + 2]), s.job_id)
+redis.call('ZADD', leases, string.format('%d', s.now_ms + tonumber(ARGV[a + 2])), s.job_id)
 return true
 end
 return false
@@ -55,9 +55,8 @@ end
 end
 function start_slot.take(s, k, a)
 local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
-redis.call('ZADD', leases, s.now_ms + lease_ms, s.job_id)
-local keep_ms = lease_ms + 86400000
-if redis.call('PTTL', leases) < keep_ms then redis.call('PEXPIRE', leases, keep_ms) end
+redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
+redis.call('PEXPIRE', leases, string.format('%d', lease_ms + 86400000))
 end
 local start_rate = {}
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
@@ -66,7 +65,7 @@ local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
 for i = 1, s.rate_n do
 local interval = tonumber(ARGV[a + 1 + 2 * i])
 local tat = math.max(s.tats[i], start or s.tats[i]) + interval
-redis.call('SET', KEYS[k + 1 + i], tat, 'PX', tat - s.now_ms + interval)  -- kept T past it, for a late start
+redis.call('SET', KEYS[k + 1 + i], string.format('%d', tat), 'PX', string.format('%d', tat - s.now_ms + interval))
 local at = tat - tonumber(ARGV[a + 2 + 2 * i])
 if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
 end
@@ -75,7 +74,8 @@ end
 function start_rate.check(s, k, a, n_keys)
 local paid, now_ms = KEYS[k + 1], s.now_ms
 local n, tats, allowed = n_keys - 1, {}, now_ms
-local reserved = tonumber(redis.call('GET', paid) or '')
+local got = redis.call('MGET', unpack(KEYS, k + 1, k + n_keys))
+local reserved = tonumber(got[1] or '')
 if reserved then
 if reserved > now_ms then  -- back early: not yet its time
 s.at_ms = reserved
@@ -84,7 +84,7 @@ end
 n = 0  -- its token was taken when it was deferred
 end
 for i = 1, n do
-local tat = tonumber(redis.call('GET', KEYS[k + 1 + i]) or '0')
+local tat = tonumber(got[1 + i] or '0')
 if tat <= now_ms - tonumber(ARGV[a + 1 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
 tats[i] = tat
 local at = tat - tonumber(ARGV[a + 2 + 2 * i])
@@ -95,7 +95,7 @@ if allowed <= now_ms then return nil end
 s.at_ms = allowed
 if ARGV[a + 1] ~= '1' then return 3 end
 rate_take(s, k, a, allowed)
-redis.call('SET', paid, allowed, 'PX', allowed - now_ms + PAID_KEEP_MS)
+redis.call('SET', paid, string.format('%d', allowed), 'PX', string.format('%d', allowed - now_ms + PAID_KEEP_MS))
 return 5
 end
 function start_rate.take(s, k, a)

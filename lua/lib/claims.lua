@@ -8,7 +8,8 @@
 -- PACED_WAIT_MS at most, until that job's start reports when its rate allows the next one.
 -- acquire.lua stays the authority: the mirror only spares the pops it would refuse.
 -- include: fair_keys, stride, forget
-local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report
+local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report that wrote it
+local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
 local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
 
 -- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
@@ -20,16 +21,19 @@ local function claim(tenant, job_id, now_ms, lease_ms, limited)
   local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
   local limit, paced = tonumber(known[1]), tonumber(known[2])
   if limit and lease_ms > 0 then
-    redis.call('ZADD', claims, now_ms + lease_ms, tenant .. '|' .. job_id)
+    redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), tenant .. '|' .. job_id)
     if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
   end
   if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
   return nil
 end
 
--- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS.
+-- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS. A tenant paced
+-- for PACED_RENEW_MS more already is left as it is: one read per report, the two writes about twice a minute.
 local function report_pace(tenant, now_ms)
-  redis.call('HSET', limits, tenant .. '|r', now_ms + PACED_FOR_MS)
+  local paced = tonumber(redis.call('HGET', limits, tenant .. '|r') or '')
+  if paced and paced - now_ms > PACED_RENEW_MS then return end
+  redis.call('HSET', limits, tenant .. '|r', string.format('%d', now_ms + PACED_FOR_MS))
   redis.call('HSET', state, 'limited', 1)
 end
 
@@ -54,6 +58,8 @@ end
 local function learn_limit(tenant, limit)
   local n = tonumber(limit)
   if n and n > 0 then
+    -- a limit already known as it is (every release reports it) is one read, not two writes
+    if tonumber(redis.call('HGET', limits, tenant) or '') == n then return end
     redis.call('HSET', limits, tenant, n)
     redis.call('HSET', state, 'limited', 1)
   elseif n then

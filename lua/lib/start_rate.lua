@@ -20,7 +20,8 @@ local function rate_take(s, k, a, start)
   for i = 1, s.rate_n do
     local interval = tonumber(ARGV[a + 1 + 2 * i])
     local tat = math.max(s.tats[i], start or s.tats[i]) + interval
-    redis.call('SET', KEYS[k + 1 + i], tat, 'PX', tat - s.now_ms + interval)  -- kept T past it, for a late start
+    -- kept T past it, for a late start; integer ms sent as '%d' (a Lua number crosses redis.call as '%.14g')
+    redis.call('SET', KEYS[k + 1 + i], string.format('%d', tat), 'PX', string.format('%d', tat - s.now_ms + interval))
     local at = tat - tonumber(ARGV[a + 2 + 2 * i])
     if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
   end
@@ -30,7 +31,9 @@ end
 function start_rate.check(s, k, a, n_keys)
   local paid, now_ms = KEYS[k + 1], s.now_ms
   local n, tats, allowed = n_keys - 1, {}, now_ms
-  local reserved = tonumber(redis.call('GET', paid) or '')
+  -- the reservation and every scope's TAT in one read (one slot: the call's hash tag)
+  local got = redis.call('MGET', unpack(KEYS, k + 1, k + n_keys))
+  local reserved = tonumber(got[1] or '')
   if reserved then
     if reserved > now_ms then  -- back early: not yet its time
       s.at_ms = reserved
@@ -39,7 +42,7 @@ function start_rate.check(s, k, a, n_keys)
     n = 0  -- its token was taken when it was deferred
   end
   for i = 1, n do
-    local tat = tonumber(redis.call('GET', KEYS[k + 1 + i]) or '0')
+    local tat = tonumber(got[1 + i] or '0')
     if tat <= now_ms - tonumber(ARGV[a + 1 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
     tats[i] = tat
     local at = tat - tonumber(ARGV[a + 2 + 2 * i])
@@ -50,7 +53,7 @@ function start_rate.check(s, k, a, n_keys)
   s.at_ms = allowed
   if ARGV[a + 1] ~= '1' then return 3 end
   rate_take(s, k, a, allowed)
-  redis.call('SET', paid, allowed, 'PX', allowed - now_ms + PAID_KEEP_MS)
+  redis.call('SET', paid, string.format('%d', allowed), 'PX', string.format('%d', allowed - now_ms + PAID_KEEP_MS))
   return 5
 end
 

@@ -10,7 +10,7 @@ function start_slot.held(s, k, a)
   local leases = KEYS[k + 1]
   s.reclaimed = s.reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
   if redis.call('ZSCORE', leases, s.job_id) then
-    redis.call('ZADD', leases, s.now_ms + tonumber(ARGV[a + 2]), s.job_id)
+    redis.call('ZADD', leases, string.format('%d', s.now_ms + tonumber(ARGV[a + 2])), s.job_id)
     return true
   end
   return false
@@ -32,11 +32,12 @@ function start_slot.check(s, k, a)
 end
 function start_slot.take(s, k, a)
   local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
-  redis.call('ZADD', leases, s.now_ms + lease_ms, s.job_id)
+  redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
   -- Every lease ends within lease_ms of its last refresh, but the key outlives it by a day: a lease
   -- whose worker died must still be here for the next start to drop *and count* as reclaimed (a key
   -- expiring with its last lease took that lease away uncounted). Expired leases never count toward
-  -- the limit, so the longer life costs only the memory of an idle tenant's small set.
-  local keep_ms = lease_ms + 86400000
-  if redis.call('PTTL', leases) < keep_ms then redis.call('PEXPIRE', leases, keep_ms) end
+  -- the limit, so the longer life costs only the memory of an idle tenant's small set. Set at every
+  -- take, no PTTL read first: a lease set by a worker whose lease_ms is longer still ends a day before
+  -- (leases up to a day long).
+  redis.call('PEXPIRE', leases, string.format('%d', lease_ms + 86400000))
 end

@@ -1,0 +1,162 @@
+local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
+claimed
+local function bind_keys()
+rq_list = KEYS[1]
+members = KEYS[2]
+active = KEYS[3]
+kept = KEYS[4]
+parked = KEYS[5]
+state = KEYS[6]
+inflight = KEYS[7]
+wake = KEYS[8]
+costs = KEYS[9]
+charged = KEYS[10]
+runtimes = KEYS[11]
+limits = KEYS[12]
+claims = KEYS[13]
+claimed = KEYS[14]
+end
+local function clock_ms(given)
+local now = tonumber(given)
+if now then return now end
+local t = redis.call('TIME')
+return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+local KEPT_IDLE_MS = 60000
+local RECORD = '='
+local function tenant_field(tenant)
+return RECORD .. tenant
+end
+local function has_waiting(tenant)
+return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
+end
+local function activate(tenant)
+if redis.call('ZSCORE', active, tenant) then return end
+local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+if last and last > start then start = last end
+redis.call('ZREM', kept, tenant)
+redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+redis.call('ZADD', active, start, tenant)
+end
+local function stride_keep(tenant, pass)
+redis.call('ZADD', kept, pass, tenant)
+if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+end
+local function stride_idle(tenant, pass)
+redis.call('ZREM', active, tenant)
+redis.call('ZREM', parked, tenant)
+redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
+if pass then stride_keep(tenant, pass) end
+end
+local function park_until(tenant, until_ms, later)
+if later then
+redis.call('ZADD', parked, 'GT', until_ms, tenant)
+else
+redis.call('ZADD', parked, until_ms, tenant)
+end
+local due = tonumber(redis.call('HGET', state, 'due') or '')
+if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
+end
+local function stride_hold(tenant, until_ms, step)
+local pass = redis.call('ZSCORE', active, tenant)
+if pass then
+redis.call('ZREM', active, tenant)
+stride_keep(tenant, tonumber(pass) - step)
+elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
+local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+if last then redis.call('ZADD', kept, last - step, tenant) end
+end
+park_until(tenant, until_ms, true)
+end
+local function end_park(tenant)
+if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
+activate(tenant)
+return true
+end
+local function first_park_end()
+local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+if #first == 0 then return -1 end
+return tonumber(first[2])
+end
+local function wake_one()
+redis.call('RPUSH', wake, '1')
+redis.call('LTRIM', wake, -WAKE_CAP, -1)
+end
+local function forgotten(tenant)
+return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
+and not redis.call('ZSCORE', parked, tenant)
+end
+local function forget(tenant)
+if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+end
+local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report that wrote it
+local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
+local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
+local function claim(tenant, job_id, now_ms, lease_ms, limited)
+if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
+local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
+local limit, paced = tonumber(known[1]), tonumber(known[2])
+if limit and lease_ms > 0 then
+redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), tenant .. '|' .. job_id)
+if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+end
+if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
+return nil
+end
+local function report_pace(tenant, now_ms)
+local paced = tonumber(redis.call('HGET', limits, tenant .. '|r') or '')
+if paced and paced - now_ms > PACED_RENEW_MS then return end
+redis.call('HSET', limits, tenant .. '|r', string.format('%d', now_ms + PACED_FOR_MS))
+redis.call('HSET', state, 'limited', 1)
+end
+local function park_paced(tenant, until_ms)
+local first = first_park_end()
+park_until(tenant, until_ms, false)
+if first < 0 or until_ms < first then wake_one() end
+end
+local function unclaim(tenant, job_id)
+if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
+if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
+return true
+end
+local function learn_limit(tenant, limit)
+local n = tonumber(limit)
+if n and n > 0 then
+if tonumber(redis.call('HGET', limits, tenant) or '') == n then return end
+redis.call('HSET', limits, tenant, n)
+redis.call('HSET', state, 'limited', 1)
+elseif n then
+redis.call('HDEL', limits, tenant)
+end
+end
+local function under_limit(tenant)
+local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
+end
+local function sweep_claims(now_ms)
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', claims, '-inf', now_ms, 'LIMIT', 0, 64)) do
+local tenant, job_id = string.match(member, '^([^|]*)|(.*)$')
+unclaim(tenant, job_id)
+forget(tenant)  -- lib/forget.lua: its last claim expired with nothing waiting: its limit goes
+end
+end
+bind_keys()
+local tenant, until_ms, paced = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
+local now_ms = clock_ms(ARGV[4])
+if paced then report_pace(tenant, now_ms) end
+if not has_waiting(tenant) then
+forget(tenant)  -- nothing waiting, claimed or parked here: its pace goes (lib/forget.lua)
+return 0
+end
+if not paced then
+stride_hold(tenant, until_ms, 0)
+elseif not under_limit(tenant) then  -- parked at its concurrency limit too: that park ends at a release
+park_until(tenant, until_ms, true)
+elseif until_ms > now_ms then
+park_paced(tenant, until_ms)
+elseif end_park(tenant) then
+wake_one()
+end
+return 1

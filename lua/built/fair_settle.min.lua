@@ -1,0 +1,133 @@
+local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
+claimed
+local function bind_keys()
+rq_list = KEYS[1]
+members = KEYS[2]
+active = KEYS[3]
+kept = KEYS[4]
+parked = KEYS[5]
+state = KEYS[6]
+inflight = KEYS[7]
+wake = KEYS[8]
+costs = KEYS[9]
+charged = KEYS[10]
+runtimes = KEYS[11]
+limits = KEYS[12]
+claims = KEYS[13]
+claimed = KEYS[14]
+end
+local function clock_ms(given)
+local now = tonumber(given)
+if now then return now end
+local t = redis.call('TIME')
+return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+local KEPT_IDLE_MS = 60000
+local RECORD = '='
+local function tenant_field(tenant)
+return RECORD .. tenant
+end
+local function has_waiting(tenant)
+return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
+end
+local function activate(tenant)
+if redis.call('ZSCORE', active, tenant) then return end
+local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+if last and last > start then start = last end
+redis.call('ZREM', kept, tenant)
+redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+redis.call('ZADD', active, start, tenant)
+end
+local function stride_keep(tenant, pass)
+redis.call('ZADD', kept, pass, tenant)
+if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+end
+local function stride_idle(tenant, pass)
+redis.call('ZREM', active, tenant)
+redis.call('ZREM', parked, tenant)
+redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
+if pass then stride_keep(tenant, pass) end
+end
+local function park_until(tenant, until_ms, later)
+if later then
+redis.call('ZADD', parked, 'GT', until_ms, tenant)
+else
+redis.call('ZADD', parked, until_ms, tenant)
+end
+local due = tonumber(redis.call('HGET', state, 'due') or '')
+if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
+end
+local function stride_hold(tenant, until_ms, step)
+local pass = redis.call('ZSCORE', active, tenant)
+if pass then
+redis.call('ZREM', active, tenant)
+stride_keep(tenant, tonumber(pass) - step)
+elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
+local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+if last then redis.call('ZADD', kept, last - step, tenant) end
+end
+park_until(tenant, until_ms, true)
+end
+local function end_park(tenant)
+if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
+activate(tenant)
+return true
+end
+local function first_park_end()
+local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+if #first == 0 then return -1 end
+return tonumber(first[2])
+end
+local function wake_one()
+redis.call('RPUSH', wake, '1')
+redis.call('LTRIM', wake, -WAKE_CAP, -1)
+end
+local function keep_costs(job_id, declared, func)
+if func ~= '' or declared ~= '' then redis.call('HSET', costs, job_id, declared .. '|' .. func) end
+end
+local function parse_charged(value)
+local tenant, weight, estimate, popped, declared, func =
+string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
+return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func
+end
+bind_keys()
+local now_ms = clock_ms(ARGV[1])
+local job_id, measured, trust = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
+local ALPHA = 0.2  -- weight of the newest run time in the recent means (about the last 5-10 runs count)
+local MAX_MEANS = 10000
+local value = redis.call('HGET', charged, job_id)
+if not value then return 0 end
+redis.call('HDEL', charged, job_id)
+local tenant, weight, estimate, popped, declared, func = parse_charged(value)
+local cost = measured or math.max(0, (now_ms - popped) / 1000)
+if trust and tonumber(declared) then cost = tonumber(declared) end
+if measured then
+for _, field in ipairs({tenant .. '|' .. func, '*|' .. func, '*|*'}) do
+local mean = tonumber(redis.call('HGET', runtimes, field) or '')
+if mean then mean = mean + ALPHA * (measured - mean) else mean = measured end
+redis.call('HSET', runtimes, field, mean)
+end
+if not has_waiting(tenant) then redis.call('HDEL', runtimes, tenant .. '|' .. func) end
+if redis.call('HLEN', runtimes) > MAX_MEANS then
+for _, field in ipairs(redis.call('HRANDFIELD', runtimes, 2)) do
+if string.sub(field, 1, 2) ~= '*|' then redis.call('HDEL', runtimes, field) end
+end
+end
+end
+local delta = (cost - estimate) / weight
+if delta == 0 then return 1 end
+local pass = redis.call('ZSCORE', active, tenant)
+if pass then
+redis.call('ZADD', active, tonumber(pass) + delta, tenant)
+return 1
+end
+local last = redis.call('ZSCORE', kept, tenant)
+if last then
+redis.call('ZADD', kept, tonumber(last) + delta, tenant)
+elseif delta > 0 then
+local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
+stride_keep(tenant, vtime + delta)  -- lib/stride.lua: expires with the other kept passes while none is active
+end
+return 1
