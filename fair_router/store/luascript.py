@@ -174,7 +174,9 @@ def generate() -> dict[str, str]:
     names = sorted(entry.name.removesuffix(".lua") for entry in lua.iterdir() if entry.name.endswith(".lua"))
     texts = {f"{name}.lua": assemble(name) for name in names}
     texts.update({f"{name}.library.lua": assemble_library(name) for name in FUNCTIONS})
-    texts.update({f"{name}.min.lua": compact(texts[f"{name}.lua"]) for name in MINIFIED})
+    # one comment line kept, so MONITOR and the slow log still name the script
+    texts.update({f"{name}.min.lua": f"-- lua/built/{name}.min.lua: lua/{name}.lua without comments (make lua)\n"
+                  + compact(texts[f"{name}.lua"]) for name in MINIFIED})
     return texts
 
 

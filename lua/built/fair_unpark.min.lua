@@ -1,3 +1,4 @@
+-- lua/built/fair_unpark.min.lua: lua/fair_unpark.lua without comments (make lua)
 local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
 claimed
 local function bind_keys()

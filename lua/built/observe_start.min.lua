@@ -1,3 +1,4 @@
+-- lua/built/observe_start.min.lua: lua/observe_start.lua without comments (make lua)
 local function clock_ms(given)
 local now = tonumber(given)
 if now then return now end

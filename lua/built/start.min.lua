@@ -1,3 +1,4 @@
+-- lua/built/start.min.lua: lua/start.lua without comments (make lua)
 local function clock_ms(given)
 local now = tonumber(given)
 if now then return now end
