@@ -1,8 +1,5 @@
-"""The flood scenario: one greedy tenant enqueues thousands of jobs at once while small tenants keep arriving, drained
-by real rq workers (``fair-router demo``, ``bench/fairness.py``); and the worker-time share scenario
-(:func:`run_worker_time`). Each mode runs the same arrivals with and without the flood, so the report can say how
-visible the flood is to small tenants; the figures are explained in :data:`fair_router.demo.run.METRICS_EXPLAINED` and
-docs/benchmarks.md."""
+"""The flood scenario (one greedy tenant floods while small tenants keep arriving, each mode with and without the
+flood) and the worker-time share scenario (:func:`run_worker_time`); the figures: docs/benchmarks.md."""
 
 from __future__ import annotations
 

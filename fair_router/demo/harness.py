@@ -1,9 +1,5 @@
-"""One run of a demo scenario on real rq workers: the modes, the worker processes, each mode's enqueueing,
-and the drain that waits for every job and reads back its rq timestamps (:func:`drain`).
-
-Modes: ``fifo`` is plain rq (SimpleWorker); ``router`` routes by throttle rules at enqueue; ``fair`` is one
-FairQueue; ``fair-runtime`` the same charging run time (``charge="runtime"``).
-"""
+"""One run of a demo scenario on real rq workers (modes ``fifo``, ``router``, ``fair``, ``fair-runtime``): the
+worker processes, each mode's enqueueing, and :func:`drain`, which waits for every job."""
 from __future__ import annotations
 
 import os

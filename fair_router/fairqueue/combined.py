@@ -1,9 +1,5 @@
-"""Fair serving follows the queue, not its class: a queue marked fair, built by any rq Queue class (django-rq's
-``DjangoRQ``, a ``--queue-class``), is served through ``Fair<Class>``, the user's class first, then
-:class:`FairQueue`, so the user's methods keep their behaviour and reach fair-router's through ``super()``.
-Where that cannot work (classes that cannot be combined, an override of a method FairQueue needs without
-``super()``, an ``__init__`` without rq's Queue arguments) :class:`QueueClassConflict` names the queue, its
-class, why and the fix."""
+"""Fair serving follows the queue, not its class: a queue marked fair of any rq Queue class is served through
+``Fair<Class>`` (the user's class first, then :class:`FairQueue`), or :class:`QueueClassConflict` says why not."""
 
 from __future__ import annotations
 
@@ -86,11 +82,8 @@ def fair_class_of(cls: type) -> type[FairQueue]:
 
 
 def as_fair(queue: Queue, settings: Settings, prefix: str | None = None) -> FairQueue:
-    """``queue`` (built by rq, django-rq or a user before the worker) built again as ``fair_class_of`` its
-    class, with the same connection, serializer, job class, death penalty and default timeout, and keeping
-    the instance's own other attributes (django-rq's ``_commit_mode``, which its ``__init__`` would otherwise
-    take from settings again). Raises :class:`QueueClassConflict`
-    naming the queue, its class and the fix."""
+    """``queue`` built again as ``fair_class_of`` its class with the same connection, serializer, job class, death
+    penalty, default timeout and own attributes; else :class:`QueueClassConflict`."""
     if isinstance(queue, FairQueue):
         return queue
     cls: type = type(queue)

@@ -1,10 +1,5 @@
-"""Plain rq workers on a fair queue: detected and reported, never a silent count error.
-
-A plain ``rq worker`` pops a fair queue's list first-in first-out and leaves the jobs' fair members behind,
-*stale*. The fair scripts drop a stale member when they meet it and note its id (lua/lib/stale.lua);
-:class:`PlainPops` looks at the noted jobs: one that started was taken by a worker without our pop (counted in
-the queue's state as ``plain``, which workers, the dashboard and ``fair-router check --ping`` report), one that
-did not was removed by rq itself (``Job.cancel``, ``Job.delete``), which is no fault."""
+"""Plain rq workers on a fair queue: the stale members they leave, detected and reported (docs/fair-queue.md),
+never a silent count error."""
 
 from __future__ import annotations
 

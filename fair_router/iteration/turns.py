@@ -1,10 +1,5 @@
-"""What an interruptible job, the worker running it and crash recovery share.
-
-A job cannot reach the worker that runs it through rq's public API, and the worker must not depend on job
-code; so they meet here: the worker sets :data:`HOST` in the process that runs the job (the forking worker
-in its own process before the fork, so the work horse inherits it; a signal handler sets ``stop`` later),
-and a job ends a turn by returning :data:`TURN_END`, which the worker recognises.
-"""
+"""What an interruptible job, the worker running it and crash recovery share: the ``job.meta`` keys, the
+:data:`HOST` flags the worker sets, and :data:`TURN_END`, a turn's return value (docs/interruptible.md)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,5 @@
-"""The Queue side of the rq seam: ``RqQueueSeam``, an ``rq.Queue`` that overrides rq's internal entry points
-(listed with their reasons in :mod:`fair_router.rq_internals`) and calls a few hook methods instead.
-
-``FairQueue`` implements the hooks, so its own code uses only rq's public API plus these hooks:
-
-- pushing: :meth:`RqQueueSeam.push`, :meth:`~RqQueueSeam.push_many`, :meth:`~RqQueueSeam.pushed_unique`;
-- refusals (backlog caps): :meth:`~RqQueueSeam.may_refuse`, :meth:`~RqQueueSeam.check_room`,
-  :meth:`~RqQueueSeam.execute_checked`;
-- popping: :meth:`~RqQueueSeam.pop_fair`, :meth:`~RqQueueSeam.adopt`, :attr:`~RqQueueSeam.wake_key`;
-- maintenance: :meth:`~RqQueueSeam.recover`.
-"""
+"""The Queue side of the rq seam: ``RqQueueSeam`` overrides rq's internal entry points (listed in
+:mod:`~fair_router.rq_internals.members`) and calls hook methods that ``FairQueue`` implements."""
 
 from __future__ import annotations
 
@@ -153,11 +144,8 @@ class RqQueueSeam(Queue):
     def enqueue_job(
         self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
     ) -> Job:
-        """rq's ``enqueue_job`` in one round trip where rq takes two: rq executes the queue's registration
-        (SADD rq:queues) on a pipeline of its own, then saves and pushes on another; here both go on one
-        pipeline of ours (rq's own enqueue into a given pipeline). Jobs with dependencies (rq's WATCH retry
-        needs its own pipeline), rate limits (refused by rq on a pipeline), ``unique=True`` (rq's script) and
-        a caller's pipeline take rq's path unchanged."""
+        """rq's ``enqueue_job`` in one round trip where rq takes two (the queue's registration on the same pipeline);
+        dependencies, rate limits, ``unique=True`` and a caller's pipeline take rq's path unchanged."""
         if pipeline is not None or unique or not self.is_async or job._dependency_ids or job.has_rate_limit:
             return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         with self.own_pipeline() as own:
@@ -168,12 +156,8 @@ class RqQueueSeam(Queue):
     def _enqueue_job(
         self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
     ) -> Job:
-        """Every rq enqueue path of this queue (enqueue, enqueue_many, dependents, the worker's retries,
-        requeues) passes here with the Job. rq has no public enqueue hook, so this private method is
-        overridden: it notes the job, so that :meth:`push_job_id` needs no round trip to read it back; runs
-        an enqueue whose push may be refused on a pipeline we execute (:meth:`execute_checked`; rq would
-        execute its own and raise a bare ResponseError); and hands a ``unique=True`` job, which rq pushes
-        with its own script, to :meth:`pushed_unique`."""
+        """Every rq enqueue path passes here (rq has no public hook): the job noted for :meth:`push_job_id`, a push
+        that may be refused run by :meth:`execute_checked`, a ``unique=True`` job handed to :meth:`pushed_unique`."""
         if not self.is_async:  # rq runs the job at once: nothing is pushed
             return super()._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         refusable = self.may_refuse(job.meta)
@@ -258,13 +242,8 @@ class RqQueueSeam(Queue):
         serializer: Any = None,
         death_penalty_class: Any = None,
     ) -> tuple[Job, Queue] | None:
-        """rq's contract: the first job of the queues in the given order, blocking up to ``timeout``
-        seconds (None: return None at once; 0 is refused, as rq does) and raising DequeueTimeout when it
-        runs out. Seam queues pop through :meth:`pop_fair`, plain ones with LPOP, so a worker may mix them;
-        the wait is one BLPOP over every queue's list (a stalled queue's :attr:`wake_key` instead, capped at
-        the first park end), and a seam queue's popped entry is handed to its pop as ``given``. rq's own
-        body (``lpop``/``lmove``) cannot be reused: it pops rq's list directly. The queue objects given are
-        returned (rq rebuilds them with ``from_queue_key``), so a FairQueue keeps its settings."""
+        """rq's contract (the first job of ``queues`` in order, blocking up to ``timeout``, DequeueTimeout) over fair
+        pops and plain LPOPs alike: one BLPOP over every list; the given queue objects are returned."""
         if timeout == 0:
             raise ValueError("RQ does not support indefinite timeouts. Please pick a timeout value > 0")
         queues = list(queues)

@@ -1,8 +1,5 @@
-"""The rq seam, registry side: crash recovery's view of rq's StartedJobRegistry (rq 3.0), apart from the Worker
-side (:mod:`fair_router.rq_internals.worker`). Upgrading rq means checking this module against rq's
-``registry.py`` and ``executions.py``: the registry's member format ``<job id>:<execution id>``, the execution
-hash and its ``last_heartbeat`` field, and ``StartedJobRegistry.cleanup`` reading only ``self.key`` and getting
-the queue to retry on from ``get_queue()``."""
+"""The rq seam, registry side: crash recovery's view of rq 3.0's StartedJobRegistry (members ``<job id>:<execution
+id>``, the execution's ``last_heartbeat``, ``cleanup`` and ``get_queue``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The rq seam, Worker side: every override of rq's Worker and every private rq name the weighted workers rely on,
-for rq 3.0 (check it against rq's ``worker/base.py``, ``worker/worker_classes.py`` and ``executions.py`` when
-upgrading rq). :class:`RqWorkerSeam` calls the worker's composed parts (the protocols below); which rq member is
-touched, and why, is listed in :mod:`fair_router.rq_internals.members` and docs/compatibility.md.
-"""
+"""The rq seam, Worker side: :class:`RqWorkerSeam` holds every override of rq 3.0's Worker and calls the worker's
+composed parts (the protocols below); each member: :mod:`~fair_router.rq_internals.members`."""
 
 from __future__ import annotations
 

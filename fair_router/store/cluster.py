@@ -1,24 +1,5 @@
-"""Redis Cluster: the two connections fair-router uses there, and the slot map they rely on.
-
-**Slot map.** rq's keys, a FairQueue's state, fairness marks and crash recovery's keys share rq's slot: they are
-all named after rq's keys (:func:`fair_router.store.keys.slot_of`), and rq 3.0 puts every key of its own under
-``RQ_KEY_PREFIX``, so that prefix must carry a hash tag (``RQ_KEY_PREFIX={rq}``): :func:`check_rq_prefix`
-refuses to start without one. Per-tenant state (windows and routing counters per job key, leases, pauses and
-rates per tenant) and the ``{tiers}``, ``{stats}`` and ``{obs}`` keys have tags of their own and spread over
-the masters; every script call keeps its keys in one slot.
-
-**Two connections** (:class:`Connections`):
-
-- ``state``: redis-py's ``RedisCluster``, for our own state (routing, tenant controls, observe records).
-- ``rq``: a plain ``redis.Redis`` to the master that owns rq's slot, for rq's Queue and Worker (which read
-  ``connection_pool``, WATCH and MULTI, none of which a ``RedisCluster`` offers) and everything on rq's slot.
-  Its connections (:class:`RqSlotConnection`) find that master from ``CLUSTER SLOTS`` whenever they connect,
-  and turn a ``MOVED`` reply into a connection error, so the client's retry policy reconnects to the new
-  owner: a failover or a resharding is ridden through like a dropped connection. rq's scheduler and a forked
-  work horse build their clients from the same connection class and kwargs, so they follow too.
-
-On a standalone Redis both are the same plain client (:func:`connections_for` with ``cluster=False``).
-"""
+"""Redis Cluster: the two connections fair-router uses there (:class:`Connections`: ``state``, a ``RedisCluster``;
+``rq``, a plain client to the owner of rq's slot) and the slot map they rely on (docs/production-redis.md)."""
 
 from __future__ import annotations
 

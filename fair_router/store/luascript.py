@@ -1,15 +1,5 @@
-"""The base of the script wrappers (``fair_router.store.scripts``): which text a script sends, and how.
-
-**Text.** Redis runs only files of the repo, in ``lua/built``: ``<name>.lua``, the script ``lua/<name>.lua``
-with the ``lua/lib`` pieces its ``-- include:`` lines name in front (each once, after the pieces it includes);
-``<name>.min.lua``, the same without comments, for the :data:`MINIFIED` scripts; ``<name>.library.lua``, the
-Redis function library of a script run by FCALL. ``make lua`` (:func:`main`) writes them from ``lua/``, and
-tests/test_lua_files.py fails when one is not current. Redis 6.2 and 7.0 have no function libraries, so text
-assembly is how the scripts share code; :func:`assemble` refuses two pieces that define the same top-level
-name (one flat namespace, never silently shared). Settings travel in ARGV: a script has one text.
-
-**Transport.** One :class:`Call` per invocation; its methods choose the transport (:class:`Call` says why).
-"""
+"""The base of the script wrappers: which text a script sends (a file of ``lua/built``, written by ``make lua``:
+:func:`main`), and how (:class:`Call` chooses the transport). docs/internals.md has the details."""
 
 from __future__ import annotations
 
@@ -113,12 +103,8 @@ def assemble_source(source: str, where: str, lua: Traversable) -> str:
 
 
 def assemble_library(name: str) -> str:
-    """``lua/<name>.lua`` as a Redis function library (Redis >= 7), registering it as a function named after
-    the hash of its text (processes of two builds, a rolling deploy, each call their own). Its pieces are the
-    library's own body, defined once when the library loads rather than at every call as in a script (for
-    the pop's pieces, 8-15 µs of each call). KEYS and ARGV are locals of the library that each call sets before
-    it runs the script's body, so the pieces read them as they do in a script. Flag allow-oom: as a script's,
-    the call is not refused upfront when Redis is out of memory (a pop frees memory)."""
+    """``lua/<name>.lua`` as a Redis function library named after the hash of its text, with KEYS and ARGV as
+    locals each call sets, and flag allow-oom (docs/internals.md, "Transport")."""
     lua = lua_dir()
     *pieces, body = _pieces(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"), f"lua/{name}.lua", lua)
     text = "\n".join([f"#!lua name={_FUNCTION_SLOT}", "local KEYS, ARGV", *pieces,
@@ -231,12 +217,8 @@ class LuaScript(Generic[R]):
         raise NotImplementedError
 
     def evalsha(self, keys: list[str], args: list[Any]) -> Any:
-        """The raw reply of one run on its own: FCALL when :attr:`as_function` and the server may have functions,
-        else EVALSHA (redis-py loads the script after NOSCRIPT and retries). FCALL goes first: its library is
-        loaded only after "Function not found" (a first call, a restart, a FUNCTION FLUSH; the call that met it
-        did nothing). A server or user that cannot have functions (Redis < 7 answers "unknown command"; an ACL,
-        NOPERM) turns this pool to EVALSHA for good; a load Redis refuses for now (FUNCTION LOAD is refused over
-        maxmemory, where a pop, which frees memory, must still run) turns this call to EVALSHA."""
+        """The raw reply of one run on its own: FCALL (the library loaded after "Function not found") where the server
+        may have functions, else EVALSHA; why: docs/internals.md ("Transport")."""
         function = self.function
         pool = getattr(self._connection, "connection_pool", None)  # None: a cluster client (module docstring)
         if function is None or pool is None or _NO_FUNCTIONS in _LOADED.get(pool, ()):

@@ -1,41 +1,5 @@
-"""Run a fixed number of rq worker processes per queue group, and keep them running.
-
-rq's own ``rq worker-pool`` starts N identical workers that all listen on the same queues. Tiered
-queues need the opposite: an *allocation* per queue (5 workers on ``analysis_priority``, 3 on
-``analysis_default``, 2 on ``analysis_scheduled``), so that a flood in one tier can never take the
-workers reserved for another. :class:`WorkerPool` is that supervisor; ``fair-router pool`` runs it
-from the ``pool:`` setting.
-
-Each child is the unchanged rq command-line worker (``python -m rq.cli worker -w <class> <queues>``),
-so every rq option, log line and signal convention stays as users know it.
-
-Signals and process groups
-    Every child starts in a session (and process group) of its own. A Ctrl+C in a terminal therefore
-    reaches only the supervisor, which forwards exactly one signal to each worker; without that, each
-    worker would get the terminal's SIGINT *and* the forwarded one, and rq reads a second signal as
-    "cold shutdown" (kill the running job). It also lets the last resort, SIGKILL, take a stuck
-    worker's whole group (its scheduler process included) and not the supervisor.
-
-Stopping (SIGINT, SIGTERM or SIGHUP to the supervisor)
-    1. the signal is forwarded once (SIGHUP as SIGTERM): rq's *warm* shutdown, the current job may
-       finish;
-    2. after ``grace`` seconds it is sent again to the workers still running: rq's *cold* shutdown,
-       the worker kills its work horse and exits;
-    3. after ``kill_after`` more seconds the rest are SIGKILLed with their process group and every
-       descendant (work horses run in groups of their own; found through ``/proc``, Linux only).
-    A further stop signal during 1 or 2 skips to the next step, like a second Ctrl+C with rq.
-    All children are reaped, so nothing is left behind. If the supervisor itself is SIGKILLed its
-    workers live on; run it under a manager that stops the whole unit (systemd, Docker, Kubernetes).
-
-Restarts
-    A worker that exits for any reason while the pool runs is started again. One that ran at least
-    ``stable_after`` seconds is restarted at once; one that died sooner (bad import, Redis down) waits
-    ``backoff`` seconds, doubling with every further quick death up to ``max_backoff``, so that a
-    crash-looping worker costs a process start every ``max_backoff`` seconds and not a spinning CPU.
-
-The Redis URL reaches the children in ``RQ_REDIS_URL`` (read by rq's CLI) rather than on their
-command line, where any local user could read its password with ``ps``.
-"""
+"""Run a fixed number of rq worker processes per queue group, and keep them running: ``fair-router pool``.
+Signals, stopping and restarts: docs/internals.md ("Worker pool")."""
 
 from __future__ import annotations
 

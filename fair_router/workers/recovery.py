@@ -76,13 +76,8 @@ class Recovery:
         on_abandoned: Callable[[Job], None] | None = None,
         death_penalty_class: Any = None,
     ) -> list[str]:
-        """Check the queues whose turn this worker takes; returns the ids of the jobs handed back.
-
-        ``on_abandoned`` is called with each job handed back, before rq's handling of it (the worker frees
-        its concurrency slot there); ``exception_handlers`` are the worker's, which rq's maintenance also
-        calls for abandoned jobs. Never raises: a check that fails (Redis restarting, a handler raising) is
-        logged and the next one, an interval later, picks up where it stopped.
-        """
+        """Check the queues whose turn this worker takes; returns the ids of the jobs handed back (``on_abandoned``
+        first sees each). Never raises: a failed check is logged and the next one picks up where it stopped."""
         self._next = time.monotonic() + self.every
         self.last_turns = []
         try:

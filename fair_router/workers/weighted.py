@@ -1,12 +1,5 @@
-"""rq workers that poll their queues in a freshly weighted random order before every fetch, and run each
-tenant's start controls, crash recovery and fairness marks: ``rq worker -w fair_router.WeightedWorker default
-default_throttled`` works with the unchanged rq CLI. What they do, and how: docs/internals.md ("Workers").
-
-One rq seam (:class:`~fair_router.rq_internals.worker.RqWorkerSeam`) holds every rq override; it calls the parts
-built here: the fetch order (:mod:`~fair_router.workers.sampling`), the start gate
-(:mod:`~fair_router.workers.start_gate`), the duties (crash recovery, start records, fairness marks) and the
-worker side of interruptible iteration (:mod:`~fair_router.iteration.turns`).
-"""
+"""rq workers that poll their queues in a freshly weighted random order before every fetch, and run each tenant's
+start controls, crash recovery and fairness marks; the seam and its parts: docs/internals.md ("Workers")."""
 
 from __future__ import annotations
 
