@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import IntEnum
 from typing import Any, NamedTuple, cast
@@ -71,8 +71,8 @@ class FairIntermediateQueue(IntermediateQueue):
 
 
 class RqQueueSeam(Queue):
-    """rq's Queue with its internal enqueue, dequeue and maintenance entry points routed to hook methods.
-    Not used on its own: the hooks raise NotImplementedError until a subclass (FairQueue) implements them."""
+    """rq's Queue with its internal enqueue, dequeue and maintenance entry points routed to hook methods that a
+    subclass (FairQueue) implements."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -80,48 +80,19 @@ class RqQueueSeam(Queue):
         self._batches: dict[int, list[RqPush]] = {}  # id(pipeline) -> enqueue_many's pushes on it
         self._own: set[int] = set()  # id() of the pipelines in flight that this queue executes itself
 
-    # -- hooks (FairQueue implements them) ---------------------------------------------------------------
-
-    def push(self, push: RqPush, pipeline: Pipeline | None) -> None:
-        """Put ``push`` on rq's list and in the fair structure, queued on ``pipeline`` when given."""
-        raise NotImplementedError
-
-    def push_many(self, pushes: list[RqPush], pipeline: Pipeline) -> None:
-        """Queue the pushes of one ``enqueue_many`` batch at the end of its ``pipeline``."""
-        raise NotImplementedError
-
-    def pushed_unique(self, job: Job, at_front: bool) -> None:
-        """rq's ``unique=True`` script already put ``job``'s id on the list: add it to the fair structure."""
-        raise NotImplementedError
-
-    def may_refuse(self, meta: dict[str, Any] | None) -> bool:
-        """Whether the push of a new job with this meta can be refused (a backlog cap applies to it)."""
-        raise NotImplementedError
-
-    def check_room(self, metas: Sequence[dict[str, Any] | None]) -> None:
-        """Raise now if new jobs with these metas would be refused (before a caller's pipeline is queued)."""
-        raise NotImplementedError
-
-    def execute_checked(self, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
-        """Execute our own enqueue ``pipe`` holding ``jobs``; if a push was refused, undo them and raise."""
-        raise NotImplementedError
-
-    def pop_fair(self, given: str = "") -> PopResult:
-        """One pop of this queue; ``given`` is an entry BLPOP already took off rq's list."""
-        raise NotImplementedError
-
-    def adopt(self, job: Job) -> bool:
-        """A plain entry was popped (an id rq pushed with a script of its own): True when ``job`` was put
-        into the fair structure instead of being served now (the pop is then made again)."""
-        raise NotImplementedError
+    # -- hooks, which FairQueue implements (docs/internals.md): pushes, refusals (backlog caps), pops, recovery
+    push: Callable[[RqPush, Pipeline | None], None]
+    push_many: Callable[[list[RqPush], Pipeline], None]
+    pushed_unique: Callable[[Job, bool], None]  # rq's unique=True script already put the id on the list
+    may_refuse: Callable[[dict[str, Any] | None], bool]  # whether a backlog cap applies to a new job's push
+    check_room: Callable[[Sequence[dict[str, Any] | None]], None]  # raise now if new jobs would be refused
+    execute_checked: Callable[[Pipeline, list[Job]], list[Any]]  # our own enqueue; a refused push undone, raised
+    pop_fair: Callable[..., PopResult]  # (given=""): an entry BLPOP already took off rq's list
+    adopt: Callable[[Job], bool]  # a plain entry popped: True when put into the fair structure instead
+    recover: Callable[..., list[str]]  # give back jobs popped here whose worker died before starting them
 
     @property
-    def wake_key(self) -> str:
-        """The list a worker blocks on while only parked tenants' jobs wait here."""
-        raise NotImplementedError
-
-    def recover(self, older_than: float | None = None) -> list[str]:
-        """Give back jobs popped here whose worker died before starting them; returns their ids."""
+    def wake_key(self) -> str:  # the list a worker blocks on while only parked tenants' jobs wait here
         raise NotImplementedError
 
     # -- enqueue: rq's private _enqueue_job, and the pushes it leads to --------------------------------------
