@@ -18,6 +18,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from fair_router.core.keys import Keys
+from fair_router.core.text import as_text as _text
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import CURSOR, RESUMES, is_interruptible
 from fair_router.rq_internals.registry import execution_key, has_execution, job_id_of, staged_registry, started_key
@@ -50,12 +51,10 @@ class Recovery:
         self.outages = outages
         """Where this process's Redis retries note an unreachable Redis (None: not watched)."""
         self.settle = self.beat_every + self.every + BACKOFF_CAP
-        """Seconds after Redis is back (reachable again, or restarted) before a check decides anything: running
-        jobs get one heartbeat interval to beat again, plus one check interval and the longest retry backoff
-        (:mod:`fair_router.store.outage`) for their workers to notice Redis is back."""
+        """Seconds after Redis is back before a check decides anything: a heartbeat interval, a check interval and
+        the longest retry backoff (docs/recovery.md)."""
         self.last_turns: list[str] = []
-        """Names of the queues whose turn this worker took at its last check (the worker uses them to spread
-        other once-per-queue duties the same way)."""
+        """Names of the queues whose turn this worker took at its last check (other once-per-queue duties follow)."""
         self._next = 0.0  # due at once: a worker that starts checks first
         self._abandon = AbandonScript(connection)
 
@@ -188,7 +187,7 @@ class Recovery:
             if self._resume(queue, staged, member, job):
                 handed.append(job.id)
                 self._free(queue, job, on_abandoned)
-        registry = staged_registry(queue, self.keys.abandoned(started_key(queue)), death_penalty_class)
+        registry = staged_registry(queue, staged, death_penalty_class)
         registry.cleanup(exception_handlers=[first, *exception_handlers])
         for job_id in handed:
             logger.warning("crash recovery: job %s of %s had no heartbeat for %g s; handed back",
@@ -246,7 +245,3 @@ class Recovery:
                        "its cursor %r (resume %d of %d)", job.id, queue.name, self.abandon_after,
                        job.meta.get(CURSOR), job.meta[RESUMES], self.max_resumes)
         return True
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
