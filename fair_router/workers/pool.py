@@ -44,13 +44,8 @@ class _Slot:
 
 
 class WorkerPool:
-    """Supervise ``allocation[group]`` rq workers per queue group (``"a"`` or ``"a,b"``).
-
-    ``run()`` does everything (start, supervise, stop on SIGINT/SIGTERM/SIGHUP) and must be called from the
-    main thread. ``start()``, ``check()`` and ``stop()`` are its steps, for embedding the pool in a
-    loop of your own. ``env`` is added to the children's environment (e.g. ``FAIR_ROUTER_CONFIG``, so
-    that they read the same settings as the pool).
-    """
+    """Supervise ``allocation[group]`` rq workers per queue group (``"a"`` or ``"a,b"``): ``run()`` (main thread
+    only), or its steps ``start()``, ``check()``, ``stop()``; ``env`` is added to the children's environment."""
 
     def __init__(
         self,
@@ -76,18 +71,10 @@ class WorkerPool:
         its connection with :class:`fair_router.store.cluster.RqSlotRedis` (rq's slot owner, followed)."""
         if not allocation:
             raise ValueError("empty allocation: give at least one queue group and its number of workers")
-        self.url = url
-        self.cluster = cluster
-        self.worker_class = worker_class
+        self.url, self.cluster, self.worker_class, self.logging_level = url, cluster, worker_class, logging_level
         self.paths = [str(Path(entry).resolve()) for entry in paths]  # each child imports from them (rq's --path)
-        self.logging_level = logging_level
-        self.grace = grace
-        self.kill_after = kill_after
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.stable_after = stable_after
-        self.poll_interval = poll_interval
-        self.python = python
+        self.grace, self.kill_after, self.poll_interval, self.python = grace, kill_after, poll_interval, python
+        self.backoff, self.max_backoff, self.stable_after = backoff, max_backoff, stable_after
         self.env = dict(env or {})
         self.urls = dict(urls or {})  # group -> its own Redis (a shard's, with shard_urls), else `url`
         self.allocation: dict[str, int] = {}
@@ -109,10 +96,8 @@ class WorkerPool:
     # -- the whole life of the pool -------------------------------------------------------------
 
     def run(self) -> int:
-        """Start all workers, keep them running until SIGINT/SIGTERM/SIGHUP, then stop them all.
-
-        Returns the exit status: 0 when every worker stopped by itself, 1 when some had to be killed.
-        """
+        """Start all workers, keep them running until SIGINT/SIGTERM/SIGHUP, then stop them all; exit status 0
+        when every worker stopped by itself, 1 when some had to be killed."""
         stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         previous = {sig: signal.signal(sig, self._request_stop) for sig in stop_signals}
         clean = False
@@ -150,10 +135,8 @@ class WorkerPool:
                 self._spawn(slot)
 
     def stop(self, sig: int = signal.SIGTERM) -> bool:
-        """Stop every worker: warm shutdown, then cold, then SIGKILL (see the module docstring).
-
-        Returns True when no worker had to be SIGKILLed.
-        """
+        """Stop every worker: warm shutdown, then cold, then SIGKILL (docs/internals.md, "Worker pool"); True
+        when no worker had to be SIGKILLed."""
         self.log.info("stopping %d worker(s) with %s", len(self._running()), signal.Signals(sig).name)
         self._signal_running(sig)
         self._wait(max(self.grace, RQ_REPEAT_WINDOW))
