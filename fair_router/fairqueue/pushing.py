@@ -29,9 +29,8 @@ PUSH_BATCH = 1000
 
 
 class FairPushes:
-    """The pushes of one FairQueue: their entries, the queue's fairness mark (once per object) and the backlog
-    caps of the new enqueue under way (:meth:`new_enqueue`; rq's retries, requeues and dependents are never
-    capped)."""
+    """The pushes of one FairQueue: their entries, the queue's fairness mark (once per object) and the backlog caps of
+    the new enqueue under way (:meth:`new_enqueue`; rq's retries, requeues and dependents are never capped)."""
 
     def __init__(self, name: str, config: FairConfig) -> None:
         self.name, self.config = name, config

@@ -29,9 +29,8 @@ _WEIGHTS: TypeAdapter[dict[str, QueueWeight]] = TypeAdapter(dict[QueueName, Weig
 
 
 def validate_weights(weights: Mapping[str, object], source: str = "weights=") -> dict[str, QueueWeight]:
-    """Check an explicit queue -> weight mapping with the same types as the ``queues:`` setting, once, when
-    the worker is built (the fetch order trusts them). Raises SettingsError naming each bad queue, its value
-    and the reason."""
+    """Check an explicit queue -> weight mapping with the same types as the ``queues:`` setting, once, when the worker
+    is built (the fetch order trusts them). Raises SettingsError naming each bad queue, its value and the reason."""
     return validated(_WEIGHTS, dict(weights), source)
 
 
@@ -77,9 +76,8 @@ def with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) ->
 
 
 def build_gate(connection: Redis, settings: Settings) -> TenantGate:
-    """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never
-    shares a socket (or a pool lock, across the work-horse fork) with rq's own use of the worker's
-    connection."""
+    """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never shares a socket
+    (or a pool lock, across the work-horse fork) with rq's own use of the worker's connection."""
     own: Any
     if settings.shard_urls:  # a shard's worker: its queues are on the shard's Redis, leases stay on redis_url
         own = Redis.from_url(settings.redis_url)
