@@ -51,9 +51,8 @@ _VARARGS, _VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
 
 
 def shape_of(value: Any) -> str:
-    """A callable's parameter names in rq's order, as ``(self, job, *args, **kwargs)``: no defaults, no
-    annotations (those may change without breaking an override). A plain function's are read off its code
-    object (a tenth of ``inspect.signature``'s cost, which is the fallback and gives the same text)."""
+    """A callable's parameter names in rq's order, as ``(self, job, *args, **kwargs)``, without defaults or annotations;
+    a plain function's read off its code object (a tenth of ``inspect.signature``'s cost, the same text)."""
     code = getattr(value, "__code__", None)
     if code is not None and inspect.isfunction(value) and not hasattr(value, "__wrapped__"):
         return _code_shape(code)

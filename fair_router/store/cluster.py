@@ -41,9 +41,8 @@ def rq_prefix() -> str:
 
 
 def check_rq_prefix(prefix: str | None = None) -> str:
-    """The hash tag of rq's key prefix (``rq`` for ``{rq}``); raises :class:`ClusterSetupError` naming
-    ``RQ_KEY_PREFIX`` when it has none: rq's keys would spread over every slot, and rq's MULTIs and our scripts
-    that touch rq's keys would cross slots."""
+    """The hash tag of rq's key prefix (``rq`` for ``{rq}``); :class:`ClusterSetupError` naming ``RQ_KEY_PREFIX``
+    when it has none (rq's keys would spread over every slot)."""
     prefix = rq_prefix() if prefix is None else prefix
     match = _TAG.search(prefix)
     if match is None or prefix.find("{") != match.start():
@@ -60,9 +59,8 @@ def rq_slot() -> int:
 
 
 def slot_owner(seeds: list[tuple[str, int]], slot: int, timeout: float = 2.0) -> tuple[str, int]:
-    """The (host, port) of the master serving ``slot``, asked of the first seed that answers ``CLUSTER SLOTS``.
-    ``seeds`` is extended in place with every node the answer names (so a later call still finds the cluster
-    when the first seed is gone). Raises redis-py's ConnectionError when no seed answers or none owns it."""
+    """The (host, port) of the master serving ``slot``, asked of the first seed that answers ``CLUSTER SLOTS``;
+    ``seeds`` is extended with every node named. redis-py's ConnectionError when no seed answers or none owns it."""
     last: Exception | None = None
     for host, port in list(seeds):
         # No retry of its own (redis-py's default spends seconds on a refused connection): the next seed instead.
@@ -99,9 +97,8 @@ class SlotMoved(RedisConnectionError):
 
 
 class RqSlotConnection(Connection):
-    """A connection to whichever master serves ``slot`` now: resolved from ``CLUSTER SLOTS`` of ``seeds`` at
-    every connect, a ``MOVED`` reply raised as :class:`SlotMoved` (a connection error: the client's retry
-    policy reconnects, so the command is sent again to the new owner)."""
+    """A connection to whichever master serves ``slot`` now (``CLUSTER SLOTS`` of ``seeds`` at every connect); a
+    ``MOVED`` reply raised as :class:`SlotMoved`, a connection error the client's retry policy reconnects after."""
 
     def __init__(self, *, seeds: tuple[tuple[str, int], ...] = (), slot: int = 0, **kwargs: Any) -> None:
         self.seeds = list(seeds)
@@ -159,9 +156,8 @@ one of the two finds the other, and a process keeps one RedisCluster and one rq-
 
 
 def pair_of(connection: Any, cluster: bool = False) -> Connections:
-    """The two connections ``connection`` belongs to: itself twice for a plain standalone client; for a
-    ``RedisCluster`` or a client made by :func:`rq_connection_for`, the pair of them. ``cluster``: take a plain
-    client as a seed node of a Redis Cluster (what rq's CLI builds from ``--url``), made into a pair once."""
+    """The two connections ``connection`` belongs to (itself twice for a plain standalone client); ``cluster``: take a
+    plain client as a seed node of a Redis Cluster (what rq's CLI builds from ``--url``)."""
     known = _PAIRS.get(connection)
     if known is not None:
         return known
@@ -192,10 +188,8 @@ def _cluster_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def ride_cluster_outages(state: Any, grace: float) -> None:
-    """Give a ``RedisCluster`` a retry policy lasting about ``grace`` seconds through a failover: redis-py's
-    cluster client counts attempts (each after a ClusterDown waits 0.25 s and re-reads the slot map), so the
-    count is ``grace / 0.25``. A plain client is left alone (:func:`fair_router.store.outage.ride_outages`
-    gives it a retry bounded by time)."""
+    """Give a ``RedisCluster`` a retry policy lasting about ``grace`` seconds through a failover (redis-py counts
+    attempts, each after a ClusterDown waits 0.25 s); a plain client is left alone."""
     if isinstance(state, RedisCluster):
         state.set_retry(Retry(EqualJitterBackoff(cap=1.0, base=0.05), retries=max(3, math.ceil(grace / 0.25))))
         note_grace(state, grace)  # how long its writes that can wait ride an out-of-memory Redis (store/oom.py)
@@ -240,10 +234,8 @@ def cluster_from_env() -> bool:
 
 
 class RqSlotRedis(Redis):
-    """For rq's own CLI on a cluster: ``rq worker --connection-class fair_router.store.cluster.RqSlotRedis --url
-    redis://<any node>``. rq's CLI checks the suspension flag on the connection it builds from ``--url`` before
-    the worker class gets control, so a plain ``redis.Redis`` to a node that does not own rq's slot meets
-    ``MOVED`` there; ``from_url`` here takes the URL as a seed and returns the client that follows rq's slot."""
+    """For rq's own CLI on a cluster (``rq worker --connection-class fair_router.store.cluster.RqSlotRedis``):
+    ``from_url`` takes the URL as a seed and returns the client that follows rq's slot."""
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Redis:

@@ -47,18 +47,16 @@ indentation): Redis hashes and parses the text at every call, and the start's co
 
 
 def no_functions(error: ResponseError, command: str) -> bool:
-    """Whether ``command`` (``fcall``, ``function``) was refused because the server or the user cannot have
-    functions (Redis < 7 does not know it; an ACL may forbid it): an error that names the command itself, not
-    one a command inside the function met (a script is not rolled back: its call is never sent again)."""
+    """Whether ``command`` (``fcall``, ``function``) was refused because the server or the user cannot have functions:
+    an error naming the command itself, not one met inside the function."""
     text = str(error).lower()
     refused = isinstance(error, NoPermissionError) or "unknown command" in text or "unknown subcommand" in text
     return refused and command in text
 
 
 def lua_dir() -> Traversable:
-    """Where the scripts are: ``fair_router/lua`` inside an installed wheel (pyproject.toml maps the top-level
-    ``lua/`` there), else the checkout's own ``lua/`` beside the package (a checkout or an editable install,
-    which imports ``fair_router`` from the checkout). One copy in git either way."""
+    """Where the scripts are: ``fair_router/lua`` inside an installed wheel, else the checkout's own ``lua/`` beside
+    the package. One copy in git either way."""
     packaged = files("fair_router").joinpath("lua")
     if packaged.is_dir():
         return packaged
@@ -175,9 +173,8 @@ def write_built(target: Path) -> list[str]:
 
 
 class LuaScript(Generic[R]):
-    """Base of the script wrappers: the script's built text (``lua/built/<name>.lua``) registered on
-    ``connection`` once, when built. A subclass sets ``name`` (``lua/<name>.lua``), names KEYS and ARGV in its
-    ``__call__`` (returning :meth:`call`) and types the reply in :meth:`parse`."""
+    """Base of the script wrappers: the built text registered on ``connection``. A subclass sets ``name``, names KEYS
+    and ARGV in its ``__call__`` (returning :meth:`call`) and types the reply in :meth:`parse`."""
 
     name: ClassVar[str]
     as_function: ClassVar[bool] = False
@@ -243,9 +240,8 @@ class LuaScript(Generic[R]):
         return self._connection.fcall(function, len(keys), *keys, *args)
 
     def load_function(self) -> bool:
-        """FUNCTION LOAD this script's library on its connection's server (another process of this build may
-        have loaded it already). False when it is not :attr:`as_function` or a cluster client's; raises what
-        Redis answers otherwise (``fair-router check --deep`` reports it)."""
+        """FUNCTION LOAD this script's library on its connection's server; False when it is not :attr:`as_function` or a
+        cluster client's; raises what Redis answers otherwise."""
         if self.function is None or getattr(self._connection, "connection_pool", None) is None:
             return False
         try:
@@ -257,10 +253,8 @@ class LuaScript(Generic[R]):
 
 
 class Call(Generic[R]):
-    """One invocation of a script, and the one place that picks its transport. Measured reasons: FCALL for the
-    pop (its pieces defined once: 8-15 µs of each call); EVALSHA on its own and on pipelines we execute (40
-    bytes sent, not KBs; NOSCRIPT retried by :func:`execute_loaded`); EVAL inside a pipeline someone else
-    executes (rq's MULTI), where a NOSCRIPT could not be retried and SCRIPT EXISTS would cost a round trip."""
+    """One invocation of a script, and the one place that picks its transport: FCALL for the pop, EVALSHA on its own
+    and on pipelines we execute, EVAL inside a pipeline someone else executes (docs/internals.md, "Transport")."""
 
     __slots__ = ("args", "keys", "script")
 
@@ -272,9 +266,8 @@ class Call(Generic[R]):
         return self.script.parse(self.script.evalsha(self.keys, self.args))
 
     def queue(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it on ``pipeline`` as EVAL of its built text (a pipeline someone else may execute). Its reply is
-        in the pipeline's execute() list at its place: ``script.parse(reply)`` types it. Returns the pipeline,
-        as redis-py's commands do."""
+        """Queue it on ``pipeline`` as EVAL of its built text (a pipeline someone else may execute); ``script.parse(reply)``
+        types its reply. Returns the pipeline, as redis-py's commands do."""
         # execute_command rather than .eval(): a RedisCluster's pipeline has no eval() but routes an EVAL by
         # its keys (all in one slot); on a plain pipeline it is what .eval() sends.
         pipeline.execute_command(  # type: ignore[no-untyped-call]
@@ -282,10 +275,8 @@ class Call(Generic[R]):
         return pipeline
 
     def queue_loaded(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it as EVALSHA on ``pipeline``, a pipeline of ours that :func:`execute_loaded` executes (only
-        those: its retry runs the pipeline's other commands again); loads the script first if this process has
-        not yet. A Redis Cluster's pipeline gets EVAL (its scripts are loaded per node; no pool to remember
-        them by)."""
+        """Queue it as EVALSHA on ``pipeline``, one :func:`execute_loaded` executes, loading the script first if this
+        process has not yet; a Redis Cluster's pipeline gets EVAL (its scripts are loaded per node)."""
         if not hasattr(pipeline, "connection_pool"):
             return self.queue(pipeline)
         self.script.ensure_loaded()
@@ -299,9 +290,8 @@ class Call(Generic[R]):
 
 
 def execute_loaded(pipe: Pipeline, run: Callable[[Pipeline], T]) -> T:
-    """``run(pipe)`` (which executes ``pipe``), and after a NOSCRIPT (Redis lost its scripts: a restart, SCRIPT
-    FLUSH) load every script the pipeline's EVALSHAs name and run the same commands once more. The script that
-    met NOSCRIPT did nothing; the pipeline's other commands must be safe to run twice (module docstring)."""
+    """``run(pipe)``, and after a NOSCRIPT (a restart, SCRIPT FLUSH) load every script the pipeline's EVALSHAs name
+    and run the same commands once more (the pipeline's other commands must be safe to run twice)."""
     stack = list(pipe.command_stack)
     try:
         return run(pipe)

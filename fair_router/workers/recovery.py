@@ -1,7 +1,5 @@
 """Bounded crash recovery: a started job whose worker stopped heartbeating is handed back within
-``recovery.abandon_after`` plus a few seconds, by rq's own ``StartedJobRegistry.cleanup`` on a staging set; rq's
-internals it relies on are in :mod:`fair_router.rq_internals.registry`. How a check works, and why rq alone is
-slow here: docs/recovery.md ("How a check works")."""
+``recovery.abandon_after`` plus a few seconds, by rq's own cleanup on a staging set (docs/recovery.md)."""
 
 from __future__ import annotations
 
@@ -109,9 +107,8 @@ class Recovery:
         return False
 
     def _take_turns(self, queues: Sequence[Queue]) -> tuple[list[Queue], float]:
-        """The queues no other worker checked within the last interval (one pipelined SET NX PX each), and how
-        long the server has been up by "now" (a restart this process did not see): its ``uptime_in_seconds``
-        counted from server TIME, so an injected clock moves it too."""
+        """The queues no other worker checked within the last interval (a SET NX PX each), and how long the server has
+        been up by "now" (from server TIME, so an injected clock moves it too)."""
         with self.connection.pipeline(transaction=False) as pipe:
             for queue in queues:
                 pipe.set(self.keys.recovery_turn(queue.key), 1, nx=True, px=max(1, round(self.every * 1000)))

@@ -1,7 +1,5 @@
-"""A weighted worker's look at its Redis servers' settings as it starts (:mod:`fair_router.store.serverconf`):
-one ``INFO memory`` per server it writes to (rq's, its own state's: each primary of a Redis Cluster, and with
-``shard_urls`` both its shard's server and ``redis_url``'s), and a warning for each server whose
-``maxmemory-policy`` is not ``noeviction`` or cannot be read. Once per worker, at start: no cost per job."""
+"""A weighted worker's look at its Redis servers' ``maxmemory-policy`` as it starts: one ``INFO memory`` per server
+it writes to, a warning for each that is not ``noeviction`` or cannot be read."""
 
 from __future__ import annotations
 

@@ -60,9 +60,8 @@ def on_rq_slot(queues: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
-    """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and the
-    Queue objects the rq CLI or django-rq builds from names before it creates the worker, whatever their
-    class: :func:`~fair_router.fairqueue.combined.as_fair`, which raises QueueClassConflict naming the fix)."""
+    """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and Queue objects of any
+    class: :func:`~fair_router.fairqueue.combined.as_fair`, which raises QueueClassConflict)."""
     items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
     built: list[Any] = []
     for item in items:
@@ -92,9 +91,8 @@ def build_gate(connection: Redis, settings: Settings) -> TenantGate:
 
 
 def unserved_rule_queues(settings: Settings, served: Iterable[str]) -> list[str]:
-    """The queues the settings' rules route to that a worker serving ``served`` leaves out, when no ``pool:``
-    says which workers serve them (``fair-router pool`` serves every group; a queue in none is refused at load).
-    Throttled jobs wait there for a worker that serves them."""
+    """The queues the settings' rules route to that a worker serving ``served`` leaves out, when no ``pool:`` says which
+    workers serve them."""
     if settings.pool:
         return []
     names = set(served)

@@ -129,9 +129,8 @@ class Duties:
         self.worker.gate.limiter.flush()
 
     def recover_abandoned(self) -> list[str]:
-        """Hand back the jobs of the worker's queues whose worker stopped heartbeating (when a check is due);
-        returns their ids. A check that took a queue's turn also restarts a dead rq scheduler (rather than at
-        rq's maintenance, every 10 minutes: docs/recovery.md)."""
+        """Hand back the abandoned jobs of the worker's queues when a check is due; returns their ids. A check that took
+        a queue's turn also restarts a dead rq scheduler (docs/recovery.md)."""
         worker, recovery = self.worker, self.worker.recovery
         if not recovery.due():
             return []
