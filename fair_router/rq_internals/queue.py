@@ -154,8 +154,8 @@ class RqQueueSeam(Queue):
         return job
 
     def push_job_id(self, job_id: str, pipeline: Pipeline | None = None, at_front: bool = False) -> None:
-        """Where rq puts an id on the list: handed to :meth:`push` (or collected for :meth:`push_many`), so the fair push
-        joins rq's own MULTI that saves the job, atomic as in rq."""
+        """Where rq puts an id on the list: handed to :meth:`push` (or collected for :meth:`push_many`), so the
+        fair push joins rq's own MULTI that saves the job, atomic as in rq."""
         job = self._enqueuing
         new = job is not None and job.id == job_id
         if not new:  # pushed without _enqueue_job: read the job back
@@ -173,8 +173,8 @@ class RqQueueSeam(Queue):
     def enqueue_many(
         self, job_datas: Iterable[Any], pipeline: Pipeline | None = None, group_id: str | None = None
     ) -> list[Job]:
-        """rq's ``enqueue_many``: pushes of jobs without dependencies collected and handed to :meth:`push_many` at the end
-        of rq's MULTI that saves them; jobs with dependencies pushed one by one."""
+        """rq's ``enqueue_many``: pushes of jobs without dependencies collected and handed to :meth:`push_many` at the
+        end of rq's MULTI that saves them; jobs with dependencies pushed one by one."""
         datas = list(job_datas)
         if any(data.depends_on for data in datas):
             return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)

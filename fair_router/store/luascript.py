@@ -266,8 +266,8 @@ class Call(Generic[R]):
         return self.script.parse(self.script.evalsha(self.keys, self.args))
 
     def queue(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it on ``pipeline`` as EVAL of its built text (a pipeline someone else may execute); ``script.parse(reply)``
-        types its reply. Returns the pipeline, as redis-py's commands do."""
+        """Queue it on ``pipeline`` as EVAL of its built text (a pipeline someone else may execute);
+        ``script.parse(reply)`` types its reply. Returns the pipeline, as redis-py's commands do."""
         # execute_command rather than .eval(): a RedisCluster's pipeline has no eval() but routes an EVAL by
         # its keys (all in one slot); on a plain pipeline it is what .eval() sends.
         pipeline.execute_command(  # type: ignore[no-untyped-call]
