@@ -56,9 +56,8 @@ def _replaced(cls: type[Queue]) -> list[str]:
 
 @functools.cache
 def fair_class_of(cls: type) -> type[FairQueue]:
-    """The class serving a queue built by ``cls`` fairly: FairQueue itself for rq's Queue (and ``cls`` when it
-    is a FairQueue already), else ``Fair<cls>``, made once per class. Raises :class:`QueueClassConflict`
-    (without naming a queue: :func:`as_fair` adds it) when the two cannot be combined."""
+    """The class serving a queue built by ``cls`` fairly: FairQueue for rq's Queue (``cls`` if a FairQueue already),
+    else ``Fair<cls>``, made once per class; :class:`QueueClassConflict` when the two cannot be combined."""
     if cls is Queue:
         return FairQueue
     if not issubclass(cls, Queue):

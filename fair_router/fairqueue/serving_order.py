@@ -23,9 +23,8 @@ class FairSnapshot:
 
 
 def serving_order(snap: FairSnapshot) -> list[str]:
-    """Every listed id once, in the order pops would serve them. Members no longer listed (removed by rq
-    behind our back) are left out, as the pop drops them; parked tenants' jobs come last, in stride order
-    from their kept passes, since no pop serves them before their park ends."""
+    """Every listed id once, in the order pops would serve them; members no longer listed are left out, and parked
+    tenants' jobs come last, in stride order from their kept passes."""
     on_list = Counter(snap.listed)
     places: dict[str, list[tuple[int, str]]] = {}
     for job_id, value in snap.members.items():

@@ -37,9 +37,8 @@ def interruptible(
     slice: str | float | timedelta = "1s",
     save_every: int = 1,
 ) -> Callable[[Callable[P, Generator[Any, Any, R]]], Callable[P, R]]:
-    """Make a generator job function interruptible (see the module docstring): it runs in turns of about
-    ``slice`` (a duration: seconds, ``"300ms"``, ``"1s"``, a timedelta), saving its cursor every
-    ``save_every`` checkpoints. Put it under ``@fair_job(...)``. Bad values raise SettingsError naming them."""
+    """Make a generator job function interruptible (docs/interruptible.md): it runs in turns of about ``slice``, saving
+    its cursor every ``save_every`` checkpoints. Put it under ``@fair_job(...)``; bad values raise SettingsError."""
     slicing = Slicing(validated(_SLICE, slice, "interruptible(slice=...)"),
                       validated(_EVERY, save_every, "interruptible(save_every=...)"))
 
