@@ -44,8 +44,8 @@ class PlainPops:
         self._tidy = FairTidyScript(connection)
 
     def check(self, queue: str, keys: FairQueueKeys) -> PlainPopReport:
-        """Tidy ``queue``: with rq's list empty every member left is dropped, so counts are exact; the stale ids noted since
-        the last look are looked at, those whose job ran counted. One round trip, two when ids were noted."""
+        """Tidy ``queue``: with rq's list empty every member left is dropped, so counts are exact; the stale ids noted
+        since the last look are looked at, those whose job ran counted. One round trip, two when ids were noted."""
         result = self._tidy(keys).run()
         plain = result.plain
         ran = self._ran(result.ids) if result.ids else 0
