@@ -52,11 +52,6 @@ HOST = Host()
 """This process's host (one worker runs one job at a time per process)."""
 
 
-def is_turn_end(value: Any) -> bool:
-    """Whether a job's return value ends a turn rather than the job."""
-    return isinstance(value, TurnEnd)
-
-
 def is_interruptible(job: Job) -> bool:
     """Whether ``job``'s function is decorated with ``interruptible`` (imports it, as a worker would; a function
     that cannot be imported counts as not interruptible)."""
@@ -80,7 +75,7 @@ class HostedTurns:
 
     def is_end(self, value: Any) -> bool:
         """An interruptible job returned at the end of a turn: the worker queues it again."""
-        return is_turn_end(value)
+        return isinstance(value, TurnEnd)
 
     def hosting(self, active: bool, stop: bool) -> None:
         """Interruptible jobs run by this process may end turns (and stop at once if ``stop``)."""

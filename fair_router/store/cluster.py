@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, cast
@@ -51,11 +50,6 @@ def check_rq_prefix(prefix: str | None = None) -> str:
             "cluster's slots. Set the environment variable RQ_KEY_PREFIX to a tagged prefix such as '{rq}' "
             "for every producer and worker, before rq is imported (rq reads it once, at import).")
     return match.group(1)
-
-
-def rq_slot() -> int:
-    """The cluster slot of every rq key (checked: rq's prefix is hash-tagged)."""
-    return key_slot(check_rq_prefix().encode())
 
 
 def slot_owner(seeds: list[tuple[str, int]], slot: int, timeout: float = 2.0) -> tuple[str, int]:
@@ -134,7 +128,8 @@ def rq_connection_for(cluster: RedisCluster, **kwargs: Any) -> Redis:
     for name in ("host", "port", "connection_class", "db"):
         base.pop(name, None)
     base.update(kwargs)
-    pool = ConnectionPool(connection_class=RqSlotConnection, seeds=seeds, slot=rq_slot(), **base)
+    slot = key_slot(check_rq_prefix().encode())  # every rq key's (checked: rq's prefix is hash-tagged)
+    pool = ConnectionPool(connection_class=RqSlotConnection, seeds=seeds, slot=slot, **base)
     return Redis(connection_pool=pool)
 
 
@@ -226,11 +221,6 @@ def connections_for(url: str, cluster: bool, **kwargs: Any) -> Connections:
 def is_cluster(connection: Any) -> bool:
     """Whether ``connection`` is a ``RedisCluster`` client (our state then spreads over its masters)."""
     return isinstance(connection, RedisCluster)
-
-
-def cluster_from_env() -> bool:
-    """``FAIR_ROUTER_REDIS_CLUSTER`` as a boolean, for code that runs before settings are loaded."""
-    return os.environ.get("FAIR_ROUTER_REDIS_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 class RqSlotRedis(Redis):
