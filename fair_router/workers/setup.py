@@ -1,5 +1,5 @@
-"""How a weighted worker is put together from its arguments and settings: the weights checked, the queues on
-rq's slot of a cluster or built as FairQueues, and the job-start gate on its own connection pool."""
+"""How a weighted worker is put together from its arguments and settings (the weights checked, the queues on rq's
+slot of a cluster or built as FairQueues, the job-start gate on its own pool), and its warnings at start."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from fair_router.core.validation import QueueName, QueueWeight, Weight
 from fair_router.fairqueue.combined import as_fair
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.store.cluster import is_rq_slot_client, pair_of, state_of
+from fair_router.store.serverconf import policy_readings
 from fair_router.workers.limiter import ConcurrencyLimiter
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ def validate_weights(weights: Mapping[str, object], source: str = "weights=") ->
     """Check an explicit queue -> weight mapping with the same types as the ``queues:`` setting, once, when the worker
     is built (the fetch order trusts them). Raises SettingsError naming each bad queue, its value and the reason."""
     return validated(_WEIGHTS, dict(weights), source)
-
-
 
 
 def weight_of(configured: Mapping[str, QueueWeight], queue: str) -> QueueWeight | None:
@@ -107,3 +106,11 @@ def warn_unserved_rule_queues(worker: Any) -> None:
         worker.log.warning("Worker %s: the settings' rules route jobs to %s, which this worker does not serve: "
                            "throttled jobs wait there until a worker does (start one on them, or add them to this "
                            "worker's queues)", worker.name, ", ".join(missing))
+
+
+def warn_about_server_settings(worker: Any) -> None:
+    """Log, once at start, each server the worker writes to (one ``INFO memory`` each) whose ``maxmemory-policy``
+    may evict keys or does not say, with the fix."""
+    for reading in policy_readings([worker.connection, worker.state_connection, worker.gate.limiter.connection]):
+        if not reading.safe:
+            worker.log.warning("Worker %s: %s", worker.name, reading.describe())

@@ -21,11 +21,11 @@ from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.workers.fairness_marks import FairnessFollower
 from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import WeightedOrder
-from fair_router.workers.serverwatch import warn_about_server_settings
 from fair_router.workers.setup import (
     build_gate,
     on_rq_slot,
     validate_weights,
+    warn_about_server_settings,
     warn_unserved_rule_queues,
     weight_of,
     with_fair_queues,
