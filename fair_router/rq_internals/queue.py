@@ -136,19 +136,16 @@ class RqQueueSeam(Queue):
         ours = in_batch or self.owns(pipeline)
         if refusable and not ours and (pipeline is not None or unique):  # not ours to execute: check first
             self.check_room([job.meta])
-        own = self.connection.pipeline() if pipeline is None and not unique else None
-        if own is not None:
-            self._own.add(id(own))
         self._enqueuing = job
         try:
-            job = super()._enqueue_job(job, pipeline=own or pipeline, at_front=at_front, unique=unique)
-            if own is not None:
-                self.execute_checked(own, [job])
+            if pipeline is None and not unique:
+                with self.own_pipeline() as own:
+                    job = super()._enqueue_job(job, pipeline=own, at_front=at_front)
+                    self.execute_checked(own, [job])
+            else:
+                job = super()._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         finally:
             self._enqueuing = None
-            if own is not None:
-                self._own.discard(id(own))
-                own.reset()
         if unique:
             self.pushed_unique(job, bool(at_front))
         return job
@@ -180,24 +177,22 @@ class RqQueueSeam(Queue):
             return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
         if pipeline is not None:  # the caller executes it: check before anything is queued
             self.check_room([data.meta for data in datas])
-        pipe = pipeline if pipeline is not None else self.connection.pipeline()
+            return self._enqueue_batch(datas, pipeline, group_id)
+        with self.own_pipeline() as own:
+            jobs = self._enqueue_batch(datas, own, group_id)
+            self.execute_checked(own, jobs)
+        return jobs
+
+    def _enqueue_batch(self, datas: list[Any], pipe: Pipeline, group_id: str | None) -> list[Job]:
         batch: list[RqPush] = []
         self._batches[id(pipe)] = batch
-        if pipeline is None:
-            self._own.add(id(pipe))
         try:
-            try:
-                jobs = super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
-            finally:
-                # Also when rq raised midway: the jobs it saved into a caller's pipeline get their pushes, as
-                # with rq's own push per job.
-                del self._batches[id(pipe)]
-                self.push_many(batch, pipe)
-            if pipeline is None:
-                self.execute_checked(pipe, jobs)
+            return super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
         finally:
-            self._own.discard(id(pipe))
-        return jobs
+            # Also when rq raised midway: the jobs it saved into a caller's pipeline get their pushes, as with
+            # rq's own push per job.
+            del self._batches[id(pipe)]
+            self.push_many(batch, pipe)
 
     # -- dequeue: rq's dequeue_any contract, with fair pops ---------------------------------------------------
 
