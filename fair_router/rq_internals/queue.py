@@ -24,10 +24,8 @@ STALLED_POLL = 1.0
 rq's internals push there wakes nobody)."""
 
 BLPOP_TICK = 0.1
-"""Seconds by which Redis may end a BLPOP after its timeout: it times blocked clients out at its timer ticks
-(``hz`` 10 by default). A wait for a park's end (a rate's next token) that is nearer than this is slept by the
-worker instead, and a longer one blocks this much less and sleeps the rest, so the park's tenant is served at its
-token, not up to a tick later."""
+"""Seconds by which Redis may end a BLPOP late (its timer ticks, ``hz`` 10): a park's end nearer than this is
+slept instead, a later one blocked for this much less, so the tenant is served at its token, not a tick later."""
 
 
 class PopKind(IntEnum):

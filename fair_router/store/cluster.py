@@ -21,9 +21,8 @@ from fair_router.core.text import as_text as _text
 from fair_router.store.oom import note_grace
 
 StateConnection = Redis
-"""Where our own state lives: a plain client (standalone) or a ``RedisCluster``, typed as ``Redis`` (redis-py's
-``RedisCluster`` offers the same commands, pipelines and scripts but is no subclass; :func:`is_cluster` tells
-them apart)."""
+"""Where our own state lives: a plain client or a ``RedisCluster``, typed as ``Redis`` (the same commands, but no
+subclass: :func:`is_cluster` tells them apart)."""
 
 _TAG = re.compile(r"\{([^{}]+)\}")
 
