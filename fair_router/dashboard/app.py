@@ -1,8 +1,5 @@
-"""The live dashboard (Flask, the ``dashboard`` extra): ``/`` (the page), ``/api/snapshot`` (its data, JSON) and
-``/metrics`` (Prometheus), all from one :class:`SnapshotReader`; :func:`create_blueprint` mounts it in another app.
-
-Read-only unless built with an ``actions_token``; the Host allowlist, security headers and read token are in
-docs/dashboard-security.md. The page needs nothing from another site."""
+"""The live dashboard (Flask): ``/``, ``/api/snapshot`` and ``/metrics`` from one :class:`SnapshotReader`;
+:func:`create_blueprint` mounts it in another app. Security: docs/dashboard-security.md."""
 
 from __future__ import annotations
 

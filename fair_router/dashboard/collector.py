@@ -1,6 +1,5 @@
-"""Prometheus exposition: a collector that reads Redis at scrape time (one snapshot), so dashboard processes agree and
-keep no state. Only the top N tenants get their own label, the rest are summed under ``_other``
-(docs/observability.md)."""
+"""Prometheus exposition: a collector that reads one snapshot at scrape time (no state kept); tenants beyond the
+top N summed under ``_other`` (docs/observability.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The interruptible jobs running now (:mod:`fair_router.iteration`), with their cursor, turns and items: what
-the dashboard and ``fair-router tenant show`` list.
-
-Two pipelined round trips whatever the number of queues: every queue's StartedJobRegistry members, then
-those jobs (``Job.fetch_many``). Bounded by the jobs running, that is by the number of busy workers. The
-job's meta is read with rq's default serializer (the one the workers wrote it with)."""
+"""The interruptible jobs running now, with their cursor, turns and items (the dashboard, ``fair-router tenant
+show``): two pipelined round trips, bounded by the busy workers."""
 
 from __future__ import annotations
 

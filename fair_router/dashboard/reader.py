@@ -1,9 +1,5 @@
-"""One bounded read of everything the views show: :meth:`SnapshotReader.snapshot`.
-
-After reconciling the counts with rq's lists, a few pipelined round trips (plus one per shard server) whose commands are
-bounded by the queues, job keys and top N, whatever the number of tenants (docs/observability.md, "Cost of a page
-load"). The top N are the tenants with most jobs waiting plus running, then the most recent starts; the rest are summed
-into ``_other``."""
+"""One bounded read of everything the views show: :meth:`SnapshotReader.snapshot` (docs/observability.md, "Cost
+of a page load"); tenants beyond the top N summed into ``_other``."""
 
 from __future__ import annotations
 

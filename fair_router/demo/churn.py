@@ -1,7 +1,5 @@
-"""The churn scenario: waves of tenants each run a few jobs through one FairQueue with the tenant controls on,
-then go; what they leave in Redis without a TTL (bench/bounded_state.py, tests/test_bounded_state.py).
-Every scenario tenant's id starts with ``visitor-``, which the count looks for.
-"""
+"""The churn scenario: waves of ``visitor-`` tenants run a few jobs through one FairQueue with the tenant controls on,
+then go; what they leave in Redis without a TTL (bench/bounded_state.py, tests/test_bounded_state.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable

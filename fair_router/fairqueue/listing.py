@@ -1,6 +1,5 @@
-"""What rq's tools read on a FairQueue: its waiting jobs in serving order (``get_job_ids``, and through it
-rq's ``jobs``, ``get_jobs``, ``job_ids`` and job positions), a replay of the pops on one snapshot of the
-queue's fair keys (:mod:`fair_router.fairqueue.serving_order`)."""
+"""What rq's tools read on a FairQueue: its waiting jobs in serving order (``get_job_ids`` and through it rq's
+``jobs``, ``job_ids``, positions), a replay of the pops on one snapshot (``serving_order``)."""
 
 from __future__ import annotations
 

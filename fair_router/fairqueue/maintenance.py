@@ -1,7 +1,5 @@
-"""Jobs popped from a FairQueue but never started (their worker died between pop and start), given back to
-the front of their tenant's FIFO. rq's worker maintenance reaches :func:`recover_popped` through the
-intermediate-queue hook of :class:`~fair_router.rq_internals.queue.RqQueueSeam` (``FairQueue.recover``);
-crash recovery (:mod:`fair_router.workers.recovery`) calls it too."""
+"""Jobs popped from a FairQueue but never started (their worker died between pop and start), given back to the
+front of their tenant's FIFO: by rq's worker maintenance (``FairQueue.recover``) and crash recovery."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Fairness that never switches off silently: a queue is fair because Redis says so (its *fairness mark*,
-``Keys.fair_mark``, holding the prefix of its fair state), not because every process got the right flag.
-A FairQueue's first push (or a worker for each queue in ``fair_queues:``) sets it; only ``fair-router queue plain``
-removes it, while the queue is empty. A process of another prefix uses the mark's and logs the mismatch."""
+"""Fairness that never switches off silently: a queue is fair because Redis says so (its *fairness mark*, holding
+the prefix of its fair state), set by a first push, removed only by ``fair-router queue plain`` (docs/fair-queue.md)."""
 
 from __future__ import annotations
 

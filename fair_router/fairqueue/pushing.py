@@ -1,6 +1,5 @@
-"""What a FairQueue's pushes need besides the push itself: each job's entry, the queue's fairness mark, the
-batches of an ``enqueue_many``, and backlog caps (:mod:`fair_router.controls.backlog`): a new enqueue that
-would take its tenant's waiting jobs past its cap is refused whole."""
+"""What a FairQueue's pushes need besides the push itself: each job's entry, the queue's fairness mark, the batches
+of an ``enqueue_many``, and backlog caps (a new enqueue past its tenant's cap is refused whole)."""
 
 from __future__ import annotations
 
@@ -29,9 +28,8 @@ PUSH_BATCH = 1000
 
 
 class FairPushes:
-    """The pushes of one FairQueue: their entries, the queue's fairness mark (once per object) and the backlog
-    caps of the new enqueue under way (:meth:`new_enqueue`; rq's retries, requeues and dependents are never
-    capped)."""
+    """The pushes of one FairQueue: their entries, the queue's fairness mark (once per object) and the backlog caps of
+    the new enqueue under way (:meth:`new_enqueue`; rq's retries, requeues and dependents are never capped)."""
 
     def __init__(self, name: str, config: FairConfig) -> None:
         self.name, self.config = name, config

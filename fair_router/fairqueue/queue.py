@@ -1,7 +1,5 @@
-"""FairQueue: an ``rq.Queue`` whose workers take jobs by weighted fair share across tenants (docs/fair-queue.md).
-
-It implements the hooks of rq's seam (:class:`~fair_router.rq_internals.queue.RqQueueSeam`), each one call of a
-fair script (:mod:`fair_router.fairqueue.scripts`) on the queue's keys."""
+"""FairQueue: an ``rq.Queue`` whose workers take jobs by weighted fair share across tenants (docs/fair-queue.md);
+each hook of rq's seam is one call of a fair script on the queue's keys."""
 
 from __future__ import annotations
 
@@ -298,9 +296,8 @@ class FairQueue(RqQueueSeam):
 
 
 def _without_django_rqs(name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """rq's Queue arguments: without the ``commit_mode`` and ``autocommit`` django-rq's ``get_queue`` passes (always
-    both) when its ``QUEUE_CLASS`` is FairQueue, which rq's Queue would drop in silence. Saying so, once per
-    call site (Python's warning filter), naming the fix."""
+    """rq's Queue arguments without the ``commit_mode`` and ``autocommit`` django-rq's ``get_queue`` passes to a
+    FairQueue ``QUEUE_CLASS`` (rq's Queue would drop them in silence); warned once per call site, naming the fix."""
     if "commit_mode" not in kwargs and "autocommit" not in kwargs:
         return kwargs
     warnings.warn(

@@ -1,7 +1,5 @@
-"""Waiting counts kept exact under rq's own commands (cancel, delete, requeue: docs/fair-queue.md, "Counts under
-rq's own commands"): before our readers read them, ``lua/fair_reconcile.lua`` drops the members rq took off a
-fair queue's list and hands back the ids rq pushed itself, which a second call adopts into their tenants' FIFOs.
-A list longer than :data:`RECONCILE_BOUND` is not compared and reported *approximate*."""
+"""Waiting counts kept exact under rq's own commands (docs/fair-queue.md, "Counts under rq's own commands"); a list
+longer than :data:`RECONCILE_BOUND` is not compared and reported *approximate*."""
 
 from __future__ import annotations
 
@@ -46,9 +44,8 @@ class Reconciled:
 
 
 class FairQueues:
-    """The fair queues among the queues a long-lived reader (the dashboard) looks at, on one connection: marked
-    fair in Redis (read at most every :data:`~fair_router.fairqueue.marks.RECHECK_EVERY` seconds) or listed in
-    ``fair_queues``, each built once (its scripts are assembled and registered once, not at every read)."""
+    """The fair queues among those a long-lived reader (the dashboard) looks at: marked fair in Redis (read at most
+    every ``RECHECK_EVERY`` seconds) or listed in ``fair_queues``, each built once."""
 
     def __init__(self, connection: Redis, settings: Settings) -> None:
         self.connection, self.settings = connection, settings

@@ -1,10 +1,5 @@
-"""The order in which a fair queue would serve its waiting jobs, computed from one snapshot of its state.
-
-rq's list holds every waiting job exactly once, but not in serving order: a pop takes the list head when
-rq's internals pushed it (a *plain* entry), and otherwise the stride scheduler's choice. So the listing
-rq's tools ask for (``get_job_ids``, job positions) replays the pops of ``fair_pop.lua`` on a copy, with
-no new pushes: O(n log tenants) in Python, and no Redis time beyond reading the snapshot.
-"""
+"""The order in which a fair queue would serve its waiting jobs: the pops of ``fair_pop.lua`` replayed on one
+snapshot of its state, in Python (``get_job_ids``, job positions)."""
 
 from __future__ import annotations
 
@@ -28,9 +23,8 @@ class FairSnapshot:
 
 
 def serving_order(snap: FairSnapshot) -> list[str]:
-    """Every listed id once, in the order pops would serve them. Members no longer listed (removed by rq
-    behind our back) are left out, as the pop drops them; parked tenants' jobs come last, in stride order
-    from their kept passes, since no pop serves them before their park ends."""
+    """Every listed id once, in the order pops would serve them; members no longer listed are left out, and parked
+    tenants' jobs come last, in stride order from their kept passes."""
     on_list = Counter(snap.listed)
     places: dict[str, list[tuple[int, str]]] = {}
     for job_id, value in snap.members.items():

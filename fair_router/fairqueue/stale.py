@@ -1,10 +1,5 @@
-"""Plain rq workers on a fair queue: detected and reported, never a silent count error.
-
-A plain ``rq worker`` pops a fair queue's list first-in first-out and leaves the jobs' fair members behind,
-*stale*. The fair scripts drop a stale member when they meet it and note its id (lua/lib/stale.lua);
-:class:`PlainPops` looks at the noted jobs: one that started was taken by a worker without our pop (counted in
-the queue's state as ``plain``, which workers, the dashboard and ``fair-router check --ping`` report), one that
-did not was removed by rq itself (``Job.cancel``, ``Job.delete``), which is no fault."""
+"""Plain rq workers on a fair queue: the stale members they leave, detected and reported (docs/fair-queue.md),
+never a silent count error."""
 
 from __future__ import annotations
 
@@ -49,9 +44,8 @@ class PlainPops:
         self._tidy = FairTidyScript(connection)
 
     def check(self, queue: str, keys: FairQueueKeys) -> PlainPopReport:
-        """Tidy queue ``queue`` (its fair keys ``keys``): with rq's list empty every member left is dropped, so
-        its tenants' counts are exact; the stale ids noted since the last look are looked at, and those whose
-        job ran are counted. Two round trips when ids were noted, else one."""
+        """Tidy ``queue``: with rq's list empty every member left is dropped, so counts are exact; the stale ids noted
+        since the last look are looked at, those whose job ran counted. One round trip, two when ids were noted."""
         result = self._tidy(keys).run()
         plain = result.plain
         ran = self._ran(result.ids) if result.ids else 0

@@ -1,17 +1,5 @@
-"""``@interruptible(slice="1s", save_every=1)``: a generator job function that runs in turns.
-
-The function yields a cursor at each checkpoint ("everything before this cursor is done") and returns its
-result. In a weighted worker, the first checkpoint after ``slice`` has elapsed in the current turn ends the
-turn: the cursor is kept in ``job.meta["fair_cursor"]`` (with ``fair_turns`` and ``fair_items``), the worker
-queues the job again under the same id, and the next turn calls the function again with
-``cursor=<saved cursor>``. The cursor must be something the job's serializer can store (pickle by default;
-an int, a string or a small tuple keeps the meta small).
-
-Checkpoints are saved to Redis every ``save_every`` checkpoints (one HSET of the job's meta), and always with
-the end of a turn (riding the pipeline that queues the job again, so it costs no round trip of its own). A
-job that crashes is resumed by crash recovery from its last saved cursor: at most ``save_every`` checkpoints'
-worth of work runs twice per crash.
-"""
+"""``@interruptible(slice="1s", save_every=1)``: a generator job function that runs in turns, resumed from its
+saved cursor (docs/interruptible.md)."""
 
 from __future__ import annotations
 
@@ -49,9 +37,8 @@ def interruptible(
     slice: str | float | timedelta = "1s",
     save_every: int = 1,
 ) -> Callable[[Callable[P, Generator[Any, Any, R]]], Callable[P, R]]:
-    """Make a generator job function interruptible (see the module docstring): it runs in turns of about
-    ``slice`` (a duration: seconds, ``"300ms"``, ``"1s"``, a timedelta), saving its cursor every
-    ``save_every`` checkpoints. Put it under ``@fair_job(...)``. Bad values raise SettingsError naming them."""
+    """Make a generator job function interruptible (docs/interruptible.md): it runs in turns of about ``slice``, saving
+    its cursor every ``save_every`` checkpoints. Put it under ``@fair_job(...)``; bad values raise SettingsError."""
     slicing = Slicing(validated(_SLICE, slice, "interruptible(slice=...)"),
                       validated(_EVERY, save_every, "interruptible(save_every=...)"))
 

@@ -1,10 +1,5 @@
-"""What an interruptible job, the worker running it and crash recovery share.
-
-A job cannot reach the worker that runs it through rq's public API, and the worker must not depend on job
-code; so they meet here: the worker sets :data:`HOST` in the process that runs the job (the forking worker
-in its own process before the fork, so the work horse inherits it; a signal handler sets ``stop`` later),
-and a job ends a turn by returning :data:`TURN_END`, which the worker recognises.
-"""
+"""What an interruptible job, the worker running it and crash recovery share: the ``job.meta`` keys, the
+:data:`HOST` flags the worker sets, and :data:`TURN_END`, a turn's return value (docs/interruptible.md)."""
 
 from __future__ import annotations
 
@@ -57,11 +52,6 @@ HOST = Host()
 """This process's host (one worker runs one job at a time per process)."""
 
 
-def is_turn_end(value: Any) -> bool:
-    """Whether a job's return value ends a turn rather than the job."""
-    return isinstance(value, TurnEnd)
-
-
 def is_interruptible(job: Job) -> bool:
     """Whether ``job``'s function is decorated with ``interruptible`` (imports it, as a worker would; a function
     that cannot be imported counts as not interruptible)."""
@@ -85,7 +75,7 @@ class HostedTurns:
 
     def is_end(self, value: Any) -> bool:
         """An interruptible job returned at the end of a turn: the worker queues it again."""
-        return is_turn_end(value)
+        return isinstance(value, TurnEnd)
 
     def hosting(self, active: bool, stop: bool) -> None:
         """Interruptible jobs run by this process may end turns (and stop at once if ``stop``)."""

@@ -1,8 +1,5 @@
-"""``@fair_job``: an rq job function whose enqueues are routed by tenant. As with rq's ``@job`` the decorated name
-stays a plain function (every rq enqueue takes it as before) and gains ``delay`` / ``enqueue`` / ``enqueue_in``
-/ ``enqueue_at`` / ``enqueue_many`` through :class:`~fair_router.routing.router.FairRouter`, ``job_key`` and
-``fair_job`` (its :class:`FairJob`). Rules come from the decorator, else from settings under the job key; inside
-a Django transaction the routed enqueues wait for its commit (:mod:`fair_router.core.djangoenv`)."""
+"""``@fair_job``: an rq job function whose enqueues are routed by tenant; the decorated name stays a plain function
+(every rq enqueue takes it) and gains ``delay`` / ``enqueue*``, ``job_key`` and ``fair_job`` (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -297,11 +294,8 @@ ATTRIBUTES = ("delay", "enqueue", "enqueue_at", "enqueue_in", "enqueue_many")
 
 
 def with_routing(func: Callable[P, R], bundle: FairJob[P, R]) -> FairJobFunction[P, R]:
-    """A copy of the plain function ``func`` (same code, globals, defaults, closure, module and qualname,
-    attributes such as ``@interruptible``'s mark) carrying ``bundle``'s methods: rq stores and imports it by
-    its dotted name, as it would ``func``. A copy, so that decorating one function twice (in tests, the
-    demo) gives two independent routings. Any other callable (a method, a callable object) gets ``bundle``
-    itself, which rq can only take by its dotted name string."""
+    """A copy of the plain function ``func`` (code, globals, defaults, closure, names, attributes) carrying ``bundle``'s
+    methods, which rq imports by its dotted name; any other callable gets ``bundle`` itself."""
     if not isinstance(func, types.FunctionType):
         return cast(FairJobFunction[P, R], bundle)
     copy = types.FunctionType(func.__code__, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
@@ -359,9 +353,8 @@ def fair_job(
 
 
 def warn_unconfigured(job_key: str, settings: Settings) -> None:
-    """A job whose rules come from the settings, whose job key the settings do not name while they name others:
-    most likely a typo or a moved function, and its jobs would go unthrottled without a word. Logged once per
-    decorated function (its route is built once), naming the nearest job key the settings have."""
+    """Log once per decorated function a job whose rules come from the settings but whose job key they do not name
+    (while they name others: a typo or a moved function), naming the nearest job key they have."""
     if job_key in settings.jobs or not settings.jobs:
         return
     import difflib  # only when warning

@@ -1,6 +1,5 @@
-"""A weighted worker that cannot go on exits non-zero: rq's ``work`` loop ends on any exception but ``SystemExit``
-and returns normally (``rq worker`` exits 0, and a supervisor restarting only on failure leaves it down). Why and
-how: docs/recovery.md ("Redis outages")."""
+"""A weighted worker that cannot go on exits non-zero (rq's ``work`` loop would return normally, and ``rq worker``
+exit 0): docs/recovery.md ("Redis outages")."""
 
 from __future__ import annotations
 

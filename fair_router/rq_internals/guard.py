@@ -1,12 +1,5 @@
-"""The import-time check of the installed rq: its version within the tested range, and every member of
-:data:`~fair_router.rq_internals.members.MEMBERS` present with the shape fair-router was written against.
-
-fair-router overrides rq internals that change between rq's minor versions; an rq it was not tested with
-would otherwise import fine and fail at the first job (rq 2.12: ``AttributeError: ... 'executions'`` in the
-worker). This module runs :func:`check_installed_rq` when imported, which ``import fair_router`` does first;
-it raises :class:`RqVersionError`
-before anything is enqueued or run; ``FAIR_ROUTER_SKIP_RQ_CHECK=1`` turns it into a :class:`RqVersionWarning`.
-Cheap: it only reads rq's modules that ``import rq`` has loaded already."""
+"""The import-time check of the installed rq (``import fair_router`` runs it first): its version within the tested
+range and every member of :data:`~fair_router.rq_internals.members.MEMBERS` present with its shape."""
 
 from __future__ import annotations
 
@@ -58,9 +51,8 @@ _VARARGS, _VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
 
 
 def shape_of(value: Any) -> str:
-    """A callable's parameter names in rq's order, as ``(self, job, *args, **kwargs)``: no defaults, no
-    annotations (those may change without breaking an override). A plain function's are read off its code
-    object (a tenth of ``inspect.signature``'s cost, which is the fallback and gives the same text)."""
+    """A callable's parameter names in rq's order, as ``(self, job, *args, **kwargs)``, without defaults or annotations;
+    a plain function's read off its code object (a tenth of ``inspect.signature``'s cost, the same text)."""
     code = getattr(value, "__code__", None)
     if code is not None and inspect.isfunction(value) and not hasattr(value, "__wrapped__"):
         return _code_shape(code)

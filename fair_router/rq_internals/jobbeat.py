@@ -12,11 +12,8 @@ logger = logging.getLogger("fair_router")
 
 
 class JobBeat:
-    """Heartbeats the job an in-process worker is running, from one background thread per worker.
-
-    The thread calls ``beat(job)`` every ``every`` seconds while a job is followed; one thread serves every
-    job of the worker, so a job costs a few lock acquisitions, not a thread.
-    """
+    """Heartbeats the job an in-process worker is running, every ``every`` seconds, from one background thread per
+    worker (a job costs a few lock acquisitions, not a thread)."""
 
     def __init__(self, every: float, beat: Callable[[Job], None]) -> None:
         self.every = every

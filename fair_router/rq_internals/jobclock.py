@@ -1,7 +1,5 @@
-"""The worker's time on a job, for runtime charging: from the start of the fetch that found it (a blocking wait
-left out: the seam queue's fetch notes on the job it returns when its wait ended, :func:`waited_until`) to its
-after-job writes, whose own time counts as long as the last job's took. Why more than rq's
-``ended_at - started_at``: docs/internals.md."""
+"""The worker's time on a job, for runtime charging: from the start of the fetch that found it (a blocking wait left
+out, :func:`waited_until`) to its after-job writes. Why more than rq's ``ended_at - started_at``: docs/internals.md."""
 
 from __future__ import annotations
 
@@ -49,9 +47,8 @@ class JobClock:
         self.taken_at, self.ended_at = began, None
 
     def seconds(self, run_seconds: float) -> float:
-        """The worker's time on the running job, its after-job writes (not yet sent) as long as the last job's;
-        ``run_seconds`` (rq's measure) when the job was not taken up by this clock (a spawned work horse; a
-        forked one has its parent's clock, so its time counts from the parent's fetch, the fork included)."""
+        """The worker's time on the running job, its unsent after-job writes counted as long as the last job's; else
+        ``run_seconds`` (rq's measure: a spawned work horse; a forked one has its parent's clock)."""
         if self.taken_at is None:
             return run_seconds
         self.ended_at = time.perf_counter()

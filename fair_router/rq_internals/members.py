@@ -1,12 +1,5 @@
-"""Every rq member fair-router overrides, or reaches into outside rq's public API, with the shape it was written
-against: what :mod:`fair_router.rq_internals.guard` checks at import, and what ``docs/compatibility.md``'s
-table lists (``tests/test_rq_guard.py`` compares the two, and checks that every override of an rq member in
-fair-router's classes is listed here).
-
-``shape`` is a callable's parameter names as rq 3.0 has them (no defaults, no annotations), or ``property``,
-or ``attribute`` (set in the owner's ``__init__``, or a class or module attribute). ``kind``: ``feature``
-(what fair-router does would break or go wrong) or ``speed-up`` (a round trip or command saved; rq's own
-path would still be correct)."""
+"""Every rq member fair-router overrides or reaches into, with its rq 3.0 shape (parameter names, ``property`` or
+``attribute``) and kind: what the guard checks and docs/compatibility.md's table lists (tests/test_rq_guard.py)."""
 
 from __future__ import annotations
 

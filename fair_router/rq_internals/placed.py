@@ -17,13 +17,8 @@ PushCall = Callable[[Job, Pipeline, bool], None]
 
 
 class PlacedQueue(Queue):
-    """rq's Queue of a route's base family whose enqueue saves the job as rq's does but leaves the push, and
-    the queue's registration in ``rq:queues``, to route.lua (the queue is only known there).
-
-    rq's ``enqueue_call`` builds the job and calls ``enqueue_job``; overridden here to skip what only applies
-    to options the one-trip path never takes (dependencies, rate limits, ``unique``: the router checked) and
-    the registration of the base queue, then rq's ``_enqueue_job`` saves the job on the pipeline (status,
-    hash, TTLs) and calls ``push_job_id``, overridden to queue the route.lua call instead."""
+    """rq's Queue of a route's base family whose enqueue saves the job as rq's does but leaves the push, and the
+    queue's registration, to route.lua (``push_job_id`` queues that call instead)."""
 
     def __init__(self, name: str, connection: Any) -> None:
         super().__init__(name, connection=connection)

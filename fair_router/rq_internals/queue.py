@@ -1,19 +1,10 @@
-"""The Queue side of the rq seam: ``RqQueueSeam``, an ``rq.Queue`` that overrides rq's internal entry points
-(listed with their reasons in :mod:`fair_router.rq_internals`) and calls a few hook methods instead.
-
-``FairQueue`` implements the hooks, so its own code uses only rq's public API plus these hooks:
-
-- pushing: :meth:`RqQueueSeam.push`, :meth:`~RqQueueSeam.push_many`, :meth:`~RqQueueSeam.pushed_unique`;
-- refusals (backlog caps): :meth:`~RqQueueSeam.may_refuse`, :meth:`~RqQueueSeam.check_room`,
-  :meth:`~RqQueueSeam.execute_checked`;
-- popping: :meth:`~RqQueueSeam.pop_fair`, :meth:`~RqQueueSeam.adopt`, :attr:`~RqQueueSeam.wake_key`;
-- maintenance: :meth:`~RqQueueSeam.recover`.
-"""
+"""The Queue side of the rq seam: ``RqQueueSeam`` overrides rq's internal entry points (listed in
+:mod:`~fair_router.rq_internals.members`) and calls hook methods that ``FairQueue`` implements."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import IntEnum
 from typing import Any, NamedTuple, cast
@@ -33,10 +24,8 @@ STALLED_POLL = 1.0
 rq's internals push there wakes nobody)."""
 
 BLPOP_TICK = 0.1
-"""Seconds by which Redis may end a BLPOP after its timeout: it times blocked clients out at its timer ticks
-(``hz`` 10 by default). A wait for a park's end (a rate's next token) that is nearer than this is slept by the
-worker instead, and a longer one blocks this much less and sleeps the rest, so the park's tenant is served at its
-token, not up to a tick later."""
+"""Seconds by which Redis may end a BLPOP late (its timer ticks, ``hz`` 10): a park's end nearer than this is
+slept instead, a later one blocked for this much less, so the tenant is served at its token, not a tick later."""
 
 
 class PopKind(IntEnum):
@@ -80,8 +69,8 @@ class FairIntermediateQueue(IntermediateQueue):
 
 
 class RqQueueSeam(Queue):
-    """rq's Queue with its internal enqueue, dequeue and maintenance entry points routed to hook methods.
-    Not used on its own: the hooks raise NotImplementedError until a subclass (FairQueue) implements them."""
+    """rq's Queue with its internal enqueue, dequeue and maintenance entry points routed to hook methods that a
+    subclass (FairQueue) implements."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -89,48 +78,19 @@ class RqQueueSeam(Queue):
         self._batches: dict[int, list[RqPush]] = {}  # id(pipeline) -> enqueue_many's pushes on it
         self._own: set[int] = set()  # id() of the pipelines in flight that this queue executes itself
 
-    # -- hooks (FairQueue implements them) ---------------------------------------------------------------
-
-    def push(self, push: RqPush, pipeline: Pipeline | None) -> None:
-        """Put ``push`` on rq's list and in the fair structure, queued on ``pipeline`` when given."""
-        raise NotImplementedError
-
-    def push_many(self, pushes: list[RqPush], pipeline: Pipeline) -> None:
-        """Queue the pushes of one ``enqueue_many`` batch at the end of its ``pipeline``."""
-        raise NotImplementedError
-
-    def pushed_unique(self, job: Job, at_front: bool) -> None:
-        """rq's ``unique=True`` script already put ``job``'s id on the list: add it to the fair structure."""
-        raise NotImplementedError
-
-    def may_refuse(self, meta: dict[str, Any] | None) -> bool:
-        """Whether the push of a new job with this meta can be refused (a backlog cap applies to it)."""
-        raise NotImplementedError
-
-    def check_room(self, metas: Sequence[dict[str, Any] | None]) -> None:
-        """Raise now if new jobs with these metas would be refused (before a caller's pipeline is queued)."""
-        raise NotImplementedError
-
-    def execute_checked(self, pipe: Pipeline, jobs: list[Job]) -> list[Any]:
-        """Execute our own enqueue ``pipe`` holding ``jobs``; if a push was refused, undo them and raise."""
-        raise NotImplementedError
-
-    def pop_fair(self, given: str = "") -> PopResult:
-        """One pop of this queue; ``given`` is an entry BLPOP already took off rq's list."""
-        raise NotImplementedError
-
-    def adopt(self, job: Job) -> bool:
-        """A plain entry was popped (an id rq pushed with a script of its own): True when ``job`` was put
-        into the fair structure instead of being served now (the pop is then made again)."""
-        raise NotImplementedError
+    # -- hooks, which FairQueue implements (docs/internals.md): pushes, refusals (backlog caps), pops, recovery
+    push: Callable[[RqPush, Pipeline | None], None]
+    push_many: Callable[[list[RqPush], Pipeline], None]
+    pushed_unique: Callable[[Job, bool], None]  # rq's unique=True script already put the id on the list
+    may_refuse: Callable[[dict[str, Any] | None], bool]  # whether a backlog cap applies to a new job's push
+    check_room: Callable[[Sequence[dict[str, Any] | None]], None]  # raise now if new jobs would be refused
+    execute_checked: Callable[[Pipeline, list[Job]], list[Any]]  # our own enqueue; a refused push undone, raised
+    pop_fair: Callable[..., PopResult]  # (given=""): an entry BLPOP already took off rq's list
+    adopt: Callable[[Job], bool]  # a plain entry popped: True when put into the fair structure instead
+    recover: Callable[..., list[str]]  # give back jobs popped here whose worker died before starting them
 
     @property
-    def wake_key(self) -> str:
-        """The list a worker blocks on while only parked tenants' jobs wait here."""
-        raise NotImplementedError
-
-    def recover(self, older_than: float | None = None) -> list[str]:
-        """Give back jobs popped here whose worker died before starting them; returns their ids."""
+    def wake_key(self) -> str:  # the list a worker blocks on while only parked tenants' jobs wait here
         raise NotImplementedError
 
     # -- enqueue: rq's private _enqueue_job, and the pushes it leads to --------------------------------------
@@ -153,11 +113,8 @@ class RqQueueSeam(Queue):
     def enqueue_job(
         self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
     ) -> Job:
-        """rq's ``enqueue_job`` in one round trip where rq takes two: rq executes the queue's registration
-        (SADD rq:queues) on a pipeline of its own, then saves and pushes on another; here both go on one
-        pipeline of ours (rq's own enqueue into a given pipeline). Jobs with dependencies (rq's WATCH retry
-        needs its own pipeline), rate limits (refused by rq on a pipeline), ``unique=True`` (rq's script) and
-        a caller's pipeline take rq's path unchanged."""
+        """rq's ``enqueue_job`` in one round trip where rq takes two (the queue's registration on the same pipeline);
+        dependencies, rate limits, ``unique=True`` and a caller's pipeline take rq's path unchanged."""
         if pipeline is not None or unique or not self.is_async or job._dependency_ids or job.has_rate_limit:
             return super().enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         with self.own_pipeline() as own:
@@ -168,12 +125,8 @@ class RqQueueSeam(Queue):
     def _enqueue_job(
         self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
     ) -> Job:
-        """Every rq enqueue path of this queue (enqueue, enqueue_many, dependents, the worker's retries,
-        requeues) passes here with the Job. rq has no public enqueue hook, so this private method is
-        overridden: it notes the job, so that :meth:`push_job_id` needs no round trip to read it back; runs
-        an enqueue whose push may be refused on a pipeline we execute (:meth:`execute_checked`; rq would
-        execute its own and raise a bare ResponseError); and hands a ``unique=True`` job, which rq pushes
-        with its own script, to :meth:`pushed_unique`."""
+        """Every rq enqueue path passes here (rq has no public hook): the job noted for :meth:`push_job_id`, a push
+        that may be refused run by :meth:`execute_checked`, a ``unique=True`` job handed to :meth:`pushed_unique`."""
         if not self.is_async:  # rq runs the job at once: nothing is pushed
             return super()._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         refusable = self.may_refuse(job.meta)
@@ -181,27 +134,23 @@ class RqQueueSeam(Queue):
         ours = in_batch or self.owns(pipeline)
         if refusable and not ours and (pipeline is not None or unique):  # not ours to execute: check first
             self.check_room([job.meta])
-        own = self.connection.pipeline() if pipeline is None and not unique else None
-        if own is not None:
-            self._own.add(id(own))
         self._enqueuing = job
         try:
-            job = super()._enqueue_job(job, pipeline=own or pipeline, at_front=at_front, unique=unique)
-            if own is not None:
-                self.execute_checked(own, [job])
+            if pipeline is None and not unique:
+                with self.own_pipeline() as own:
+                    job = super()._enqueue_job(job, pipeline=own, at_front=at_front)
+                    self.execute_checked(own, [job])
+            else:
+                job = super()._enqueue_job(job, pipeline=pipeline, at_front=at_front, unique=unique)
         finally:
             self._enqueuing = None
-            if own is not None:
-                self._own.discard(id(own))
-                own.reset()
         if unique:
             self.pushed_unique(job, bool(at_front))
         return job
 
     def push_job_id(self, job_id: str, pipeline: Pipeline | None = None, at_front: bool = False) -> None:
-        """Where rq puts an id on the list: handed to :meth:`push` (or collected for :meth:`push_many`).
-        Overriding it, rather than ``_enqueue_async_job``, keeps rq's own job saving and its MULTI: the fair
-        push joins rq's pipeline, so the job is saved and queued atomically as in rq."""
+        """Where rq puts an id on the list: handed to :meth:`push` (or collected for :meth:`push_many`), so the
+        fair push joins rq's own MULTI that saves the job, atomic as in rq."""
         job = self._enqueuing
         new = job is not None and job.id == job_id
         if not new:  # pushed without _enqueue_job: read the job back
@@ -219,32 +168,29 @@ class RqQueueSeam(Queue):
     def enqueue_many(
         self, job_datas: Iterable[Any], pipeline: Pipeline | None = None, group_id: str | None = None
     ) -> list[Job]:
-        """rq's ``enqueue_many``. rq saves jobs without dependencies through ``_enqueue_job`` on one
-        pipeline; their pushes are collected and handed to :meth:`push_many` at the end of it, still in the
-        MULTI that saves them. Jobs with dependencies take several pipeline steps in rq: pushed one by one."""
+        """rq's ``enqueue_many``: pushes of jobs without dependencies collected and handed to :meth:`push_many` at the
+        end of rq's MULTI that saves them; jobs with dependencies pushed one by one."""
         datas = list(job_datas)
         if any(data.depends_on for data in datas):
             return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
         if pipeline is not None:  # the caller executes it: check before anything is queued
             self.check_room([data.meta for data in datas])
-        pipe = pipeline if pipeline is not None else self.connection.pipeline()
+            return self._enqueue_batch(datas, pipeline, group_id)
+        with self.own_pipeline() as own:
+            jobs = self._enqueue_batch(datas, own, group_id)
+            self.execute_checked(own, jobs)
+        return jobs
+
+    def _enqueue_batch(self, datas: list[Any], pipe: Pipeline, group_id: str | None) -> list[Job]:
         batch: list[RqPush] = []
         self._batches[id(pipe)] = batch
-        if pipeline is None:
-            self._own.add(id(pipe))
         try:
-            try:
-                jobs = super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
-            finally:
-                # Also when rq raised midway: the jobs it saved into a caller's pipeline get their pushes, as
-                # with rq's own push per job.
-                del self._batches[id(pipe)]
-                self.push_many(batch, pipe)
-            if pipeline is None:
-                self.execute_checked(pipe, jobs)
+            return super().enqueue_many(datas, pipeline=pipe, group_id=group_id)
         finally:
-            self._own.discard(id(pipe))
-        return jobs
+            # Also when rq raised midway: the jobs it saved into a caller's pipeline get their pushes, as with
+            # rq's own push per job.
+            del self._batches[id(pipe)]
+            self.push_many(batch, pipe)
 
     # -- dequeue: rq's dequeue_any contract, with fair pops ---------------------------------------------------
 
@@ -258,13 +204,8 @@ class RqQueueSeam(Queue):
         serializer: Any = None,
         death_penalty_class: Any = None,
     ) -> tuple[Job, Queue] | None:
-        """rq's contract: the first job of the queues in the given order, blocking up to ``timeout``
-        seconds (None: return None at once; 0 is refused, as rq does) and raising DequeueTimeout when it
-        runs out. Seam queues pop through :meth:`pop_fair`, plain ones with LPOP, so a worker may mix them;
-        the wait is one BLPOP over every queue's list (a stalled queue's :attr:`wake_key` instead, capped at
-        the first park end), and a seam queue's popped entry is handed to its pop as ``given``. rq's own
-        body (``lpop``/``lmove``) cannot be reused: it pops rq's list directly. The queue objects given are
-        returned (rq rebuilds them with ``from_queue_key``), so a FairQueue keeps its settings."""
+        """rq's contract (the first job of ``queues`` in order, blocking up to ``timeout``, DequeueTimeout) over fair
+        pops and plain LPOPs alike: one BLPOP over every list; the given queue objects are returned."""
         if timeout == 0:
             raise ValueError("RQ does not support indefinite timeouts. Please pick a timeout value > 0")
         queues = list(queues)

@@ -1,8 +1,5 @@
-"""The rq seam, registry side: crash recovery's view of rq's StartedJobRegistry (rq 3.0), apart from the Worker
-side (:mod:`fair_router.rq_internals.worker`). Upgrading rq means checking this module against rq's
-``registry.py`` and ``executions.py``: the registry's member format ``<job id>:<execution id>``, the execution
-hash and its ``last_heartbeat`` field, and ``StartedJobRegistry.cleanup`` reading only ``self.key`` and getting
-the queue to retry on from ``get_queue()``."""
+"""The rq seam, registry side: crash recovery's view of rq 3.0's StartedJobRegistry (members ``<job id>:<execution
+id>``, the execution's ``last_heartbeat``, ``cleanup`` and ``get_queue``)."""
 
 from __future__ import annotations
 
@@ -38,9 +35,8 @@ def has_execution(member: str) -> bool:
 
 
 def staged_registry(queue: Queue, key: str, death_penalty_class: Any) -> StartedJobRegistry:
-    """rq's StartedJobRegistry of ``queue`` pointed at ``key``, so that its ``cleanup`` (rq's handling of
-    abandoned jobs: failure callback, exception handlers, retry or FailedJobRegistry with AbandonedJobError,
-    dependents) runs on exactly the entries staged there."""
+    """rq's StartedJobRegistry of ``queue`` pointed at ``key``, so that its ``cleanup`` (rq's handling of abandoned
+    jobs) runs on exactly the entries staged there."""
     return _StagedRegistry(queue, key, death_penalty_class)
 
 
@@ -59,10 +55,8 @@ class _StagedRegistry(StartedJobRegistry):
         return self._queue
 
     def cleanup(self, timestamp: float | None = None, exception_handlers: list[Any] | None = None) -> None:
-        """rq's cleanup, after the entries of jobs that never started are put back on their queue. rq 3.0's
-        cleanup hands back only jobs still STARTED and drops the other entries; a job whose worker died
-        after taking it up (its execution written) but before the job started (the horse marks it STARTED)
-        never ran, and dropping its entry would leave it QUEUED on no queue at all."""
+        """rq's cleanup, after the entries of jobs that never started (taken up, not yet STARTED) are put back on their
+        queue: rq 3.0's would drop them, leaving such a job QUEUED on no queue."""
         for raw in self.connection.zrange(self.key, 0, -1):
             member = raw.decode() if isinstance(raw, bytes) else str(raw)
             job_id, _ = parse_composite_key(member)

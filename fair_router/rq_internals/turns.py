@@ -1,6 +1,5 @@
-"""The rq seam of interruptible iteration (:mod:`fair_router.iteration`): a turn's end taken out of rq's success
-handling, and the signal that tells a forking worker's horse about a warm shutdown. How and why:
-docs/interruptible.md ("Inside the worker")."""
+"""The rq seam of interruptible iteration: a turn's end taken out of rq's success handling, and the signal that
+tells a forking worker's horse about a warm shutdown (docs/interruptible.md, "Inside the worker")."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ TURN_SIGNAL = signal.SIGRTMIN
 def end_turn(worker: BaseWorker, job: Job, queue: Queue, execution: Execution,
              also: Callable[[Job, Queue, Pipeline], None]) -> None:
     """The job gave up its worker at a checkpoint: one MULTI adds its run time to the worker's stats, removes its
-    execution and queues it again under its id with its meta (``also`` queues more there). Not a success: no
-    status FINISHED, callback, result, dependents or rq rate-limit release."""
+    execution and queues it again under its id with its meta; no success handling."""
     job._result = None  # rq keeps the return value here and would save it with the job
     job.ended_at = now()
     with worker.connection.pipeline() as pipe:

@@ -1,8 +1,5 @@
-"""The rq seam, Worker side: every override of rq's Worker and every private rq name the weighted workers rely on,
-for rq 3.0 (check it against rq's ``worker/base.py``, ``worker/worker_classes.py`` and ``executions.py`` when
-upgrading rq). :class:`RqWorkerSeam` calls the worker's composed parts (the protocols below); which rq member is
-touched, and why, is listed in :mod:`fair_router.rq_internals.members` and docs/compatibility.md.
-"""
+"""The rq seam, Worker side: :class:`RqWorkerSeam` holds every override of rq 3.0's Worker and calls the worker's
+composed parts (the protocols below); each member: :mod:`~fair_router.rq_internals.members`."""
 
 from __future__ import annotations
 
@@ -50,56 +47,35 @@ class JobNotStarted(Exception):
 class FetchOrder(Protocol):
     """The queue order of the next fetch (:class:`fair_router.workers.sampling.WeightedOrder`)."""
 
-    def draw(self) -> list[Queue] | None:
-        """A fresh order, or None to keep rq's."""
+    def draw(self) -> list[Queue] | None: ...  # a fresh order, or None to keep rq's
 
 
 class Starts(Protocol):
-    """A job's start and end (:class:`fair_router.workers.startgate.StartGate`)."""
+    """A job's start and end (:class:`fair_router.workers.start_gate.StartGate`)."""
 
-    def run(self, job: Job, queue: Queue, execute: Callable[[], None]) -> None:
-        """Run ``execute`` (rq's ``execute_job``) if the job may start now; else it waits."""
-
-    def on_start(self, job: Job, pipeline: Pipeline) -> None:
-        """Queue writes on rq's job-start MULTI."""
-
-    def on_start_replies(self, job: Job, execution: Execution, replies: list[Any]) -> None:
-        """Read that MULTI's replies; may raise :class:`JobNotStarted`."""
-
-    def on_end(self, job: Job, queue: Queue, seconds: float, pipeline: Pipeline) -> None:
-        """Queue writes on rq's after-job pipeline; ``seconds``: the worker's time on the job."""
-
-    def on_turn_end(self, job: Job, queue: Queue, pipeline: Pipeline) -> None:
-        """Queue writes on the MULTI that queues an interruptible job again."""
+    def run(self, job: Job, queue: Queue, execute: Callable[[], None]) -> None: ...  # execute now, or it waits
+    def on_start(self, job: Job, pipeline: Pipeline) -> None: ...  # writes on rq's job-start MULTI
+    def on_start_replies(self, job: Job, execution: Execution, replies: list[Any]) -> None: ...  # or JobNotStarted
+    def on_end(self, job: Job, queue: Queue, seconds: float, pipeline: Pipeline) -> None: ...  # rq's after-job pipeline
+    def on_turn_end(self, job: Job, queue: Queue, pipeline: Pipeline) -> None: ...  # the MULTI queueing a turn again
 
 
 class Duties(Protocol):
-    """What the worker process does besides jobs (:class:`fair_router.workers.duties.Duties`)."""
+    """What the worker process does besides jobs (:class:`fair_router.workers.weighted.Duties`): at rq's
+    registration, its own heartbeats, an in-process job's heartbeats, its teardown."""
 
-    def starting(self) -> None:
-        """rq registered the worker."""
-
-    def beat(self) -> None:
-        """The worker process sent a heartbeat of its own."""
-
-    def job_beat(self) -> None:
-        """An in-process job was heartbeated from its thread."""
-
-    def stopping(self) -> None:
-        """The worker process tears down."""
+    def starting(self) -> None: ...
+    def beat(self) -> None: ...
+    def job_beat(self) -> None: ...
+    def stopping(self) -> None: ...
 
 
 class Turns(Protocol):
     """The worker side of interruptible iteration (:class:`fair_router.iteration.turns.HostedTurns`)."""
 
-    def is_end(self, value: Any) -> bool:
-        """Whether a job's return value ends a turn."""
-
-    def hosting(self, active: bool, stop: bool) -> None:
-        """A job starts in this process (before the fork), or ended."""
-
-    def stop(self) -> None:
-        """Warm shutdown: the running job stops at its next checkpoint."""
+    def is_end(self, value: Any) -> bool: ...  # whether a job's return value ends a turn
+    def hosting(self, active: bool, stop: bool) -> None: ...  # a job starts in this process (before the fork), or ended
+    def stop(self) -> None: ...  # warm shutdown: the running job stops at its next checkpoint
 
 
 class RqWorkerSeam(BaseWorker):

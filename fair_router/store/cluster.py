@@ -1,29 +1,9 @@
-"""Redis Cluster: the two connections fair-router uses there, and the slot map they rely on.
-
-**Slot map.** rq's keys, a FairQueue's state, fairness marks and crash recovery's keys share rq's slot: they are
-all named after rq's keys (:func:`fair_router.store.keys.slot_of`), and rq 3.0 puts every key of its own under
-``RQ_KEY_PREFIX``, so that prefix must carry a hash tag (``RQ_KEY_PREFIX={rq}``): :func:`check_rq_prefix`
-refuses to start without one. Per-tenant state (windows and routing counters per job key, leases, pauses and
-rates per tenant) and the ``{tiers}``, ``{stats}`` and ``{obs}`` keys have tags of their own and spread over
-the masters; every script call keeps its keys in one slot.
-
-**Two connections** (:class:`Connections`):
-
-- ``state``: redis-py's ``RedisCluster``, for our own state (routing, tenant controls, observe records).
-- ``rq``: a plain ``redis.Redis`` to the master that owns rq's slot, for rq's Queue and Worker (which read
-  ``connection_pool``, WATCH and MULTI, none of which a ``RedisCluster`` offers) and everything on rq's slot.
-  Its connections (:class:`RqSlotConnection`) find that master from ``CLUSTER SLOTS`` whenever they connect,
-  and turn a ``MOVED`` reply into a connection error, so the client's retry policy reconnects to the new
-  owner: a failover or a resharding is ridden through like a dropped connection. rq's scheduler and a forked
-  work horse build their clients from the same connection class and kwargs, so they follow too.
-
-On a standalone Redis both are the same plain client (:func:`connections_for` with ``cluster=False``).
-"""
+"""Redis Cluster: the two connections fair-router uses there (:class:`Connections`: ``state``, a ``RedisCluster``;
+``rq``, a plain client to the owner of rq's slot) and the slot map they rely on (docs/production-redis.md)."""
 
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, cast
@@ -41,9 +21,8 @@ from fair_router.core.text import as_text as _text
 from fair_router.store.oom import note_grace
 
 StateConnection = Redis
-"""Where our own state lives: a plain client (standalone) or a ``RedisCluster``, typed as ``Redis`` (redis-py's
-``RedisCluster`` offers the same commands, pipelines and scripts but is no subclass; :func:`is_cluster` tells
-them apart)."""
+"""Where our own state lives: a plain client or a ``RedisCluster``, typed as ``Redis`` (the same commands, but no
+subclass: :func:`is_cluster` tells them apart)."""
 
 _TAG = re.compile(r"\{([^{}]+)\}")
 
@@ -60,9 +39,8 @@ def rq_prefix() -> str:
 
 
 def check_rq_prefix(prefix: str | None = None) -> str:
-    """The hash tag of rq's key prefix (``rq`` for ``{rq}``); raises :class:`ClusterSetupError` naming
-    ``RQ_KEY_PREFIX`` when it has none: rq's keys would spread over every slot, and rq's MULTIs and our scripts
-    that touch rq's keys would cross slots."""
+    """The hash tag of rq's key prefix (``rq`` for ``{rq}``); :class:`ClusterSetupError` naming ``RQ_KEY_PREFIX``
+    when it has none (rq's keys would spread over every slot)."""
     prefix = rq_prefix() if prefix is None else prefix
     match = _TAG.search(prefix)
     if match is None or prefix.find("{") != match.start():
@@ -73,15 +51,9 @@ def check_rq_prefix(prefix: str | None = None) -> str:
     return match.group(1)
 
 
-def rq_slot() -> int:
-    """The cluster slot of every rq key (checked: rq's prefix is hash-tagged)."""
-    return key_slot(check_rq_prefix().encode())
-
-
 def slot_owner(seeds: list[tuple[str, int]], slot: int, timeout: float = 2.0) -> tuple[str, int]:
-    """The (host, port) of the master serving ``slot``, asked of the first seed that answers ``CLUSTER SLOTS``.
-    ``seeds`` is extended in place with every node the answer names (so a later call still finds the cluster
-    when the first seed is gone). Raises redis-py's ConnectionError when no seed answers or none owns it."""
+    """The (host, port) of the master serving ``slot``, asked of the first seed that answers ``CLUSTER SLOTS``;
+    ``seeds`` is extended with every node named. redis-py's ConnectionError when no seed answers or none owns it."""
     last: Exception | None = None
     for host, port in list(seeds):
         # No retry of its own (redis-py's default spends seconds on a refused connection): the next seed instead.
@@ -118,9 +90,8 @@ class SlotMoved(RedisConnectionError):
 
 
 class RqSlotConnection(Connection):
-    """A connection to whichever master serves ``slot`` now: resolved from ``CLUSTER SLOTS`` of ``seeds`` at
-    every connect, a ``MOVED`` reply raised as :class:`SlotMoved` (a connection error: the client's retry
-    policy reconnects, so the command is sent again to the new owner)."""
+    """A connection to whichever master serves ``slot`` now (``CLUSTER SLOTS`` of ``seeds`` at every connect); a
+    ``MOVED`` reply raised as :class:`SlotMoved`, a connection error the client's retry policy reconnects after."""
 
     def __init__(self, *, seeds: tuple[tuple[str, int], ...] = (), slot: int = 0, **kwargs: Any) -> None:
         self.seeds = list(seeds)
@@ -156,7 +127,8 @@ def rq_connection_for(cluster: RedisCluster, **kwargs: Any) -> Redis:
     for name in ("host", "port", "connection_class", "db"):
         base.pop(name, None)
     base.update(kwargs)
-    pool = ConnectionPool(connection_class=RqSlotConnection, seeds=seeds, slot=rq_slot(), **base)
+    slot = key_slot(check_rq_prefix().encode())  # every rq key's (checked: rq's prefix is hash-tagged)
+    pool = ConnectionPool(connection_class=RqSlotConnection, seeds=seeds, slot=slot, **base)
     return Redis(connection_pool=pool)
 
 
@@ -178,9 +150,8 @@ one of the two finds the other, and a process keeps one RedisCluster and one rq-
 
 
 def pair_of(connection: Any, cluster: bool = False) -> Connections:
-    """The two connections ``connection`` belongs to: itself twice for a plain standalone client; for a
-    ``RedisCluster`` or a client made by :func:`rq_connection_for`, the pair of them. ``cluster``: take a plain
-    client as a seed node of a Redis Cluster (what rq's CLI builds from ``--url``), made into a pair once."""
+    """The two connections ``connection`` belongs to (itself twice for a plain standalone client); ``cluster``: take a
+    plain client as a seed node of a Redis Cluster (what rq's CLI builds from ``--url``)."""
     known = _PAIRS.get(connection)
     if known is not None:
         return known
@@ -211,10 +182,8 @@ def _cluster_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def ride_cluster_outages(state: Any, grace: float) -> None:
-    """Give a ``RedisCluster`` a retry policy lasting about ``grace`` seconds through a failover: redis-py's
-    cluster client counts attempts (each after a ClusterDown waits 0.25 s and re-reads the slot map), so the
-    count is ``grace / 0.25``. A plain client is left alone (:func:`fair_router.store.outage.ride_outages`
-    gives it a retry bounded by time)."""
+    """Give a ``RedisCluster`` a retry policy lasting about ``grace`` seconds through a failover (redis-py counts
+    attempts, each after a ClusterDown waits 0.25 s); a plain client is left alone."""
     if isinstance(state, RedisCluster):
         state.set_retry(Retry(EqualJitterBackoff(cap=1.0, base=0.05), retries=max(3, math.ceil(grace / 0.25))))
         note_grace(state, grace)  # how long its writes that can wait ride an out-of-memory Redis (store/oom.py)
@@ -253,16 +222,9 @@ def is_cluster(connection: Any) -> bool:
     return isinstance(connection, RedisCluster)
 
 
-def cluster_from_env() -> bool:
-    """``FAIR_ROUTER_REDIS_CLUSTER`` as a boolean, for code that runs before settings are loaded."""
-    return os.environ.get("FAIR_ROUTER_REDIS_CLUSTER", "").strip().lower() in ("1", "true", "yes", "on")
-
-
 class RqSlotRedis(Redis):
-    """For rq's own CLI on a cluster: ``rq worker --connection-class fair_router.store.cluster.RqSlotRedis --url
-    redis://<any node>``. rq's CLI checks the suspension flag on the connection it builds from ``--url`` before
-    the worker class gets control, so a plain ``redis.Redis`` to a node that does not own rq's slot meets
-    ``MOVED`` there; ``from_url`` here takes the URL as a seed and returns the client that follows rq's slot."""
+    """For rq's own CLI on a cluster (``rq worker --connection-class fair_router.store.cluster.RqSlotRedis``):
+    ``from_url`` takes the URL as a seed and returns the client that follows rq's slot."""
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Redis:

@@ -1,15 +1,5 @@
-"""The base of the script wrappers (``fair_router.store.scripts``): which text a script sends, and how.
-
-**Text.** Redis runs only files of the repo, in ``lua/built``: ``<name>.lua``, the script ``lua/<name>.lua``
-with the ``lua/lib`` pieces its ``-- include:`` lines name in front (each once, after the pieces it includes);
-``<name>.min.lua``, the same without comments, for the :data:`MINIFIED` scripts; ``<name>.library.lua``, the
-Redis function library of a script run by FCALL. ``make lua`` (:func:`main`) writes them from ``lua/``, and
-tests/test_lua_files.py fails when one is not current. Redis 6.2 and 7.0 have no function libraries, so text
-assembly is how the scripts share code; :func:`assemble` refuses two pieces that define the same top-level
-name (one flat namespace, never silently shared). Settings travel in ARGV: a script has one text.
-
-**Transport.** One :class:`Call` per invocation; its methods choose the transport (:class:`Call` says why).
-"""
+"""The base of the script wrappers: which text a script sends (a file of ``lua/built``, written by ``make lua``:
+:func:`main`), and how (:class:`Call` chooses the transport). docs/internals.md has the details."""
 
 from __future__ import annotations
 
@@ -63,18 +53,16 @@ the release's unpark, the runtime charge's settle)."""
 
 
 def no_functions(error: ResponseError, command: str) -> bool:
-    """Whether ``command`` (``fcall``, ``function``) was refused because the server or the user cannot have
-    functions (Redis < 7 does not know it; an ACL may forbid it): an error that names the command itself, not
-    one a command inside the function met (a script is not rolled back: its call is never sent again)."""
+    """Whether ``command`` (``fcall``, ``function``) was refused because the server or the user cannot have functions:
+    an error naming the command itself, not one met inside the function."""
     text = str(error).lower()
     refused = isinstance(error, NoPermissionError) or "unknown command" in text or "unknown subcommand" in text
     return refused and command in text
 
 
 def lua_dir() -> Traversable:
-    """Where the scripts are: ``fair_router/lua`` inside an installed wheel (pyproject.toml maps the top-level
-    ``lua/`` there), else the checkout's own ``lua/`` beside the package (a checkout or an editable install,
-    which imports ``fair_router`` from the checkout). One copy in git either way."""
+    """Where the scripts are: ``fair_router/lua`` inside an installed wheel, else the checkout's own ``lua/`` beside
+    the package. One copy in git either way."""
     packaged = files("fair_router").joinpath("lua")
     if packaged.is_dir():
         return packaged
@@ -119,11 +107,8 @@ def assemble_source(source: str, where: str, lua: Traversable) -> str:
 
 
 def assemble_library(name: str) -> str:
-    """``lua/<name>.lua`` as a Redis function library (Redis >= 7), registering it as a function named after
-    the hash of its text (processes of two builds, a rolling deploy, each call their own). Its pieces are the
-    library's own body, defined once when the library loads rather than at every call as in a script (for
-    the pop's pieces, 8-15 µs of each call). KEYS and ARGV are locals of the library that each call sets before
-    it runs the script's body, so the pieces read them as they do in a script. Flags: :data:`FUNCTION_FLAGS`."""
+    """``lua/<name>.lua`` as a Redis function library named after the hash of its text, with KEYS and ARGV as
+    locals each call sets; flags: :data:`FUNCTION_FLAGS` (docs/internals.md, "Transport")."""
     lua = lua_dir()
     *pieces, body = _pieces(lua.joinpath(f"{name}.lua").read_text(encoding="utf-8"), f"lua/{name}.lua", lua)
     flags = FUNCTION_FLAGS.get(name, "{}")
@@ -197,9 +182,8 @@ def write_built(target: Path) -> list[str]:
 
 
 class LuaScript(Generic[R]):
-    """Base of the script wrappers: the script's built text (``lua/built/<name>.lua``) registered on
-    ``connection`` once, when built. A subclass sets ``name`` (``lua/<name>.lua``), names KEYS and ARGV in its
-    ``__call__`` (returning :meth:`call`) and types the reply in :meth:`parse`."""
+    """Base of the script wrappers: the built text registered on ``connection``. A subclass sets ``name``, names KEYS
+    and ARGV in its ``__call__`` (returning :meth:`call`) and types the reply in :meth:`parse`."""
 
     name: ClassVar[str]
     as_function: ClassVar[bool] = False
@@ -239,12 +223,8 @@ class LuaScript(Generic[R]):
         raise NotImplementedError
 
     def evalsha(self, keys: list[str], args: list[Any]) -> Any:
-        """The raw reply of one run on its own: FCALL when :attr:`as_function` and the server may have functions,
-        else EVALSHA (redis-py loads the script after NOSCRIPT and retries). FCALL goes first: its library is
-        loaded only after "Function not found" (a first call, a restart, a FUNCTION FLUSH; the call that met it
-        did nothing). A server or user that cannot have functions (Redis < 7 answers "unknown command"; an ACL,
-        NOPERM) turns this pool to EVALSHA for good; a load Redis refuses for now (FUNCTION LOAD is refused over
-        maxmemory, where a pop, which frees memory, must still run) turns this call to EVALSHA."""
+        """The raw reply of one run on its own: FCALL (the library loaded after "Function not found") where the server
+        may have functions, else EVALSHA; why: docs/internals.md ("Transport")."""
         function = self.function
         pool = getattr(self._connection, "connection_pool", None)  # None: a cluster client (module docstring)
         if function is None or pool is None or _NO_FUNCTIONS in _LOADED.get(pool, ()):
@@ -269,9 +249,8 @@ class LuaScript(Generic[R]):
         return self._connection.fcall(function, len(keys), *keys, *args)
 
     def load_function(self) -> bool:
-        """FUNCTION LOAD this script's library on its connection's server (another process of this build may
-        have loaded it already). False when it is not :attr:`as_function` or a cluster client's; raises what
-        Redis answers otherwise (``fair-router check --deep`` reports it)."""
+        """FUNCTION LOAD this script's library on its connection's server; False when it is not :attr:`as_function` or a
+        cluster client's; raises what Redis answers otherwise."""
         if self.function is None or getattr(self._connection, "connection_pool", None) is None:
             return False
         try:
@@ -283,10 +262,8 @@ class LuaScript(Generic[R]):
 
 
 class Call(Generic[R]):
-    """One invocation of a script, and the one place that picks its transport. Measured reasons: FCALL for the
-    pop (its pieces defined once: 8-15 µs of each call); EVALSHA on its own and on pipelines we execute (40
-    bytes sent, not KBs; NOSCRIPT retried by :func:`execute_loaded`); EVAL inside a pipeline someone else
-    executes (rq's MULTI), where a NOSCRIPT could not be retried and SCRIPT EXISTS would cost a round trip."""
+    """One invocation of a script, and the one place that picks its transport: FCALL for the pop, EVALSHA on its own
+    and on pipelines we execute, EVAL inside a pipeline someone else executes (docs/internals.md, "Transport")."""
 
     __slots__ = ("args", "keys", "script")
 
@@ -298,9 +275,8 @@ class Call(Generic[R]):
         return self.script.parse(self.script.evalsha(self.keys, self.args))
 
     def queue(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it on ``pipeline`` as EVAL of its built text (a pipeline someone else may execute). Its reply is
-        in the pipeline's execute() list at its place: ``script.parse(reply)`` types it. Returns the pipeline,
-        as redis-py's commands do."""
+        """Queue it on ``pipeline`` as EVAL of its built text (a pipeline someone else may execute);
+        ``script.parse(reply)`` types its reply. Returns the pipeline, as redis-py's commands do."""
         # execute_command rather than .eval(): a RedisCluster's pipeline has no eval() but routes an EVAL by
         # its keys (all in one slot); on a plain pipeline it is what .eval() sends.
         pipeline.execute_command(  # type: ignore[no-untyped-call]
@@ -308,10 +284,8 @@ class Call(Generic[R]):
         return pipeline
 
     def queue_loaded(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it as EVALSHA on ``pipeline``, a pipeline of ours that :func:`execute_loaded` executes (only
-        those: its retry runs the pipeline's other commands again); loads the script first if this process has
-        not yet. A Redis Cluster's pipeline gets EVAL (its scripts are loaded per node; no pool to remember
-        them by)."""
+        """Queue it as EVALSHA on ``pipeline``, one :func:`execute_loaded` executes, loading the script first if this
+        process has not yet; a Redis Cluster's pipeline gets EVAL (its scripts are loaded per node)."""
         if not hasattr(pipeline, "connection_pool"):
             return self.queue(pipeline)
         self.script.ensure_loaded()
@@ -325,9 +299,8 @@ class Call(Generic[R]):
 
 
 def execute_loaded(pipe: Pipeline, run: Callable[[Pipeline], T]) -> T:
-    """``run(pipe)`` (which executes ``pipe``), and after a NOSCRIPT (Redis lost its scripts: a restart, SCRIPT
-    FLUSH) load every script the pipeline's EVALSHAs name and run the same commands once more. The script that
-    met NOSCRIPT did nothing; the pipeline's other commands must be safe to run twice (module docstring)."""
+    """``run(pipe)``, and after a NOSCRIPT (a restart, SCRIPT FLUSH) load every script the pipeline's EVALSHAs name
+    and run the same commands once more (the pipeline's other commands must be safe to run twice)."""
     stack = list(pipe.command_stack)
     try:
         return run(pipe)

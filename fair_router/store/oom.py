@@ -1,9 +1,5 @@
-"""Redis out of memory under ``noeviction``: which error it is, and riding it through on the writes that can wait.
-
-Redis then refuses writes but serves reads, pops and deletes; a MULTI or script is refused whole, a plain pipeline
-command by command. :func:`execute_riding_oom` resends only the refused commands until they pass or the outage grace
-passes; :func:`call_riding_oom` repeats an idempotent call whole (heartbeats). Anything else refused for memory ends the
-worker."""
+"""Redis out of memory under ``noeviction``: which error it is, and riding it through on the writes that can wait
+(:func:`execute_riding_oom` resends refused commands, :func:`call_riding_oom` repeats idempotent calls)."""
 
 from __future__ import annotations
 

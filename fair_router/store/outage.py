@@ -1,9 +1,5 @@
-"""Riding through a Redis outage: a redis-py ``Retry`` bounded by time, what it saw, and the producers' error
-(docs/production-redis.md).
-
-rq's worker loop quits on any Redis error outside its fetch; retrying in the client's connections for up to
-``redis_outage_grace`` keeps every rq call waiting instead. The bound is time, not a count, because redis-py's retries
-nest. :data:`OUTAGES` tells crash recovery when Redis was last unreachable."""
+"""Riding through a Redis outage: a redis-py ``Retry`` bounded by time, what it saw (:data:`OUTAGES`), and the
+producers' error (docs/production-redis.md)."""
 
 from __future__ import annotations
 

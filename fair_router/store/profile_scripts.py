@@ -1,8 +1,5 @@
-"""The scripts of the profile changes set (:meth:`~fair_router.core.keys.Keys.profile_changes`): every write of a
-tenant's tier, overrides or pause flag notes the tenant there (``lua/profile_note.lua``), and each process's tier
-cache (:class:`~fair_router.controls.tiers.TierBook`) polls it (``lua/profile_poll.lua``) to evict only the tenants
-that changed, instead of re-reading every profile when a short time-to-live runs out.
-"""
+"""The scripts of the profile changes set: every write of a tenant's profile notes the tenant
+(``lua/profile_note.lua``); each tier cache polls it (``lua/profile_poll.lua``) and evicts only those."""
 
 from __future__ import annotations
 

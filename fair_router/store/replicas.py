@@ -1,9 +1,5 @@
-"""Producers that confirm each enqueue with Redis replicas (``replicas_to_wait``, ``replicas_timeout``;
-docs/production-redis.md).
-
-``WAIT`` only counts the writes of its own connection, and inside MULTI it answers at once, so it must follow rq's EXEC
-on the same connection: :meth:`ReplicaWait.confirming` packs it into the pipeline's own write (no round trip of its
-own). Too few acknowledgements raise :class:`ReplicasNotAcknowledged`; the job stays queued on the primary."""
+"""Producers that confirm each enqueue with Redis replicas (``replicas_to_wait``; docs/production-redis.md): ``WAIT``
+packed into the pipeline's own write after rq's EXEC."""
 
 from __future__ import annotations
 

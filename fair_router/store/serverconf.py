@@ -1,6 +1,5 @@
-"""The Redis setting fair-router relies on, read rather than assumed: ``maxmemory-policy``. A Redis that evicts drops
-queued jobs and leases in silence, so ``fair-router check --ping`` fails on such a policy and workers warn. Read from
-``INFO memory`` (managed services block ``CONFIG GET``); where INFO does not say, "unknown"."""
+"""The Redis setting fair-router relies on, read from ``INFO memory`` (managed services block ``CONFIG GET``):
+``maxmemory-policy``; an evicting policy fails ``fair-router check --ping`` and workers warn."""
 
 from __future__ import annotations
 

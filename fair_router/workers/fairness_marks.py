@@ -1,6 +1,5 @@
-"""A weighted worker follows the queues' fairness marks (:mod:`fair_router.fairqueue.marks`): a queue marked fair
-is served as a FairQueue on the mark's prefix, whatever the worker was started with; and it warns about plain rq
-workers popping its fair queues (:mod:`fair_router.fairqueue.stale`)."""
+"""A weighted worker follows the queues' fairness marks (a queue marked fair is served as a FairQueue on the mark's
+prefix) and warns about plain rq workers popping its fair queues."""
 
 from __future__ import annotations
 
@@ -30,9 +29,8 @@ class FairnessFollower:
         self._plain_warned: set[str] = set()
 
     def follow(self, starting: bool = False) -> None:
-        """Serve every queue whose mark is set as a FairQueue on the mark's prefix (one round trip per
-        :data:`RECHECK_EVERY` at most). A queue whose class cannot be served fairly is refused when ``starting``
-        (QueueClassConflict, naming the fix); marked later, it is warned about once and served as before."""
+        """Serve every queue whose mark is set as a FairQueue (a round trip per :data:`RECHECK_EVERY` at most); a class
+        that cannot be served fairly is refused when ``starting``, later warned about once and served as before."""
         worker = self.worker
         marked = self.marks.read(queue.name for queue in worker.queues)
         for queue in list(worker.queues):
@@ -63,9 +61,8 @@ class FairnessFollower:
                             type(fair).__name__)
 
     def report_plain_pops(self, now: bool = False) -> None:
-        """Warn, once per queue, about jobs a plain rq worker took from this worker's fair queues (the look also
-        keeps their tenants' counts exact when the queue is empty). At most once per :data:`RECHECK_EVERY`
-        seconds unless ``now``."""
+        """Warn, once per queue, about jobs a plain rq worker took from this worker's fair queues; at most once per
+        :data:`RECHECK_EVERY` seconds unless ``now``."""
         if not self.fair_queues or self.worker.is_horse:
             return
         if not now and time.monotonic() - self._plain_looked < RECHECK_EVERY:

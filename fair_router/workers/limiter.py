@@ -1,7 +1,5 @@
-"""The concurrency limiter the workers run: the controls' slots (:mod:`fair_router.controls.concurrency`)
-with their counts kept by :class:`fair_router.observe.counters.TierCounters`, which also reads them back.
-Wired here, above both, so that ``controls`` never imports ``observe`` (whose readers import the controls'
-vocabulary)."""
+"""The concurrency limiter the workers run: the controls' slots with their counts kept by ``TierCounters``; wired
+here, above both, so that ``controls`` never imports ``observe``."""
 
 from __future__ import annotations
 

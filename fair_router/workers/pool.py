@@ -1,41 +1,5 @@
-"""Run a fixed number of rq worker processes per queue group, and keep them running.
-
-rq's own ``rq worker-pool`` starts N identical workers that all listen on the same queues. Tiered
-queues need the opposite: an *allocation* per queue (5 workers on ``analysis_priority``, 3 on
-``analysis_default``, 2 on ``analysis_scheduled``), so that a flood in one tier can never take the
-workers reserved for another. :class:`WorkerPool` is that supervisor; ``fair-router pool`` runs it
-from the ``pool:`` setting.
-
-Each child is the unchanged rq command-line worker (``python -m rq.cli worker -w <class> <queues>``),
-so every rq option, log line and signal convention stays as users know it.
-
-Signals and process groups
-    Every child starts in a session (and process group) of its own. A Ctrl+C in a terminal therefore
-    reaches only the supervisor, which forwards exactly one signal to each worker; without that, each
-    worker would get the terminal's SIGINT *and* the forwarded one, and rq reads a second signal as
-    "cold shutdown" (kill the running job). It also lets the last resort, SIGKILL, take a stuck
-    worker's whole group (its scheduler process included) and not the supervisor.
-
-Stopping (SIGINT, SIGTERM or SIGHUP to the supervisor)
-    1. the signal is forwarded once (SIGHUP as SIGTERM): rq's *warm* shutdown, the current job may
-       finish;
-    2. after ``grace`` seconds it is sent again to the workers still running: rq's *cold* shutdown,
-       the worker kills its work horse and exits;
-    3. after ``kill_after`` more seconds the rest are SIGKILLed with their process group and every
-       descendant (work horses run in groups of their own; found through ``/proc``, Linux only).
-    A further stop signal during 1 or 2 skips to the next step, like a second Ctrl+C with rq.
-    All children are reaped, so nothing is left behind. If the supervisor itself is SIGKILLed its
-    workers live on; run it under a manager that stops the whole unit (systemd, Docker, Kubernetes).
-
-Restarts
-    A worker that exits for any reason while the pool runs is started again. One that ran at least
-    ``stable_after`` seconds is restarted at once; one that died sooner (bad import, Redis down) waits
-    ``backoff`` seconds, doubling with every further quick death up to ``max_backoff``, so that a
-    crash-looping worker costs a process start every ``max_backoff`` seconds and not a spinning CPU.
-
-The Redis URL reaches the children in ``RQ_REDIS_URL`` (read by rq's CLI) rather than on their
-command line, where any local user could read its password with ``ps``.
-"""
+"""Run a fixed number of rq worker processes per queue group, and keep them running: ``fair-router pool``.
+Signals, stopping and restarts: docs/internals.md ("Worker pool")."""
 
 from __future__ import annotations
 
@@ -80,13 +44,8 @@ class _Slot:
 
 
 class WorkerPool:
-    """Supervise ``allocation[group]`` rq workers per queue group (``"a"`` or ``"a,b"``).
-
-    ``run()`` does everything (start, supervise, stop on SIGINT/SIGTERM/SIGHUP) and must be called from the
-    main thread. ``start()``, ``check()`` and ``stop()`` are its steps, for embedding the pool in a
-    loop of your own. ``env`` is added to the children's environment (e.g. ``FAIR_ROUTER_CONFIG``, so
-    that they read the same settings as the pool).
-    """
+    """Supervise ``allocation[group]`` rq workers per queue group (``"a"`` or ``"a,b"``): ``run()`` (main thread
+    only), or its steps ``start()``, ``check()``, ``stop()``; ``env`` is added to the children's environment."""
 
     def __init__(
         self,
@@ -112,18 +71,10 @@ class WorkerPool:
         its connection with :class:`fair_router.store.cluster.RqSlotRedis` (rq's slot owner, followed)."""
         if not allocation:
             raise ValueError("empty allocation: give at least one queue group and its number of workers")
-        self.url = url
-        self.cluster = cluster
-        self.worker_class = worker_class
+        self.url, self.cluster, self.worker_class, self.logging_level = url, cluster, worker_class, logging_level
         self.paths = [str(Path(entry).resolve()) for entry in paths]  # each child imports from them (rq's --path)
-        self.logging_level = logging_level
-        self.grace = grace
-        self.kill_after = kill_after
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.stable_after = stable_after
-        self.poll_interval = poll_interval
-        self.python = python
+        self.grace, self.kill_after, self.poll_interval, self.python = grace, kill_after, poll_interval, python
+        self.backoff, self.max_backoff, self.stable_after = backoff, max_backoff, stable_after
         self.env = dict(env or {})
         self.urls = dict(urls or {})  # group -> its own Redis (a shard's, with shard_urls), else `url`
         self.allocation: dict[str, int] = {}
@@ -145,10 +96,8 @@ class WorkerPool:
     # -- the whole life of the pool -------------------------------------------------------------
 
     def run(self) -> int:
-        """Start all workers, keep them running until SIGINT/SIGTERM/SIGHUP, then stop them all.
-
-        Returns the exit status: 0 when every worker stopped by itself, 1 when some had to be killed.
-        """
+        """Start all workers, keep them running until SIGINT/SIGTERM/SIGHUP, then stop them all; exit status 0
+        when every worker stopped by itself, 1 when some had to be killed."""
         stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         previous = {sig: signal.signal(sig, self._request_stop) for sig in stop_signals}
         clean = False
@@ -186,10 +135,8 @@ class WorkerPool:
                 self._spawn(slot)
 
     def stop(self, sig: int = signal.SIGTERM) -> bool:
-        """Stop every worker: warm shutdown, then cold, then SIGKILL (see the module docstring).
-
-        Returns True when no worker had to be SIGKILLed.
-        """
+        """Stop every worker: warm shutdown, then cold, then SIGKILL (docs/internals.md, "Worker pool"); True
+        when no worker had to be SIGKILLed."""
         self.log.info("stopping %d worker(s) with %s", len(self._running()), signal.Signals(sig).name)
         self._signal_running(sig)
         self._wait(max(self.grace, RQ_REPEAT_WINDOW))

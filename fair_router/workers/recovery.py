@@ -1,7 +1,5 @@
 """Bounded crash recovery: a started job whose worker stopped heartbeating is handed back within
-``recovery.abandon_after`` plus a few seconds, by rq's own ``StartedJobRegistry.cleanup`` on a staging set; rq's
-internals it relies on are in :mod:`fair_router.rq_internals.registry`. How a check works, and why rq alone is
-slow here: docs/recovery.md ("How a check works")."""
+``recovery.abandon_after`` plus a few seconds, by rq's own cleanup on a staging set (docs/recovery.md)."""
 
 from __future__ import annotations
 
@@ -18,6 +16,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 
 from fair_router.core.keys import Keys
+from fair_router.core.text import as_text as _text
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import CURSOR, RESUMES, is_interruptible
 from fair_router.rq_internals.registry import execution_key, has_execution, job_id_of, staged_registry, started_key
@@ -50,12 +49,10 @@ class Recovery:
         self.outages = outages
         """Where this process's Redis retries note an unreachable Redis (None: not watched)."""
         self.settle = self.beat_every + self.every + BACKOFF_CAP
-        """Seconds after Redis is back (reachable again, or restarted) before a check decides anything: running
-        jobs get one heartbeat interval to beat again, plus one check interval and the longest retry backoff
-        (:mod:`fair_router.store.outage`) for their workers to notice Redis is back."""
+        """Seconds after Redis is back before a check decides anything: a heartbeat interval, a check interval and
+        the longest retry backoff (docs/recovery.md)."""
         self.last_turns: list[str] = []
-        """Names of the queues whose turn this worker took at its last check (the worker uses them to spread
-        other once-per-queue duties the same way)."""
+        """Names of the queues whose turn this worker took at its last check (other once-per-queue duties follow)."""
         self._next = 0.0  # due at once: a worker that starts checks first
         self._abandon = AbandonScript(connection)
 
@@ -76,13 +73,8 @@ class Recovery:
         on_abandoned: Callable[[Job], None] | None = None,
         death_penalty_class: Any = None,
     ) -> list[str]:
-        """Check the queues whose turn this worker takes; returns the ids of the jobs handed back.
-
-        ``on_abandoned`` is called with each job handed back, before rq's handling of it (the worker frees
-        its concurrency slot there); ``exception_handlers`` are the worker's, which rq's maintenance also
-        calls for abandoned jobs. Never raises: a check that fails (Redis restarting, a handler raising) is
-        logged and the next one, an interval later, picks up where it stopped.
-        """
+        """Check the queues whose turn this worker takes; returns the ids of the jobs handed back (``on_abandoned``
+        first sees each). Never raises: a failed check is logged and the next one picks up where it stopped."""
         self._next = time.monotonic() + self.every
         self.last_turns = []
         try:
@@ -115,9 +107,8 @@ class Recovery:
         return False
 
     def _take_turns(self, queues: Sequence[Queue]) -> tuple[list[Queue], float]:
-        """The queues no other worker checked within the last interval (one pipelined SET NX PX each), and how
-        long the server has been up by "now" (a restart this process did not see): its ``uptime_in_seconds``
-        counted from server TIME, so an injected clock moves it too."""
+        """The queues no other worker checked within the last interval (a SET NX PX each), and how long the server has
+        been up by "now" (from server TIME, so an injected clock moves it too)."""
         with self.connection.pipeline(transaction=False) as pipe:
             for queue in queues:
                 pipe.set(self.keys.recovery_turn(queue.key), 1, nx=True, px=max(1, round(self.every * 1000)))
@@ -193,7 +184,7 @@ class Recovery:
             if self._resume(queue, staged, member, job):
                 handed.append(job.id)
                 self._free(queue, job, on_abandoned)
-        registry = staged_registry(queue, self.keys.abandoned(started_key(queue)), death_penalty_class)
+        registry = staged_registry(queue, staged, death_penalty_class)
         registry.cleanup(exception_handlers=[first, *exception_handlers])
         for job_id in handed:
             logger.warning("crash recovery: job %s of %s had no heartbeat for %g s; handed back",
@@ -251,7 +242,3 @@ class Recovery:
                        "its cursor %r (resume %d of %d)", job.id, queue.name, self.abandon_after,
                        job.meta.get(CURSOR), job.meta[RESUMES], self.max_resumes)
         return True
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,20 +1,5 @@
-"""Weighted queue order: strict queues first, then weighted sampling without replacement.
-
-Why this distribution: a worker polls its queues in order and takes the first job it finds, so only
-the *order* matters. Drawing the order by successive sampling (pick the first queue with probability
-``w / W``, the next among the rest with ``w / (W - w_first)``, and so on) is the distribution of
-Sidekiq's weighted fetch (each queue repeated ``w`` times, shuffled, duplicates dropped), which users
-already reason about: while every queue is backlogged, a queue gets exactly its ``w / W`` share of
-fetches, and when some are empty the rest keep their proportions among themselves, because an
-empty queue is simply skipped. Unlike Sidekiq's list it needs no integer weights and no list of
-``sum(w)`` entries.
-
-How: Efraimidis-Spirakis keys. Each item draws ``-log(u) / w`` with ``u`` uniform in (0, 1], i.e. an
-exponential variate of rate ``w``, and items are sorted by key. The minimum of independent exponentials
-is item ``i`` with probability ``w_i / W``, and by memorylessness the remaining keys order the rest by
-the same rule, which is exactly successive sampling. Cost O(n log n), fractional weights welcome.
-The tempting ``max(random() * w)`` is *not* this distribution (it over-favours heavy items).
-"""
+"""Weighted queue order: strict queues first, then weighted sampling without replacement (Efraimidis-Spirakis
+keys). Why this distribution: docs/internals.md ("Weighted fetch order")."""
 
 from __future__ import annotations
 
@@ -30,12 +15,8 @@ T = TypeVar("T")
 
 
 def weighted_order(items: Iterable[tuple[T, QueueWeight]], rng: random.Random | None = None) -> list[T]:
-    """Strict items first in their given order, then the weighted ones by successive weighted sampling.
-
-    ``rng`` makes the draw reproducible (tests); by default the ``random`` module's generator is used.
-    Weights are trusted: this runs before every fetch, so they are checked once, where they enter
-    (:data:`fair_router.core.validation.Weight`: the ``queues:`` setting, a worker's ``weights=``).
-    """
+    """Strict items first in their given order, then the weighted ones by successive weighted sampling (``rng``:
+    reproducible draws). Weights are trusted: checked once, where they enter."""
     expovariate = (rng or random).expovariate
     strict: list[T] = []
     keyed: list[tuple[float, int, T]] = []

@@ -1,5 +1,5 @@
-"""How a weighted worker is put together from its arguments and settings: the weights checked, the queues on
-rq's slot of a cluster or built as FairQueues, and the job-start gate on its own connection pool."""
+"""How a weighted worker is put together from its arguments and settings (the weights checked, the queues on rq's
+slot of a cluster or built as FairQueues, the job-start gate on its own pool), and its warnings at start."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from fair_router.core.validation import QueueName, QueueWeight, Weight
 from fair_router.fairqueue.combined import as_fair
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.store.cluster import is_rq_slot_client, pair_of, state_of
+from fair_router.store.serverconf import policy_readings
 from fair_router.workers.limiter import ConcurrencyLimiter
 
 if TYPE_CHECKING:
@@ -29,12 +30,9 @@ _WEIGHTS: TypeAdapter[dict[str, QueueWeight]] = TypeAdapter(dict[QueueName, Weig
 
 
 def validate_weights(weights: Mapping[str, object], source: str = "weights=") -> dict[str, QueueWeight]:
-    """Check an explicit queue -> weight mapping with the same types as the ``queues:`` setting, once, when
-    the worker is built (the fetch order trusts them). Raises SettingsError naming each bad queue, its value
-    and the reason."""
+    """Check an explicit queue -> weight mapping with the same types as the ``queues:`` setting, once, when the worker
+    is built (the fetch order trusts them). Raises SettingsError naming each bad queue, its value and the reason."""
     return validated(_WEIGHTS, dict(weights), source)
-
-
 
 
 def weight_of(configured: Mapping[str, QueueWeight], queue: str) -> QueueWeight | None:
@@ -61,9 +59,8 @@ def on_rq_slot(queues: Any, kwargs: dict[str, Any]) -> Any:
 
 
 def with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) -> list[Any]:
-    """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and the
-    Queue objects the rq CLI or django-rq builds from names before it creates the worker, whatever their
-    class: :func:`~fair_router.fairqueue.combined.as_fair`, which raises QueueClassConflict naming the fix)."""
+    """The worker's queues with each one named in ``fair_queues`` built as a FairQueue (names, and Queue objects of any
+    class: :func:`~fair_router.fairqueue.combined.as_fair`, which raises QueueClassConflict)."""
     items = [queues] if isinstance(queues, (str, Queue)) else list(queues)
     built: list[Any] = []
     for item in items:
@@ -77,9 +74,8 @@ def with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) ->
 
 
 def build_gate(connection: Redis, settings: Settings) -> TenantGate:
-    """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never
-    shares a socket (or a pool lock, across the work-horse fork) with rq's own use of the worker's
-    connection."""
+    """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never shares a socket
+    (or a pool lock, across the work-horse fork) with rq's own use of the worker's connection."""
     own: Any
     if settings.shard_urls:  # a shard's worker: its queues are on the shard's Redis, leases stay on redis_url
         own = Redis.from_url(settings.redis_url)
@@ -94,9 +90,8 @@ def build_gate(connection: Redis, settings: Settings) -> TenantGate:
 
 
 def unserved_rule_queues(settings: Settings, served: Iterable[str]) -> list[str]:
-    """The queues the settings' rules route to that a worker serving ``served`` leaves out, when no ``pool:``
-    says which workers serve them (``fair-router pool`` serves every group; a queue in none is refused at load).
-    Throttled jobs wait there for a worker that serves them."""
+    """The queues the settings' rules route to that a worker serving ``served`` leaves out, when no ``pool:`` says which
+    workers serve them."""
     if settings.pool:
         return []
     names = set(served)
@@ -111,3 +106,11 @@ def warn_unserved_rule_queues(worker: Any) -> None:
         worker.log.warning("Worker %s: the settings' rules route jobs to %s, which this worker does not serve: "
                            "throttled jobs wait there until a worker does (start one on them, or add them to this "
                            "worker's queues)", worker.name, ", ".join(missing))
+
+
+def warn_about_server_settings(worker: Any) -> None:
+    """Log, once at start, each server the worker writes to (one ``INFO memory`` each) whose ``maxmemory-policy``
+    may evict keys or does not say, with the fix."""
+    for reading in policy_readings([worker.connection, worker.state_connection, worker.gate.limiter.connection]):
+        if not reading.safe:
+            worker.log.warning("Worker %s: %s", worker.name, reading.describe())

@@ -1,10 +1,5 @@
-"""Which queues (and which Redis) serve one shard: ``fair-router worker --shard I`` and ``fair-router pool``.
-
-A sharded job key's jobs wait in ``<family>_shard<i>``; each shard is served by workers of its own, so a hog
-filling its shards keeps those workers busy and no others. A ``pool:`` group naming sharded families is
-therefore dealt out per shard: ``{"default,default_throttled": 2}`` with 4 shards runs 2 workers on
-``default_shard0,default_throttled_shard0``, 2 on ``..._shard1``, and so on, each on its shard's Redis.
-"""
+"""Which queues (and which Redis) serve one shard: ``fair-router worker --shard I`` and ``fair-router pool``
+(a ``pool:`` group naming sharded families is dealt out per shard, each on its shard's Redis)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Where a released slot ends its tenant's parks: in the worker's own fair queues, on the release's round trip
-(the job's claim ends there, lua/lib/claims.lua), and in every other fair queue where a refused start parked the
-tenant until a release (lua/release.lua hands those back with the slot), whichever worker serves it, or none.
-Crash recovery frees an abandoned job's slot here too."""
+"""Where a released slot ends its tenant's parks: in the worker's own fair queues on the release's round trip, and
+in every other fair queue a refused start parked the tenant in (lua/release.lua); crash recovery's too."""
 
 from __future__ import annotations
 

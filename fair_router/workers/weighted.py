@@ -1,12 +1,5 @@
-"""rq workers that poll their queues in a freshly weighted random order before every fetch, and run each
-tenant's start controls, crash recovery and fairness marks: ``rq worker -w fair_router.WeightedWorker default
-default_throttled`` works with the unchanged rq CLI. What they do, and how: docs/internals.md ("Workers").
-
-One rq seam (:class:`~fair_router.rq_internals.worker.RqWorkerSeam`) holds every rq override; it calls the parts
-built here: the fetch order (:mod:`~fair_router.workers.sampling`), the start gate
-(:mod:`~fair_router.workers.start_gate`), the duties (crash recovery, start records, fairness marks) and the
-worker side of interruptible iteration (:mod:`~fair_router.iteration.turns`).
-"""
+"""rq workers that poll their queues in a freshly weighted random order before every fetch, and run each tenant's
+start controls, crash recovery and fairness marks; the seam and its parts: docs/internals.md ("Workers")."""
 
 from __future__ import annotations
 
@@ -28,11 +21,11 @@ from fair_router.store.outage import OUTAGES, ride_outages
 from fair_router.workers.fairness_marks import FairnessFollower
 from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import WeightedOrder
-from fair_router.workers.serverwatch import warn_about_server_settings
 from fair_router.workers.setup import (
     build_gate,
     on_rq_slot,
     validate_weights,
+    warn_about_server_settings,
     warn_unserved_rule_queues,
     weight_of,
     with_fair_queues,
@@ -136,9 +129,8 @@ class Duties:
         self.worker.gate.limiter.flush()
 
     def recover_abandoned(self) -> list[str]:
-        """Hand back the jobs of the worker's queues whose worker stopped heartbeating (when a check is due);
-        returns their ids. A check that took a queue's turn also restarts a dead rq scheduler (rather than at
-        rq's maintenance, every 10 minutes: docs/recovery.md)."""
+        """Hand back the abandoned jobs of the worker's queues when a check is due; returns their ids. A check that took
+        a queue's turn also restarts a dead rq scheduler (docs/recovery.md)."""
         worker, recovery = self.worker, self.worker.recovery
         if not recovery.due():
             return []
