@@ -67,7 +67,6 @@ APPROXIMATE = {
     "fifo_bound": f"over {BOUND} places ahead in its tenant's FIFO: jobs that left it are counted too",
     "not_active": "its tenant is parked or idle: its place once it returns is a guess",
     "tenant_bound": f"over {BOUND} tenants may be served before it: the first {BOUND} counted",
-    "tie": "a tie on pass at its turn: pops prefer the tenant holding the list's head, counted here by name",
 }
 """The causes lua/why_place.lua gives for an approximate place, as the ``approximate`` fact says them."""
 ENDED = {JobStatus.FINISHED: Reason.FINISHED, JobStatus.FAILED: Reason.FAILED, JobStatus.STOPPED: Reason.STOPPED,
@@ -249,8 +248,8 @@ class Explainer:
             approximate.append("the queue charges run time: each job ahead is counted as one step")
         self.facts.update(fair=True, tenant_state=place.where, fifo_ahead=place.fifo_ahead, weight=place.weight,
                           tenant_waiting=place.waiting, tenants_before=place.tenants_before,
-                          jobs_ahead=place.jobs_ahead, exact=not approximate, active_tenants=place.active_tenants,
-                          listed=place.listed)
+                          jobs_ahead=place.jobs_ahead, tied=place.tied, exact=not approximate,
+                          active_tenants=place.active_tenants, listed=place.listed)
         if approximate:
             self.facts["approximate"] = "; ".join(approximate)
         return Reason.NEXT if place.jobs_ahead == 0 and place.where == "active" else Reason.BEHIND

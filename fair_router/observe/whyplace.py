@@ -53,6 +53,7 @@ class FairPlace:
     jobs_ahead: int
     approximate: tuple[str, ...]  # why jobs_ahead is approximate (empty: exact): fifo_bound, not_active, ...
     active_tenants: int
+    tied: int  # other tenants' jobs at this job's pass: pops prefer the one holding the list's head
 
 
 def _int(text: str) -> int | None:
@@ -73,10 +74,10 @@ class WhyPlaceScript(LuaScript[PlainPlace | FairPlace]):
         if kind == "plain":
             return PlainPlace(*(int(value) for value in rest))
         (now, listed, tenant, ahead, counted, weight, waiting, where, pass_, parked, vtime, limit, claimed, paced,
-         before, jobs, exact, active) = rest
+         before, jobs, exact, active, tied) = rest
         return FairPlace(int(now), int(listed), tenant, int(ahead), counted == "1", float(weight), int(waiting), where,
                          float(pass_), _int(parked), float(vtime), _int(limit), int(claimed), _int(paced),
-                         int(before), int(jobs), tuple(filter(None, exact.split(","))), int(active))
+                         int(before), int(jobs), tuple(filter(None, exact.split(","))), int(active), int(tied))
 
 
 @dataclass(frozen=True)

@@ -284,8 +284,8 @@ end
 --          fair member; else {'fair', now_ms, list length, tenant, fifo places ahead, 1 if that count is exact,
 --          weight, waiting, 'active'|'parked'|'idle', pass, parked until (ms or ''), vtime, limit (''),
 --          claimed, paced until (''), tenants served before it, jobs ahead of it in serving order,
---          why that count is approximate ('' = exact: else fifo_bound, not_active, tenant_bound, tie), active
---          tenants}. Numbers as strings (a Lua float reply would be cut).
+--          why that count is approximate ('' = exact: else fifo_bound, not_active, tenant_bound), active
+--          tenants, tied jobs (of other tenants at this job's pass: any of them may go first)}. Numbers as strings (a Lua float reply would be cut).
 bind_keys()
 local job_id, bound, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms = clock_ms(ARGV[4])
@@ -336,7 +336,7 @@ local eps = 1e-9
 local before, jobs = 0, ahead
 local reach = redis.call('ZRANGEBYSCORE', active, '-inf', target + eps, 'WITHSCORES', 'LIMIT', 0, bound + 1)
 if #reach > 2 * bound then approx[#approx + 1] = 'tenant_bound' end
-local tie = false
+local tied = 0
 for i = 1, math.min(#reach, 2 * bound), 2 do
   local other = reach[i]
   if other ~= tenant then
@@ -345,7 +345,7 @@ for i = 1, math.min(#reach, 2 * bound), 2 do
     local n = math.ceil(x - eps)
     if math.abs(x - math.floor(x + 0.5)) < eps then  -- a tie: pops prefer the tenant holding the list's head,
       n = math.floor(x + 0.5) + ((other < tenant) and 1 or 0)  -- counted here as ZRANGE's order (by name)
-      if math.floor(x + 0.5) < (their_waiting or 0) then tie = true end  -- its tied job exists
+      if math.floor(x + 0.5) < (their_waiting or 0) then tied = tied + 1 end  -- its tied job exists
     end
     n = math.min(math.max(n, 0), their_waiting or 0)
     if n > 0 then
@@ -354,8 +354,7 @@ for i = 1, math.min(#reach, 2 * bound), 2 do
     end
   end
 end
-if tie then approx[#approx + 1] = 'tie' end
 return {'fair', tostring(now_ms), tostring(listed), tenant, tostring(ahead), tostring(counted), tostring(weight or 1),
   tostring(waiting or 0), where, tostring(pass), tostring(parked_until), tostring(vtime), tostring(known[1] or ''),
   tostring(held), tostring(known[2] or ''), tostring(before), tostring(jobs), table.concat(approx, ','),
-  tostring(redis.call('ZCARD', active))}
+  tostring(redis.call('ZCARD', active)), tostring(tied)}
