@@ -21,6 +21,7 @@ from fair_router.cli import main
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
+from fair_router.demo.redis_server import RedisServer
 from fair_router.iteration.turns import TURNS
 from fair_router.observe.why import TURNS as WHY_TURNS
 from fair_router.workers.limiter import ConcurrencyLimiter
@@ -49,6 +50,15 @@ def test_an_unknown_id_is_not_found(conn: Redis) -> None:
     answer = explain("no-such-job", connection=conn, settings=settings())
     assert answer.reason == Reason.NOT_FOUND and answer.estimated_start is None
     assert answer.facts["servers_asked"] == 1
+
+
+def test_a_job_on_a_shard_server_is_found_there(conn: Redis, redis_server: RedisServer) -> None:
+    with RedisServer() as shard:
+        job = Queue("plain", connection=shard.client()).enqueue(why_jobs.noop)
+        answer = explain(job.id, connection=conn, settings=settings(shard_urls=[shard.url]))
+        assert answer.reason == Reason.NEXT and answer.facts["jobs_ahead"] == 0
+    missing = explain("nope", connection=conn, settings=settings(shard_urls=[redis_server.url] * 2))
+    assert missing.facts["servers_asked"] == 2
 
 
 def test_finished_and_failed_jobs_after_a_real_worker(conn: Redis) -> None:

@@ -195,8 +195,8 @@ class Explainer:
                                     "job reads as scheduled")
                 return self.done(Reason.SCHEDULED, [Reason.PAUSED], None, "its tenant is paused: it starts once "
                                  "resumed, at its scheduled time at the earliest")
-        self.unknown.append("cause: a start turned away by a concurrency limit is not recorded, so a snoozed job "
-                            "reads as scheduled")
+            self.unknown.append("cause: a start turned away by a concurrency limit is not recorded, so a snoozed "
+                                "job reads as scheduled")
         return self.done(Reason.SCHEDULED, at=until, basis=basis)
 
     def deferred(self) -> Explanation:
