@@ -19,7 +19,7 @@ BOUND = 1000
 SCAN = 200_000
 """List entries a plain queue's position is looked for among (LPOS MAXLEN); beyond it: "more than"."""
 RATE_TICKS = 6
-"""Full ticks (one minute) the throughput is measured over, with the current one."""
+"""Full ticks (one minute) before the current one the throughput may be measured over."""
 
 
 @dataclass(frozen=True)
@@ -115,14 +115,19 @@ class Throughput:
 
 
 def throughput(connection: Redis, keys: Keys, now_ms: int) -> Throughput:
-    """Starts of every tenant in the current tick and the RATE_TICKS full ticks before it, over the time they span
-    (all queues: the record is not kept per queue)."""
+    """Starts of every tenant (all queues: the record is not kept per queue) in the current tick and those before it,
+    back to (not including) the oldest tick with starts of the RATE_TICKS before it, over the time they span."""
     tick = now_ms // 1000 // TICK_SECONDS
     wanted = [tick - back for back in range(RATE_TICKS + 1)]
     slots = [held % TICK_SLOTS for held in wanted]
     values = connection.hmget(keys.observe_record(ALL), [f"t{slot}" for slot in slots] + [f"n{slot}" for slot in slots])
-    held, counts = values[:len(slots)], values[len(slots):]
-    starts = sum(int(count or 0) for when, count, expected in zip(held, counts, wanted, strict=True)
-                 if when is not None and int(when) == expected)
-    seconds = RATE_TICKS * TICK_SECONDS + (now_ms / 1000 - tick * TICK_SECONDS)
+    counted = {expected: int(count or 0) for when, count, expected in zip(values[:len(slots)], values[len(slots):],
+                                                                          wanted, strict=True)
+               if when is not None and int(when) == expected and int(count or 0) > 0}
+    oldest = min(counted, default=tick)
+    if oldest < tick:  # the oldest tick's starts began somewhere in it: measured from the end of it, unbiased
+        counted.pop(oldest)
+        oldest += 1
+    seconds = max(1.0, now_ms / 1000 - oldest * TICK_SECONDS)
+    starts = sum(counted.values())
     return Throughput(starts / seconds, starts, round(seconds))
