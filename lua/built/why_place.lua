@@ -283,9 +283,10 @@ end
 -- Returns  {'plain', now_ms, list length, index on the list or -1 (not within `scan`)} for a job that is no
 --          fair member; else {'fair', now_ms, list length, tenant, fifo places ahead, 1 if that count is exact,
 --          weight, waiting, 'active'|'parked'|'idle', pass, parked until (ms or ''), vtime, limit (''),
---          claimed, paced until (''), tenants served before it, jobs ahead of it in serving order,
---          why that count is approximate ('' = exact: else fifo_bound, not_active, tenant_bound), active
---          tenants, tied jobs (of other tenants at this job's pass: any of them may go first)}. Numbers as strings (a Lua float reply would be cut).
+--          claimed, paced until (''), tenants served before it, jobs ahead of it in serving order, why that
+--          count is approximate ('' = exact, else some of fifo_bound, not_active, tenant_bound), active
+--          tenants, tied jobs (other tenants' jobs due at this job's pass: each may go before or after it)}.
+--          Numbers as strings (a Lua number reply would be cut to an integer).
 bind_keys()
 local job_id, bound, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now_ms = clock_ms(ARGV[4])
