@@ -13,7 +13,7 @@ import why_jobs
 from click.testing import CliRunner
 from conftest import monitored
 from redis import Redis
-from rq import Queue, Retry, SimpleWorker
+from rq import Queue, RateLimit, Retry, SimpleWorker
 from rq.job import Job
 
 from fair_router import FairQueue, FairRouter, Reason, Rule, Settings, WeightedSimpleWorker, explain, fair_job
@@ -69,6 +69,18 @@ def test_finished_and_failed_jobs_after_a_real_worker(conn: Redis) -> None:
     assert answer.reason == Reason.FINISHED and answer.facts["ended_at"] is not None
     answer = explain(failed.id, connection=conn, settings=settings())
     assert answer.reason == Reason.FAILED and answer.facts["error"] == "RuntimeError: boom: the last line"
+
+
+def test_rq_rate_limit_and_canceled(conn: Redis) -> None:
+    queue = Queue("plain", connection=conn)
+    allowed, held = (queue.enqueue(why_jobs.noop, rate_limit=RateLimit("reports", 1)) for _ in range(2))
+    assert explain(allowed.id, connection=conn, settings=settings()).reason == Reason.NEXT
+    answer = explain(held.id, connection=conn, settings=settings())
+    assert answer.reason == Reason.RQ_RATE_LIMITED
+    assert (answer.facts["rate_limit_key"], answer.facts["concurrency"], answer.facts["allowed"]) == ("reports", 1, 1)
+    other = queue.enqueue(why_jobs.noop)
+    other.cancel()
+    assert explain(other.id, connection=conn, settings=settings()).reason == Reason.CANCELED
 
 
 def test_a_running_job_names_its_worker(conn: Redis) -> None:

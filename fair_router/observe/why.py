@@ -305,8 +305,8 @@ class Explainer:
             return None, blocked
         rate = throughput(self.main, self.keys, now_ms)
         if rate.starts == 0:
-            return None, (f"no job start recorded in the last {rate.seconds} s (observe.record off, or no worker "
-                          "started one): no throughput to estimate from")
+            return None, ("no job start recorded in the last minute (observe.record off, or no worker started "
+                          "one): no throughput to estimate from")
         ahead = int(self.facts.get("jobs_ahead") or 0)
         at = _at(now_ms) + timedelta(seconds=(ahead + 1) / rate.per_second)
         if "rate_until" in self.facts and self.facts["rate_until"] is not None:
