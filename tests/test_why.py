@@ -131,6 +131,11 @@ def test_a_plain_queue_position_is_its_index_on_the_list(conn: Redis) -> None:
     assert first.reason == Reason.NEXT and first.facts["fair"] is False and first.facts["jobs_ahead"] == 0
     fourth = explain(jobs[3].id, connection=conn, settings=settings())
     assert fourth.reason == Reason.BEHIND and fourth.facts["jobs_ahead"] == 3 and fourth.facts["listed"] == 5
+    fair_queue = fair(conn, "fairq")
+    taken = fill(fair_queue, "t", 2)[0]
+    assert fair_queue.pop_job_id() == taken.id  # popped, not yet started: still queued for rq
+    answer = explain(taken.id, connection=conn, settings=settings())
+    assert answer.reason == Reason.RUNNING and answer.facts["starting"] is True
 
 
 def test_the_estimate_uses_the_recorded_throughput(conn: Redis) -> None:

@@ -231,6 +231,9 @@ class Explainer:
             position = self.fair_place(place)
             if controls is not None:
                 blocked = self.controls(place, controls, reasons)
+        elif place.index < 0 and place.listed < SCAN:  # queued, yet not on its list: a worker took it
+            self.facts.update(starting=True, worker=None, started_at=None)
+            return self.done(Reason.RUNNING, basis="a worker has taken it off its queue and is starting it")
         else:
             position = self.plain_place(place)
             if controls is not None and controls.paused:
