@@ -116,7 +116,8 @@ class Throughput:
 
 def throughput(connection: Redis, keys: Keys, now_ms: int) -> Throughput:
     """Starts of every tenant (all queues: the record is not kept per queue) in the current tick and those before it,
-    back to (not including) the oldest tick with starts of the RATE_TICKS before it, over the time they span."""
+    back to the oldest tick with starts of the RATE_TICKS before it (not included when others have starts), over
+    the time they span."""
     tick = now_ms // 1000 // TICK_SECONDS
     wanted = [tick - back for back in range(RATE_TICKS + 1)]
     slots = [held % TICK_SLOTS for held in wanted]
@@ -125,7 +126,7 @@ def throughput(connection: Redis, keys: Keys, now_ms: int) -> Throughput:
                                                                           wanted, strict=True)
                if when is not None and int(when) == expected and int(count or 0) > 0}
     oldest = min(counted, default=tick)
-    if oldest < tick:  # the oldest tick's starts began somewhere in it: measured from the end of it, unbiased
+    if oldest < tick and len(counted) > 1:  # its starts began somewhere in it: measured from its end, unbiased
         counted.pop(oldest)
         oldest += 1
     seconds = max(1.0, now_ms / 1000 - oldest * TICK_SECONDS)
