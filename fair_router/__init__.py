@@ -17,6 +17,7 @@ Public API (documented in docs/api.md):
 - :class:`RedisUnavailable` — an enqueue could not reach Redis after the client's retries.
 - :class:`ReplicasNotAcknowledged` — fewer replicas than ``replicas_to_wait`` acknowledged an enqueue.
 - :func:`interruptible` — a generator job function that runs in turns, giving up its worker at checkpoints.
+- :func:`explain` — why a job waits: an :class:`Explanation` with one :class:`Reason` and its facts (docs/why.md).
 - :class:`RqVersionError` — raised by ``import fair_router`` when the installed rq is not a supported one
   (``FAIR_ROUTER_SKIP_RQ_CHECK=1``: a :class:`RqVersionWarning` instead).
 """
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from fair_router.core.tenancy import InvalidTenant
     from fair_router.fairqueue.queue import FairQueue
     from fair_router.iteration.decorator import interruptible
+    from fair_router.observe.why import Explanation, Reason, explain
     from fair_router.routing.decorator import FairJob, FairJobFunction, fair_job
     from fair_router.routing.router import FairRouter
     from fair_router.store.outage import RedisUnavailable
@@ -45,11 +47,13 @@ if TYPE_CHECKING:
     from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
 
 HOMES = {
+    "Explanation": "fair_router.observe.why",
     "FairJob": "fair_router.routing.decorator",
     "FairJobFunction": "fair_router.routing.decorator",
     "FairQueue": "fair_router.fairqueue.queue",
     "FairRouter": "fair_router.routing.router",
     "InvalidTenant": "fair_router.core.tenancy",
+    "Reason": "fair_router.observe.why",
     "RedisUnavailable": "fair_router.store.outage",
     "ReplicasNotAcknowledged": "fair_router.store.replicas",
     "Rule": "fair_router.core.rules",
@@ -59,6 +63,7 @@ HOMES = {
     "TenantBacklogFull": "fair_router.controls.backlog",
     "WeightedSimpleWorker": "fair_router.workers.weighted",
     "WeightedWorker": "fair_router.workers.weighted",
+    "explain": "fair_router.observe.why",
     "fair_job": "fair_router.routing.decorator",
     "interruptible": "fair_router.iteration.decorator",
     "load_settings": "fair_router.config.settings",
@@ -83,11 +88,13 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Explanation",
     "FairJob",
     "FairJobFunction",
     "FairQueue",
     "FairRouter",
     "InvalidTenant",
+    "Reason",
     "RedisUnavailable",
     "ReplicasNotAcknowledged",
     "RqVersionError",
@@ -99,6 +106,7 @@ __all__ = [
     "TenantBacklogFull",
     "WeightedSimpleWorker",
     "WeightedWorker",
+    "explain",
     "fair_job",
     "interruptible",
     "load_settings",

@@ -11,6 +11,7 @@ from fair_router.commands.failures import DEBUG, FailingCleanly
 from fair_router.commands.queues import queue
 from fair_router.commands.routing import check, stats
 from fair_router.commands.tenants import tenant, tier
+from fair_router.commands.why import why
 from fair_router.commands.workers import pool, worker
 
 
@@ -22,7 +23,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.meta[DEBUG] = debug
 
 
-for command in (check, stats, tier, tenant, queue, demo, dashboard, worker, pool):
+for command in (check, stats, tier, tenant, queue, demo, dashboard, worker, pool, why):
     main.add_command(command)
 
 

@@ -1,0 +1,134 @@
+"""The reads behind ``fair_router.explain`` (:mod:`fair_router.observe.why`): a waiting job's place
+(``lua/why_place.lua``, one read-only script on the queue's slot), its tenant's controls (one MULTI on the tenant's
+slot) and the recent throughput (the observers' all-tenant record). Nothing here writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+
+from fair_router.core.keys import FairQueueKeys, Keys
+from fair_router.core.text import as_text
+from fair_router.observe.recorder import ALL, TICK_SECONDS, TICK_SLOTS
+from fair_router.store.luascript import Call, LuaScript
+
+BOUND = 1000
+"""FIFO places checked one by one and tenants read per explanation; beyond it the place is approximate."""
+SCAN = 200_000
+"""List entries a plain queue's position is looked for among (LPOS MAXLEN); beyond it: "more than"."""
+RATE_TICKS = 6
+"""Full ticks (one minute) before the current one the throughput may be measured over."""
+
+
+@dataclass(frozen=True)
+class PlainPlace:
+    """A job on a plain queue (or a plain entry of a fair one): its index on rq's list, -1 when not within SCAN."""
+
+    now_ms: int
+    listed: int
+    index: int
+
+
+@dataclass(frozen=True)
+class FairPlace:
+    """A fair member's place (lua/why_place.lua's reply)."""
+
+    now_ms: int
+    listed: int
+    tenant: str  # encoded, as the fair queue's keys hold it
+    fifo_ahead: int
+    fifo_exact: bool
+    weight: float
+    waiting: int
+    where: str  # active | parked | idle
+    pass_: float
+    parked_until_ms: int | None
+    vtime: float
+    limit: int | None
+    claimed: int
+    paced_until_ms: int | None
+    tenants_before: int
+    jobs_ahead: int
+    approximate: tuple[str, ...]  # why jobs_ahead is approximate (empty: exact): fifo_bound, not_active, ...
+    active_tenants: int
+    tied: int  # other tenants' jobs at this job's pass: pops prefer the one holding the list's head
+
+
+def _int(text: str) -> int | None:
+    return None if text == "" else int(float(text))
+
+
+class WhyPlaceScript(LuaScript[PlainPlace | FairPlace]):
+    """why_place.lua: read-only, a waiting job's place in its queue's serving order."""
+
+    name = "why_place"
+
+    def __call__(self, keys: FairQueueKeys, job_id: str, bound: int = BOUND, scan: int = SCAN,
+                 now_ms: str = "") -> Call[PlainPlace | FairPlace]:
+        return self.call(keys.all_for_scripts(), [job_id, bound, scan, now_ms])
+
+    def parse(self, reply: Any) -> PlainPlace | FairPlace:
+        kind, *rest = [as_text(part) for part in reply]
+        if kind == "plain":
+            return PlainPlace(*(int(value) for value in rest))
+        (now, listed, tenant, ahead, counted, weight, waiting, where, pass_, parked, vtime, limit, claimed, paced,
+         before, jobs, exact, active, tied) = rest
+        return FairPlace(int(now), int(listed), tenant, int(ahead), counted == "1", float(weight), int(waiting), where,
+                         float(pass_), _int(parked), float(vtime), _int(limit), int(claimed), _int(paced),
+                         int(before), int(jobs), tuple(filter(None, exact.split(","))), int(active), int(tied))
+
+
+@dataclass(frozen=True)
+class TenantControls:
+    """What the start controls hold for one tenant (its slot, ``{lease:<tenant>}``)."""
+
+    paused: bool
+    running: list[str]  # job ids holding a concurrency slot (first BOUND)
+    running_count: int
+    rate_tat_ms: int | None  # the tenant's own rate: GCRA theoretical arrival time
+    reserved_ms: int | None  # a plain queue's job deferred by a rate: the start reserved for it
+
+
+def tenant_controls(connection: Redis, keys: Keys, tenant: str, job_id: str) -> TenantControls:
+    """One MULTI of reads on the tenant's slot."""
+    leases = keys.leases(tenant)
+    with connection.pipeline() as pipe:
+        pipe.exists(keys.paused(tenant))
+        pipe.zrange(leases, 0, BOUND - 1)
+        pipe.zcard(leases)
+        pipe.get(keys.rate(tenant))
+        pipe.get(keys.rate_paid(tenant, job_id))
+        paused, running, count, tat, paid = pipe.execute()
+    return TenantControls(bool(paused), [as_text(raw) for raw in running], int(count),
+                          None if tat is None else int(float(tat)), None if paid is None else int(float(paid)))
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Job starts per second over the last full minute, from the observers' all-tenant record."""
+
+    per_second: float
+    starts: int
+    seconds: int
+
+
+def throughput(connection: Redis, keys: Keys, now_ms: int) -> Throughput:
+    """Starts of every tenant (all queues: the record is not kept per queue) in the current tick and those before it,
+    back to the oldest tick with starts of the RATE_TICKS before it (not included when others have starts), over
+    the time they span."""
+    tick = now_ms // 1000 // TICK_SECONDS
+    wanted = [tick - back for back in range(RATE_TICKS + 1)]
+    slots = [held % TICK_SLOTS for held in wanted]
+    values = connection.hmget(keys.observe_record(ALL), [f"t{slot}" for slot in slots] + [f"n{slot}" for slot in slots])
+    counted = {expected: int(count or 0) for when, count, expected in zip(values[:len(slots)], values[len(slots):],
+                                                                          wanted, strict=True)
+               if when is not None and int(when) == expected and int(count or 0) > 0}
+    oldest = min(counted, default=tick)
+    if oldest < tick and len(counted) > 1:  # its starts began somewhere in it: measured from its end, unbiased
+        counted.pop(oldest)
+        oldest += 1
+    seconds = max(1.0, now_ms / 1000 - oldest * TICK_SECONDS)
+    starts = sum(counted.values())
+    return Throughput(starts / seconds, starts, round(seconds))

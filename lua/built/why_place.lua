@@ -1,0 +1,361 @@
+-- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
+-- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
+-- checks the two agree). A fair script calls bind_keys() first: the pieces it includes read these locals.
+-- Bound per call rather than where they are declared, so that the same text serves a Redis function
+-- library, whose pieces are defined once and whose calls each bring their own KEYS.
+local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
+  claimed
+local function bind_keys()
+  rq_list = KEYS[1]
+  members = KEYS[2]
+  active = KEYS[3]
+  kept = KEYS[4]
+  parked = KEYS[5]
+  state = KEYS[6]
+  inflight = KEYS[7]
+  wake = KEYS[8]
+  costs = KEYS[9]
+  charged = KEYS[10]
+  runtimes = KEYS[11]
+  limits = KEYS[12]
+  claims = KEYS[13]
+  claimed = KEYS[14]
+end
+
+-- lib/time.lua: the one clock every script decides with.
+
+-- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+local function clock_ms(given)
+  local now = tonumber(given)
+  if now then return now end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
+-- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- include: fair_keys
+
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+-- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
+-- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
+-- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
+local KEPT_IDLE_MS = 60000
+
+-- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
+-- record cannot meet the state's own fields (head, vtime, due, limited).
+local RECORD = '='
+local function tenant_field(tenant)
+  return RECORD .. tenant
+end
+
+-- Whether `tenant` has jobs waiting here: it has a record (lib/fifo.lua) exactly while it does.
+local function has_waiting(tenant)
+  return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
+end
+
+-- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
+-- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
+-- cannot reset it by draining and refilling.
+local function activate(tenant)
+  if redis.call('ZSCORE', active, tenant) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+  if last and last > start then start = last end
+  redis.call('ZREM', kept, tenant)
+  redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  redis.call('ZADD', active, start, tenant)
+end
+
+-- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
+-- after KEPT_IDLE_MS.
+local function stride_keep(tenant, pass)
+  redis.call('ZADD', kept, pass, tenant)
+  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+end
+
+-- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
+-- for its return.
+local function stride_idle(tenant, pass)
+  redis.call('ZREM', active, tenant)
+  redis.call('ZREM', parked, tenant)
+  redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
+  if pass then stride_keep(tenant, pass) end
+end
+
+-- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
+-- before the first park end, so that a pop looks for parks to end only once one may be due.
+local function park_until(tenant, until_ms, later)
+  if later then
+    redis.call('ZADD', parked, 'GT', until_ms, tenant)
+  else
+    redis.call('ZADD', parked, until_ms, tenant)
+  end
+  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
+end
+
+-- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
+local function stride_hold(tenant, until_ms, step)
+  local pass = redis.call('ZSCORE', active, tenant)
+  if pass then
+    redis.call('ZREM', active, tenant)
+    stride_keep(tenant, tonumber(pass) - step)
+  elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
+    local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+    if last then redis.call('ZADD', kept, last - step, tenant) end
+  end
+  park_until(tenant, until_ms, true)
+end
+
+-- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
+-- tenant has jobs waiting here, which are then eligible again.
+local function end_park(tenant)
+  if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
+  activate(tenant)
+  return true
+end
+
+-- When the first park ends (ms), -1 when no tenant is parked.
+local function first_park_end()
+  local first = redis.call('ZRANGE', parked, 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return tonumber(first[2])
+end
+
+-- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
+-- only parked tenants' jobs wait on it).
+local function wake_one()
+  redis.call('RPUSH', wake, '1')
+  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+end
+
+-- lib/members.lua: rq's list and the fair queue's members, the invariant every fair_*.lua script keeps.
+-- include: fair_keys
+--
+-- rq's list holds exactly one entry per waiting job, the job's own id. A fair job is also a *member*: it
+-- has a place in its tenant's FIFO (lib/fifo.lua). An entry that is not a member was pushed by rq's
+-- internals with a plain Queue (scheduler, registry requeues) and is served in list order. A member whose
+-- id is no longer on the list was removed by rq behind our back (Job.cancel, Job.delete, a plain
+-- Queue.remove): it is *stale*, and dropped when the scheduler meets it.
+--
+-- Each member also records its *list position*: a virtual index that stays put while the list changes
+-- at its ends (state.head is the position of the list head: LPOP adds 1, LPUSH takes 1). So a pop can
+-- take its chosen id out with LINDEX/LSET at a known index, O(list length / listpack node size), where
+-- an LREM would compare every entry. rq's own LREM or LPUSH behind our back shifts positions it does
+-- not tell us about: locate() (lib/locate.lua) then looks around the recorded index, and re-records every position when
+-- the drift has grown.
+
+-- A members entry is "<list position>|<tenant>:<seq>" (position '' when unknown), `tenant:seq` its FIFO
+-- field, which lives in `members` too ("<tenant>:<seq>" -> job id; rq 3.0 job ids hold no ':').
+-- Returns field, tenant, position.
+local function parse_member(value)
+  local pos, field = string.match(value, '^([^|]*)|(.*)$')
+  if not field then field = value end
+  return field, string.match(field, '^(.*):[^:]*$'), tonumber(pos)
+end
+
+-- The list head's position: state.head as the caller read it already (`known`: its value, false when unset),
+-- else read here.
+local function head_pos(known)
+  if known == nil then known = redis.call('HGET', state, 'head') end
+  return tonumber(known or '0')
+end
+
+-- Push `job_id` at the list's tail (or head); returns its list position. `head`: state.head when the caller
+-- read it already (as for head_pos), else nil.
+local function list_push(job_id, at_front, head)
+  if at_front then
+    redis.call('LPUSH', rq_list, job_id)
+    return redis.call('HINCRBY', state, 'head', -1)
+  end
+  return head_pos(head) + redis.call('RPUSH', rq_list, job_id) - 1
+end
+
+-- lib/forget.lua: a fair queue's state stays bounded by the tenants active, not by every tenant ever seen.
+-- `limits` holds a tenant's concurrency limit and its pace (lib/claims.lua) as workers reported them: needed
+-- while the tenant has jobs waiting here, claims running or a park, and then dropped, by the script that
+-- touched the tenant as it went idle (a pop that took its last job, a release, a park's end, a start report,
+-- a settle). A tenant that comes back has its limit and pace reported again by its first release, refusal or
+-- start (until then a pop may hand out a job its start refuses: one park, as before its first report).
+-- include: fair_keys, stride
+
+-- Whether `tenant` has nothing here: no job waiting, no claim (a job of its handed out and not released),
+-- no park.
+local function forgotten(tenant)
+  return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
+    and not redis.call('ZSCORE', parked, tenant)
+end
+
+-- `tenant` may have gone idle: when it has nothing here, its limit and pace go.
+local function forget(tenant)
+  if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+end
+
+-- lib/fifo.lua: each tenant's FIFO of waiting members: a job's place, its entry and its leaving. The FIFO's
+-- fields ("<tenant>:<seq>" -> job id) live in `members`, beside the members' own (lib/members.lua).
+-- include: fair_keys, stride, members, forget
+--
+-- A tenant with waiting jobs has a *record*, field "=<tenant>" of `state` (stride.lua tenant_field):
+-- "<head seq>|<tail seq>|<weight>|<waiting>", its FIFO's ends, its weight from its last push and how many of
+-- its jobs wait here. One field, in the hash the pop reads and writes anyway, so a pop reads and updates all
+-- of it with the state's own fields (a count of its own would cost each push and each pop a command).
+
+-- A record's head and tail (numbers), weight (as stored) and waiting count, or nil when there is none (or it
+-- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
+-- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
+-- corrects itself (serve_choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
+local function parse_tenant(value)
+  if not value then return nil end
+  local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
+  h, t = tonumber(h), tonumber(t)
+  if not (h and t) then return nil end
+  return h, t, weight, tonumber(n) or (t - h + 1)
+end
+
+-- A record's value (parse_tenant reads it).
+local function tenant_record(h, t, weight, n)
+  return h .. '|' .. t .. '|' .. weight .. '|' .. n
+end
+
+-- One job of `tenant` less waiting here (it left its FIFO other than by a pop): the tenant goes idle,
+-- keeping its pass, when that was its last job.
+local function uncount(tenant)
+  local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  if not h or n <= 1 then
+    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
+    forget(tenant)  -- lib/forget.lua: with no claim nor park here, its limit and pace go
+  else
+    redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n - 1))
+  end
+end
+
+-- The place of a new job in its tenant's FIFO: after its tail, or before its head (`at_front`);
+-- `wanted` (a refused job's old place) is used when it is free and not past the tail. Writes the
+-- tenant's record, with `weight` and the job counted. `record`: the tenant's record when the caller read it
+-- already (false: it has none), else nil.
+local function fifo_place(tenant, at_front, wanted, weight, record)
+  if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
+  local h, t, _, n = parse_tenant(record)
+  local seq
+  if not h then
+    seq = wanted or 0
+    h, t = seq, seq
+  elseif wanted and wanted <= t and redis.call('HEXISTS', members, tenant .. ':' .. wanted) == 0 then
+    seq = wanted
+    if wanted < h then h = wanted end
+  elseif at_front then
+    h = h - 1
+    seq = h
+  else
+    t = t + 1
+    seq = t
+  end
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, (n or 0) + 1))
+  return seq
+end
+
+-- A job joins its tenant's FIFO at `seq` (from fifo_place(), which counted it); its id sits at list position
+-- `pos` ('' when unknown).
+local function fifo_enter(job_id, tenant, seq, pos)
+  local field = tenant .. ':' .. seq
+  redis.call('HSET', members, field, job_id, job_id, pos .. '|' .. field)  -- its FIFO place and its entry
+end
+
+-- A member leaves its tenant's FIFO other than by a fair pop (taken as a list entry, removed, or
+-- found stale). Its tenant goes idle, keeping its pass, when that was its last job.
+local function fifo_leave(job_id, value)
+  local field, tenant = parse_member(value)
+  redis.call('HDEL', members, job_id, field)
+  redis.call('HDEL', costs, job_id)
+  uncount(tenant)
+end
+
+-- why_place.lua: read-only: where one waiting job stands in its queue, for `fair-router why`
+-- (fair_router/observe/whyplace.py). Never writes. Bounded work whatever the backlog: at most `bound` FIFO
+-- places checked one by one, `bound` tenants read, `scan` list entries compared (plain queue).
+-- include: fair_keys, time, fifo
+-- KEYS     the fair queue's keys, FairQueueKeys.all_for_scripts() (rq's list first; on a plain queue the
+--          fair keys are empty and only the list is read).
+-- ARGV[1]  job id; ARGV[2] bound; ARGV[3] scan; ARGV[4] now_ms ('' = server TIME).
+-- Returns  {'plain', now_ms, list length, index on the list or -1 (not within `scan`)} for a job that is no
+--          fair member; else {'fair', now_ms, list length, tenant, fifo places ahead, 1 if that count is exact,
+--          weight, waiting, 'active'|'parked'|'idle', pass, parked until (ms or ''), vtime, limit (''),
+--          claimed, paced until (''), tenants served before it, jobs ahead of it in serving order, why that
+--          count is approximate ('' = exact, else some of fifo_bound, not_active, tenant_bound), active
+--          tenants, tied jobs (other tenants' jobs due at this job's pass: each may go before or after it)}.
+--          Numbers as strings (a Lua number reply would be cut to an integer).
+bind_keys()
+local job_id, bound, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now_ms = clock_ms(ARGV[4])
+local listed = redis.call('LLEN', rq_list)
+local value = redis.call('HGET', members, job_id)
+if not value then
+  local index = redis.call('LPOS', rq_list, job_id, 'MAXLEN', scan)
+  return {'plain', tostring(now_ms), tostring(listed), tostring(index or -1)}
+end
+
+local field, tenant = parse_member(value)
+local seq = tonumber(string.match(field, ':([^:]*)$'))
+local h, _, weight, waiting = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+h = h or seq
+-- Places ahead in the tenant's FIFO: counted one by one within `bound`, else the span (holes of jobs that
+-- left other than by a pop count too: an upper bound).
+local ahead, counted = seq - h, 1
+if ahead > bound then
+  counted = 0
+elseif ahead > 0 then
+  local fields = {}
+  for s = h, seq - 1 do fields[#fields + 1] = tenant .. ':' .. s end
+  ahead = 0
+  for _, id in ipairs(redis.call('HMGET', members, unpack(fields))) do
+    if id then ahead = ahead + 1 end
+  end
+end
+
+local approx = {}  -- why the count is approximate ('' = it is exact)
+if counted == 0 then approx[#approx + 1] = 'fifo_bound' end
+local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
+local where, pass = 'active', tonumber(redis.call('ZSCORE', active, tenant) or '')
+local parked_until = redis.call('ZSCORE', parked, tenant) or ''
+if not pass then
+  where = parked_until ~= '' and 'parked' or 'idle'
+  pass = math.max(vtime, tonumber(redis.call('ZSCORE', kept, tenant) or '') or vtime)
+  approx[#approx + 1] = 'not_active'  -- its pass when it returns is a guess
+end
+local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
+local held = redis.call('HGET', claimed, tenant) or '0'
+
+-- Serving order by stride: a pop serves the least pass (ties: the smaller name); each job served adds
+-- 1 / weight to its tenant's pass. This job is served at its tenant's pass + ahead / weight; every other
+-- active tenant is served before it while its own pass is lower (equal: by name).
+local w = tonumber(weight) or 1
+local target = pass + ahead / w
+local eps = 1e-9
+local before, jobs = 0, ahead
+local reach = redis.call('ZRANGEBYSCORE', active, '-inf', target + eps, 'WITHSCORES', 'LIMIT', 0, bound + 1)
+if #reach > 2 * bound then approx[#approx + 1] = 'tenant_bound' end
+local tied = 0
+for i = 1, math.min(#reach, 2 * bound), 2 do
+  local other = reach[i]
+  if other ~= tenant then
+    local _, _, their_weight, their_waiting = parse_tenant(redis.call('HGET', state, tenant_field(other)))
+    local x = (target - tonumber(reach[i + 1])) * (tonumber(their_weight) or 1)
+    local n = math.ceil(x - eps)
+    if math.abs(x - math.floor(x + 0.5)) < eps then  -- a tie: pops prefer the tenant holding the list's head,
+      n = math.floor(x + 0.5) + ((other < tenant) and 1 or 0)  -- counted here as ZRANGE's order (by name)
+      if math.floor(x + 0.5) < (their_waiting or 0) then tied = tied + 1 end  -- its tied job exists
+    end
+    n = math.min(math.max(n, 0), their_waiting or 0)
+    if n > 0 then
+      before = before + 1
+      jobs = jobs + n
+    end
+  end
+end
+return {'fair', tostring(now_ms), tostring(listed), tenant, tostring(ahead), tostring(counted), tostring(weight or 1),
+  tostring(waiting or 0), where, tostring(pass), tostring(parked_until), tostring(vtime), tostring(known[1] or ''),
+  tostring(held), tostring(known[2] or ''), tostring(before), tostring(jobs), table.concat(approx, ','),
+  tostring(redis.call('ZCARD', active)), tostring(tied)}
