@@ -1,4 +1,4 @@
--- start.lua: decide one job start by the worker's start controls (fair_router/controls/pipeline.py): pause,
+-- start.lua: decide one job start by the worker's start controls (fair_router/controls/gate.py): pause,
 -- concurrency slot, rate, those the call names, in its order (lib/start.lua runs them). One text for every
 -- list of controls a worker may run: Redis runs this file's build, lua/built/start.min.lua (sent as EVAL on
 -- rq's job-start MULTI at every start: without comments, less to hash).

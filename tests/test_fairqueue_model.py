@@ -47,14 +47,13 @@ from fair_router import FairQueue, Settings
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
 from fair_router.controls.admin import TenantAdmin
 from fair_router.controls.concurrency import Lease
-from fair_router.controls.gate import TenantGate
+from fair_router.controls.gate import TenantGate, Verdict
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides
 from fair_router.demo.redis_server import RedisServer
 from fair_router.rq_internals.queue import PopKind
-from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.start_gate import turn_away
 

@@ -10,12 +10,11 @@ from collections.abc import Mapping
 from rq.job import Job
 
 from fair_router.config.sections import JobConfig
-from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
+from fair_router.controls.gate import Admission, RateScope, Refusal, Section, Start, StartControl, Verdict
 from fair_router.core.jobmeta import META_RATE
 from fair_router.core.keys import Keys
 from fair_router.core.profiles import TenantProfile
 from fair_router.core.rates import Rate, parse_rate
-from fair_router.store.scripts import Admission, RateScope, Verdict
 
 
 def scope(key: str, rate: Rate, burst: int) -> RateScope:
@@ -61,9 +60,9 @@ class RateLimiter(StartControl):
         args: list[str | int] = [int(start.reserve), start.tenant_scopes]
         for rate in start.rates:
             args += (rate.interval_ms, rate.tolerance_ms)
-        return Section([self.keys.rate_paid(start.tenant, start.job_id), *(rate.key for rate in start.rates)], args)
+        return [self.keys.rate_paid(start.tenant, start.job_id), *(rate.key for rate in start.rates)], args
 
-    def on_refused(self, start: Start, admission: Admission) -> Refusal:
+    def on_refused(self, admission: Admission) -> Refusal:
         """Parked until its next token falls due; a plain queue's job comes back at its reserved start."""
         return Refusal(self.counter, "over its rate", max(0.001, (admission.at_ms - admission.now_ms) / 1000),
                        until_ms=admission.at_ms)

@@ -19,8 +19,7 @@ from rq.job import Job
 from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings
-from fair_router.controls.concurrency import Lease
-from fair_router.controls.gate import PendingStart, TenantGate
+from fair_router.controls.gate import Admission, Lease, PendingStart, RateScope, TenantGate
 from fair_router.core.jobmeta import META_SYSTEM
 from fair_router.core.tenancy import InvalidStoredTenant, stored_tenant, usable_tenant
 from fair_router.fairqueue.queue import FairQueue
@@ -28,7 +27,6 @@ from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
 from fair_router.observe.waiting import WaitCounts
 from fair_router.rq_internals.worker import JobNotStarted, RqWorkerSeam
-from fair_router.store.scripts import Admission, RateScope
 from fair_router.workers.unparking import Unparker
 
 
@@ -201,7 +199,7 @@ def turn_away(gate: TenantGate, job: Job, queue: Queue, tenant: str, admission: 
     (skipped by pops) for as long as the refusing control says; on a plain queue it is deferred through rq's
     scheduler (to its reserved token's time for a rate, after the snooze otherwise). Returns what the worker
     logs (None: not a refusal, nothing done)."""
-    limiter, refusal = gate.limiter, gate.refusal(tenant, job, admission)
+    limiter, refusal = gate.limiter, gate.refusal(admission)
     if refusal is None:
         return None
     if isinstance(queue, FairQueue):

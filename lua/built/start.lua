@@ -12,7 +12,7 @@ end
 -- lib/start.lua: run_start(controls): decide one job start by the controls the call names, in its order.
 -- include: time
 -- controls: name -> the table of its lua/lib/start_<name>.lua piece (start.lua holds every piece; a call
--- names the ones its worker runs: fair_router/controls/pipeline.py). Three passes, each in the call's order:
+-- names the ones its worker runs: fair_router/controls/gate.py). Three passes, each in the call's order:
 --   held(s, k, a, n)  -> true when the job already holds what it needs (a lease refresh): admitted, HELD (2);
 --   check(s, k, a, n) -> a refusal status, or nil to let the next control look (none writes but a rate's
 --                        reservation, so a rate control goes last);
@@ -159,7 +159,7 @@ function start_rate.take(s, k, a)
   if s.reserved then redis.call('DEL', KEYS[k + 1]) end
 end
 
--- start.lua: decide one job start by the worker's start controls (fair_router/controls/pipeline.py): pause,
+-- start.lua: decide one job start by the worker's start controls (fair_router/controls/gate.py): pause,
 -- concurrency slot, rate, those the call names, in its order (lib/start.lua runs them). One text for every
 -- list of controls a worker may run: Redis runs this file's build, lua/built/start.min.lua (sent as EVAL on
 -- rq's job-start MULTI at every start: without comments, less to hash).

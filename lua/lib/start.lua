@@ -1,7 +1,7 @@
 -- lib/start.lua: run_start(controls): decide one job start by the controls the call names, in its order.
 -- include: time
 -- controls: name -> the table of its lua/lib/start_<name>.lua piece (start.lua holds every piece; a call
--- names the ones its worker runs: fair_router/controls/pipeline.py). Three passes, each in the call's order:
+-- names the ones its worker runs: fair_router/controls/gate.py). Three passes, each in the call's order:
 --   held(s, k, a, n)  -> true when the job already holds what it needs (a lease refresh): admitted, HELD (2);
 --   check(s, k, a, n) -> a refusal status, or nil to let the next control look (none writes but a rate's
 --                        reservation, so a rate control goes last);
