@@ -44,8 +44,8 @@ class StartRide:
 
     tenant: str
     scopes: list[RateScope]
-    reserve: bool
-    fair_queue: str = ""  # the FairQueue the job came from ('' none): a refusal at the limit parks it there
+    fair: FairQueue | None  # the FairQueue the job came from: a refusal at the limit parks the tenant there
+    paced: bool  # a fair queue's tenant with a rate of its own: its admitted start reports when the next may come
     pending: PendingStart | None = None
     unwait_at: int | None = None  # the place of the waiting count's end in the MULTI's replies
     leases: ExitStack = field(default_factory=ExitStack)  # keeps an admitted start's slot alive until its job ends
@@ -85,18 +85,20 @@ class StartGate:
         if scopes is None:
             execute()  # nothing can hold this start: no round trip spent on checks
             return
-        fair = isinstance(queue, FairQueue)
-        if self.rides and not (fair and self.gate.own_rate(tenant, scopes)):
-            self._run_riding(job, queue, execute, StartRide(tenant, scopes, reserve=not fair,
-                                                            fair_queue=queue.name if fair else ""))
+        fair = queue if isinstance(queue, FairQueue) else None
+        paced = fair is not None and self.gate.own_rate(tenant, scopes)
+        if self.rides:
+            self._run_riding(job, queue, execute, StartRide(tenant, scopes, fair, paced))
             return
-        # State and every check: one round trip (on a cluster a RedisCluster pipeline, each to its slot's node).
+        # A Redis Cluster: the leases and rates live on the tenant's slot, rq's MULTI goes to rq's own, so the
+        # check goes with the worker's state in a round trip of its own (a RedisCluster pipeline, each command to
+        # its slot's node), and a paced tenant's report rides rq's MULTI (the fair queue shares rq's slot).
         with self.state_connection.pipeline(transaction=False) as pipe:
             worker.set_state(WorkerStatus.BUSY, pipeline=pipe)
-            admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not fair, pipeline=pipe,
-                                                 fair_queue=queue.name if fair else "")
-        if admission.admitted and isinstance(queue, FairQueue) and self.gate.own_rate(tenant, scopes):
-            self.rate_hold = (queue, tenant, admission.next_ms)  # parked on rq's job-start MULTI (on_start)
+            admission, lease = self.gate.acquire(tenant, job, scopes, reserve=fair is None, pipeline=pipe,
+                                                 fair_queue=fair.name if fair else "")
+        if admission.admitted and fair is not None and paced:
+            self.rate_hold = (fair, tenant, admission.next_ms)  # on rq's job-start MULTI (on_start)
         if lease is not None:
             with self._kept_alive(lease):
                 execute()
@@ -130,8 +132,8 @@ class StartGate:
         start record and the end of a routed job's waiting count."""
         ride, ours = self.ride, pipeline if self.rides else None
         if ride is not None:
-            ride.pending = self.gate.queue_check(ride.tenant, job, ride.scopes, ride.reserve, pipeline,
-                                                 ride.fair_queue)
+            ride.pending = self.gate.queue_check(ride.tenant, job, ride.scopes, ride.fair is None, pipeline,
+                                                 ride.fair.name if ride.fair else "")
         if self.rate_hold is not None:
             queue, tenant, until_ms = self.rate_hold
             self.rate_hold = None
@@ -148,7 +150,9 @@ class StartGate:
 
     def on_start_replies(self, job: Job, execution: Execution, replies: list[Any]) -> None:
         """A riding check's verdict: admitted, its slot is kept alive and its start gathered; refused, the MULTI's
-        start writes are undone (one round trip, on this rare path) and :class:`StartRefused` raised."""
+        start writes are undone (one round trip, on this rare path) and :class:`StartRefused` raised. A paced
+        tenant's admitted start reports when its rate allows the next (its fair queue parked it at the pop): one
+        round trip of its own, as EVALSHA, since that time is only known from this reply."""
         ride = self.ride
         if ride is None:
             return
@@ -160,6 +164,8 @@ class StartGate:
                 ride.leases.enter_context(self._kept_alive(lease))
             if self.start_recorder is not None:
                 self.start_recorder.note(job)
+            if ride.paced and ride.fair is not None:
+                ride.fair.hold(ride.tenant, admission.next_ms, paced=True)
             return
         with self.worker.connection.pipeline() as pipe:
             self.worker.cleanup_execution(job, pipe, execution)
