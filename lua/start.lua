@@ -6,5 +6,5 @@
 -- KEYS     every named control's keys, control by control (each piece's header says which).
 -- ARGV     now_ms ('' = server TIME), job_id, then per control: its name (start_pause, start_slot,
 --          start_rate), its number of keys, its number of args, its args.
--- Returns  {status, reclaimed, at_ms, now_ms, next_ms} (store/scripts.py Verdict and Admission).
+-- Returns  {status, reclaimed, at_ms, now_ms, next_ms[, report]} (controls/gate.py Verdict and Admission).
 return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate})

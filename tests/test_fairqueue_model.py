@@ -612,9 +612,12 @@ class StartPathMachine(RuleBasedStateMachine):
             assert admission.next_ms == at_ms, (tenant, admission, at_ms)
             assert lease is not None
             worker.running = (job, queue, lease)
-            if gate.own_rate(tenant, scopes):
+            if gate.own_rate(tenant, scopes) and admission.report:  # its rate binds, or bound: the queue hears
                 queue.hold(tenant, admission.next_ms, paced=True)
-                model.paced[(queue.name, tenant)] = model.now_ms
+                if admission.next_ms > model.now_ms:
+                    model.paced[(queue.name, tenant)] = model.now_ms
+                else:
+                    model.paced.pop((queue.name, tenant), None)
             self.check_limits(tenant)
             return
         turn_away(gate, job, queue, tenant, admission)

@@ -47,6 +47,7 @@ class Admission(NamedTuple):
     at_ms: int  # RATE / RESERVED: when the job may start; AT_LIMIT: when its first lease expires (epoch ms)
     now_ms: int  # the script's clock when it decided
     next_ms: int = 0  # GRANTED: when the tenant's own rate allows its next start (0: at once)
+    report: bool = False  # GRANTED from a fair queue, paced: the queue must hear next_ms (lib/start_rate.lua)
 
     @property
     def admitted(self) -> bool:
@@ -147,8 +148,8 @@ class StartScript(LuaScript[Admission]):
         return self.call(keys, args)
 
     def parse(self, reply: Any) -> Admission:
-        status, reclaimed, at_ms, now, next_ms = (int(x) for x in reply)
-        return Admission(Verdict(status), reclaimed, at_ms, now, next_ms)
+        status, reclaimed, at_ms, now, next_ms, *report = (int(x) for x in reply)
+        return Admission(Verdict(status), reclaimed, at_ms, now, next_ms, report == [1])
 
 
 class PendingStart(NamedTuple):

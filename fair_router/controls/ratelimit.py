@@ -56,11 +56,14 @@ class RateLimiter(StartControl):
         return bool(start.rates)
 
     def section(self, start: Start) -> Section:
-        """The job's reserved start and one GCRA state per scope; reserve, tenant_scopes, (interval, tolerance)s."""
-        args: list[str | int] = [int(start.reserve), start.tenant_scopes]
+        """The job's reserved start, one GCRA state per scope and, for a fair queue's start held by the tenant's
+        own rate, its pace mark there; reserve, tenant_scopes, paced, (interval, tolerance)s."""
+        paced = bool(start.tenant_scopes and start.fair_queue)
+        args: list[str | int] = [int(start.reserve), start.tenant_scopes, int(paced)]
         for rate in start.rates:
             args += (rate.interval_ms, rate.tolerance_ms)
-        return [self.keys.rate_paid(start.tenant, start.job_id), *(rate.key for rate in start.rates)], args
+        keys = [self.keys.rate_paid(start.tenant, start.job_id), *(rate.key for rate in start.rates)]
+        return [*keys, self.keys.paced(start.tenant, start.fair_queue)] if paced else keys, args
 
     def on_refused(self, admission: Admission) -> Refusal:
         """Parked until its next token falls due; a plain queue's job comes back at its reserved start."""

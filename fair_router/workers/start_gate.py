@@ -97,7 +97,7 @@ class StartGate:
             worker.set_state(WorkerStatus.BUSY, pipeline=pipe)
             admission, lease = self.gate.acquire(tenant, job, scopes, reserve=fair is None, pipeline=pipe,
                                                  fair_queue=fair.name if fair else "")
-        if admission.admitted and fair is not None and paced:
+        if admission.report and fair is not None and paced:
             self.rate_hold = (fair, tenant, admission.next_ms)  # on rq's job-start MULTI (on_start)
         if lease is not None:
             with self._kept_alive(lease):
@@ -164,7 +164,7 @@ class StartGate:
                 ride.leases.enter_context(self._kept_alive(lease))
             if self.start_recorder is not None:
                 self.start_recorder.note(job)
-            if ride.paced and ride.fair is not None:
+            if admission.report and ride.paced and ride.fair is not None:
                 ride.fair.hold(ride.tenant, admission.next_ms, paced=True)
             return
         with self.worker.connection.pipeline() as pipe:
