@@ -131,7 +131,8 @@ def eval_cost(stats: dict[str, Any], calls: int) -> dict[str, float]:
 
 def limited_gate(conn: Redis) -> TenantGate:
     """Every start control on: a slot per job (limit far off) and the tenant's own rate (never binding)."""
-    tiers = TiersConfig(concurrency={"free": 1_000_000}, rate={"free": "100000/s"}, burst={"free": 1000})
+    tiers = TiersConfig(concurrency={"free": 1_000_000, "pro": 3, "pro_plus": 3, "enterprise": 5},
+                        rate={"free": "100000/s"}, burst={"free": 1000})
     keys = Keys("lua_floor")
     limiter = ConcurrencyLimiter(conn, keys, TierBook(conn, keys, tiers), ConcurrencyConfig(enabled=True))
     return TenantGate(limiter, RateLimiter(keys), slots=True)

@@ -101,23 +101,11 @@ class ReleaseScript(LuaScript[Released]):
 class ConcurrencySlots:
     """acquire / release / keep_alive / snooze of per-tenant concurrency slots."""
 
-    def __init__(
-        self,
-        connection: Redis,
-        keys: Keys,
-        tiers: TierBook,
-        config: ConcurrencyConfig,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
-        tally: Tally | None = None,
-    ) -> None:
-        """``tally``: where the counts go (none kept without one)."""
-        self.connection = connection
-        self.keys = keys
-        self.tiers = tiers
-        self.config = config
-        self.clock = clock
-        self.tally: Tally = tally or _NoTally()
+    def __init__(self, connection: Redis, keys: Keys, tiers: TierBook, config: ConcurrencyConfig, tally: Tally,
+                 clock: Clock | None = None, rng: random.Random | None = None) -> None:
+        """``tally``: where the counts go (the workers' :class:`~fair_router.workers.limiter.ConcurrencyLimiter`)."""
+        self.connection, self.keys, self.tiers, self.config, self.clock = connection, keys, tiers, config, clock
+        self.tally = tally
         self._rng = rng or random.Random()
         self.pause, self.slot = PauseCheck(keys), ConcurrencySlot(keys, config)
         # a slot's own checks (the lease refresh): pause, slot, and a reserved start's early return
@@ -235,12 +223,3 @@ class ConcurrencySlots:
             if self.tally.queue(pipe):
                 execute_riding_oom(pipe, self.connection)
 
-
-class _NoTally:
-    """A tally that keeps nothing: for slots taken where nobody reads counts."""
-
-    def add(self, tier: str, counter: str, amount: int = 1) -> None:
-        pass
-
-    def queue(self, pipe: Pipeline) -> int:
-        return 0

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 from redis import Redis
 from redis.client import Pipeline
@@ -19,13 +19,10 @@ from redis.exceptions import NoScriptError
 from rq import Queue
 from rq.job import Job
 
+from fair_router.controls.tiers import TierBook
 from fair_router.core.profiles import TenantProfile
 from fair_router.store.luascript import Call, LuaScript
-from fair_router.store.scripts import now_arg
-
-if TYPE_CHECKING:
-    from fair_router.controls.concurrency import ConcurrencySlots
-    from fair_router.controls.ratelimit import RateLimiter
+from fair_router.store.scripts import Clock, now_arg
 
 
 class Verdict(IntEnum):
@@ -100,8 +97,9 @@ class Refusal:
     until_release: bool = False  # parked until one of the tenant's slots is released (Keys.parked_in records it)
 
 
-class StartControl:
-    """One check of a job start: its ``lua/lib`` piece, the refusals it returns, their counter, and three hooks."""
+class StartControl(Protocol):
+    """One check of a job start (a small class: pause, slot, rate): its ``lua/lib`` piece, the refusals it
+    returns, their counter, and three hooks."""
 
     piece: ClassVar[str]
     verdicts: ClassVar[tuple[Verdict, ...]]
@@ -109,15 +107,40 @@ class StartControl:
 
     def needed(self, start: Start) -> bool:
         """Whether this start must go to Redis for this control (none needing it: no call at all)."""
-        raise NotImplementedError
 
     def section(self, start: Start) -> Section:
         """Its KEYS and ARGV in the start script."""
-        raise NotImplementedError
 
     def on_refused(self, admission: Admission) -> Refusal:
         """What becomes of a start it refused."""
-        raise NotImplementedError
+
+
+class Rates(StartControl, Protocol):
+    """The rate control (controls/ratelimit.py): also names the rate scopes a job's start must pass."""
+
+    def scopes(self, tenant: str, profile: TenantProfile, job: Job) -> list[RateScope]: ...
+
+
+class Slots(Protocol):
+    """What the gate uses of its limiter (controls/concurrency.py's ConcurrencySlots)."""
+
+    @property
+    def connection(self) -> Redis: ...
+    @property
+    def tiers(self) -> TierBook: ...
+    @property
+    def clock(self) -> Clock | None: ...
+    @property
+    def tally(self) -> Tally: ...
+    @property
+    def pause(self) -> StartControl: ...
+    @property
+    def slot(self) -> StartControl: ...
+
+    def defer(self, job: Job, queue: Queue, when: datetime) -> None: ...
+
+
+L = TypeVar("L", bound=Slots)
 
 
 class Tally(Protocol):
@@ -159,11 +182,11 @@ class PendingStart(NamedTuple):
     place: int
 
 
-class TenantGate:
+class TenantGate(Generic[L]):
     """acquire / refusal / defer of one job start: the configured controls, in order, as one script call that
     rides in the caller's pipeline; counts go to the limiter's tally."""
 
-    def __init__(self, limiter: ConcurrencySlots, rates: RateLimiter, slots: bool) -> None:
+    def __init__(self, limiter: L, rates: Rates, slots: bool) -> None:
         self.limiter, self.rates, self.slots = limiter, rates, slots
         # a paused tenant is refused as paused even when its slots are all taken; a rate goes last, because its
         # refusal with ``reserve`` takes the job's token

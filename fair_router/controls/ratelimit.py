@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from rq.job import Job
 
 from fair_router.config.sections import JobConfig
-from fair_router.controls.gate import Admission, RateScope, Refusal, Section, Start, StartControl, Verdict
+from fair_router.controls.gate import Admission, Rates, RateScope, Refusal, Section, Start, Verdict
 from fair_router.core.jobmeta import META_RATE
 from fair_router.core.keys import Keys
 from fair_router.core.profiles import TenantProfile
@@ -23,7 +23,7 @@ def scope(key: str, rate: Rate, burst: int) -> RateScope:
     return RateScope(key, interval, (burst - 1) * interval)
 
 
-class RateLimiter(StartControl):
+class RateLimiter(Rates):
     """The start control of rates: the scopes a start must pass, and what becomes of a start over one."""
 
     piece = "start_rate"

@@ -19,7 +19,7 @@ from rq.job import Job
 from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings
-from fair_router.controls.gate import Admission, Lease, PendingStart, RateScope, TenantGate
+from fair_router.controls.gate import Admission, Lease, PendingStart, RateScope
 from fair_router.core.jobmeta import META_SYSTEM
 from fair_router.core.tenancy import InvalidStoredTenant, stored_tenant, usable_tenant
 from fair_router.fairqueue.queue import FairQueue
@@ -27,6 +27,7 @@ from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
 from fair_router.observe.waiting import WaitCounts
 from fair_router.rq_internals.worker import JobNotStarted, RqWorkerSeam
+from fair_router.workers.limiter import WorkerGate
 from fair_router.workers.unparking import Unparker
 
 
@@ -54,7 +55,7 @@ class StartRide:
 class StartGate:
     """The start part of a weighted worker (the seam's ``starts``)."""
 
-    def __init__(self, worker: RqWorkerSeam, settings: Settings, gate: TenantGate, state_connection: Redis,
+    def __init__(self, worker: RqWorkerSeam, settings: Settings, gate: WorkerGate, state_connection: Redis,
                  fair_queues: list[FairQueue], start_recorder: StartRecorder | None, wait_counts: WaitCounts) -> None:
         self.worker, self.settings, self.gate, self.state_connection = worker, settings, gate, state_connection
         self.fair_queues, self.start_recorder, self.wait_counts = fair_queues, start_recorder, wait_counts
@@ -200,7 +201,7 @@ class StartGate:
             self.start_recorder.send_overdue() if overdue else self.start_recorder.send()
 
 
-def turn_away(gate: TenantGate, job: Job, queue: Queue, tenant: str, admission: Admission) -> str | None:
+def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: Admission) -> str | None:
     """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is parked
     (skipped by pops) for as long as the refusing control says; on a plain queue it is deferred through rq's
     scheduler (to its reserved token's time for a rate, after the snooze otherwise). Returns what the worker
