@@ -213,10 +213,6 @@ class ConcurrencySlots:
                 except Exception:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
-    def count(self, tier: str, counter: str, amount: int = 1) -> None:
-        """Add to one of ``tier``'s counters with the next round trip (or :meth:`flush`)."""
-        self.tally.add(tier, counter, amount)
-
     def flush(self) -> None:
         """Write pending counts now (the worker calls this when it stops)."""
         with self.connection.pipeline(transaction=False) as pipe:

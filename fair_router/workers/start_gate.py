@@ -215,7 +215,7 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
         queue.park(job, tenant, seconds, limit, at_ms=refusal.until_ms)
         # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
         # next may send no round trip through the limiter for a long while.
-        limiter.count(limiter.tiers.tier(tenant), "parked")
+        limiter.tally.add(limiter.tiers.tier(tenant), "parked")
         if refusal.until_release:
             # The refusal recorded this queue for the next release (Keys.parked_in). If a release took the
             # record before our park landed, its unpark may have come first and found nothing parked: then the
