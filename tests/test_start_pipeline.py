@@ -97,3 +97,35 @@ def test_a_start_with_every_control_costs_nine_commands_and_no_hashing_on_its_ow
     assert ran == {"time": 1, "exists": 1, "zremrangebyscore": 1, "zscore": 1, "zcard": 1, "mget": 1, "set": 1,
                    "zadd": 1, "pexpire": 1}, ran
     assert conn.pttl(KEYS.leases("carol")) > 86_400_000  # the set outlives its leases by a day
+
+
+def test_a_paced_start_reports_to_its_fair_queue_only_while_its_rate_binds_and_once_after(conn: Redis) -> None:
+    """A fair queue's start held by the tenant's own rate: reported (its queue hears when the next may come)
+    when the rate binds, and once more when it no longer does (the queue's pace ends); a rate with room to
+    spare sends no report at all, so the queue never parks its tenant after a take."""
+    gate, _ = every_control(conn)
+    roomy = (scope(KEYS.rate("roomy"), Rate(1000, 1), 100),)
+    conn.hset(KEYS.tiers(), "roomy", "enterprise")  # 5 slots: its 5 starts run at once
+    assert not any(gate.run(start(conn, "roomy", f"r{i}", rates=roomy, tenant_scopes=1, fair_queue="q")).report
+                   for i in range(5))
+    assert not conn.exists(KEYS.paced("roomy", "q"))
+    one_a_minute = (scope(KEYS.rate("bob"), Rate(1, 60), 2),)  # a burst of 2: the second start binds
+
+    def paced(job_id: str) -> Admission:
+        conn.delete(KEYS.leases("bob"))  # the free tier's one slot, free again
+        return gate.run(start(conn, "bob", job_id, rates=one_a_minute, tenant_scopes=1, fair_queue="q"))
+
+    first = paced("a")
+    assert first.status == Verdict.GRANTED and not first.report and first.next_ms == 0
+    bound = paced("b")
+    assert bound.status == Verdict.GRANTED and bound.report and bound.next_ms > bound.now_ms
+    assert conn.exists(KEYS.paced("bob", "q")) and not conn.exists(KEYS.paced("bob", "other"))
+    conn.delete(KEYS.rate("bob"))  # its tokens back: the next start has room again
+    freed = paced("c")
+    assert freed.status == Verdict.GRANTED and freed.report and freed.next_ms == 0  # the queue's pace ends
+    assert not conn.exists(KEYS.paced("bob", "q"))
+    conn.delete(KEYS.rate("bob"))
+    again = paced("d")
+    assert again.status == Verdict.GRANTED and not again.report  # nothing left to tell the queue
+    plain = gate.run(start(conn, "carl", "e", rates=(scope(KEYS.rate("carl"), Rate(1, 60), 1),), tenant_scopes=1))
+    assert plain.next_ms > plain.now_ms and not plain.report  # a plain queue's start: no fair queue to tell
