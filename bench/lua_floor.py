@@ -9,7 +9,11 @@ Three prices, from ``INFO commandstats`` in tight loops on a private redis-serve
 - per script, as it runs for real: its server time per call, how many commands it sends and their own time.
   ``route.lua`` records one enqueue of a tenant whose window is at its cap (``FairRouter.record_and_route``, 50
   tenants, bench/enqueue.py's rules); the fair pop is ``FairQueue.pop_fair()`` over 10 tenants; the settle is
-  ``FairQueue.settle()`` of a popped job of a ``charge="runtime"`` queue (fair_settle.lua).
+  ``FairQueue.settle()`` of a popped job of a ``charge="runtime"`` queue (fair_settle.lua); the start is one
+  job start with every control on (pause, a slot, the tenant's rate; ``TenantGate.queue_check`` as it rides rq's
+  job-start MULTI, an EVAL: its hashing counts), 50 tenants; the release is a slot's end as a worker sends it
+  (release.lua, then fair_unpark.lua for the job's claim in its fair queue, both EVAL on one pipeline; their
+  floors add up).
 
 The floor of a script is ``base + commands x bridge + the commands' own time``: the time it would take if its
 Lua logic and argument handling cost nothing. A goal below that floor cannot be met by making the Lua cheaper,
@@ -38,7 +42,13 @@ from jobs import noop
 from redisstats import pop_stat
 
 from fair_router import FairQueue, Settings
+from fair_router.config.settings import ConcurrencyConfig, TiersConfig
+from fair_router.controls.gate import Lease, TenantGate
+from fair_router.controls.ratelimit import RateLimiter
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
+from fair_router.workers.limiter import ConcurrencyLimiter
 
 BRIDGE_CALLS = 20
 SCRIPT_CALLS = ("cmdstat_evalsha", "cmdstat_fcall", "cmdstat_eval")
@@ -111,6 +121,66 @@ def settle_cost(conn: Redis, calls: int) -> dict[str, float]:
     return script_cost(stats_of(conn, calls, lambda i: queue.settle(str(popped[i]), 0.01)), calls)
 
 
+def eval_cost(stats: dict[str, Any], calls: int) -> dict[str, float]:
+    """As :func:`script_cost`, for scripts sent as EVAL (every EVAL of the loop, MULTI/EXEC not counted)."""
+    script = stats.get("cmdstat_eval", {"usec": 0.0, "calls": 0})
+    inner = {name: value for name, value in stats.items() if name not in (*NOT_INNER, "cmdstat_multi", "cmdstat_exec")}
+    return {"us": float(script["usec"]) / calls, "commands": sum(int(v["calls"]) for v in inner.values()) / calls,
+            "own_us": sum(float(v["usec"]) for v in inner.values()) / calls}
+
+
+def limited_gate(conn: Redis) -> TenantGate:
+    """Every start control on: a slot per job (limit far off) and the tenant's own rate (never binding)."""
+    tiers = TiersConfig(concurrency={"free": 1_000_000, "pro": 3, "pro_plus": 3, "enterprise": 5},
+                        rate={"free": "100000/s"}, burst={"free": 1000})
+    keys = Keys("lua_floor")
+    limiter = ConcurrencyLimiter(conn, keys, TierBook(conn, keys, tiers), ConcurrencyConfig(enabled=True))
+    return TenantGate(limiter, RateLimiter(keys), slots=True)
+
+
+def start_cost(conn: Redis, calls: int) -> dict[str, float]:
+    """start.lua deciding one job start of 50 tenants with every control on, queued on a MULTI as the worker's
+    rides rq's job-start MULTI (EVAL)."""
+    gate = limited_gate(conn)
+    queue = FairQueue("lua_floor_start", connection=conn, settings=Settings(prefix="lua_floor"))
+    jobs = [queue.create_job(noop, args=(i,), meta={"fair_tenant": f"t{i % TENANTS}"}) for i in range(calls)]
+
+    def start(i: int) -> object:
+        tenant = f"t{i % TENANTS}"
+        with conn.pipeline() as pipe:
+            pending = gate.queue_check(tenant, jobs[i], gate.checks(tenant, jobs[i]) or [], False, pipe, queue.name)
+            return gate.answer(pending, pipe.execute())
+
+    for tenant in range(TENANTS):
+        gate.limiter.tiers.profile(f"t{tenant}")  # the tier cache filled, as in a running worker
+    return eval_cost(stats_of(conn, calls, start), calls)
+
+
+def release_cost(conn: Redis, calls: int) -> dict[str, float]:
+    """A slot's end as the worker sends it: release.lua and fair_unpark.lua (the job's claim in its fair queue
+    ends) on one pipeline, for jobs of 50 limited tenants popped from a fair queue."""
+    gate = limited_gate(conn)
+    queue = FairQueue("lua_floor_release", connection=conn, settings=Settings(prefix="lua_floor"))
+    for tenant in range(TENANTS):
+        queue.unpark(f"t{tenant}", limit=1_000_000)  # the queue knows their limits: its pops claim
+    tenant_of: dict[str, str] = {}
+    for start in range(0, calls, 1000):
+        jobs = queue.enqueue_many([Queue.prepare_data(noop, (i,), meta={"fair_tenant": f"t{i % TENANTS}"})
+                                   for i in range(start, min(calls, start + 1000))])
+        tenant_of.update((job.id, job.meta["fair_tenant"]) for job in jobs)
+    leases = [Lease(tenant_of[job_id], "free", job_id)
+              for job_id in (str(queue.pop_fair().job_id) for _ in range(calls))]
+    for lease in leases:
+        gate.limiter.acquire(lease.tenant, lease.job_id)
+
+    def release(i: int) -> object:
+        lease = leases[i]
+        gate.limiter.release(lease, also=lambda pipe: queue.unpark(lease.tenant, pipe, lease.job_id, 1_000_000))
+        return None
+
+    return eval_cost(stats_of(conn, calls, release), calls)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=3000, help="calls per measurement (default 3000)")
@@ -123,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             conn.flushdb()
             base, bridge = prices(conn, args.calls)
             for name, cost in (("route.lua", route_cost(conn, args.calls)), ("fair pop", pop_cost(conn, args.calls)),
-                               ("settle", settle_cost(conn, args.calls))):
-                floor = base + cost["commands"] * bridge + cost["own_us"]
+                               ("settle", settle_cost(conn, args.calls)), ("start", start_cost(conn, args.calls)),
+                               ("release", release_cost(conn, args.calls))):
+                floor = base * (2 if name == "release" else 1) + cost["commands"] * bridge + cost["own_us"]
                 for key, value in (("base", base), ("bridge", bridge), (f"{name} us", cost["us"]),
                                    (f"{name} commands", cost["commands"]), (f"{name} own", cost["own_us"]),
                                    (f"{name} floor", floor)):
@@ -133,10 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Lua floor ({args.rounds} rounds x {args.calls} calls, medians): an empty EVALSHA {med['base']:.1f} us; "
           f"a redis.call beyond its command {med['bridge']:.2f} us")
     print(f"{'script':10}{'server':>10}{'commands':>10}{'their own':>11}{'floor':>9}{'goal':>8}")
+    print_start_and_release(med)
     for name, goal in (("route.lua", ROUTE_GOAL_US), ("fair pop", POP_GOAL_US), ("settle", None)):
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
               f"{med[f'{name} floor']:>6.1f} us" + ("" if goal is None else f"{goal:>5.0f} us"))
     return 0
+
+
+def print_start_and_release(med: dict[str, float]) -> None:
+    """The start and a slot's release (EVAL: hashing included; the release's two scripts summed), each with the
+    ratio of its server time to its floor (the capacity issue's goal: 1.4x)."""
+    for name in ("start", "release"):
+        print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
+              f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor")
 
 
 if __name__ == "__main__":

@@ -10,14 +10,16 @@
 bind_keys()
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
 
-local here = has_waiting(tenant)
+local waiting = has_waiting(tenant)
+local here, known = waiting, nil
 if job_id ~= '' then
   here = unclaim(tenant, job_id) or here
   sweep_claims(clock_ms(ARGV[4] or ''))
 end
-if here then learn_limit(tenant, limit) end
-if not under_limit(tenant) or not end_park(tenant) then
-  forget(tenant)  -- nothing waiting, claimed or parked here: its limit goes (lib/forget.lua)
+if here then known = learn_limit(tenant, limit) end
+if not under_limit(tenant, known) or not end_park(tenant) then
+  -- nothing waiting, claimed or parked here: its limit goes (lib/forget.lua); with jobs waiting it stays
+  if not waiting then forget(tenant) end
   return 0
 end
 wake_one()

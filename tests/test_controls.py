@@ -27,13 +27,12 @@ from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 from fair_router import FairQueue, FairRouter, Settings, TenantBacklogFull, fair_job, load_settings
 from fair_router.cli import main
 from fair_router.config.settings import ConcurrencyConfig, SettingsError, TiersConfig
-from fair_router.controls.gate import TenantGate
+from fair_router.controls.gate import TenantGate, Verdict
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.core.rates import Rate, parse_rate
 from fair_router.demo.redis_server import RedisServer
-from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.start_gate import turn_away
 

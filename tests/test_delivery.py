@@ -27,12 +27,11 @@ from rq.registry import FailedJobRegistry
 
 from fair_router import FairQueue, FairRouter, Settings
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
-from fair_router.controls.gate import TenantGate
+from fair_router.controls.gate import TenantGate, Verdict
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.observe.counters import COUNTERS
-from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.start_gate import turn_away
 

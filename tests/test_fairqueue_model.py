@@ -47,14 +47,13 @@ from fair_router import FairQueue, Settings
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
 from fair_router.controls.admin import TenantAdmin
 from fair_router.controls.concurrency import Lease
-from fair_router.controls.gate import TenantGate
+from fair_router.controls.gate import TenantGate, Verdict
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
 from fair_router.core.profiles import TenantOverrides
 from fair_router.demo.redis_server import RedisServer
 from fair_router.rq_internals.queue import PopKind
-from fair_router.store.scripts import Verdict
 from fair_router.workers.limiter import ConcurrencyLimiter
 from fair_router.workers.start_gate import turn_away
 
@@ -613,9 +612,12 @@ class StartPathMachine(RuleBasedStateMachine):
             assert admission.next_ms == at_ms, (tenant, admission, at_ms)
             assert lease is not None
             worker.running = (job, queue, lease)
-            if gate.own_rate(tenant, scopes):
+            if gate.own_rate(tenant, scopes) and admission.report:  # its rate binds, or bound: the queue hears
                 queue.hold(tenant, admission.next_ms, paced=True)
-                model.paced[(queue.name, tenant)] = model.now_ms
+                if admission.next_ms > model.now_ms:
+                    model.paced[(queue.name, tenant)] = model.now_ms
+                else:
+                    model.paced.pop((queue.name, tenant), None)
             self.check_limits(tenant)
             return
         turn_away(gate, job, queue, tenant, admission)

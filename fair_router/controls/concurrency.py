@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
 
 from redis import Redis
 from redis.client import Pipeline
@@ -22,14 +22,26 @@ from rq import Queue
 from rq.job import Job
 
 from fair_router.config.sections import ConcurrencyConfig
+from fair_router.controls.gate import (
+    Admission,
+    Lease,
+    Refusal,
+    Section,
+    Start,
+    StartControl,
+    Tally,
+    TenantGate,
+    Verdict,
+)
 from fair_router.controls.pauses import PauseCheck
-from fair_router.controls.pipeline import NoTally, Refusal, Section, Start, StartControl, StartPipeline, Tally
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
+from fair_router.core.text import as_text
 from fair_router.store.cluster import is_rq_slot_client
+from fair_router.store.luascript import Call, LuaScript
 from fair_router.store.oom import execute_riding_oom
-from fair_router.store.scripts import Admission, Clock, ReleaseScript, Verdict
+from fair_router.store.scripts import Clock
 
 logger = logging.getLogger("fair_router")
 
@@ -55,10 +67,10 @@ class ConcurrencySlot(StartControl):
 
     def section(self, start: Start) -> Section:
         """The tenant's leases; its limit (override, else tier) and the lease's life."""
-        return Section([self.keys.leases(start.tenant), self.keys.parked_in(start.tenant)],
-                       [start.profile.limit, self.lease_ms, start.fair_queue])
+        return [self.keys.leases(start.tenant), self.keys.parked_in(start.tenant)], [start.profile.limit,
+                                                                                    self.lease_ms, start.fair_queue]
 
-    def on_refused(self, start: Start, admission: Admission) -> Refusal:
+    def on_refused(self, admission: Admission) -> Refusal:
         """Parked until a slot frees (at most a lease's life: ``at_ms``); snoozed on a plain queue."""
         seconds = self.config.lease_ttl
         if admission.at_ms:
@@ -66,46 +78,42 @@ class ConcurrencySlot(StartControl):
         return Refusal(self.counter, "at its limit", seconds, until_release=True)
 
 
-@dataclass(frozen=True)
-class Lease:
-    """A held slot: whose, on which tier, for which job."""
+class Released(NamedTuple):
+    """What release.lua did: whether the job held a slot, and the fair queues where its tenant was parked."""
 
-    tenant: str
-    tier: str
-    job_id: str
+    removed: bool
+    parked_in: list[str]
+
+
+class ReleaseScript(LuaScript[Released]):
+    """release.lua: give a job's slot back and take the fair queues its tenant waits in for a slot."""
+
+    name = "release"
+
+    def __call__(self, leases: str, parked_in: str, job_id: str) -> Call[Released]:
+        """KEYS = [the tenant's leases, its parked-in set] (:meth:`Keys.leases`, :meth:`Keys.parked_in`)."""
+        return self.call([leases, parked_in], [job_id])
+
+    def parse(self, reply: Any) -> Released:
+        return Released(int(reply[0]) > 0, [as_text(name) for name in reply[1:]])
 
 
 class ConcurrencySlots:
     """acquire / release / keep_alive / snooze of per-tenant concurrency slots."""
 
-    def __init__(
-        self,
-        connection: Redis,
-        keys: Keys,
-        tiers: TierBook,
-        config: ConcurrencyConfig,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
-        tally: Tally | None = None,
-    ) -> None:
-        self.connection = connection
-        self.keys = keys
-        self.tiers = tiers
-        self.config = config
-        self.clock = clock
-        self.tally: Tally = tally or NoTally()
+    def __init__(self, connection: Redis, keys: Keys, tiers: TierBook, config: ConcurrencyConfig, tally: Tally,
+                 clock: Clock | None = None, rng: random.Random | None = None) -> None:
+        """``tally``: where the counts go (the workers' :class:`~fair_router.workers.limiter.ConcurrencyLimiter`)."""
+        self.connection, self.keys, self.tiers, self.config, self.clock = connection, keys, tiers, config, clock
+        self.tally = tally
         self._rng = rng or random.Random()
+        self.pause, self.slot = PauseCheck(keys), ConcurrencySlot(keys, config)
         # a slot's own checks (the lease refresh): pause, slot, and a reserved start's early return
-        self._checks = StartPipeline(connection, [PauseCheck(keys), ConcurrencySlot(keys, config),
-                                                  RateLimiter(keys)], self.tally, clock)
+        self._checks = TenantGate(self, RateLimiter(keys), slots=True)
         self._release = ReleaseScript(connection)
         self._held: dict[str, Lease] = {}
         self._refresher: threading.Thread | None = None
         self._lock = threading.RLock()
-
-    @property
-    def lease_ms(self) -> int:
-        return max(1, round(self.config.lease_ttl * 1000))
 
     def acquire(
         self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False
@@ -113,8 +121,7 @@ class ConcurrencySlots:
         """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). ``pipeline``: ride
         its round trip; ``refresh``: the job already runs in this slot."""
         profile = self.tiers.profile(tenant)
-        start = Start(tenant, job_id, profile, refresh=refresh)
-        admitted = self._checks.run(start, pipeline).admitted
+        admitted = self._checks.run(Start(tenant, job_id, profile, refresh=refresh), pipeline).admitted
         return Lease(tenant, profile.tier, job_id) if admitted else None
 
     def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None, wake: Wake | None = None) -> None:
@@ -131,7 +138,7 @@ class ConcurrencySlots:
         with self.connection.pipeline(transaction=False) as pipe:
             place = len(pipe)
             self._release(self.keys.leases(lease.tenant), self.keys.parked_in(lease.tenant), lease.job_id).queue(pipe)
-            self._flush(pipe)
+            self.tally.queue(pipe)
             if also is not None:
                 also(pipe)
             # a Redis out of memory still takes the release (it only frees memory); the rest is sent again
@@ -148,7 +155,7 @@ class ConcurrencySlots:
         """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release: False after a
         refused start means a release came first, and the caller unparks it itself."""
         with self.connection.pipeline(transaction=False) as pipe:
-            self._flush(pipe)
+            self.tally.queue(pipe)
             place = len(pipe)
             pipe.sismember(self.keys.parked_in(tenant), queue)
             return bool(pipe.execute()[place])
@@ -167,7 +174,7 @@ class ConcurrencySlots:
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)  # rq parks single-queue fetches there
             queue.schedule_job(job, when, pipeline=pipe)
             if not is_rq_slot_client(job.connection):  # on a cluster the counters are on another slot
-                self._flush(pipe)
+                self.tally.queue(pipe)
             pipe.execute()
 
     @contextmanager
@@ -206,16 +213,9 @@ class ConcurrencySlots:
                 except Exception:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
-    def count(self, tier: str, counter: str, amount: int = 1) -> None:
-        """Add to one of ``tier``'s counters with the next round trip (or :meth:`flush`)."""
-        self.tally.add(tier, counter, amount)
-
     def flush(self) -> None:
         """Write pending counts now (the worker calls this when it stops)."""
         with self.connection.pipeline(transaction=False) as pipe:
-            if self._flush(pipe):
+            if self.tally.queue(pipe):
                 execute_riding_oom(pipe, self.connection)
 
-    def _flush(self, pipe: Pipeline) -> int:
-        """Queue pending counts on ``pipe``; returns how many commands."""
-        return self.tally.queue(pipe)

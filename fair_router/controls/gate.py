@@ -1,31 +1,178 @@
-"""The workers' job-start checks: pause, (with ``slots``) the concurrency slot, and rates, run as a
-:class:`~fair_router.controls.pipeline.StartPipeline` in that order, one script call per start queued on rq's
-job-start MULTI (:mod:`fair_router.workers.start_gate`; on a Redis Cluster in the same pipeline as the worker's
-"busy" state write), so they cost no round trip of their own.
-
-The order is the controls' contract: a job that already holds its slot is a lease refresh and passes
-(the slot's ``held`` pass, before every check); a paused tenant is refused as paused even when its slots are
-all taken; a rate goes last, because its refusal with ``reserve`` takes the job's token. A paused tenant's
-jobs wait: a FairQueue parks the tenant (pops skip it) until ``TenantPauses.resume`` unparks it in every fair
-queue (or, as a safety net, for ``pauses.PAUSE_PARK`` seconds); a plain queue's job is deferred like a
-concurrency snooze. System jobs (and jobs without a tenant) are never checked.
-"""
+"""A job's start checks: pause, (with ``slots``) the concurrency slot, and rates, each a small
+:class:`StartControl` (:mod:`~fair_router.controls.pauses`, :mod:`~fair_router.controls.concurrency`,
+:mod:`~fair_router.controls.ratelimit`), decided in that order by ONE call of ``lua/start.lua`` per start
+(:class:`StartScript`), queued on rq's job-start MULTI (:mod:`fair_router.workers.start_gate`). Why this
+order, and what becomes of a refused start: docs/internals.md ("Follow a slot take")."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from enum import IntEnum
+from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
+from redis import Redis
 from redis.client import Pipeline
+from redis.exceptions import NoScriptError
 from rq import Queue
 from rq.job import Job
 
-from fair_router.controls.concurrency import ConcurrencySlot, ConcurrencySlots, Lease
-from fair_router.controls.pauses import PauseCheck
-from fair_router.controls.pipeline import Refusal, Start, StartControl, StartPipeline
-from fair_router.controls.ratelimit import RateLimiter
-from fair_router.store.scripts import Admission, RateScope
+from fair_router.controls.tiers import TierBook
+from fair_router.core.profiles import TenantProfile
+from fair_router.store.luascript import Call, LuaScript
+from fair_router.store.scripts import Clock, now_arg
+
+
+class Verdict(IntEnum):
+    """The start script's status for one job start."""
+
+    AT_LIMIT = 0  # refused: the tenant's concurrency slots are all taken
+    GRANTED = 1  # admitted (a slot taken when concurrency limits are on)
+    HELD = 2  # the job already held its slot: lease extended
+    RATE = 3  # refused by a rate limit: the next start is allowed at at_ms
+    PAUSED = 4  # refused: the tenant is paused
+    RESERVED = 5  # refused by a rate limit, its token taken: the job may start at at_ms
+
+
+class Admission(NamedTuple):
+    """What the start script decided for one job start."""
+
+    status: Verdict
+    reclaimed: int
+    at_ms: int  # RATE / RESERVED: when the job may start; AT_LIMIT: when its first lease expires (epoch ms)
+    now_ms: int  # the script's clock when it decided
+    next_ms: int = 0  # GRANTED: when the tenant's own rate allows its next start (0: at once)
+    report: bool = False  # GRANTED from a fair queue, paced: the queue must hear next_ms (lib/start_rate.lua)
+
+    @property
+    def admitted(self) -> bool:
+        return self.status in (Verdict.GRANTED, Verdict.HELD)
+
+
+class RateScope(NamedTuple):
+    """One GCRA state a start must pass: its key, the interval between starts and the burst tolerance."""
+
+    key: str
+    interval_ms: int
+    tolerance_ms: int
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A held slot: whose, on which tier, for which job."""
+
+    tenant: str
+    tier: str
+    job_id: str
+
+
+@dataclass(frozen=True)
+class Start:
+    """One job start as the controls see it: whose, which job, the tenant's profile (looked up once)."""
+
+    tenant: str
+    job_id: str
+    profile: TenantProfile
+    rates: tuple[RateScope, ...] = ()  # the GCRA scopes it must pass, the tenant's own first
+    tenant_scopes: int = 0  # how many of ``rates`` hold every job of the tenant (0 or 1)
+    reserve: bool = False  # a rate refusal takes the job's token and reserves its start (plain queues)
+    refresh: bool = False  # the job already runs in its slot: a refusal is a lost slot, not a refused job
+    fair_queue: str = ""  # the FairQueue the job came from ('' none): a refusal at the limit parks it there
+
+
+Section = tuple[list[str], list[str | int]]
+"""One control's KEYS and ARGV in the start script call, in the order its ``lua/lib`` piece reads them."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What becomes of a start a control refused."""
+
+    counter: str  # the per-tier counter it is counted under
+    why: str  # for the worker's log line
+    park_seconds: float  # how long a fair queue parks the tenant (skipped by pops) at most
+    until_ms: int | None = None  # a rate's next token: a plain queue's job comes back then, a park ends then
+    until_release: bool = False  # parked until one of the tenant's slots is released (Keys.parked_in records it)
+
+
+class StartControl(Protocol):
+    """One check of a job start (a small class: pause, slot, rate): its ``lua/lib`` piece, the refusals it
+    returns, their counter, and three hooks."""
+
+    piece: ClassVar[str]
+    verdicts: ClassVar[tuple[Verdict, ...]]
+    counter: ClassVar[str]
+
+    def needed(self, start: Start) -> bool:
+        """Whether this start must go to Redis for this control (none needing it: no call at all)."""
+
+    def section(self, start: Start) -> Section:
+        """Its KEYS and ARGV in the start script."""
+
+    def on_refused(self, admission: Admission) -> Refusal:
+        """What becomes of a start it refused."""
+
+
+class Rates(StartControl, Protocol):
+    """The rate control (controls/ratelimit.py): also names the rate scopes a job's start must pass."""
+
+    def scopes(self, tenant: str, profile: TenantProfile, job: Job) -> list[RateScope]: ...
+
+
+class Slots(Protocol):
+    """What the gate uses of its limiter (controls/concurrency.py's ConcurrencySlots)."""
+
+    @property
+    def connection(self) -> Redis: ...
+    @property
+    def tiers(self) -> TierBook: ...
+    @property
+    def clock(self) -> Clock | None: ...
+    @property
+    def tally(self) -> Tally: ...
+    @property
+    def pause(self) -> StartControl: ...
+    @property
+    def slot(self) -> StartControl: ...
+
+    def defer(self, job: Job, queue: Queue, when: datetime) -> None: ...
+
+
+L = TypeVar("L", bound=Slots)
+
+
+class Tally(Protocol):
+    """Where the controls' counts go (per tier, by name); written with the next pipeline that passes by."""
+
+    def add(self, tier: str, counter: str, amount: int = 1) -> None: ...
+
+    def queue(self, pipe: Pipeline) -> int: ...
+
+
+class StartScript(LuaScript[Admission]):
+    """start.lua: one text for every list of controls; each call names its controls' pieces, in order."""
+
+    name = "start"
+
+    def __init__(self, connection: Redis, pieces: Sequence[str]) -> None:
+        self.pieces = tuple(pieces)
+        super().__init__(connection)
+
+    def __call__(self, now_ms: str, job_id: str, sections: Sequence[Section]) -> Call[Admission]:
+        """KEYS = every section's keys in order; ARGV = now_ms, job_id, then per section: the piece's name, its
+        number of keys, of args, and its args."""
+        keys: list[str] = []
+        args: list[str | int] = [now_ms, job_id]
+        for piece, (section_keys, section_args) in zip(self.pieces, sections, strict=True):
+            keys += section_keys
+            args += (piece, len(section_keys), len(section_args), *section_args)
+        return self.call(keys, args)
+
+    def parse(self, reply: Any) -> Admission:
+        status, reclaimed, at_ms, now, next_ms, *report = (int(x) for x in reply)
+        return Admission(Verdict(status), reclaimed, at_ms, now, next_ms, report == [1])
 
 
 class PendingStart(NamedTuple):
@@ -35,66 +182,98 @@ class PendingStart(NamedTuple):
     place: int
 
 
-class TenantGate:
-    """acquire / defer for one job start: the configured start controls, decided by one script call that
-    rides in the caller's pipeline."""
+class TenantGate(Generic[L]):
+    """acquire / refusal / defer of one job start: the configured controls, in order, as one script call that
+    rides in the caller's pipeline; counts go to the limiter's tally."""
 
-    def __init__(self, limiter: ConcurrencySlots, rates: RateLimiter, slots: bool) -> None:
-        self.limiter = limiter
-        self.rates = rates
-        self.slots = slots
-        controls: list[StartControl] = [PauseCheck(limiter.keys)]
-        if slots:
-            controls.append(ConcurrencySlot(limiter.keys, limiter.config))
-        controls.append(rates)
-        self.pipeline = StartPipeline(limiter.connection, controls, limiter.tally, limiter.clock)
+    def __init__(self, limiter: L, rates: Rates, slots: bool) -> None:
+        self.limiter, self.rates, self.slots = limiter, rates, slots
+        # a paused tenant is refused as paused even when its slots are all taken; a rate goes last, because its
+        # refusal with ``reserve`` takes the job's token
+        self.controls: tuple[StartControl, ...] = (limiter.pause, *((limiter.slot,) if slots else ()), rates)
+        self.script = StartScript(limiter.connection, [control.piece for control in self.controls])
+        self._by_verdict = {verdict: control for control in self.controls for verdict in control.verdicts}
 
     def start(self, tenant: str, job: Job, scopes: list[RateScope] | None = None, reserve: bool = False,
               fair_queue: str = "") -> Start:
-        """``job``'s start as the controls see it (the tenant's profile from the tier cache); ``fair_queue``: the
-        FairQueue it came from, where a refusal at the limit parks the tenant ('' none)."""
+        """``job``'s start as the controls see it; ``fair_queue``: the FairQueue it came from ('' none)."""
         rates = tuple(scopes or ())
         return Start(tenant, job.id, self.limiter.tiers.profile(tenant), rates,
                      int(self.own_rate(tenant, list(rates))), reserve, fair_queue=fair_queue)
 
     def checks(self, tenant: str, job: Job) -> list[RateScope] | None:
-        """The rate scopes ``job``'s start must pass, or None when no control needs a call: no concurrency
-        slots, no rate, and its tenant not paused as of the tier cache (5 s). So with limits off and no
-        controls in use a job start costs no round trip; with limits on the checks ride in the slot's call."""
+        """The rate scopes ``job``'s start must pass, or None when no control needs a call (no slots, no rate, the
+        tenant not paused as of the tier cache): then the start costs no round trip."""
         profile = self.limiter.tiers.profile(tenant)
         scopes = self.rates.scopes(tenant, profile, job)
         start = Start(tenant, job.id, profile, tuple(scopes))
-        return scopes if self.pipeline.needed(start) else None
+        return scopes if any(control.needed(start) for control in self.controls) else None
 
     def acquire(self, tenant: str, job: Job, scopes: list[RateScope], reserve: bool,
                 pipeline: Pipeline | None = None, fair_queue: str = "") -> tuple[Admission, Lease | None]:
-        """Decide whether ``job`` may start now (``scopes`` from :meth:`checks`). ``reserve`` (plain queues):
-        a rate refusal takes the job's token and reserves its start time, returned as ``at_ms``. The lease
-        is set when a slot is held. The tenant's own rate comes first in ``scopes`` (:meth:`RateLimiter.scopes`):
-        an admission's ``next_ms`` is when it allows the tenant's next start. ``fair_queue``: as in :meth:`start`."""
+        """Decide whether ``job`` may start now (``scopes`` from :meth:`checks`, the tenant's own rate first: an
+        admission's ``next_ms`` is when it allows the tenant's next start). ``reserve`` (plain queues): a rate
+        refusal takes the job's token and reserves its start, returned as ``at_ms``. The lease: a slot held."""
         start = self.start(tenant, job, scopes, reserve, fair_queue)
-        admission = self.pipeline.run(start, pipeline)
+        admission = self.run(start, pipeline)
         return admission, self._lease(start, admission)
+
+    def run(self, start: Start, pipeline: Pipeline | None = None) -> Admission:
+        """Decide ``start`` by one call (with ``pipeline``: after its commands, in the same round trip, with the
+        pending counts). Executed here, so the call goes as EVALSHA; after a NOSCRIPT only the call is sent
+        again, on its own (it did nothing; the pipeline's other commands ran)."""
+        call = self._call(start)
+        if pipeline is None:
+            return self._counted(start, call.run())
+        self.limiter.tally.queue(pipeline)
+        place = len(pipeline)
+        call.queue_loaded(pipeline)
+        replies = pipeline.execute(raise_on_error=False)
+        for other in replies:
+            if isinstance(other, Exception) and not isinstance(other, NoScriptError):
+                raise other
+        if isinstance(replies[place], NoScriptError):
+            return self._counted(start, call.run())
+        return self._counted(start, self.script.parse(replies[place]))
 
     def queue_check(self, tenant: str, job: Job, scopes: list[RateScope], reserve: bool,
                     pipeline: Pipeline, fair_queue: str = "") -> PendingStart:
-        """:meth:`acquire`'s call queued on a pipeline someone else executes (rq's job-start MULTI, so the
-        check costs no round trip of its own); :meth:`answer` reads its decision from the replies."""
+        """:meth:`acquire`'s call (and the pending counts) queued on a pipeline someone else executes (rq's
+        job-start MULTI); :meth:`answer` reads its decision from the replies."""
         start = self.start(tenant, job, scopes, reserve, fair_queue)
-        return PendingStart(start, self.pipeline.queue(start, pipeline))
+        self.limiter.tally.queue(pipeline)
+        place = len(pipeline)
+        self._call(start).queue(pipeline)
+        return PendingStart(start, place)
 
     def answer(self, pending: PendingStart, replies: list[Any]) -> tuple[Admission, Lease | None]:
         """What :meth:`acquire` returns, from the replies of the pipeline ``pending`` was queued on."""
-        admission = self.pipeline.answer(pending.start, replies[pending.place])
+        admission = self._counted(pending.start, self.script.parse(replies[pending.place]))
         return admission, self._lease(pending.start, admission)
+
+    def _call(self, start: Start) -> Call[Admission]:
+        return self.script(now_arg(self.limiter.clock), start.job_id,
+                           [control.section(start) for control in self.controls])
+
+    def _counted(self, start: Start, admission: Admission) -> Admission:
+        """Counts a refusal (unless a refresh), a slot taken and leases reclaimed."""
+        tier, tally = start.profile.tier, self.limiter.tally
+        tally.add(tier, "reclaimed", admission.reclaimed)
+        if self.slots and admission.status == Verdict.GRANTED:
+            tally.add(tier, "acquired")
+        refusing = self._by_verdict.get(admission.status)
+        if refusing is not None and not start.refresh:
+            tally.add(tier, refusing.counter)
+        return admission
 
     def _lease(self, start: Start, admission: Admission) -> Lease | None:
         held = self.slots and admission.admitted
         return Lease(start.tenant, start.profile.tier, start.job_id) if held else None
 
-    def refusal(self, tenant: str, job: Job, admission: Admission) -> Refusal | None:
-        """What becomes of ``job``, refused by ``admission`` (None: it was admitted), from the refusing control."""
-        return self.pipeline.refusal(self.start(tenant, job), admission)
+    def refusal(self, admission: Admission) -> Refusal | None:
+        """What becomes of a start refused by ``admission`` (None: it was admitted), from the refusing control."""
+        refusing = self._by_verdict.get(admission.status)
+        return None if refusing is None else refusing.on_refused(admission)
 
     def own_rate(self, tenant: str, scopes: list[RateScope] | None) -> bool:
         """True when the tenant has a rate of its own, the first of ``scopes`` (its override or tier's)."""
@@ -102,9 +281,8 @@ class TenantGate:
 
     def defer_until(self, job: Job, queue: Queue, at_ms: int) -> datetime:
         """Reschedule ``job`` to its queue for ``at_ms`` (rounded up to whole seconds, as rq's scheduler keeps
-        them, so it never comes back early). It comes back at the front of its queue: its start is reserved (its
-        token paid), so it must not wait again behind the jobs that came after it, which would delay every
-        later token of a backlog too."""
+        them, so it never comes back early), at the front: its token is paid, it must not wait again behind
+        later jobs (which would delay every later token of a backlog too)."""
         when = datetime.fromtimestamp(math.ceil(at_ms / 1000), timezone.utc)
         job.enqueue_at_front = True
         self.limiter.defer(job, queue, when)

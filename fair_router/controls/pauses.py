@@ -15,11 +15,11 @@ from redis import Redis
 from rq import Queue
 
 from fair_router.controls.fairstate import FairHoldScript, FairUnparkScript
-from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
+from fair_router.controls.gate import Admission, Refusal, Section, Start, StartControl, Verdict
 from fair_router.core.keys import Keys, encode
 from fair_router.core.text import as_text
 from fair_router.store.profile_scripts import NoteChangeScript
-from fair_router.store.scripts import Admission, Clock, Verdict, now_arg
+from fair_router.store.scripts import Clock, now_arg
 
 PAUSE_PARK = 60.0
 """Seconds a fair queue skips a paused tenant before its next pop checks again; ``resume`` unparks it at
@@ -88,8 +88,8 @@ class PauseCheck(StartControl):
 
     def section(self, start: Start) -> Section:
         """The tenant's pause flag."""
-        return Section([self.keys.paused(start.tenant)], [])
+        return [self.keys.paused(start.tenant)], []
 
-    def on_refused(self, start: Start, admission: Admission) -> Refusal:
+    def on_refused(self, admission: Admission) -> Refusal:
         """Parked for :data:`PAUSE_PARK` at most (resume unparks it at once); snoozed on a plain queue."""
         return Refusal(self.counter, "paused", PAUSE_PARK)

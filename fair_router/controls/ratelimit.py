@@ -10,12 +10,11 @@ from collections.abc import Mapping
 from rq.job import Job
 
 from fair_router.config.sections import JobConfig
-from fair_router.controls.pipeline import Refusal, Section, Start, StartControl
+from fair_router.controls.gate import Admission, Rates, RateScope, Refusal, Section, Start, Verdict
 from fair_router.core.jobmeta import META_RATE
 from fair_router.core.keys import Keys
 from fair_router.core.profiles import TenantProfile
 from fair_router.core.rates import Rate, parse_rate
-from fair_router.store.scripts import Admission, RateScope, Verdict
 
 
 def scope(key: str, rate: Rate, burst: int) -> RateScope:
@@ -24,7 +23,7 @@ def scope(key: str, rate: Rate, burst: int) -> RateScope:
     return RateScope(key, interval, (burst - 1) * interval)
 
 
-class RateLimiter(StartControl):
+class RateLimiter(Rates):
     """The start control of rates: the scopes a start must pass, and what becomes of a start over one."""
 
     piece = "start_rate"
@@ -57,13 +56,16 @@ class RateLimiter(StartControl):
         return bool(start.rates)
 
     def section(self, start: Start) -> Section:
-        """The job's reserved start and one GCRA state per scope; reserve, tenant_scopes, (interval, tolerance)s."""
-        args: list[str | int] = [int(start.reserve), start.tenant_scopes]
+        """The job's reserved start, one GCRA state per scope and, for a fair queue's start held by the tenant's
+        own rate, its pace mark there; reserve, tenant_scopes, paced, (interval, tolerance)s."""
+        paced = bool(start.tenant_scopes and start.fair_queue)
+        args: list[str | int] = [int(start.reserve), start.tenant_scopes, int(paced)]
         for rate in start.rates:
             args += (rate.interval_ms, rate.tolerance_ms)
-        return Section([self.keys.rate_paid(start.tenant, start.job_id), *(rate.key for rate in start.rates)], args)
+        keys = [self.keys.rate_paid(start.tenant, start.job_id), *(rate.key for rate in start.rates)]
+        return [*keys, self.keys.paced(start.tenant, start.fair_queue)] if paced else keys, args
 
-    def on_refused(self, start: Start, admission: Admission) -> Refusal:
+    def on_refused(self, admission: Admission) -> Refusal:
         """Parked until its next token falls due; a plain queue's job comes back at its reserved start."""
         return Refusal(self.counter, "over its rate", max(0.001, (admission.at_ms - admission.now_ms) / 1000),
                        until_ms=admission.at_ms)

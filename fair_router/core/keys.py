@@ -155,6 +155,10 @@ class Keys:
         again."""
         return f"{self.prefix}:{{lease:{encode(tenant)}}}:paid:{encode(job_id)}"
 
+    def paced(self, tenant: str, queue: str) -> str:
+        """Set while ``tenant``'s starts from fair queue ``queue`` are paced there (lua/lib/start_rate.lua)."""
+        return f"{self.prefix}:{{lease:{encode(tenant)}}}:paced:{encode(queue)}"
+
     def limit_stats(self) -> str:
         """Hash of per-tier counters: ``<tier>:acquired|snoozed|released|reclaimed``."""
         return f"{self.prefix}:{{stats}}:limits"

@@ -8,7 +8,6 @@ reply the pipeline's execute returns).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from enum import IntEnum
 from typing import Any, NamedTuple
 
 from redis import Redis
@@ -210,88 +209,6 @@ class PeekScript(LuaScript[WindowCounts]):
 
     def parse(self, reply: Any) -> WindowCounts:
         return WindowCounts(int(reply[0]), [int(x) for x in reply[1:]])
-
-
-class Verdict(IntEnum):
-    """The start script's status for one job start (lua/lib/start.lua and its control pieces)."""
-
-    AT_LIMIT = 0  # refused: the tenant's concurrency slots are all taken
-    GRANTED = 1  # admitted (a slot taken when concurrency limits are on)
-    HELD = 2  # the job already held its slot: lease extended
-    RATE = 3  # refused by a rate limit: the next start is allowed at at_ms
-    PAUSED = 4  # refused: the tenant is paused
-    RESERVED = 5  # refused by a rate limit, its token taken: the job may start at at_ms
-
-
-class Admission(NamedTuple):
-    """What the start script decided for one job start."""
-
-    status: Verdict
-    reclaimed: int
-    at_ms: int  # RATE / RESERVED: when the job may start; AT_LIMIT: when its first lease expires (epoch ms,
-    # the script's clock)
-    now_ms: int  # the script's clock when it decided
-    next_ms: int = 0  # GRANTED: when the tenant's own rate allows its next start (0: at once)
-
-    @property
-    def admitted(self) -> bool:
-        return self.status in (Verdict.GRANTED, Verdict.HELD)
-
-
-class RateScope(NamedTuple):
-    """One GCRA state a start must pass: its key, the interval between starts and the burst tolerance."""
-
-    key: str
-    interval_ms: int
-    tolerance_ms: int
-
-
-class StartScript(LuaScript[Admission]):
-    """start.lua: decide one job start by the controls the call names, in its order (``lua/lib/start.lua`` runs
-    their ``lua/lib/start_<name>.lua`` pieces): one text for every list of controls, one call per start."""
-
-    name = "start"
-
-    def __init__(self, connection: Redis, pieces: Sequence[str]) -> None:
-        """``pieces``: each control's ``lua/lib`` piece (``start_pause``, ``start_slot``, ...), in order: named in
-        every call's ARGV."""
-        self.pieces = tuple(pieces)
-        super().__init__(connection)
-
-    def __call__(self, now_ms: str, job_id: str, sections: Sequence[tuple[Sequence[str], Sequence[str | int]]]
-                 ) -> Call[Admission]:
-        """KEYS = every section's keys in order; ARGV = now_ms, job_id, then per section (one per piece, in
-        order): the piece's name, its number of keys, of args, and its args."""
-        keys: list[str] = []
-        args: list[str | int] = [now_ms, job_id]
-        for piece, (section_keys, section_args) in zip(self.pieces, sections, strict=True):
-            keys += section_keys
-            args += (piece, len(section_keys), len(section_args), *section_args)
-        return self.call(keys, args)
-
-    def parse(self, reply: Any) -> Admission:
-        status, reclaimed, at_ms, now, next_ms = (int(x) for x in reply)
-        return Admission(Verdict(status), reclaimed, at_ms, now, next_ms)
-
-
-class Released(NamedTuple):
-    """What release.lua did: whether the job held a slot, and the fair queues where its tenant was parked."""
-
-    removed: bool
-    parked_in: list[str]
-
-
-class ReleaseScript(LuaScript[Released]):
-    """release.lua: give a job's slot back and take the fair queues its tenant waits in for a slot."""
-
-    name = "release"
-
-    def __call__(self, leases: str, parked_in: str, job_id: str) -> Call[Released]:
-        """KEYS = [the tenant's leases, its parked-in set] (:meth:`Keys.leases`, :meth:`Keys.parked_in`)."""
-        return self.call([leases, parked_in], [job_id])
-
-    def parse(self, reply: Any) -> Released:
-        return Released(int(reply[0]) > 0, [_text(name) for name in reply[1:]])
 
 
 class AbandonScript(LuaScript[list[str]]):

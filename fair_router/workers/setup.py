@@ -21,7 +21,7 @@ from fair_router.fairqueue.combined import as_fair
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.store.cluster import is_rq_slot_client, pair_of, state_of
 from fair_router.store.serverconf import policy_readings
-from fair_router.workers.limiter import ConcurrencyLimiter
+from fair_router.workers.limiter import ConcurrencyLimiter, WorkerGate
 
 if TYPE_CHECKING:
     from fair_router.config.settings import Settings
@@ -73,7 +73,7 @@ def with_fair_queues(queues: Any, settings: Settings, kwargs: dict[str, Any]) ->
     return built
 
 
-def build_gate(connection: Redis, settings: Settings) -> TenantGate:
+def build_gate(connection: Redis, settings: Settings) -> WorkerGate:
     """The job-start checks, with a limiter on its own connection pool: its lease-refresh thread never shares a socket
     (or a pool lock, across the work-horse fork) with rq's own use of the worker's connection."""
     own: Any

@@ -19,8 +19,7 @@ from rq.job import Job
 from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings
-from fair_router.controls.concurrency import Lease
-from fair_router.controls.gate import PendingStart, TenantGate
+from fair_router.controls.gate import Admission, Lease, PendingStart, RateScope
 from fair_router.core.jobmeta import META_SYSTEM
 from fair_router.core.tenancy import InvalidStoredTenant, stored_tenant, usable_tenant
 from fair_router.fairqueue.queue import FairQueue
@@ -28,7 +27,7 @@ from fair_router.iteration.turns import turns_started
 from fair_router.observe.recorder import StartRecorder
 from fair_router.observe.waiting import WaitCounts
 from fair_router.rq_internals.worker import JobNotStarted, RqWorkerSeam
-from fair_router.store.scripts import Admission, RateScope
+from fair_router.workers.limiter import WorkerGate
 from fair_router.workers.unparking import Unparker
 
 
@@ -46,8 +45,8 @@ class StartRide:
 
     tenant: str
     scopes: list[RateScope]
-    reserve: bool
-    fair_queue: str = ""  # the FairQueue the job came from ('' none): a refusal at the limit parks it there
+    fair: FairQueue | None  # the FairQueue the job came from: a refusal at the limit parks the tenant there
+    paced: bool  # a fair queue's tenant with a rate of its own: its admitted start reports when the next may come
     pending: PendingStart | None = None
     unwait_at: int | None = None  # the place of the waiting count's end in the MULTI's replies
     leases: ExitStack = field(default_factory=ExitStack)  # keeps an admitted start's slot alive until its job ends
@@ -56,7 +55,7 @@ class StartRide:
 class StartGate:
     """The start part of a weighted worker (the seam's ``starts``)."""
 
-    def __init__(self, worker: RqWorkerSeam, settings: Settings, gate: TenantGate, state_connection: Redis,
+    def __init__(self, worker: RqWorkerSeam, settings: Settings, gate: WorkerGate, state_connection: Redis,
                  fair_queues: list[FairQueue], start_recorder: StartRecorder | None, wait_counts: WaitCounts) -> None:
         self.worker, self.settings, self.gate, self.state_connection = worker, settings, gate, state_connection
         self.fair_queues, self.start_recorder, self.wait_counts = fair_queues, start_recorder, wait_counts
@@ -87,18 +86,20 @@ class StartGate:
         if scopes is None:
             execute()  # nothing can hold this start: no round trip spent on checks
             return
-        fair = isinstance(queue, FairQueue)
-        if self.rides and not (fair and self.gate.own_rate(tenant, scopes)):
-            self._run_riding(job, queue, execute, StartRide(tenant, scopes, reserve=not fair,
-                                                            fair_queue=queue.name if fair else ""))
+        fair = queue if isinstance(queue, FairQueue) else None
+        paced = fair is not None and self.gate.own_rate(tenant, scopes)
+        if self.rides:
+            self._run_riding(job, queue, execute, StartRide(tenant, scopes, fair, paced))
             return
-        # State and every check: one round trip (on a cluster a RedisCluster pipeline, each to its slot's node).
+        # A Redis Cluster: the leases and rates live on the tenant's slot, rq's MULTI goes to rq's own, so the
+        # check goes with the worker's state in a round trip of its own (a RedisCluster pipeline, each command to
+        # its slot's node), and a paced tenant's report rides rq's MULTI (the fair queue shares rq's slot).
         with self.state_connection.pipeline(transaction=False) as pipe:
             worker.set_state(WorkerStatus.BUSY, pipeline=pipe)
-            admission, lease = self.gate.acquire(tenant, job, scopes, reserve=not fair, pipeline=pipe,
-                                                 fair_queue=queue.name if fair else "")
-        if admission.admitted and isinstance(queue, FairQueue) and self.gate.own_rate(tenant, scopes):
-            self.rate_hold = (queue, tenant, admission.next_ms)  # parked on rq's job-start MULTI (on_start)
+            admission, lease = self.gate.acquire(tenant, job, scopes, reserve=fair is None, pipeline=pipe,
+                                                 fair_queue=fair.name if fair else "")
+        if admission.report and fair is not None and paced:
+            self.rate_hold = (fair, tenant, admission.next_ms)  # on rq's job-start MULTI (on_start)
         if lease is not None:
             with self._kept_alive(lease):
                 execute()
@@ -132,8 +133,8 @@ class StartGate:
         start record and the end of a routed job's waiting count."""
         ride, ours = self.ride, pipeline if self.rides else None
         if ride is not None:
-            ride.pending = self.gate.queue_check(ride.tenant, job, ride.scopes, ride.reserve, pipeline,
-                                                 ride.fair_queue)
+            ride.pending = self.gate.queue_check(ride.tenant, job, ride.scopes, ride.fair is None, pipeline,
+                                                 ride.fair.name if ride.fair else "")
         if self.rate_hold is not None:
             queue, tenant, until_ms = self.rate_hold
             self.rate_hold = None
@@ -150,7 +151,9 @@ class StartGate:
 
     def on_start_replies(self, job: Job, execution: Execution, replies: list[Any]) -> None:
         """A riding check's verdict: admitted, its slot is kept alive and its start gathered; refused, the MULTI's
-        start writes are undone (one round trip, on this rare path) and :class:`StartRefused` raised."""
+        start writes are undone (one round trip, on this rare path) and :class:`StartRefused` raised. A paced
+        tenant's admitted start reports when its rate allows the next (its fair queue parked it at the pop): one
+        round trip of its own, as EVALSHA, since that time is only known from this reply."""
         ride = self.ride
         if ride is None:
             return
@@ -162,6 +165,8 @@ class StartGate:
                 ride.leases.enter_context(self._kept_alive(lease))
             if self.start_recorder is not None:
                 self.start_recorder.note(job)
+            if admission.report and ride.paced and ride.fair is not None:
+                ride.fair.hold(ride.tenant, admission.next_ms, paced=True)
             return
         with self.worker.connection.pipeline() as pipe:
             self.worker.cleanup_execution(job, pipe, execution)
@@ -196,12 +201,12 @@ class StartGate:
             self.start_recorder.send_overdue() if overdue else self.start_recorder.send()
 
 
-def turn_away(gate: TenantGate, job: Job, queue: Queue, tenant: str, admission: Admission) -> str | None:
+def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: Admission) -> str | None:
     """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is parked
     (skipped by pops) for as long as the refusing control says; on a plain queue it is deferred through rq's
     scheduler (to its reserved token's time for a rate, after the snooze otherwise). Returns what the worker
     logs (None: not a refusal, nothing done)."""
-    limiter, refusal = gate.limiter, gate.refusal(tenant, job, admission)
+    limiter, refusal = gate.limiter, gate.refusal(admission)
     if refusal is None:
         return None
     if isinstance(queue, FairQueue):
@@ -210,7 +215,7 @@ def turn_away(gate: TenantGate, job: Job, queue: Queue, tenant: str, admission: 
         queue.park(job, tenant, seconds, limit, at_ms=refusal.until_ms)
         # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
         # next may send no round trip through the limiter for a long while.
-        limiter.count(limiter.tiers.tier(tenant), "parked")
+        limiter.tally.add(limiter.tiers.tier(tenant), "parked")
         if refusal.until_release:
             # The refusal recorded this queue for the next release (Keys.parked_in). If a release took the
             # record before our park landed, its unpark may have come first and found nothing parked: then the

@@ -10,10 +10,10 @@ from redis import Redis
 from redis.client import Pipeline
 from rq.job import Job
 
-from fair_router.controls.gate import TenantGate
 from fair_router.core.jobmeta import META_SYSTEM
 from fair_router.core.tenancy import usable_tenant
 from fair_router.fairqueue.queue import FairQueue
+from fair_router.workers.limiter import WorkerGate
 
 if TYPE_CHECKING:
     from fair_router.config.settings import Settings
@@ -23,7 +23,7 @@ class Unparker:
     """Ends a tenant's parks when its slot is released. ``own``: the worker's fair queues (the list itself, which
     grows as queues are marked fair)."""
 
-    def __init__(self, own: list[FairQueue], gate: TenantGate, connection: Redis, settings: Settings) -> None:
+    def __init__(self, own: list[FairQueue], gate: WorkerGate, connection: Redis, settings: Settings) -> None:
         self.own, self.gate, self.connection, self.settings = own, gate, connection, settings
         self._others: dict[str, FairQueue] = {}  # fair queues the worker does not serve, built once each
 

@@ -182,9 +182,15 @@ local function claim(tenant, job_id, now_ms, lease_ms, limited)
   return nil
 end
 
--- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS. A tenant paced
--- for PACED_RENEW_MS more already is left as it is: one read per report, the two writes about twice a minute.
-local function report_pace(tenant, now_ms)
+-- A start of paced `tenant` was admitted (its report): while its rate binds (its next start is after now) it
+-- stays paced for PACED_FOR_MS; a tenant paced for PACED_RENEW_MS more already is left as it is (one read per
+-- report, the two writes about twice a minute). A report of a start its rate no longer holds (sent only when
+-- the tenant was paced: lib/start_rate.lua) ends the pace: pops stop parking it after each take.
+local function report_pace(tenant, now_ms, until_ms)
+  if until_ms <= now_ms then
+    redis.call('HDEL', limits, tenant .. '|r')
+    return
+  end
   local paced = tonumber(redis.call('HGET', limits, tenant .. '|r') or '')
   if paced and paced - now_ms > PACED_RENEW_MS then return end
   redis.call('HSET', limits, tenant .. '|r', string.format('%d', now_ms + PACED_FOR_MS))
@@ -209,21 +215,25 @@ local function unclaim(tenant, job_id)
 end
 
 -- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
+-- Returns the limit now known (0 none; nil when the caller did not know it), for under_limit.
 local function learn_limit(tenant, limit)
   local n = tonumber(limit)
   if n and n > 0 then
     -- a limit already known as it is (every release reports it) is one read, not two writes
-    if tonumber(redis.call('HGET', limits, tenant) or '') == n then return end
+    if tonumber(redis.call('HGET', limits, tenant) or '') == n then return n end
     redis.call('HSET', limits, tenant, n)
     redis.call('HSET', state, 'limited', 1)
   elseif n then
     redis.call('HDEL', limits, tenant)
   end
+  return n
 end
 
--- True when `tenant` holds fewer claims here than its known limit (or has no known limit).
-local function under_limit(tenant)
-  local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+-- True when `tenant` holds fewer claims here than its known limit (or has no known limit). `known`: the limit
+-- learn_limit just returned (0 none), so it is not read again; nil: read it.
+local function under_limit(tenant, known)
+  local limit = known or tonumber(redis.call('HGET', limits, tenant) or '')
+  if limit == 0 then return true end
   return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
 end
 
@@ -238,8 +248,9 @@ end
 
 -- fair_hold.lua: park a tenant that may not start jobs for now before any pop hands one of its jobs out:
 -- paused (until `until_ms`, a later bound it has stays), or (paced) a start of a tenant with a rate of its
--- own was admitted: parked exactly until its rate allows its next start, or unparked when that is now. The
--- start report also marks it paced (lib/claims.lua): pops park it after each take until the next report.
+-- own was admitted: parked exactly until its rate allows its next start, or unparked when that is now. A
+-- report of a start its rate holds also marks it paced (lib/claims.lua): pops park it after each take until
+-- the next report; one of a start its rate no longer holds ends the pace (sent only then: lib/start_rate.lua).
 -- include: fair_keys, time, stride, claims, forget
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     tenant (encoded), until_ms, paced ('1' = a paced tenant's start report, '0' = a pause), now_ms
@@ -249,7 +260,7 @@ bind_keys()
 local tenant, until_ms, paced = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local now_ms = clock_ms(ARGV[4])
 
-if paced then report_pace(tenant, now_ms) end
+if paced then report_pace(tenant, now_ms, until_ms) end
 if not has_waiting(tenant) then
   forget(tenant)  -- nothing waiting, claimed or parked here: its pace goes (lib/forget.lua)
   return 0

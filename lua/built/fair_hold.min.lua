@@ -106,7 +106,11 @@ end
 if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
 return nil
 end
-local function report_pace(tenant, now_ms)
+local function report_pace(tenant, now_ms, until_ms)
+if until_ms <= now_ms then
+redis.call('HDEL', limits, tenant .. '|r')
+return
+end
 local paced = tonumber(redis.call('HGET', limits, tenant .. '|r') or '')
 if paced and paced - now_ms > PACED_RENEW_MS then return end
 redis.call('HSET', limits, tenant .. '|r', string.format('%d', now_ms + PACED_FOR_MS))
@@ -125,15 +129,17 @@ end
 local function learn_limit(tenant, limit)
 local n = tonumber(limit)
 if n and n > 0 then
-if tonumber(redis.call('HGET', limits, tenant) or '') == n then return end
+if tonumber(redis.call('HGET', limits, tenant) or '') == n then return n end
 redis.call('HSET', limits, tenant, n)
 redis.call('HSET', state, 'limited', 1)
 elseif n then
 redis.call('HDEL', limits, tenant)
 end
+return n
 end
-local function under_limit(tenant)
-local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+local function under_limit(tenant, known)
+local limit = known or tonumber(redis.call('HGET', limits, tenant) or '')
+if limit == 0 then return true end
 return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
 end
 local function sweep_claims(now_ms)
@@ -146,7 +152,7 @@ end
 bind_keys()
 local tenant, until_ms, paced = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local now_ms = clock_ms(ARGV[4])
-if paced then report_pace(tenant, now_ms) end
+if paced then report_pace(tenant, now_ms, until_ms) end
 if not has_waiting(tenant) then
 forget(tenant)  -- nothing waiting, claimed or parked here: its pace goes (lib/forget.lua)
 return 0

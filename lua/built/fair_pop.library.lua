@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_6b4ef1f943398ea5
+#!lua name=fair_router_fair_pop_89f8d1d637457ad8
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -366,9 +366,15 @@ local function claim(tenant, job_id, now_ms, lease_ms, limited)
   return nil
 end
 
--- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS. A tenant paced
--- for PACED_RENEW_MS more already is left as it is: one read per report, the two writes about twice a minute.
-local function report_pace(tenant, now_ms)
+-- A start of paced `tenant` was admitted (its report): while its rate binds (its next start is after now) it
+-- stays paced for PACED_FOR_MS; a tenant paced for PACED_RENEW_MS more already is left as it is (one read per
+-- report, the two writes about twice a minute). A report of a start its rate no longer holds (sent only when
+-- the tenant was paced: lib/start_rate.lua) ends the pace: pops stop parking it after each take.
+local function report_pace(tenant, now_ms, until_ms)
+  if until_ms <= now_ms then
+    redis.call('HDEL', limits, tenant .. '|r')
+    return
+  end
   local paced = tonumber(redis.call('HGET', limits, tenant .. '|r') or '')
   if paced and paced - now_ms > PACED_RENEW_MS then return end
   redis.call('HSET', limits, tenant .. '|r', string.format('%d', now_ms + PACED_FOR_MS))
@@ -393,21 +399,25 @@ local function unclaim(tenant, job_id)
 end
 
 -- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
+-- Returns the limit now known (0 none; nil when the caller did not know it), for under_limit.
 local function learn_limit(tenant, limit)
   local n = tonumber(limit)
   if n and n > 0 then
     -- a limit already known as it is (every release reports it) is one read, not two writes
-    if tonumber(redis.call('HGET', limits, tenant) or '') == n then return end
+    if tonumber(redis.call('HGET', limits, tenant) or '') == n then return n end
     redis.call('HSET', limits, tenant, n)
     redis.call('HSET', state, 'limited', 1)
   elseif n then
     redis.call('HDEL', limits, tenant)
   end
+  return n
 end
 
--- True when `tenant` holds fewer claims here than its known limit (or has no known limit).
-local function under_limit(tenant)
-  local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+-- True when `tenant` holds fewer claims here than its known limit (or has no known limit). `known`: the limit
+-- learn_limit just returned (0 none), so it is not read again; nil: read it.
+local function under_limit(tenant, known)
+  local limit = known or tonumber(redis.call('HGET', limits, tenant) or '')
+  if limit == 0 then return true end
   return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
 end
 
@@ -609,7 +619,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_6b4ef1f943398ea5', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_89f8d1d637457ad8', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of
 -- entries: an id rq's internals pushed (not a member) is served as it is; a member's turn goes to the

@@ -182,9 +182,15 @@ local function claim(tenant, job_id, now_ms, lease_ms, limited)
   return nil
 end
 
--- A start of paced `tenant` was admitted (its report): it stays paced for PACED_FOR_MS. A tenant paced
--- for PACED_RENEW_MS more already is left as it is: one read per report, the two writes about twice a minute.
-local function report_pace(tenant, now_ms)
+-- A start of paced `tenant` was admitted (its report): while its rate binds (its next start is after now) it
+-- stays paced for PACED_FOR_MS; a tenant paced for PACED_RENEW_MS more already is left as it is (one read per
+-- report, the two writes about twice a minute). A report of a start its rate no longer holds (sent only when
+-- the tenant was paced: lib/start_rate.lua) ends the pace: pops stop parking it after each take.
+local function report_pace(tenant, now_ms, until_ms)
+  if until_ms <= now_ms then
+    redis.call('HDEL', limits, tenant .. '|r')
+    return
+  end
   local paced = tonumber(redis.call('HGET', limits, tenant .. '|r') or '')
   if paced and paced - now_ms > PACED_RENEW_MS then return end
   redis.call('HSET', limits, tenant .. '|r', string.format('%d', now_ms + PACED_FOR_MS))
@@ -209,21 +215,25 @@ local function unclaim(tenant, job_id)
 end
 
 -- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
+-- Returns the limit now known (0 none; nil when the caller did not know it), for under_limit.
 local function learn_limit(tenant, limit)
   local n = tonumber(limit)
   if n and n > 0 then
     -- a limit already known as it is (every release reports it) is one read, not two writes
-    if tonumber(redis.call('HGET', limits, tenant) or '') == n then return end
+    if tonumber(redis.call('HGET', limits, tenant) or '') == n then return n end
     redis.call('HSET', limits, tenant, n)
     redis.call('HSET', state, 'limited', 1)
   elseif n then
     redis.call('HDEL', limits, tenant)
   end
+  return n
 end
 
--- True when `tenant` holds fewer claims here than its known limit (or has no known limit).
-local function under_limit(tenant)
-  local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+-- True when `tenant` holds fewer claims here than its known limit (or has no known limit). `known`: the limit
+-- learn_limit just returned (0 none), so it is not read again; nil: read it.
+local function under_limit(tenant, known)
+  local limit = known or tonumber(redis.call('HGET', limits, tenant) or '')
+  if limit == 0 then return true end
   return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
 end
 
@@ -248,14 +258,16 @@ end
 bind_keys()
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
 
-local here = has_waiting(tenant)
+local waiting = has_waiting(tenant)
+local here, known = waiting, nil
 if job_id ~= '' then
   here = unclaim(tenant, job_id) or here
   sweep_claims(clock_ms(ARGV[4] or ''))
 end
-if here then learn_limit(tenant, limit) end
-if not under_limit(tenant) or not end_park(tenant) then
-  forget(tenant)  -- nothing waiting, claimed or parked here: its limit goes (lib/forget.lua)
+if here then known = learn_limit(tenant, limit) end
+if not under_limit(tenant, known) or not end_park(tenant) then
+  -- nothing waiting, claimed or parked here: its limit goes (lib/forget.lua); with jobs waiting it stays
+  if not waiting then forget(tenant) end
   return 0
 end
 wake_one()

@@ -106,7 +106,11 @@ end
 if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
 return nil
 end
-local function report_pace(tenant, now_ms)
+local function report_pace(tenant, now_ms, until_ms)
+if until_ms <= now_ms then
+redis.call('HDEL', limits, tenant .. '|r')
+return
+end
 local paced = tonumber(redis.call('HGET', limits, tenant .. '|r') or '')
 if paced and paced - now_ms > PACED_RENEW_MS then return end
 redis.call('HSET', limits, tenant .. '|r', string.format('%d', now_ms + PACED_FOR_MS))
@@ -125,15 +129,17 @@ end
 local function learn_limit(tenant, limit)
 local n = tonumber(limit)
 if n and n > 0 then
-if tonumber(redis.call('HGET', limits, tenant) or '') == n then return end
+if tonumber(redis.call('HGET', limits, tenant) or '') == n then return n end
 redis.call('HSET', limits, tenant, n)
 redis.call('HSET', state, 'limited', 1)
 elseif n then
 redis.call('HDEL', limits, tenant)
 end
+return n
 end
-local function under_limit(tenant)
-local limit = tonumber(redis.call('HGET', limits, tenant) or '')
+local function under_limit(tenant, known)
+local limit = known or tonumber(redis.call('HGET', limits, tenant) or '')
+if limit == 0 then return true end
 return not limit or tonumber(redis.call('HGET', claimed, tenant) or '0') < limit
 end
 local function sweep_claims(now_ms)
@@ -145,14 +151,15 @@ end
 end
 bind_keys()
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
-local here = has_waiting(tenant)
+local waiting = has_waiting(tenant)
+local here, known = waiting, nil
 if job_id ~= '' then
 here = unclaim(tenant, job_id) or here
 sweep_claims(clock_ms(ARGV[4] or ''))
 end
-if here then learn_limit(tenant, limit) end
-if not under_limit(tenant) or not end_park(tenant) then
-forget(tenant)  -- nothing waiting, claimed or parked here: its limit goes (lib/forget.lua)
+if here then known = learn_limit(tenant, limit) end
+if not under_limit(tenant, known) or not end_park(tenant) then
+if not waiting then forget(tenant) end
 return 0
 end
 wake_one()

@@ -12,16 +12,17 @@ end
 -- lib/start.lua: run_start(controls): decide one job start by the controls the call names, in its order.
 -- include: time
 -- controls: name -> the table of its lua/lib/start_<name>.lua piece (start.lua holds every piece; a call
--- names the ones its worker runs: fair_router/controls/pipeline.py). Three passes, each in the call's order:
+-- names the ones its worker runs: fair_router/controls/gate.py). Three passes, each in the call's order:
 --   held(s, k, a, n)  -> true when the job already holds what it needs (a lease refresh): admitted, HELD (2);
 --   check(s, k, a, n) -> a refusal status, or nil to let the next control look (none writes but a rate's
 --                        reservation, so a rate control goes last);
 --   take(s, k, a, n)  -> take what the start uses (a slot, rate tokens); only once every check passed.
 -- k, a: the control's offsets in KEYS and ARGV (its first key is KEYS[k + 1], its first arg ARGV[a + 1]);
 -- n: how many keys it has.
--- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms (admissions).
+-- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms and s.report (admissions).
 local function run_start(controls)
-  local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0}
+  local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
+             report = 0}
   local n_argv = #ARGV
   -- pass 0 (held), 1 (check), 2 (take); offsets walked again per pass: no tables built per call
   for pass = 0, 2 do
@@ -41,7 +42,7 @@ local function run_start(controls)
       k, a = k + n_keys, first + tonumber(ARGV[a + 3])
     end
   end
-  return {1, s.reclaimed, 0, s.now_ms, s.next_ms}
+  return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
 end
 
 -- start_pause.lua: the pause control of a job start (controls/pauses.py): refused (4) while the flag exists.
@@ -104,22 +105,30 @@ end
 -- not add up and a backlog starts at its rate, not at 1 / (T + lateness). So in any window of t seconds a
 -- scope admits at most burst + t / T starts plus the one a late start gives back; a start later than T
 -- (after an idle spell) begins a new schedule at now, as plain GCRA does.
--- KEYS +1  this job's reserved start (ms), +2.. one TAT per scope (a string expiring T after its TAT passes).
+-- KEYS +1  this job's reserved start (ms), +2.. one TAT per scope (a string expiring T after its TAT passes),
+--          then with paced its pace mark in its fair queue (Keys.paced).
 -- ARGV +1  reserve ('1'), +2 tenant_scopes (the first scopes hold every job of the tenant: s.next_ms says
---          when they allow its next start), then per scope: interval_ms, tolerance_ms ((burst - 1) * T).
+--          when they allow its next start), +3 paced ('1': a fair queue's start held by the tenant's own
+--          rate), then per scope: interval_ms, tolerance_ms ((burst - 1) * T).
+-- Pace reports: the fair queue parks a paced tenant after each take until its start reports when the next may
+-- come (fair_hold.lua). A start reports only when that changes something (s.report): its rate binds (the next
+-- start is later than now: the mark is set, 65 s, outliving the queue's 60 s pace), or it no longer binds and
+-- the mark says the queue may still pace the tenant (the mark goes, the report ends the pace). A tenant whose
+-- rate never binds sends no report and is never parked by a pop.
 local start_rate = {}
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
+local PACE_MARK_MS = 65000  -- the pace mark's life: longer than lib/claims.lua's PACED_FOR_MS
 
 -- Takes a token of every scope for a start at `start` (nil: now, at each scope's kept schedule); returns
 -- when the first tenant_scopes allow the next.
 local function rate_take(s, k, a, start)
   local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
   for i = 1, s.rate_n do
-    local interval = tonumber(ARGV[a + 1 + 2 * i])
+    local interval = tonumber(ARGV[a + 2 + 2 * i])
     local tat = math.max(s.tats[i], start or s.tats[i]) + interval
     -- kept T past it, for a late start; integer ms sent as '%d' (a Lua number crosses redis.call as '%.14g')
     redis.call('SET', KEYS[k + 1 + i], string.format('%d', tat), 'PX', string.format('%d', tat - s.now_ms + interval))
-    local at = tat - tonumber(ARGV[a + 2 + 2 * i])
+    local at = tat - tonumber(ARGV[a + 3 + 2 * i])
     if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
   end
   return next_ms
@@ -127,10 +136,13 @@ end
 
 function start_rate.check(s, k, a, n_keys)
   local paid, now_ms = KEYS[k + 1], s.now_ms
-  local n, tats, allowed = n_keys - 1, {}, now_ms
-  -- the reservation and every scope's TAT in one read (one slot: the call's hash tag)
+  local paced = ARGV[a + 3] == '1'
+  local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
+  -- the reservation, every scope's TAT and the pace mark in one read (one slot: the call's hash tag)
   local got = redis.call('MGET', unpack(KEYS, k + 1, k + n_keys))
   local reserved = tonumber(got[1] or '')
+  s.pace_key = paced and KEYS[k + n_keys] or nil
+  s.pace_marked = paced and got[n_keys] ~= false
   if reserved then
     if reserved > now_ms then  -- back early: not yet its time
       s.at_ms = reserved
@@ -140,9 +152,9 @@ function start_rate.check(s, k, a, n_keys)
   end
   for i = 1, n do
     local tat = tonumber(got[1 + i] or '0')
-    if tat <= now_ms - tonumber(ARGV[a + 1 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
+    if tat <= now_ms - tonumber(ARGV[a + 2 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
     tats[i] = tat
-    local at = tat - tonumber(ARGV[a + 2 + 2 * i])
+    local at = tat - tonumber(ARGV[a + 3 + 2 * i])
     if at > allowed then allowed = at end
   end
   s.rate_n, s.tats, s.reserved = n, tats, reserved
@@ -157,9 +169,17 @@ end
 function start_rate.take(s, k, a)
   s.next_ms = rate_take(s, k, a, nil)
   if s.reserved then redis.call('DEL', KEYS[k + 1]) end
+  if not s.pace_key then return end
+  if s.next_ms > s.now_ms then
+    redis.call('SET', s.pace_key, 1, 'PX', PACE_MARK_MS)
+    s.report = 1
+  elseif s.pace_marked then
+    redis.call('DEL', s.pace_key)
+    s.report = 1
+  end
 end
 
--- start.lua: decide one job start by the worker's start controls (fair_router/controls/pipeline.py): pause,
+-- start.lua: decide one job start by the worker's start controls (fair_router/controls/gate.py): pause,
 -- concurrency slot, rate, those the call names, in its order (lib/start.lua runs them). One text for every
 -- list of controls a worker may run: Redis runs this file's build, lua/built/start.min.lua (sent as EVAL on
 -- rq's job-start MULTI at every start: without comments, less to hash).
@@ -167,5 +187,5 @@ end
 -- KEYS     every named control's keys, control by control (each piece's header says which).
 -- ARGV     now_ms ('' = server TIME), job_id, then per control: its name (start_pause, start_slot,
 --          start_rate), its number of keys, its number of args, its args.
--- Returns  {status, reclaimed, at_ms, now_ms, next_ms} (store/scripts.py Verdict and Admission).
+-- Returns  {status, reclaimed, at_ms, now_ms, next_ms[, report]} (controls/gate.py Verdict and Admission).
 return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate})

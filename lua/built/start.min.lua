@@ -6,7 +6,8 @@ local t = redis.call('TIME')
 return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function run_start(controls)
-local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0}
+local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
+report = 0}
 local n_argv = #ARGV
 for pass = 0, 2 do
 local k, a = 0, 2
@@ -25,7 +26,7 @@ end
 k, a = k + n_keys, first + tonumber(ARGV[a + 3])
 end
 end
-return {1, s.reclaimed, 0, s.now_ms, s.next_ms}
+return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
 end
 local start_pause = {}
 function start_pause.check(s, k, a)
@@ -61,22 +62,26 @@ redis.call('PEXPIRE', leases, string.format('%d', lease_ms + 86400000))
 end
 local start_rate = {}
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
+local PACE_MARK_MS = 65000  -- the pace mark's life: longer than lib/claims.lua's PACED_FOR_MS
 local function rate_take(s, k, a, start)
 local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
 for i = 1, s.rate_n do
-local interval = tonumber(ARGV[a + 1 + 2 * i])
+local interval = tonumber(ARGV[a + 2 + 2 * i])
 local tat = math.max(s.tats[i], start or s.tats[i]) + interval
 redis.call('SET', KEYS[k + 1 + i], string.format('%d', tat), 'PX', string.format('%d', tat - s.now_ms + interval))
-local at = tat - tonumber(ARGV[a + 2 + 2 * i])
+local at = tat - tonumber(ARGV[a + 3 + 2 * i])
 if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
 end
 return next_ms
 end
 function start_rate.check(s, k, a, n_keys)
 local paid, now_ms = KEYS[k + 1], s.now_ms
-local n, tats, allowed = n_keys - 1, {}, now_ms
+local paced = ARGV[a + 3] == '1'
+local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
 local got = redis.call('MGET', unpack(KEYS, k + 1, k + n_keys))
 local reserved = tonumber(got[1] or '')
+s.pace_key = paced and KEYS[k + n_keys] or nil
+s.pace_marked = paced and got[n_keys] ~= false
 if reserved then
 if reserved > now_ms then  -- back early: not yet its time
 s.at_ms = reserved
@@ -86,9 +91,9 @@ n = 0  -- its token was taken when it was deferred
 end
 for i = 1, n do
 local tat = tonumber(got[1 + i] or '0')
-if tat <= now_ms - tonumber(ARGV[a + 1 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
+if tat <= now_ms - tonumber(ARGV[a + 2 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
 tats[i] = tat
-local at = tat - tonumber(ARGV[a + 2 + 2 * i])
+local at = tat - tonumber(ARGV[a + 3 + 2 * i])
 if at > allowed then allowed = at end
 end
 s.rate_n, s.tats, s.reserved = n, tats, reserved
@@ -102,5 +107,13 @@ end
 function start_rate.take(s, k, a)
 s.next_ms = rate_take(s, k, a, nil)
 if s.reserved then redis.call('DEL', KEYS[k + 1]) end
+if not s.pace_key then return end
+if s.next_ms > s.now_ms then
+redis.call('SET', s.pace_key, 1, 'PX', PACE_MARK_MS)
+s.report = 1
+elseif s.pace_marked then
+redis.call('DEL', s.pace_key)
+s.report = 1
+end
 end
 return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate})

@@ -1,16 +1,17 @@
 -- lib/start.lua: run_start(controls): decide one job start by the controls the call names, in its order.
 -- include: time
 -- controls: name -> the table of its lua/lib/start_<name>.lua piece (start.lua holds every piece; a call
--- names the ones its worker runs: fair_router/controls/pipeline.py). Three passes, each in the call's order:
+-- names the ones its worker runs: fair_router/controls/gate.py). Three passes, each in the call's order:
 --   held(s, k, a, n)  -> true when the job already holds what it needs (a lease refresh): admitted, HELD (2);
 --   check(s, k, a, n) -> a refusal status, or nil to let the next control look (none writes but a rate's
 --                        reservation, so a rate control goes last);
 --   take(s, k, a, n)  -> take what the start uses (a slot, rate tokens); only once every check passed.
 -- k, a: the control's offsets in KEYS and ARGV (its first key is KEYS[k + 1], its first arg ARGV[a + 1]);
 -- n: how many keys it has.
--- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms (admissions).
+-- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms and s.report (admissions).
 local function run_start(controls)
-  local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0}
+  local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
+             report = 0}
   local n_argv = #ARGV
   -- pass 0 (held), 1 (check), 2 (take); offsets walked again per pass: no tables built per call
   for pass = 0, 2 do
@@ -30,5 +31,5 @@ local function run_start(controls)
       k, a = k + n_keys, first + tonumber(ARGV[a + 3])
     end
   end
-  return {1, s.reclaimed, 0, s.now_ms, s.next_ms}
+  return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
 end
