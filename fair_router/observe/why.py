@@ -20,7 +20,7 @@ from rq.rate_limit import RateLimitRegistry
 from rq.registry import ScheduledJobRegistry
 
 from fair_router.config.settings import Settings
-from fair_router.core.jobmeta import META_RULE
+from fair_router.core.jobmeta import META_HELD, META_RULE
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule
 from fair_router.core.tenancy import usable_tenant
@@ -69,6 +69,8 @@ APPROXIMATE = {
     "tenant_bound": f"over {BOUND} tenants may be served before it: the first {BOUND} counted",
 }
 """The causes lua/why_place.lua gives for an approximate place, as the ``approximate`` fact says them."""
+HELD_REASONS = ("concurrency_limit", "paused", "rate_limit")
+"""The reasons a turned-away, deferred job records (``META_HELD``)."""
 ENDED = {JobStatus.FINISHED: Reason.FINISHED, JobStatus.FAILED: Reason.FAILED, JobStatus.STOPPED: Reason.STOPPED,
          JobStatus.CANCELED: Reason.CANCELED}
 
@@ -184,20 +186,35 @@ class Explainer:
         if self.job.retries_left is not None and self.job.ended_at is not None:  # it ran, failed, and waits to retry
             self.facts.update(retries_left=self.job.retries_left, last_run_ended_at=self.job.ended_at)
             return self.done(Reason.RETRY_WAIT, at=until, basis=basis)
-        if self.tenant is not None:
-            controls = tenant_controls(self.main, self.keys, self.tenant, self.job.id)
-            if controls.reserved_ms is not None:  # deferred by a rate on a plain queue: its start is reserved
-                self.facts["reserved_start"] = _at(controls.reserved_ms)
-                return self.done(Reason.RATE_LIMIT, at=until, basis=basis)
-            if controls.paused:
-                self.facts["paused"] = True
-                self.unknown.append("cause: a start turned away (paused, at its limit) is not recorded, so a snoozed "
-                                    "job reads as scheduled")
+        held = self.job.meta.get(META_HELD)
+        if self.tenant is None:
+            return self.done(Reason.SCHEDULED, at=until, basis=basis)
+        controls = tenant_controls(self.main, self.keys, self.tenant, self.job.id)
+        if not isinstance(held, dict) or held.get("reason") not in HELD_REASONS or until is None \
+                or held.get("until") != round(until.timestamp()):  # the user's, or a record of an earlier deferral
+            if controls.reserved_ms is not None:  # deferred by a rate (before reasons were recorded)
+                held = {"reason": Reason.RATE_LIMIT.value}
+            elif controls.paused:
+                self.paused_since(controls)
                 return self.done(Reason.SCHEDULED, [Reason.PAUSED], None, "its tenant is paused: it starts once "
                                  "resumed, at its scheduled time at the earliest")
-            self.unknown.append("cause: a start turned away by a concurrency limit is not recorded, so a snoozed "
-                                "job reads as scheduled")
-        return self.done(Reason.SCHEDULED, at=until, basis=basis)
+            else:
+                return self.done(Reason.SCHEDULED, at=until, basis=basis)
+        reason = Reason(held["reason"])  # a worker turned its start away and deferred it to this time
+        self.facts["turned_away"] = True
+        if reason == Reason.RATE_LIMIT:
+            self.facts["reserved_start"] = None if controls.reserved_ms is None else _at(controls.reserved_ms)
+        if controls.paused:
+            self.paused_since(controls)
+            return self.done(reason, [] if reason == Reason.PAUSED else [Reason.PAUSED], None,
+                             "its tenant is paused: it starts once resumed, at its deferred time at the earliest")
+        return self.done(reason, at=until, basis="the time its start was deferred to (rq's ScheduledJobRegistry): a "
+                         "scheduler enqueues it then; its tenant's controls are checked again at its start")
+
+    def paused_since(self, controls: TenantControls) -> None:
+        self.facts["paused_since"] = controls.paused_since
+        if controls.paused_since is None:
+            self.unknown.append("paused_since: paused by a version that recorded no pause time")
 
     def deferred(self) -> Explanation:
         ids = self.job.dependency_ids[:DEPENDENCIES_SHOWN]
@@ -237,8 +254,7 @@ class Explainer:
         else:
             position = self.plain_place(place)
             if controls is not None and controls.paused:
-                self.facts["paused_since"] = None
-                self.unknown.append("paused_since: a pause's time is not recorded")
+                self.paused_since(controls)
                 reasons.append(Reason.PAUSED)
                 blocked = "its tenant is paused: it starts once resumed"
         reasons.append(position)
@@ -271,8 +287,7 @@ class Explainer:
             self.facts["parked_until"] = _at(place.parked_until_ms)
         blocked = ""
         if controls.paused:
-            self.facts["paused_since"] = None
-            self.unknown.append("paused_since: a pause's time is not recorded")
+            self.paused_since(controls)
             reasons.append(Reason.PAUSED)
             blocked = "its tenant is paused: it starts once resumed"
         limit = place.limit

@@ -98,6 +98,7 @@ class FairRouter:
     pause = delegate(TenantAdmin.pause)
     resume = delegate(TenantAdmin.resume)
     paused = delegate(TenantAdmin.paused)
+    paused_since = delegate(TenantAdmin.paused_since)
     tenant_jobs = delegate(TenantAdmin.tenant_jobs)
 
     # -- recording and choosing ----------------------------------------------------------------
