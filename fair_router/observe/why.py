@@ -36,8 +36,9 @@ from fair_router.observe.whyplace import (
 )
 from fair_router.store.scripts import PeekScript
 
-TURNS = "fair_turns"
-"""``job.meta`` key of an interruptible job's turns (fair_router.iteration.turns.TURNS: a sideways import)."""
+TURNS, ITEMS = "fair_turns", "fair_items"
+"""``job.meta`` keys of an interruptible job's turns started and checkpoints passed (fair_router.iteration.turns'
+TURNS and ITEMS: a sideways import)."""
 DEPENDENCIES_SHOWN = 50
 """Dependencies of a deferred job read and listed."""
 
@@ -161,9 +162,8 @@ class Explainer:
                 self.facts["error"] = _last_line(result.exc_string if result is not None else None)
             return self.done(ENDED[status], basis="it will not start again (unless requeued)")
         if status == JobStatus.STARTED:
-            turns = self.job.meta.get(TURNS)
-            self.facts.update(worker=self.job.worker_name, started_at=self.job.started_at,
-                              turn=turns if isinstance(turns, int) else None)
+            self.facts.update(worker=self.job.worker_name, started_at=self.job.started_at)
+            self.turns()
             return self.done(Reason.RUNNING, basis="it has started")
         if status == JobStatus.SCHEDULED:
             return self.scheduled()
@@ -172,6 +172,13 @@ class Explainer:
         if status == JobStatus.RATE_LIMITED:
             return self.rq_rate_limited()
         return self.waiting()
+
+    def turns(self) -> None:
+        """An interruptible job's ``turn`` (turns started: the current one while it runs) and ``items``."""
+        turns, items = self.job.meta.get(TURNS), self.job.meta.get(ITEMS)
+        self.facts["turn"] = turns if isinstance(turns, int) else None
+        if isinstance(items, int):
+            self.facts["items"] = items
 
     # -- not on a queue's list ------------------------------------------------------------------------
 
@@ -244,6 +251,8 @@ class Explainer:
             reasons.append(Reason.THROTTLED)
             self.throttled(now_ms)
         controls = None if self.tenant is None else tenant_controls(self.main, self.keys, self.tenant, self.job.id)
+        if TURNS in self.job.meta:  # an interruptible job between turns
+            self.turns()
         if isinstance(place, FairPlace):
             position = self.fair_place(place)
             if controls is not None:
