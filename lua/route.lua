@@ -28,9 +28,8 @@
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
 local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
 local n_rules = tonumber(ARGV[4])
-local n_windows = tonumber(ARGV[6 + 3 * n_rules])  -- the windows are KEYS[2 .. 1 + n_windows]
-local waiting, loads, push, at
-waiting, at = read_waiting(7 + 3 * n_rules, n_windows)
+local waiting, loads, push, at, n_windows  -- the windows are KEYS[2 .. 1 + n_windows]; only waiting reads their number
+waiting, at, n_windows = read_waiting(7 + 3 * n_rules, ARGV[6 + 3 * n_rules])
 loads, at = read_loads(at, n_rules)
 push, at = read_push(at, n_rules)
 local n_argv = #ARGV

@@ -1,4 +1,4 @@
-#!lua name=fair_router_route_24ab472e42cf17d6
+#!lua name=fair_router_route_0452667e9e58afad
 local KEYS, ARGV
 -- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
 -- is formatted with printf's float path on every call that passes it (and parsed back by the command).
@@ -277,10 +277,12 @@ end
 -- route.lua's waiting section from ARGV[at]: 0 (none), or 1 (every job counts) or 2 (only jobs no rule moved:
 -- the rules' queues are fair queues, which count their own) then the encoded tenant of each of the n_windows
 -- windows and the shard queues' suffix; the counts and jobs are KEYS[2 + n_windows], KEYS[3 + n_windows].
--- Returns the section's start (nil: none; no table built) and the ARGV index after it.
+-- `n_windows` comes as ARGV gives it (text): parsed only when the section is there. Returns the section's start
+-- (nil: none; no table built), the ARGV index after it and n_windows (a number when the section is there).
 local function read_waiting(at, n_windows)
-  if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1 end
-  return at, at + 2 + n_windows
+  if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1, n_windows end
+  n_windows = tonumber(n_windows)
+  return at, at + 2 + n_windows, n_windows
 end
 
 -- Whether a job that rule `rule` (0: none) moved counts waiting (the section at ARGV[w]).
@@ -304,7 +306,7 @@ local function route_waits(waits, n_windows)
   if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end
 
-redis.register_function{function_name='fair_router_route_24ab472e42cf17d6', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_route_0452667e9e58afad', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.
@@ -336,9 +338,8 @@ KEYS, ARGV = keys, args
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
 local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
 local n_rules = tonumber(ARGV[4])
-local n_windows = tonumber(ARGV[6 + 3 * n_rules])  -- the windows are KEYS[2 .. 1 + n_windows]
-local waiting, loads, push, at
-waiting, at = read_waiting(7 + 3 * n_rules, n_windows)
+local waiting, loads, push, at, n_windows  -- the windows are KEYS[2 .. 1 + n_windows]; only waiting reads their number
+waiting, at, n_windows = read_waiting(7 + 3 * n_rules, ARGV[6 + 3 * n_rules])
 loads, at = read_loads(at, n_rules)
 push, at = read_push(at, n_rules)
 local n_argv = #ARGV
