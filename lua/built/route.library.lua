@@ -1,4 +1,4 @@
-#!lua name=fair_router_route_0452667e9e58afad
+#!lua name=fair_router_route_ef281a2d4b0390ea
 local KEYS, ARGV
 -- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
 -- is formatted with printf's float path on every call that passes it (and parsed back by the command).
@@ -306,7 +306,7 @@ local function route_waits(waits, n_windows)
   if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end
 
-redis.register_function{function_name='fair_router_route_0452667e9e58afad', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_route_ef281a2d4b0390ea', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.
@@ -351,7 +351,7 @@ if n_cand == '0' and at + 2 == n_argv or at <= n_argv and at + 3 + tonumber(n_ca
   local window, rule, key = ARGV[at], 0, nil
   local recorded = window ~= '0'
   if recorded then
-    window = tonumber(window)
+    window = window == '1' and 1 or tonumber(window)  -- one tenant's jobs: always its first window
     if n_rules > 0 then
       key = KEYS[1 + window]
       rule = record_and_match(key, ARGV[at + 1], now_text, now_ms, n_rules)

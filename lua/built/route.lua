@@ -347,7 +347,7 @@ if n_cand == '0' and at + 2 == n_argv or at <= n_argv and at + 3 + tonumber(n_ca
   local window, rule, key = ARGV[at], 0, nil
   local recorded = window ~= '0'
   if recorded then
-    window = tonumber(window)
+    window = window == '1' and 1 or tonumber(window)  -- one tenant's jobs: always its first window
     if n_rules > 0 then
       key = KEYS[1 + window]
       rule = record_and_match(key, ARGV[at + 1], now_text, now_ms, n_rules)
