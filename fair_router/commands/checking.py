@@ -16,6 +16,7 @@ from fair_router.config.crosscheck import Finding, cross_check, unknown_variable
 from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
 from fair_router.core.text import as_text
+from fair_router.dashboard.iterations import known_queues
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.scripts import FairPopScript
 from fair_router.fairqueue.stale import PlainPops
@@ -106,9 +107,7 @@ def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
 
 def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
     """A warning per fair queue whose jobs a plain rq worker took (looking also tidies an empty queue's counts)."""
-    known = [as_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
-             for key in connection.smembers(Queue.redis_queues_keys)]
-    names = list(dict.fromkeys([*settings.fair_queue_names(), *sorted(known)]))
+    names = list(dict.fromkeys([*settings.fair_queue_names(), *known_queues(connection)]))
     marked = FairnessMarks(connection, settings.prefix).read(names)
     pops, findings = PlainPops(connection), []
     for name in names:

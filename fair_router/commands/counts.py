@@ -7,7 +7,7 @@ from rq import Queue
 
 from fair_router.config.settings import Settings
 from fair_router.core.keys import encode
-from fair_router.core.text import as_text
+from fair_router.dashboard.iterations import known_queues
 from fair_router.dashboard.reader import plain_waiting, reconciled
 from fair_router.fairqueue.reconcile import RECONCILE_BOUND, fair_queues
 from fair_router.observe.waitcheck import WaitingReconciler, routed_job_keys
@@ -18,8 +18,7 @@ __all__ = ["RECONCILE_BOUND", "reconciled_counts"]
 
 def reconciled_counts(router: FairRouter, settings: Settings, tenant: str) -> tuple[set[str], dict[str, int]]:
     """Reconcile the queues' counts; the approximate queues, and ``tenant``'s jobs waiting per routed plain queue."""
-    prefix = len(Queue.redis_queue_namespace_prefix)
-    names = sorted(as_text(key)[prefix:] for key in router.rq_connection.smembers(Queue.redis_queues_keys))
+    names = known_queues(router.rq_connection)
     fair = fair_queues(router.rq_connection, settings, names)
     plain = [name for name in names if name not in {queue.name for queue in fair}]
     job_keys = routed_job_keys(router.connection, router.keys, [key for key, job in settings.jobs.items() if job.rules])

@@ -62,28 +62,10 @@ from fair_router.core.validation import (
 )
 
 __all__ = [
-    "ADR_LIMITS",
-    "CONFIG_ENV",
-    "DEFAULT_CONFIG",
-    "MIN_ABANDON_AFTER",
-    "Charge",
-    "ConcurrencyConfig",
-    "InterruptibleConfig",
-    "JobConfig",
-    "Loc",
-    "ObserveConfig",
-    "RecoveryConfig",
-    "Settings",
-    "SettingsError",
-    "SettingsWarning",
-    "TiersConfig",
-    "announce_source",
-    "config_search_path",
-    "default_config_path",
-    "describe_errors",
-    "describe_source",
-    "load_settings",
-    "validated",
+    "ADR_LIMITS", "CONFIG_ENV", "DEFAULT_CONFIG", "MIN_ABANDON_AFTER", "Charge", "ConcurrencyConfig",
+    "InterruptibleConfig", "JobConfig", "Loc", "ObserveConfig", "RecoveryConfig", "Settings", "SettingsError",
+    "SettingsWarning", "TiersConfig", "announce_source", "config_search_path", "default_config_path", "describe_errors",
+    "describe_source", "load_settings", "validated",
 ]
 
 class Settings(BaseSettings):

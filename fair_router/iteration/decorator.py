@@ -33,10 +33,8 @@ class Slicing:
     save_every: int
 
 
-def interruptible(
-    slice: str | float | timedelta = "1s",
-    save_every: int = 1,
-) -> Callable[[Callable[P, Generator[Any, Any, R]]], Callable[P, R]]:
+def interruptible(slice: str | float | timedelta = "1s",
+                  save_every: int = 1) -> Callable[[Callable[P, Generator[Any, Any, R]]], Callable[P, R]]:
     """Make a generator job function interruptible (docs/interruptible.md): it runs in turns of about ``slice``, saving
     its cursor every ``save_every`` checkpoints. Put it under ``@fair_job(...)``; bad values raise SettingsError."""
     slicing = Slicing(validated(_SLICE, slice, "interruptible(slice=...)"),

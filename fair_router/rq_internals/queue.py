@@ -110,9 +110,8 @@ class RqQueueSeam(Queue):
             finally:
                 self._own.discard(id(own))
 
-    def enqueue_job(
-        self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
-    ) -> Job:
+    def enqueue_job(self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False,
+                    unique: bool = False) -> Job:
         """rq's ``enqueue_job`` in one round trip where rq takes two (the queue's registration on the same pipeline);
         dependencies, rate limits, ``unique=True`` and a caller's pipeline take rq's path unchanged."""
         if pipeline is not None or unique or not self.is_async or job._dependency_ids or job.has_rate_limit:
@@ -122,9 +121,8 @@ class RqQueueSeam(Queue):
             self.execute_checked(own, [job])
         return job
 
-    def _enqueue_job(
-        self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
-    ) -> Job:
+    def _enqueue_job(self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False,
+                     unique: bool = False) -> Job:
         """Every rq enqueue path passes here (rq has no public hook): the job noted for :meth:`push_job_id`, a push
         that may be refused run by :meth:`execute_checked`, a ``unique=True`` job handed to :meth:`pushed_unique`."""
         if not self.is_async:  # rq runs the job at once: nothing is pushed
@@ -165,9 +163,8 @@ class RqQueueSeam(Queue):
         else:
             self.push(push, pipeline)
 
-    def enqueue_many(
-        self, job_datas: Iterable[Any], pipeline: Pipeline | None = None, group_id: str | None = None
-    ) -> list[Job]:
+    def enqueue_many(self, job_datas: Iterable[Any], pipeline: Pipeline | None = None,
+                     group_id: str | None = None) -> list[Job]:
         """rq's ``enqueue_many``: pushes of jobs without dependencies collected and handed to :meth:`push_many` at the
         end of rq's MULTI that saves them; jobs with dependencies pushed one by one."""
         datas = list(job_datas)
@@ -195,15 +192,9 @@ class RqQueueSeam(Queue):
     # -- dequeue: rq's dequeue_any contract, with fair pops ---------------------------------------------------
 
     @classmethod
-    def dequeue_any(
-        cls,
-        queues: Iterable[Queue],
-        timeout: int | None,
-        connection: Redis,
-        job_class: type[Job] | None = None,
-        serializer: Any = None,
-        death_penalty_class: Any = None,
-    ) -> tuple[Job, Queue] | None:
+    def dequeue_any(cls, queues: Iterable[Queue], timeout: int | None, connection: Redis,
+                    job_class: type[Job] | None = None, serializer: Any = None,
+                    death_penalty_class: Any = None) -> tuple[Job, Queue] | None:
         """rq's contract (the first job of ``queues`` in order, blocking up to ``timeout``, DequeueTimeout) over fair
         pops and plain LPOPs alike: one BLPOP over every list; the given queue objects are returned."""
         if timeout == 0:

@@ -150,9 +150,8 @@ class RqWorkerSeam(BaseWorker):
 
     # -- fetch ----------------------------------------------------------------------------------------------
 
-    def dequeue_job_and_maintain_ttl(
-        self, timeout: int | None, max_idle_time: int | None = None
-    ) -> tuple[Job, Queue] | None:
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None,
+                                     max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
         """rq's, after a fresh fetch order is drawn, with the blocking wait capped."""
         self.job_clock.fetching()
         order = self.fetch_order.draw()

@@ -80,13 +80,9 @@ class GraceRetry(Retry):
         """Picklable (connection kwargs get pickled): a fresh retry of the same grace."""
         return (GraceRetry, (self.grace,))
 
-    def call_with_retry(
-        self,
-        do: Callable[[], Any],
-        fail: Callable[..., Any],
-        is_retryable: Callable[[Exception], bool] | None = None,
-        with_failure_count: bool = False,
-    ) -> Any:
+    def call_with_retry(self, do: Callable[[], Any], fail: Callable[..., Any],
+                        is_retryable: Callable[[Exception], bool] | None = None,
+                        with_failure_count: bool = False) -> Any:
         """redis-py's contract, with a deadline rather than a count deciding when to give up."""
         local = self._local
         outermost = not getattr(local, "active", False)

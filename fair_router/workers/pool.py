@@ -47,26 +47,11 @@ class WorkerPool:
     """Supervise ``allocation[group]`` rq workers per queue group (``"a"`` or ``"a,b"``): ``run()`` (main thread
     only), or its steps ``start()``, ``check()``, ``stop()``; ``env`` is added to the children's environment."""
 
-    def __init__(
-        self,
-        allocation: Mapping[str, int],
-        url: str,
-        *,
-        worker_class: str = DEFAULT_WORKER_CLASS,
-        logging_level: str = "INFO",
-        with_scheduler: bool = False,
-        grace: float = 30.0,
-        kill_after: float = 5.0,
-        backoff: float = 0.5,
-        max_backoff: float = 30.0,
-        stable_after: float = 10.0,
-        poll_interval: float = 0.1,
-        python: str = sys.executable,
-        env: Mapping[str, str] | None = None,
-        paths: Sequence[str] = (),
-        urls: Mapping[str, str] | None = None,
-        cluster: bool = False,
-    ) -> None:
+    def __init__(self, allocation: Mapping[str, int], url: str, *, worker_class: str = DEFAULT_WORKER_CLASS,
+                 logging_level: str = "INFO", with_scheduler: bool = False, grace: float = 30.0,
+                 kill_after: float = 5.0, backoff: float = 0.5, max_backoff: float = 30.0, stable_after: float = 10.0,
+                 poll_interval: float = 0.1, python: str = sys.executable, env: Mapping[str, str] | None = None,
+                 paths: Sequence[str] = (), urls: Mapping[str, str] | None = None, cluster: bool = False) -> None:
         """``cluster``: the URL is a seed node of a Redis Cluster (``redis_cluster``): each child's rq CLI builds
         its connection with :class:`fair_router.store.cluster.RqSlotRedis` (rq's slot owner, followed)."""
         if not allocation:
@@ -259,10 +244,12 @@ def _descendants(pid: int) -> list[int]:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for printing."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    userinfo = f"{parts.username or ''}:***"
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}"))
+    """``url`` with its password replaced by ``***``, for printing (the whole URL hidden when it cannot be parsed)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rsplit("@", 1)[1]
+        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    except ValueError:
+        return "(an unparsable URL)"

@@ -65,14 +65,8 @@ class Recovery:
         """Time for this worker's next check (a clock read, no Redis)."""
         return time.monotonic() >= self._next
 
-    def run(
-        self,
-        queues: Sequence[Queue],
-        *,
-        exception_handlers: Sequence[ExceptionHandler] = (),
-        on_abandoned: Callable[[Job], None] | None = None,
-        death_penalty_class: Any = None,
-    ) -> list[str]:
+    def run(self, queues: Sequence[Queue], *, exception_handlers: Sequence[ExceptionHandler] = (),
+            on_abandoned: Callable[[Job], None] | None = None, death_penalty_class: Any = None) -> list[str]:
         """Check the queues whose turn this worker takes; returns the ids of the jobs handed back (``on_abandoned``
         first sees each). Never raises: a failed check is logged and the next one picks up where it stopped."""
         self._next = time.monotonic() + self.every
@@ -163,13 +157,8 @@ class Recovery:
             return False  # an entry without an execution: rq's deadline only
         return last_beat is None or now - float(last_beat) >= self.abandon_after
 
-    def _hand_back(
-        self,
-        queue: Queue,
-        exception_handlers: Sequence[ExceptionHandler],
-        on_abandoned: Callable[[Job], None] | None,
-        death_penalty_class: Any,
-    ) -> list[str]:
+    def _hand_back(self, queue: Queue, exception_handlers: Sequence[ExceptionHandler],
+                   on_abandoned: Callable[[Job], None] | None, death_penalty_class: Any) -> list[str]:
         """rq's own cleanup over the queue's staging set, after interruptible jobs with resumes left were
         queued again from their saved cursor; returns the ids of the jobs handed back."""
         handed: list[str] = []

@@ -39,24 +39,16 @@ class WeightedBase(RqWorkerSeam):
     fetch_order: WeightedOrder
     starts: StartGate
 
-    def __init__(
-        self,
-        queues: Any,
-        *args: Any,
-        weights: Mapping[str, object] | None = None,
-        settings: Settings | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, queues: Any, *args: Any, weights: Mapping[str, object] | None = None,
+                 settings: Settings | None = None, **kwargs: Any) -> None:
         """Takes rq's arguments plus ``weights`` (queue -> weight, else settings' ``queues:``; an unlisted queue
         weighs 1) and ``settings`` (else loaded from the file and environment)."""
         # Checked before rq connects, so a bad weight is reported even while Redis is down.
         settings = self.settings = settings or load_settings()
         if settings.redis_cluster:  # rq gets the owner of rq's slot, whatever node --url named
             queues = on_rq_slot(queues, kwargs)
-        if weights is None:
-            configured = settings.queues
-        else:
-            configured = validate_weights(weights, f"{type(self).__name__}(weights=...)")
+        configured = (settings.queues if weights is None
+                      else validate_weights(weights, f"{type(self).__name__}(weights=...)"))
         if settings.fair_queue_names():
             queues = with_fair_queues(queues, settings, kwargs)
         super().__init__(queues, *args, **kwargs)
