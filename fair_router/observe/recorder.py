@@ -1,7 +1,5 @@
-"""Recording at the source: a worker gathers its job starts in memory and adds them to bounded per-tenant records in
-Redis about once a second, with one ``lua/observe_start.lua`` call on the pipeline rq sends as a job starts (no round
-trip of its own; the script run, not its text, was the cost). Records are statistics: a killed worker or a failed flush
-loses at most an interval's starts. Layout and bounds: docs/observability.md."""
+"""A worker's job starts gathered in memory and added to bounded per-tenant records about once a second, riding
+rq's job-start pipeline (``lua/observe_start.lua``); layout, cost and loss bound: docs/observability.md."""
 
 from __future__ import annotations
 
