@@ -152,7 +152,7 @@ def test_a_property_turned_method_is_named(copy_module: types.ModuleType) -> Non
 
 
 def test_a_missing_owner_is_named() -> None:
-    member = RqMember("rq.worker.NoSuchWorker", "heartbeat", "(self)", "feature", "")
+    member = RqMember("rq.worker.NoSuchWorker", "heartbeat", "(self)", "feature")
     assert member_problem(member) == "rq.worker.NoSuchWorker is missing"
     assert member_problem(member._replace(owner="rq.no_such_module.Worker")) == "rq.no_such_module.Worker is missing"
 
