@@ -253,7 +253,7 @@ OWN_NAMES = {
     "_connection": "FairJob's and LuaScript's own connection",
     "_job": "JobBeat's own job",
     "_queue_names": "the dashboard reader's own method",
-    "_queue": "_StagedRegistry's own queue",
+    "_queue": "StagedRegistry's own queue",
     "_process": "the demo's RedisServer's own server process",
 }
 

@@ -23,12 +23,8 @@ def from_django(settings_cls: type[S], values: Any, name: str, overrides: dict[s
 
     class DjangoSettings(settings_cls):  # type: ignore[valid-type,misc]
         @classmethod
-        def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                       env_settings: PydanticBaseSettingsSource,
-                                       dotenv_settings: PydanticBaseSettingsSource,
-                                       file_secret_settings: PydanticBaseSettingsSource
-                                       ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=values)
+        def file_source(cls, settings_cls: type[BaseSettings]) -> PydanticBaseSettingsSource:
+            return InitSettingsSource(settings_cls, init_kwargs=values)
 
     try:
         settings: S = DjangoSettings(**overrides)

@@ -167,9 +167,14 @@ class Settings(BaseSettings):
                                    dotenv_settings: PydanticBaseSettingsSource,
                                    file_secret_settings: PydanticBaseSettingsSource
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Precedence: explicit arguments, then the environment, then the YAML file."""
-        yaml_file = settings_cls.model_config.get("yaml_file") or default_config_path()
-        return init_settings, env_settings, CheckedYamlSource(settings_cls, yaml_file=yaml_file)
+        """Precedence: explicit arguments, then the environment, then the YAML file (or Django's dict)."""
+        return init_settings, env_settings, cls.file_source(settings_cls)
+
+    @classmethod
+    def file_source(cls, settings_cls: type[BaseSettings]) -> PydanticBaseSettingsSource:
+        """The lowest layer: the YAML file (``from_django`` gives Django's ``FAIR_ROUTER`` dict instead)."""
+        return CheckedYamlSource(settings_cls, yaml_file=settings_cls.model_config.get("yaml_file")
+                                 or default_config_path())
 
     def job(self, job_key: str) -> JobConfig:
         """Settings for one job key; an unconfigured job has no rules."""

@@ -14,6 +14,8 @@ from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 from rq.utils import parse_composite_key
 
+from fair_router.core.text import as_text
+
 logger = logging.getLogger("fair_router")
 
 
@@ -34,15 +36,10 @@ def has_execution(member: str) -> bool:
     return bool(execution_id)
 
 
-def staged_registry(queue: Queue, key: str, death_penalty_class: Any) -> StartedJobRegistry:
+class StagedRegistry(StartedJobRegistry):
     """rq's StartedJobRegistry of ``queue`` pointed at ``key``, so that its ``cleanup`` (rq's handling of abandoned
-    jobs) runs on exactly the entries staged there."""
-    return _StagedRegistry(queue, key, death_penalty_class)
-
-
-class _StagedRegistry(StartedJobRegistry):
-    """Relies on rq's ``cleanup`` reading and trimming only ``self.key`` and getting the queue to retry on
-    from ``get_queue()``."""
+    jobs) runs on exactly the entries staged there: it relies on rq's ``cleanup`` reading and trimming only
+    ``self.key`` and getting the queue to retry on from ``get_queue()``."""
 
     def __init__(self, queue: Queue, key: str, death_penalty_class: Any) -> None:
         super().__init__(queue=queue, job_class=queue.job_class, death_penalty_class=death_penalty_class)
@@ -58,7 +55,7 @@ class _StagedRegistry(StartedJobRegistry):
         """rq's cleanup, after the entries of jobs that never started (taken up, not yet STARTED) are put back on their
         queue: rq 3.0's would drop them, leaving such a job QUEUED on no queue."""
         for raw in self.connection.zrange(self.key, 0, -1):
-            member = raw.decode() if isinstance(raw, bytes) else str(raw)
+            member = as_text(raw)
             job_id, _ = parse_composite_key(member)
             try:
                 job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)

@@ -66,39 +66,25 @@ def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = No
     """``pipe.execute()`` riding Redis out of memory for up to ``grace`` seconds (default :func:`grace_of`): a plain
     pipeline's refused commands are sent again alone, a refused transaction whole. Returns every reply, in order."""
     stack = list(pipe.command_stack)
-    if getattr(pipe, "transaction", False) is True:
-        limit = grace_of(connection) if grace is None else grace
-        unsent = [pipe]
+    transaction = getattr(pipe, "transaction", False) is True
+    replies: list[Any] = [None] * len(stack)
+    refused = list(range(len(stack)))  # what the next send sends: all of a transaction, each refused command
+    unsent = [pipe]
 
-        def send() -> list[Any]:
-            if unsent:
-                return list(unsent.pop().execute())
-            with connection.pipeline(transaction=True) as again:
-                for args, options in stack:
-                    again.pipeline_execute_command(*args, **options)
-                return list(again.execute())
+    def send() -> list[Any]:
+        again = unsent.pop() if unsent else connection.pipeline(transaction=transaction)
+        if again is not pipe:
+            for index in refused:
+                args, options = stack[index]
+                again.pipeline_execute_command(*args, **options)
+        for index, reply in zip(refused, again.execute(raise_on_error=transaction), strict=True):
+            replies[index] = reply
+        refused[:] = [index for index in refused if is_oom(replies[index])]
+        if refused:
+            raise replies[refused[0]]
+        return replies
 
-        return call_riding_oom(send, limit)
-    replies = list(pipe.execute(raise_on_error=False))
-    refused = [index for index, reply in enumerate(replies) if is_oom(reply)]
-    if refused:
-        limit = grace_of(connection) if grace is None else grace
-        deadline = time.monotonic() + limit
-        backoff = EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE)
-        attempts = 0
-        while refused:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise replies[refused[0]]
-            attempts += 1
-            time.sleep(min(backoff.compute(attempts), left))
-            with connection.pipeline(transaction=False) as again:
-                for index in refused:
-                    args, options = stack[index]
-                    again.pipeline_execute_command(*args, **options)
-                for index, reply in zip(refused, again.execute(raise_on_error=False), strict=True):
-                    replies[index] = reply
-            refused = [index for index in refused if is_oom(replies[index])]
+    call_riding_oom(send, grace_of(connection) if grace is None else grace)
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply

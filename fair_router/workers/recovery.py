@@ -19,7 +19,7 @@ from fair_router.core.keys import Keys
 from fair_router.core.text import as_text as _text
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import CURSOR, RESUMES, is_interruptible
-from fair_router.rq_internals.registry import execution_key, has_execution, job_id_of, staged_registry, started_key
+from fair_router.rq_internals.registry import StagedRegistry, execution_key, has_execution, job_id_of, started_key
 from fair_router.rq_internals.turns import requeue
 from fair_router.rq_internals.worker import ExceptionHandler
 from fair_router.store.outage import BACKOFF_CAP, OutageWatch
@@ -173,7 +173,7 @@ class Recovery:
             if self._resume(queue, staged, member, job):
                 handed.append(job.id)
                 self._free(queue, job, on_abandoned)
-        registry = staged_registry(queue, staged, death_penalty_class)
+        registry = StagedRegistry(queue, staged, death_penalty_class)
         registry.cleanup(exception_handlers=[first, *exception_handlers])
         for job_id in handed:
             logger.warning("crash recovery: job %s of %s had no heartbeat for %g s; handed back",
