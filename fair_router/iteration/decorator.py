@@ -96,7 +96,7 @@ class Turn:
                 return result
             items += 1
             meta[CURSOR], meta[ITEMS] = cursor, items
-            if HOST.stop or time.monotonic() >= deadline:
+            if HOST.stopping or time.monotonic() >= deadline:
                 steps.close()  # the generator's finally blocks run now, not at garbage collection
                 return cast(R, TURN_END)  # the worker saves the meta as it queues the job again
             pending += 1

@@ -71,7 +71,7 @@ class Duties(Protocol):
 
 
 class Turns(Protocol):
-    """The worker side of interruptible iteration (:class:`fair_router.iteration.turns.HostedTurns`)."""
+    """The worker side of interruptible iteration (:data:`fair_router.iteration.turns.HOST`)."""
 
     def is_end(self, value: Any) -> bool: ...  # whether a job's return value ends a turn
     def hosting(self, active: bool, stop: bool) -> None: ...  # a job starts in this process (before the fork), or ended

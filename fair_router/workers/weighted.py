@@ -12,7 +12,7 @@ from fair_router.config.settings import Settings, load_settings
 from fair_router.core.keys import Keys
 from fair_router.core.validation import QueueWeight
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.iteration.turns import HostedTurns
+from fair_router.iteration.turns import HOST
 from fair_router.observe.recorder import StartRecorder
 from fair_router.observe.waiting import WaitCounts
 from fair_router.rq_internals.worker import RqWorkerSeam, revive_scheduler
@@ -84,7 +84,7 @@ class WeightedBase(RqWorkerSeam):
         self.fairness.marks.mark([queue.name for queue in fair if settings.is_fair(queue.name)])
         self.fairness.follow(starting=True)
         self.duties = Duties(self)
-        self.turns = HostedTurns()
+        self.turns = HOST
 
     @property
     def fetch_weights(self) -> list[tuple[Queue, QueueWeight]] | None:
