@@ -21,16 +21,11 @@ from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.scripts import FairPopScript
 from fair_router.fairqueue.stale import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
-from fair_router.store.luascript import assemble, lua_dir, no_functions
+from fair_router.store.luascript import assemble, no_functions, script_names
 from fair_router.store.serverconf import policy_readings
 from fair_router.workers.pool import redact_url
 
 OLDEST_TESTED = (6, 2)
-
-
-def script_names() -> list[str]:
-    """Every script fair-router sends (``lua/*.lua``; the pieces in ``lua/lib`` go inside them)."""
-    return sorted(entry.name.removesuffix(".lua") for entry in lua_dir().iterdir() if entry.name.endswith(".lua"))
 
 
 def server_findings(settings: Settings, deep: bool) -> list[Finding]:
@@ -44,7 +39,9 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
     connection = pair.state
     try:
         connection.ping()
-        version = _version(pair.rq)
+        version = str(pair.rq.info("server").get("redis_version", "?"))  # from the owner of rq's slot
+    except NoPermissionError:  # a user that may not run INFO (an ACL)
+        version = "?"
     except (RedisError, OSError) as exc:
         fail(f"error: redis_url {url}: cannot reach Redis ({exc})", 1)
     click.echo(f"redis:     {url} answers, Redis {version}")
@@ -66,14 +63,6 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
                else "as EVALSHA (Redis < 7, FUNCTION not allowed, or a cluster)")
         click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD); the fair pop {pop}")
     return findings
-
-
-def _version(connection: Redis) -> str:
-    """The server's version from INFO, or ``?`` where this user may not run INFO (an ACL)."""
-    try:
-        return str(connection.info("server").get("redis_version", "?"))
-    except NoPermissionError:
-        return "?"
 
 
 def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Finding]:

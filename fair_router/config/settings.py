@@ -207,8 +207,7 @@ class Settings(BaseSettings):
         families: dict[str, None] = {}
         for job in self.jobs.values():
             if job.shards is not None and (index is None or index < job.shards.count):
-                base = job.queue or "default"
-                families.update(dict.fromkeys([base, *(rule.for_base(base).queue for rule in job.rules)]))
+                families.update(dict.fromkeys(job.families()))
         return list(families)
 
 

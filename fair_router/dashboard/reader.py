@@ -121,9 +121,7 @@ class SnapshotReader:
         lengths = {queue.name: queue.jobs for queue in queues if not queue.down}
         waiting = {**plain_waiting(routed_replies[1::2], lengths), **backlogs}  # queue -> tenant -> jobs
 
-        waiting_total: Counter[str] = Counter()
-        for backlog in waiting.values():
-            waiting_total.update(backlog)
+        waiting_total: Counter[str] = sum(map(Counter, waiting.values()), Counter())
         recently = [as_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
         by_waiting = sorted(waiting_total, key=lambda t: -waiting_total[t])[: 2 * n]
         candidates = list(dict.fromkeys([*by_waiting, *recently]))

@@ -73,10 +73,9 @@ def mode(name: str, run: str) -> Mode:
             rules=(Rule(queue=f"{base}_throttled", threshold=20, per="1m"),
                    Rule(queue=f"{base}_superslow", threshold=100, per="1m")),
         )
-    if name == "fair":
-        return Mode(name, (f"{run}_fair",), "fair_router.WeightedSimpleWorker", fair=True)
-    if name == "fair-runtime":
-        return Mode(name, (f"{run}_fair",), "fair_router.WeightedSimpleWorker", fair=True, charge="runtime")
+    if name in ("fair", "fair-runtime"):
+        return Mode(name, (f"{run}_fair",), "fair_router.WeightedSimpleWorker", fair=True,
+                    charge="runtime" if name == "fair-runtime" else "jobs")
     raise ValueError(f"unknown mode {name!r}: choose from {', '.join(MODES)}, fair-runtime")
 
 

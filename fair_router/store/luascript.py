@@ -69,6 +69,11 @@ def lua_dir() -> Traversable:
     return Path(__file__).resolve().parents[2] / "lua"
 
 
+def script_names() -> list[str]:
+    """Every script fair-router sends (``lua/*.lua``; the pieces in ``lua/lib`` go inside them)."""
+    return sorted(entry.name.removesuffix(".lua") for entry in lua_dir().iterdir() if entry.name.endswith(".lua"))
+
+
 def built(name: str) -> str:
     """The text Redis runs for ``name``: ``lua/built/<name>.lua`` as checked in (``make lua`` writes it)."""
     return lua_dir().joinpath(BUILT).joinpath(f"{name}.lua").read_text(encoding="utf-8")
@@ -155,9 +160,7 @@ def compact(source: str) -> str:
 def generate() -> dict[str, str]:
     """Every file of ``lua/built``, by name: each script of ``lua/`` assembled, each of :data:`FUNCTIONS` as
     its function library and each of :data:`MINIFIED` compacted."""
-    lua = lua_dir()
-    names = sorted(entry.name.removesuffix(".lua") for entry in lua.iterdir() if entry.name.endswith(".lua"))
-    texts = {f"{name}.lua": assemble(name) for name in names}
+    texts = {f"{name}.lua": assemble(name) for name in script_names()}
     texts.update({f"{name}.library.lua": assemble_library(name) for name in FUNCTIONS})
     # one comment line kept, so MONITOR and the slow log still name the script
     texts.update({f"{name}.min.lua": f"-- lua/built/{name}.min.lua: lua/{name}.lua without comments (make lua)\n"
