@@ -22,8 +22,7 @@ CONNECT_TIMEOUT = 5.0
 
 
 def load_or_exit(config: Path | None) -> Settings:
-    """The settings from ``config`` (else the default file and environment); invalid ones raise SettingsError, which
-    the command group prints (exit 2)."""
+    """The settings from ``config`` (else the default file and environment); invalid: SettingsError (exit 2)."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:

@@ -28,8 +28,7 @@ def known_queues(connection: Redis) -> list[str]:
 
 def running_iterations(connection: Redis, queues: Sequence[str], tenant: str | None = None,
                        tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> list[RunningIteration]:
-    """The interruptible jobs running in ``queues`` (those that have started a turn), of ``tenant`` only if
-    given, by queue then job id."""
+    """The interruptible jobs running in ``queues`` that started a turn (of ``tenant`` if given), by queue, job id."""
     with connection.pipeline(transaction=False) as pipe:
         for name in queues:
             pipe.zrange(StartedJobRegistry(name, connection=connection).key, 0, -1)

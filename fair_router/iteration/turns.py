@@ -62,8 +62,7 @@ HOST = Host()
 
 
 def is_interruptible(job: Job) -> bool:
-    """Whether ``job``'s function is decorated with ``interruptible`` (imports it, as a worker would; a function
-    that cannot be imported counts as not interruptible)."""
+    """Whether ``job``'s function is ``interruptible`` (imported as a worker would; one that cannot be: False)."""
     try:
         func = job.func
     except Exception:

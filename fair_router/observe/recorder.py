@@ -85,8 +85,7 @@ class StartRecorder:
             return sum(group.starts for group in self._pending.values())
 
     def job_started(self, job: Job, pipeline: Pipeline | None) -> None:
-        """Note ``job``'s start; when the interval has passed, queue the flush on ``pipeline`` (rq's own; None: this
-        recorder's connection, as on a cluster)."""
+        """:meth:`note` ``job``'s start, then :meth:`flush_due` on ``pipeline`` (rq's own; None on a cluster)."""
         self.note(job)
         self.flush_due(pipeline)
 

@@ -130,8 +130,7 @@ class WaitingReconciler:
 
 
 def routed_job_keys(connection: Redis, keys: Keys, configured: Iterable[str]) -> list[str]:
-    """The job keys whose counts readers show: those routers noted (:meth:`Keys.observe_job_keys`) and those
-    the settings give rules."""
+    """The job keys whose counts readers show: those routers noted and those the settings give rules."""
     noted = connection.smembers(keys.observe_job_keys())
     return sorted({*(_text(key) for key in noted), *configured})
 

@@ -25,8 +25,7 @@ def started_key(queue: Queue) -> str:
 
 
 def execution_key(member: str, connection: Redis) -> str:
-    """The execution hash a StartedJobRegistry member names; its ``last_heartbeat`` field is the job's last
-    heartbeat (epoch seconds)."""
+    """The execution hash a StartedJobRegistry member names (its ``last_heartbeat``: the job's, epoch seconds)."""
     return Execution.from_composite_key(member, connection).key
 
 

@@ -197,8 +197,7 @@ def is_rq_slot_client(connection: Any) -> bool:
 
 
 def state_of(connection: Any) -> StateConnection:
-    """Where our own state goes for a part handed ``connection``: the RedisCluster of a cluster pair, else
-    ``connection`` itself."""
+    """Where our own state goes: the RedisCluster of ``connection``'s cluster pair, else ``connection`` itself."""
     return pair_of(connection).state
 
 

@@ -13,8 +13,7 @@ if TYPE_CHECKING:
 
 
 def shard_queues(settings: Settings, index: int, families: Sequence[str] = ()) -> list[str]:
-    """The queues of shard ``index``: each of ``families``' member on it, else every sharded family's (from
-    the settings' ``jobs``, for the job keys that have that shard)."""
+    """The queues of shard ``index``: each of ``families``' member on it, else every sharded family's that has it."""
     return [shard_queue(family, index) for family in (families or settings.sharded_families(index))]
 
 
