@@ -13,7 +13,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
@@ -84,7 +83,8 @@ class WorkerPool:
         """Start all workers, keep them running until SIGINT/SIGTERM/SIGHUP, then stop them all; exit status 0
         when every worker stopped by itself, 1 when some had to be killed."""
         stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        previous = {sig: signal.signal(sig, self._request_stop) for sig in stop_signals}
+        previous = {sig: signal.signal(sig, lambda signum, _: self._stop_requests.append(signum))
+                    for sig in stop_signals}
         clean = False
         try:
             self.start()
@@ -98,9 +98,6 @@ class WorkerPool:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return 0 if clean else 1
-
-    def _request_stop(self, signum: int, frame: FrameType | None) -> None:
-        self._stop_requests.append(signum)
 
     # -- steps ----------------------------------------------------------------------------------
 
