@@ -41,16 +41,11 @@ class OutageWatch:
     """When this process last met Redis unreachable (monotonic seconds; None: never)."""
 
     def __init__(self) -> None:
-        self.last_failure: float | None = None
-
-    def failed(self, at: float) -> None:
-        """A call to Redis failed with a connection error at ``at``."""
-        self.last_failure = at
+        self.last_failure: float | None = None  # when a call to Redis last failed with a connection error
 
     def seconds_since(self) -> float | None:
         """Seconds since the last failure seen, or None."""
-        last = self.last_failure
-        return None if last is None else time.monotonic() - last
+        return None if self.last_failure is None else time.monotonic() - self.last_failure
 
 
 OUTAGES = OutageWatch()
@@ -101,7 +96,7 @@ class GraceRetry(Retry):
                     now = time.monotonic()
                     if local.since is None:
                         local.since = now
-                    self.watch.failed(now)
+                    self.watch.last_failure = now
                     if with_failure_count:
                         fail(error, failures)
                     else:
