@@ -1,2 +1,1 @@
-"""Observability, the writing side: start records, counters and routed waiting counts, written by workers and
-producers (docs/internals.md, "Observability"); :mod:`fair_router.dashboard` reads them back."""
+"""Observability, the writing side: start records, counters, routed waiting counts (docs/internals.md)."""
