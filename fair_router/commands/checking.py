@@ -32,8 +32,7 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
     """The settings' Redis: version, stored tiers and, with ``deep``, every script loaded; unreachable exits 1."""
     url = redact_url(settings.redis_url)
     try:  # on a Redis Cluster: our state through a RedisCluster, the version from the owner of rq's slot
-        pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5,
-                               socket_timeout=10)
+        pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5, socket_timeout=10)
     except ClusterSetupError as exc:
         fail(f"error: {exc}")
     connection = pair.state

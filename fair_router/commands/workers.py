@@ -71,8 +71,7 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
         rq_worker = WeightedWorker(names, connection=connection, name=name, settings=settings)  # --config's
     except ValueError as exc:
         fail(f"error: cannot start the worker: {exc}")
-    rq_worker.work(burst=burst, logging_level=logging_level.upper(), max_jobs=max_jobs,
-                   with_scheduler=with_scheduler)
+    rq_worker.work(burst=burst, logging_level=logging_level.upper(), max_jobs=max_jobs, with_scheduler=with_scheduler)
 
 
 @click.command()
@@ -116,8 +115,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     logging.basicConfig(level=logging_level.upper(), format="%(asctime)s fair-router pool: %(message)s",
                         datefmt="%H:%M:%S")
     workers = WorkerPool(allocation, url, worker_class=worker_class, logging_level=logging_level.upper(),
-                         cluster=settings.redis_cluster,
-                         with_scheduler=with_scheduler, grace=grace, paths=import_paths,
+                         cluster=settings.redis_cluster, with_scheduler=with_scheduler, grace=grace, paths=import_paths,
                          env={"FAIR_ROUTER_CONFIG": str(config.resolve())} if config else None, urls=urls)
     click.echo(workers.describe())
     sys.exit(workers.run())

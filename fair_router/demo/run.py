@@ -24,10 +24,8 @@ from fair_router.routing.decorator import fair_job
 from fair_router.routing.router import FairRouter
 
 DEMO_PREFIX = "fair_router_demo"
-DEMO_RULES = [
-    Rule(queue="demo_throttled", threshold=10, per="1m"),
-    Rule(queue="demo_superslow", threshold=20, per="10s"),
-]
+DEMO_RULES = [Rule(queue="demo_throttled", threshold=10, per="1m"),
+              Rule(queue="demo_superslow", threshold=20, per="10s")]
 DEMO_QUEUES = ["demo", "demo_throttled", "demo_superslow"]
 DASHBOARD_TENANTS = 6
 """Tenants the demo's dashboard view names (the rest are summed as _other)."""

@@ -216,8 +216,8 @@ class RqQueueSeam(Queue):
                             at = _park_end(result)
                             wake_at = at if wake_at is None else min(wake_at, at)
                         break
-                    job = _fetch(job_cls, cast(str, result.job_id), queue, connection, serializer)
-                    if job is not None and not _adopted(queue, result, job):
+                    job = _served(job_cls, result, queue, connection, serializer)
+                    if job is not None:
                         return note_wait(job, waited), queue
             if deadline is None:
                 return None
@@ -245,10 +245,9 @@ class RqQueueSeam(Queue):
                 continue  # a wake-up: look again
             queue = by_key[key]
             result = _pop(queue, connection, entry)
-            if result.job_id is not None:
-                job = _fetch(job_cls, result.job_id, queue, connection, serializer)
-                if job is not None and not _adopted(queue, result, job):
-                    return note_wait(job, waited), queue
+            job = None if result.job_id is None else _served(job_cls, result, queue, connection, serializer)
+            if job is not None:
+                return note_wait(job, waited), queue
 
     # -- maintenance: rq's intermediate-queue hook ----------------------------------------------------------
 
@@ -278,13 +277,10 @@ def _park_end(result: PopResult) -> float:
     return time.monotonic() + result.wake_ms / 1000 - time.time()
 
 
-def _adopted(queue: Queue, result: PopResult, job: Job) -> bool:
-    """Whether a seam queue took a plain entry it popped into its fair structure (then pop again)."""
-    return result.kind == PopKind.PLAIN and isinstance(queue, RqQueueSeam) and queue.adopt(job)
-
-
-def _fetch(job_cls: type[Job], job_id: str, queue: Queue, connection: Redis, serializer: Any) -> Job | None:
-    """The job, or None when it no longer exists or was canceled (skipped, as rq skips missing jobs)."""
+def _served(job_cls: type[Job], result: PopResult, queue: Queue, connection: Redis, serializer: Any) -> Job | None:
+    """The popped job, or None when it no longer exists or was canceled (skipped, as rq skips missing jobs) or a seam
+    queue took the plain entry into its fair structure (then pop again)."""
+    job_id = cast(str, result.job_id)
     try:
         job = job_cls.fetch(job_id, connection=connection, serializer=serializer)
     except NoSuchJobError:
@@ -293,4 +289,7 @@ def _fetch(job_cls: type[Job], job_id: str, queue: Queue, connection: Redis, ser
         exc.job_id = job_id  # type: ignore[attr-defined]  # as rq does, for its error report
         exc.queue = queue  # type: ignore[attr-defined]
         raise
-    return None if job.get_status(refresh=False) == JobStatus.CANCELED else job
+    if job.get_status(refresh=False) == JobStatus.CANCELED:
+        return None
+    adopted = result.kind == PopKind.PLAIN and isinstance(queue, RqQueueSeam) and queue.adopt(job)
+    return None if adopted else job

@@ -63,8 +63,7 @@ class StagedRegistry(StartedJobRegistry):
             if job.get_status(refresh=False) == JobStatus.QUEUED and job.origin == self._queue.name:
                 if self.connection.lpos(self._queue.key, job_id) is None:
                     self._queue.push_job_id(job_id, at_front=True)  # not a new enqueue: no cap, no record
-                    logger.warning("crash recovery: job %s never started before its worker died; queued again",
-                                   job_id)
+                    logger.warning("crash recovery: job %s never started before its worker died; queued again", job_id)
                 self.connection.zrem(self.key, member)
         super().cleanup(timestamp, exception_handlers)
 

@@ -33,8 +33,7 @@ class RedisUnavailable(RedisConnectionError):
 
     def __init__(self, address: str, cause: BaseException) -> None:
         self.address = address
-        super().__init__(f"Redis at {address} is unavailable ({type(cause).__name__}: {cause}); "
-                         f"nothing was enqueued")
+        super().__init__(f"Redis at {address} is unavailable ({type(cause).__name__}: {cause}); nothing was enqueued")
 
 
 class OutageWatch:

@@ -141,11 +141,8 @@ class WorkerPool:
         """The allocation as a table, for printing at start."""
         total = sum(self.allocation.values())
         width = max(len("queue group"), *(len(group) for group in self.allocation))
-        lines = [
-            f"fair-router pool: {total} worker{'s' * (total != 1)} of {self.worker_class} "
-            f"on {redact_url(self.url)}",
-            f"  {'queue group'.ljust(width)}  workers",
-        ]
+        lines = [f"fair-router pool: {total} worker{'s' * (total != 1)} of {self.worker_class} "
+                 f"on {redact_url(self.url)}", f"  {'queue group'.ljust(width)}  workers"]
         for group, count in self.allocation.items():
             scheduler = any(slot.scheduler and slot.group == group for slot in self._slots)
             lines.append(f"  {group.ljust(width)}  {count:>7}{'  (one runs the scheduler)' * scheduler}")
@@ -163,8 +160,7 @@ class WorkerPool:
 
     def _spawn(self, slot: _Slot) -> None:
         env = {**os.environ, **self.env, "RQ_REDIS_URL": self.urls.get(slot.group, self.url)}
-        slot.process = subprocess.Popen(self.command(slot.queues, slot.scheduler), env=env,
-                                        start_new_session=True)
+        slot.process = subprocess.Popen(self.command(slot.queues, slot.scheduler), env=env, start_new_session=True)
         slot.started_at = time.monotonic()
         self.starts += 1
         self.log.info("started worker pid %d on %s", slot.process.pid, slot.group)

@@ -200,8 +200,7 @@ class Recovery:
         for raw in self.connection.zrange(staged, 0, -1):
             member = _text(raw)
             try:
-                job = queue.job_class.fetch(job_id_of(member), connection=self.connection,
-                                            serializer=queue.serializer)
+                job = queue.job_class.fetch(job_id_of(member), connection=self.connection, serializer=queue.serializer)
             except NoSuchJobError:
                 continue
             if job.get_status(refresh=False) != JobStatus.STARTED or not is_interruptible(job):
