@@ -111,10 +111,6 @@ class Settings(BaseSettings):
         """The file these settings were loaded from; None when none was."""
         return self._source_file
 
-    @source_file.setter
-    def source_file(self, file: Path | None) -> None:
-        self._source_file = file
-
     @model_validator(mode="after")
     def _every_target_served(self) -> Settings:
         """A queue jobs go to that no worker of these settings serves is an error: its jobs would wait forever."""
@@ -314,7 +310,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise SettingsError(message) from None
     except (TypeError, AttributeError, ValueError) as exc:  # a YAML list or scalar where a mapping belongs
         raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None
-    settings.source_file = file.resolve() if file is not None else None
+    settings._source_file = file.resolve() if file is not None else None
     announce_source(file)
     return settings
 
