@@ -13,27 +13,13 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
-from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings import SettingsError as SourceError
 
 from fair_router.config.djangosource import from_django
-from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors, validated
-from fair_router.config.location import (
-    CONFIG_ENV,
-    DEFAULT_CONFIG,
-    announce_source,
-    config_search_path,
-    default_config_path,
-    describe_source,
-)
+from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors
+from fair_router.config.location import CONFIG_ENV, announce_source, default_config_path
 from fair_router.config.sections import (
-    ADR_LIMITS,
-    MIN_ABANDON_AFTER,
     Charge,
     ConcurrencyConfig,
     InterruptibleConfig,
@@ -62,10 +48,9 @@ from fair_router.core.validation import (
 )
 
 __all__ = [
-    "ADR_LIMITS", "CONFIG_ENV", "DEFAULT_CONFIG", "MIN_ABANDON_AFTER", "Charge", "ConcurrencyConfig",
-    "InterruptibleConfig", "JobConfig", "Loc", "ObserveConfig", "RecoveryConfig", "Settings", "SettingsError",
-    "SettingsWarning", "TiersConfig", "announce_source", "config_search_path", "default_config_path", "describe_errors",
-    "describe_source", "load_settings", "validated",
+    "CONFIG_ENV", "Charge", "ConcurrencyConfig", "InterruptibleConfig", "JobConfig", "ObserveConfig", "RecoveryConfig",
+    "Settings", "SettingsError", "SettingsWarning", "TiersConfig", "announce_source", "default_config_path",
+    "load_settings",
 ]
 
 class Settings(BaseSettings):
