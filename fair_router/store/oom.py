@@ -1,5 +1,5 @@
-"""Redis out of memory under ``noeviction``: which error it is, and riding it through on the writes that can wait
-(:func:`execute_riding_oom` resends refused commands, :func:`call_riding_oom` repeats idempotent calls)."""
+"""Redis out of memory under ``noeviction``: riding it through on the writes that can wait (:func:`execute_riding_oom`
+resends refused commands, :func:`call_riding_oom` repeats idempotent calls)."""
 
 from __future__ import annotations
 
@@ -39,11 +39,6 @@ def grace_of(client: Any) -> float:
     return _GRACES.get(client, 0.0)
 
 
-def is_oom(error: BaseException) -> bool:
-    """Whether Redis refused a command for ``maxmemory`` (an ``OOM`` reply)."""
-    return isinstance(error, OutOfMemoryError)
-
-
 def call_riding_oom(call: Callable[[], T], grace: float) -> T:
     """``call()``, made again with backoff while Redis refuses it for memory, until ``grace`` seconds have passed since
     the first refusal; for idempotent calls (a heartbeat)."""
@@ -79,7 +74,7 @@ def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = No
                 again.pipeline_execute_command(*args, **options)
         for index, reply in zip(refused, again.execute(raise_on_error=transaction), strict=True):
             replies[index] = reply
-        refused[:] = [index for index in refused if is_oom(replies[index])]
+        refused[:] = [index for index in refused if isinstance(replies[index], OutOfMemoryError)]
         if refused:
             raise replies[refused[0]]
         return replies
