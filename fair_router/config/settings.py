@@ -59,26 +59,18 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FAIR_ROUTER_", env_nested_delimiter="__", extra="forbid",
                                       yaml_file=None)
 
+    # Each field's meaning: config.example.yaml (which lists them all) and docs/production-redis.md.
     redis_url: RedisUrl = "redis://localhost:6379/0"
-    # redis_url names any node of a Redis Cluster (a seed): our state goes through redis-py's RedisCluster,
-    # rq through a plain client to the master of rq's slot (fair_router.store.cluster; needs a hash-tagged
-    # RQ_KEY_PREFIX such as {rq}).
-    redis_cluster: bool = False
-    # How long workers wait for an unreachable Redis (a restart, a network blip) before giving up
-    # (fair_router.store.outage): their Redis calls retry with backoff for up to this long.
-    redis_outage_grace: Duration = 60.0
-    # Replicas that must acknowledge each enqueue (Redis WAIT after rq's MULTI, same write), and how long an
-    # enqueue waits for them; fewer raise ReplicasNotAcknowledged (fair_router.store.replicas). 0: no WAIT.
-    replicas_to_wait: Replicas = 0
+    redis_cluster: bool = False  # redis_url names a node of a Redis Cluster (fair_router.store.cluster)
+    redis_outage_grace: Duration = 60.0  # how long workers ride an unreachable Redis (fair_router.store.outage)
+    replicas_to_wait: Replicas = 0  # replicas that acknowledge each enqueue (fair_router.store.replicas); 0: none
     replicas_timeout: Duration = 1.0
     prefix: Prefix = "fair_router"
     jobs: Annotated[dict[str, JobConfig], at_most(MAX_JOBS, "jobs")] = Field(default_factory=dict)
     queues: Annotated[dict[QueueName, Weight], at_most(MAX_QUEUES, "queues")] = Field(default_factory=dict)
     fair_queues: Annotated[list[QueueName], at_most(MAX_QUEUES, "fair queues")] = Field(
         default_factory=list)  # served as FairQueue by weighted workers
-    # The queues rules route to: served by weighted fair share across tenants ("fair", so a tenant crossing a rule
-    # competes fairly with the greedy one there) or first in, first out ("plain").
-    throttled_queues: Literal["fair", "plain"] = "fair"
+    throttled_queues: Literal["fair", "plain"] = "fair"  # the queues rules route to: by fair share, or FIFO
     fair_charge: Charge = "jobs"  # FairQueue fair share of jobs, or of worker time ("runtime")
     fair_trust_cost: bool = False  # charge="runtime": a job's declared fair_cost is its charge (else measured)
     pool: Annotated[dict[QueueGroup, AtLeastOne], at_most(MAX_QUEUES, "pool entries")] = Field(default_factory=dict)
