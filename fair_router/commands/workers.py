@@ -10,9 +10,7 @@ import click
 from fair_router.commands.common import connect, load_or_exit
 from fair_router.commands.failures import fail
 
-# As `rq worker --path` (default "."): the directories job functions and classes import from, so that
-# `fair-router worker` run from a project's root finds `myapp.tasks` as `rq worker` does. A console
-# script's sys.path holds its own bin directory, not the working directory.
+# As `rq worker --path` (default "."): a console script's sys.path holds its bin directory, not the working one.
 path_option = click.option("--path", "-P", "paths", multiple=True, default=["."], show_default=True,
                            help="Directory to import job functions from (added to sys.path, as with "
                                 "`rq worker --path`); repeatable.")
