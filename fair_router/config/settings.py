@@ -47,11 +47,9 @@ from fair_router.core.validation import (
     at_most,
 )
 
-__all__ = [
-    "CONFIG_ENV", "Charge", "ConcurrencyConfig", "InterruptibleConfig", "JobConfig", "ObserveConfig", "RecoveryConfig",
-    "Settings", "SettingsError", "SettingsWarning", "TiersConfig", "announce_source", "default_config_path",
-    "load_settings",
-]
+__all__ = ["CONFIG_ENV", "Charge", "ConcurrencyConfig", "InterruptibleConfig", "JobConfig", "ObserveConfig",
+           "RecoveryConfig", "Settings", "SettingsError", "SettingsWarning", "TiersConfig", "announce_source",
+           "default_config_path", "load_settings"]
 
 class Settings(BaseSettings):
     """All fair-router settings. Build with :func:`load_settings` to get file-aware error messages."""
@@ -203,11 +201,9 @@ class _Origins:
         self.layers: list[tuple[str, Any]] = [(self.ARGUMENTS, overrides), ("env", env()), (str(file), from_file)]
         prefix = env.env_prefix.lower()
         # Each variable by its key path, as pydantic-settings reads names (case-insensitively here).
-        self.variables = {
-            tuple(name.lower()[len(prefix):].split(env.env_nested_delimiter or "\0")): name
-            for name in sorted(os.environ)
-            if name.lower().startswith(prefix) and name.upper() != CONFIG_ENV
-        }
+        self.variables = {tuple(name.lower()[len(prefix):].split(env.env_nested_delimiter or "\0")): name
+                          for name in sorted(os.environ)
+                          if name.lower().startswith(prefix) and name.upper() != CONFIG_ENV}
 
     def __call__(self, loc: Loc) -> str | None:
         """The file, variable(s) or arguments the value at ``loc`` came from, joined by '+' when merged."""
