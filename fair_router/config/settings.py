@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
 import warnings
@@ -13,12 +14,17 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 from pydantic_settings import SettingsError as SourceError
 
-from fair_router.config.djangosource import from_django
 from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors
-from fair_router.config.location import CONFIG_ENV, announce_source, default_config_path
+from fair_router.config.location import CONFIG_ENV, announce_source, default_config_path, first_time
 from fair_router.config.sections import (
     Charge,
     ConcurrencyConfig,
@@ -143,7 +149,7 @@ class Settings(BaseSettings):
 
     @classmethod
     def file_source(cls, settings_cls: type[BaseSettings]) -> PydanticBaseSettingsSource:
-        """The lowest layer: the YAML file (``from_django`` gives Django's ``FAIR_ROUTER`` dict instead)."""
+        """The lowest layer: the YAML file (:func:`from_django`: Django's ``FAIR_ROUTER`` dict instead)."""
         return CheckedYamlSource(settings_cls, yaml_file=settings_cls.model_config.get("yaml_file")
                                  or default_config_path())
 
@@ -253,12 +259,33 @@ def _bad_json(exc: SourceError) -> str | None:
             f"({cause.msg} at character {cause.pos}); complex values in FAIR_ROUTER_* variables are JSON")
 
 
+def from_django(values: Any, name: str, overrides: dict[str, Any]) -> Settings:
+    """Settings from Django's ``FAIR_ROUTER`` dict (the YAML file's keys) in the file's place, in a Django process
+    (:mod:`fair_router.core.djangoenv` finds it; docs/django.md); variables and arguments override it."""
+    if not isinstance(values, dict):
+        raise SettingsError(f"{name} must be a dict of fair-router settings (the YAML file's keys), "
+                            f"got {type(values).__name__}")
+
+    class DjangoSettings(Settings):
+        @classmethod
+        def file_source(cls, settings_cls: type[BaseSettings]) -> PydanticBaseSettingsSource:
+            return InitSettingsSource(settings_cls, init_kwargs=values)
+
+    try:
+        settings = DjangoSettings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)")) from None
+    if first_time(name):
+        logging.getLogger("fair_router.settings").info("fair-router settings: %s (Django)", name)
+    return settings
+
+
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``, or Django's ``FAIR_ROUTER``)
     and the environment. Raises SettingsError naming the file or variable, the key path and the reason."""
     django = fair_router_setting() if path is None else None
     if django is not None:
-        return from_django(Settings, *django, overrides)
+        return from_django(*django, overrides)
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
         raise SettingsError(f"fair-router settings file not found: {file}")
