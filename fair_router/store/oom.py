@@ -63,17 +63,20 @@ def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = No
     stack = list(pipe.command_stack)
     transaction = getattr(pipe, "transaction", False) is True
     replies: list[Any] = [None] * len(stack)
-    refused = list(range(len(stack)))  # what the next send sends: all of a transaction, each refused command
+    refused = list(range(len(stack)))  # what a send sends again: all of a refused transaction, else each refused
     unsent = [pipe]
 
     def send() -> list[Any]:
-        again = unsent.pop() if unsent else connection.pipeline(transaction=transaction)
-        if again is not pipe:
-            for index in refused:
-                args, options = stack[index]
-                again.pipeline_execute_command(*args, **options)
-        for index, reply in zip(refused, again.execute(raise_on_error=transaction), strict=True):
-            replies[index] = reply
+        if unsent:
+            sent = list(unsent.pop().execute(raise_on_error=transaction))
+            replies[:], refused[:] = sent, range(len(sent))
+        else:
+            with connection.pipeline(transaction=transaction) as again:
+                for index in refused:
+                    args, options = stack[index]
+                    again.pipeline_execute_command(*args, **options)
+                for index, reply in zip(refused, again.execute(raise_on_error=transaction), strict=True):
+                    replies[index] = reply
         refused[:] = [index for index in refused if isinstance(replies[index], OutOfMemoryError)]
         if refused:
             raise replies[refused[0]]
