@@ -15,7 +15,7 @@ import fair_router
 PACKAGE = Path(fair_router.__file__).parent
 MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 250
-# 13,771 lines after the structure round's third cut (h-size), rounded up to 13,800, plus 300 of headroom for
+# 13,774 lines after the structure round's third cut (h-size), rounded up to 13,800, plus 300 of headroom for
 # the branches being merged beside it (controls, fair queue, routing, Lua): lower it again once they are in.
 MAX_PACKAGE_LINES = 14100
 
