@@ -18,7 +18,9 @@ MAX_CLASS_LINES = 250
 WHY_LINES = 514
 """``fair-router why`` / ``explain`` (observe/why.py, observe/whyplace.py, commands/why.py and their registration),
 counted apart so the merge can see them."""
-MAX_PACKAGE_LINES = 14200 + WHY_LINES
+# The structure round's third cut left the other features at about 13,800 lines; headroom for the branches still
+# being merged (controls, fair queue, routing): lowered again once they are in.
+MAX_PACKAGE_LINES = 14100 + WHY_LINES
 
 
 def oversized(package: Path) -> list[str]:

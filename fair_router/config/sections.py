@@ -47,6 +47,11 @@ class JobConfig(BaseModel):
             raise ValueError("; ".join(problems))
         return self
 
+    def families(self) -> list[str]:
+        """The queue families this job key routes to: its base queue (``default`` when unset), then its rules'."""
+        base = self.queue or "default"
+        return [base, *(rule.for_base(base).queue for rule in self.rules)]
+
 
 ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}
 
