@@ -39,6 +39,7 @@ from fair_router.config.sections import (
     InterruptibleConfig,
     JobConfig,
     ObserveConfig,
+    OrgConfig,
     RecoveryConfig,
     TiersConfig,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "JobConfig",
     "Loc",
     "ObserveConfig",
+    "OrgConfig",
     "RecoveryConfig",
     "Settings",
     "SettingsError",
@@ -117,6 +119,8 @@ class Settings(BaseSettings):
     pool: Annotated[dict[QueueGroup, AtLeastOne], at_most(MAX_QUEUES, "pool entries")] = Field(default_factory=dict)
     tenant_max_bytes: TenantMaxBytes = DEFAULT_TENANT_MAX_BYTES  # longest tenant id taken (bytes of UTF-8)
     tiers: TiersConfig = Field(default_factory=TiersConfig)
+    # Organisations above tenants (fair_org=): an org's FairQueue weight against other orgs (default 1).
+    orgs: Annotated[dict[str, OrgConfig], at_most(MAX_JOBS, "orgs")] = Field(default_factory=dict)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     interruptible: InterruptibleConfig = Field(default_factory=InterruptibleConfig)
