@@ -91,13 +91,15 @@ def share_accuracy(conn: Redis, pops: int) -> tuple[float, float]:
     return over, inside
 
 
-def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool) -> float:
-    """Lowest 100-pop chunk's fair pop server time (us per call) at ``tenants`` backlogged tenants."""
+def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool) -> tuple[float, int]:
+    """Lowest 100-pop chunk's fair pop server time (us per call) at ``tenants`` backlogged tenants, and the fair
+    state's memory (bytes, ``MEMORY USAGE`` of the queue's fair keys) before the pops."""
     conn.flushdb()
     queue = FairQueue("bench", connection=conn, settings=Settings(prefix="bench"))
     n_orgs = max(1, tenants // 100)
     total = max(pops + tenants, 2 * tenants)
     fill(queue, [(f"t{i % tenants}", f"o{(i % tenants) % n_orgs}" if orgs else None) for i in range(total)])
+    memory = sum(int(conn.memory_usage(key, samples=0) or 0) for key in queue.fair_keys.all())
     times = []
     for _ in range(pops // CHUNK):
         conn.config_resetstat()
@@ -105,7 +107,7 @@ def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool) -> float:
             assert queue.pop_fair().job_id is not None
         pop = pop_stat(cast(dict[str, dict[str, Any]], conn.info("commandstats")))
         times.append(float(pop["usec"]) / int(pop["calls"]))
-    return min(times)
+    return min(times), memory
 
 
 def main() -> None:
@@ -124,15 +126,20 @@ def main() -> None:
         print(f"share accuracy, 5 orgs x 4 tenants, 1000 pops: Jain over orgs {over:.4f}, lowest inside an org "
               f"{inside:.4f}")
         for tenants in (int(x) for x in args.tenants.split(",")):
-            one, two = [], []
+            one, two, extra = [], [], 0
             for _ in range(args.rounds):
-                one.append(pop_time(conn, tenants, args.pops, orgs=False))
-                two.append(pop_time(conn, tenants, args.pops, orgs=True))
+                (low, before), (high, after) = (pop_time(conn, tenants, args.pops, orgs=False),
+                                                pop_time(conn, tenants, args.pops, orgs=True))
+                one.append(low)
+                two.append(high)
+                extra = after - before
             ratios = sorted(b / a for a, b in zip(one, two, strict=True))
             rounds = ", ".join(f"{r:.2f}" for r in ratios)
-            print(f"{tenants:>7} tenants in {max(1, tenants // 100):>4} orgs: fair pop one level "
+            n_orgs = max(1, tenants // 100)
+            print(f"{tenants:>7} tenants in {n_orgs:>4} orgs: fair pop one level "
                   f"{statistics.median(one):6.1f} us, two levels {statistics.median(two):6.1f} us, ratio "
-                  f"{statistics.median(two) / statistics.median(one):.3f} (per round {rounds})")
+                  f"{statistics.median(two) / statistics.median(one):.3f} (per round {rounds}); fair state "
+                  f"+{extra} B with orgs, {extra / tenants:.0f} B per tenant")
 
 
 if __name__ == "__main__":
