@@ -7,12 +7,12 @@
 2. Share accuracy: 5 backlogged orgs x 4 tenants, org weights 1-5, tenant weights 1/3/5/1 (tiers); Jain's index of
    share / weight over the orgs and, worst of the five, inside an org.
 3. Fair pop server time, two levels / one level: the same tenants (every tenant backlogged) with and without orgs
-   (tenants / 100 orgs, at least 1), rounds interleaved, the median over rounds of each round's lowest
+   (tenants / --per-org orgs, at least 1), rounds interleaved, the median over rounds of each round's lowest
    100-pop chunk (``INFO commandstats``, as bench/fair_pop.py measures it).
 
 Always runs on a private redis-server.
 
-    .venv/bin/python bench/orgs.py [--tenants 10,1000,10000] [--pops 2000] [--rounds 3]
+    .venv/bin/python bench/orgs.py [--tenants 10,1000,10000] [--pops 2000] [--rounds 3] [--per-org 100]
 """
 
 from __future__ import annotations
@@ -91,12 +91,12 @@ def share_accuracy(conn: Redis, pops: int) -> tuple[float, float]:
     return over, inside
 
 
-def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool) -> tuple[float, int]:
+def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool, per_org: int = 100) -> tuple[float, int]:
     """Lowest 100-pop chunk's fair pop server time (us per call) at ``tenants`` backlogged tenants, and the fair
     state's memory (bytes, ``MEMORY USAGE`` of the queue's fair keys) before the pops."""
     conn.flushdb()
     queue = FairQueue("bench", connection=conn, settings=Settings(prefix="bench"))
-    n_orgs = max(1, tenants // 100)
+    n_orgs = max(1, tenants // per_org)
     total = max(pops + tenants, 2 * tenants)
     fill(queue, [(f"t{i % tenants}", f"o{(i % tenants) % n_orgs}" if orgs else None) for i in range(total)])
     memory = sum(int(conn.memory_usage(key, samples=0) or 0) for key in queue.fair_keys.all())
@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--tenants", default="10,1000,10000", help="comma-separated backlogged tenant counts")
     parser.add_argument("--pops", type=int, default=2000, help="pops measured per tenant count and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (one level, two levels)")
+    parser.add_argument("--per-org", type=int, default=100, help="tenants per org in the pop time runs")
     args = parser.parse_args()
     with RedisServer() as server:
         conn = server.client()
@@ -128,14 +129,14 @@ def main() -> None:
         for tenants in (int(x) for x in args.tenants.split(",")):
             one, two, extra = [], [], 0
             for _ in range(args.rounds):
-                (low, before), (high, after) = (pop_time(conn, tenants, args.pops, orgs=False),
-                                                pop_time(conn, tenants, args.pops, orgs=True))
+                (low, before), (high, after) = (pop_time(conn, tenants, args.pops, False, args.per_org),
+                                                pop_time(conn, tenants, args.pops, True, args.per_org))
                 one.append(low)
                 two.append(high)
                 extra = after - before
             ratios = sorted(b / a for a, b in zip(one, two, strict=True))
             rounds = ", ".join(f"{r:.2f}" for r in ratios)
-            n_orgs = max(1, tenants // 100)
+            n_orgs = max(1, tenants // args.per_org)
             print(f"{tenants:>7} tenants in {n_orgs:>4} orgs: fair pop one level "
                   f"{statistics.median(one):6.1f} us, two levels {statistics.median(two):6.1f} us, ratio "
                   f"{statistics.median(two) / statistics.median(one):.3f} (per round {rounds}); fair state "

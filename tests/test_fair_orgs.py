@@ -238,3 +238,16 @@ def test_every_reader_of_a_stored_org_goes_through_the_validator() -> None:
             if re.search(r"\.get\((META_ORG|[\"']fair_org[\"'])|\[META_ORG\](?!\s*=)", line):
                 reads.append((str(path.relative_to(package)), line.strip()))
     assert reads == [("core/tenancy.py", "value = (meta or {}).get(META_ORG)")], reads
+
+
+def test_a_tenant_joining_an_org_whose_only_tenant_has_been_served_alone_shares_its_turns(conn: Redis) -> None:
+    """An org's only active tenant keeps its pass in the org (nothing to compare with); a tenant joining later
+    starts level with it: from then on the org's turns alternate between them, and the org keeps its one share
+    against a tenant without org."""
+    queue = fair(conn)
+    fill(queue, "x", 20, org="O")
+    fill(queue, "solo", 20)
+    assert Counter(started_by_pops(queue, 6)) == {"x": 3, "solo": 3}
+    fill(queue, "y", 10, org="O")
+    served = started_by_pops(queue, 12)
+    assert Counter(served) == {"solo": 6, "x": 3, "y": 3}, served

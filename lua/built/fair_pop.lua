@@ -104,17 +104,22 @@ local function org_member(org, tenant)
   return org.name .. '\0' .. org.pass .. '\0' .. tenant
 end
 
--- The min-pass active tenant of org `name` and its pass (a string), or nil when it has none.
+-- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
+-- active tenant; nil when it has none.
 local function org_first(name)
-  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 1)
+  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
   if #got == 0 then return nil end
   local pass, tenant = string.match(got[1], '^[^%z]*%z([^%z]*)%z(.*)$')
-  return tenant, pass, got[1]
+  return tenant, pass, got[1], #got == 1
 end
 
--- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none).
+-- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none), and for an org's
+-- whether that tenant is its only active one.
 local function entry_tenant(entry)
-  if entry and is_org(entry) then return (org_first(string.sub(entry, 2))) end
+  if entry and is_org(entry) then
+    local tenant, _, _, alone = org_first(string.sub(entry, 2))
+    return tenant, alone
+  end
   return entry
 end
 
@@ -576,14 +581,13 @@ end
 -- include: fair_keys, stride, fifo, charge, claims, forget
 local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
 
--- The stride choice, not yet taken: the min-pass active entry's oldest job; an organisation's entry stands for
--- its min-pass tenant (lib/stride.lua). `first`: {tenant, pass, record, job} of that tenant and the entry's
--- pass when the caller read them already (job: the id at its FIFO head, false when that place is a hole, nil
+-- The stride choice, not yet taken: the min-pass active entry's oldest job (an org's: its min-pass tenant's).
+-- `first`: {tenant, pass, record, job} of that tenant and the entry's pass when the caller read them already (job: the id at its FIFO head, false when that place is a hole, nil
 -- when not read), else nil. Returns job id, seq, tenant, pass (its top-level entry's), and the tenant's tail
 -- seq, weight, waiting count and org (its record, for take); or nil when no tenant can be served.
 local function serve_choose(first)
   while true do
-    local tenant, pass, record, known, member, _
+    local tenant, pass, record, known, member, alone, _
     if first then
       tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
@@ -591,7 +595,7 @@ local function serve_choose(first)
       local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
       if #top == 0 then return nil end
       tenant, pass = top[1], tonumber(top[2])
-      if is_org(tenant) then tenant, _, member = org_first(string.sub(tenant, 2)) end
+      if is_org(tenant) then tenant, _, member, alone = org_first(string.sub(tenant, 2)) end
       if tenant then
         record = redis.call('HGET', state, tenant_field(tenant))
       else  -- an org entry without active tenant (never left so): it leaves
@@ -600,6 +604,7 @@ local function serve_choose(first)
     end
     if tenant then
       local h, t, weight, n, org = parse_tenant(record)
+      if org then org.alone = alone end
       if member and not (org and org.on) then  -- a member of `orgs` whose record says otherwise: it leaves
         redis.call('ZREM', orgs, member)
         org_settle(string.match(member, '^([^%z]*)'))
@@ -668,9 +673,11 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
     if waiting <= 1 then
       redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
       stride_idle(tenant, false, org)
-    else
-      org_leave(org, tenant)
-      org_enter(org, tenant, tonumber(org.pass) + step / weight)
+    else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
+      if not org.alone then
+        org_leave(org, tenant)
+        org_enter(org, tenant, tonumber(org.pass) + step / weight)
+      end
       redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end
@@ -706,7 +713,9 @@ local function tied_entry(field, tenant, min_pass)
   local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   local pass
   if org then
-    if not org.on or select(2, org_first(org.name)) ~= org.pass then return nil end
+    local _, inner, _, alone = org_first(org.name)
+    if not org.on or inner ~= org.pass then return nil end
+    org.alone = alone
     pass = tonumber(redis.call('ZSCORE', active, ORG .. org.name) or '')
   else
     pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
@@ -809,7 +818,7 @@ local MAX_STALE = 1000  -- stale members dropped per call at most; the next call
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
 local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
-local chosen = entry_tenant(top[1])
+local chosen, alone = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
 local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
@@ -830,7 +839,7 @@ if due and due <= now_ms then
     redis.call('HSET', state, 'due', next_due)
   end
   top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
-  chosen = entry_tenant(top[1])
+  chosen, alone = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
 
@@ -845,7 +854,7 @@ end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
 local h, t, weight, waiting, org
-if first then h, t, weight, waiting, org = parse_tenant(first[3]) end
+if first then h, t, weight, waiting, org = parse_tenant(first[3]); if org then org.alone = alone end end
 if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil end  -- serve_choose() repairs
 local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
 local entry_value = got[1]

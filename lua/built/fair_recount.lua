@@ -93,17 +93,22 @@ local function org_member(org, tenant)
   return org.name .. '\0' .. org.pass .. '\0' .. tenant
 end
 
--- The min-pass active tenant of org `name` and its pass (a string), or nil when it has none.
+-- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
+-- active tenant; nil when it has none.
 local function org_first(name)
-  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 1)
+  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
   if #got == 0 then return nil end
   local pass, tenant = string.match(got[1], '^[^%z]*%z([^%z]*)%z(.*)$')
-  return tenant, pass, got[1]
+  return tenant, pass, got[1], #got == 1
 end
 
--- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none).
+-- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none), and for an org's
+-- whether that tenant is its only active one.
 local function entry_tenant(entry)
-  if entry and is_org(entry) then return (org_first(string.sub(entry, 2))) end
+  if entry and is_org(entry) then
+    local tenant, _, _, alone = org_first(string.sub(entry, 2))
+    return tenant, alone
+  end
   return entry
 end
 

@@ -2,14 +2,13 @@
 -- include: fair_keys, stride, fifo, charge, claims, forget
 local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
 
--- The stride choice, not yet taken: the min-pass active entry's oldest job; an organisation's entry stands for
--- its min-pass tenant (lib/stride.lua). `first`: {tenant, pass, record, job} of that tenant and the entry's
--- pass when the caller read them already (job: the id at its FIFO head, false when that place is a hole, nil
+-- The stride choice, not yet taken: the min-pass active entry's oldest job (an org's: its min-pass tenant's).
+-- `first`: {tenant, pass, record, job} of that tenant and the entry's pass when the caller read them already (job: the id at its FIFO head, false when that place is a hole, nil
 -- when not read), else nil. Returns job id, seq, tenant, pass (its top-level entry's), and the tenant's tail
 -- seq, weight, waiting count and org (its record, for take); or nil when no tenant can be served.
 local function serve_choose(first)
   while true do
-    local tenant, pass, record, known, member, _
+    local tenant, pass, record, known, member, alone, _
     if first then
       tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
@@ -17,7 +16,7 @@ local function serve_choose(first)
       local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
       if #top == 0 then return nil end
       tenant, pass = top[1], tonumber(top[2])
-      if is_org(tenant) then tenant, _, member = org_first(string.sub(tenant, 2)) end
+      if is_org(tenant) then tenant, _, member, alone = org_first(string.sub(tenant, 2)) end
       if tenant then
         record = redis.call('HGET', state, tenant_field(tenant))
       else  -- an org entry without active tenant (never left so): it leaves
@@ -26,6 +25,7 @@ local function serve_choose(first)
     end
     if tenant then
       local h, t, weight, n, org = parse_tenant(record)
+      if org then org.alone = alone end
       if member and not (org and org.on) then  -- a member of `orgs` whose record says otherwise: it leaves
         redis.call('ZREM', orgs, member)
         org_settle(string.match(member, '^([^%z]*)'))
@@ -94,9 +94,11 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
     if waiting <= 1 then
       redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
       stride_idle(tenant, false, org)
-    else
-      org_leave(org, tenant)
-      org_enter(org, tenant, tonumber(org.pass) + step / weight)
+    else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
+      if not org.alone then
+        org_leave(org, tenant)
+        org_enter(org, tenant, tonumber(org.pass) + step / weight)
+      end
       redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end

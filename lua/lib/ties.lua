@@ -13,7 +13,9 @@ local function tied_entry(field, tenant, min_pass)
   local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   local pass
   if org then
-    if not org.on or select(2, org_first(org.name)) ~= org.pass then return nil end
+    local _, inner, _, alone = org_first(org.name)
+    if not org.on or inner ~= org.pass then return nil end
+    org.alone = alone
     pass = tonumber(redis.call('ZSCORE', active, ORG .. org.name) or '')
   else
     pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
