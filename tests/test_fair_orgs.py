@@ -251,3 +251,22 @@ def test_a_tenant_joining_an_org_whose_only_tenant_has_been_served_alone_shares_
     fill(queue, "y", 10, org="O")
     served = started_by_pops(queue, 12)
     assert Counter(served) == {"solo": 6, "x": 3, "y": 3}, served
+
+
+def test_recovered_and_adopted_jobs_come_back_in_their_org(conn: Redis) -> None:
+    """A popped job never started (recovery's from_inflight push) and a job rq pushed itself (adopted by the
+    reconcile) join their tenant's FIFO under their org again."""
+    from fair_router.fairqueue.reconcile import reconcile_queues
+
+    queue = fair(conn)
+    fill(queue, "r", 2, org="O")
+    popped = queue.pop_job_id()
+    assert sorted(queue.recover(older_than=0)) == [popped]
+    plain = Queue("default", connection=conn)
+    plain.enqueue(fair_jobs.log, "s", 0, meta={"fair_tenant": "s", "fair_org": "O"}, result_ttl=600)
+    reconcile_queues([queue])
+    records = {key.decode(): value.decode() for key, value in conn.hgetall(queue.fair_keys.state).items()
+               if key.startswith(b"=")}
+    assert {tenant: value.split("|")[4] for tenant, value in records.items()} == {"=r": "O", "=s": "O"}
+    assert Counter(started_by_pops(queue, 3)) == {"r": 2, "s": 1}
+    assert conn.exists(queue.fair_keys.orgs) == 0
