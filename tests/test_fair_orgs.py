@@ -270,3 +270,21 @@ def test_recovered_and_adopted_jobs_come_back_in_their_org(conn: Redis) -> None:
     assert {tenant: value.split("|")[4] for tenant, value in records.items()} == {"=r": "O", "=s": "O"}
     assert Counter(started_by_pops(queue, 3)) == {"r": 2, "s": 1}
     assert conn.exists(queue.fair_keys.orgs) == 0
+
+
+def test_two_refused_jobs_of_an_org_tenant_whose_last_jobs_were_popped_both_come_back(conn: Redis) -> None:
+    """Both jobs of a tenant of an org are popped (it has none waiting), then both refused: the first refusal
+    writes its record again with no pass in its org yet, the second is refunded against it; both come back once
+    the park ends (in the order refusals land, as without orgs: the first had no known FIFO place)."""
+    queue = fair(conn)
+    fill(queue, "x", 2, org="O")
+    jobs = [queue.fetch_job(queue.pop_job_id() or "") for _ in range(2)]
+    for job in jobs:  # the last popped (the only one whose refund is known here) second
+        assert job is not None
+        queue.park(job, "x", 60)
+    queue.unpark("x")
+    rest = []
+    while (job_id := queue.pop_job_id()) is not None:
+        rest.append(queue.fetch_job(job_id).args)  # type: ignore[union-attr]
+    assert sorted(rest) == [("x", 0), ("x", 1)]
+    assert conn.exists(queue.fair_keys.orgs) == 0

@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_4b2c0653d5e3445b
+#!lua name=fair_router_fair_pop_5af841bf0830973b
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -178,7 +178,8 @@ local function org_hold(tenant, step)
   if not org then return false end
   org_leave(org, tenant)
   if step > 0 then
-    org.pass = string.format(PASS_FORMAT, math.max(0, tonumber(org.pass) - step))
+    local own = tonumber(org.pass)  -- none when its record was written again while it was parked
+    if own then org.pass = string.format(PASS_FORMAT, math.max(0, own - step)) end
     local entry, share = ORG .. org.name, step * (tonumber(weight) or 1) / (tonumber(org.weight) or 1)
     local top = redis.call('ZSCORE', active, entry)
     if top then redis.call('ZADD', active, tonumber(top) - share, entry) end
@@ -795,7 +796,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_4b2c0653d5e3445b', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_5af841bf0830973b', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

@@ -165,7 +165,8 @@ local function org_hold(tenant, step)
   if not org then return false end
   org_leave(org, tenant)
   if step > 0 then
-    org.pass = string.format(PASS_FORMAT, math.max(0, tonumber(org.pass) - step))
+    local own = tonumber(org.pass)  -- none when its record was written again while it was parked
+    if own then org.pass = string.format(PASS_FORMAT, math.max(0, own - step)) end
     local entry, share = ORG .. org.name, step * (tonumber(weight) or 1) / (tonumber(org.weight) or 1)
     local top = redis.call('ZSCORE', active, entry)
     if top then redis.call('ZADD', active, tonumber(top) - share, entry) end
