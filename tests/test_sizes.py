@@ -18,9 +18,11 @@ MAX_CLASS_LINES = 250
 WHY_LINES = 514
 """``fair-router why`` / ``explain`` (observe/why.py, observe/whyplace.py, commands/why.py and their registration),
 counted apart so the merge can see them."""
+ORG_LINES = 155
+"""Organisations above tenants (fair_org=, the two-level fair pop), counted apart likewise."""
 # The structure round's third cut left the other features at about 13,800 lines; headroom for the branches still
-# being merged (controls, fair queue, routing): lowered again once they are in.
-MAX_PACKAGE_LINES = 14100 + WHY_LINES
+# being merged (controls, routing): lowered again once they are in.
+MAX_PACKAGE_LINES = 14100 + WHY_LINES + ORG_LINES
 
 
 def oversized(package: Path) -> list[str]:

@@ -31,6 +31,7 @@ from fair_router.config.sections import (
     InterruptibleConfig,
     JobConfig,
     ObserveConfig,
+    OrgConfig,
     RecoveryConfig,
     TiersConfig,
 )
@@ -54,8 +55,8 @@ from fair_router.core.validation import (
 )
 
 __all__ = ["CONFIG_ENV", "Charge", "ConcurrencyConfig", "InterruptibleConfig", "JobConfig", "ObserveConfig",
-           "RecoveryConfig", "Settings", "SettingsError", "SettingsWarning", "TiersConfig", "announce_source",
-           "default_config_path", "load_settings"]
+           "OrgConfig", "RecoveryConfig", "Settings", "SettingsError", "SettingsWarning", "TiersConfig",
+           "announce_source", "default_config_path", "load_settings"]
 
 class Settings(BaseSettings):
     """All fair-router settings. Build with :func:`load_settings` to get file-aware error messages."""
@@ -80,6 +81,8 @@ class Settings(BaseSettings):
     pool: Annotated[dict[QueueGroup, AtLeastOne], at_most(MAX_QUEUES, "pool entries")] = Field(default_factory=dict)
     tenant_max_bytes: TenantMaxBytes = DEFAULT_TENANT_MAX_BYTES  # longest tenant id taken (bytes of UTF-8)
     tiers: TiersConfig = Field(default_factory=TiersConfig)
+    # Organisations above tenants (fair_org=): an org's FairQueue weight against other orgs (default 1).
+    orgs: Annotated[dict[str, OrgConfig], at_most(MAX_JOBS, "orgs")] = Field(default_factory=dict)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     interruptible: InterruptibleConfig = Field(default_factory=InterruptibleConfig)
