@@ -9,7 +9,8 @@
 --          seq (the job's place in its tenant's FIFO when a fair choice served it, else ''),
 --          limit (the tenant's concurrency limit, 0 = none, '' = not known to the caller),
 --          exact ('1' = a rate refused the start: until_ms, on the server's clock, is its next token, and the
---          park ends then, replacing a pop's bound for a paced tenant, unless it is at its concurrency limit)
+--          park ends then, replacing a pop's bound for a paced tenant, unless it is at its concurrency limit),
+--          org ('' = none, else "<encoded org>|<org weight>": the org of a job put back after its tenant's last)
 -- Returns  1 when the job was put back, 0 when it was already waiting.
 bind_keys()
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -38,6 +39,8 @@ if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 
 -- Back to its own place when that is free and not past the tail, so that jobs of one tenant refused by
 -- several workers at once come back in FIFO order whatever order their parks land in; else the front.
-fifo_enter(job_id, tenant, fifo_place(tenant, true, old_seq, weight), list_push(job_id, true))
+local placed = weight
+if (ARGV[9] or '') ~= '' then placed = weight .. '|' .. ARGV[9] end
+fifo_enter(job_id, tenant, (fifo_place(tenant, true, old_seq, placed)), list_push(job_id, true))
 if declared then keep_costs(job_id, declared, func) end
 return 1

@@ -1,10 +1,9 @@
--- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of
--- entries: an id rq's internals pushed (not a member) is served as it is; a member's turn goes to the
--- stride scheduler's choice (lib/serve.lua: the min-pass active tenant's oldest job; of tenants tied on that
--- pass, the head entry's own tenant first), whose id the head entry then replaces on the list (LSET at its
--- recorded position). O(log tenants + list length / node size).
--- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
+-- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
+-- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice
+-- (lib/serve.lua: the min-pass entry's oldest job, an org's entry standing for its min-pass tenant; ties go to
+-- the head entry's tenant), whose id the head entry then replaces on the list (LSET at its recorded position).
+-- O(log tenants + list length / node size). Parked tenants (limit, paused, rate) are not active: never chosen.
+-- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, ties, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -18,17 +17,17 @@ bind_keys()
 local now_ms = clock_ms(ARGV[1])
 local given = ARGV[2]
 local runtime = ARGV[3] == '1'
-local lease_ms = tonumber(ARGV[4])
-local n_acks = tonumber(ARGV[5])
+local lease_ms, n_acks = tonumber(ARGV[4]), tonumber(ARGV[5])
 local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
--- The min-pass tenant first, so that one HMGET reads its record (lib/fifo.lua) with the state's fields.
+-- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
 local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
-local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
+local chosen, alone = entry_tenant(top[1])
+local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
 local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
-local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
+local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
 -- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
@@ -40,13 +39,13 @@ if due and due <= now_ms then
   sweep_claims(now_ms)
   local next_due = first_park_end()
   if next_due < 0 then
-    redis.call('HDEL', state, 'due')
-    redis.call('DEL', wake)
+    redis.call('HDEL', state, 'due'); redis.call('DEL', wake)
   else
     redis.call('HSET', state, 'due', next_due)
   end
-  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass tenant may have changed
-  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1]))} or nil
+  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
+  chosen, alone = entry_tenant(top[1])
+  first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
 
 local entry = given
@@ -59,13 +58,14 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
-local h, t, weight, waiting
-if first then h, t, weight, waiting = parse_tenant(first[3]) end
+local h, t, weight, waiting, org
+if first then h, t, weight, waiting, org = parse_tenant(first[3]); if org then org.alone = alone end end
+if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil end  -- serve_choose() repairs
 local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting)
+    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting, org)
     return {2, entry, -1, h}
   end
   first[4] = got[2]  -- serve_choose() need not read it again
@@ -78,17 +78,17 @@ if not entry_value then  -- not a member: an id rq's internals pushed, served as
 end
 local field, tenant = parse_member(entry_value)
 if first and tenant ~= first[1] then  -- ties on pass go to the entry's tenant (lib/serve.lua)
-  local seq, pass, tail, stored, count = tied_entry(field, tenant, first[2])
+  local seq, pass, tail, stored, count, its_org = tied_entry(field, tenant, first[2])
   if seq then
-    serve_take(entry, seq, tenant, pass, pop, tail, stored, count)
+    serve_take(entry, seq, tenant, pass, pop, tail, stored, count, its_org)
     return {2, entry, -1, seq}
   end
 end
 for _ = 1, MAX_STALE do
-  local job_id, seq, chosen, pass, tail, stored, count = serve_choose(first)
+  local job_id, seq, chosen_tenant, pass, tail, stored, count, its_org = serve_choose(first)
   first = nil
   if job_id and job_id == entry then  -- holes skipped: the entry is the choice after all
-    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    serve_take(job_id, seq, chosen_tenant, pass, pop, tail, stored, count, its_org)
     return {2, job_id, -1, seq}
   end
   if not job_id then
@@ -106,12 +106,12 @@ for _ = 1, MAX_STALE do
     -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
     redis.call('LSET', rq_list, index, entry)
     set_pos(entry, head + index, entry_value)
-    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    serve_take(job_id, seq, chosen_tenant, pass, pop, tail, stored, count, its_org)
     return {2, job_id, -1, seq}
   elseif value then
     drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)
   else  -- a FIFO place without its members entry (never written so): drop it, choose again. Its count stays
-    redis.call('HDEL', members, chosen .. ':' .. seq)  -- (too high: safe); an id still listed is served plain
+    redis.call('HDEL', members, chosen_tenant .. ':' .. seq)  -- (too high: safe); an id still listed is served plain
     redis.call('HDEL', costs, job_id)
   end
 end

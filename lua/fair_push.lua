@@ -2,7 +2,8 @@
 -- puts popped jobs back (recovery after a dead worker) and adopts ids rq pushed itself (unique=True).
 -- include: fair_keys, stride, members, fifo, charge, recount
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
--- ARGV     one group of nine per job: job_id, tenant (encoded), weight, at_front ('1'/'0'),
+-- ARGV     one group of nine per job: job_id, tenant (encoded), weight (for a tenant of an organisation
+--          "<weight>|<encoded org>|<org weight>": lib/fifo.lua fifo_place), at_front ('1'/'0'),
 --          from_inflight ('1' = only if still recorded as popped-not-started, which is then cleared),
 --          listed ('1' = rq already pushed the id onto its list: only give it a FIFO place),
 --          cap (the tenant's backlog cap in this queue, 0 = none),
@@ -12,13 +13,29 @@
 --          (from 0) would take its tenant's waiting jobs past its cap, nothing is added and the reply is
 --          the error "FAIRBACKLOG <i> ...": an error, so that a caller's own pipeline (rq's MULTI, which
 --          also saved the job) fails loudly on execute rather than leaving the job saved but not queued.
+--          A tenant with waiting jobs here under one org (or none) pushed under another is refused the
+--          same way, whole: "FAIRORG <i> ..." (a tenant changes org once none of its jobs waits here).
 bind_keys()
 local GROUP = 9
 
--- Backlog caps first, for the whole call, so that a batch is all or nothing.
+-- Orgs and backlog caps first, for the whole call, so that a batch is all or nothing.
+-- (A queue without orgs reads no record for this: `orgs` exists while an org has an active tenant.)
 local adding = {}
+local any_orgs = redis.call('EXISTS', orgs) == 1
 for i = 1, #ARGV, GROUP do
   local tenant, cap = ARGV[i + 1], tonumber(ARGV[i + 6])
+  local record = (any_orgs or string.find(ARGV[i + 2], '|', 1, true))
+    and redis.call('HGET', state, tenant_field(tenant))
+  if record and redis.call('HEXISTS', members, ARGV[i]) == 0 then
+    local _, _, _, _, org = parse_tenant(record)
+    local has, wanted = org and org.name or '', string.match(ARGV[i + 2], '^[^|]*|([^|]*)|') or ''
+    if has ~= wanted then
+      return redis.error_reply(string.format(
+        'FAIRORG %d tenant %s has jobs waiting in %s under org %s: it cannot join org %s until they are '
+        .. 'served (nothing of this push was queued; job %s was saved but is not queued)', (i - 1) / GROUP,
+        tenant, rq_list, has == '' and '(none)' or has, wanted == '' and '(none)' or wanted, ARGV[i]))
+    end
+  end
   if cap > 0 and redis.call('HEXISTS', members, ARGV[i]) == 0 then
     adding[tenant] = (adding[tenant] or 0) + 1
     local _, _, _, waiting = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
@@ -54,10 +71,11 @@ for i = 1, #ARGV, GROUP do
     elseif redis.call('LINDEX', rq_list, 0) == job_id then  -- rq's LPUSH: the head moved one up
       pos = redis.call('HINCRBY', state, 'head', -1)
     end
-    fifo_enter(job_id, tenant, fifo_place(tenant, at_front, nil, weight, st[2]), pos)
+    local seq, record = fifo_place(tenant, at_front, nil, weight, st[2])
+    fifo_enter(job_id, tenant, seq, pos)
     keep_costs(job_id, declared, func)
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
-      activate(tenant)
+      activate(tenant, record)
       if any_parked then wake_one() end  -- a worker may be blocked while only parked tenants' jobs waited
     end
     added = added + 1

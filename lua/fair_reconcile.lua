@@ -89,10 +89,11 @@ for i = 2, #ARGV, GROUP do
   local id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if index[id] ~= nil and not member[id] then
     member[id] = true
-    fifo_enter(id, tenant, fifo_place(tenant, false, nil, weight, nil), head + index[id])
+    local seq, record = fifo_place(tenant, false, nil, weight, nil)
+    fifo_enter(id, tenant, seq, head + index[id])
     keep_costs(id, ARGV[i + 4], ARGV[i + 3])
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
-      activate(tenant)
+      activate(tenant, record)
       if any_parked then wake_one() end
     end
     adopted = adopted + 1

@@ -28,11 +28,35 @@
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
 local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
 local n_rules = tonumber(ARGV[4])
-local n_windows = tonumber(ARGV[6 + 3 * n_rules])  -- the windows are KEYS[2 .. 1 + n_windows]
-local waiting, loads, push, at
-waiting, at = read_waiting(7 + 3 * n_rules, n_windows)
+local waiting, loads, push, at, n_windows  -- the windows are KEYS[2 .. 1 + n_windows]; only waiting reads their number
+waiting, at, n_windows = read_waiting(7 + 3 * n_rules, ARGV[6 + 3 * n_rules])
 loads, at = read_loads(at, n_rules)
 push, at = read_push(at, n_rules)
+local n_argv = #ARGV
+
+-- One job (every delay(), most record_and_route calls): straight through, no tables, no closures, numbers parsed
+-- only where arithmetic needs them (a tonumber is a strtod: 0.1 us); its waiting count goes at once.
+local n_cand = ARGV[at + 2]
+if n_cand == '0' and at + 2 == n_argv or at <= n_argv and at + 3 + tonumber(n_cand) > n_argv then
+  local window, rule, key = ARGV[at], 0, nil
+  local recorded = window ~= '0'
+  if recorded then
+    window = window == '1' and 1 or tonumber(window)  -- one tenant's jobs: always its first window
+    if n_rules > 0 then
+      key = KEYS[1 + window]
+      rule = record_and_match(key, ARGV[at + 1], now_text, now_ms, n_rules)
+    end
+  end
+  local target = ARGV[5 + 3 * rule]  -- rule_target(rule)
+  local shard = loads and least_loaded(loads, rule, at + 2, tonumber(n_cand)) or -1
+  if waiting and recorded and counts_waiting(waiting, rule) then
+    route_wait(nil, waiting, n_windows, window, ARGV[at + 1], target, shard)
+  end
+  if key then redis.call('HINCRBY', KEYS[1], target, '1') end
+  if push then push_job(push, n_rules, rule, target, now_text) end
+  if key then redis.call('PEXPIRE', key, ARGV[2]) end
+  return {rule, shard}
+end
 
 -- The rule of each job (by its ARGV index) whose window holds several of this call's jobs: that window records
 -- them together (record_all_and_match), in a few commands however many there are. Jobs alone in their
@@ -57,25 +81,6 @@ local function record_shared_windows(at, n_argv)
     for i, rule in ipairs(matched or {}) do rules[jobs.at[i]] = rule end
   end
   return rules
-end
-
-local n_argv = #ARGV
--- One job (a delay(), the one-round-trip enqueue): straight through, no tables; its waiting count goes at once.
-if at <= n_argv and at + 3 + tonumber(ARGV[at + 2]) > n_argv then
-  local window, n_cand = tonumber(ARGV[at]), tonumber(ARGV[at + 2])
-  local rule, key = 0, nil
-  if window > 0 and n_rules > 0 then
-    key = KEYS[1 + window]
-    rule = record_and_match(key, ARGV[at + 1], now_text, now_ms, n_rules)
-  end
-  local shard = least_loaded(loads, rule, at + 2, n_cand)
-  if waiting and window > 0 and counts_waiting(waiting, rule) then
-    route_wait(nil, waiting, n_windows, window, ARGV[at + 1], rule_target(rule), shard)
-  end
-  if key then redis.call('HINCRBY', KEYS[1], rule_target(rule), '1') end
-  if push then push_job(push, n_rules, rule, rule_target(rule), now_text) end
-  if key then redis.call('PEXPIRE', key, ARGV[2]) end
-  return {rule, shard}
 end
 
 local reply, routed, touched = {}, {}, {}

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from fair_router.commands.checking import script_names
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer, free_port
-from fair_router.store.luascript import assemble
+from fair_router.store.luascript import assemble, script_names
 
 BIN = Path(sys.executable).parent
 TASKS = """

@@ -43,7 +43,8 @@ def test_the_fair_keys_are_written_out_in_the_python_order(conn: Redis) -> None:
     keys = Keys("fq_order").fair_queue("rq:queue:x")
     names = ", ".join(FairQueueKeys.names())
     probe = assemble_source(f"-- include: fair_keys\nbind_keys()\nreturn {{{names}}}", "probe", lua_dir())
-    assert [raw.decode() for raw in conn.eval(probe, 14, *keys.all_for_scripts())] == keys.all_for_scripts()
+    every = keys.all_for_scripts()
+    assert [raw.decode() for raw in conn.eval(probe, len(every), *every)] == every
 
 
 def test_two_pieces_defining_one_name_are_refused() -> None:

@@ -119,7 +119,8 @@ def test_after_a_flushed_script_cache_the_enqueue_loads_the_script_and_counts_on
 def test_a_router_for_a_cluster_routes_first_in_two_round_trips(conn: Redis) -> None:
     echo = make_job(conn)
     echo.fair_job.router.one_round_trip = False
-    echo.delay("acme", 0)
+    echo.delay("acme", 0)  # the first route of a process may load the route function (one more round trip, once)
+    echo.delay("warm-up", 0)
     with monitored(conn) as feed:
         job = echo.delay("acme", 1)
     assert round_trips(feed) == 2, feed

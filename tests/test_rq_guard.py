@@ -152,7 +152,7 @@ def test_a_property_turned_method_is_named(copy_module: types.ModuleType) -> Non
 
 
 def test_a_missing_owner_is_named() -> None:
-    member = RqMember("rq.worker.NoSuchWorker", "heartbeat", "(self)", "feature", "")
+    member = RqMember("rq.worker.NoSuchWorker", "heartbeat", "(self)", "feature")
     assert member_problem(member) == "rq.worker.NoSuchWorker is missing"
     assert member_problem(member._replace(owner="rq.no_such_module.Worker")) == "rq.no_such_module.Worker is missing"
 
@@ -253,7 +253,7 @@ OWN_NAMES = {
     "_connection": "FairJob's and LuaScript's own connection",
     "_job": "JobBeat's own job",
     "_queue_names": "the dashboard reader's own method",
-    "_queue": "_StagedRegistry's own queue",
+    "_queue": "StagedRegistry's own queue",
     "_process": "the demo's RedisServer's own server process",
 }
 

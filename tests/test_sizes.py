@@ -19,7 +19,11 @@ WHY_LINES = 514 + 267
 """``fair-router why`` / ``explain`` (observe/why.py, observe/whyplace.py, commands/why.py and their registration),
 counted apart so the merge can see them; + the recorded turn-away reasons, the pause's time and ``fair-router
 tenant why`` (routing/tenant_why.py)."""
-MAX_PACKAGE_LINES = 14200 + WHY_LINES
+ORG_LINES = 155
+"""Organisations above tenants (fair_org=, the two-level fair pop), counted apart likewise."""
+# The structure round's third cut left the other features at about 13,800 lines; headroom for the branches still
+# being merged (controls, routing): lowered again once they are in.
+MAX_PACKAGE_LINES = 14100 + WHY_LINES + ORG_LINES
 
 
 def oversized(package: Path) -> list[str]:

@@ -109,21 +109,21 @@ def test_a_job_the_user_scheduled_reads_scheduled(conn: Redis) -> None:
 def test_pause_keeps_its_first_time_and_tenant_show_prints_it(conn: Redis, redis_server: Any,
                                                               monkeypatch: Any) -> None:
     router = FairRouter(conn, prefix=PREFIX)
-    assert router.paused_since("acme") is None
+    assert router.tenants.paused_since("acme") is None
     before = server_now(conn)
     router.pause("acme")
-    since = router.paused_since("acme")
+    since = router.tenants.paused_since("acme")
     assert since is not None and before - timedelta(seconds=1) <= since <= server_now(conn)
     assert conn.exists(KEYS.paused("acme")) and router.paused("acme")
     conn.set(KEYS.paused("acme"), int(since.timestamp() * 1000) - 60_000)  # as if paused a minute ago
     router.pause("acme")  # paused again: since the first pause
-    assert router.paused_since("acme") == since - timedelta(minutes=1)
+    assert router.tenants.paused_since("acme") == since - timedelta(minutes=1)
     router.resume("acme")
-    assert router.paused_since("acme") is None and not router.paused("acme")
+    assert router.tenants.paused_since("acme") is None and not router.paused("acme")
     conn.set(KEYS.paused("acme"), 1)  # a flag written by an older version: paused, its time unknown
-    assert router.paused("acme") and router.paused_since("acme") is None
+    assert router.paused("acme") and router.tenants.paused_since("acme") is None
     router.pause("acme")
-    assert router.paused_since("acme") is None
+    assert router.tenants.paused_since("acme") is None
     router.resume("acme")
     router.pause("acme")
     monkeypatch.setenv("FAIR_ROUTER_REDIS_URL", redis_server.url)

@@ -16,34 +16,31 @@ from fair_router.config.crosscheck import Finding, cross_check, unknown_variable
 from fair_router.config.settings import Settings
 from fair_router.core.keys import Keys
 from fair_router.core.text import as_text
+from fair_router.dashboard.iterations import known_queues
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.scripts import FairPopScript
 from fair_router.fairqueue.stale import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
-from fair_router.store.luascript import assemble, lua_dir, no_functions
+from fair_router.store.luascript import assemble, no_functions, script_names
 from fair_router.store.serverconf import policy_readings
 from fair_router.workers.pool import redact_url
 
 OLDEST_TESTED = (6, 2)
 
 
-def script_names() -> list[str]:
-    """Every script fair-router sends (``lua/*.lua``; the pieces in ``lua/lib`` go inside them)."""
-    return sorted(entry.name.removesuffix(".lua") for entry in lua_dir().iterdir() if entry.name.endswith(".lua"))
-
-
 def server_findings(settings: Settings, deep: bool) -> list[Finding]:
     """The settings' Redis: version, stored tiers and, with ``deep``, every script loaded; unreachable exits 1."""
     url = redact_url(settings.redis_url)
     try:  # on a Redis Cluster: our state through a RedisCluster, the version from the owner of rq's slot
-        pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5,
-                               socket_timeout=10)
+        pair = connections_for(settings.redis_url, settings.redis_cluster, socket_connect_timeout=5, socket_timeout=10)
     except ClusterSetupError as exc:
         fail(f"error: {exc}")
     connection = pair.state
     try:
         connection.ping()
-        version = _version(pair.rq)
+        version = str(pair.rq.info("server").get("redis_version", "?"))  # from the owner of rq's slot
+    except NoPermissionError:  # a user that may not run INFO (an ACL)
+        version = "?"
     except (RedisError, OSError) as exc:
         fail(f"error: redis_url {url}: cannot reach Redis ({exc})", 1)
     click.echo(f"redis:     {url} answers, Redis {version}")
@@ -65,14 +62,6 @@ def server_findings(settings: Settings, deep: bool) -> list[Finding]:
                else "as EVALSHA (Redis < 7, FUNCTION not allowed, or a cluster)")
         click.echo(f"scripts:   {len(script_names())} loaded (SCRIPT LOAD); the fair pop {pop}")
     return findings
-
-
-def _version(connection: Redis) -> str:
-    """The server's version from INFO, or ``?`` where this user may not run INFO (an ACL)."""
-    try:
-        return str(connection.info("server").get("redis_version", "?"))
-    except NoPermissionError:
-        return "?"
 
 
 def _memory_policies(state: Redis, rq: Redis, settings: Settings) -> list[Finding]:
@@ -106,9 +95,7 @@ def _stored_tiers(connection: Redis, settings: Settings) -> list[Finding]:
 
 def _plain_pops(connection: Redis, settings: Settings) -> list[Finding]:
     """A warning per fair queue whose jobs a plain rq worker took (looking also tidies an empty queue's counts)."""
-    known = [as_text(key).removeprefix(Queue.redis_queue_namespace_prefix)
-             for key in connection.smembers(Queue.redis_queues_keys)]
-    names = list(dict.fromkeys([*settings.fair_queue_names(), *sorted(known)]))
+    names = list(dict.fromkeys([*settings.fair_queue_names(), *known_queues(connection)]))
     marked = FairnessMarks(connection, settings.prefix).read(names)
     pops, findings = PlainPops(connection), []
     for name in names:

@@ -10,19 +10,19 @@ import click
 from pydantic import TypeAdapter, ValidationError
 from redis import Redis
 
-from fair_router.commands.failures import BadInput, redacted, remember_redis
+from fair_router.commands.failures import BadInput, remember_redis
 from fair_router.config.settings import Settings, SettingsWarning, load_settings
 from fair_router.core.validation import AtLeastOne, FairWeight, RateField
 from fair_router.routing.router import FairRouter
 from fair_router.store.cluster import ClusterSetupError, connections_for
+from fair_router.workers.pool import redact_url
 
 CONNECT_TIMEOUT = 5.0
 """Seconds a command waits for Redis to accept its connection: an unreachable host fails in seconds."""
 
 
 def load_or_exit(config: Path | None) -> Settings:
-    """The settings from ``config`` (else the default file and environment); invalid ones raise SettingsError, which
-    the command group prints (exit 2)."""
+    """The settings from ``config`` (else the default file and environment); invalid: SettingsError (exit 2)."""
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
@@ -46,7 +46,7 @@ def connect(url: str, ping: bool = False, cluster: bool = False) -> Redis:
     except ClusterSetupError as exc:
         raise BadInput(str(exc)) from None
     except ValueError as exc:
-        raise BadInput(f"invalid Redis URL {redacted(url)}: {exc}") from None
+        raise BadInput(f"invalid Redis URL {redact_url(url)}: {exc}") from None
     if ping:
         connection.ping()
     return connection

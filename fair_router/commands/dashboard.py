@@ -35,11 +35,10 @@ def dashboard(host: str, port: int, config: Path | None, url: str | None, refres
     try:
         import waitress  # noqa: F401  # the server, imported when serving: a missing one is reported here
 
-        from fair_router.dashboard.app import create_app, listen
+        from fair_router.dashboard.app import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV, create_app, listen
     except ImportError as exc:
         fail(f"error: the dashboard needs Flask, prometheus-client and waitress ({exc}): "
              "pip install 'fair-router[dashboard]'")
-    from fair_router.dashboard.app import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV
     from fair_router.dashboard.guard import allowed_hosts, is_loopback
     from fair_router.workers.pool import redact_url
 

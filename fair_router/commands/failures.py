@@ -4,7 +4,6 @@ or 2 (bad input); a traceback only with ``--debug``. Commands raise; :class:`Fai
 from __future__ import annotations
 
 from typing import Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from pydantic import ValidationError
@@ -14,6 +13,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from fair_router.config.errors import SettingsError
 from fair_router.core.tenancy import InvalidTenant
+from fair_router.workers.pool import redact_url
 
 DEBUG = "fair_router.debug"
 """``ctx.meta`` key: ``--debug`` was given (exceptions propagate with their traceback)."""
@@ -27,18 +27,6 @@ class BadInput(ValueError):
     """Input the command cannot use (exit status 2), with the message to print."""
 
 
-def redacted(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (the whole URL hidden when it cannot be parsed)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rsplit("@", 1)[1]
-        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-    except ValueError:
-        return "(an unparsable URL)"
-
-
 def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``message`` on stderr and exit with ``code`` (2: bad input, 1: could not do the work)."""
     click.echo(message, err=True)
@@ -49,7 +37,7 @@ def remember_redis(url: str) -> None:
     """Record the Redis URL the running command uses, for its error messages."""
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
-        ctx.find_root().meta[REDIS] = redacted(url)
+        ctx.find_root().meta[REDIS] = redact_url(url)
 
 
 def _one_line(exc: BaseException) -> str:

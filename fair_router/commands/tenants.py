@@ -6,12 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rq import Queue
 
 from fair_router.commands.common import COUNT, FAIR_WEIGHT, RATE, load_or_exit, router_for
-from fair_router.commands.counts import RECONCILE_BOUND, reconciled_counts
 from fair_router.config.settings import Settings
+from fair_router.core.keys import encode
 from fair_router.core.rates import Rate
 from fair_router.dashboard.iterations import known_queues, running_iterations
+from fair_router.dashboard.reader import plain_waiting, reconciled
+from fair_router.fairqueue.reconcile import RECONCILE_BOUND, fair_queues
+from fair_router.observe.waitcheck import WaitingReconciler, routed_job_keys
+from fair_router.routing.router import FairRouter
 
 
 @click.group()
@@ -99,7 +104,7 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
 
     rate = f"{profile.rate}, burst {profile.burst}" if profile.rate else "unlimited"
     cap = profile.max_backlog if profile.max_backlog is not None else "none"
-    since = router.paused_since(tenant_id)
+    since = router.tenants.paused_since(tenant_id)
     paused = f" (PAUSED since {since:%Y-%m-%d %H:%M:%S}Z)" if since else " (PAUSED)" if router.paused(tenant_id) else ""
     click.echo(f"tenant {tenant_id!r}: tier {profile.tier}{paused}")
     click.echo(f"  limit       {profile.limit} at once{mark('limit')}"
@@ -121,3 +126,25 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
                                  router.tenant_max_bytes):
         click.echo(f"  iterating   job {it.job_id} in {it.queue} ({it.func}): cursor {it.cursor}, "
                    f"turn {it.turns}, {it.items} items")
+
+
+def reconciled_counts(router: FairRouter, settings: Settings, tenant: str) -> tuple[set[str], dict[str, int]]:
+    """The approximate queues, and ``tenant``'s jobs waiting per routed plain queue, the counts reconciled first with
+    rq's lists (rq's own cancels, deletes and requeues change them without our code)."""
+    names = known_queues(router.rq_connection)
+    fair = fair_queues(router.rq_connection, settings, names)
+    plain = [name for name in names if name not in {queue.name for queue in fair}]
+    job_keys = routed_job_keys(router.connection, router.keys, [key for key, job in settings.jobs.items() if job.rules])
+    approximate = reconciled(fair, WaitingReconciler(router.connection, router.keys, router.rq_connection,
+                                                     tenant_max_bytes=settings.tenant_max_bytes), names, job_keys)
+    with router.connection.pipeline(transaction=False) as pipe:
+        for job_key in job_keys:
+            pipe.hgetall(router.keys.waiting(job_key)[0])
+        counts = pipe.execute()
+    with router.rq_connection.pipeline(transaction=False) as pipe:
+        for queue in plain:
+            pipe.llen(Queue.redis_queue_namespace_prefix + queue)
+        lengths = dict(zip(plain, pipe.execute(), strict=True))
+    wanted = encode(tenant)
+    waiting = plain_waiting(counts, lengths)  # an empty list has nothing waiting, whatever counts were left
+    return approximate, {queue: tenants[wanted] for queue, tenants in waiting.items() if wanted in tenants}

@@ -10,9 +10,7 @@ import click
 from fair_router.commands.common import connect, load_or_exit
 from fair_router.commands.failures import fail
 
-# As `rq worker --path` (default "."): the directories job functions and classes import from, so that
-# `fair-router worker` run from a project's root finds `myapp.tasks` as `rq worker` does. A console
-# script's sys.path holds its own bin directory, not the working directory.
+# As `rq worker --path` (default "."): a console script's sys.path holds its bin directory, not the working one.
 path_option = click.option("--path", "-P", "paths", multiple=True, default=["."], show_default=True,
                            help="Directory to import job functions from (added to sys.path, as with "
                                 "`rq worker --path`); repeatable.")
@@ -71,8 +69,7 @@ def worker(queues: tuple[str, ...], config: Path | None, url: str | None, burst:
         rq_worker = WeightedWorker(names, connection=connection, name=name, settings=settings)  # --config's
     except ValueError as exc:
         fail(f"error: cannot start the worker: {exc}")
-    rq_worker.work(burst=burst, logging_level=logging_level.upper(), max_jobs=max_jobs,
-                   with_scheduler=with_scheduler)
+    rq_worker.work(burst=burst, logging_level=logging_level.upper(), max_jobs=max_jobs, with_scheduler=with_scheduler)
 
 
 @click.command()
@@ -116,8 +113,7 @@ def pool(config: Path | None, url: str | None, worker_class: str, logging_level:
     logging.basicConfig(level=logging_level.upper(), format="%(asctime)s fair-router pool: %(message)s",
                         datefmt="%H:%M:%S")
     workers = WorkerPool(allocation, url, worker_class=worker_class, logging_level=logging_level.upper(),
-                         cluster=settings.redis_cluster,
-                         with_scheduler=with_scheduler, grace=grace, paths=import_paths,
+                         cluster=settings.redis_cluster, with_scheduler=with_scheduler, grace=grace, paths=import_paths,
                          env={"FAIR_ROUTER_CONFIG": str(config.resolve())} if config else None, urls=urls)
     click.echo(workers.describe())
     sys.exit(workers.run())

@@ -14,8 +14,7 @@ PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 
 def default_config_path(start: Path | None = None) -> Path | None:
     """The YAML file to read: ``$FAIR_ROUTER_CONFIG``, else the first ``fair_router.yaml`` in ``start`` or its parents
-    up to the project's root, so a process started in a subdirectory reads the project's file. None when there is
-    none."""
+    up to the project's root (a process started in a subdirectory reads the project's file), else None."""
     named = os.environ.get(CONFIG_ENV)
     if named:
         return Path(named)

@@ -47,6 +47,19 @@ class JobConfig(BaseModel):
             raise ValueError("; ".join(problems))
         return self
 
+    def families(self) -> list[str]:
+        """The queue families this job key routes to: its base queue (``default`` when unset), then its rules'."""
+        base = self.queue or "default"
+        return [base, *(rule.for_base(base).queue for rule in self.rules)]
+
+
+class OrgConfig(BaseModel):
+    """One organisation's settings (``orgs: {<org>: {weight: N}}``): its share against other orgs in a FairQueue."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weight: FairWeight = 1.0
+
 
 ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}
 

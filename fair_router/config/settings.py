@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import math
 import os
 import warnings
@@ -16,29 +17,21 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     EnvSettingsSource,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
 from pydantic_settings import SettingsError as SourceError
 
-from fair_router.config.djangosource import from_django
-from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors, validated
-from fair_router.config.location import (
-    CONFIG_ENV,
-    DEFAULT_CONFIG,
-    announce_source,
-    config_search_path,
-    default_config_path,
-    describe_source,
-)
+from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors
+from fair_router.config.location import CONFIG_ENV, announce_source, default_config_path, first_time
 from fair_router.config.sections import (
-    ADR_LIMITS,
-    MIN_ABANDON_AFTER,
     Charge,
     ConcurrencyConfig,
     InterruptibleConfig,
     JobConfig,
     ObserveConfig,
+    OrgConfig,
     RecoveryConfig,
     TiersConfig,
 )
@@ -61,30 +54,9 @@ from fair_router.core.validation import (
     at_most,
 )
 
-__all__ = [
-    "ADR_LIMITS",
-    "CONFIG_ENV",
-    "DEFAULT_CONFIG",
-    "MIN_ABANDON_AFTER",
-    "Charge",
-    "ConcurrencyConfig",
-    "InterruptibleConfig",
-    "JobConfig",
-    "Loc",
-    "ObserveConfig",
-    "RecoveryConfig",
-    "Settings",
-    "SettingsError",
-    "SettingsWarning",
-    "TiersConfig",
-    "announce_source",
-    "config_search_path",
-    "default_config_path",
-    "describe_errors",
-    "describe_source",
-    "load_settings",
-    "validated",
-]
+__all__ = ["CONFIG_ENV", "Charge", "ConcurrencyConfig", "InterruptibleConfig", "JobConfig", "ObserveConfig",
+           "OrgConfig", "RecoveryConfig", "Settings", "SettingsError", "SettingsWarning", "TiersConfig",
+           "announce_source", "default_config_path", "load_settings"]
 
 class Settings(BaseSettings):
     """All fair-router settings. Build with :func:`load_settings` to get file-aware error messages."""
@@ -92,31 +64,25 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FAIR_ROUTER_", env_nested_delimiter="__", extra="forbid",
                                       yaml_file=None)
 
+    # Each field's meaning: config.example.yaml (which lists them all) and docs/production-redis.md.
     redis_url: RedisUrl = "redis://localhost:6379/0"
-    # redis_url names any node of a Redis Cluster (a seed): our state goes through redis-py's RedisCluster,
-    # rq through a plain client to the master of rq's slot (fair_router.store.cluster; needs a hash-tagged
-    # RQ_KEY_PREFIX such as {rq}).
-    redis_cluster: bool = False
-    # How long workers wait for an unreachable Redis (a restart, a network blip) before giving up
-    # (fair_router.store.outage): their Redis calls retry with backoff for up to this long.
-    redis_outage_grace: Duration = 60.0
-    # Replicas that must acknowledge each enqueue (Redis WAIT after rq's MULTI, same write), and how long an
-    # enqueue waits for them; fewer raise ReplicasNotAcknowledged (fair_router.store.replicas). 0: no WAIT.
-    replicas_to_wait: Replicas = 0
+    redis_cluster: bool = False  # redis_url names a node of a Redis Cluster (fair_router.store.cluster)
+    redis_outage_grace: Duration = 60.0  # how long workers ride an unreachable Redis (fair_router.store.outage)
+    replicas_to_wait: Replicas = 0  # replicas that acknowledge each enqueue (fair_router.store.replicas); 0: none
     replicas_timeout: Duration = 1.0
     prefix: Prefix = "fair_router"
     jobs: Annotated[dict[str, JobConfig], at_most(MAX_JOBS, "jobs")] = Field(default_factory=dict)
     queues: Annotated[dict[QueueName, Weight], at_most(MAX_QUEUES, "queues")] = Field(default_factory=dict)
     fair_queues: Annotated[list[QueueName], at_most(MAX_QUEUES, "fair queues")] = Field(
         default_factory=list)  # served as FairQueue by weighted workers
-    # The queues rules route to: served by weighted fair share across tenants ("fair", so a tenant crossing a rule
-    # competes fairly with the greedy one there) or first in, first out ("plain").
-    throttled_queues: Literal["fair", "plain"] = "fair"
+    throttled_queues: Literal["fair", "plain"] = "fair"  # the queues rules route to: by fair share, or FIFO
     fair_charge: Charge = "jobs"  # FairQueue fair share of jobs, or of worker time ("runtime")
     fair_trust_cost: bool = False  # charge="runtime": a job's declared fair_cost is its charge (else measured)
     pool: Annotated[dict[QueueGroup, AtLeastOne], at_most(MAX_QUEUES, "pool entries")] = Field(default_factory=dict)
     tenant_max_bytes: TenantMaxBytes = DEFAULT_TENANT_MAX_BYTES  # longest tenant id taken (bytes of UTF-8)
     tiers: TiersConfig = Field(default_factory=TiersConfig)
+    # Organisations above tenants (fair_org=): an org's FairQueue weight against other orgs (default 1).
+    orgs: Annotated[dict[str, OrgConfig], at_most(MAX_JOBS, "orgs")] = Field(default_factory=dict)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
     interruptible: InterruptibleConfig = Field(default_factory=InterruptibleConfig)
@@ -128,10 +94,6 @@ class Settings(BaseSettings):
     def source_file(self) -> Path | None:
         """The file these settings were loaded from; None when none was."""
         return self._source_file
-
-    @source_file.setter
-    def source_file(self, file: Path | None) -> None:
-        self._source_file = file
 
     @model_validator(mode="after")
     def _every_target_served(self) -> Settings:
@@ -185,9 +147,14 @@ class Settings(BaseSettings):
                                    dotenv_settings: PydanticBaseSettingsSource,
                                    file_secret_settings: PydanticBaseSettingsSource
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Precedence: explicit arguments, then the environment, then the YAML file."""
-        yaml_file = settings_cls.model_config.get("yaml_file") or default_config_path()
-        return init_settings, env_settings, CheckedYamlSource(settings_cls, yaml_file=yaml_file)
+        """Precedence: explicit arguments, then the environment, then the YAML file (or Django's dict)."""
+        return init_settings, env_settings, cls.file_source(settings_cls)
+
+    @classmethod
+    def file_source(cls, settings_cls: type[BaseSettings]) -> PydanticBaseSettingsSource:
+        """The lowest layer: the YAML file (:func:`from_django`: Django's ``FAIR_ROUTER`` dict instead)."""
+        return CheckedYamlSource(settings_cls, yaml_file=settings_cls.model_config.get("yaml_file")
+                                 or default_config_path())
 
     def job(self, job_key: str) -> JobConfig:
         """Settings for one job key; an unconfigured job has no rules."""
@@ -220,8 +187,7 @@ class Settings(BaseSettings):
         families: dict[str, None] = {}
         for job in self.jobs.values():
             if job.shards is not None and (index is None or index < job.shards.count):
-                base = job.queue or "default"
-                families.update(dict.fromkeys([base, *(rule.for_base(base).queue for rule in job.rules)]))
+                families.update(dict.fromkeys(job.families()))
         return list(families)
 
 
@@ -244,11 +210,9 @@ class _Origins:
         self.layers: list[tuple[str, Any]] = [(self.ARGUMENTS, overrides), ("env", env()), (str(file), from_file)]
         prefix = env.env_prefix.lower()
         # Each variable by its key path, as pydantic-settings reads names (case-insensitively here).
-        self.variables = {
-            tuple(name.lower()[len(prefix):].split(env.env_nested_delimiter or "\0")): name
-            for name in sorted(os.environ)
-            if name.lower().startswith(prefix) and name.upper() != CONFIG_ENV
-        }
+        self.variables = {tuple(name.lower()[len(prefix):].split(env.env_nested_delimiter or "\0")): name
+                          for name in sorted(os.environ)
+                          if name.lower().startswith(prefix) and name.upper() != CONFIG_ENV}
 
     def __call__(self, loc: Loc) -> str | None:
         """The file, variable(s) or arguments the value at ``loc`` came from, joined by '+' when merged."""
@@ -298,12 +262,33 @@ def _bad_json(exc: SourceError) -> str | None:
             f"({cause.msg} at character {cause.pos}); complex values in FAIR_ROUTER_* variables are JSON")
 
 
+def from_django(values: Any, name: str, overrides: dict[str, Any]) -> Settings:
+    """Settings from Django's ``FAIR_ROUTER`` dict (the YAML file's keys) in the file's place, in a Django process
+    (:mod:`fair_router.core.djangoenv` finds it; docs/django.md); variables and arguments override it."""
+    if not isinstance(values, dict):
+        raise SettingsError(f"{name} must be a dict of fair-router settings (the YAML file's keys), "
+                            f"got {type(values).__name__}")
+
+    class DjangoSettings(Settings):
+        @classmethod
+        def file_source(cls, settings_cls: type[BaseSettings]) -> PydanticBaseSettingsSource:
+            return InitSettingsSource(settings_cls, init_kwargs=values)
+
+    try:
+        settings = DjangoSettings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)")) from None
+    if first_time(name):
+        logging.getLogger("fair_router.settings").info("fair-router settings: %s (Django)", name)
+    return settings
+
+
 def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
     """Load settings from ``path`` (else ``$FAIR_ROUTER_CONFIG`` / ``./fair_router.yaml``, or Django's ``FAIR_ROUTER``)
     and the environment. Raises SettingsError naming the file or variable, the key path and the reason."""
     django = fair_router_setting() if path is None else None
     if django is not None:
-        return from_django(Settings, *django, overrides)
+        return from_django(*django, overrides)
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
         raise SettingsError(f"fair-router settings file not found: {file}")
@@ -328,7 +313,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise SettingsError(message) from None
     except (TypeError, AttributeError, ValueError) as exc:  # a YAML list or scalar where a mapping belongs
         raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None
-    settings.source_file = file.resolve() if file is not None else None
+    settings._source_file = file.resolve() if file is not None else None
     announce_source(file)
     return settings
 

@@ -1,2 +1,1 @@
-"""The ground floor: fair-router's shared vocabulary (tenants, job meta keys, rules, rates, durations, validated types,
-profiles, shards, keys). It imports nothing of fair-router's above it, so a word means the same on every floor."""
+"""The ground floor: the shared vocabulary, importing nothing of fair-router above it (docs/internals.md, "Floors")."""

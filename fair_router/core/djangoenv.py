@@ -1,8 +1,5 @@
-"""Django, when the process runs it: enqueues inside a transaction wait for its commit (as django-rq's ``COMMIT_MODE``
-says), and settings may come from ``settings.FAIR_ROUTER`` (docs/django.md).
-
-Django counts as running only when something already imported it and configured its settings: this module never imports
-Django, so ``import fair_router`` stays light."""
+"""Django, when something already imported and configured it (this module never imports Django): enqueues inside a
+transaction wait for its commit, and settings may come from ``settings.FAIR_ROUTER`` (docs/django.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Shuffle-sharding: each tenant is dealt ``per_tenant`` of ``count`` shard queues, the same ones in every process
-(docs/shards.md).
-
-The deal comes from a keyed BLAKE2b digest (never the salted ``hash()``) driving a partial Fisher-Yates shuffle, so
-every set of shards is equally likely."""
+"""Shuffle-sharding: each tenant is dealt ``per_tenant`` of ``count`` shard queues, the same ones in every process, by a
+keyed BLAKE2b digest driving a partial Fisher-Yates shuffle (docs/shards.md)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,9 @@ logger = logging.getLogger("fair_router")
 TenantFunc = Callable[..., object]
 """Called with the job's own arguments; returns the tenant id (str or int), or None for "no tenant"."""
 
+META_ORG = "fair_org"
+"""The job meta key of a job's organisation (``fair_org=``): read only through :func:`stored_org`."""
+
 DEFAULT_TENANT_MAX_BYTES = 256
 """Default of the ``tenant_max_bytes`` setting: the longest tenant id accepted, in bytes of UTF-8."""
 
@@ -33,28 +36,61 @@ def _shown(text: str) -> str:
     return repr(text) if len(text) <= _SHOWN else repr(text[:_SHOWN]) + f"... ({len(text)} characters)"
 
 
-def tenant_id(value: object, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str:
+def tenant_id(value: object, max_bytes: int = DEFAULT_TENANT_MAX_BYTES, kind: str = "tenant") -> str:
     """``value`` as a tenant id: a ``str`` as it is, an ``int`` as its decimal string. TypeError for other types;
-    :class:`InvalidTenant` for an empty id, one over ``max_bytes`` of UTF-8, or lone surrogates."""
+    :class:`InvalidTenant` for an empty id, one over ``max_bytes`` of UTF-8, or lone surrogates. ``kind`` names
+    the id in errors ("org": :func:`org_id`)."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise TypeError(f"a tenant id must be a str or an int, got {type(value).__name__}")
+        shown = "" if kind == "tenant" else f": {shown_value(value)}"
+        raise TypeError(f"a {kind} id must be a str or an int, got {type(value).__name__}{shown}")
     if isinstance(value, int):
         if value.bit_length() > 4 * max_bytes:  # > max_bytes decimal digits: never print it
-            raise InvalidTenant(f"tenant id {value.bit_length()}-bit int is longer than tenant_max_bytes "
+            raise InvalidTenant(f"{kind} id {value.bit_length()}-bit int is longer than tenant_max_bytes "
                                 f"({max_bytes} bytes)")
         text = format(int(value), "d")  # an IntEnum's own str() may be its name
     else:
         text = str.__str__(value)  # a str subclass's own __str__ may say anything
     if not text:
-        raise InvalidTenant("a tenant id must not be empty")
+        raise InvalidTenant(f"a {kind} id must not be empty")
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
-        raise InvalidTenant(f"tenant id {_shown(text)} is not valid UTF-8 text (lone surrogates)") from None
+        raise InvalidTenant(f"{kind} id {_shown(text)} is not valid UTF-8 text (lone surrogates)") from None
     if size > max_bytes:
-        raise InvalidTenant(f"tenant id is {size} bytes of UTF-8, over tenant_max_bytes ({max_bytes} bytes): "
+        raise InvalidTenant(f"{kind} id is {size} bytes of UTF-8, over tenant_max_bytes ({max_bytes} bytes): "
                             f"{_shown(text)}")
     return text
+
+
+def org_id(value: object, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:
+    """An organisation id (``fair_org=``) checked as a tenant id is (same bound), None for no org."""
+    return None if value is None else tenant_id(value, max_bytes, "org")
+
+
+def with_org(meta: Mapping[str, Any] | None, org: object, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> dict[str, Any]:
+    """``meta`` with ``org`` (checked by :func:`org_id`; None: left as it is) as the job's organisation."""
+    return {**(meta or {})} if org is None else {**(meta or {}), META_ORG: org_id(org, max_bytes)}
+
+
+def stored_org(meta: Mapping[str, Any] | None, max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:
+    """The organisation a job's meta stores: the one reader of ``job.meta["fair_org"]``. None for none (or
+    ``""``); :class:`InvalidTenant` naming the field and value for anything that is no org id."""
+    value = (meta or {}).get(META_ORG)
+    if value is None or (isinstance(value, str) and value == ""):
+        return None
+    try:
+        return tenant_id(value, max_bytes, "org")
+    except (TypeError, InvalidTenant) as exc:
+        raise InvalidTenant(f'job.meta["{META_ORG}"] = {shown_value(value)} is no org id: {exc}') from None
+
+
+def resolve_org(explicit: object, func: TenantFunc | None, args: Sequence[Any], kwargs: Mapping[str, Any],
+                max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> str | None:
+    """A job's organisation: ``fair_org=`` when given, else the ``org=`` callable's answer (None: no org). A bad
+    id raises (a call-site bug); unlike a tenant, no org is normal and never warned."""
+    if explicit is not None:
+        return org_id(explicit, max_bytes)
+    return None if func is None else org_id(func(*args, **kwargs), max_bytes)
 
 
 STORED_FIELD = f'job.meta["{META_TENANT}"]'

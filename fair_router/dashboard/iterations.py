@@ -11,6 +11,7 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 
 from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, InvalidStoredTenant, stored_tenant
+from fair_router.core.text import as_text
 from fair_router.dashboard.model import RunningIteration
 from fair_router.iteration.turns import CURSOR, ITEMS, TURNS
 from fair_router.rq_internals.registry import job_id_of
@@ -22,19 +23,17 @@ CURSOR_SHOWN = 40
 def known_queues(connection: Redis) -> list[str]:
     """Every queue rq knows (its set of queues)."""
     prefix = len(Queue.redis_queue_namespace_prefix)
-    return sorted(raw.decode()[prefix:] if isinstance(raw, bytes) else str(raw)[prefix:]
-                  for raw in connection.smembers(Queue.redis_queues_keys))
+    return sorted(as_text(raw)[prefix:] for raw in connection.smembers(Queue.redis_queues_keys))
 
 
 def running_iterations(connection: Redis, queues: Sequence[str], tenant: str | None = None,
                        tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES) -> list[RunningIteration]:
-    """The interruptible jobs running in ``queues`` (those that have started a turn), of ``tenant`` only if
-    given, by queue then job id."""
+    """The interruptible jobs running in ``queues`` that started a turn (of ``tenant`` if given), by queue, job id."""
     with connection.pipeline(transaction=False) as pipe:
         for name in queues:
             pipe.zrange(StartedJobRegistry(name, connection=connection).key, 0, -1)
         replies = pipe.execute()
-    running = [(name, job_id_of(member.decode() if isinstance(member, bytes) else str(member)))
+    running = [(name, job_id_of(as_text(member)))
                for name, members in zip(queues, replies, strict=True) for member in members]
     if not running:
         return []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from redis import Redis
 from redis.client import Pipeline
@@ -20,6 +19,7 @@ from fair_router.core.text import as_text
 from fair_router.dashboard.model import QueueView, ShardServerView
 from fair_router.fairqueue.scripts import tenant_waiting
 from fair_router.routing.servers import TIMEOUT, ShardServers
+from fair_router.store.outage import redis_address
 
 PER_QUEUE = 5
 """Commands per queue: length, running, fair state, parked, abandoned count."""
@@ -63,11 +63,7 @@ def parse_queue(settings: Settings, name: str, replies: list[Any], server: str =
 
 def server_label(url: str) -> str:
     """A shard server as shown: ``host:port/db`` (a socket's path), never its password."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        return parts.path
-    db = parts.path.strip("/") or "0"
-    return f"{parts.hostname or 'localhost'}:{parts.port or 6379}/{db}"
+    return redis_address(Redis.from_url(url))
 
 
 class ShardQueues:

@@ -121,9 +121,7 @@ class SnapshotReader:
         lengths = {queue.name: queue.jobs for queue in queues if not queue.down}
         waiting = {**plain_waiting(routed_replies[1::2], lengths), **backlogs}  # queue -> tenant -> jobs
 
-        waiting_total: Counter[str] = Counter()
-        for backlog in waiting.values():
-            waiting_total.update(backlog)
+        waiting_total: Counter[str] = sum(map(Counter, waiting.values()), Counter())
         recently = [as_text(t) for t, score in recent if score / 1000 >= now - RECENT_WINDOW]
         by_waiting = sorted(waiting_total, key=lambda t: -waiting_total[t])[: 2 * n]
         candidates = list(dict.fromkeys([*by_waiting, *recently]))
@@ -142,8 +140,7 @@ class SnapshotReader:
             if row.key in fair_weights and not row.alone:  # alone, a tenant shares with nobody: no mark
                 row.fair_share = fair_weights[row.key] / sum(fair_weights.values())
         total_running = sum(queue.running for queue in queues)
-        other_row = _rest(everyone_row, all_fields, records[:n], now, waiting,
-                          total_running if limits_on else None)
+        other_row = _rest(everyone_row, all_fields, records[:n], now, waiting, total_running if limits_on else None)
         capped = _window(_ints(other), int(now // 60), 5).count
         counted = parse_events(events) | {("abandoned", name): count for name, count in abandoned_by_queue.items()}
         return Snapshot(now, n, limits_on, queues, top, other_row, everyone_row, routed,

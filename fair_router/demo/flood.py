@@ -141,11 +141,8 @@ def run_scenario(connection: Redis, url: str, params: FloodParams, modes: Sequen
         if "fifo" in flooded:
             summary["makespan_vs_fifo"] = statistics.median(
                 makespan(mine) / makespan(fifo) for mine, fifo in zip(flooded[name], flooded["fifo"], strict=True))
-        report["modes"][name] = {
-            "summary": summary,
-            "waits": {kind: [t.wait for run in flooded[name] for t in run if t.kind == kind]
-                      for kind in ("greedy", "small")},
-        }
+        waits = {kind: [t.wait for run in flooded[name] for t in run if t.kind == kind] for kind in ("greedy", "small")}
+        report["modes"][name] = {"summary": summary, "waits": waits}
     fifo_entry = report["modes"].get("fifo")
     if fifo_entry:
         for entry in report["modes"].values():

@@ -65,18 +65,13 @@ def mode(name: str, run: str) -> Mode:
         return Mode(name, (f"{run}_fifo",), "rq.SimpleWorker")
     if name == "router":
         base = f"{run}_routed"
-        return Mode(
-            name,
-            (base, f"{base}_throttled", f"{base}_superslow"),
-            "fair_router.WeightedSimpleWorker",
-            weights={base: 6, f"{base}_throttled": 3, f"{base}_superslow": 1},
-            rules=(Rule(queue=f"{base}_throttled", threshold=20, per="1m"),
-                   Rule(queue=f"{base}_superslow", threshold=100, per="1m")),
-        )
-    if name == "fair":
-        return Mode(name, (f"{run}_fair",), "fair_router.WeightedSimpleWorker", fair=True)
-    if name == "fair-runtime":
-        return Mode(name, (f"{run}_fair",), "fair_router.WeightedSimpleWorker", fair=True, charge="runtime")
+        return Mode(name, (base, f"{base}_throttled", f"{base}_superslow"), "fair_router.WeightedSimpleWorker",
+                    weights={base: 6, f"{base}_throttled": 3, f"{base}_superslow": 1},
+                    rules=(Rule(queue=f"{base}_throttled", threshold=20, per="1m"),
+                           Rule(queue=f"{base}_superslow", threshold=100, per="1m")))
+    if name in ("fair", "fair-runtime"):
+        return Mode(name, (f"{run}_fair",), "fair_router.WeightedSimpleWorker", fair=True,
+                    charge="runtime" if name == "fair-runtime" else "jobs")
     raise ValueError(f"unknown mode {name!r}: choose from {', '.join(MODES)}, fair-runtime")
 
 
@@ -185,8 +180,7 @@ def timing(job: Job, tenant: str, kind: str) -> JobTiming:
     """A finished job's rq timestamps as a JobTiming."""
     if job.enqueued_at is None or job.started_at is None or job.ended_at is None:
         raise RuntimeError(f"job {job.id} of {tenant} finished without rq timestamps")
-    return JobTiming(tenant, kind, job.enqueued_at.timestamp(), job.started_at.timestamp(),
-                     job.ended_at.timestamp())
+    return JobTiming(tenant, kind, job.enqueued_at.timestamp(), job.started_at.timestamp(), job.ended_at.timestamp())
 
 
 def run_id(suffix: str = "") -> str:

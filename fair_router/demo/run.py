@@ -24,10 +24,8 @@ from fair_router.routing.decorator import fair_job
 from fair_router.routing.router import FairRouter
 
 DEMO_PREFIX = "fair_router_demo"
-DEMO_RULES = [
-    Rule(queue="demo_throttled", threshold=10, per="1m"),
-    Rule(queue="demo_superslow", threshold=20, per="10s"),
-]
+DEMO_RULES = [Rule(queue="demo_throttled", threshold=10, per="1m"),
+              Rule(queue="demo_superslow", threshold=20, per="10s")]
 DEMO_QUEUES = ["demo", "demo_throttled", "demo_superslow"]
 DASHBOARD_TENANTS = 6
 """Tenants the demo's dashboard view names (the rest are summed as _other)."""
@@ -75,7 +73,7 @@ def print_routing(placed: dict[str, Counter[str]]) -> None:
 
 
 def run_flood_demo(connection: Redis, url: str, params: FloodParams, modes: tuple[str, ...],
-                   rounds: int = 1) -> dict[str, object]:
+                   rounds: int = 1) -> dict[str, Any]:
     """The flood scenario with a progress bar; ``report["dashboard"][mode]``: its dashboard halfway through."""
     click.echo(f"\nflood: {params.greedy_tenants} greedy tenant(s) x {params.greedy_jobs} jobs at once, "
                f"{params.small_tenants} small tenants x {params.small_jobs} jobs over "
@@ -126,11 +124,9 @@ def verdict(mode: str, s: dict[str, float]) -> str:
             f"{s.get('makespan_vs_fifo', 1):.2f}x FIFO; {fair} (accuracy {s['share_jain']:.3f})")
 
 
-def print_flood(report: dict[str, object]) -> None:
+def print_flood(report: dict[str, Any]) -> None:
     """One table per mode (waits, makespan, served ahead, share accuracy, isolation), and its dashboard view."""
-    modes = report["modes"]
-    views = report.get("dashboard") or {}
-    assert isinstance(modes, dict) and isinstance(views, dict)
+    modes, views = report["modes"], report.get("dashboard") or {}
     click.echo("\nwhat the figures mean:\n" + "\n".join(f"  {line}" for line in METRICS_EXPLAINED))
     for name, entry in modes.items():
         s = entry["summary"]

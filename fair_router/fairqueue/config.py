@@ -3,6 +3,7 @@ job becomes the :class:`~fair_router.fairqueue.scripts.PushEntry` a push sends (
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -14,13 +15,15 @@ from fair_router.config.sections import Charge, TiersConfig
 from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.core.keys import Keys, encode
-from fair_router.core.tenancy import optional_tenant_id, usable_tenant
+from fair_router.core.tenancy import META_ORG, InvalidTenant, optional_tenant_id, org_id, stored_org, usable_tenant
 from fair_router.core.validation import Prefix, Seconds, TenantMaxBytes
 from fair_router.fairqueue.scripts import PushEntry
 from fair_router.store.cluster import state_of
 
 if TYPE_CHECKING:
     from fair_router.config.settings import Settings
+
+logger = logging.getLogger("fair_router")
 
 NO_TENANT = "#none"
 """Encoded pseudo-tenant of jobs without a tenant. ``encode`` never yields it: '#' only starts the
@@ -114,13 +117,51 @@ class FairConfig:
         """A ``fair_tenant`` as the queue stores it (None: no tenant); TypeError / InvalidTenant otherwise."""
         return optional_tenant_id(tenant, self.tenant_max_bytes)
 
-    def with_tenant(self, kwargs: dict[str, Any], tenant: object, cost: float | None = None) -> dict[str, Any]:
-        """rq's enqueue keywords with ``fair_tenant=`` (else the meta's own, checked too) and ``fair_cost=`` put
-        in the meta; a tenant that is not a str or int id raises before anything is written."""
+    def org_weight(self, org: str) -> float:
+        """Fair-share weight of organisation ``org`` against other orgs: settings ``orgs.<org>.weight`` (default 1)."""
+        found = self.settings.orgs.get(org)
+        return 1.0 if found is None else found.weight
+
+    def org_of(self, meta: dict[str, Any] | None, tenant: str | None) -> str | None:
+        """The org a job with this meta is served under: its stored ``fair_org`` when it has a tenant and the queue
+        charges jobs (charge="runtime" does not charge orgs yet: the org is left out, warned); an unusable stored
+        org is read as none (warned)."""
+        try:
+            org = stored_org(meta, self.tenant_max_bytes)
+        except InvalidTenant as exc:
+            logger.warning("%s; served without org", exc)
+            return None
+        if org is None or tenant is None:
+            return None
+        if self.charge == "runtime":
+            logger.warning("org %r of tenant %r served without org: a FairQueue with charge='runtime' does not "
+                           "charge organisations yet (docs/fair-queue.md, Organisations)", org, tenant)
+            return None
+        return org
+
+    def org_arg(self, meta: dict[str, Any] | None, tenant: str | None) -> str:
+        """The org of a job put back (fair_park.lua's argument): "<encoded org>|<org weight>", "" for none."""
+        org = self.org_of(meta, tenant)
+        return "" if org is None else f"{encode(org)}|{self.org_weight(org)!r}"
+
+    def with_tenant(self, kwargs: dict[str, Any], tenant: object, cost: float | None = None,
+                    org: object = None) -> dict[str, Any]:
+        """rq's enqueue keywords with ``fair_tenant=`` (else the meta's own, checked too), ``fair_org=`` (likewise)
+        and ``fair_cost=`` put in the meta; a tenant or org that is not a str or int id raises before anything is
+        written, as does an org without tenant or on a queue charging runtime."""
         meta = {**(kwargs.get("meta") or {})}
         checked = self.tenant_id(tenant if tenant is not None else meta.get(META_TENANT))
         if checked is not None:
             meta[META_TENANT] = checked
+        org_checked = org_id(org, self.tenant_max_bytes) if org is not None else stored_org(meta, self.tenant_max_bytes)
+        if org_checked is not None:
+            if checked is None:
+                raise ValueError(f"fair_org={org_checked!r} needs a tenant (fair_tenant=): an organisation groups "
+                                 "tenants, a job without tenant has none")
+            if self.charge == "runtime":
+                raise ValueError(f"fair_org={org_checked!r}: this FairQueue charges runtime, and charge='runtime' "
+                                 "does not charge organisations yet; use charge='jobs' for organisations")
+            meta[META_ORG] = org_checked
         if cost is not None:
             meta[META_COST] = validated(COST, cost, "fair_cost=")
         return {**kwargs, "meta": meta} if meta else kwargs
@@ -132,8 +173,10 @@ class FairConfig:
         func, declared = "", None
         if job is not None and self.charge == "runtime":  # what the pop needs to estimate the job's run time
             func, declared = job.func_name or "", declared_cost(job)
+        org = None if job is None else self.org_of(job.meta, name)
         return PushEntry(job_id, tenant_key(name), self.weight(name), at_front, cap=cap, **flags, func=func,
-                         declared=declared)
+                         declared=declared, org="" if org is None else encode(org),
+                         org_weight=1.0 if org is None else self.org_weight(org))
 
 
 def tenant_key(tenant: str | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import unquote
 
 from redis import Redis
 from redis.client import Pipeline
@@ -15,7 +16,8 @@ from rq.job import Job
 
 from fair_router.controls.backlog import BacklogCaps, Capped, TenantBacklogFull, execute, refused_entry, withdraw
 from fair_router.controls.fairstate import TENANT_FIELD, record_waiting
-from fair_router.core.keys import FairQueueKeys
+from fair_router.core.keys import FairQueueKeys, encode
+from fair_router.core.tenancy import stored_org, stored_tenant
 from fair_router.fairqueue.config import FairConfig, tenant_key, tenant_of
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.scripts import FairPushScript, FairRecountScript, PushEntry
@@ -52,6 +54,14 @@ class FairPushes:
         if not self._marked:
             self._marked = True
             FairnessMarks(self.config.connection, self.config.keys.prefix).mark([self.name], pipeline)
+
+    def checked(self, queue: Any, kwargs: dict[str, Any], tenant: object, cost: float | None,
+                org: object) -> dict[str, Any]:
+        """``kwargs`` of a new enqueue into ``queue`` with its tenant, cost and org in the meta
+        (:meth:`FairConfig.with_tenant`), its org checked against its tenant's waiting jobs (:func:`check_org`)."""
+        checked = self.config.with_tenant(kwargs, tenant, cost, org)
+        check_org(queue, checked.get("meta"))
+        return checked
 
     def capped(self, tenant: str | None) -> Capped | None:
         """``tenant``'s backlog cap here, when one applies to the enqueue under way."""
@@ -123,3 +133,34 @@ def waiting(connection: Redis, keys: FairQueueKeys, tenants: Sequence[str]) -> d
         return {}
     records = connection.hmget(keys.state, [TENANT_FIELD + tenant for tenant in tenants])
     return {tenant: count for tenant, count in zip(tenants, map(record_waiting, records), strict=True) if count > 0}
+
+
+class TenantInOtherOrg(ValueError):
+    """A tenant with jobs waiting in a FairQueue under one organisation (or none) enqueued under another: nothing is
+    enqueued. A tenant changes org once none of its jobs waits there (docs/fair-queue.md, Organisations)."""
+
+    def __init__(self, tenant: str, org: str | None, other: str | None, queue: str) -> None:
+        self.tenant, self.org, self.other, self.queue = tenant, org, other, queue
+        super().__init__(f"tenant {tenant!r} has jobs waiting in fair queue {queue!r} under org {org!r}: it cannot "
+                         f"be enqueued under org {other!r} until they are served (None: no org)")
+
+
+def record_org(record: Any) -> str | None:
+    """The org (encoded) a tenant's record names (lua/lib/stride.lua parse_tenant), None when none."""
+    if record is None:
+        return None
+    parts = (record.decode() if isinstance(record, bytes) else str(record)).split("|")
+    return parts[4] if len(parts) > 4 else None
+
+
+def check_org(queue: Any, meta: dict[str, Any] | None) -> None:
+    """Raise TenantInOtherOrg before anything is saved when the new job's org (``meta``, checked already) is not the
+    one its tenant's waiting jobs have in ``queue`` (a FairQueue). Only jobs with an org are read for this; the push
+    script refuses the other way round (lua/fair_push.lua)."""
+    org, tenant = stored_org(meta), stored_tenant(meta)
+    if org is None or tenant is None:
+        return
+    record = queue.connection.hget(queue.fair_keys.state, TENANT_FIELD + encode(tenant))
+    has = record_org(record)
+    if record is not None and has != encode(org):
+        raise TenantInOtherOrg(tenant, None if has is None else unquote(has), org, queue.name)

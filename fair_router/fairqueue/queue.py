@@ -16,7 +16,6 @@ from fair_router.config.sections import Charge, TiersConfig
 from fair_router.controls.backlog import Capped
 from fair_router.controls.fairstate import FairHoldScript, FairUnparkScript
 from fair_router.controls.tiers import TierBook
-from fair_router.core.jobmeta import META_TENANT
 from fair_router.core.keys import FairQueueKeys, Keys
 from fair_router.core.text import as_text
 from fair_router.fairqueue.config import FairConfig, tenant_key, tenant_of
@@ -129,32 +128,32 @@ class FairQueue(RqQueueSeam):
     # -- enqueue: rq's methods with fair_tenant= and fair_cost= ----------------------------------------------
 
     def enqueue(self, f: Any, *args: Any, fair_tenant: object = None, fair_cost: float | None = None,
-                **kwargs: Any) -> Job:
-        """rq's ``enqueue``; ``fair_tenant=`` goes to ``job.meta["fair_tenant"]`` (else the meta's own),
-        ``fair_cost=`` (seconds the job is expected to run; charge="runtime") to ``job.meta["fair_cost"]``."""
-        return super().enqueue(f, *args, **self._config.with_tenant(kwargs, fair_tenant, fair_cost))
+                fair_org: object = None, **kwargs: Any) -> Job:
+        """rq's ``enqueue`` with ``fair_tenant=``, ``fair_org=`` and ``fair_cost=`` (:meth:`enqueue_call`)."""
+        return super().enqueue(f, *args, **self._config.with_tenant(kwargs, fair_tenant, fair_cost, fair_org))
 
     @naming_redis
     def enqueue_call(self, *args: Any, fair_tenant: object = None, fair_cost: float | None = None,
-                     **kwargs: Any) -> Job:
-        """rq's ``enqueue_call`` with ``fair_tenant=`` and ``fair_cost=``. Raises TenantBacklogFull (nothing
-        enqueued) when the job would take its tenant's waiting jobs here past its backlog cap."""
+                     fair_org: object = None, **kwargs: Any) -> Job:
+        """rq's ``enqueue_call``; ``fair_tenant=``, ``fair_org=`` (its org), ``fair_cost=`` (seconds: charge="runtime")
+        go to ``job.meta``. Raises TenantBacklogFull past a backlog cap, TenantInOtherOrg (nothing enqueued)."""
         with self._pushes.new_enqueue():
-            return super().enqueue_call(*args, **self._config.with_tenant(kwargs, fair_tenant, fair_cost))
+            return super().enqueue_call(*args, **self._pushes.checked(self, kwargs, fair_tenant, fair_cost, fair_org))
 
     @naming_redis
     def enqueue_at(self, datetime: Any, f: Any, *args: Any, fair_tenant: object = None, **kwargs: Any) -> Job:
-        """rq's ``enqueue_at`` (and ``enqueue_in``) with ``fair_tenant=``. rq's scheduler pushes the job with a plain
-        Queue later, so it is served as a plain entry (in list order), not by fair share."""
-        return cast(Job, super().enqueue_at(datetime, f, *args, **self._config.with_tenant(kwargs, fair_tenant)))
+        """rq's ``enqueue_at`` (and ``enqueue_in``) with ``fair_tenant=`` and ``fair_org=``. rq's scheduler pushes
+        the job with a plain Queue later, so it is served as a plain entry (in list order), not by fair share."""
+        checked = self._config.with_tenant(kwargs, fair_tenant, org=kwargs.pop("fair_org", None))
+        return cast(Job, super().enqueue_at(datetime, f, *args, **checked))
 
     @naming_redis
     def enqueue_many(self, job_datas: Iterable[Any], pipeline: Pipeline | None = None,
                      group_id: str | None = None) -> list[Job]:
         """rq's ``enqueue_many``: a new enqueue, so backlog caps apply (pushes: :meth:`push_many`)."""
         datas = list(job_datas)
-        for data in datas:  # every tenant checked before anything is saved
-            self.tenant_id((getattr(data, "meta", None) or {}).get(META_TENANT))
+        for data in datas:  # every tenant and org checked before anything is saved
+            self._config.with_tenant({"meta": getattr(data, "meta", None)}, None)
         with self._pushes.new_enqueue():
             return super().enqueue_many(datas, pipeline=pipeline, group_id=group_id)
 
@@ -234,7 +233,7 @@ class FairQueue(RqQueueSeam):
         until_ms = int(((self._clock or time.time)() + seconds) * 1000) if at_ms is None else at_ms
         seq = self._handed_out.pop(job.id, None)
         self.fair_script(FairParkScript)(self.fair_keys, job.id, tenant_key(tenant), self.weight(tenant), until_ms, seq,
-                                         limit, at_ms is not None).run()
+                                         limit, at_ms is not None, self._config.org_arg(job.meta, tenant)).run()
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None, job_id: str = "", limit: int | None = None) -> Any:
         """One of ``tenant``'s slots was released (by ``job_id``; ``limit``: 0 none, None not known): below its

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 from redis import Redis
 from rq.job import Job, JobStatus
 
-from fair_router.fairqueue.config import declared_cost, tenant_key, tenant_of
 from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.fairqueue.scripts import FairReconcileScript, PushEntry, ReconcileResult
@@ -123,13 +122,7 @@ def _entries(queue: FairQueue, ids: Sequence[str]) -> list[PushEntry]:
     for job in jobs:
         if job is None or job.origin != queue.name or job.get_status(refresh=False) != JobStatus.QUEUED:
             continue
-        tenant = tenant_of(job.meta, queue.tenant_max_bytes)
-        name = None if tenant is None else str(tenant)
-        func, declared = "", None
-        if queue.charge == "runtime":
-            func, declared = job.func_name or "", declared_cost(job)
-        entries.append(PushEntry(job.id, tenant_key(name), queue.weight(name), listed=True, func=func,
-                                 declared=declared))
+        entries.append(queue._config.entry(job.id, job, False, listed=True))  # tenant, weight, costs, org
     return entries
 
 

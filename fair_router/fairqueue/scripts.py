@@ -44,6 +44,15 @@ class PushEntry(NamedTuple):
     cap: int = 0  # the tenant's backlog cap in this queue (0: none); a call passing one pushes nothing
     func: str = ""  # charge="runtime": the job's function, whose recent run time its pop charges
     declared: float | None = None  # charge="runtime": the job's declared cost in seconds (fair_cost=)
+    org: str = ""  # the tenant's organisation, encoded ("": the tenant is its own org)
+    org_weight: float = 1.0  # the org's weight (settings ``orgs``)
+
+
+def weight_arg(job: PushEntry) -> str:
+    """The weight argument of a push: the tenant's weight, or for a tenant of an org "<weight>|<org>|<org weight>"
+    (lua/lib/fifo.lua fifo_place)."""
+    weight = repr(float(job.weight))
+    return f"{weight}|{job.org}|{float(job.org_weight)!r}" if job.org else weight
 
 
 class FairPushScript(LuaScript[int]):
@@ -56,7 +65,7 @@ class FairPushScript(LuaScript[int]):
         pass its cap and nothing was added."""
         args: list[str | float | int] = []
         for job in jobs:
-            args += (job.job_id, job.tenant, repr(float(job.weight)), int(job.at_front), int(job.from_inflight),
+            args += (job.job_id, job.tenant, weight_arg(job), int(job.at_front), int(job.from_inflight),
                      int(job.listed), job.cap, job.func, "" if job.declared is None else repr(float(job.declared)))
         return self.call(keys.all_for_scripts(), args)
 
@@ -93,16 +102,17 @@ class FairParkScript(LuaScript[int]):
 
     def __call__(
         self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None,
-        limit: int | None = None, exact: bool = False,
+        limit: int | None = None, exact: bool = False, org: str = "",
     ) -> Call[int]:
         """``seq``: the job's FIFO place when a fair choice served it (pop kind 2 or 3): it goes back there,
         and the 1 / weight its pop added to the tenant's pass is taken back; None for a plain entry, whose
         pop added nothing (it goes to the front). ``limit``: the tenant's concurrency limit (0 none, None
         not known). ``exact``: a rate refused the start and ``until_ms`` (server clock) is its next token: the
-        park ends then. Result: 1 if the job was put back, 0 if it was waiting."""
+        park ends then. ``org``: "<encoded org>|<org weight>" ("" none: FairConfig.org_arg). Result: 1 if the job
+        was put back, 0 if it was waiting."""
         refund = seq is not None
         args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq,
-                                 "" if limit is None else limit, int(exact)]
+                                 "" if limit is None else limit, int(exact), org]
         return self.call(keys.all_for_scripts(), args)
 
     def parse(self, reply: Any) -> int:
@@ -222,7 +232,7 @@ class FairReconcileScript(LuaScript[ReconcileResult]):
         listed ids to give a FIFO place (tenant, weight and costs from their entries)."""
         args: list[str | int] = [bound]
         for job in adopt:
-            args += (job.job_id, job.tenant, repr(float(job.weight)), job.func,
+            args += (job.job_id, job.tenant, weight_arg(job), job.func,
                      "" if job.declared is None else repr(float(job.declared)))
         return self.call(keys.all_for_scripts(), args)
 

@@ -33,10 +33,8 @@ class Slicing:
     save_every: int
 
 
-def interruptible(
-    slice: str | float | timedelta = "1s",
-    save_every: int = 1,
-) -> Callable[[Callable[P, Generator[Any, Any, R]]], Callable[P, R]]:
+def interruptible(slice: str | float | timedelta = "1s",
+                  save_every: int = 1) -> Callable[[Callable[P, Generator[Any, Any, R]]], Callable[P, R]]:
     """Make a generator job function interruptible (docs/interruptible.md): it runs in turns of about ``slice``, saving
     its cursor every ``save_every`` checkpoints. Put it under ``@fair_job(...)``; bad values raise SettingsError."""
     slicing = Slicing(validated(_SLICE, slice, "interruptible(slice=...)"),
@@ -48,7 +46,7 @@ def interruptible(
             job = get_current_job()
             if job is None or not HOST.active:
                 return _to_the_end(func(*args, **kwargs))  # nobody can queue a turn again: run it all
-            return Turn(job, slicing).run(func, args, kwargs)
+            return _turn(job, slicing, func, args, kwargs)
 
         setattr(run, MARKER, slicing)
         return run
@@ -68,42 +66,35 @@ def _to_the_end(steps: Generator[Any, Any, R]) -> R:
             return result
 
 
-class Turn:
-    """One turn of an interruptible job in a weighted worker: from the saved cursor to the end of the slice
-    (or a warm shutdown), or to the generator's return."""
-
-    def __init__(self, job: Job, slicing: Slicing) -> None:
-        self.job = job
-        self.slicing = slicing
-
-    def run(self, func: Callable[..., Generator[Any, Any, R]], args: Any, kwargs: Any) -> R:
-        """The generator's return value, or :data:`TURN_END` (typed as R: the worker takes it, never a caller)."""
-        meta, job = self.job.meta, self.job
-        if CURSOR in meta:
-            kwargs = {**kwargs, "cursor": meta[CURSOR]}
-        items = int(meta.get(ITEMS) or 0)
-        meta[TURNS] = int(meta.get(TURNS) or 0) + 1
-        steps = func(*args, **kwargs)
-        if not isinstance(steps, Generator):
-            return steps  # not a generator function after all: its result
-        deadline = time.monotonic() + self.slicing.slice
-        pending, dirty = 0, True  # checkpoints not saved yet; the new turn count is not saved either
-        while True:
-            try:
-                cursor = next(steps)
-            except StopIteration as end:
-                if dirty:  # the final counts (rq's success handling does not write the meta)
-                    job.save_meta()  # type: ignore[no-untyped-call]
-                result: R = end.value
-                return result
-            items += 1
-            meta[CURSOR], meta[ITEMS] = cursor, items
-            if HOST.stop or time.monotonic() >= deadline:
-                steps.close()  # the generator's finally blocks run now, not at garbage collection
-                return cast(R, TURN_END)  # the worker saves the meta as it queues the job again
-            pending += 1
-            if pending >= self.slicing.save_every:
+def _turn(job: Job, slicing: Slicing, func: Callable[..., Generator[Any, Any, R]], args: Any, kwargs: Any) -> R:
+    """One turn of an interruptible job in a weighted worker, from the saved cursor to the end of the slice (or a warm
+    shutdown): :data:`TURN_END` (typed as R: the worker takes it, never a caller), or the generator's return value."""
+    meta = job.meta
+    if CURSOR in meta:
+        kwargs = {**kwargs, "cursor": meta[CURSOR]}
+    items = int(meta.get(ITEMS) or 0)
+    meta[TURNS] = int(meta.get(TURNS) or 0) + 1
+    steps = func(*args, **kwargs)
+    if not isinstance(steps, Generator):
+        return steps  # not a generator function after all: its result
+    deadline = time.monotonic() + slicing.slice
+    pending, dirty = 0, True  # checkpoints not saved yet; the new turn count is not saved either
+    while True:
+        try:
+            cursor = next(steps)
+        except StopIteration as end:
+            if dirty:  # the final counts (rq's success handling does not write the meta)
                 job.save_meta()  # type: ignore[no-untyped-call]
-                pending, dirty = 0, False
-            else:
-                dirty = True
+            result: R = end.value
+            return result
+        items += 1
+        meta[CURSOR], meta[ITEMS] = cursor, items
+        if HOST.stopping or time.monotonic() >= deadline:
+            steps.close()  # the generator's finally blocks run now, not at garbage collection
+            return cast(R, TURN_END)  # the worker saves the meta as it queues the job again
+        pending += 1
+        if pending >= slicing.save_every:
+            job.save_meta()  # type: ignore[no-untyped-call]
+            pending, dirty = 0, False
+        else:
+            dirty = True

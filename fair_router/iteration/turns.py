@@ -33,19 +33,28 @@ TURN_END = TurnEnd()
 
 
 class Host:
-    """What the worker that runs jobs in this process tells interruptible jobs. Plain attributes, no lock: a
-    signal handler sets ``stop`` while the job's code runs (a lock taken there could deadlock)."""
+    """What the worker that runs jobs in this process tells interruptible jobs: the worker's turns part. Plain
+    attributes, no lock: a signal handler sets ``stopping`` while the job's code runs (a lock could deadlock)."""
 
     def __init__(self) -> None:
         self.active = False
         """A worker that can queue a turn again runs the current job (else a job runs to its end at once:
         a plain rq worker, or a queue with ``is_async=False``)."""
-        self.stop = False
+        self.stopping = False
         """Warm shutdown: the running job stops at its next checkpoint."""
 
     def hosting(self, active: bool, stop: bool = False) -> None:
         """A job starts (``active``; ``stop`` when a warm shutdown is already pending) or has ended."""
-        self.active, self.stop = active, stop
+        self.active, self.stopping = active, stop
+
+    def stop(self) -> None:
+        """Warm shutdown: the running interruptible job stops at its next checkpoint."""
+        self.stopping = True
+
+    @staticmethod
+    def is_end(value: Any) -> bool:
+        """An interruptible job returned at the end of a turn: the worker queues it again."""
+        return isinstance(value, TurnEnd)
 
 
 HOST = Host()
@@ -53,8 +62,7 @@ HOST = Host()
 
 
 def is_interruptible(job: Job) -> bool:
-    """Whether ``job``'s function is decorated with ``interruptible`` (imports it, as a worker would; a function
-    that cannot be imported counts as not interruptible)."""
+    """Whether ``job``'s function is ``interruptible`` (imported as a worker would; one that cannot be: False)."""
     try:
         func = job.func
     except Exception:
@@ -68,19 +76,3 @@ def turns_started(job: Job) -> int:
         return int(job.meta.get(TURNS) or 0)
     except (TypeError, ValueError):
         return 0
-
-
-class HostedTurns:
-    """The worker side of interruptible iteration: the worker meets the jobs it runs in :data:`HOST`."""
-
-    def is_end(self, value: Any) -> bool:
-        """An interruptible job returned at the end of a turn: the worker queues it again."""
-        return isinstance(value, TurnEnd)
-
-    def hosting(self, active: bool, stop: bool) -> None:
-        """Interruptible jobs run by this process may end turns (and stop at once if ``stop``)."""
-        HOST.hosting(active, stop)
-
-    def stop(self) -> None:
-        """Warm shutdown: the running interruptible job stops at its next checkpoint."""
-        HOST.stop = True

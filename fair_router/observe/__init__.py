@@ -1,13 +1,1 @@
-"""Observability, the writing side: what workers record at each job start and the counters they keep.
-
-- :mod:`~fair_router.observe.recorder`: the start record (a tenant's waits), queued on rq's own job-start
-  pipeline by the weighted workers;
-- :mod:`~fair_router.observe.events`: event counters (fair jobs recovered, ...);
-- :mod:`~fair_router.observe.buckets`: the log-spaced wait buckets and percentile estimates;
-- :mod:`~fair_router.observe.waiting`, :mod:`~fair_router.observe.waitcheck`: per-tenant waiting counts of the
-  plain queues the router routes into, and their reconciliation with rq's lists.
-
-It sits low (on the ground floor and the script wrappers only), so the fair queue and the workers can
-record without importing what reads the records back: that is :mod:`fair_router.dashboard` (the
-snapshot reader, ``/metrics`` and the live page), which sits on top, beside the CLI.
-"""
+"""Observability, the writing side: start records, counters, routed waiting counts (docs/internals.md)."""

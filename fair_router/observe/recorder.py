@@ -1,7 +1,5 @@
-"""Recording at the source: a worker gathers its job starts in memory and adds them to bounded per-tenant records in
-Redis about once a second, with one ``lua/observe_start.lua`` call on the pipeline rq sends as a job starts (no round
-trip of its own; the script run, not its text, was the cost). Records are statistics: a killed worker or a failed flush
-loses at most an interval's starts. Layout and bounds: docs/observability.md."""
+"""A worker's job starts gathered in memory and added to bounded per-tenant records about once a second, riding
+rq's job-start pipeline (``lua/observe_start.lua``); layout, cost and loss bound: docs/observability.md."""
 
 from __future__ import annotations
 
@@ -87,8 +85,7 @@ class StartRecorder:
             return sum(group.starts for group in self._pending.values())
 
     def job_started(self, job: Job, pipeline: Pipeline | None) -> None:
-        """Note ``job``'s start; when the interval has passed, queue the flush on ``pipeline`` (rq's own; None: this
-        recorder's connection, as on a cluster)."""
+        """:meth:`note` ``job``'s start, then :meth:`flush_due` on ``pipeline`` (rq's own; None on a cluster)."""
         self.note(job)
         self.flush_due(pipeline)
 

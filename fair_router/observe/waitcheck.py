@@ -1,8 +1,5 @@
-"""The routed plain queues' waiting counts (:mod:`fair_router.observe.waiting`) reconciled with rq's lists when our
-processes read them (docs/fair-queue.md, "Counts under rq's own commands"): a counted job no longer listed stops
-counting (``unwait.lua``), a listed routed job not counted counts again (``rewait.lua``), each once. A queue or
-job key past ``bound`` is not compared (approximate); a push still on its way, or a start between the read and
-the fix, is put right by the next read."""
+"""The routed plain queues' waiting counts reconciled with rq's lists when our processes read them (docs/fair-queue.md,
+"Counts under rq's own commands"); a queue or job key past ``bound`` is not compared (approximate)."""
 
 from __future__ import annotations
 
@@ -133,8 +130,7 @@ class WaitingReconciler:
 
 
 def routed_job_keys(connection: Redis, keys: Keys, configured: Iterable[str]) -> list[str]:
-    """The job keys whose counts readers show: those routers noted (:meth:`Keys.observe_job_keys`) and those
-    the settings give rules."""
+    """The job keys whose counts readers show: those routers noted and those the settings give rules."""
     noted = connection.smembers(keys.observe_job_keys())
     return sorted({*(_text(key) for key in noted), *configured})
 

@@ -1,11 +1,5 @@
-"""Per-tenant waiting counts of the plain queues fair-router routes into, so the dashboard shows what waits there
-without scanning a list (a fair queue keeps its own, in its tenants' records).
-
-route.lua counts a recorded job in the queue it chose (lua/lib/waiting.lua, keys tagged by the job key: no extra
-call); a weighted worker's start takes it back (``lua/unwait.lua`` on rq's job-start MULTI), once per job. Jobs
-routing does not record (no rules, an explicit ``queue=``, dependencies, a rate limit, a schedule, other shards'
-servers) are not counted; a job deleted before it starts, or started by a plain rq worker, keeps its count
-until :mod:`fair_router.observe.waitcheck` or an empty queue says otherwise."""
+"""Per-tenant waiting counts of the plain queues fair-router routes into, counted by route.lua and taken back at a
+weighted worker's start, so the dashboard ranks them without scanning a list (docs/observability.md)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from rq.queue import EnqueueArgs
 
 from fair_router.core.djangoenv import commit_hook
 from fair_router.core.names import is_queue_name
-from fair_router.core.tenancy import TenantFunc, TenantResolver
+from fair_router.core.tenancy import TenantFunc, TenantResolver, resolve_org, with_org
 
 if TYPE_CHECKING:  # the rest on first use: a work horse importing a module of jobs needs none of it (pydantic)
     from fair_router.config.settings import Settings
@@ -56,6 +56,7 @@ class FairJob(Generic[P, R]):
         rate: str | Rate | None = None,
         burst: int | None = None,
         shards: Shards | Mapping[str, Any] | None = None,
+        org: TenantFunc | None = None,
     ) -> None:
         functools.update_wrapper(self, func)
         self.func = func
@@ -83,6 +84,7 @@ class FairJob(Generic[P, R]):
         self.tier_routing = tier_routing
         self.fair = fair
         self.tenants = TenantResolver(self.job_key, tenant)
+        self.org = org  # called with the job's arguments: the tenant's organisation (None: none)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
@@ -159,15 +161,17 @@ class FairJob(Generic[P, R]):
 
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Enqueue with the decorator's rq options; every argument goes to the function."""
-        return self._enqueue(self._call(args=args, kwargs=kwargs), None, None, None, False)
+        return self._enqueue(self._call(args=args, kwargs=kwargs), None, None, None, False, None)
 
     def enqueue(
-        self, *args: Any, fair_tenant: object = None, queue: str | None = None, system: bool = False, **kwargs: Any
+        self, *args: Any, fair_tenant: object = None, queue: str | None = None, system: bool = False,
+        fair_org: object = None, **kwargs: Any
     ) -> Job:
         """Like ``rq.Queue.enqueue``: rq options (job_timeout, retry, meta, ...) mix with the function's
-        arguments. ``fair_tenant=`` overrides the tenant callable; ``queue=`` is recorded, not rerouted;
-        ``system=True`` marks a system job (scheduled queue with tier routing; never throttled or limited)."""
-        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, None, system)
+        arguments. ``fair_tenant=`` overrides the tenant callable, ``fair_org=`` the org callable; ``queue=`` is
+        recorded, not rerouted; ``system=True`` marks a system job (scheduled queue with tier routing; never
+        throttled or limited)."""
+        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, None, system, fair_org)
 
     def enqueue_at(
         self,
@@ -176,10 +180,11 @@ class FairJob(Generic[P, R]):
         fair_tenant: object = None,
         queue: str | None = None,
         system: bool = False,
+        fair_org: object = None,
         **kwargs: Any,
     ) -> Job:
         """Schedule for ``when``; counted in the tenant window now, when it is scheduled."""
-        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, when, system)
+        return self._enqueue(self._call(*args, **kwargs), fair_tenant, queue, when, system, fair_org)
 
     def enqueue_in(
         self,
@@ -188,11 +193,13 @@ class FairJob(Generic[P, R]):
         fair_tenant: object = None,
         queue: str | None = None,
         system: bool = False,
+        fair_org: object = None,
         **kwargs: Any,
     ) -> Job:
         """Schedule after ``delay``; counted in the tenant window now, when it is scheduled."""
         when = datetime.now(timezone.utc) + delay
-        return self.enqueue_at(when, *args, fair_tenant=fair_tenant, queue=queue, system=system, **kwargs)
+        return self.enqueue_at(when, *args, fair_tenant=fair_tenant, queue=queue, system=system, fair_org=fair_org,
+                               **kwargs)
 
     def enqueue_many(
         self,
@@ -201,7 +208,7 @@ class FairJob(Generic[P, R]):
         group: Group | None = None,
     ) -> list[Job]:
         """Enqueue ``[(args, kwargs), ...]`` with the decorator's options; one Lua call routes the batch.
-        A ``fair_tenant`` key in an item's kwargs sets that item's tenant. As with rq's
+        A ``fair_tenant`` key in an item's kwargs sets that item's tenant, a ``fair_org`` key its org. As with rq's
         ``Queue.enqueue_many``, ``pipeline`` is executed by the caller; ``group`` is an rq ``Group`` the
         jobs join (rq's ``Group.enqueue_many``)."""
         batch = []
@@ -210,9 +217,9 @@ class FairJob(Generic[P, R]):
                 raise TypeError(f"enqueue_many takes (args, kwargs) pairs, got {item!r}")
             args, kwargs = item
             kwargs = dict(kwargs)
-            explicit = kwargs.pop("fair_tenant", None)
+            explicit, explicit_org = kwargs.pop("fair_tenant", None), kwargs.pop("fair_org", None)
             tenant = self.tenants.resolve(explicit, args, kwargs, self.router.tenant_max_bytes)
-            batch.append((self._call(args=tuple(args), kwargs=kwargs), tenant))
+            batch.append((self._with_org(self._call(args=tuple(args), kwargs=kwargs), explicit_org), tenant))
         wait = commit_hook() if pipeline is None and batch else None  # a caller's pipeline is the caller's
         if wait is None:
             return self._enqueue_batch(batch, pipeline, group)
@@ -241,10 +248,17 @@ class FairJob(Generic[P, R]):
         parsed: EnqueueArgs = Queue.parse_args(self.func, *args, **{**self.options, **kwargs})
         return parsed
 
+    def _with_org(self, call: EnqueueArgs, explicit: object) -> EnqueueArgs:
+        """``call`` with its organisation (``fair_org=``, else the ``org=`` callable's) in its meta."""
+        org = resolve_org(explicit, self.org, call.args or (), call.kwargs or {}, self.router.tenant_max_bytes)
+        return call if org is None else call._replace(meta=with_org(call.meta, org))
+
     def _enqueue(
-        self, call: EnqueueArgs, explicit: object, queue: str | None, at: datetime | None, system: bool
+        self, call: EnqueueArgs, explicit: object, queue: str | None, at: datetime | None, system: bool,
+        explicit_org: object = None,
     ) -> Job:
         tenant = self.tenants.resolve(explicit, call.args or (), call.kwargs or {}, self.router.tenant_max_bytes)
+        call = self._with_org(call, explicit_org)
 
         def enqueue(call: EnqueueArgs) -> Job:
             route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
@@ -277,13 +291,13 @@ class FairJobFunction(Protocol[P, R]):
     def delay(self, *args: P.args, **kwargs: P.kwargs) -> Job: ...
 
     def enqueue(self, *args: Any, fair_tenant: object = None, queue: str | None = None, system: bool = False,
-                **kwargs: Any) -> Job: ...
+                fair_org: object = None, **kwargs: Any) -> Job: ...
 
     def enqueue_at(self, when: datetime, *args: Any, fair_tenant: object = None, queue: str | None = None,
-                   system: bool = False, **kwargs: Any) -> Job: ...
+                   system: bool = False, fair_org: object = None, **kwargs: Any) -> Job: ...
 
     def enqueue_in(self, delay: timedelta, *args: Any, fair_tenant: object = None, queue: str | None = None,
-                   system: bool = False, **kwargs: Any) -> Job: ...
+                   system: bool = False, fair_org: object = None, **kwargs: Any) -> Job: ...
 
     def enqueue_many(self, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]], pipeline: Pipeline | None = None,
                      group: Group | None = None) -> list[Job]: ...
@@ -315,6 +329,7 @@ def fair_job(
     *,
     rules: Sequence[Rule | Mapping[str, Any]] | None = None,
     tenant: TenantFunc | None = None,
+    org: TenantFunc | None = None,
     connection: Redis | None = None,
     router: FairRouter | None = None,
     settings: Settings | None = None,
@@ -332,6 +347,8 @@ def fair_job(
     ``queue``: base queue (else settings ``jobs.<job key>.queue``, else ``default``).
     ``rules``: throttle rules, least to most restrictive (else settings ``jobs.<job key>.rules``).
     ``tenant``: called with the job's arguments, returns the tenant id.
+    ``org``: called with the job's arguments, returns the tenant's organisation (None: none): with ``fair=True`` a
+    FairQueue serves orgs by fair share, then their tenants (``fair_org=`` on ``enqueue*`` overrides it).
     ``connection`` / ``router``: where to enqueue (else ``settings.redis_url``).
     ``tier_routing``: base queue becomes ``<queue>_priority`` / ``_default`` / ``_scheduled`` by tier.
     ``fair``: enqueue into a FairQueue (per-tenant FIFOs, weighted fair share at dequeue).
@@ -345,7 +362,7 @@ def fair_job(
     def decorate(func: Callable[P, R]) -> FairJobFunction[P, R]:
         bundle = FairJob(
             func, queue, rules, tenant, connection, router, settings, job_key, rq_options, tier_routing, fair,
-            rate, burst, shards,
+            rate, burst, shards, org,
         )
         return with_routing(func, bundle)
 

@@ -24,13 +24,13 @@ from fair_router.controls.backlog import Capped, TenantBacklogFull, execute, ref
 from fair_router.core.keys import Keys
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.routing.announce import Announcer
-from fair_router.routing.placement import JobMetas, Pending, Route, RouteInputs
+from fair_router.routing.placement import Counted, JobMetas, Pending, Route, RouteInputs
 from fair_router.routing.unrecord import Unrecord
 from fair_router.rq_internals.placed import PlacedQueue
 from fair_router.rq_internals.queue import RqQueueSeam
 from fair_router.store.luascript import execute_loaded
 from fair_router.store.replicas import ReplicaWait
-from fair_router.store.scripts import Clock, RoutePush, RouteScript, now_arg
+from fair_router.store.scripts import Clock, RouteJob, RoutePush, RouteScript, RouteWaiting, now_arg
 
 
 class Router(Protocol):
@@ -71,6 +71,8 @@ class RoutedEnqueue:
         self._routed: dict[str, str] = {}  # job key -> its routed counters' key (Keys.routed)
         self._last: dict[tuple[str, str | None], int] = {}  # (job key, tenant) -> the rule its last enqueue took
         self._families: dict[tuple[int, ...], Families] = {}  # the families' queue objects -> their push keys
+        # (job key, tenant, which jobs count waiting) -> route.lua's windows and waiting section for one job
+        self._tenant: dict[tuple[str, str | None, str], tuple[list[str], RouteWaiting | None]] = {}
 
     def families(self, queues: list[Queue]) -> Families:
         """The push section's keys of these family queues (the router's registry keeps each queue object: the
@@ -83,6 +85,16 @@ class RoutedEnqueue:
                              for queue in queues) if "1" in fair else ()
             families = self._families[known] = Families(fair, [queue.key for queue in queues], inflight)
         return families
+
+    def tenant_inputs(self, route: Route, pending: Pending, count: Counted) -> tuple[list[str], RouteWaiting | None]:
+        """route.lua's windows (one: the tenant's) and waiting section for a job of ``pending.tenant`` (its jobs
+        count ``count``: fair queues count their own), worked out once per (job key, tenant) rather than per job."""
+        known = (route.job_key, pending.tenant, str(count))
+        found = self._tenant.get(known)
+        if found is None:
+            inputs = RouteInputs(route, [pending], self.router.keys)
+            found = self._tenant[known] = (inputs.windows, inputs.waiting(route, count))
+        return found
 
     def applies(self, route: Route, call: EnqueueArgs, pending: Pending) -> bool:
         """Whether ``call`` can go in one round trip: an enqueue to record (else rq's MULTI alone is one round
@@ -102,12 +114,12 @@ class RoutedEnqueue:
         job's tenant took that queue's rule last time (it adds the job only if route.lua chose the queue:
         lib/routepush.lua), else, when route.lua chose a fair queue, in a second round trip."""
         router = self.router
-        inputs = RouteInputs(route, [pending], router.keys)
         metas = router._meta.per_family(call.meta, pending.tenant, route, system)
         families = route.families()
         queues = [router.queue(name) for name in families]
         keyed = self.families(queues)
         fair = keyed.fair
+        windows, waiting = self.tenant_inputs(route, pending, "unthrottled" if "1" in fair else "all")
         base = self._bases.get(route.queue)
         if base is None:
             base = self._bases[route.queue] = PlacedQueue(route.queue, router.connection)
@@ -123,9 +135,8 @@ class RoutedEnqueue:
             serialized = [job.serializer.dumps(meta) for meta in metas[1:]]  # the base family's: rq's save
             target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, keyed.lists, serialized, fair,
                                keyed.inflight)
-            waiting = inputs.waiting(route, "unthrottled" if "1" in fair else "all")  # fair queues count their own
-            router._route(inputs.windows, routed, inputs.jobs, route.queue, route.rules, now_arg(router.clock),
-                          None, target, waiting).queue_loaded(pipe)
+            router._route(windows, routed, [RouteJob(0, pending.job_id)], route.queue, route.rules,
+                          now_arg(router.clock), None, target, waiting).queue_loaded(pipe)
             at.append(len(pipe.command_stack) - 1)
             if fair[guess] == "1":
                 pushed.append(self._fair_push(cast(FairQueue, queues[guess]), job, at_front, pipe))
@@ -140,6 +151,7 @@ class RoutedEnqueue:
         job.meta, job.origin = metas[rule], families[rule]
         if len(self._last) >= GUESSES:
             self._last.clear()
+            self._tenant.clear()
         self._last[last] = rule
         confirmation.check([job.id])
         if fair[rule] == "1":

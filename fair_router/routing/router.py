@@ -28,7 +28,7 @@ from fair_router.controls.backlog import BacklogCaps, execute, withdraw
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, last_match
-from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES
+from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, with_org
 from fair_router.core.validation import Prefix, TenantMaxBytes
 from fair_router.routing.announce import Announcer
 from fair_router.routing.enqueue import RoutedEnqueue
@@ -98,7 +98,6 @@ class FairRouter:
     pause = delegate(TenantAdmin.pause)
     resume = delegate(TenantAdmin.resume)
     paused = delegate(TenantAdmin.paused)
-    paused_since = delegate(TenantAdmin.paused_since)
     tenant_jobs = delegate(TenantAdmin.tenant_jobs)
 
     # -- recording and choosing ----------------------------------------------------------------
@@ -168,7 +167,7 @@ class FairRouter:
         queue: str | None = None,
         at: datetime | None = None,
         system: bool = False,
-        fair: bool = False,
+        fair: bool = False, fair_org: str | int | None = None,
     ) -> Job:
         """Route and enqueue one job (scheduled for ``at`` when given). An explicit ``queue`` is recorded in the
         window but never rerouted; a ``system`` job is neither throttled nor limited; ``fair``: into a FairQueue.
@@ -180,6 +179,7 @@ class FairRouter:
         a connection error that outlived the client's retries is raised as RedisUnavailable.
         """
         tenant = None if tenant is None else self.tenant_id(tenant)
+        call = call if fair_org is None else call._replace(meta=with_org(call.meta, fair_org, self.tenant_max_bytes))
         if not call.job_id and call.unique:
             # rq requires the caller's own id with unique=True: an id made up here would slip past that
             # check, so the call goes to rq as given and rq's check decides, before anything is recorded.

@@ -47,9 +47,6 @@ def in_range(version: str) -> bool:
     return minor is not None and RQ_LOWEST <= minor < RQ_BEYOND
 
 
-_VARARGS, _VARKEYWORDS = inspect.CO_VARARGS, inspect.CO_VARKEYWORDS
-
-
 def shape_of(value: Any) -> str:
     """A callable's parameter names in rq's order, as ``(self, job, *args, **kwargs)``, without defaults or annotations;
     a plain function's read off its code object (a tenth of ``inspect.signature``'s cost, the same text)."""
@@ -66,13 +63,13 @@ def _code_shape(code: Any) -> str:
     if code.co_posonlyargcount:
         parts.insert(code.co_posonlyargcount, "/")
     index = positional + keyword_only
-    if code.co_flags & _VARARGS:
+    if code.co_flags & inspect.CO_VARARGS:
         parts.append("*" + code.co_varnames[index])
         index += 1
     elif keyword_only:
         parts.append("*")
     parts += names[positional:]
-    if code.co_flags & _VARKEYWORDS:
+    if code.co_flags & inspect.CO_VARKEYWORDS:
         parts.append("**" + code.co_varnames[index])
     return f"({', '.join(parts)})"
 

@@ -12,8 +12,7 @@ logger = logging.getLogger("fair_router")
 
 
 class JobBeat:
-    """Heartbeats the job an in-process worker is running, every ``every`` seconds, from one background thread per
-    worker (a job costs a few lock acquisitions, not a thread)."""
+    """Heartbeats an in-process worker's running job every ``every`` seconds, from one thread per worker, not job."""
 
     def __init__(self, every: float, beat: Callable[[Job], None]) -> None:
         self.every = every

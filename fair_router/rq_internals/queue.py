@@ -110,9 +110,8 @@ class RqQueueSeam(Queue):
             finally:
                 self._own.discard(id(own))
 
-    def enqueue_job(
-        self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
-    ) -> Job:
+    def enqueue_job(self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False,
+                    unique: bool = False) -> Job:
         """rq's ``enqueue_job`` in one round trip where rq takes two (the queue's registration on the same pipeline);
         dependencies, rate limits, ``unique=True`` and a caller's pipeline take rq's path unchanged."""
         if pipeline is not None or unique or not self.is_async or job._dependency_ids or job.has_rate_limit:
@@ -122,9 +121,8 @@ class RqQueueSeam(Queue):
             self.execute_checked(own, [job])
         return job
 
-    def _enqueue_job(
-        self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False, unique: bool = False
-    ) -> Job:
+    def _enqueue_job(self, job: Job, pipeline: Pipeline | None = None, at_front: bool = False,
+                     unique: bool = False) -> Job:
         """Every rq enqueue path passes here (rq has no public hook): the job noted for :meth:`push_job_id`, a push
         that may be refused run by :meth:`execute_checked`, a ``unique=True`` job handed to :meth:`pushed_unique`."""
         if not self.is_async:  # rq runs the job at once: nothing is pushed
@@ -165,9 +163,8 @@ class RqQueueSeam(Queue):
         else:
             self.push(push, pipeline)
 
-    def enqueue_many(
-        self, job_datas: Iterable[Any], pipeline: Pipeline | None = None, group_id: str | None = None
-    ) -> list[Job]:
+    def enqueue_many(self, job_datas: Iterable[Any], pipeline: Pipeline | None = None,
+                     group_id: str | None = None) -> list[Job]:
         """rq's ``enqueue_many``: pushes of jobs without dependencies collected and handed to :meth:`push_many` at the
         end of rq's MULTI that saves them; jobs with dependencies pushed one by one."""
         datas = list(job_datas)
@@ -195,15 +192,9 @@ class RqQueueSeam(Queue):
     # -- dequeue: rq's dequeue_any contract, with fair pops ---------------------------------------------------
 
     @classmethod
-    def dequeue_any(
-        cls,
-        queues: Iterable[Queue],
-        timeout: int | None,
-        connection: Redis,
-        job_class: type[Job] | None = None,
-        serializer: Any = None,
-        death_penalty_class: Any = None,
-    ) -> tuple[Job, Queue] | None:
+    def dequeue_any(cls, queues: Iterable[Queue], timeout: int | None, connection: Redis,
+                    job_class: type[Job] | None = None, serializer: Any = None,
+                    death_penalty_class: Any = None) -> tuple[Job, Queue] | None:
         """rq's contract (the first job of ``queues`` in order, blocking up to ``timeout``, DequeueTimeout) over fair
         pops and plain LPOPs alike: one BLPOP over every list; the given queue objects are returned."""
         if timeout == 0:
@@ -225,8 +216,8 @@ class RqQueueSeam(Queue):
                             at = _park_end(result)
                             wake_at = at if wake_at is None else min(wake_at, at)
                         break
-                    job = _fetch(job_cls, cast(str, result.job_id), queue, connection, serializer)
-                    if job is not None and not _adopted(queue, result, job):
+                    job = _served(job_cls, result, queue, connection, serializer)
+                    if job is not None:
                         return note_wait(job, waited), queue
             if deadline is None:
                 return None
@@ -254,10 +245,9 @@ class RqQueueSeam(Queue):
                 continue  # a wake-up: look again
             queue = by_key[key]
             result = _pop(queue, connection, entry)
-            if result.job_id is not None:
-                job = _fetch(job_cls, result.job_id, queue, connection, serializer)
-                if job is not None and not _adopted(queue, result, job):
-                    return note_wait(job, waited), queue
+            job = None if result.job_id is None else _served(job_cls, result, queue, connection, serializer)
+            if job is not None:
+                return note_wait(job, waited), queue
 
     # -- maintenance: rq's intermediate-queue hook ----------------------------------------------------------
 
@@ -287,13 +277,10 @@ def _park_end(result: PopResult) -> float:
     return time.monotonic() + result.wake_ms / 1000 - time.time()
 
 
-def _adopted(queue: Queue, result: PopResult, job: Job) -> bool:
-    """Whether a seam queue took a plain entry it popped into its fair structure (then pop again)."""
-    return result.kind == PopKind.PLAIN and isinstance(queue, RqQueueSeam) and queue.adopt(job)
-
-
-def _fetch(job_cls: type[Job], job_id: str, queue: Queue, connection: Redis, serializer: Any) -> Job | None:
-    """The job, or None when it no longer exists or was canceled (skipped, as rq skips missing jobs)."""
+def _served(job_cls: type[Job], result: PopResult, queue: Queue, connection: Redis, serializer: Any) -> Job | None:
+    """The popped job, or None when it no longer exists or was canceled (skipped, as rq skips missing jobs) or a seam
+    queue took the plain entry into its fair structure (then pop again)."""
+    job_id = cast(str, result.job_id)
     try:
         job = job_cls.fetch(job_id, connection=connection, serializer=serializer)
     except NoSuchJobError:
@@ -302,4 +289,7 @@ def _fetch(job_cls: type[Job], job_id: str, queue: Queue, connection: Redis, ser
         exc.job_id = job_id  # type: ignore[attr-defined]  # as rq does, for its error report
         exc.queue = queue  # type: ignore[attr-defined]
         raise
-    return None if job.get_status(refresh=False) == JobStatus.CANCELED else job
+    if job.get_status(refresh=False) == JobStatus.CANCELED:
+        return None
+    adopted = result.kind == PopKind.PLAIN and isinstance(queue, RqQueueSeam) and queue.adopt(job)
+    return None if adopted else job

@@ -14,6 +14,8 @@ from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 from rq.utils import parse_composite_key
 
+from fair_router.core.text import as_text
+
 logger = logging.getLogger("fair_router")
 
 
@@ -23,8 +25,7 @@ def started_key(queue: Queue) -> str:
 
 
 def execution_key(member: str, connection: Redis) -> str:
-    """The execution hash a StartedJobRegistry member names; its ``last_heartbeat`` field is the job's last
-    heartbeat (epoch seconds)."""
+    """The execution hash a StartedJobRegistry member names (its ``last_heartbeat``: the job's, epoch seconds)."""
     return Execution.from_composite_key(member, connection).key
 
 
@@ -34,15 +35,10 @@ def has_execution(member: str) -> bool:
     return bool(execution_id)
 
 
-def staged_registry(queue: Queue, key: str, death_penalty_class: Any) -> StartedJobRegistry:
+class StagedRegistry(StartedJobRegistry):
     """rq's StartedJobRegistry of ``queue`` pointed at ``key``, so that its ``cleanup`` (rq's handling of abandoned
-    jobs) runs on exactly the entries staged there."""
-    return _StagedRegistry(queue, key, death_penalty_class)
-
-
-class _StagedRegistry(StartedJobRegistry):
-    """Relies on rq's ``cleanup`` reading and trimming only ``self.key`` and getting the queue to retry on
-    from ``get_queue()``."""
+    jobs) runs on exactly the entries staged there: it relies on rq's ``cleanup`` reading and trimming only
+    ``self.key`` and getting the queue to retry on from ``get_queue()``."""
 
     def __init__(self, queue: Queue, key: str, death_penalty_class: Any) -> None:
         super().__init__(queue=queue, job_class=queue.job_class, death_penalty_class=death_penalty_class)
@@ -58,7 +54,7 @@ class _StagedRegistry(StartedJobRegistry):
         """rq's cleanup, after the entries of jobs that never started (taken up, not yet STARTED) are put back on their
         queue: rq 3.0's would drop them, leaving such a job QUEUED on no queue."""
         for raw in self.connection.zrange(self.key, 0, -1):
-            member = raw.decode() if isinstance(raw, bytes) else str(raw)
+            member = as_text(raw)
             job_id, _ = parse_composite_key(member)
             try:
                 job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
@@ -67,8 +63,7 @@ class _StagedRegistry(StartedJobRegistry):
             if job.get_status(refresh=False) == JobStatus.QUEUED and job.origin == self._queue.name:
                 if self.connection.lpos(self._queue.key, job_id) is None:
                     self._queue.push_job_id(job_id, at_front=True)  # not a new enqueue: no cap, no record
-                    logger.warning("crash recovery: job %s never started before its worker died; queued again",
-                                   job_id)
+                    logger.warning("crash recovery: job %s never started before its worker died; queued again", job_id)
                 self.connection.zrem(self.key, member)
         super().cleanup(timestamp, exception_handlers)
 

@@ -71,7 +71,7 @@ class Duties(Protocol):
 
 
 class Turns(Protocol):
-    """The worker side of interruptible iteration (:class:`fair_router.iteration.turns.HostedTurns`)."""
+    """The worker side of interruptible iteration (:data:`fair_router.iteration.turns.HOST`)."""
 
     def is_end(self, value: Any) -> bool: ...  # whether a job's return value ends a turn
     def hosting(self, active: bool, stop: bool) -> None: ...  # a job starts in this process (before the fork), or ended
@@ -150,9 +150,8 @@ class RqWorkerSeam(BaseWorker):
 
     # -- fetch ----------------------------------------------------------------------------------------------
 
-    def dequeue_job_and_maintain_ttl(
-        self, timeout: int | None, max_idle_time: int | None = None
-    ) -> tuple[Job, Queue] | None:
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None,
+                                     max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
         """rq's, after a fresh fetch order is drawn, with the blocking wait capped."""
         self.job_clock.fetching()
         order = self.fetch_order.draw()

@@ -1,2 +1,1 @@
-"""Redis plumbing: the Lua script loader and wrappers (scripts live in the top-level lua/), cluster and replica
-clients, outage and out-of-memory handling. Keys are built in fair_router.core.keys."""
+"""Redis plumbing: the Lua script loader and wrappers, cluster and replica clients, outages and out-of-memory."""

@@ -81,8 +81,7 @@ def slot_owner(seeds: list[tuple[str, int]], slot: int, timeout: float = 2.0) ->
         if owner is not None:
             return owner
         last = RedisConnectionError(f"no node of the cluster at {host}:{port} serves slot {slot} yet")
-    raise RedisConnectionError(f"no Redis Cluster node among {seeds} could name the owner of slot {slot}: "
-                               f"{last}")
+    raise RedisConnectionError(f"no Redis Cluster node among {seeds} could name the owner of slot {slot}: {last}")
 
 
 class SlotMoved(RedisConnectionError):
@@ -197,8 +196,7 @@ def is_rq_slot_client(connection: Any) -> bool:
 
 
 def state_of(connection: Any) -> StateConnection:
-    """Where our own state goes for a part handed ``connection``: the RedisCluster of a cluster pair, else
-    ``connection`` itself."""
+    """Where our own state goes: the RedisCluster of ``connection``'s cluster pair, else ``connection`` itself."""
     return pair_of(connection).state
 
 

@@ -61,12 +61,16 @@ def no_functions(error: ResponseError, command: str) -> bool:
 
 
 def lua_dir() -> Traversable:
-    """Where the scripts are: ``fair_router/lua`` inside an installed wheel, else the checkout's own ``lua/`` beside
-    the package. One copy in git either way."""
+    """The scripts: ``fair_router/lua`` inside an installed wheel, else the checkout's ``lua/`` (one copy in git)."""
     packaged = files("fair_router").joinpath("lua")
     if packaged.is_dir():
         return packaged
     return Path(__file__).resolve().parents[2] / "lua"
+
+
+def script_names() -> list[str]:
+    """Every script fair-router sends (``lua/*.lua``; the pieces in ``lua/lib`` go inside them)."""
+    return sorted(entry.name.removesuffix(".lua") for entry in lua_dir().iterdir() if entry.name.endswith(".lua"))
 
 
 def built(name: str) -> str:
@@ -146,18 +150,14 @@ def _pieces(source: str, where: str, lua: Traversable) -> list[str]:
 
 
 def compact(source: str) -> str:
-    """``source`` without comment lines and indentation. Our scripts hold no multi-line strings, so a line
-    starting with "--" is a comment."""
+    """``source`` without comment lines and indentation (our scripts hold no multi-line strings)."""
     return "".join(line.strip() + "\n" for line in source.splitlines()
                    if line.strip() and not line.strip().startswith("--"))
 
 
 def generate() -> dict[str, str]:
-    """Every file of ``lua/built``, by name: each script of ``lua/`` assembled, each of :data:`FUNCTIONS` as
-    its function library and each of :data:`MINIFIED` compacted."""
-    lua = lua_dir()
-    names = sorted(entry.name.removesuffix(".lua") for entry in lua.iterdir() if entry.name.endswith(".lua"))
-    texts = {f"{name}.lua": assemble(name) for name in names}
+    """``lua/built`` by name: each script assembled, :data:`FUNCTIONS` as libraries, :data:`MINIFIED` compacted."""
+    texts = {f"{name}.lua": assemble(name) for name in script_names()}
     texts.update({f"{name}.library.lua": assemble_library(name) for name in FUNCTIONS})
     # one comment line kept, so MONITOR and the slow log still name the script
     texts.update({f"{name}.min.lua": f"-- lua/built/{name}.min.lua: lua/{name}.lua without comments (make lua)\n"
@@ -166,8 +166,7 @@ def generate() -> dict[str, str]:
 
 
 def write_built(target: Path) -> list[str]:
-    """Write :func:`generate`'s files into ``target`` (``lua/built``), removing any other ``.lua`` there;
-    returns the names of the files that changed."""
+    """Write :func:`generate`'s files into ``target``, removing any other ``.lua``; the names of those changed."""
     target.mkdir(exist_ok=True)
     texts = generate()
     changed = [name for name, text in texts.items()

@@ -1,5 +1,5 @@
-"""Redis out of memory under ``noeviction``: which error it is, and riding it through on the writes that can wait
-(:func:`execute_riding_oom` resends refused commands, :func:`call_riding_oom` repeats idempotent calls)."""
+"""Redis out of memory under ``noeviction``: riding it through on the writes that can wait (:func:`execute_riding_oom`
+resends refused commands, :func:`call_riding_oom` repeats idempotent calls)."""
 
 from __future__ import annotations
 
@@ -39,11 +39,6 @@ def grace_of(client: Any) -> float:
     return _GRACES.get(client, 0.0)
 
 
-def is_oom(error: BaseException) -> bool:
-    """Whether Redis refused a command for ``maxmemory`` (an ``OOM`` reply)."""
-    return isinstance(error, OutOfMemoryError)
-
-
 def call_riding_oom(call: Callable[[], T], grace: float) -> T:
     """``call()``, made again with backoff while Redis refuses it for memory, until ``grace`` seconds have passed since
     the first refusal; for idempotent calls (a heartbeat)."""
@@ -66,39 +61,28 @@ def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = No
     """``pipe.execute()`` riding Redis out of memory for up to ``grace`` seconds (default :func:`grace_of`): a plain
     pipeline's refused commands are sent again alone, a refused transaction whole. Returns every reply, in order."""
     stack = list(pipe.command_stack)
-    if getattr(pipe, "transaction", False) is True:
-        limit = grace_of(connection) if grace is None else grace
-        unsent = [pipe]
+    transaction = getattr(pipe, "transaction", False) is True
+    replies: list[Any] = [None] * len(stack)
+    refused = list(range(len(stack)))  # what a send sends again: all of a refused transaction, else each refused
+    unsent = [pipe]
 
-        def send() -> list[Any]:
-            if unsent:
-                return list(unsent.pop().execute())
-            with connection.pipeline(transaction=True) as again:
-                for args, options in stack:
-                    again.pipeline_execute_command(*args, **options)
-                return list(again.execute())
-
-        return call_riding_oom(send, limit)
-    replies = list(pipe.execute(raise_on_error=False))
-    refused = [index for index, reply in enumerate(replies) if is_oom(reply)]
-    if refused:
-        limit = grace_of(connection) if grace is None else grace
-        deadline = time.monotonic() + limit
-        backoff = EqualJitterBackoff(cap=BACKOFF_CAP, base=BACKOFF_BASE)
-        attempts = 0
-        while refused:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise replies[refused[0]]
-            attempts += 1
-            time.sleep(min(backoff.compute(attempts), left))
-            with connection.pipeline(transaction=False) as again:
+    def send() -> list[Any]:
+        if unsent:
+            sent = list(unsent.pop().execute(raise_on_error=transaction))
+            replies[:], refused[:] = sent, range(len(sent))
+        else:
+            with connection.pipeline(transaction=transaction) as again:
                 for index in refused:
                     args, options = stack[index]
                     again.pipeline_execute_command(*args, **options)
-                for index, reply in zip(refused, again.execute(raise_on_error=False), strict=True):
+                for index, reply in zip(refused, again.execute(raise_on_error=transaction), strict=True):
                     replies[index] = reply
-            refused = [index for index in refused if is_oom(replies[index])]
+        refused[:] = [index for index in refused if isinstance(replies[index], OutOfMemoryError)]
+        if refused:
+            raise replies[refused[0]]
+        return replies
+
+    call_riding_oom(send, grace_of(connection) if grace is None else grace)
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply

@@ -33,24 +33,18 @@ class RedisUnavailable(RedisConnectionError):
 
     def __init__(self, address: str, cause: BaseException) -> None:
         self.address = address
-        super().__init__(f"Redis at {address} is unavailable ({type(cause).__name__}: {cause}); "
-                         f"nothing was enqueued")
+        super().__init__(f"Redis at {address} is unavailable ({type(cause).__name__}: {cause}); nothing was enqueued")
 
 
 class OutageWatch:
     """When this process last met Redis unreachable (monotonic seconds; None: never)."""
 
     def __init__(self) -> None:
-        self.last_failure: float | None = None
-
-    def failed(self, at: float) -> None:
-        """A call to Redis failed with a connection error at ``at``."""
-        self.last_failure = at
+        self.last_failure: float | None = None  # when a call to Redis last failed with a connection error
 
     def seconds_since(self) -> float | None:
         """Seconds since the last failure seen, or None."""
-        last = self.last_failure
-        return None if last is None else time.monotonic() - last
+        return None if self.last_failure is None else time.monotonic() - self.last_failure
 
 
 OUTAGES = OutageWatch()
@@ -80,13 +74,9 @@ class GraceRetry(Retry):
         """Picklable (connection kwargs get pickled): a fresh retry of the same grace."""
         return (GraceRetry, (self.grace,))
 
-    def call_with_retry(
-        self,
-        do: Callable[[], Any],
-        fail: Callable[..., Any],
-        is_retryable: Callable[[Exception], bool] | None = None,
-        with_failure_count: bool = False,
-    ) -> Any:
+    def call_with_retry(self, do: Callable[[], Any], fail: Callable[..., Any],
+                        is_retryable: Callable[[Exception], bool] | None = None,
+                        with_failure_count: bool = False) -> Any:
         """redis-py's contract, with a deadline rather than a count deciding when to give up."""
         local = self._local
         outermost = not getattr(local, "active", False)
@@ -105,7 +95,7 @@ class GraceRetry(Retry):
                     now = time.monotonic()
                     if local.since is None:
                         local.since = now
-                    self.watch.failed(now)
+                    self.watch.last_failure = now
                     if with_failure_count:
                         fail(error, failures)
                     else:

@@ -1,2 +1,1 @@
-"""The weighted workers: fetch order, tenant controls at job start, crash recovery, the process pool (rq's
-internals they rely on: fair_router.rq_internals.worker)."""
+"""The weighted workers: fetch order, tenant controls at job start, crash recovery and the process pool."""

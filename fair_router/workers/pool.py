@@ -13,7 +13,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
@@ -47,26 +46,11 @@ class WorkerPool:
     """Supervise ``allocation[group]`` rq workers per queue group (``"a"`` or ``"a,b"``): ``run()`` (main thread
     only), or its steps ``start()``, ``check()``, ``stop()``; ``env`` is added to the children's environment."""
 
-    def __init__(
-        self,
-        allocation: Mapping[str, int],
-        url: str,
-        *,
-        worker_class: str = DEFAULT_WORKER_CLASS,
-        logging_level: str = "INFO",
-        with_scheduler: bool = False,
-        grace: float = 30.0,
-        kill_after: float = 5.0,
-        backoff: float = 0.5,
-        max_backoff: float = 30.0,
-        stable_after: float = 10.0,
-        poll_interval: float = 0.1,
-        python: str = sys.executable,
-        env: Mapping[str, str] | None = None,
-        paths: Sequence[str] = (),
-        urls: Mapping[str, str] | None = None,
-        cluster: bool = False,
-    ) -> None:
+    def __init__(self, allocation: Mapping[str, int], url: str, *, worker_class: str = DEFAULT_WORKER_CLASS,
+                 logging_level: str = "INFO", with_scheduler: bool = False, grace: float = 30.0,
+                 kill_after: float = 5.0, backoff: float = 0.5, max_backoff: float = 30.0, stable_after: float = 10.0,
+                 poll_interval: float = 0.1, python: str = sys.executable, env: Mapping[str, str] | None = None,
+                 paths: Sequence[str] = (), urls: Mapping[str, str] | None = None, cluster: bool = False) -> None:
         """``cluster``: the URL is a seed node of a Redis Cluster (``redis_cluster``): each child's rq CLI builds
         its connection with :class:`fair_router.store.cluster.RqSlotRedis` (rq's slot owner, followed)."""
         if not allocation:
@@ -99,7 +83,8 @@ class WorkerPool:
         """Start all workers, keep them running until SIGINT/SIGTERM/SIGHUP, then stop them all; exit status 0
         when every worker stopped by itself, 1 when some had to be killed."""
         stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        previous = {sig: signal.signal(sig, self._request_stop) for sig in stop_signals}
+        previous = {sig: signal.signal(sig, lambda signum, _: self._stop_requests.append(signum))
+                    for sig in stop_signals}
         clean = False
         try:
             self.start()
@@ -113,9 +98,6 @@ class WorkerPool:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return 0 if clean else 1
-
-    def _request_stop(self, signum: int, frame: FrameType | None) -> None:
-        self._stop_requests.append(signum)
 
     # -- steps ----------------------------------------------------------------------------------
 
@@ -159,11 +141,8 @@ class WorkerPool:
         """The allocation as a table, for printing at start."""
         total = sum(self.allocation.values())
         width = max(len("queue group"), *(len(group) for group in self.allocation))
-        lines = [
-            f"fair-router pool: {total} worker{'s' * (total != 1)} of {self.worker_class} "
-            f"on {redact_url(self.url)}",
-            f"  {'queue group'.ljust(width)}  workers",
-        ]
+        lines = [f"fair-router pool: {total} worker{'s' * (total != 1)} of {self.worker_class} "
+                 f"on {redact_url(self.url)}", f"  {'queue group'.ljust(width)}  workers"]
         for group, count in self.allocation.items():
             scheduler = any(slot.scheduler and slot.group == group for slot in self._slots)
             lines.append(f"  {group.ljust(width)}  {count:>7}{'  (one runs the scheduler)' * scheduler}")
@@ -181,8 +160,7 @@ class WorkerPool:
 
     def _spawn(self, slot: _Slot) -> None:
         env = {**os.environ, **self.env, "RQ_REDIS_URL": self.urls.get(slot.group, self.url)}
-        slot.process = subprocess.Popen(self.command(slot.queues, slot.scheduler), env=env,
-                                        start_new_session=True)
+        slot.process = subprocess.Popen(self.command(slot.queues, slot.scheduler), env=env, start_new_session=True)
         slot.started_at = time.monotonic()
         self.starts += 1
         self.log.info("started worker pid %d on %s", slot.process.pid, slot.group)
@@ -259,10 +237,12 @@ def _descendants(pid: int) -> list[int]:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for printing."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    userinfo = f"{parts.username or ''}:***"
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}"))
+    """``url`` with its password replaced by ``***``, for printing (the whole URL hidden when it cannot be parsed)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rsplit("@", 1)[1]
+        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    except ValueError:
+        return "(an unparsable URL)"

@@ -19,7 +19,7 @@ from fair_router.core.keys import Keys
 from fair_router.core.text import as_text as _text
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import CURSOR, RESUMES, is_interruptible
-from fair_router.rq_internals.registry import execution_key, has_execution, job_id_of, staged_registry, started_key
+from fair_router.rq_internals.registry import StagedRegistry, execution_key, has_execution, job_id_of, started_key
 from fair_router.rq_internals.turns import requeue
 from fair_router.rq_internals.worker import ExceptionHandler
 from fair_router.store.outage import BACKOFF_CAP, OutageWatch
@@ -65,14 +65,8 @@ class Recovery:
         """Time for this worker's next check (a clock read, no Redis)."""
         return time.monotonic() >= self._next
 
-    def run(
-        self,
-        queues: Sequence[Queue],
-        *,
-        exception_handlers: Sequence[ExceptionHandler] = (),
-        on_abandoned: Callable[[Job], None] | None = None,
-        death_penalty_class: Any = None,
-    ) -> list[str]:
+    def run(self, queues: Sequence[Queue], *, exception_handlers: Sequence[ExceptionHandler] = (),
+            on_abandoned: Callable[[Job], None] | None = None, death_penalty_class: Any = None) -> list[str]:
         """Check the queues whose turn this worker takes; returns the ids of the jobs handed back (``on_abandoned``
         first sees each). Never raises: a failed check is logged and the next one picks up where it stopped."""
         self._next = time.monotonic() + self.every
@@ -163,13 +157,8 @@ class Recovery:
             return False  # an entry without an execution: rq's deadline only
         return last_beat is None or now - float(last_beat) >= self.abandon_after
 
-    def _hand_back(
-        self,
-        queue: Queue,
-        exception_handlers: Sequence[ExceptionHandler],
-        on_abandoned: Callable[[Job], None] | None,
-        death_penalty_class: Any,
-    ) -> list[str]:
+    def _hand_back(self, queue: Queue, exception_handlers: Sequence[ExceptionHandler],
+                   on_abandoned: Callable[[Job], None] | None, death_penalty_class: Any) -> list[str]:
         """rq's own cleanup over the queue's staging set, after interruptible jobs with resumes left were
         queued again from their saved cursor; returns the ids of the jobs handed back."""
         handed: list[str] = []
@@ -184,7 +173,7 @@ class Recovery:
             if self._resume(queue, staged, member, job):
                 handed.append(job.id)
                 self._free(queue, job, on_abandoned)
-        registry = staged_registry(queue, staged, death_penalty_class)
+        registry = StagedRegistry(queue, staged, death_penalty_class)
         registry.cleanup(exception_handlers=[first, *exception_handlers])
         for job_id in handed:
             logger.warning("crash recovery: job %s of %s had no heartbeat for %g s; handed back",
@@ -211,8 +200,7 @@ class Recovery:
         for raw in self.connection.zrange(staged, 0, -1):
             member = _text(raw)
             try:
-                job = queue.job_class.fetch(job_id_of(member), connection=self.connection,
-                                            serializer=queue.serializer)
+                job = queue.job_class.fetch(job_id_of(member), connection=self.connection, serializer=queue.serializer)
             except NoSuchJobError:
                 continue
             if job.get_status(refresh=False) != JobStatus.STARTED or not is_interruptible(job):

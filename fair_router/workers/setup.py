@@ -3,7 +3,7 @@ slot of a cluster or built as FairQueues, the job-start gate on its own pool), a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
@@ -89,20 +89,12 @@ def build_gate(connection: Redis, settings: Settings) -> WorkerGate:
     return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)
 
 
-def unserved_rule_queues(settings: Settings, served: Iterable[str]) -> list[str]:
-    """The queues the settings' rules route to that a worker serving ``served`` leaves out, when no ``pool:`` says which
-    workers serve them."""
-    if settings.pool:
-        return []
-    names = set(served)
-    targets = [queue for key, queue in settings.queue_targets() if ".rules[" in key]
-    return sorted({queue for queue in targets if queue not in names})
-
-
 def warn_unserved_rule_queues(worker: Any) -> None:
-    """Log, once at start, the rule queues a weighted worker leaves out (:func:`unserved_rule_queues`)."""
-    missing = unserved_rule_queues(worker.settings, [queue.name for queue in worker.queues])
-    if missing:
+    """Log, once at start, the queues the settings' rules route to that the worker leaves out, when no ``pool:`` says
+    which workers serve them."""
+    served = {queue.name for queue in worker.queues}
+    missing = sorted({queue for key, queue in worker.settings.queue_targets() if ".rules[" in key} - served)
+    if missing and not worker.settings.pool:
         worker.log.warning("Worker %s: the settings' rules route jobs to %s, which this worker does not serve: "
                            "throttled jobs wait there until a worker does (start one on them, or add them to this "
                            "worker's queues)", worker.name, ", ".join(missing))

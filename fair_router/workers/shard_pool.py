@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from fair_router.config.sections import JobConfig
 from fair_router.core.shards import family_of, shard_queue
 
 if TYPE_CHECKING:
@@ -14,22 +13,15 @@ if TYPE_CHECKING:
 
 
 def shard_queues(settings: Settings, index: int, families: Sequence[str] = ()) -> list[str]:
-    """The queues of shard ``index``: each of ``families``' member on it, else every sharded family's (from
-    the settings' ``jobs``, for the job keys that have that shard)."""
+    """The queues of shard ``index``: each of ``families``' member on it, else every sharded family's that has it."""
     return [shard_queue(family, index) for family in (families or settings.sharded_families(index))]
 
 
 def shard_count(settings: Settings, families: Sequence[str]) -> int:
     """How many shards the sharded job keys routing to any of ``families`` have (0 when none is sharded)."""
     counts = [job.shards.count for job in settings.jobs.values()
-              if job.shards is not None and set(job_families(job)) & set(families)]
+              if job.shards is not None and set(job.families()) & set(families)]
     return max(counts, default=0)
-
-
-def job_families(job: JobConfig) -> list[str]:
-    """The queue families one job key routes to: its base queue, then its rules' queues."""
-    base = job.queue or "default"
-    return [base, *(rule.for_base(base).queue for rule in job.rules)]
 
 
 def pool_allocation(settings: Settings) -> tuple[dict[str, int], dict[str, str]]:

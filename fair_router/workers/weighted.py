@@ -12,24 +12,16 @@ from fair_router.config.settings import Settings, load_settings
 from fair_router.core.keys import Keys
 from fair_router.core.validation import QueueWeight
 from fair_router.fairqueue.queue import FairQueue
-from fair_router.iteration.turns import HostedTurns
+from fair_router.iteration.turns import HOST
 from fair_router.observe.recorder import StartRecorder
 from fair_router.observe.waiting import WaitCounts
 from fair_router.rq_internals.worker import RqWorkerSeam, revive_scheduler
 from fair_router.store.cluster import ride_cluster_outages, state_of
 from fair_router.store.outage import OUTAGES, ride_outages
+from fair_router.workers import setup
 from fair_router.workers.fairness_marks import FairnessFollower
 from fair_router.workers.recovery import Recovery
 from fair_router.workers.sampling import WeightedOrder
-from fair_router.workers.setup import (
-    build_gate,
-    on_rq_slot,
-    validate_weights,
-    warn_about_server_settings,
-    warn_unserved_rule_queues,
-    weight_of,
-    with_fair_queues,
-)
 from fair_router.workers.start_gate import StartGate
 
 
@@ -39,26 +31,18 @@ class WeightedBase(RqWorkerSeam):
     fetch_order: WeightedOrder
     starts: StartGate
 
-    def __init__(
-        self,
-        queues: Any,
-        *args: Any,
-        weights: Mapping[str, object] | None = None,
-        settings: Settings | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, queues: Any, *args: Any, weights: Mapping[str, object] | None = None,
+                 settings: Settings | None = None, **kwargs: Any) -> None:
         """Takes rq's arguments plus ``weights`` (queue -> weight, else settings' ``queues:``; an unlisted queue
         weighs 1) and ``settings`` (else loaded from the file and environment)."""
         # Checked before rq connects, so a bad weight is reported even while Redis is down.
         settings = self.settings = settings or load_settings()
         if settings.redis_cluster:  # rq gets the owner of rq's slot, whatever node --url named
-            queues = on_rq_slot(queues, kwargs)
-        if weights is None:
-            configured = settings.queues
-        else:
-            configured = validate_weights(weights, f"{type(self).__name__}(weights=...)")
+            queues = setup.on_rq_slot(queues, kwargs)
+        configured = (settings.queues if weights is None
+                      else setup.validate_weights(weights, f"{type(self).__name__}(weights=...)"))
         if settings.fair_queue_names():
-            queues = with_fair_queues(queues, settings, kwargs)
+            queues = setup.with_fair_queues(queues, settings, kwargs)
         super().__init__(queues, *args, **kwargs)
         # Before anything copies the connection's settings (the limiter's pool, rq's scheduler, the horse).
         ride_outages(self.connection, settings.redis_outage_grace)
@@ -72,10 +56,10 @@ class WeightedBase(RqWorkerSeam):
             self.queue_class = FairQueue  # its dequeue_any serves fair and plain queues alike
         self.fair_queues: list[FairQueue] = fair
         listed = {queue.name: weight for queue in self.queues
-                  if (weight := weight_of(configured, queue.name)) is not None}
+                  if (weight := setup.weight_of(configured, queue.name)) is not None}
         self.fetch_order = WeightedOrder([(queue, listed.get(queue.name, 1.0)) for queue in self.queues]
                                          if listed else None)
-        self.gate = build_gate(self.connection, settings)
+        self.gate = setup.build_gate(self.connection, settings)
         # None when concurrency limits are off (the gate then takes no slots)
         self.limiter = self.gate.limiter if settings.concurrency.enabled else None
         keys = Keys(settings.prefix)
@@ -92,7 +76,7 @@ class WeightedBase(RqWorkerSeam):
         self.fairness.marks.mark([queue.name for queue in fair if settings.is_fair(queue.name)])
         self.fairness.follow(starting=True)
         self.duties = Duties(self)
-        self.turns = HostedTurns()
+        self.turns = HOST
 
     @property
     def fetch_weights(self) -> list[tuple[Queue, QueueWeight]] | None:
@@ -108,8 +92,8 @@ class Duties:
 
     def starting(self) -> None:
         """Warn about a Redis that may evict keys and about rule queues left unserved."""
-        warn_about_server_settings(self.worker)
-        warn_unserved_rule_queues(self.worker)
+        setup.warn_about_server_settings(self.worker)
+        setup.warn_unserved_rule_queues(self.worker)
 
     def beat(self) -> None:
         """Hand back abandoned jobs when a check is due; send overdue start records; follow the fairness marks."""

@@ -4,7 +4,7 @@
 -- Bound per call rather than where they are declared, so that the same text serves a Redis function
 -- library, whose pieces are defined once and whose calls each bring their own KEYS.
 local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
-  claimed
+  claimed, orgs
 local function bind_keys()
   rq_list = KEYS[1]
   members = KEYS[2]
@@ -20,6 +20,7 @@ local function bind_keys()
   limits = KEYS[12]
   claims = KEYS[13]
   claimed = KEYS[14]
+  orgs = KEYS[15]
 end
 
 -- lib/time.lua: the one clock every script decides with.
@@ -33,15 +34,8 @@ local function clock_ms(given)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
--- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- lib/records.lua: a tenant's record in a fair queue's `state` (lib/fifo.lua): its field, reading and writing it.
 -- include: fair_keys
-
-local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
--- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
--- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
--- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
-local KEPT_IDLE_MS = 60000
 
 -- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
 -- record cannot meet the state's own fields (head, vtime, due, limited).
@@ -55,33 +49,184 @@ local function has_waiting(tenant)
   return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
 end
 
--- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
--- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
--- cannot reset it by draining and refilling.
-local function activate(tenant)
-  if redis.call('ZSCORE', active, tenant) then return end
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
-  if last and last > start then start = last end
-  redis.call('ZREM', kept, tenant)
-  redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
-  redis.call('ZADD', active, start, tenant)
+-- A record's head and tail (numbers), weight (as stored), waiting count and organisation (nil: the tenant is
+-- its own org), or nil when there is none (or it cannot be read: then as if there were none). A record
+-- without a count (written before counts moved in, with no count for fair_migrate.lua to fold in) counts its
+-- places, holes too: a count too high is safe and corrects itself (serve_choose() idles a tenant whose FIFO
+-- it finds empty), one too low would strand jobs. A tenant of an org has four more fields, "|<org>|<org
+-- weight>|<pass in its org>|<1: in `orgs`, 0: not (parked, or not yet activated)>", read into a table.
+local function parse_tenant(value)
+  if not value then return nil end
+  local h, t, weight, n, rest = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)|?(.*)$')
+  h, t = tonumber(h), tonumber(t)
+  if not (h and t) then return nil end
+  local org = nil
+  if rest ~= '' then
+    local name, org_weight, pass, on = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    if name then org = {name = name, weight = org_weight, pass = pass, on = on == '1'} end
+  end
+  return h, t, weight, tonumber(n) or (t - h + 1), org
 end
 
--- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
+-- A record's value (parse_tenant reads it); `org`: its organisation as parse_tenant returns it, or nil.
+local function tenant_record(h, t, weight, n, org)
+  local value = h .. '|' .. t .. '|' .. weight .. '|' .. n
+  if org then
+    value = value .. '|' .. org.name .. '|' .. org.weight .. '|' .. org.pass .. '|' .. (org.on and '1' or '0')
+  end
+  return value
+end
+
+
+-- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
+-- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
+-- include: fair_keys, records
+
+-- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
+-- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
+-- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
+local KEPT_IDLE_MS = 60000
+
+-- and, for each org with an active tenant, the entry ORG .. <encoded org> scored by the org's pass ('!' is
+-- never part of an encoded tenant, nor the '#none' of jobs without tenant). Inside an org its active tenants
+-- are members "<org>\0<pass>\0<tenant>" of `orgs`, all scored 0: the first in lex order from "<org>\0" is the
+-- org's min-pass tenant (passes written at a fixed width, PASS_FORMAT, sort as numbers). A tenant's pass in its
+-- org lives in its record, so its member can be rebuilt; an org's own pass lives in `active` (or `kept`) like
+-- a tenant's. Queues without orgs never touch `orgs`: one byte compared per pop is their cost.
+local ORG = '!'
+local PASS_FORMAT = '%020.6f'
+
+local function is_org(entry)
+  return string.byte(entry, 1) == 33  -- '!'
+end
+
+local function org_member(org, tenant)
+  return org.name .. '\0' .. org.pass .. '\0' .. tenant
+end
+
+-- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
+-- active tenant; nil when it has none.
+local function org_first(name)
+  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
+  if #got == 0 then return nil end
+  local pass, tenant = string.match(got[1], '^[^%z]*%z([^%z]*)%z(.*)$')
+  return tenant, pass, got[1], #got == 1
+end
+
+-- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none), and for an org's
+-- whether that tenant is its only active one.
+local function entry_tenant(entry)
+  if entry and is_org(entry) then
+    local tenant, _, _, alone = org_first(string.sub(entry, 2))
+    return tenant, alone
+  end
+  return entry
+end
+
+-- `tenant` of `org` enters its org's set at `pass` (a number); its record is written by the caller.
+local function org_enter(org, tenant, pass)
+  if pass < 0 then pass = 0 end
+  org.pass, org.on = string.format(PASS_FORMAT, pass), true
+  redis.call('ZADD', orgs, 0, org_member(org, tenant))
+end
+
+-- `tenant` of `org` leaves its org's set (its pass stays in its record for its return).
+local function org_leave(org, tenant)
+  if org.on then redis.call('ZREM', orgs, org_member(org, tenant)) end
+  org.on = false
+end
+
+-- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at
+-- the pass it had when it went idle if that is later. Idle time earns nothing, and a tenant that just used its
+-- turn cannot reset it by draining and refilling.
+local function activate_entry(entry)
+  if redis.call('ZSCORE', active, entry) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
+  if last and last > start then start = last end
+  redis.call('ZREM', kept, entry)
+  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  redis.call('ZADD', active, start, entry)
+end
+
+-- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
 -- after KEPT_IDLE_MS.
-local function stride_keep(tenant, pass)
-  redis.call('ZADD', kept, pass, tenant)
+local function stride_keep(entry, pass)
+  redis.call('ZADD', kept, pass, entry)
   if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
 
--- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
--- for its return.
-local function stride_idle(tenant, pass)
-  redis.call('ZREM', active, tenant)
+-- Org `name` is in `active` exactly while its set has an active tenant: after one entered or left it, the org
+-- (re)activates, or leaves keeping its pass like a tenant.
+local function org_settle(name)
+  local entry = ORG .. name
+  if org_first(name) then
+    activate_entry(entry)
+  else
+    local pass = redis.call('ZSCORE', active, entry)
+    redis.call('ZREM', active, entry)
+    if pass then stride_keep(entry, pass) end
+  end
+end
+
+-- A parked tenant of an org leaves its org's set keeping its pass less `step` in its record; its org's pass
+-- is refunded by the same share at the org's weight. Returns true when `tenant` has an org.
+local function org_hold(tenant, step)
+  local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  if not org then return false end
+  org_leave(org, tenant)
+  if step > 0 then
+    local own = tonumber(org.pass)  -- none when its record was written again while it was parked
+    if own then org.pass = string.format(PASS_FORMAT, math.max(0, own - step)) end
+    local entry, share = ORG .. org.name, step * (tonumber(weight) or 1) / (tonumber(org.weight) or 1)
+    local top = redis.call('ZSCORE', active, entry)
+    if top then redis.call('ZADD', active, tonumber(top) - share, entry) end
+  end
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
+  org_settle(org.name)
+  return true
+end
+
+-- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
+-- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- include: fair_keys, records, orgs
+
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+
+-- (Re)activation of a tenant with waiting jobs (`record`: its record when the caller read it, else nil). A
+-- tenant without org is a top-level entry (activate_entry). A tenant of an org starts at its org's min pass,
+-- or at the pass it kept (parked) if later, by at most one step (its org's passes restart from 0 whenever
+-- none of its tenants is active, so an older pass is capped); its org then activates if it was not.
+local function activate(tenant, record)
+  if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
+  local h, t, weight, n, org = parse_tenant(record)
+  if not org then return activate_entry(tenant) end
+  if org.on then return end
+  local _, first = org_first(org.name)
+  local start = tonumber(org.pass)
+  if first then
+    local base = tonumber(first)
+    start = math.max(base, math.min(start or base, base + 1 / (tonumber(weight) or 1)))
+  end
+  org_enter(org, tenant, start or 0)
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
+  org_settle(org.name)
+end
+
+-- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept for its return
+-- (a tenant of an org keeps none: it returns at its org's min pass). `org`: its org as its record says (false:
+-- none), nil when the caller did not read its record.
+local function stride_idle(tenant, pass, org)
+  if org == nil then org = select(5, parse_tenant(redis.call('HGET', state, tenant_field(tenant)))) or false end
   redis.call('ZREM', parked, tenant)
   redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
-  if pass then stride_keep(tenant, pass) end
+  if org then
+    org_leave(org, tenant)
+    org_settle(org.name)
+  else
+    redis.call('ZREM', active, tenant)
+    if pass then stride_keep(tenant, pass) end
+  end
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
@@ -103,6 +248,7 @@ local function stride_hold(tenant, until_ms, step)
   if pass then
     redis.call('ZREM', active, tenant)
     stride_keep(tenant, tonumber(pass) - step)
+  elseif org_hold(tenant, step) then  -- luacheck: ignore (a tenant of an org: done)
   elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end
@@ -113,8 +259,10 @@ end
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
-  if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
-  activate(tenant)
+  if redis.call('ZREM', parked, tenant) == 0 then return false end
+  local record = redis.call('HGET', state, tenant_field(tenant))
+  if not record then return false end
+  activate(tenant, record)
   return true
 end
 
@@ -201,44 +349,35 @@ end
 -- A tenant with waiting jobs has a *record*, field "=<tenant>" of `state` (stride.lua tenant_field):
 -- "<head seq>|<tail seq>|<weight>|<waiting>", its FIFO's ends, its weight from its last push and how many of
 -- its jobs wait here. One field, in the hash the pop reads and writes anyway, so a pop reads and updates all
--- of it with the state's own fields (a count of its own would cost each push and each pop a command).
-
--- A record's head and tail (numbers), weight (as stored) and waiting count, or nil when there is none (or it
--- cannot be read: then as if there were none). A record without a count (written before counts moved in, with
--- no count for fair_migrate.lua to fold in) counts its places, holes too: a count too high is safe and
--- corrects itself (serve_choose() idles a tenant whose FIFO it finds empty), one too low would strand jobs.
-local function parse_tenant(value)
-  if not value then return nil end
-  local h, t, weight, n = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?(.*)$')
-  h, t = tonumber(h), tonumber(t)
-  if not (h and t) then return nil end
-  return h, t, weight, tonumber(n) or (t - h + 1)
-end
-
--- A record's value (parse_tenant reads it).
-local function tenant_record(h, t, weight, n)
-  return h .. '|' .. t .. '|' .. weight .. '|' .. n
-end
+-- of it with the state's own fields (a count of its own would cost each push and each pop a command). A tenant
+-- of an organisation adds its org's fields (lib/stride.lua parse_tenant).
 
 -- One job of `tenant` less waiting here (it left its FIFO other than by a pop): the tenant goes idle,
 -- keeping its pass, when that was its last job.
 local function uncount(tenant)
-  local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
   if not h or n <= 1 then
-    stride_idle(tenant, redis.call('ZSCORE', active, tenant))
+    stride_idle(tenant, not org and redis.call('ZSCORE', active, tenant), org or false)
     forget(tenant)  -- lib/forget.lua: with no claim nor park here, its limit and pace go
   else
-    redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n - 1))
+    redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n - 1, org))
   end
 end
 
 -- The place of a new job in its tenant's FIFO: after its tail, or before its head (`at_front`);
 -- `wanted` (a refused job's old place) is used when it is free and not past the tail. Writes the
--- tenant's record, with `weight` and the job counted. `record`: the tenant's record when the caller read it
--- already (false: it has none), else nil.
+-- tenant's record, with `weight` and the job counted. `weight`: the tenant's weight, or for a tenant of an
+-- organisation "<weight>|<encoded org>|<org weight>" (a record's org stays, its weight follows the push).
+-- `record`: the tenant's record when the caller read it already (false: it has none), else nil. Returns the
+-- place and the record written.
 local function fifo_place(tenant, at_front, wanted, weight, record)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
-  local h, t, _, n = parse_tenant(record)
+  local h, t, _, n, org = parse_tenant(record)
+  local own, org_name, org_weight = string.match(weight, '^([^|]*)|([^|]*)|(.*)$')
+  if own then
+    weight = own
+    if org then org.weight = org_weight else org = {name = org_name, weight = org_weight, pass = '', on = false} end
+  end
   local seq
   if not h then
     seq = wanted or 0
@@ -253,8 +392,9 @@ local function fifo_place(tenant, at_front, wanted, weight, record)
     t = t + 1
     seq = t
   end
-  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, (n or 0) + 1))
-  return seq
+  record = tenant_record(h, t, weight, (n or 0) + 1, org)
+  redis.call('HSET', state, tenant_field(tenant), record)
+  return seq, record
 end
 
 -- A job joins its tenant's FIFO at `seq` (from fifo_place(), which counted it); its id sits at list position
@@ -452,13 +592,13 @@ end
 -- include: fair_keys, stride, fifo, charge, claims, forget
 local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
 
--- The stride choice, not yet taken: the min-pass active tenant's oldest job. `first`: {tenant, pass, record,
--- job} of the min-pass tenant when the caller read them already (job: the id at its FIFO head, false when
--- that place is a hole, nil when not read), else nil. Returns job id, seq, tenant, pass, and the tenant's
--- tail seq, weight and waiting count (its record, for take); or nil when no tenant can be served.
+-- The stride choice, not yet taken: the min-pass active entry's oldest job (an org's: its min-pass tenant's).
+-- `first`: {tenant, pass, record, job} of that tenant and the entry's pass when the caller read them already (job: the id at its FIFO head, false when that place is a hole, nil
+-- when not read), else nil. Returns job id, seq, tenant, pass (its top-level entry's), and the tenant's tail
+-- seq, weight, waiting count and org (its record, for take); or nil when no tenant can be served.
 local function serve_choose(first)
   while true do
-    local tenant, pass, record, known
+    local tenant, pass, record, known, member, alone, _
     if first then
       tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
@@ -466,35 +606,33 @@ local function serve_choose(first)
       local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
       if #top == 0 then return nil end
       tenant, pass = top[1], tonumber(top[2])
-      record = redis.call('HGET', state, tenant_field(tenant))
+      if is_org(tenant) then tenant, _, member, alone = org_first(string.sub(tenant, 2)) end
+      if tenant then
+        record = redis.call('HGET', state, tenant_field(tenant))
+      else  -- an org entry without active tenant (never left so): it leaves
+        redis.call('ZREM', active, top[1])
+      end
     end
-    local h, t, weight, n = parse_tenant(record)
-    while h and h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
-      local job_id = known
-      if job_id == nil then job_id = redis.call('HGET', members, tenant .. ':' .. h) end
-      known = nil
-      if job_id then return job_id, h, tenant, pass, t, weight, n end
-      h = h + 1
+    if tenant then
+      local h, t, weight, n, org = parse_tenant(record)
+      if org then org.alone = alone end
+      if member and not (org and org.on) then  -- a member of `orgs` whose record says otherwise: it leaves
+        redis.call('ZREM', orgs, member)
+        org_settle(string.match(member, '^([^%z]*)'))
+        h = nil
+      end
+      while h and h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
+        local job_id = known
+        if job_id == nil then job_id = redis.call('HGET', members, tenant .. ':' .. h) end
+        known = nil
+        if job_id then return job_id, h, tenant, pass, t, weight, n, org end
+        h = h + 1
+      end
+      if not member or (org and org.on) then
+        stride_idle(tenant, false, org or false)  -- nothing left in its FIFO (its waiting count was off): drop it
+      end
     end
-    stride_idle(tenant, false)  -- nothing left in its FIFO (its waiting count was off): drop it
   end
-end
-
--- Tenants tied on pass are served in the order their jobs wait on rq's list: the head entry's own tenant
--- when its pass is the minimum too (`min_pass`) and the entry (its FIFO place `field` of `tenant`) is its
--- oldest member (its places before it are holes), so that no other entry moves either. With equal weights and
--- charge="jobs" passes are whole numbers: ties are the rule. fair_pop decides this once per pop, before any
--- stale member is dropped (its model test and fairqueue/serving_order.py follow the same rule). Returns the
--- entry's seq, its tenant's pass, tail seq, weight and waiting count (for take), or nil when the entry is not
--- the choice.
-local function tied_entry(field, tenant, min_pass)
-  local pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
-  if pass ~= min_pass then return nil end
-  local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
-  local seq = tonumber(string.match(field, ':([^:]*)$'))
-  while h and h < seq and redis.call('HEXISTS', members, tenant .. ':' .. h) == 0 do h = h + 1 end
-  if h ~= seq then return nil end
-  return seq, pass, t, weight, n
 end
 
 -- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
@@ -518,8 +656,10 @@ end
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
--- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
-local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
+-- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
+-- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
+-- and the tenant's own pass in its org by the step / its weight.
+local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org)
   local now_ms = pop.now_ms
   redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
   local weight = tonumber(stored) or 1
@@ -530,13 +670,31 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
     redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
     redis.call('HDEL', costs, job_id)
   end
-  local next_pass = pass + step / weight
+  local next_pass
+  if org then
+    next_pass = pass + step / (tonumber(org.weight) or 1)
+  else
+    next_pass = pass + step / weight
+  end
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
-  if waiting <= 1 then
+  if org then
+    redis.call('ZADD', active, next_pass, ORG .. org.name)
+    if waiting <= 1 then
+      redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
+      stride_idle(tenant, false, org)
+    else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
+      if not org.alone then
+        org_leave(org, tenant)
+        org_enter(org, tenant, tonumber(org.pass) + step / weight)
+      end
+      redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+                 tenant_record(seq + 1, tail, stored, waiting - 1, org))
+    end
+  elseif waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-    stride_idle(tenant, next_pass)
+    stride_idle(tenant, next_pass, false)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
@@ -549,6 +707,35 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
   elseif pop.limited and waiting <= 1 then
     forget(tenant)  -- its last job, neither claimed nor parked: a limit of 0 or an old pace (lib/forget.lua)
   end
+end
+
+-- lib/ties.lua: which tenant a fair pop serves among those tied on the minimum pass (lib/serve.lua).
+-- include: fair_keys, records, orgs, stride
+
+-- Tenants tied on pass are served in the order their jobs wait on rq's list: the head entry's own tenant
+-- when its pass is the minimum too (`min_pass`) and the entry (its FIFO place `field` of `tenant`) is its
+-- oldest member (its places before it are holes), so that no other entry moves either. With equal weights and
+-- charge="jobs" passes are whole numbers: ties are the rule. fair_pop decides this once per pop, before any
+-- stale member is dropped (its model test and fairqueue/serving_order.py follow the same rule). A tenant of an
+-- org ties when its org's pass is the minimum and its own pass is its org's minimum. Returns the entry's seq,
+-- its tenant's pass (its org's), tail seq, weight, waiting count and org (for take), or nil when the entry is
+-- not the choice.
+local function tied_entry(field, tenant, min_pass)
+  local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  local pass
+  if org then
+    local _, inner, _, alone = org_first(org.name)
+    if not org.on or inner ~= org.pass then return nil end
+    org.alone = alone
+    pass = tonumber(redis.call('ZSCORE', active, ORG .. org.name) or '')
+  else
+    pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
+  end
+  if pass ~= min_pass then return nil end
+  local seq = tonumber(string.match(field, ':([^:]*)$'))
+  while h and h < seq and redis.call('HEXISTS', members, tenant .. ':' .. h) == 0 do h = h + 1 end
+  if h ~= seq then return nil end
+  return seq, pass, t, weight, n, org
 end
 
 -- lib/stale.lua: members found gone from rq's list (stale, lib/members.lua), counted so that our processes
@@ -611,19 +798,18 @@ local function drop_all_stale()
     stride_idle(tenant, redis.call('ZSCORE', active, tenant))
   end
   for _, tenant in ipairs(waiting) do stride_idle(tenant, false) end
-  redis.call('DEL', members, costs)
+  redis.call('DEL', members, costs, orgs)
   note_stale(ids)
   if n > #ids then redis.call('HINCRBY', state, 'stale', n - #ids) end
   return n
 end
 
--- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of
--- entries: an id rq's internals pushed (not a member) is served as it is; a member's turn goes to the
--- stride scheduler's choice (lib/serve.lua: the min-pass active tenant's oldest job; of tenants tied on that
--- pass, the head entry's own tenant first), whose id the head entry then replaces on the list (LSET at its
--- recorded position). O(log tenants + list length / node size).
--- Parked tenants (at their concurrency limit, paused, over their rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, stale
+-- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
+-- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice
+-- (lib/serve.lua: the min-pass entry's oldest job, an org's entry standing for its min-pass tenant; ties go to
+-- the head entry's tenant), whose id the head entry then replaces on the list (LSET at its recorded position).
+-- O(log tenants + list length / node size). Parked tenants (limit, paused, rate) are not active: never chosen.
+-- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, ties, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -637,17 +823,17 @@ bind_keys()
 local now_ms = clock_ms(ARGV[1])
 local given = ARGV[2]
 local runtime = ARGV[3] == '1'
-local lease_ms = tonumber(ARGV[4])
-local n_acks = tonumber(ARGV[5])
+local lease_ms, n_acks = tonumber(ARGV[4]), tonumber(ARGV[5])
 local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
--- The min-pass tenant first, so that one HMGET reads its record (lib/fifo.lua) with the state's fields.
+-- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
 local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
-local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(top[1] or ''))
+local chosen, alone = entry_tenant(top[1])
+local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
 local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
-local first = top[1] and {top[1], tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
+local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
 -- past their expiry go with them. Looked for only once state.due (lib/stride.lua park_until) has come.
@@ -659,13 +845,13 @@ if due and due <= now_ms then
   sweep_claims(now_ms)
   local next_due = first_park_end()
   if next_due < 0 then
-    redis.call('HDEL', state, 'due')
-    redis.call('DEL', wake)
+    redis.call('HDEL', state, 'due'); redis.call('DEL', wake)
   else
     redis.call('HSET', state, 'due', next_due)
   end
-  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass tenant may have changed
-  first = top[1] and {top[1], tonumber(top[2]), redis.call('HGET', state, tenant_field(top[1]))} or nil
+  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
+  chosen, alone = entry_tenant(top[1])
+  first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
 
 local entry = given
@@ -678,13 +864,14 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
-local h, t, weight, waiting
-if first then h, t, weight, waiting = parse_tenant(first[3]) end
+local h, t, weight, waiting, org
+if first then h, t, weight, waiting, org = parse_tenant(first[3]); if org then org.alone = alone end end
+if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil end  -- serve_choose() repairs
 local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting)
+    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting, org)
     return {2, entry, -1, h}
   end
   first[4] = got[2]  -- serve_choose() need not read it again
@@ -697,17 +884,17 @@ if not entry_value then  -- not a member: an id rq's internals pushed, served as
 end
 local field, tenant = parse_member(entry_value)
 if first and tenant ~= first[1] then  -- ties on pass go to the entry's tenant (lib/serve.lua)
-  local seq, pass, tail, stored, count = tied_entry(field, tenant, first[2])
+  local seq, pass, tail, stored, count, its_org = tied_entry(field, tenant, first[2])
   if seq then
-    serve_take(entry, seq, tenant, pass, pop, tail, stored, count)
+    serve_take(entry, seq, tenant, pass, pop, tail, stored, count, its_org)
     return {2, entry, -1, seq}
   end
 end
 for _ = 1, MAX_STALE do
-  local job_id, seq, chosen, pass, tail, stored, count = serve_choose(first)
+  local job_id, seq, chosen_tenant, pass, tail, stored, count, its_org = serve_choose(first)
   first = nil
   if job_id and job_id == entry then  -- holes skipped: the entry is the choice after all
-    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    serve_take(job_id, seq, chosen_tenant, pass, pop, tail, stored, count, its_org)
     return {2, job_id, -1, seq}
   end
   if not job_id then
@@ -725,12 +912,12 @@ for _ = 1, MAX_STALE do
     -- The head entry takes the chosen id's slot: one LSET, and no other entry moves.
     redis.call('LSET', rq_list, index, entry)
     set_pos(entry, head + index, entry_value)
-    serve_take(job_id, seq, chosen, pass, pop, tail, stored, count)
+    serve_take(job_id, seq, chosen_tenant, pass, pop, tail, stored, count, its_org)
     return {2, job_id, -1, seq}
   elseif value then
     drop_stale(job_id, value)  -- stale: rq removed it behind our back (lib/stale.lua)
   else  -- a FIFO place without its members entry (never written so): drop it, choose again. Its count stays
-    redis.call('HDEL', members, chosen .. ':' .. seq)  -- (too high: safe); an id still listed is served plain
+    redis.call('HDEL', members, chosen_tenant .. ':' .. seq)  -- (too high: safe); an id still listed is served plain
     redis.call('HDEL', costs, job_id)
   end
 end

@@ -4,7 +4,7 @@
 -- Bound per call rather than where they are declared, so that the same text serves a Redis function
 -- library, whose pieces are defined once and whose calls each bring their own KEYS.
 local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
-  claimed
+  claimed, orgs
 local function bind_keys()
   rq_list = KEYS[1]
   members = KEYS[2]
@@ -20,6 +20,7 @@ local function bind_keys()
   limits = KEYS[12]
   claims = KEYS[13]
   claimed = KEYS[14]
+  orgs = KEYS[15]
 end
 
 -- lib/time.lua: the one clock every script decides with.
@@ -33,15 +34,8 @@ local function clock_ms(given)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
--- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- lib/records.lua: a tenant's record in a fair queue's `state` (lib/fifo.lua): its field, reading and writing it.
 -- include: fair_keys
-
-local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
--- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
--- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
--- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
-local KEPT_IDLE_MS = 60000
 
 -- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
 -- record cannot meet the state's own fields (head, vtime, due, limited).
@@ -55,33 +49,184 @@ local function has_waiting(tenant)
   return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
 end
 
--- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
--- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
--- cannot reset it by draining and refilling.
-local function activate(tenant)
-  if redis.call('ZSCORE', active, tenant) then return end
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
-  if last and last > start then start = last end
-  redis.call('ZREM', kept, tenant)
-  redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
-  redis.call('ZADD', active, start, tenant)
+-- A record's head and tail (numbers), weight (as stored), waiting count and organisation (nil: the tenant is
+-- its own org), or nil when there is none (or it cannot be read: then as if there were none). A record
+-- without a count (written before counts moved in, with no count for fair_migrate.lua to fold in) counts its
+-- places, holes too: a count too high is safe and corrects itself (serve_choose() idles a tenant whose FIFO
+-- it finds empty), one too low would strand jobs. A tenant of an org has four more fields, "|<org>|<org
+-- weight>|<pass in its org>|<1: in `orgs`, 0: not (parked, or not yet activated)>", read into a table.
+local function parse_tenant(value)
+  if not value then return nil end
+  local h, t, weight, n, rest = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)|?(.*)$')
+  h, t = tonumber(h), tonumber(t)
+  if not (h and t) then return nil end
+  local org = nil
+  if rest ~= '' then
+    local name, org_weight, pass, on = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    if name then org = {name = name, weight = org_weight, pass = pass, on = on == '1'} end
+  end
+  return h, t, weight, tonumber(n) or (t - h + 1), org
 end
 
--- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
+-- A record's value (parse_tenant reads it); `org`: its organisation as parse_tenant returns it, or nil.
+local function tenant_record(h, t, weight, n, org)
+  local value = h .. '|' .. t .. '|' .. weight .. '|' .. n
+  if org then
+    value = value .. '|' .. org.name .. '|' .. org.weight .. '|' .. org.pass .. '|' .. (org.on and '1' or '0')
+  end
+  return value
+end
+
+
+-- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
+-- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
+-- include: fair_keys, records
+
+-- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
+-- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
+-- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
+local KEPT_IDLE_MS = 60000
+
+-- and, for each org with an active tenant, the entry ORG .. <encoded org> scored by the org's pass ('!' is
+-- never part of an encoded tenant, nor the '#none' of jobs without tenant). Inside an org its active tenants
+-- are members "<org>\0<pass>\0<tenant>" of `orgs`, all scored 0: the first in lex order from "<org>\0" is the
+-- org's min-pass tenant (passes written at a fixed width, PASS_FORMAT, sort as numbers). A tenant's pass in its
+-- org lives in its record, so its member can be rebuilt; an org's own pass lives in `active` (or `kept`) like
+-- a tenant's. Queues without orgs never touch `orgs`: one byte compared per pop is their cost.
+local ORG = '!'
+local PASS_FORMAT = '%020.6f'
+
+local function is_org(entry)
+  return string.byte(entry, 1) == 33  -- '!'
+end
+
+local function org_member(org, tenant)
+  return org.name .. '\0' .. org.pass .. '\0' .. tenant
+end
+
+-- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
+-- active tenant; nil when it has none.
+local function org_first(name)
+  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
+  if #got == 0 then return nil end
+  local pass, tenant = string.match(got[1], '^[^%z]*%z([^%z]*)%z(.*)$')
+  return tenant, pass, got[1], #got == 1
+end
+
+-- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none), and for an org's
+-- whether that tenant is its only active one.
+local function entry_tenant(entry)
+  if entry and is_org(entry) then
+    local tenant, _, _, alone = org_first(string.sub(entry, 2))
+    return tenant, alone
+  end
+  return entry
+end
+
+-- `tenant` of `org` enters its org's set at `pass` (a number); its record is written by the caller.
+local function org_enter(org, tenant, pass)
+  if pass < 0 then pass = 0 end
+  org.pass, org.on = string.format(PASS_FORMAT, pass), true
+  redis.call('ZADD', orgs, 0, org_member(org, tenant))
+end
+
+-- `tenant` of `org` leaves its org's set (its pass stays in its record for its return).
+local function org_leave(org, tenant)
+  if org.on then redis.call('ZREM', orgs, org_member(org, tenant)) end
+  org.on = false
+end
+
+-- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at
+-- the pass it had when it went idle if that is later. Idle time earns nothing, and a tenant that just used its
+-- turn cannot reset it by draining and refilling.
+local function activate_entry(entry)
+  if redis.call('ZSCORE', active, entry) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
+  if last and last > start then start = last end
+  redis.call('ZREM', kept, entry)
+  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  redis.call('ZADD', active, start, entry)
+end
+
+-- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
 -- after KEPT_IDLE_MS.
-local function stride_keep(tenant, pass)
-  redis.call('ZADD', kept, pass, tenant)
+local function stride_keep(entry, pass)
+  redis.call('ZADD', kept, pass, entry)
   if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
 
--- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
--- for its return.
-local function stride_idle(tenant, pass)
-  redis.call('ZREM', active, tenant)
+-- Org `name` is in `active` exactly while its set has an active tenant: after one entered or left it, the org
+-- (re)activates, or leaves keeping its pass like a tenant.
+local function org_settle(name)
+  local entry = ORG .. name
+  if org_first(name) then
+    activate_entry(entry)
+  else
+    local pass = redis.call('ZSCORE', active, entry)
+    redis.call('ZREM', active, entry)
+    if pass then stride_keep(entry, pass) end
+  end
+end
+
+-- A parked tenant of an org leaves its org's set keeping its pass less `step` in its record; its org's pass
+-- is refunded by the same share at the org's weight. Returns true when `tenant` has an org.
+local function org_hold(tenant, step)
+  local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  if not org then return false end
+  org_leave(org, tenant)
+  if step > 0 then
+    local own = tonumber(org.pass)  -- none when its record was written again while it was parked
+    if own then org.pass = string.format(PASS_FORMAT, math.max(0, own - step)) end
+    local entry, share = ORG .. org.name, step * (tonumber(weight) or 1) / (tonumber(org.weight) or 1)
+    local top = redis.call('ZSCORE', active, entry)
+    if top then redis.call('ZADD', active, tonumber(top) - share, entry) end
+  end
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
+  org_settle(org.name)
+  return true
+end
+
+-- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
+-- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
+-- include: fair_keys, records, orgs
+
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+
+-- (Re)activation of a tenant with waiting jobs (`record`: its record when the caller read it, else nil). A
+-- tenant without org is a top-level entry (activate_entry). A tenant of an org starts at its org's min pass,
+-- or at the pass it kept (parked) if later, by at most one step (its org's passes restart from 0 whenever
+-- none of its tenants is active, so an older pass is capped); its org then activates if it was not.
+local function activate(tenant, record)
+  if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
+  local h, t, weight, n, org = parse_tenant(record)
+  if not org then return activate_entry(tenant) end
+  if org.on then return end
+  local _, first = org_first(org.name)
+  local start = tonumber(org.pass)
+  if first then
+    local base = tonumber(first)
+    start = math.max(base, math.min(start or base, base + 1 / (tonumber(weight) or 1)))
+  end
+  org_enter(org, tenant, start or 0)
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
+  org_settle(org.name)
+end
+
+-- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept for its return
+-- (a tenant of an org keeps none: it returns at its org's min pass). `org`: its org as its record says (false:
+-- none), nil when the caller did not read its record.
+local function stride_idle(tenant, pass, org)
+  if org == nil then org = select(5, parse_tenant(redis.call('HGET', state, tenant_field(tenant)))) or false end
   redis.call('ZREM', parked, tenant)
   redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
-  if pass then stride_keep(tenant, pass) end
+  if org then
+    org_leave(org, tenant)
+    org_settle(org.name)
+  else
+    redis.call('ZREM', active, tenant)
+    if pass then stride_keep(tenant, pass) end
+  end
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
@@ -103,6 +248,7 @@ local function stride_hold(tenant, until_ms, step)
   if pass then
     redis.call('ZREM', active, tenant)
     stride_keep(tenant, tonumber(pass) - step)
+  elseif org_hold(tenant, step) then  -- luacheck: ignore (a tenant of an org: done)
   elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end
@@ -113,8 +259,10 @@ end
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
-  if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
-  activate(tenant)
+  if redis.call('ZREM', parked, tenant) == 0 then return false end
+  local record = redis.call('HGET', state, tenant_field(tenant))
+  if not record then return false end
+  activate(tenant, record)
   return true
 end
 

@@ -1,6 +1,6 @@
 -- lua/built/fair_unpark.min.lua: lua/fair_unpark.lua without comments (make lua)
 local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
-claimed
+claimed, orgs
 local function bind_keys()
 rq_list = KEYS[1]
 members = KEYS[2]
@@ -16,6 +16,7 @@ runtimes = KEYS[11]
 limits = KEYS[12]
 claims = KEYS[13]
 claimed = KEYS[14]
+orgs = KEYS[15]
 end
 local function clock_ms(given)
 local now = tonumber(given)
@@ -23,8 +24,6 @@ if now then return now end
 local t = redis.call('TIME')
 return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
-local KEPT_IDLE_MS = 60000
 local RECORD = '='
 local function tenant_field(tenant)
 return RECORD .. tenant
@@ -32,24 +31,121 @@ end
 local function has_waiting(tenant)
 return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
 end
-local function activate(tenant)
-if redis.call('ZSCORE', active, tenant) then return end
-local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
-local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
-if last and last > start then start = last end
-redis.call('ZREM', kept, tenant)
-redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
-redis.call('ZADD', active, start, tenant)
+local function parse_tenant(value)
+if not value then return nil end
+local h, t, weight, n, rest = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)|?(.*)$')
+h, t = tonumber(h), tonumber(t)
+if not (h and t) then return nil end
+local org = nil
+if rest ~= '' then
+local name, org_weight, pass, on = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
+if name then org = {name = name, weight = org_weight, pass = pass, on = on == '1'} end
 end
-local function stride_keep(tenant, pass)
-redis.call('ZADD', kept, pass, tenant)
+return h, t, weight, tonumber(n) or (t - h + 1), org
+end
+local function tenant_record(h, t, weight, n, org)
+local value = h .. '|' .. t .. '|' .. weight .. '|' .. n
+if org then
+value = value .. '|' .. org.name .. '|' .. org.weight .. '|' .. org.pass .. '|' .. (org.on and '1' or '0')
+end
+return value
+end
+local KEPT_IDLE_MS = 60000
+local ORG = '!'
+local PASS_FORMAT = '%020.6f'
+local function is_org(entry)
+return string.byte(entry, 1) == 33  -- '!'
+end
+local function org_member(org, tenant)
+return org.name .. '\0' .. org.pass .. '\0' .. tenant
+end
+local function org_first(name)
+local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
+if #got == 0 then return nil end
+local pass, tenant = string.match(got[1], '^[^%z]*%z([^%z]*)%z(.*)$')
+return tenant, pass, got[1], #got == 1
+end
+local function entry_tenant(entry)
+if entry and is_org(entry) then
+local tenant, _, _, alone = org_first(string.sub(entry, 2))
+return tenant, alone
+end
+return entry
+end
+local function org_enter(org, tenant, pass)
+if pass < 0 then pass = 0 end
+org.pass, org.on = string.format(PASS_FORMAT, pass), true
+redis.call('ZADD', orgs, 0, org_member(org, tenant))
+end
+local function org_leave(org, tenant)
+if org.on then redis.call('ZREM', orgs, org_member(org, tenant)) end
+org.on = false
+end
+local function activate_entry(entry)
+if redis.call('ZSCORE', active, entry) then return end
+local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
+if last and last > start then start = last end
+redis.call('ZREM', kept, entry)
+redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+redis.call('ZADD', active, start, entry)
+end
+local function stride_keep(entry, pass)
+redis.call('ZADD', kept, pass, entry)
 if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
-local function stride_idle(tenant, pass)
-redis.call('ZREM', active, tenant)
+local function org_settle(name)
+local entry = ORG .. name
+if org_first(name) then
+activate_entry(entry)
+else
+local pass = redis.call('ZSCORE', active, entry)
+redis.call('ZREM', active, entry)
+if pass then stride_keep(entry, pass) end
+end
+end
+local function org_hold(tenant, step)
+local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+if not org then return false end
+org_leave(org, tenant)
+if step > 0 then
+local own = tonumber(org.pass)  -- none when its record was written again while it was parked
+if own then org.pass = string.format(PASS_FORMAT, math.max(0, own - step)) end
+local entry, share = ORG .. org.name, step * (tonumber(weight) or 1) / (tonumber(org.weight) or 1)
+local top = redis.call('ZSCORE', active, entry)
+if top then redis.call('ZADD', active, tonumber(top) - share, entry) end
+end
+redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
+org_settle(org.name)
+return true
+end
+local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
+local function activate(tenant, record)
+if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
+local h, t, weight, n, org = parse_tenant(record)
+if not org then return activate_entry(tenant) end
+if org.on then return end
+local _, first = org_first(org.name)
+local start = tonumber(org.pass)
+if first then
+local base = tonumber(first)
+start = math.max(base, math.min(start or base, base + 1 / (tonumber(weight) or 1)))
+end
+org_enter(org, tenant, start or 0)
+redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
+org_settle(org.name)
+end
+local function stride_idle(tenant, pass, org)
+if org == nil then org = select(5, parse_tenant(redis.call('HGET', state, tenant_field(tenant)))) or false end
 redis.call('ZREM', parked, tenant)
 redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
+if org then
+org_leave(org, tenant)
+org_settle(org.name)
+else
+redis.call('ZREM', active, tenant)
 if pass then stride_keep(tenant, pass) end
+end
 end
 local function park_until(tenant, until_ms, later)
 if later then
@@ -65,6 +161,7 @@ local pass = redis.call('ZSCORE', active, tenant)
 if pass then
 redis.call('ZREM', active, tenant)
 stride_keep(tenant, tonumber(pass) - step)
+elseif org_hold(tenant, step) then  -- luacheck: ignore (a tenant of an org: done)
 elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
 local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
 if last then redis.call('ZADD', kept, last - step, tenant) end
@@ -72,8 +169,10 @@ end
 park_until(tenant, until_ms, true)
 end
 local function end_park(tenant)
-if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
-activate(tenant)
+if redis.call('ZREM', parked, tenant) == 0 then return false end
+local record = redis.call('HGET', state, tenant_field(tenant))
+if not record then return false end
+activate(tenant, record)
 return true
 end
 local function first_park_end()

@@ -69,10 +69,12 @@ end
 -- route.lua's waiting section from ARGV[at]: 0 (none), or 1 (every job counts) or 2 (only jobs no rule moved:
 -- the rules' queues are fair queues, which count their own) then the encoded tenant of each of the n_windows
 -- windows and the shard queues' suffix; the counts and jobs are KEYS[2 + n_windows], KEYS[3 + n_windows].
--- Returns the section's start (nil: none; no table built) and the ARGV index after it.
+-- `n_windows` comes as ARGV gives it (text): parsed only when the section is there. Returns the section's start
+-- (nil: none; no table built), the ARGV index after it and n_windows (a number when the section is there).
 local function read_waiting(at, n_windows)
-  if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1 end
-  return at, at + 2 + n_windows
+  if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1, n_windows end
+  n_windows = tonumber(n_windows)
+  return at, at + 2 + n_windows, n_windows
 end
 
 -- Whether a job that rule `rule` (0: none) moved counts waiting (the section at ARGV[w]).

@@ -4,7 +4,7 @@
 -- Bound per call rather than where they are declared, so that the same text serves a Redis function
 -- library, whose pieces are defined once and whose calls each bring their own KEYS.
 local rq_list, members, active, kept, parked, state, inflight, wake, costs, charged, runtimes, limits, claims,
-  claimed
+  claimed, orgs
 local function bind_keys()
   rq_list = KEYS[1]
   members = KEYS[2]
@@ -20,4 +20,5 @@ local function bind_keys()
   limits = KEYS[12]
   claims = KEYS[13]
   claimed = KEYS[14]
+  orgs = KEYS[15]
 end

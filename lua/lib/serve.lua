@@ -2,13 +2,13 @@
 -- include: fair_keys, stride, fifo, charge, claims, forget
 local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
 
--- The stride choice, not yet taken: the min-pass active tenant's oldest job. `first`: {tenant, pass, record,
--- job} of the min-pass tenant when the caller read them already (job: the id at its FIFO head, false when
--- that place is a hole, nil when not read), else nil. Returns job id, seq, tenant, pass, and the tenant's
--- tail seq, weight and waiting count (its record, for take); or nil when no tenant can be served.
+-- The stride choice, not yet taken: the min-pass active entry's oldest job (an org's: its min-pass tenant's).
+-- `first`: {tenant, pass, record, job} of that tenant and the entry's pass when the caller read them already (job: the id at its FIFO head, false when that place is a hole, nil
+-- when not read), else nil. Returns job id, seq, tenant, pass (its top-level entry's), and the tenant's tail
+-- seq, weight, waiting count and org (its record, for take); or nil when no tenant can be served.
 local function serve_choose(first)
   while true do
-    local tenant, pass, record, known
+    local tenant, pass, record, known, member, alone, _
     if first then
       tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
@@ -16,35 +16,33 @@ local function serve_choose(first)
       local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
       if #top == 0 then return nil end
       tenant, pass = top[1], tonumber(top[2])
-      record = redis.call('HGET', state, tenant_field(tenant))
+      if is_org(tenant) then tenant, _, member, alone = org_first(string.sub(tenant, 2)) end
+      if tenant then
+        record = redis.call('HGET', state, tenant_field(tenant))
+      else  -- an org entry without active tenant (never left so): it leaves
+        redis.call('ZREM', active, top[1])
+      end
     end
-    local h, t, weight, n = parse_tenant(record)
-    while h and h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
-      local job_id = known
-      if job_id == nil then job_id = redis.call('HGET', members, tenant .. ':' .. h) end
-      known = nil
-      if job_id then return job_id, h, tenant, pass, t, weight, n end
-      h = h + 1
+    if tenant then
+      local h, t, weight, n, org = parse_tenant(record)
+      if org then org.alone = alone end
+      if member and not (org and org.on) then  -- a member of `orgs` whose record says otherwise: it leaves
+        redis.call('ZREM', orgs, member)
+        org_settle(string.match(member, '^([^%z]*)'))
+        h = nil
+      end
+      while h and h <= t do  -- skips holes left by FairQueue.remove and by stale members dropped
+        local job_id = known
+        if job_id == nil then job_id = redis.call('HGET', members, tenant .. ':' .. h) end
+        known = nil
+        if job_id then return job_id, h, tenant, pass, t, weight, n, org end
+        h = h + 1
+      end
+      if not member or (org and org.on) then
+        stride_idle(tenant, false, org or false)  -- nothing left in its FIFO (its waiting count was off): drop it
+      end
     end
-    stride_idle(tenant, false)  -- nothing left in its FIFO (its waiting count was off): drop it
   end
-end
-
--- Tenants tied on pass are served in the order their jobs wait on rq's list: the head entry's own tenant
--- when its pass is the minimum too (`min_pass`) and the entry (its FIFO place `field` of `tenant`) is its
--- oldest member (its places before it are holes), so that no other entry moves either. With equal weights and
--- charge="jobs" passes are whole numbers: ties are the rule. fair_pop decides this once per pop, before any
--- stale member is dropped (its model test and fairqueue/serving_order.py follow the same rule). Returns the
--- entry's seq, its tenant's pass, tail seq, weight and waiting count (for take), or nil when the entry is not
--- the choice.
-local function tied_entry(field, tenant, min_pass)
-  local pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
-  if pass ~= min_pass then return nil end
-  local h, t, weight, n = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
-  local seq = tonumber(string.match(field, ':([^:]*)$'))
-  while h and h < seq and redis.call('HEXISTS', members, tenant .. ':' .. h) == 0 do h = h + 1 end
-  if h ~= seq then return nil end
-  return seq, pass, t, weight, n
 end
 
 -- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
@@ -68,8 +66,10 @@ end
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
--- `tail`, `stored`, `waiting`: the tenant's tail seq, weight and waiting count from its record (serve_choose()).
-local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
+-- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
+-- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
+-- and the tenant's own pass in its org by the step / its weight.
+local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org)
   local now_ms = pop.now_ms
   redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
   local weight = tonumber(stored) or 1
@@ -80,13 +80,31 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting)
     redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
     redis.call('HDEL', costs, job_id)
   end
-  local next_pass = pass + step / weight
+  local next_pass
+  if org then
+    next_pass = pass + step / (tonumber(org.weight) or 1)
+  else
+    next_pass = pass + step / weight
+  end
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
-  if waiting <= 1 then
+  if org then
+    redis.call('ZADD', active, next_pass, ORG .. org.name)
+    if waiting <= 1 then
+      redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
+      stride_idle(tenant, false, org)
+    else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
+      if not org.alone then
+        org_leave(org, tenant)
+        org_enter(org, tenant, tonumber(org.pass) + step / weight)
+      end
+      redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+                 tenant_record(seq + 1, tail, stored, waiting - 1, org))
+    end
+  elseif waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-    stride_idle(tenant, next_pass)
+    stride_idle(tenant, next_pass, false)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))

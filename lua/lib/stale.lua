@@ -58,7 +58,7 @@ local function drop_all_stale()
     stride_idle(tenant, redis.call('ZSCORE', active, tenant))
   end
   for _, tenant in ipairs(waiting) do stride_idle(tenant, false) end
-  redis.call('DEL', members, costs)
+  redis.call('DEL', members, costs, orgs)
   note_stale(ids)
   if n > #ids then redis.call('HINCRBY', state, 'stale', n - #ids) end
   return n

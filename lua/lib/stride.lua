@@ -1,52 +1,43 @@
 -- lib/stride.lua: the stride schedule of a fair queue's tenants: who may be served (active), the passes
 -- kept for idle and parked tenants, and the wake-ups of workers blocked while only parked tenants wait.
--- include: fair_keys
+-- include: fair_keys, records, orgs
 
 local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
--- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
--- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
--- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
-local KEPT_IDLE_MS = 60000
 
--- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
--- record cannot meet the state's own fields (head, vtime, due, limited).
-local RECORD = '='
-local function tenant_field(tenant)
-  return RECORD .. tenant
+-- (Re)activation of a tenant with waiting jobs (`record`: its record when the caller read it, else nil). A
+-- tenant without org is a top-level entry (activate_entry). A tenant of an org starts at its org's min pass,
+-- or at the pass it kept (parked) if later, by at most one step (its org's passes restart from 0 whenever
+-- none of its tenants is active, so an older pass is capped); its org then activates if it was not.
+local function activate(tenant, record)
+  if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
+  local h, t, weight, n, org = parse_tenant(record)
+  if not org then return activate_entry(tenant) end
+  if org.on then return end
+  local _, first = org_first(org.name)
+  local start = tonumber(org.pass)
+  if first then
+    local base = tonumber(first)
+    start = math.max(base, math.min(start or base, base + 1 / (tonumber(weight) or 1)))
+  end
+  org_enter(org, tenant, start or 0)
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
+  org_settle(org.name)
 end
 
--- Whether `tenant` has jobs waiting here: it has a record (lib/fifo.lua) exactly while it does.
-local function has_waiting(tenant)
-  return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
-end
-
--- (Re)activation of a tenant with waiting jobs: it starts at the virtual time, or at the pass it had
--- when it went idle if that is later. Idle time earns nothing, and a tenant that just used its turn
--- cannot reset it by draining and refilling.
-local function activate(tenant)
-  if redis.call('ZSCORE', active, tenant) then return end
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
-  if last and last > start then start = last end
-  redis.call('ZREM', kept, tenant)
-  redis.call('PERSIST', kept)  -- a tenant is active again: the kept passes no longer expire (KEPT_IDLE_MS)
-  redis.call('ZADD', active, start, tenant)
-end
-
--- `tenant`'s pass is kept for its return (idle or parked); while no tenant is active the kept passes expire
--- after KEPT_IDLE_MS.
-local function stride_keep(tenant, pass)
-  redis.call('ZADD', kept, pass, tenant)
-  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
-end
-
--- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept
--- for its return.
-local function stride_idle(tenant, pass)
-  redis.call('ZREM', active, tenant)
+-- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept for its return
+-- (a tenant of an org keeps none: it returns at its org's min pass). `org`: its org as its record says (false:
+-- none), nil when the caller did not read its record.
+local function stride_idle(tenant, pass, org)
+  if org == nil then org = select(5, parse_tenant(redis.call('HGET', state, tenant_field(tenant)))) or false end
   redis.call('ZREM', parked, tenant)
   redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
-  if pass then stride_keep(tenant, pass) end
+  if org then
+    org_leave(org, tenant)
+    org_settle(org.name)
+  else
+    redis.call('ZREM', active, tenant)
+    if pass then stride_keep(tenant, pass) end
+  end
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
@@ -68,6 +59,7 @@ local function stride_hold(tenant, until_ms, step)
   if pass then
     redis.call('ZREM', active, tenant)
     stride_keep(tenant, tonumber(pass) - step)
+  elseif org_hold(tenant, step) then  -- luacheck: ignore (a tenant of an org: done)
   elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), or it is parked already
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end
@@ -78,8 +70,10 @@ end
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
-  if redis.call('ZREM', parked, tenant) == 0 or not has_waiting(tenant) then return false end
-  activate(tenant)
+  if redis.call('ZREM', parked, tenant) == 0 then return false end
+  local record = redis.call('HGET', state, tenant_field(tenant))
+  if not record then return false end
+  activate(tenant, record)
   return true
 end
 

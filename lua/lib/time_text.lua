@@ -5,9 +5,12 @@
 -- else the server's TIME, its seconds joined to the ms digits of its microseconds as text. redis.call sends a
 -- string as it is, where it would format a number with printf's float path (and the command parse it back).
 local function clock_text(given)
-  local now = tonumber(given)
-  if now then return given, now end
+  if given ~= '' then
+    local now = tonumber(given)
+    if now then return given, now end
+  end
   local t = redis.call('TIME')
-  local text = t[1] .. string.sub('00000' .. t[2], -6, -4)
+  local us = t[2]  -- six digits nine times in ten: their first three, else padded first
+  local text = t[1] .. (#us == 6 and string.sub(us, 1, 3) or string.sub('00000' .. us, -6, -4))
   return text, tonumber(text)
 end

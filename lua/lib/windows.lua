@@ -32,10 +32,11 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
     -- A window can only exceed a threshold the whole set exceeds (ZCARD is O(1), ZCOUNT is not).
     -- The count includes this enqueue: the test of Rule.matches (fair_router/core/rules.py), which adds it.
     -- A window counts enqueues with time in (now - per, now]; times are whole ms (clock_ms), so the lower
-    -- bound is now - per + 1 inclusive: a number, which redis.call formats faster than Lua builds '(' .. n.
+    -- bound is now - per + 1 inclusive, sent as '%d' text: integer printf, where redis.call would format a
+    -- number with the float path (0.2 us more).
     local threshold = tonumber(ARGV[4 + 3 * r])
-    if size > threshold
-        and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_text) > threshold then
+    if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - ARGV[3 + 3 * r] + 1),
+                                       now_text) > threshold then
       return r
     end
   end

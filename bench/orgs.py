@@ -1,0 +1,147 @@
+"""Two-level fairness (docs/fair-queue.md, "Organisations"): counts and ratios, never a wall time asserted.
+
+1. Key splitting: org A spreads 2,000 jobs over 20 tenant keys, org B has 1 key with 40 jobs, equal org weights.
+   B's share of the first 80 starts and how many of A's jobs start before B's first, one level (no fair_org: each
+   key is its own org) and two levels. Starts are the fair pops in order (two workers taking turns start jobs in
+   pop order).
+2. Share accuracy: 5 backlogged orgs x 4 tenants, org weights 1-5, tenant weights 1/3/5/1 (tiers); Jain's index of
+   share / weight over the orgs and, worst of the five, inside an org.
+3. Fair pop server time, two levels / one level: the same tenants (every tenant backlogged) with and without orgs
+   (tenants / --per-org orgs, at least 1), rounds interleaved, the median over rounds of each round's lowest
+   100-pop chunk (``INFO commandstats``, as bench/fair_pop.py measures it).
+
+Always runs on a private redis-server.
+
+    .venv/bin/python bench/orgs.py [--tenants 10,1000,10000] [--pops 2000] [--rounds 3] [--per-org 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, cast
+
+from redis import Redis
+from rq import Queue
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.jobs import noop
+from bench.redisstats import pop_stat
+from fair_router import FairQueue, FairRouter, Settings
+from fair_router.config.settings import TiersConfig
+from fair_router.demo.redis_server import RedisServer
+
+CHUNK = 100
+
+
+def fill(queue: FairQueue, jobs: list[tuple[str, str | None]]) -> None:
+    """Enqueue one job per (tenant, org) in order, 1,000 per enqueue_many."""
+    for start in range(0, len(jobs), 1000):
+        queue.enqueue_many([Queue.prepare_data(noop, (i,), meta={"fair_tenant": tenant}
+                                               | ({"fair_org": org} if org else {}), result_ttl=60)
+                            for i, (tenant, org) in enumerate(jobs[start:start + 1000], start)])
+
+
+def pop_tenants(queue: FairQueue, n: int) -> list[str]:
+    """The tenants of the next ``n`` fair pops."""
+    out = []
+    for _ in range(n):
+        job_id = queue.pop_fair().job_id
+        assert job_id is not None
+        job = queue.fetch_job(job_id)
+        assert job is not None
+        out.append(str(job.meta["fair_tenant"]))
+    return out
+
+
+def key_splitting(conn: Redis, orgs: bool) -> tuple[float, int]:
+    """(B's share of the first 80 starts, A's starts before B's first)."""
+    conn.flushdb()
+    queue = FairQueue("bench", connection=conn, settings=Settings(prefix="bench"))
+    jobs = [(f"a{k}", "A" if orgs else None) for _ in range(100) for k in range(20)]
+    fill(queue, jobs + [("b0", "B" if orgs else None)] * 40)
+    order = pop_tenants(queue, 80)
+    return order.count("b0") / 80, order.index("b0") if "b0" in order else 80
+
+
+def jain(values: list[float]) -> float:
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+
+
+def share_accuracy(conn: Redis, pops: int) -> tuple[float, float]:
+    """(Jain over the orgs, lowest Jain inside an org) of share / weight after ``pops`` pops."""
+    conn.flushdb()
+    tiers = TiersConfig(weights={"free": 1, "pro": 3, "enterprise": 5})
+    settings = Settings(prefix="bench", tiers=tiers, orgs={f"o{i}": {"weight": i + 1} for i in range(5)})
+    queue = FairQueue("bench", connection=conn, settings=settings)
+    router = FairRouter(conn, prefix="bench", tiers=tiers)
+    weights, names = [1, 3, 5, 1], ["free", "pro", "enterprise", "free"]
+    backlog = pops // 4
+    for o in range(5):
+        for t in range(4):
+            router.set_tier(f"o{o}t{t}", names[t])
+    fill(queue, [(f"o{o}t{t}", f"o{o}") for _ in range(backlog) for o in range(5) for t in range(4)])
+    served = Counter(pop_tenants(queue, pops))
+    over = jain([sum(served[f"o{o}t{t}"] for t in range(4)) / (o + 1) for o in range(5)])
+    inside = min(jain([served[f"o{o}t{t}"] / weights[t] for t in range(4)]) for o in range(5))
+    return over, inside
+
+
+def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool, per_org: int = 100) -> tuple[float, int]:
+    """Lowest 100-pop chunk's fair pop server time (us per call) at ``tenants`` backlogged tenants, and the fair
+    state's memory (bytes, ``MEMORY USAGE`` of the queue's fair keys) before the pops."""
+    conn.flushdb()
+    queue = FairQueue("bench", connection=conn, settings=Settings(prefix="bench"))
+    n_orgs = max(1, tenants // per_org)
+    total = max(pops + tenants, 2 * tenants)
+    fill(queue, [(f"t{i % tenants}", f"o{(i % tenants) % n_orgs}" if orgs else None) for i in range(total)])
+    memory = sum(int(conn.memory_usage(key, samples=0) or 0) for key in queue.fair_keys.all())
+    times = []
+    for _ in range(pops // CHUNK):
+        conn.config_resetstat()
+        for _ in range(CHUNK):
+            assert queue.pop_fair().job_id is not None
+        pop = pop_stat(cast(dict[str, dict[str, Any]], conn.info("commandstats")))
+        times.append(float(pop["usec"]) / int(pop["calls"]))
+    return min(times), memory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tenants", default="10,1000,10000", help="comma-separated backlogged tenant counts")
+    parser.add_argument("--pops", type=int, default=2000, help="pops measured per tenant count and round")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (one level, two levels)")
+    parser.add_argument("--per-org", type=int, default=100, help="tenants per org in the pop time runs")
+    args = parser.parse_args()
+    with RedisServer() as server:
+        conn = server.client()
+        for orgs in (False, True):
+            share, before = key_splitting(conn, orgs)
+            print(f"key splitting, {'two levels' if orgs else 'one level '}: B's share of the first 80 starts "
+                  f"{share:.3f}, A's starts before B's first {before}")
+        over, inside = share_accuracy(conn, 1000)
+        print(f"share accuracy, 5 orgs x 4 tenants, 1000 pops: Jain over orgs {over:.4f}, lowest inside an org "
+              f"{inside:.4f}")
+        for tenants in (int(x) for x in args.tenants.split(",")):
+            one, two, extra = [], [], 0
+            for _ in range(args.rounds):
+                (low, before), (high, after) = (pop_time(conn, tenants, args.pops, False, args.per_org),
+                                                pop_time(conn, tenants, args.pops, True, args.per_org))
+                one.append(low)
+                two.append(high)
+                extra = after - before
+            ratios = sorted(b / a for a, b in zip(one, two, strict=True))
+            rounds = ", ".join(f"{r:.2f}" for r in ratios)
+            n_orgs = max(1, tenants // args.per_org)
+            print(f"{tenants:>7} tenants in {n_orgs:>4} orgs: fair pop one level "
+                  f"{statistics.median(one):6.1f} us, two levels {statistics.median(two):6.1f} us, ratio "
+                  f"{statistics.median(two) / statistics.median(one):.3f} (per round {rounds}); fair state "
+                  f"+{extra} B with orgs, {extra / tenants:.0f} B per tenant")
+
+
+if __name__ == "__main__":
+    main()

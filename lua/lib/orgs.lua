@@ -1,0 +1,108 @@
+-- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
+-- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
+-- include: fair_keys, records
+
+-- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
+-- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
+-- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
+local KEPT_IDLE_MS = 60000
+
+-- and, for each org with an active tenant, the entry ORG .. <encoded org> scored by the org's pass ('!' is
+-- never part of an encoded tenant, nor the '#none' of jobs without tenant). Inside an org its active tenants
+-- are members "<org>\0<pass>\0<tenant>" of `orgs`, all scored 0: the first in lex order from "<org>\0" is the
+-- org's min-pass tenant (passes written at a fixed width, PASS_FORMAT, sort as numbers). A tenant's pass in its
+-- org lives in its record, so its member can be rebuilt; an org's own pass lives in `active` (or `kept`) like
+-- a tenant's. Queues without orgs never touch `orgs`: one byte compared per pop is their cost.
+local ORG = '!'
+local PASS_FORMAT = '%020.6f'
+
+local function is_org(entry)
+  return string.byte(entry, 1) == 33  -- '!'
+end
+
+local function org_member(org, tenant)
+  return org.name .. '\0' .. org.pass .. '\0' .. tenant
+end
+
+-- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
+-- active tenant; nil when it has none.
+local function org_first(name)
+  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
+  if #got == 0 then return nil end
+  local pass, tenant = string.match(got[1], '^[^%z]*%z([^%z]*)%z(.*)$')
+  return tenant, pass, got[1], #got == 1
+end
+
+-- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none), and for an org's
+-- whether that tenant is its only active one.
+local function entry_tenant(entry)
+  if entry and is_org(entry) then
+    local tenant, _, _, alone = org_first(string.sub(entry, 2))
+    return tenant, alone
+  end
+  return entry
+end
+
+-- `tenant` of `org` enters its org's set at `pass` (a number); its record is written by the caller.
+local function org_enter(org, tenant, pass)
+  if pass < 0 then pass = 0 end
+  org.pass, org.on = string.format(PASS_FORMAT, pass), true
+  redis.call('ZADD', orgs, 0, org_member(org, tenant))
+end
+
+-- `tenant` of `org` leaves its org's set (its pass stays in its record for its return).
+local function org_leave(org, tenant)
+  if org.on then redis.call('ZREM', orgs, org_member(org, tenant)) end
+  org.on = false
+end
+
+-- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at
+-- the pass it had when it went idle if that is later. Idle time earns nothing, and a tenant that just used its
+-- turn cannot reset it by draining and refilling.
+local function activate_entry(entry)
+  if redis.call('ZSCORE', active, entry) then return end
+  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
+  if last and last > start then start = last end
+  redis.call('ZREM', kept, entry)
+  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  redis.call('ZADD', active, start, entry)
+end
+
+-- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
+-- after KEPT_IDLE_MS.
+local function stride_keep(entry, pass)
+  redis.call('ZADD', kept, pass, entry)
+  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+end
+
+-- Org `name` is in `active` exactly while its set has an active tenant: after one entered or left it, the org
+-- (re)activates, or leaves keeping its pass like a tenant.
+local function org_settle(name)
+  local entry = ORG .. name
+  if org_first(name) then
+    activate_entry(entry)
+  else
+    local pass = redis.call('ZSCORE', active, entry)
+    redis.call('ZREM', active, entry)
+    if pass then stride_keep(entry, pass) end
+  end
+end
+
+-- A parked tenant of an org leaves its org's set keeping its pass less `step` in its record; its org's pass
+-- is refunded by the same share at the org's weight. Returns true when `tenant` has an org.
+local function org_hold(tenant, step)
+  local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  if not org then return false end
+  org_leave(org, tenant)
+  if step > 0 then
+    local own = tonumber(org.pass)  -- none when its record was written again while it was parked
+    if own then org.pass = string.format(PASS_FORMAT, math.max(0, own - step)) end
+    local entry, share = ORG .. org.name, step * (tonumber(weight) or 1) / (tonumber(org.weight) or 1)
+    local top = redis.call('ZSCORE', active, entry)
+    if top then redis.call('ZADD', active, tonumber(top) - share, entry) end
+  end
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
+  org_settle(org.name)
+  return true
+end
