@@ -12,6 +12,7 @@ import why_jobs
 from click.testing import CliRunner
 from redis import Redis
 from rq.job import Job
+from test_why import snapshot
 
 from fair_router import (
     FairQueue,
@@ -130,3 +131,20 @@ def test_the_tenant_why_command(conn: Redis, redis_server: Any, monkeypatch: Any
     out = CliRunner().invoke(main, ["tenant", "why", "acme", "--json"])
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["reasons"] == ["paused"]
+
+
+def test_explaining_a_tenant_changes_nothing_in_redis(conn: Redis) -> None:
+    rule = Rule(queue="slow", threshold=1, per="1h")
+    config = settings(queues={"default": 1, "slow": 0.25}, fair_queues=["default", "slow"],
+                      concurrency=ConcurrencyConfig(enabled=True), jobs={"why_jobs.noop": {"rules": [rule]}})
+    router = FairRouter(conn, prefix=PREFIX)
+    router.set_tenant("acme", rate="1/m", max_backlog=5)
+    job = fair_job(router=router, settings=config)(why_jobs.noop)
+    for _ in range(3):
+        job.enqueue(fair_tenant="acme")
+    router.pause("acme")
+    explain_tenant("acme", conn, config)  # its scripts loaded (SCRIPT LOAD changes only the script cache)
+    before = snapshot(conn)
+    answer = explain_tenant("acme", conn, config)
+    assert snapshot(conn) == before
+    assert answer.reasons == (TenantReason.PAUSED, TenantReason.THROTTLED), answer

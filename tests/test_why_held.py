@@ -3,6 +3,7 @@ workers and Redis."""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -131,3 +132,33 @@ def test_pause_keeps_its_first_time_and_tenant_show_prints_it(conn: Redis, redis
     out = CliRunner().invoke(main, ["tenant", "show", "acme"])
     assert out.exit_code == 0, out.output
     assert "(PAUSED since 20" in out.output
+
+
+def test_the_record_rides_the_job_save_of_the_deferral(conn: Redis) -> None:
+    """No command of its own: the only command naming the record is the job hash's save rq's scheduling makes."""
+    config = settings(concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60, snooze=120, jitter=1))
+    slots = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS), config.concurrency)
+    held = slots.acquire("acme", "elsewhere")
+    assert held is not None
+    lines: list[str] = []
+    ready, stop = threading.Event(), "why-held-monitor-stop"
+
+    def listen() -> None:
+        with conn.monitor() as monitor:
+            ready.set()
+            for entry in monitor.listen():
+                if entry["command"] == f"ECHO {stop}":
+                    return
+                lines.append(entry["command"])
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        job = turned_away(conn, config)
+    finally:
+        conn.echo(stop)
+        thread.join(30)
+    naming = [line for line in lines if META_HELD in line]
+    assert len(naming) == 1 and naming[0].startswith(f"HSET {job.key} "), naming
+    slots.release(held)
