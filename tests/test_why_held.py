@@ -15,7 +15,7 @@ from rq import Queue
 from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 
-from fair_router import FairRouter, Reason, Settings, WeightedSimpleWorker, explain
+from fair_router import FairQueue, FairRouter, Reason, Settings, WeightedSimpleWorker, explain
 from fair_router.cli import main
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.tiers import TierBook
@@ -162,3 +162,24 @@ def test_the_record_rides_the_job_save_of_the_deferral(conn: Redis) -> None:
     naming = [line for line in lines if META_HELD in line]
     assert len(naming) == 1 and naming[0].startswith(f"HSET {job.key} "), naming
     slots.release(held)
+
+
+def test_a_fair_queue_park_keeps_its_cause_while_it_lasts(conn: Redis) -> None:
+    """A park that outlives its cause (the slot freed with no unpark here) still names it, until the park ends."""
+    config = settings(concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60), fair_queues=["default"])
+    slots = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS), config.concurrency)
+    held = slots.acquire("acme", "elsewhere")  # the default tier's limit is 1
+    assert held is not None
+    queue = FairQueue("default", connection=conn, settings=config)
+    job = queue.enqueue(why_jobs.noop, fair_tenant="acme")
+    WeightedSimpleWorker([queue], connection=conn, settings=config).work(burst=True)
+    cause = KEYS.park_cause("acme", "default")
+    assert conn.get(cause) == b"concurrency_limit" and 0 < conn.pttl(cause) <= 60_000
+    slots.release(held)  # no wake: the tenant stays parked in the queue until its park ends
+    answer = explain(job.id, connection=conn, settings=config)
+    assert answer.reason == Reason.CONCURRENCY_LIMIT and answer.facts["park_cause"] == "concurrency_limit", answer
+    assert answer.facts["tenant_state"] == "parked" and answer.unknown == ()
+    assert answer.estimated_start is None or answer.estimated_start >= answer.facts["parked_until"]
+    conn.delete(cause)  # a park whose cause was not recorded: its place, and the cause listed as unknown
+    answer = explain(job.id, connection=conn, settings=config)
+    assert answer.reason in (Reason.NEXT, Reason.BEHIND) and answer.unknown[0].startswith("park cause"), answer

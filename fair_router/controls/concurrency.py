@@ -153,11 +153,13 @@ class ConcurrencySlots:
                     pipe.execute()
         return released.removed
 
-    def parked_in(self, tenant: str, queue: str) -> bool:
+    def parked_in(self, tenant: str, queue: str, also: Callable[[Pipeline], None] | None = None) -> bool:
         """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release: False after a
-        refused start means a release came first, and the caller unparks it itself."""
+        refused start means a release came first, and the caller unparks it itself. ``also``: more writes."""
         with self.connection.pipeline(transaction=False) as pipe:
             self.tally.queue(pipe)
+            if also is not None:
+                also(pipe)
             place = len(pipe)
             pipe.sismember(self.keys.parked_in(tenant), queue)
             return bool(pipe.execute()[place])
@@ -218,9 +220,11 @@ class ConcurrencySlots:
                 except Exception:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
-    def flush(self) -> None:
-        """Write pending counts now (the worker calls this when it stops)."""
+    def flush(self, also: Callable[[Pipeline], None] | None = None) -> None:
+        """Write pending counts now (the worker calls this when it stops), with ``also``'s writes."""
         with self.connection.pipeline(transaction=False) as pipe:
-            if self.tally.queue(pipe):
+            if also is not None:
+                also(pipe)
+            if self.tally.queue(pipe) or len(pipe):
                 execute_riding_oom(pipe, self.connection)
 

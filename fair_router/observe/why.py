@@ -250,7 +250,8 @@ class Explainer:
         if isinstance(self.job.meta.get(META_RULE), dict):
             reasons.append(Reason.THROTTLED)
             self.throttled(now_ms)
-        controls = None if self.tenant is None else tenant_controls(self.main, self.keys, self.tenant, self.job.id)
+        controls = None if self.tenant is None else tenant_controls(self.main, self.keys, self.tenant, self.job.id,
+                                                                    self.job.origin)
         if TURNS in self.job.meta:  # an interruptible job between turns
             self.turns()
         if isinstance(place, FairPlace):
@@ -311,7 +312,11 @@ class Explainer:
             self.facts["rate_until"] = self.facts.get("parked_until")
             reasons.append(Reason.RATE_LIMIT)
         elif place.where == "parked" and len(reasons) == int(Reason.THROTTLED in reasons):
-            self.unknown.append("park cause: why a start was turned away is not recorded")
+            if controls.park_cause in HELD_REASONS:  # parked by it, which holds no more: it waits for the park's end
+                self.facts["park_cause"] = controls.park_cause
+                reasons.append(Reason(controls.park_cause))
+            else:
+                self.unknown.append("park cause: this park's cause was not recorded (a pause's hold, or expired)")
         return blocked
 
     def throttled(self, now_ms: int) -> None:
@@ -336,8 +341,8 @@ class Explainer:
                           "one): no throughput to estimate from")
         ahead = int(self.facts.get("jobs_ahead") or 0)
         at = _at(now_ms) + timedelta(seconds=(ahead + 1) / rate.per_second)
-        if "rate_until" in self.facts and self.facts["rate_until"] is not None:
-            at = max(at, self.facts["rate_until"])
+        if self.facts.get("tenant_state") == "parked" and self.facts.get("parked_until") is not None:
+            at = max(at, self.facts["parked_until"])  # pops skip it until then (the rate's time for a rate)
         decoded = "" if self.tenant is None else f" (tenant {self.tenant})"
         return at, (f"{ahead} jobs ahead of it in serving order{decoded} / {rate.per_second:.3g} starts/s "
                     f"({rate.starts} starts of every queue in the last {rate.seconds} s, the observers' record); "

@@ -92,10 +92,11 @@ class TenantControls:
     running_count: int
     rate_tat_ms: int | None  # the tenant's own rate: GCRA theoretical arrival time
     reserved_ms: int | None  # a plain queue's job deferred by a rate: the start reserved for it
+    park_cause: str | None  # why a refused start parked the tenant in the queue asked about (while the park lasts)
 
 
-def tenant_controls(connection: Redis, keys: Keys, tenant: str, job_id: str) -> TenantControls:
-    """One MULTI of reads on the tenant's slot."""
+def tenant_controls(connection: Redis, keys: Keys, tenant: str, job_id: str, queue: str = "") -> TenantControls:
+    """One MULTI of reads on the tenant's slot; ``queue``: the fair queue whose park cause is read."""
     leases = keys.leases(tenant)
     with connection.pipeline() as pipe:
         pipe.get(keys.paused(tenant))
@@ -103,9 +104,11 @@ def tenant_controls(connection: Redis, keys: Keys, tenant: str, job_id: str) -> 
         pipe.zcard(leases)
         pipe.get(keys.rate(tenant))
         pipe.get(keys.rate_paid(tenant, job_id))
-        paused, running, count, tat, paid = pipe.execute()
+        pipe.get(keys.park_cause(tenant, queue))
+        paused, running, count, tat, paid, cause = pipe.execute()
     return TenantControls(paused is not None, pause_time(paused), [as_text(raw) for raw in running], int(count),
-                          None if tat is None else int(float(tat)), None if paid is None else int(float(paid)))
+                          None if tat is None else int(float(tat)), None if paid is None else int(float(paid)),
+                          None if cause is None else as_text(cause))
 
 
 @dataclass(frozen=True)

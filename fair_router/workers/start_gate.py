@@ -215,8 +215,11 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
     limiter, refusal = gate.limiter, gate.refusal(admission)
     if refusal is None:
         return None
+    held = HELD.get(admission.status, "")
     if isinstance(queue, FairQueue):
         seconds = refusal.park_seconds
+        # why, for explain: one SET, expiring with the park, on the round trip that sends the counts below
+        cause = partial(_note_cause, limiter.keys.park_cause(tenant, queue.name), held, seconds)
         limit = limiter.tiers.profile(tenant).limit if gate.slots else None
         queue.park(job, tenant, seconds, limit, at_ms=refusal.until_ms)
         # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
@@ -226,15 +229,19 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
             # The refusal recorded this queue for the next release (Keys.parked_in). If a release took the
             # record before our park landed, its unpark may have come first and found nothing parked: then the
             # park is ended here. Otherwise the release that takes it comes after the park, and ends it.
-            if not limiter.parked_in(tenant, queue.name):
+            if not limiter.parked_in(tenant, queue.name, also=cause):
                 queue.unpark(tenant, limit=limit)
         else:
-            limiter.flush()
+            limiter.flush(also=cause)
         return f"{tenant} is {refusal.why}; job {job.id} back in {queue.name}, tenant parked for up to {seconds:.3f} s"
-    held = HELD.get(admission.status, "")
     if refusal.until_ms is not None:
         job.meta[META_HELD] = {"reason": held, "until": math.ceil(refusal.until_ms / 1000)}  # defer_until's time
         when = gate.defer_until(job, queue, refusal.until_ms)
     else:
         when = limiter.snooze(job, queue, limiter.tiers.tier(tenant), held)
     return f"{tenant} is {refusal.why}; job {job.id} deferred until {when}"
+
+
+def _note_cause(key: str, held: str, seconds: float, pipe: Pipeline) -> None:
+    """A fair queue's park cause (:meth:`Keys.park_cause`), for as long as the park."""
+    pipe.set(key, held, px=max(1, math.ceil(seconds * 1000)))
