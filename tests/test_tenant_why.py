@@ -83,7 +83,13 @@ def test_a_tenant_at_its_limit_names_its_running_jobs(conn: Redis) -> None:
     answer = explain_tenant("acme", conn, config)
     assert answer.reasons == (TenantReason.CONCURRENCY_LIMIT,), answer
     assert answer.facts["limit"] == 1 and answer.facts["running_jobs"] == ["elsewhere"]
-    slots.release(held)
+    assert answer.facts["park_cause"] == {"default": "concurrency_limit"}
+    assert answer.facts["parked_until"]["default"] > datetime.now(timezone.utc)
+    slots.release(held)  # no wake here: the park outlives its cause, which it still names
+    answer = explain_tenant("acme", conn, config)
+    assert answer.reasons == (TenantReason.CONCURRENCY_LIMIT,) and answer.facts["running_jobs"] == [], answer
+    queue.unpark("acme")
+    conn.delete(KEYS.park_cause("acme", "default"))
     assert explain_tenant("acme", conn, config).reason == TenantReason.FAIR_SHARE
 
 

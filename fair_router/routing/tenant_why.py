@@ -98,6 +98,11 @@ def explain_tenant(tenant: str | int, connection: Redis, settings: Settings | No
             reasons.append(TenantReason.BACKLOG_CAP)
     facts.update(_shares(router.rq_connection, keys, tenant, waiting))
     facts.update(_recent(main, keys, tenant, now_ms))
+    raw = {queue: as_text(main.get(keys.park_cause(tenant, queue)) or b"") for queue in facts["parked_until"]}
+    if causes := {queue: cause for queue, cause in raw.items() if cause in {r.value for r in TenantReason}}:
+        facts["park_cause"] = causes  # recorded by the worker that parked it (it may hold no more)
+    if not reasons and causes:
+        reasons.append(TenantReason(sorted(causes.values())[0]))
     if not reasons:
         reasons.append(TenantReason.FAIR_SHARE if waiting else TenantReason.NOT_WAITING)
     return TenantExplanation(tenant, tuple(reasons), facts, tuple(unknown))
@@ -121,12 +126,16 @@ def _rules_matched(main: Redis, keys: Keys, settings: Settings, tenant: str, now
 
 def _shares(rq: Redis, keys: Keys, tenant: str, waiting: dict[str, int]) -> dict[str, Any]:
     """Per fair queue it waits in: its weight over the weights of the tenants served there now (the active ones,
-    the first BOUND, and itself), what the stride schedule gives it while every one of them has work."""
+    the first BOUND, and itself), what the stride schedule gives it while every one of them has work; and until
+    when it is parked there."""
     shares: dict[str, float] = {}
     actives: dict[str, int] = {}
+    parked: dict[str, datetime] = {}
     mine = TENANT_FIELD + encode(tenant)
     for queue in waiting:
         fq = keys.fair_queue(Queue(queue, connection=rq).key)
+        if (until := rq.zscore(fq.parked, encode(tenant))) is not None:  # pops skip it there until then
+            parked[queue] = datetime.fromtimestamp(until / 1000, timezone.utc)
         active = [as_text(name) for name in rq.zrange(fq.active, 0, BOUND - 1)]
         others = [TENANT_FIELD + name for name in active if TENANT_FIELD + name != mine]
         records = rq.hmget(fq.state, [mine, *others])
@@ -134,7 +143,7 @@ def _shares(rq: Redis, keys: Keys, tenant: str, waiting: dict[str, int]) -> dict
         if records[0] is not None and sum(weights) > 0:
             shares[queue] = round(weights[0] / sum(weights), 4)
             actives[queue] = len(active)
-    return {"fair_share": shares, "active_tenants": actives}
+    return {"fair_share": shares, "active_tenants": actives, "parked_until": parked}
 
 
 def _recent(main: Redis, keys: Keys, tenant: str, now_ms: int) -> dict[str, Any]:
