@@ -208,10 +208,10 @@ class StartGate:
 
 def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: Admission) -> str | None:
     """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is parked
-    (skipped by pops) for as long as the refusing control says; on a plain queue it is deferred through rq's
-    scheduler (to its reserved token's time for a rate, after the snooze otherwise), with the reason in its meta
-    (:data:`META_HELD`, in the job save the deferral makes anyway). Returns what the worker logs (None: not a
-    refusal, nothing done)."""
+    (skipped by pops) for as long as the refusing control says, its cause noted (:meth:`Keys.park_cause`); on a
+    plain queue it is deferred through rq's scheduler (to its reserved token's time for a rate, after the snooze
+    otherwise), with the reason in its meta (:data:`META_HELD`, in the job save the deferral makes anyway).
+    Returns what the worker logs (None: not a refusal, nothing done)."""
     limiter, refusal = gate.limiter, gate.refusal(admission)
     if refusal is None:
         return None
