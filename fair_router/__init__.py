@@ -18,6 +18,7 @@ Public API (documented in docs/api.md):
 - :class:`ReplicasNotAcknowledged` — fewer replicas than ``replicas_to_wait`` acknowledged an enqueue.
 - :func:`interruptible` — a generator job function that runs in turns, giving up its worker at checkpoints.
 - :func:`explain` — why a job waits: an :class:`Explanation` with one :class:`Reason` and its facts (docs/why.md).
+- :func:`explain_tenant` — why a tenant's jobs are slow: a :class:`TenantExplanation` (:class:`TenantReason`).
 - :class:`RqVersionError` — raised by ``import fair_router`` when the installed rq is not a supported one
   (``FAIR_ROUTER_SKIP_RQ_CHECK=1``: a :class:`RqVersionWarning` instead).
 """
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from fair_router.observe.why import Explanation, Reason, explain
     from fair_router.routing.decorator import FairJob, FairJobFunction, fair_job
     from fair_router.routing.router import FairRouter
+    from fair_router.routing.tenant_why import TenantExplanation, TenantReason, explain_tenant
     from fair_router.store.outage import RedisUnavailable
     from fair_router.store.replicas import ReplicasNotAcknowledged
     from fair_router.workers.weighted import WeightedSimpleWorker, WeightedWorker
@@ -61,9 +63,12 @@ HOMES = {
     "SettingsError": "fair_router.config.errors",
     "Shards": "fair_router.core.shards",
     "TenantBacklogFull": "fair_router.controls.backlog",
+    "TenantExplanation": "fair_router.routing.tenant_why",
+    "TenantReason": "fair_router.routing.tenant_why",
     "WeightedSimpleWorker": "fair_router.workers.weighted",
     "WeightedWorker": "fair_router.workers.weighted",
     "explain": "fair_router.observe.why",
+    "explain_tenant": "fair_router.routing.tenant_why",
     "fair_job": "fair_router.routing.decorator",
     "interruptible": "fair_router.iteration.decorator",
     "load_settings": "fair_router.config.settings",
@@ -104,9 +109,12 @@ __all__ = [
     "SettingsError",
     "Shards",
     "TenantBacklogFull",
+    "TenantExplanation",
+    "TenantReason",
     "WeightedSimpleWorker",
     "WeightedWorker",
     "explain",
+    "explain_tenant",
     "fair_job",
     "interruptible",
     "load_settings",

@@ -11,7 +11,7 @@ from fair_router.commands.failures import DEBUG, FailingCleanly
 from fair_router.commands.queues import queue
 from fair_router.commands.routing import check, stats
 from fair_router.commands.tenants import tenant, tier
-from fair_router.commands.why import why
+from fair_router.commands.why import tenant_why, why
 from fair_router.commands.workers import pool, worker
 
 
@@ -25,6 +25,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 for command in (check, stats, tier, tenant, queue, demo, dashboard, worker, pool, why):
     main.add_command(command)
+tenant.add_command(tenant_why)  # fair-router tenant why
 
 
 if __name__ == "__main__":  # python -m fair_router.cli (the tests run the dashboard so)

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import fair_jobs
+import iteration_jobs
 import pytest
 import why_jobs
 from click.testing import CliRunner
@@ -24,7 +25,8 @@ from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
-from fair_router.iteration.turns import TURNS
+from fair_router.iteration.turns import ITEMS, TURNS
+from fair_router.observe.why import ITEMS as WHY_ITEMS
 from fair_router.observe.why import TURNS as WHY_TURNS
 from fair_router.workers.limiter import ConcurrencyLimiter
 
@@ -164,7 +166,7 @@ def test_a_paused_tenant(conn: Redis) -> None:
     assert answer.reason == Reason.PAUSED and Reason.BEHIND in answer.secondary
     assert answer.facts["tenant_state"] == "parked" and answer.facts["parked_until"] > datetime.now(timezone.utc)
     assert answer.estimated_start is None and "paused" in answer.estimate_basis
-    assert any(fact.startswith("paused_since") for fact in answer.unknown)
+    assert answer.facts["paused_since"] <= datetime.now(timezone.utc) and answer.unknown == ()
     plain = Queue("plain", connection=conn).enqueue(why_jobs.noop, meta={"fair_tenant": "acme"})
     assert explain(plain.id, connection=conn, settings=settings()).reason == Reason.PAUSED
 
@@ -298,3 +300,18 @@ def test_the_why_command_prints_the_reason_and_json(conn: Redis, redis_server: A
     assert raw.exit_code == 0 and json.loads(raw.output)["reason"] == "next"
     missing = CliRunner().invoke(main, ["why", "nope"])
     assert missing.exit_code == 1 and "not_found" in missing.output
+
+
+def test_an_interruptible_job_between_turns_and_in_its_turn(conn: Redis) -> None:
+    queue = fair(conn, "imports")
+    big = queue.enqueue(iteration_jobs.every_item_a_turn, "big", 3, 0.005, fair_tenant="big")
+    WeightedSimpleWorker([queue], connection=conn, settings=settings()).work(burst=True, max_jobs=1)  # turn 1
+    assert big.get_status() == "queued"
+    answer = explain(big.id, connection=conn, settings=settings())
+    assert answer.reason == Reason.NEXT and answer.facts["turn"] == 1 and answer.facts["items"] == 1, answer
+    assert WHY_ITEMS == ITEMS
+    job = queue.enqueue(why_jobs.explain_my_turn, fair_tenant="acme")
+    WeightedSimpleWorker([queue], connection=conn, settings=settings()).work(burst=True)
+    answer = json.loads(conn.get(why_jobs.ANSWER) or b"{}")
+    assert answer["reason"] == "running" and answer["facts"]["turn"] == 1 and answer["facts"]["items"] == 1, answer
+    assert job.get_status() == "finished"

@@ -4,10 +4,11 @@ started, with no thread beside the worker)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Generator
 
 from rq import get_current_job
 
-from fair_router import Settings, explain
+from fair_router import Settings, explain, interruptible
 
 ANSWER = "test:why:running"
 
@@ -25,3 +26,11 @@ def boom() -> None:
 
 def noop() -> None:
     """Does nothing."""
+
+
+@interruptible(slice="1h")
+def explain_my_turn(cursor: int | None = None) -> Generator[int, None, str]:
+    """An interruptible job that explains itself after its first checkpoint, in its first turn."""
+    yield 1
+    explain_myself()
+    return "done"

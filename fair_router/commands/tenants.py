@@ -104,7 +104,9 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
 
     rate = f"{profile.rate}, burst {profile.burst}" if profile.rate else "unlimited"
     cap = profile.max_backlog if profile.max_backlog is not None else "none"
-    click.echo(f"tenant {tenant_id!r}: tier {profile.tier}{' (PAUSED)' if router.paused(tenant_id) else ''}")
+    since = router.tenants.paused_since(tenant_id)
+    paused = f" (PAUSED since {since:%Y-%m-%d %H:%M:%S}Z)" if since else " (PAUSED)" if router.paused(tenant_id) else ""
+    click.echo(f"tenant {tenant_id!r}: tier {profile.tier}{paused}")
     click.echo(f"  limit       {profile.limit} at once{mark('limit')}"
                f"{'' if settings.concurrency.enabled else ' (concurrency.enabled is off)'}")
     click.echo(f"  weight      {profile.weight:g}{mark('weight')}")

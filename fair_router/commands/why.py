@@ -1,4 +1,5 @@
-"""``fair-router why JOB_ID``: why a job waits, or what became of it (read-only; docs/why.md)."""
+"""``fair-router why JOB_ID``: why a job waits, or what became of it; ``fair-router tenant why TENANT``: why a tenant's
+jobs are slow (read-only; docs/why.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import click
 
 from fair_router.commands.common import connect, load_or_exit
 from fair_router.observe.why import Explanation, Reason, explain
+from fair_router.routing.tenant_why import explain_tenant
 
 
 @click.command()
@@ -45,3 +47,21 @@ def _shown(value: object) -> str:
     if isinstance(value, (list, tuple)):
         return ", ".join(map(str, value)) or "-"
     return str(value)
+
+
+@click.command("why")
+@click.argument("tenant_id", metavar="TENANT")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as one JSON object.")
+@click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
+def tenant_why(tenant_id: str, as_json: bool, config: Path | None) -> None:
+    """Why TENANT's jobs are slow now: paused, concurrency_limit, rate_limit, throttled, backlog_cap, else
+    fair_share (its jobs wait their turn) or not_waiting; its share of recent starts beside its fair share."""
+    settings = load_or_exit(config)
+    answer = explain_tenant(tenant_id, connect(settings.redis_url, cluster=settings.redis_cluster), settings)
+    if as_json:
+        click.echo(json.dumps(answer.as_dict(), sort_keys=True))
+        return
+    click.echo(f"tenant {answer.tenant!r}: {', '.join(reason.value for reason in answer.reasons)}")
+    click.echo("\n".join(f"  {name + ':':<18} {_shown(value)}" for name, value in answer.facts.items()
+                         if value is not None))
+    click.echo("\n".join(f"  not recorded:      {fact}" for fact in answer.unknown) or "", nl=bool(answer.unknown))

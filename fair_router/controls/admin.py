@@ -5,6 +5,7 @@ and tier book it shares only; a FairRouter has one (``router.tenants``) and dele
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from redis import Redis
@@ -132,6 +133,11 @@ class TenantAdmin:
     def paused(self, tenant: str | int) -> bool:
         """Whether ``tenant`` is paused."""
         return self._pauses.paused(self.tenant_id(tenant))
+
+    def paused_since(self, tenant: str | int) -> datetime | None:
+        """When ``tenant`` was paused (UTC, Redis server time); None when it is not paused (or its pause predates
+        recorded pause times)."""
+        return self._pauses.paused_since(self.tenant_id(tenant))
 
     def tenant_jobs(self, tenant: str | int) -> tuple[int, dict[str, int]]:
         """``tenant``'s running jobs (unexpired concurrency leases; 0 when limits are off) and its waiting jobs

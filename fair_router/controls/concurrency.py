@@ -7,6 +7,7 @@ never failed (docs/tenant-controls.md)."""
 
 from __future__ import annotations
 
+import calendar
 import logging
 import random
 import threading
@@ -36,6 +37,7 @@ from fair_router.controls.gate import (
 from fair_router.controls.pauses import PauseCheck
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
+from fair_router.core.jobmeta import META_HELD
 from fair_router.core.keys import Keys
 from fair_router.core.text import as_text
 from fair_router.store.cluster import is_rq_slot_client
@@ -151,25 +153,30 @@ class ConcurrencySlots:
                     pipe.execute()
         return released.removed
 
-    def parked_in(self, tenant: str, queue: str) -> bool:
+    def parked_in(self, tenant: str, queue: str, also: Callable[[Pipeline], None] | None = None) -> bool:
         """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release: False after a
-        refused start means a release came first, and the caller unparks it itself."""
+        refused start means a release came first, and the caller unparks it itself. ``also``: more writes."""
         with self.connection.pipeline(transaction=False) as pipe:
             self.tally.queue(pipe)
+            if also is not None:
+                also(pipe)
             place = len(pipe)
             pipe.sismember(self.keys.parked_in(tenant), queue)
             return bool(pipe.execute()[place])
 
-    def snooze(self, job: Job, queue: Queue, lease_tier: str) -> datetime:
-        """Reschedule ``job`` to its own queue after snooze + U(0, jitter); not a failure."""
+    def snooze(self, job: Job, queue: Queue, lease_tier: str, held: str = "") -> datetime:
+        """Reschedule ``job`` to its own queue after snooze + U(0, jitter); not a failure (``held``: :meth:`defer`)."""
         delay = self.config.snooze + self._rng.uniform(0, self.config.jitter)
         when = datetime.now(timezone.utc) + timedelta(seconds=delay)
         self.tally.add(lease_tier, "snoozed")
-        self.defer(job, queue, when)
+        self.defer(job, queue, when, held)
         return when
 
-    def defer(self, job: Job, queue: Queue, when: datetime) -> None:
-        """Put ``job`` in its queue's ScheduledJobRegistry for ``when``, with pending counters."""
+    def defer(self, job: Job, queue: Queue, when: datetime, held: str = "") -> None:
+        """Put ``job`` in its queue's ScheduledJobRegistry for ``when``, with pending counters. ``held``: the control
+        that turned its start away, recorded in its meta (:data:`META_HELD`) by the job save rq's scheduling makes."""
+        if held:
+            job.meta[META_HELD] = {"reason": held, "until": calendar.timegm(when.utctimetuple())}
         with job.connection.pipeline() as pipe:
             pipe.lrem(queue.intermediate_queue_key, 1, job.id)  # rq parks single-queue fetches there
             queue.schedule_job(job, when, pipeline=pipe)
@@ -213,9 +220,11 @@ class ConcurrencySlots:
                 except Exception:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
-    def flush(self) -> None:
-        """Write pending counts now (the worker calls this when it stops)."""
+    def flush(self, also: Callable[[Pipeline], None] | None = None) -> None:
+        """Write pending counts now (the worker calls this when it stops), with ``also``'s writes."""
         with self.connection.pipeline(transaction=False) as pipe:
-            if self.tally.queue(pipe):
+            if also is not None:
+                also(pipe)
+            if self.tally.queue(pipe) or len(pipe):
                 execute_riding_oom(pipe, self.connection)
 

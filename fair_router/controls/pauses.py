@@ -10,6 +10,7 @@ tenant at once in every fair queue rq knows, so its jobs flow again without wait
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
 from redis import Redis
 from rq import Queue
@@ -18,7 +19,7 @@ from fair_router.controls.fairstate import FairHoldScript, FairUnparkScript
 from fair_router.controls.gate import Admission, Refusal, Section, Start, StartControl, Verdict
 from fair_router.core.keys import Keys, encode
 from fair_router.core.text import as_text
-from fair_router.store.profile_scripts import NoteChangeScript
+from fair_router.store.profile_scripts import NoteChangeScript, PauseScript, pause_time
 from fair_router.store.scripts import Clock, now_arg
 
 PAUSE_PARK = 60.0
@@ -41,11 +42,12 @@ class TenantPauses:
         self._unpark = FairUnparkScript(self.rq)
         self._hold = FairHoldScript(self.rq)
         self._note_change = NoteChangeScript(connection)
+        self._pause = PauseScript(connection)
 
     def pause(self, tenant: str) -> None:
         """From now on no job of ``tenant`` starts (jobs already running finish). Where its jobs wait in a fair
         queue rq knows, it is parked at once (for :data:`PAUSE_PARK` at most), so no pop hands one out."""
-        self.connection.set(self.keys.paused(tenant), 1)
+        self._pause(self.keys.paused(tenant), now_arg(self.clock)).run()  # the flag holds the pause's time (ms)
         self._note_change(self.keys.profile_changes(), tenant).run()  # after the write: tier caches re-read it
         queues = sorted(as_text(raw) for raw in self.rq.smembers(Queue.redis_queues_keys))
         until_ms = round(((self.clock or time.time)() + PAUSE_PARK) * 1000)
@@ -69,6 +71,10 @@ class TenantPauses:
 
     def paused(self, tenant: str) -> bool:
         return bool(self.connection.exists(self.keys.paused(tenant)))
+
+    def paused_since(self, tenant: str) -> datetime | None:
+        """When ``tenant`` was paused (UTC); None when it is not, or was paused by a version that kept no time."""
+        return pause_time(self.connection.get(self.keys.paused(tenant)))
 
 
 class PauseCheck(StartControl):

@@ -23,3 +23,7 @@ META_WAITING = "fair_waiting"
 
 META_SHARD = "fair_shard"
 """The shard a sharded job key's job was placed on (its queue is ``<family>_shard<i>``)."""
+
+META_HELD = "fair_held"
+"""Why a worker turned a plain queue's job away and deferred it: ``{"reason": "concurrency_limit" | "paused" |
+"rate_limit", "until": epoch seconds}`` (the ScheduledJobRegistry's time), written by the deferral's own save."""

@@ -139,6 +139,10 @@ class Keys:
         values never overwrite each other."""
         return f"{self.prefix}:{{tiers}}:tenant:{encode(tenant)}"
 
+    def park_cause(self, tenant: str, queue: str) -> str:
+        """Why a refused start parked ``tenant`` in fair queue ``queue``: "<reason>|<ms>", expiring with the park."""
+        return f"{self.leases(tenant)}:parkwhy:{queue}"
+
     def paused(self, tenant: str) -> str:
         """Exists while ``tenant`` is paused. Same tag as its leases, so the acquire script reads it."""
         return self.paused_of(encode(tenant))

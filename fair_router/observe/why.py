@@ -20,7 +20,7 @@ from rq.rate_limit import RateLimitRegistry
 from rq.registry import ScheduledJobRegistry
 
 from fair_router.config.settings import Settings
-from fair_router.core.jobmeta import META_RULE
+from fair_router.core.jobmeta import META_HELD, META_RULE
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule
 from fair_router.core.tenancy import usable_tenant
@@ -36,8 +36,9 @@ from fair_router.observe.whyplace import (
 )
 from fair_router.store.scripts import PeekScript
 
-TURNS = "fair_turns"
-"""``job.meta`` key of an interruptible job's turns (fair_router.iteration.turns.TURNS: a sideways import)."""
+TURNS, ITEMS = "fair_turns", "fair_items"
+"""``job.meta`` keys of an interruptible job's turns started and checkpoints passed (fair_router.iteration.turns'
+TURNS and ITEMS: a sideways import)."""
 DEPENDENCIES_SHOWN = 50
 """Dependencies of a deferred job read and listed."""
 
@@ -69,6 +70,8 @@ APPROXIMATE = {
     "tenant_bound": f"over {BOUND} tenants may be served before it: the first {BOUND} counted",
 }
 """The causes lua/why_place.lua gives for an approximate place, as the ``approximate`` fact says them."""
+HELD_REASONS = ("concurrency_limit", "paused", "rate_limit")
+"""The reasons a turned-away, deferred job records (``META_HELD``)."""
 ENDED = {JobStatus.FINISHED: Reason.FINISHED, JobStatus.FAILED: Reason.FAILED, JobStatus.STOPPED: Reason.STOPPED,
          JobStatus.CANCELED: Reason.CANCELED}
 
@@ -159,9 +162,8 @@ class Explainer:
                 self.facts["error"] = _last_line(result.exc_string if result is not None else None)
             return self.done(ENDED[status], basis="it will not start again (unless requeued)")
         if status == JobStatus.STARTED:
-            turns = self.job.meta.get(TURNS)
-            self.facts.update(worker=self.job.worker_name, started_at=self.job.started_at,
-                              turn=turns if isinstance(turns, int) else None)
+            self.facts.update(worker=self.job.worker_name, started_at=self.job.started_at)
+            self.turns()
             return self.done(Reason.RUNNING, basis="it has started")
         if status == JobStatus.SCHEDULED:
             return self.scheduled()
@@ -170,6 +172,13 @@ class Explainer:
         if status == JobStatus.RATE_LIMITED:
             return self.rq_rate_limited()
         return self.waiting()
+
+    def turns(self) -> None:
+        """An interruptible job's ``turn`` (turns started: the current one while it runs) and ``items``."""
+        turns, items = self.job.meta.get(TURNS), self.job.meta.get(ITEMS)
+        self.facts["turn"] = turns if isinstance(turns, int) else None
+        if isinstance(items, int):
+            self.facts["items"] = items
 
     # -- not on a queue's list ------------------------------------------------------------------------
 
@@ -184,20 +193,35 @@ class Explainer:
         if self.job.retries_left is not None and self.job.ended_at is not None:  # it ran, failed, and waits to retry
             self.facts.update(retries_left=self.job.retries_left, last_run_ended_at=self.job.ended_at)
             return self.done(Reason.RETRY_WAIT, at=until, basis=basis)
-        if self.tenant is not None:
-            controls = tenant_controls(self.main, self.keys, self.tenant, self.job.id)
-            if controls.reserved_ms is not None:  # deferred by a rate on a plain queue: its start is reserved
-                self.facts["reserved_start"] = _at(controls.reserved_ms)
-                return self.done(Reason.RATE_LIMIT, at=until, basis=basis)
-            if controls.paused:
-                self.facts["paused"] = True
-                self.unknown.append("cause: a start turned away (paused, at its limit) is not recorded, so a snoozed "
-                                    "job reads as scheduled")
+        held = self.job.meta.get(META_HELD)
+        if self.tenant is None:
+            return self.done(Reason.SCHEDULED, at=until, basis=basis)
+        controls = tenant_controls(self.main, self.keys, self.tenant, self.job.id)
+        if not isinstance(held, dict) or held.get("reason") not in HELD_REASONS or until is None \
+                or held.get("until") != round(until.timestamp()):  # the user's, or a record of an earlier deferral
+            if controls.reserved_ms is not None:  # deferred by a rate (before reasons were recorded)
+                held = {"reason": Reason.RATE_LIMIT.value}
+            elif controls.paused:
+                self.paused_since(controls)
                 return self.done(Reason.SCHEDULED, [Reason.PAUSED], None, "its tenant is paused: it starts once "
                                  "resumed, at its scheduled time at the earliest")
-            self.unknown.append("cause: a start turned away by a concurrency limit is not recorded, so a snoozed "
-                                "job reads as scheduled")
-        return self.done(Reason.SCHEDULED, at=until, basis=basis)
+            else:
+                return self.done(Reason.SCHEDULED, at=until, basis=basis)
+        reason = Reason(held["reason"])  # a worker turned its start away and deferred it to this time
+        self.facts["turned_away"] = True
+        if reason == Reason.RATE_LIMIT:
+            self.facts["reserved_start"] = None if controls.reserved_ms is None else _at(controls.reserved_ms)
+        if controls.paused:
+            self.paused_since(controls)
+            return self.done(reason, [] if reason == Reason.PAUSED else [Reason.PAUSED], None,
+                             "its tenant is paused: it starts once resumed, at its deferred time at the earliest")
+        return self.done(reason, at=until, basis="the time its start was deferred to (rq's ScheduledJobRegistry): a "
+                         "scheduler enqueues it then; its tenant's controls are checked again at its start")
+
+    def paused_since(self, controls: TenantControls) -> None:
+        self.facts["paused_since"] = controls.paused_since
+        if controls.paused_since is None:
+            self.unknown.append("paused_since: paused by a version that recorded no pause time")
 
     def deferred(self) -> Explanation:
         ids = self.job.dependency_ids[:DEPENDENCIES_SHOWN]
@@ -226,7 +250,10 @@ class Explainer:
         if isinstance(self.job.meta.get(META_RULE), dict):
             reasons.append(Reason.THROTTLED)
             self.throttled(now_ms)
-        controls = None if self.tenant is None else tenant_controls(self.main, self.keys, self.tenant, self.job.id)
+        controls = None if self.tenant is None else tenant_controls(self.main, self.keys, self.tenant, self.job.id,
+                                                                    self.job.origin)
+        if TURNS in self.job.meta:  # an interruptible job between turns
+            self.turns()
         if isinstance(place, FairPlace):
             position = self.fair_place(place)
             if controls is not None:
@@ -237,8 +264,7 @@ class Explainer:
         else:
             position = self.plain_place(place)
             if controls is not None and controls.paused:
-                self.facts["paused_since"] = None
-                self.unknown.append("paused_since: a pause's time is not recorded")
+                self.paused_since(controls)
                 reasons.append(Reason.PAUSED)
                 blocked = "its tenant is paused: it starts once resumed"
         reasons.append(position)
@@ -271,8 +297,7 @@ class Explainer:
             self.facts["parked_until"] = _at(place.parked_until_ms)
         blocked = ""
         if controls.paused:
-            self.facts["paused_since"] = None
-            self.unknown.append("paused_since: a pause's time is not recorded")
+            self.paused_since(controls)
             reasons.append(Reason.PAUSED)
             blocked = "its tenant is paused: it starts once resumed"
         limit = place.limit
@@ -287,7 +312,11 @@ class Explainer:
             self.facts["rate_until"] = self.facts.get("parked_until")
             reasons.append(Reason.RATE_LIMIT)
         elif place.where == "parked" and len(reasons) == int(Reason.THROTTLED in reasons):
-            self.unknown.append("park cause: why a start was turned away is not recorded")
+            if controls.park_cause in HELD_REASONS:  # parked by it, which holds no more: it waits for the park's end
+                self.facts["park_cause"] = controls.park_cause
+                reasons.append(Reason(controls.park_cause))
+            else:
+                self.unknown.append("park cause: this park's cause was not recorded (a pause's hold, or expired)")
         return blocked
 
     def throttled(self, now_ms: int) -> None:
@@ -312,8 +341,8 @@ class Explainer:
                           "one): no throughput to estimate from")
         ahead = int(self.facts.get("jobs_ahead") or 0)
         at = _at(now_ms) + timedelta(seconds=(ahead + 1) / rate.per_second)
-        if "rate_until" in self.facts and self.facts["rate_until"] is not None:
-            at = max(at, self.facts["rate_until"])
+        if self.facts.get("tenant_state") == "parked" and self.facts.get("parked_until") is not None:
+            at = max(at, self.facts["parked_until"])  # pops skip it until then (the rate's time for a rate)
         decoded = "" if self.tenant is None else f" (tenant {self.tenant})"
         return at, (f"{ahead} jobs ahead of it in serving order{decoded} / {rate.per_second:.3g} starts/s "
                     f"({rate.starts} starts of every queue in the last {rate.seconds} s, the observers' record); "

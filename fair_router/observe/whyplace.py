@@ -5,6 +5,7 @@ slot) and the recent throughput (the observers' all-tenant record). Nothing here
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from redis import Redis
@@ -13,6 +14,7 @@ from fair_router.core.keys import FairQueueKeys, Keys
 from fair_router.core.text import as_text
 from fair_router.observe.recorder import ALL, TICK_SECONDS, TICK_SLOTS
 from fair_router.store.luascript import Call, LuaScript
+from fair_router.store.profile_scripts import pause_time
 
 BOUND = 1000
 """FIFO places checked one by one and tenants read per explanation; beyond it the place is approximate."""
@@ -85,24 +87,28 @@ class TenantControls:
     """What the start controls hold for one tenant (its slot, ``{lease:<tenant>}``)."""
 
     paused: bool
+    paused_since: datetime | None  # when it was paused (None: not paused, or paused before the time was recorded)
     running: list[str]  # job ids holding a concurrency slot (first BOUND)
     running_count: int
     rate_tat_ms: int | None  # the tenant's own rate: GCRA theoretical arrival time
     reserved_ms: int | None  # a plain queue's job deferred by a rate: the start reserved for it
+    park_cause: str | None  # why a refused start parked the tenant in the queue asked about (while the park lasts)
 
 
-def tenant_controls(connection: Redis, keys: Keys, tenant: str, job_id: str) -> TenantControls:
-    """One MULTI of reads on the tenant's slot."""
+def tenant_controls(connection: Redis, keys: Keys, tenant: str, job_id: str, queue: str = "") -> TenantControls:
+    """One MULTI of reads on the tenant's slot; ``queue``: the fair queue whose park cause is read."""
     leases = keys.leases(tenant)
     with connection.pipeline() as pipe:
-        pipe.exists(keys.paused(tenant))
+        pipe.get(keys.paused(tenant))
         pipe.zrange(leases, 0, BOUND - 1)
         pipe.zcard(leases)
         pipe.get(keys.rate(tenant))
         pipe.get(keys.rate_paid(tenant, job_id))
-        paused, running, count, tat, paid = pipe.execute()
-    return TenantControls(bool(paused), [as_text(raw) for raw in running], int(count),
-                          None if tat is None else int(float(tat)), None if paid is None else int(float(paid)))
+        pipe.get(keys.park_cause(tenant, queue))
+        paused, running, count, tat, paid, cause = pipe.execute()
+    return TenantControls(paused is not None, pause_time(paused), [as_text(raw) for raw in running], int(count),
+                          None if tat is None else int(float(tat)), None if paid is None else int(float(paid)),
+                          None if cause is None else as_text(cause))
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,13 @@
 """The scripts of the profile changes set: every write of a tenant's profile notes the tenant
-(``lua/profile_note.lua``); each tier cache polls it (``lua/profile_poll.lua``) and evicts only those."""
+(``lua/profile_note.lua``); each tier cache polls it (``lua/profile_poll.lua``) and evicts only those. And the
+pause flag's write (``lua/pause.lua``), which keeps the time of the pause."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
+from fair_router.core.text import as_text
 from fair_router.store.luascript import Call, LuaScript
 
 PROFILE_HORIZON = 3600.0
@@ -47,3 +50,25 @@ class PollChangesScript(LuaScript[Changes]):
         if int(count) < 0:
             return Changes(int(now_ms), None)
         return Changes(int(now_ms), [raw.decode() if isinstance(raw, bytes) else str(raw) for raw in tenants])
+
+
+class PauseScript(LuaScript[int]):
+    """pause.lua: set a tenant's pause flag to the time of the pause (server TIME, or the injected clock), kept
+    when it is already paused; one call, as the plain SET it replaces."""
+
+    name = "pause"
+
+    def __call__(self, flag: str, now_ms: str = "") -> Call[int]:
+        return self.call([flag], [now_ms])
+
+    def parse(self, reply: Any) -> int:
+        return int(reply)
+
+
+def pause_time(flag: bytes | str | None) -> datetime | None:
+    """A pause flag's value as the time of the pause: it holds ms since the pause, or ``1`` (an older pause)."""
+    try:
+        ms = int(as_text(flag)) if flag is not None else 0
+    except ValueError:
+        return None
+    return datetime.fromtimestamp(ms / 1000, timezone.utc) if ms > 1 else None

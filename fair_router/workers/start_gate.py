@@ -5,6 +5,7 @@ deferred on a plain queue), never fails. How the check rides rq's job-start MULT
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -19,8 +20,8 @@ from rq.job import Job
 from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings
-from fair_router.controls.gate import Admission, Lease, PendingStart, RateScope
-from fair_router.core.jobmeta import META_SYSTEM
+from fair_router.controls.gate import Admission, Lease, PendingStart, RateScope, Verdict
+from fair_router.core.jobmeta import META_HELD, META_SYSTEM
 from fair_router.core.tenancy import InvalidStoredTenant, stored_tenant, usable_tenant
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import turns_started
@@ -29,6 +30,10 @@ from fair_router.observe.waiting import WaitCounts
 from fair_router.rq_internals.worker import JobNotStarted, RqWorkerSeam
 from fair_router.workers.limiter import WorkerGate
 from fair_router.workers.unparking import Unparker
+
+HELD = {Verdict.AT_LIMIT: "concurrency_limit", Verdict.PAUSED: "paused", Verdict.RATE: "rate_limit",
+        Verdict.RESERVED: "rate_limit"}
+"""The reason a plain queue's turned-away job records (:data:`META_HELD`), by the refusing verdict."""
 
 
 class StartRefused(JobNotStarted):
@@ -203,14 +208,18 @@ class StartGate:
 
 def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: Admission) -> str | None:
     """The job may not start now: in a FairQueue it goes back to its tenant's FIFO and the tenant is parked
-    (skipped by pops) for as long as the refusing control says; on a plain queue it is deferred through rq's
-    scheduler (to its reserved token's time for a rate, after the snooze otherwise). Returns what the worker
-    logs (None: not a refusal, nothing done)."""
+    (skipped by pops) for as long as the refusing control says, its cause noted (:meth:`Keys.park_cause`); on a
+    plain queue it is deferred through rq's scheduler (to its reserved token's time for a rate, after the snooze
+    otherwise), with the reason in its meta (:data:`META_HELD`, in the job save the deferral makes anyway).
+    Returns what the worker logs (None: not a refusal, nothing done)."""
     limiter, refusal = gate.limiter, gate.refusal(admission)
     if refusal is None:
         return None
+    held = HELD.get(admission.status, "")
     if isinstance(queue, FairQueue):
         seconds = refusal.park_seconds
+        # why, for explain: one SET, expiring with the park, on the round trip that sends the counts below
+        cause = partial(_note_cause, limiter.keys.park_cause(tenant, queue.name), held, seconds)
         limit = limiter.tiers.profile(tenant).limit if gate.slots else None
         queue.park(job, tenant, seconds, limit, at_ms=refusal.until_ms)
         # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
@@ -220,13 +229,19 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
             # The refusal recorded this queue for the next release (Keys.parked_in). If a release took the
             # record before our park landed, its unpark may have come first and found nothing parked: then the
             # park is ended here. Otherwise the release that takes it comes after the park, and ends it.
-            if not limiter.parked_in(tenant, queue.name):
+            if not limiter.parked_in(tenant, queue.name, also=cause):
                 queue.unpark(tenant, limit=limit)
         else:
-            limiter.flush()
+            limiter.flush(also=cause)
         return f"{tenant} is {refusal.why}; job {job.id} back in {queue.name}, tenant parked for up to {seconds:.3f} s"
     if refusal.until_ms is not None:
+        job.meta[META_HELD] = {"reason": held, "until": math.ceil(refusal.until_ms / 1000)}  # defer_until's time
         when = gate.defer_until(job, queue, refusal.until_ms)
     else:
-        when = limiter.snooze(job, queue, limiter.tiers.tier(tenant))
+        when = limiter.snooze(job, queue, limiter.tiers.tier(tenant), held)
     return f"{tenant} is {refusal.why}; job {job.id} deferred until {when}"
+
+
+def _note_cause(key: str, held: str, seconds: float, pipe: Pipeline) -> None:
+    """A fair queue's park cause (:meth:`Keys.park_cause`), for as long as the park."""
+    pipe.set(key, held, px=max(1, math.ceil(seconds * 1000)))

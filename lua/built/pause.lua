@@ -1,0 +1,23 @@
+-- lib/time.lua: the one clock every script decides with.
+
+-- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+local function clock_ms(given)
+  local now = tonumber(given)
+  if now then return now end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- pause.lua: pause a tenant (controls/pauses.py): its pause flag holds the time of the pause (ms), kept when
+-- it is already paused, so that "paused since" is the first pause's. Readers only test that the flag exists.
+-- include: time
+-- KEYS[1]  the tenant's pause flag (keys.paused).
+-- ARGV     now_ms ('' = server TIME)
+-- Returns  the flag's value: the time of the pause in ms (1: paused by a version that recorded no time).
+local flag = KEYS[1]
+local since = redis.call('GET', flag)
+if since then return tonumber(since) or 1 end
+local now_ms = clock_ms(ARGV[1] or '')
+redis.call('SET', flag, now_ms)
+return now_ms
