@@ -12,6 +12,7 @@ from redis.backoff import EqualJitterBackoff
 from redis.client import Pipeline
 from redis.exceptions import OutOfMemoryError
 
+from fair_router.store.luascript import function_lost
 from fair_router.store.outage import BACKOFF_BASE, BACKOFF_CAP, GraceRetry
 
 OOM_FIX = ("free memory or raise `maxmemory` (CONFIG SET maxmemory, or the plan's memory on a managed service); "
@@ -64,19 +65,27 @@ def call_riding_oom(call: Callable[[], T], grace: float) -> T:
 
 def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = None) -> list[Any]:
     """``pipe.execute()`` riding Redis out of memory for up to ``grace`` seconds (default :func:`grace_of`): a plain
-    pipeline's refused commands are sent again alone, a refused transaction whole. Returns every reply, in order."""
+    pipeline's refused commands are sent again alone, a refused transaction whole. Returns every reply, in order (an
+    FCALL's "Function not found" among them: ``Call.queue_function``)."""
     stack = list(pipe.command_stack)
     if getattr(pipe, "transaction", False) is True:
         limit = grace_of(connection) if grace is None else grace
         unsent = [pipe]
+        # an FCALL's "Function not found" (Redis lost the library) is left to its reader: the call did nothing
+        lenient = any(str(args[0]).upper() == "FCALL" for args, _ in stack)
 
         def send() -> list[Any]:
             if unsent:
-                return list(unsent.pop().execute())
-            with connection.pipeline(transaction=True) as again:
-                for args, options in stack:
-                    again.pipeline_execute_command(*args, **options)
-                return list(again.execute())
+                replies = list(unsent.pop().execute(raise_on_error=not lenient))
+            else:
+                with connection.pipeline(transaction=True) as again:
+                    for args, options in stack:
+                        again.pipeline_execute_command(*args, **options)
+                    replies = list(again.execute(raise_on_error=not lenient))
+            for reply in replies:
+                if isinstance(reply, Exception) and not function_lost(reply):
+                    raise reply
+            return replies
 
         return call_riding_oom(send, limit)
     replies = list(pipe.execute(raise_on_error=False))
