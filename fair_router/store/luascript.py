@@ -69,7 +69,7 @@ def function_lost(reply: object) -> bool:
 def forget_functions() -> None:
     """After a "Function not found": Redis lost the libraries this process loaded there (with a restart, on every
     pool of that server), so every pool's are forgotten; each is loaded again at its next use."""
-    for loaded in _LOADED.values():
+    for loaded in list(_LOADED.values()):
         loaded.difference_update({name for name in loaded if name.startswith("fair_router_")})
 
 
