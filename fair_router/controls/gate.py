@@ -15,13 +15,13 @@ from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
 from redis import Redis
 from redis.client import Pipeline
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 from rq import Queue
 from rq.job import Job
 
 from fair_router.controls.tiers import TierBook
 from fair_router.core.profiles import TenantProfile
-from fair_router.store.luascript import Call, LuaScript
+from fair_router.store.luascript import Call, LuaScript, forget_functions, function_lost
 from fair_router.store.scripts import Clock, now_arg
 
 
@@ -144,17 +144,20 @@ L = TypeVar("L", bound=Slots)
 
 
 class Tally(Protocol):
-    """Where the controls' counts go (per tier, by name); written with the next pipeline that passes by."""
+    """Where the controls' counts go (per tier, by name); written with the next pipeline that passes by (the slots
+    taken and released at every job: once a second, fair_router/observe/counters.py)."""
 
     def add(self, tier: str, counter: str, amount: int = 1) -> None: ...
 
-    def queue(self, pipe: Pipeline) -> int: ...
+    def queue(self, pipe: Pipeline, force: bool = False) -> int: ...
 
 
 class StartScript(LuaScript[Admission]):
-    """start.lua: one text for every list of controls; each call names its controls' pieces, in order."""
+    """start.lua: one text for every list of controls; each call names its controls' pieces, in order. A Redis
+    function where the server has them (its pieces defined once, not at each start)."""
 
     name = "start"
+    as_function = True
 
     def __init__(self, connection: Redis, pieces: Sequence[str]) -> None:
         self.pieces = tuple(pieces)
@@ -220,21 +223,23 @@ class TenantGate(Generic[L]):
 
     def run(self, start: Start, pipeline: Pipeline | None = None) -> Admission:
         """Decide ``start`` by one call (with ``pipeline``: after its commands, in the same round trip, with the
-        pending counts). Executed here, so the call goes as EVALSHA; after a NOSCRIPT only the call is sent
-        again, on its own (it did nothing; the pipeline's other commands ran)."""
+        pending counts). Executed here, so the call goes as FCALL (EVALSHA where it cannot); after a NOSCRIPT or
+        "Function not found" only the call is sent again, on its own (it did nothing; the pipeline's other
+        commands ran)."""
         call = self._call(start)
         if pipeline is None:
             return self._counted(start, call.run())
         self.limiter.tally.queue(pipeline)
         place = len(pipeline)
-        call.queue_loaded(pipeline)
+        if self.script.loaded_function(pipeline) is None:
+            call.queue_loaded(pipeline)
+        else:
+            call.queue_function(pipeline)
         replies = pipeline.execute(raise_on_error=False)
         for other in replies:
-            if isinstance(other, Exception) and not isinstance(other, NoScriptError):
+            if isinstance(other, Exception) and not isinstance(other, NoScriptError) and not function_lost(other):
                 raise other
-        if isinstance(replies[place], NoScriptError):
-            return self._counted(start, call.run())
-        return self._counted(start, self.script.parse(replies[place]))
+        return self._counted(start, self._decided(call, replies[place]))
 
     def queue_check(self, tenant: str, job: Job, scopes: list[RateScope], reserve: bool,
                     pipeline: Pipeline, fair_queue: str = "") -> PendingStart:
@@ -243,13 +248,24 @@ class TenantGate(Generic[L]):
         start = self.start(tenant, job, scopes, reserve, fair_queue)
         self.limiter.tally.queue(pipeline)
         place = len(pipeline)
-        self._call(start).queue(pipeline)
+        self._call(start).queue_function(pipeline)
         return PendingStart(start, place)
 
     def answer(self, pending: PendingStart, replies: list[Any]) -> tuple[Admission, Lease | None]:
-        """What :meth:`acquire` returns, from the replies of the pipeline ``pending`` was queued on."""
-        admission = self._counted(pending.start, self.script.parse(replies[pending.place]))
+        """What :meth:`acquire` returns, from the replies of the pipeline ``pending`` was queued on (its FCALL met
+        "Function not found": made again on its own)."""
+        admission = self._counted(pending.start, self._decided(self._call(pending.start), replies[pending.place]))
         return admission, self._lease(pending.start, admission)
+
+    def _decided(self, call: Call[Admission], reply: Any) -> Admission:
+        """The admission of ``reply``; a call that did nothing (NOSCRIPT, "Function not found": Redis lost the
+        script) is made again on its own."""
+        if isinstance(reply, NoScriptError) or function_lost(reply):
+            forget_functions()
+            return call.run()
+        if isinstance(reply, ResponseError):
+            raise reply
+        return self.script.parse(reply)
 
     def _call(self, start: Start) -> Call[Admission]:
         return self.script(now_arg(self.limiter.clock), start.job_id,

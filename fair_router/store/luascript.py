@@ -39,7 +39,7 @@ _NO_FUNCTIONS = "fn:none"
 """In a pool's ``_LOADED`` set: its server or user can have no Redis functions (run scripts as EVALSHA)."""
 BUILT = "built"
 """``lua/built``: the generated, checked-in texts Redis runs."""
-FUNCTIONS = ("fair_pop", "route")
+FUNCTIONS = ("fair_pop", "route", "start")
 """The scripts that also run as a Redis function library (``lua/built/<name>.library.lua``)."""
 FUNCTION_FLAGS = {"fair_pop": "{'allow-oom'}"}
 """A library's function flags (none: ``{}``, refused upfront when Redis is out of memory, as a write should be).
@@ -48,8 +48,8 @@ memory)."""
 MINIFIED = ("start", "observe_start", "fair_hold", "fair_unpark", "fair_settle")
 """The scripts sent whole as EVAL on pipelines someone else executes (rq's job-start MULTI, a slot's release,
 the after-job pipeline), as ``lua/built/<name>.min.lua`` (no comments or indentation): Redis hashes the text
-at every call (about 2.5 us per KB), and these run once per job (the start, a paced tenant's start report,
-the release's unpark, the runtime charge's settle)."""
+at every call (about 2.5 us per KB), and these run once per job (a paced tenant's start report, the release's
+unpark, the runtime charge's settle; the start where it cannot be a function)."""
 
 
 def no_functions(error: ResponseError, command: str) -> bool:
@@ -58,6 +58,19 @@ def no_functions(error: ResponseError, command: str) -> bool:
     text = str(error).lower()
     refused = isinstance(error, NoPermissionError) or "unknown command" in text or "unknown subcommand" in text
     return refused and command in text
+
+
+def function_lost(reply: object) -> bool:
+    """Whether ``reply`` is Redis' "Function not found": it lost a library this process had loaded (FUNCTION FLUSH, a
+    restart without persistence); the call did nothing (:meth:`Call.queue_function`)."""
+    return isinstance(reply, ResponseError) and "function not found" in str(reply).lower()
+
+
+def forget_functions() -> None:
+    """After a "Function not found": Redis lost the libraries this process loaded there (with a restart, on every
+    pool of that server), so every pool's are forgotten; each is loaded again at its next use."""
+    for loaded in list(_LOADED.values()):
+        loaded.difference_update({name for name in loaded if name.startswith("fair_router_")})
 
 
 def lua_dir() -> Traversable:
@@ -186,8 +199,9 @@ class LuaScript(Generic[R]):
 
     name: ClassVar[str]
     as_function: ClassVar[bool] = False
-    """Run on its own as a Redis function (FCALL) where the server has them: Redis >= 7, a standalone client,
-    FUNCTION LOAD allowed; else EVALSHA. For a hot script whose pieces cost much of each call (the pop)."""
+    """Run as a Redis function (FCALL) where the server has them: Redis >= 7, a standalone client, FUNCTION LOAD
+    allowed; else EVALSHA (EVAL queued by :meth:`Call.queue_function`). For a hot script whose pieces cost much of
+    each call (the pop, the start)."""
 
     def __init__(self, connection: Redis) -> None:
         self.source = self.build_source()
@@ -234,8 +248,9 @@ class LuaScript(Generic[R]):
             if no_functions(error, "fcall"):
                 _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
                 return self._registered(keys=keys, args=args)
-            if "function not found" not in str(error).lower():
+            if not function_lost(error):
                 raise
+            forget_functions()
         try:
             self.load_function()
         except (OutOfMemoryError, ReadOnlyError):
@@ -247,13 +262,37 @@ class LuaScript(Generic[R]):
             return self._registered(keys=keys, args=args)
         return self._connection.fcall(function, len(keys), *keys, *args)
 
-    def load_function(self) -> bool:
-        """FUNCTION LOAD this script's library on its connection's server; False when it is not :attr:`as_function` or a
-        cluster client's; raises what Redis answers otherwise."""
-        if self.function is None or getattr(self._connection, "connection_pool", None) is None:
+    def loaded_function(self, pipeline: Pipeline) -> str | None:
+        """The function to queue as FCALL on ``pipeline``: its library loaded on the pipeline's server by this process
+        (FUNCTION LOAD, a round trip the first time only); None where it cannot be (not :attr:`as_function`, a
+        cluster's pipeline, no functions, Redis out of memory or read-only): then EVAL or EVALSHA."""
+        pool = getattr(pipeline, "connection_pool", None)
+        if self.function is None or pool is None:
+            return None
+        loaded = _LOADED.setdefault(pool, set())
+        if _NO_FUNCTIONS in loaded:
+            return None
+        if self.function not in loaded:
+            try:
+                self.load_function(Redis(connection_pool=pool))
+            except (OutOfMemoryError, ReadOnlyError):
+                return None
+            except ResponseError as error:
+                if not no_functions(error, "function"):
+                    raise
+                loaded.add(_NO_FUNCTIONS)
+                return None
+            loaded.add(self.function)
+        return self.function
+
+    def load_function(self, client: Redis | None = None) -> bool:
+        """FUNCTION LOAD this script's library on ``client``'s server (default: its connection's); False when it is not
+        :attr:`as_function` or a cluster client's; raises what Redis answers otherwise."""
+        client = self._connection if client is None else client
+        if self.function is None or getattr(client, "connection_pool", None) is None:
             return False
         try:
-            self._connection.function_load(self.library)
+            client.function_load(self.library)
         except ResponseError as error:
             if "already exists" not in str(error):
                 raise
@@ -280,6 +319,18 @@ class Call(Generic[R]):
         # its keys (all in one slot); on a plain pipeline it is what .eval() sends.
         pipeline.execute_command(  # type: ignore[no-untyped-call]
             "EVAL", self.script.source, len(self.keys), *self.keys, *self.args)
+        return pipeline
+
+    def queue_function(self, pipeline: Pipeline) -> Pipeline:
+        """Queue it as FCALL on ``pipeline`` (one someone else may execute: rq's job-start MULTI) where its library is
+        loaded (:meth:`LuaScript.loaded_function`), else as :meth:`queue` (EVAL): no text hashed nor pieces defined
+        at each call. A reply that is :func:`function_lost` did nothing: its reader forgets the pool's functions
+        (:func:`forget_functions`) and makes the call again on its own (:meth:`run`)."""
+        function = self.script.loaded_function(pipeline)
+        if function is None:
+            return self.queue(pipeline)
+        pipeline.execute_command(  # type: ignore[no-untyped-call]
+            "FCALL", function, len(self.keys), *self.keys, *self.args)
         return pipeline
 
     def queue_loaded(self, pipeline: Pipeline) -> Pipeline:

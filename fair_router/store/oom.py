@@ -12,6 +12,7 @@ from redis.backoff import EqualJitterBackoff
 from redis.client import Pipeline
 from redis.exceptions import OutOfMemoryError
 
+from fair_router.store.luascript import function_lost
 from fair_router.store.outage import BACKOFF_BASE, BACKOFF_CAP, GraceRetry
 
 OOM_FIX = ("free memory or raise `maxmemory` (CONFIG SET maxmemory, or the plan's memory on a managed service); "
@@ -59,23 +60,26 @@ def call_riding_oom(call: Callable[[], T], grace: float) -> T:
 
 def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = None) -> list[Any]:
     """``pipe.execute()`` riding Redis out of memory for up to ``grace`` seconds (default :func:`grace_of`): a plain
-    pipeline's refused commands are sent again alone, a refused transaction whole. Returns every reply, in order."""
+    pipeline's refused commands are sent again alone, a refused transaction whole. Returns every reply, in order (an
+    FCALL's "Function not found" among them: ``Call.queue_function``)."""
     stack = list(pipe.command_stack)
     transaction = getattr(pipe, "transaction", False) is True
+    # a transaction's FCALL answered "Function not found" (Redis lost the library) is left to its reader: it did nothing
+    raising = transaction and not any(str(args[0]).upper() == "FCALL" for args, _ in stack)
     replies: list[Any] = [None] * len(stack)
     refused = list(range(len(stack)))  # what a send sends again: all of a refused transaction, else each refused
     unsent = [pipe]
 
     def send() -> list[Any]:
         if unsent:
-            sent = list(unsent.pop().execute(raise_on_error=transaction))
+            sent = list(unsent.pop().execute(raise_on_error=raising))
             replies[:], refused[:] = sent, range(len(sent))
         else:
             with connection.pipeline(transaction=transaction) as again:
                 for index in refused:
                     args, options = stack[index]
                     again.pipeline_execute_command(*args, **options)
-                for index, reply in zip(refused, again.execute(raise_on_error=transaction), strict=True):
+                for index, reply in zip(refused, again.execute(raise_on_error=raising), strict=True):
                     replies[index] = reply
         refused[:] = [index for index in refused if isinstance(replies[index], OutOfMemoryError)]
         if refused:
@@ -84,6 +88,6 @@ def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = No
 
     call_riding_oom(send, grace_of(connection) if grace is None else grace)
     for reply in replies:
-        if isinstance(reply, Exception):
+        if isinstance(reply, Exception) and not (transaction and function_lost(reply)):
             raise reply
     return replies

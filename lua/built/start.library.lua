@@ -1,0 +1,197 @@
+#!lua name=fair_router_start_f5b8b84d630c0954
+local KEYS, ARGV
+-- lib/time.lua: the one clock every script decides with.
+
+-- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+local function clock_ms(given)
+  local now = tonumber(given)
+  if now then return now end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- lib/start.lua: run_start(controls): decide one job start by the controls the call names, in its order.
+-- include: time
+-- controls: name -> the table of its lua/lib/start_<name>.lua piece (start.lua holds every piece; a call
+-- names the ones its worker runs: fair_router/controls/gate.py). Three passes, each in the call's order:
+--   held(s, k, a, n)  -> true when the job already holds what it needs (a lease refresh): admitted, HELD (2);
+--   check(s, k, a, n) -> a refusal status, or nil to let the next control look (none writes but a rate's
+--                        reservation, so a rate control goes last);
+--   take(s, k, a, n)  -> take what the start uses (a slot, rate tokens); only once every check passed.
+-- k, a: the control's offsets in KEYS and ARGV (its first key is KEYS[k + 1], its first arg ARGV[a + 1]);
+-- n: how many keys it has.
+-- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms and s.report (admissions).
+local function run_start(controls)
+  local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
+             report = 0}
+  local n_argv = #ARGV
+  -- pass 0 (held), 1 (check), 2 (take); offsets walked again per pass: no tables built per call
+  for pass = 0, 2 do
+    local k, a = 0, 2
+    while a < n_argv do
+      local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
+      if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
+      local first = a + 3
+      if pass == 0 then
+        if control.held and control.held(s, k, first, n_keys) then return {2, s.reclaimed, 0, s.now_ms, 0} end
+      elseif pass == 1 then
+        local refused = control.check(s, k, first, n_keys)
+        if refused then return {refused, s.reclaimed, s.at_ms, s.now_ms, 0} end
+      elseif control.take then
+        control.take(s, k, first, n_keys)
+      end
+      k, a = k + n_keys, first + tonumber(ARGV[a + 3])
+    end
+  end
+  return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
+end
+
+-- start_pause.lua: the pause control of a job start (controls/pauses.py): refused (4) while the flag exists.
+-- KEYS +1  the tenant's pause flag.   ARGV  none.
+local start_pause = {}
+function start_pause.check(s, k, a)
+  if redis.call('EXISTS', KEYS[k + 1]) == 1 then return 4 end
+end
+
+-- start_slot.lua: the concurrency-slot control of a job start (controls/concurrency.py): a lease per running
+-- job, refused (0) at the tenant's limit; a job that holds its slot already has its lease extended (HELD).
+-- KEYS +1  the tenant's leases: sorted set, member = job id, score = lease expiry (ms); +2 its parked-in set
+--          (Keys.parked_in).
+-- ARGV +1  limit (slots the tenant may hold), +2 lease_ms, +3 the fair queue whose job this is ('' = none): a
+--          refusal records it in the parked-in set, where the next release (release.lua) finds it.
+local start_slot = {}
+-- Expired leases are dropped first (their workers died or stalled: the slot comes back), counted as reclaimed.
+function start_slot.held(s, k, a)
+  local leases = KEYS[k + 1]
+  s.reclaimed = s.reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
+  if redis.call('ZSCORE', leases, s.job_id) then
+    redis.call('ZADD', leases, string.format('%d', s.now_ms + tonumber(ARGV[a + 2])), s.job_id)
+    return true
+  end
+  return false
+end
+-- Refused: s.at_ms is when its first slot comes back by itself (the earliest lease's expiry; a release may
+-- come sooner), so that a tenant whose slot a dead worker holds is parked no longer than that lease lives.
+function start_slot.check(s, k, a)
+  local leases = KEYS[k + 1]
+  if redis.call('ZCARD', leases) >= tonumber(ARGV[a + 1]) then
+    local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+    s.at_ms = tonumber(first[2]) or 0
+    local queue = ARGV[a + 3]
+    if queue ~= '' then  -- parked there until a release: it lasts a lease at most, so does the record
+      redis.call('SADD', KEYS[k + 2], queue)
+      redis.call('PEXPIRE', KEYS[k + 2], 2 * tonumber(ARGV[a + 2]))
+    end
+    return 0
+  end
+end
+function start_slot.take(s, k, a)
+  local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
+  redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
+  -- Every lease ends within lease_ms of its last refresh, but the key outlives it by a day: a lease
+  -- whose worker died must still be here for the next start to drop *and count* as reclaimed (a key
+  -- expiring with its last lease took that lease away uncounted). Expired leases never count toward
+  -- the limit, so the longer life costs only the memory of an idle tenant's small set. Set at every
+  -- take, no PTTL read first: a lease set by a worker whose lease_ms is longer still ends a day before
+  -- (leases up to a day long).
+  redis.call('PEXPIRE', leases, string.format('%d', lease_ms + 86400000))
+end
+
+-- start_rate.lua: the rate control of a job start (controls/gate.py): GCRA, one timestamp per scope (its
+-- theoretical arrival time, TAT). A scope with interval T and tolerance tau admits a start at `now` when
+-- TAT - tau <= now; the start moves its TAT to max(TAT, now) + T. Refused: 3 (next start at s.at_ms), or 5
+-- with reserve (the job's token taken now, its start reserved at s.at_ms: it comes back without paying).
+-- A start late for its token by less than T (a backlogged tenant's job waits for a worker to free up and
+-- fetch it) keeps the schedule: its TAT moves to TAT + T, not now + T, so the lateness of each start does
+-- not add up and a backlog starts at its rate, not at 1 / (T + lateness). So in any window of t seconds a
+-- scope admits at most burst + t / T starts plus the one a late start gives back; a start later than T
+-- (after an idle spell) begins a new schedule at now, as plain GCRA does.
+-- KEYS +1  this job's reserved start (ms), +2.. one TAT per scope (a string expiring T after its TAT passes),
+--          then with paced its pace mark in its fair queue (Keys.paced).
+-- ARGV +1  reserve ('1'), +2 tenant_scopes (the first scopes hold every job of the tenant: s.next_ms says
+--          when they allow its next start), +3 paced ('1': a fair queue's start held by the tenant's own
+--          rate), then per scope: interval_ms, tolerance_ms ((burst - 1) * T).
+-- Pace reports: the fair queue parks a paced tenant after each take until its start reports when the next may
+-- come (fair_hold.lua). A start reports only when that changes something (s.report): its rate binds (the next
+-- start is later than now: the mark is set, 65 s, outliving the queue's 60 s pace), or it no longer binds and
+-- the mark says the queue may still pace the tenant (the mark goes, the report ends the pace). A tenant whose
+-- rate never binds sends no report and is never parked by a pop.
+local start_rate = {}
+local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
+local PACE_MARK_MS = 65000  -- the pace mark's life: longer than lib/claims.lua's PACED_FOR_MS
+
+-- Takes a token of every scope for a start at `start` (nil: now, at each scope's kept schedule); returns
+-- when the first tenant_scopes allow the next.
+local function rate_take(s, k, a, start)
+  local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
+  for i = 1, s.rate_n do
+    local interval = tonumber(ARGV[a + 2 + 2 * i])
+    local tat = math.max(s.tats[i], start or s.tats[i]) + interval
+    -- kept T past it, for a late start; integer ms sent as '%d' (a Lua number crosses redis.call as '%.14g')
+    redis.call('SET', KEYS[k + 1 + i], string.format('%d', tat), 'PX', string.format('%d', tat - s.now_ms + interval))
+    local at = tat - tonumber(ARGV[a + 3 + 2 * i])
+    if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
+  end
+  return next_ms
+end
+
+function start_rate.check(s, k, a, n_keys)
+  local paid, now_ms = KEYS[k + 1], s.now_ms
+  local paced = ARGV[a + 3] == '1'
+  local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
+  -- the reservation, every scope's TAT and the pace mark in one read (one slot: the call's hash tag)
+  local got = redis.call('MGET', unpack(KEYS, k + 1, k + n_keys))
+  local reserved = tonumber(got[1] or '')
+  s.pace_key = paced and KEYS[k + n_keys] or nil
+  s.pace_marked = paced and got[n_keys] ~= false
+  if reserved then
+    if reserved > now_ms then  -- back early: not yet its time
+      s.at_ms = reserved
+      return 3
+    end
+    n = 0  -- its token was taken when it was deferred
+  end
+  for i = 1, n do
+    local tat = tonumber(got[1 + i] or '0')
+    if tat <= now_ms - tonumber(ARGV[a + 2 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
+    tats[i] = tat
+    local at = tat - tonumber(ARGV[a + 3 + 2 * i])
+    if at > allowed then allowed = at end
+  end
+  s.rate_n, s.tats, s.reserved = n, tats, reserved
+  if allowed <= now_ms then return nil end
+  s.at_ms = allowed
+  if ARGV[a + 1] ~= '1' then return 3 end
+  rate_take(s, k, a, allowed)
+  redis.call('SET', paid, string.format('%d', allowed), 'PX', string.format('%d', allowed - now_ms + PAID_KEEP_MS))
+  return 5
+end
+
+function start_rate.take(s, k, a)
+  s.next_ms = rate_take(s, k, a, nil)
+  if s.reserved then redis.call('DEL', KEYS[k + 1]) end
+  if not s.pace_key then return end
+  if s.next_ms > s.now_ms then
+    redis.call('SET', s.pace_key, 1, 'PX', PACE_MARK_MS)
+    s.report = 1
+  elseif s.pace_marked then
+    redis.call('DEL', s.pace_key)
+    s.report = 1
+  end
+end
+
+redis.register_function{function_name='fair_router_start_f5b8b84d630c0954', flags={}, callback=function(keys, args)
+KEYS, ARGV = keys, args
+-- start.lua: decide one job start by the worker's start controls (fair_router/controls/gate.py): pause,
+-- concurrency slot, rate, those the call names, in its order (lib/start.lua runs them). One text for every
+-- list of controls a worker may run: Redis runs this file's build, lua/built/start.min.lua (sent as EVAL on
+-- rq's job-start MULTI at every start: without comments, less to hash).
+-- include: start, start_pause, start_slot, start_rate
+-- KEYS     every named control's keys, control by control (each piece's header says which).
+-- ARGV     now_ms ('' = server TIME), job_id, then per control: its name (start_pause, start_slot,
+--          start_rate), its number of keys, its number of args, its args.
+-- Returns  {status, reclaimed, at_ms, now_ms, next_ms[, report]} (controls/gate.py Verdict and Admission).
+return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate})
+
+end}
