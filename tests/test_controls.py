@@ -60,7 +60,13 @@ def starts(conn: Redis, log_key: str) -> list[float]:
     return sorted(json.loads(raw)[0] for raw in conn.lrange(log_key, 0, -1))
 
 
-def assert_within_rate(times: list[float], rate: float, burst: int, slack: float = 0.05, tick: float = 0.0) -> None:
+JITTER = 0.15
+"""Seconds a job may record its start after its token was granted (a work horse forked on a loaded 2-core machine):
+the first start's lateness shifts every later bound by as much. Less than one token's interval at 4/s, so one start
+too early still fails."""
+
+
+def assert_within_rate(times: list[float], rate: float, burst: int, slack: float = JITTER, tick: float = 0.0) -> None:
     """GCRA's bound: the i-th start (from 0) comes at least (i - burst + 1) / rate after the first; and no
     one-second window holds more than rate + burst starts, or (1 + tick) * rate + burst when starts are
     released in batches every ``tick`` seconds (rq's scheduler keeps whole seconds: the jobs whose tokens
@@ -296,7 +302,7 @@ def test_a_tenant_at_4_per_second_on_a_fair_queue_with_3_workers_while_others_fl
 
     slow, fast = starts(conn, "test:log:limited"), starts(conn, "test:log:open")
     assert_within_rate(slow, rate=4, burst=1)
-    assert slow[-1] - slow[0] >= 15 / 4 - 0.05
+    assert slow[-1] - slow[0] >= 15 / 4 - JITTER
     # The unlimited tenant was not held up: its 30 jobs ran while the limited one trickled.
     assert fast[-1] < slow[-1] and fast[-1] - fast[0] < slow[-1] - slow[0], (fast, slow)
     assert ScheduledJobRegistry("ctl", connection=conn).count == 0  # parked in the queue, never deferred
@@ -317,7 +323,7 @@ def test_a_job_rate_on_a_plain_queue_defers_each_job_to_its_own_token(
     wait_for(lambda: conn.llen("test:log:plain") == 10, 60, "acme's ten jobs", fleet)
     times = starts(conn, "test:log:plain")
     assert_within_rate(times, rate=4, burst=2, tick=1.0)
-    assert times[-1] - times[0] >= 8 / 4 - 0.05
+    assert times[-1] - times[0] >= 8 / 4 - JITTER
     wait_for(lambda: all(j.get_status() == JobStatus.FINISHED for j in jobs + other), 30, "finished", fleet)
     assert FailedJobRegistry("ctl", connection=conn).count == 0
     assert not conn.keys(f"{PREFIX}:*paid*")  # every reservation used and dropped
