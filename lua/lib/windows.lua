@@ -1,16 +1,41 @@
--- lib/windows.lua: route.lua's throttle rules, read from ARGV where they stand (no table of them is built: most
+-- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them is built: most
 -- calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
 -- window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
 -- together, each answered as if recorded alone in turn.
 -- include: slices
--- ARGV[2..]: ttl_ms, cap, n_rules, base queue, then per rule r: per_ms, threshold, queue (ARGV[3 + 3r .. 5 + 3r]).
+-- ARGV[2]: the route's header, one binary string built once per route (fair_router/store/scripts.py, route_header;
+-- one argument where its fields as arguments cost the client and Redis about a microsecond each), read in place
+-- with struct.unpack (no table of it is built): '>HI4HH' n_rules, cap (newest entries kept), and the 1-based
+-- offsets of the shard queues' suffix and of the base queue; then per rule r, at 14r - 3, '>I8I4H' per_ms,
+-- threshold and the offset of its queue; then ttl_ms (the longest window), at 11 + 14 n_rules. Texts are '>Hc0'
+-- (length, then the bytes): what redis.call sends as it is.
 
 -- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
 local LISTPACK_MAX = 128
 
--- The queue family of rule `r` (0: the base queue).
+-- The header's text at `at` (its offset in the header).
+local function header_text(at)
+  return (struct.unpack('>Hc0', ARGV[2], at))
+end
+
+-- The queue family of rule `r` (0: the base queue: its offset is where rule 0's would be).
 local function rule_target(r)
-  return ARGV[5 + 3 * r]
+  return header_text((struct.unpack('>H', ARGV[2], 14 * r + 9)))
+end
+
+-- Rule `r`'s window (ms) and threshold.
+local function rule_limits(r)
+  return struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
+end
+
+-- The shard queues' suffix (a sharded family's queue on shard i: its name, the suffix, i).
+local function shard_suffix()
+  return header_text((struct.unpack('>H', ARGV[2], 7)))
+end
+
+-- Entries older than the longest window are never counted: the ttl (ms, text) of an idle window.
+local function window_ttl(n_rules)
+  return header_text(11 + 14 * n_rules)
 end
 
 -- Record the enqueue `member` (a job id digest) at `now_ms` (`now_text`: the same as text) in window `key`.
@@ -20,7 +45,7 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
   -- NX: a job id already recorded keeps its first time and counts once.
   redis.call('ZADD', key, 'NX', now_text, member)
   local size = redis.call('ZCARD', key)
-  local cap = tonumber(ARGV[3])
+  local cap = struct.unpack('>I4', ARGV[2], 3)
   if size > cap then
     -- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly;
     -- trimming on every add keeps small windows in Redis' compact listpack encoding.
@@ -34,8 +59,8 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
     -- A window counts enqueues with time in (now - per, now]; times are whole ms (clock_ms), so the lower
     -- bound is now - per + 1 inclusive, sent as '%d' text: integer printf, where redis.call would format a
     -- number with the float path (0.2 us more).
-    local threshold = tonumber(ARGV[4 + 3 * r])
-    if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - ARGV[3 + 3 * r] + 1),
+    local per, threshold = rule_limits(r)
+    if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - per + 1),
                                        now_text) > threshold then
       return r
     end
@@ -58,7 +83,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     if seen[member] then return nil end
     seen[member] = true
   end
-  local size, cap, counts, newest = redis.call('ZCARD', key), tonumber(ARGV[3]), {}, now_ms
+  local size, cap, counts, newest = redis.call('ZCARD', key), struct.unpack('>I4', ARGV[2], 3), {}, now_ms
   if size > 0 and size <= LISTPACK_MAX then  -- a small window is read whole (ZMSCORE scans a listpack per member)
     local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
     for i = 1, #entries, 2 do
@@ -74,9 +99,11 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
   if newest > now_ms then return nil end
+  local thresholds = {}
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
-    counts[r] = size + #members > tonumber(ARGV[4 + 3 * r])
-      and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_text)
+    local per, threshold = rule_limits(r)
+    thresholds[r] = threshold
+    counts[r] = size + #members > threshold and redis.call('ZCOUNT', key, now_ms - per + 1, now_text)
   end
   local zadd = {}
   for _, member in ipairs(members) do
@@ -93,13 +120,13 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     -- rewrite drops, is set again at once. REV: each entry goes in at the listpack's head, where in order each
     -- would walk the whole list.
     redis.call('ZRANGESTORE', key, key, 0, -1, 'REV')
-    redis.call('PEXPIRE', key, ARGV[2])
+    redis.call('PEXPIRE', key, window_ttl(n_rules))
   end
   local rules = {}
   for i = 1, #members do
     rules[i] = 0
     for r = n_rules, 1, -1 do
-      if counts[r] and counts[r] + i > tonumber(ARGV[4 + 3 * r]) then
+      if counts[r] and counts[r] + i > thresholds[r] then
         rules[i] = r
         break
       end
