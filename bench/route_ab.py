@@ -4,8 +4,8 @@ busy machine its route row moves by more than a change of a microsecond).
 
 Both trees' built texts are loaded on one server and fed the same calls, captured from real enqueues
 (bench/enqueue.py's two rules, 50 tenants, every window past its cap) with a fresh job id digest per call; each
-tree's calls as its own code makes them (the other tree's captured by its own bench/route_ab.py in a
-subprocess, then replayed once to fill its windows), so that trees whose route.lua takes other arguments compare:
+tree's calls as its own code makes them (captured by its own bench/route_ab.py in a subprocess, then replayed
+once on the measuring server to fill its windows), so that trees whose route.lua takes other arguments compare:
 
 - ``fcall``: ``FairRouter.record_and_route`` (route.lua as a Redis function, bench/lua_floor.py's route case),
   with a third side, ``empty``: this tree's library returning at once, the same arguments (the call and its
@@ -164,10 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     built = {"this": Path(__file__).resolve().parent.parent / "lua" / "built", "other": args.other / "lua" / "built"}
     per_block = min(args.calls, CAPTURED)
+    fcalls, evalshas = captured_by(Path(__file__).resolve().parent.parent)
     other_fcalls, other_evalshas = captured_by(args.other)
     with RedisServer() as server:
         conn = server.client()
-        fcalls, evalshas = capture(conn)
         texts = {side: (path / "route.library.lua").read_text(encoding="utf-8") for side, path in built.items()}
         texts["empty"] = returning_at_once(texts["this"])
         functions: dict[str, tuple[Call, Captured]] = {}
@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             functions[side] = (fcall_of(conn, f"route_ab_{side}"), other_fcalls if side == "other" else fcalls)
         scripts = {side: (evalsha_of(conn, conn.script_load((path / "route.lua").read_text(encoding="utf-8"))),
                           other_evalshas if side == "other" else evalshas) for side, path in built.items()}
-        for call, calls in (functions["other"], scripts["other"]):  # the other tree's windows filled, as this one's
-            for keys, argv in calls:
+        for call, calls in (functions["this"], functions["other"], scripts["this"], scripts["other"]):
+            for keys, argv in calls:  # each tree's windows filled (past their cap) alike
                 call(keys, argv)
         print(f"route.lua A/B ({args.rounds} rounds x {per_block} calls per side; ratios: medians of each round's "
               f"side / this)")
