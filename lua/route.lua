@@ -49,11 +49,11 @@ if n_cand == '0' and at + 2 == n_argv or at <= n_argv and at + 3 + tonumber(n_ca
   local target = rule_target(rule)
   local shard = loads and least_loaded(loads, rule, at + 2, tonumber(n_cand)) or -1
   if waiting and recorded and counts_waiting(waiting, rule) then
-    route_wait(nil, waiting, n_windows, window, ARGV[at + 1], target, shard, shard_suffix)
+    route_wait(nil, waiting, n_windows, window, ARGV[at + 1], target, shard)
   end
   if key then redis.call('HINCRBY', KEYS[1], target, '1') end
   if push then push_job(push, n_rules, rule, target, now_text) end
-  if key then redis.call('PEXPIRE', key, window_ttl(n_rules)) end
+  if key then redis.call('PEXPIRE', key, header_text(11 + 14 * n_rules)) end
   return {rule, shard}
 end
 
@@ -96,7 +96,7 @@ while at <= n_argv do
   end
   local shard = least_loaded(loads, rule, at + 2, n_cand)
   if waiting and window > 0 and counts_waiting(waiting, rule) then
-    route_wait(waits, waiting, n_windows, window, member, rule_target(rule), shard, shard_suffix)
+    route_wait(waits, waiting, n_windows, window, member, rule_target(rule), shard)
   end
   reply[#reply + 1] = rule
   reply[#reply + 1] = shard
@@ -112,7 +112,7 @@ end
 if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_text) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (its ttl: the header's).
-local ttl = next(touched) and window_ttl(n_rules)
+local ttl = next(touched) and header_text(11 + 14 * n_rules)
 for key in pairs(touched) do
   redis.call('PEXPIRE', key, ttl)
 end

@@ -1,4 +1,4 @@
-#!lua name=fair_router_route_513930ccc714ae25
+#!lua name=fair_router_route_b8e7c2d8683cced4
 local KEYS, ARGV
 -- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
 -- is formatted with printf's float path on every call that passes it (and parsed back by the command).
@@ -39,8 +39,8 @@ local function call_sliced(command, key, values, per, each, option)
   end
 end
 
--- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them is built: most
--- calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
+-- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them is
+-- built: most calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
 -- window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
 -- together, each answered as if recorded alone in turn.
 -- include: slices
@@ -54,7 +54,8 @@ end
 -- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
 local LISTPACK_MAX = 128
 
--- The header's text at `at` (its offset in the header).
+-- The header's text at `at` (its offset in the header; the ttl's: 11 + 14 n_rules; the shard suffix's at 7).
+-- (Few functions: the one-round-trip enqueue's EVALSHA defines each at every call.)
 local function header_text(at)
   return (struct.unpack('>Hc0', ARGV[2], at))
 end
@@ -62,21 +63,6 @@ end
 -- The queue family of rule `r` (0: the base queue: its offset is where rule 0's would be).
 local function rule_target(r)
   return header_text((struct.unpack('>H', ARGV[2], 14 * r + 9)))
-end
-
--- Rule `r`'s window (ms) and threshold.
-local function rule_limits(r)
-  return struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
-end
-
--- The shard queues' suffix (a sharded family's queue on shard i: its name, the suffix, i).
-local function shard_suffix()
-  return header_text((struct.unpack('>H', ARGV[2], 7)))
-end
-
--- Entries older than the longest window are never counted: the ttl (ms, text) of an idle window.
-local function window_ttl(n_rules)
-  return header_text(11 + 14 * n_rules)
 end
 
 -- Record the enqueue `member` (a job id digest) at `now_ms` (`now_text`: the same as text) in window `key`.
@@ -100,7 +86,7 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
     -- A window counts enqueues with time in (now - per, now]; times are whole ms (clock_ms), so the lower
     -- bound is now - per + 1 inclusive, sent as '%d' text: integer printf, where redis.call would format a
     -- number with the float path (0.2 us more).
-    local per, threshold = rule_limits(r)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
     if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - per + 1),
                                        now_text) > threshold then
       return r
@@ -142,7 +128,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
   if newest > now_ms then return nil end
   local thresholds = {}
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
-    local per, threshold = rule_limits(r)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
     thresholds[r] = threshold
     counts[r] = size + #members > threshold and redis.call('ZCOUNT', key, now_ms - per + 1, now_text)
   end
@@ -161,7 +147,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     -- rewrite drops, is set again at once. REV: each entry goes in at the listpack's head, where in order each
     -- would walk the whole list.
     redis.call('ZRANGESTORE', key, key, 0, -1, 'REV')
-    redis.call('PEXPIRE', key, window_ttl(n_rules))
+    redis.call('PEXPIRE', key, header_text(11 + 14 * n_rules))
   end
   local rules = {}
   for i = 1, #members do
@@ -318,10 +304,12 @@ local function counts_waiting(w, rule)
 end
 
 -- route.lua: job `member`, recorded in window `window` (its tenant's), goes to family `queue` on `shard` (-1:
--- unsharded; `suffix`: the shard queues' suffix, read only then): it counts waiting there (section at ARGV[w],
+-- unsharded; the shard queues' suffix is route.lua's header's): it counts waiting there (section at ARGV[w],
 -- n_windows windows), at once, or when `waits` (a batch's: route_waits counts them all) is given, later.
-local function route_wait(waits, w, n_windows, window, member, queue, shard, suffix)
-  if shard >= 0 then queue = queue .. suffix() .. shard end
+local function route_wait(waits, w, n_windows, window, member, queue, shard)
+  if shard >= 0 then  -- the header's text at the offset its bytes 7-8 give (lib/windows.lua)
+    queue = queue .. struct.unpack('>Hc0', ARGV[2], (struct.unpack('>H', ARGV[2], 7))) .. shard
+  end
   local field = queue .. '|' .. ARGV[w + window]
   if not waits then return wait(KEYS[2 + n_windows], KEYS[3 + n_windows], member, field) end
   waits.members[#waits.members + 1] = member
@@ -333,7 +321,7 @@ local function route_waits(waits, n_windows)
   if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end
 
-redis.register_function{function_name='fair_router_route_513930ccc714ae25', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_route_b8e7c2d8683cced4', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.
@@ -386,11 +374,11 @@ if n_cand == '0' and at + 2 == n_argv or at <= n_argv and at + 3 + tonumber(n_ca
   local target = rule_target(rule)
   local shard = loads and least_loaded(loads, rule, at + 2, tonumber(n_cand)) or -1
   if waiting and recorded and counts_waiting(waiting, rule) then
-    route_wait(nil, waiting, n_windows, window, ARGV[at + 1], target, shard, shard_suffix)
+    route_wait(nil, waiting, n_windows, window, ARGV[at + 1], target, shard)
   end
   if key then redis.call('HINCRBY', KEYS[1], target, '1') end
   if push then push_job(push, n_rules, rule, target, now_text) end
-  if key then redis.call('PEXPIRE', key, window_ttl(n_rules)) end
+  if key then redis.call('PEXPIRE', key, header_text(11 + 14 * n_rules)) end
   return {rule, shard}
 end
 
@@ -433,7 +421,7 @@ while at <= n_argv do
   end
   local shard = least_loaded(loads, rule, at + 2, n_cand)
   if waiting and window > 0 and counts_waiting(waiting, rule) then
-    route_wait(waits, waiting, n_windows, window, member, rule_target(rule), shard, shard_suffix)
+    route_wait(waits, waiting, n_windows, window, member, rule_target(rule), shard)
   end
   reply[#reply + 1] = rule
   reply[#reply + 1] = shard
@@ -449,7 +437,7 @@ end
 if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_text) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (its ttl: the header's).
-local ttl = next(touched) and window_ttl(n_rules)
+local ttl = next(touched) and header_text(11 + 14 * n_rules)
 for key in pairs(touched) do
   redis.call('PEXPIRE', key, ttl)
 end

@@ -83,10 +83,12 @@ local function counts_waiting(w, rule)
 end
 
 -- route.lua: job `member`, recorded in window `window` (its tenant's), goes to family `queue` on `shard` (-1:
--- unsharded; `suffix`: the shard queues' suffix, read only then): it counts waiting there (section at ARGV[w],
+-- unsharded; the shard queues' suffix is route.lua's header's): it counts waiting there (section at ARGV[w],
 -- n_windows windows), at once, or when `waits` (a batch's: route_waits counts them all) is given, later.
-local function route_wait(waits, w, n_windows, window, member, queue, shard, suffix)
-  if shard >= 0 then queue = queue .. suffix() .. shard end
+local function route_wait(waits, w, n_windows, window, member, queue, shard)
+  if shard >= 0 then  -- the header's text at the offset its bytes 7-8 give (lib/windows.lua)
+    queue = queue .. struct.unpack('>Hc0', ARGV[2], (struct.unpack('>H', ARGV[2], 7))) .. shard
+  end
   local field = queue .. '|' .. ARGV[w + window]
   if not waits then return wait(KEYS[2 + n_windows], KEYS[3 + n_windows], member, field) end
   waits.members[#waits.members + 1] = member

@@ -1,5 +1,5 @@
--- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them is built: most
--- calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
+-- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them is
+-- built: most calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
 -- window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
 -- together, each answered as if recorded alone in turn.
 -- include: slices
@@ -13,7 +13,8 @@
 -- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
 local LISTPACK_MAX = 128
 
--- The header's text at `at` (its offset in the header).
+-- The header's text at `at` (its offset in the header; the ttl's: 11 + 14 n_rules; the shard suffix's at 7).
+-- (Few functions: the one-round-trip enqueue's EVALSHA defines each at every call.)
 local function header_text(at)
   return (struct.unpack('>Hc0', ARGV[2], at))
 end
@@ -21,21 +22,6 @@ end
 -- The queue family of rule `r` (0: the base queue: its offset is where rule 0's would be).
 local function rule_target(r)
   return header_text((struct.unpack('>H', ARGV[2], 14 * r + 9)))
-end
-
--- Rule `r`'s window (ms) and threshold.
-local function rule_limits(r)
-  return struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
-end
-
--- The shard queues' suffix (a sharded family's queue on shard i: its name, the suffix, i).
-local function shard_suffix()
-  return header_text((struct.unpack('>H', ARGV[2], 7)))
-end
-
--- Entries older than the longest window are never counted: the ttl (ms, text) of an idle window.
-local function window_ttl(n_rules)
-  return header_text(11 + 14 * n_rules)
 end
 
 -- Record the enqueue `member` (a job id digest) at `now_ms` (`now_text`: the same as text) in window `key`.
@@ -59,7 +45,7 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
     -- A window counts enqueues with time in (now - per, now]; times are whole ms (clock_ms), so the lower
     -- bound is now - per + 1 inclusive, sent as '%d' text: integer printf, where redis.call would format a
     -- number with the float path (0.2 us more).
-    local per, threshold = rule_limits(r)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
     if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - per + 1),
                                        now_text) > threshold then
       return r
@@ -101,7 +87,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
   if newest > now_ms then return nil end
   local thresholds = {}
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
-    local per, threshold = rule_limits(r)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
     thresholds[r] = threshold
     counts[r] = size + #members > threshold and redis.call('ZCOUNT', key, now_ms - per + 1, now_text)
   end
@@ -120,7 +106,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     -- rewrite drops, is set again at once. REV: each entry goes in at the listpack's head, where in order each
     -- would walk the whole list.
     redis.call('ZRANGESTORE', key, key, 0, -1, 'REV')
-    redis.call('PEXPIRE', key, window_ttl(n_rules))
+    redis.call('PEXPIRE', key, header_text(11 + 14 * n_rules))
   end
   local rules = {}
   for i = 1, #members do
