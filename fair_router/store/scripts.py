@@ -73,7 +73,7 @@ class RouteWaiting(NamedTuple):
 
 
 NONE, ONE, TWO = b"0", b"1", b"2"
-"""route.lua's section markers (none / one section follows) as sent: the client has no int to encode."""
+"""route.lua's section markers (none / a section follows, in one of two modes) as sent: no int to encode."""
 SMALL = tuple(str(n).encode() for n in range(256))
 """Small counts and indexes as sent: redis-py encodes an int argument by repr, about 2 µs, a str 1 µs."""
 
@@ -135,7 +135,7 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
             args.append(NONE)
         else:  # its keys last, where route.lua finds them
             keys += (*push.inflight, push.job_key, push.queues_key, *push.lists)
-            args += (ONE, ONE if push.at_front else NONE, push.job_id, *push.metas,
+            args += (TWO if push.at_front else ONE, push.job_id, *push.metas,
                      push.fair or "0" * (len(push.metas) + 1))
         for job in jobs:
             args += (NONE if job.window is None else _count(job.window + 1), Keys.member(job.job_id),

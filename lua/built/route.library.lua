@@ -1,4 +1,4 @@
-#!lua name=fair_router_route_b8e7c2d8683cced4
+#!lua name=fair_router_route_45132f46e86dac48
 local KEYS, ARGV
 -- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
 -- is formatted with printf's float path on every call that passes it (and parsed back by the command).
@@ -215,12 +215,13 @@ end
 -- family's list stands in, untouched), then the job hash, rq:queues, then the rq list of each family
 -- f = 0..n_rules.
 
--- The section from ARGV[at]: 0 (none), or 1 then at_front ('1'/'0'), job_id, the job's meta for each rule's
--- family r = 1..n_rules (the base family's is the one rq saved), and which families are fair queues (a string
--- of n_rules + 1 '0'/'1', base first). Returns the section's start (nil: none) and the ARGV index after it.
+-- The section from ARGV[at]: 0 (none), or 1 (push at the back) or 2 (at the front: one argument, not a marker
+-- and a flag), then job_id, the job's meta for each rule's family r = 1..n_rules (the base family's is the one
+-- rq saved), and which families are fair queues (a string of n_rules + 1 '0'/'1', base first). Returns the
+-- section's start (nil: none) and the ARGV index after it.
 local function read_push(at, n_rules)
-  if ARGV[at] ~= '1' then return nil, at + 1 end
-  return at + 1, at + 4 + n_rules
+  if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1 end
+  return at, at + 3 + n_rules
 end
 
 -- Push the job (section at ARGV[a]) to family `rule` of `n_rules`, queue `queue`: origin and meta (the rule is
@@ -238,7 +239,7 @@ local function push_job(a, n_rules, rule, queue, now_text)
     redis.call('ZADD', KEYS[job - n_rules - 1 + rule], now_text, ARGV[a + 1])
     return
   end
-  redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
+  redis.call(ARGV[a] == '2' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
 end
 
 -- lib/waiting.lua: per-tenant waiting counts of the plain queues fair-router routes into (what the dashboard
@@ -321,7 +322,7 @@ local function route_waits(waits, n_windows)
   if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end
 
-redis.register_function{function_name='fair_router_route_b8e7c2d8683cced4', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_route_45132f46e86dac48', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.
