@@ -1,4 +1,4 @@
-#!lua name=fair_router_route_45132f46e86dac48
+#!lua name=fair_router_route_2cdc267161388bbe
 local KEYS, ARGV
 -- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
 -- is formatted with printf's float path on every call that passes it (and parsed back by the command).
@@ -39,23 +39,21 @@ local function call_sliced(command, key, values, per, each, option)
   end
 end
 
--- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them is
--- built: most calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
--- window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
+-- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them
+-- is built: most calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's
+-- sliding window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
 -- together, each answered as if recorded alone in turn.
 -- include: slices
--- ARGV[2]: the route's header, one binary string built once per route (fair_router/store/scripts.py, route_header;
--- one argument where its fields as arguments cost the client and Redis about a microsecond each), read in place
--- with struct.unpack (no table of it is built): '>HI4HH' n_rules, cap (newest entries kept), and the 1-based
--- offsets of the shard queues' suffix and of the base queue; then per rule r, at 14r - 3, '>I8I4H' per_ms,
--- threshold and the offset of its queue; then ttl_ms (the longest window), at 11 + 14 n_rules. Texts are '>Hc0'
--- (length, then the bytes): what redis.call sends as it is.
+-- ARGV[2]: the route's header, one binary argument (fair_router/store/scripts.py route_header: one where ten cost
+-- the client 1-2 µs each), read in place with struct.unpack: '>HI4HH' n_rules, cap (newest entries kept), the
+-- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 14r - 3, '>I8I4H' per_ms,
+-- threshold, its queue's offset; the ttl (ms, the longest window) at 11 + 14 n_rules. Texts are '>Hc0' (length,
+-- bytes): what redis.call sends as it is.
 
 -- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
 local LISTPACK_MAX = 128
 
--- The header's text at `at` (its offset in the header; the ttl's: 11 + 14 n_rules; the shard suffix's at 7).
--- (Few functions: the one-round-trip enqueue's EVALSHA defines each at every call.)
+-- The header's text at `at` (few functions: the one-round-trip enqueue's EVALSHA defines each at every call).
 local function header_text(at)
   return (struct.unpack('>Hc0', ARGV[2], at))
 end
@@ -322,7 +320,7 @@ local function route_waits(waits, n_windows)
   if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end
 
-redis.register_function{function_name='fair_router_route_45132f46e86dac48', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_route_2cdc267161388bbe', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.

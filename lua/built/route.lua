@@ -37,23 +37,21 @@ local function call_sliced(command, key, values, per, each, option)
   end
 end
 
--- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them is
--- built: most calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
--- window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
+-- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them
+-- is built: most calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's
+-- sliding window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
 -- together, each answered as if recorded alone in turn.
 -- include: slices
--- ARGV[2]: the route's header, one binary string built once per route (fair_router/store/scripts.py, route_header;
--- one argument where its fields as arguments cost the client and Redis about a microsecond each), read in place
--- with struct.unpack (no table of it is built): '>HI4HH' n_rules, cap (newest entries kept), and the 1-based
--- offsets of the shard queues' suffix and of the base queue; then per rule r, at 14r - 3, '>I8I4H' per_ms,
--- threshold and the offset of its queue; then ttl_ms (the longest window), at 11 + 14 n_rules. Texts are '>Hc0'
--- (length, then the bytes): what redis.call sends as it is.
+-- ARGV[2]: the route's header, one binary argument (fair_router/store/scripts.py route_header: one where ten cost
+-- the client 1-2 µs each), read in place with struct.unpack: '>HI4HH' n_rules, cap (newest entries kept), the
+-- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 14r - 3, '>I8I4H' per_ms,
+-- threshold, its queue's offset; the ttl (ms, the longest window) at 11 + 14 n_rules. Texts are '>Hc0' (length,
+-- bytes): what redis.call sends as it is.
 
 -- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
 local LISTPACK_MAX = 128
 
--- The header's text at `at` (its offset in the header; the ttl's: 11 + 14 n_rules; the shard suffix's at 7).
--- (Few functions: the one-round-trip enqueue's EVALSHA defines each at every call.)
+-- The header's text at `at` (few functions: the one-round-trip enqueue's EVALSHA defines each at every call).
 local function header_text(at)
   return (struct.unpack('>Hc0', ARGV[2], at))
 end
