@@ -1,4 +1,4 @@
-#!lua name=fair_router_route_2cdc267161388bbe
+#!lua name=fair_router_route_5d5b1220e72ea8c9
 local KEYS, ARGV
 -- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
 -- is formatted with printf's float path on every call that passes it (and parsed back by the command).
@@ -45,7 +45,7 @@ end
 -- together, each answered as if recorded alone in turn.
 -- include: slices
 -- ARGV[2]: the route's header, one binary argument (fair_router/store/scripts.py route_header: one where ten cost
--- the client 1-2 µs each), read in place with struct.unpack: '>HI4HH' n_rules, cap (newest entries kept), the
+-- the client 1-2 us each), read in place with struct.unpack: '>HI4HH' n_rules, cap (newest entries kept), the
 -- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 14r - 3, '>I8I4H' per_ms,
 -- threshold, its queue's offset; the ttl (ms, the longest window) at 11 + 14 n_rules. Texts are '>Hc0' (length,
 -- bytes): what redis.call sends as it is.
@@ -320,7 +320,7 @@ local function route_waits(waits, n_windows)
   if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end
 
-redis.register_function{function_name='fair_router_route_2cdc267161388bbe', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_route_5d5b1220e72ea8c9', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.

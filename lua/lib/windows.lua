@@ -4,7 +4,7 @@
 -- together, each answered as if recorded alone in turn.
 -- include: slices
 -- ARGV[2]: the route's header, one binary argument (fair_router/store/scripts.py route_header: one where ten cost
--- the client 1-2 µs each), read in place with struct.unpack: '>HI4HH' n_rules, cap (newest entries kept), the
+-- the client 1-2 us each), read in place with struct.unpack: '>HI4HH' n_rules, cap (newest entries kept), the
 -- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 14r - 3, '>I8I4H' per_ms,
 -- threshold, its queue's offset; the ttl (ms, the longest window) at 11 + 14 n_rules. Texts are '>Hc0' (length,
 -- bytes): what redis.call sends as it is.
