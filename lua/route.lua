@@ -53,7 +53,7 @@ if n_cand == '0' and at + 2 == n_argv or at <= n_argv and at + 3 + tonumber(n_ca
   end
   if key then redis.call('HINCRBY', KEYS[1], target, '1') end
   if push then push_job(push, n_rules, rule, target, now_text) end
-  if key then redis.call('PEXPIRE', key, header_text(11 + 14 * n_rules)) end
+  if key then redis.call('PEXPIRE', key, header_text(15 + 16 * n_rules)) end
   return {rule, shard}
 end
 
@@ -112,7 +112,7 @@ end
 if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_text) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (its ttl: the header's).
-local ttl = next(touched) and header_text(11 + 14 * n_rules)
+local ttl = next(touched) and header_text(15 + 16 * n_rules)
 for key in pairs(touched) do
   redis.call('PEXPIRE', key, ttl)
 end

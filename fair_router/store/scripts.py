@@ -150,19 +150,19 @@ class RouteScript(LuaScript[list[tuple[int, int]]]):
 def route_header(base: str, rules: tuple[Rule, ...]) -> bytes:
     """route.lua's header (ARGV[2], lib/windows.lua): a route's rules, window cap and ttl, base queue and the shard
     queues' suffix in one binary argument, which the script reads in place with ``struct.unpack``: one argument
-    where ten cost redis-py and Redis about a microsecond each. Fixed part ``>HI4HH`` (n_rules, cap, the 1-based
-    offsets of the suffix's and the base queue's texts), then per rule ``>I8I4H`` (per_ms, threshold, its queue's
-    offset), then the texts, each ``>H`` length and bytes: the ttl (ms, digits) first, at ``11 + 14 n_rules``."""
+    where ten cost redis-py 1-2 µs each. Fixed part ``>HIII`` (n_rules, cap, the 1-based offsets of the suffix's
+    and the base queue's texts), then per rule ``>QII`` (per_ms, threshold, its queue's offset), then the texts,
+    each ``>I`` length and bytes: the ttl (ms, digits) first, at ``15 + 16 n_rules``."""
     ttl, cap = max((rule.per_ms for rule in rules), default=1), window_cap(rules) if rules else 1
     texts = [str(ttl).encode(), SHARD_SUFFIX.encode(), base.encode(), *(rule.queue.encode() for rule in rules)]
-    offsets, at = [], 11 + 14 * len(rules)
+    offsets, at = [], 15 + 16 * len(rules)
     for text in texts:
         offsets.append(at)
-        at += 2 + len(text)
-    head = struct.pack(">HIHH", len(rules), cap, offsets[1], offsets[2])
-    per_rule = b"".join(struct.pack(">QIH", rule.per_ms, rule.threshold, offset)
+        at += 4 + len(text)
+    head = struct.pack(">HIII", len(rules), cap, offsets[1], offsets[2])
+    per_rule = b"".join(struct.pack(">QII", rule.per_ms, rule.threshold, offset)
                         for rule, offset in zip(rules, offsets[3:], strict=True))
-    return head + per_rule + b"".join(struct.pack(">H", len(text)) + text for text in texts)
+    return head + per_rule + b"".join(struct.pack(">I", len(text)) + text for text in texts)
 
 
 class WindowCounts(NamedTuple):

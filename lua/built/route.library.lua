@@ -1,4 +1,4 @@
-#!lua name=fair_router_route_5d5b1220e72ea8c9
+#!lua name=fair_router_route_da8cb484388b5de1
 local KEYS, ARGV
 -- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
 -- is formatted with printf's float path on every call that passes it (and parsed back by the command).
@@ -45,9 +45,9 @@ end
 -- together, each answered as if recorded alone in turn.
 -- include: slices
 -- ARGV[2]: the route's header, one binary argument (fair_router/store/scripts.py route_header: one where ten cost
--- the client 1-2 us each), read in place with struct.unpack: '>HI4HH' n_rules, cap (newest entries kept), the
--- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 14r - 3, '>I8I4H' per_ms,
--- threshold, its queue's offset; the ttl (ms, the longest window) at 11 + 14 n_rules. Texts are '>Hc0' (length,
+-- the client 1-2 us each), read in place with struct.unpack: '>HI4I4I4' n_rules, cap (newest entries kept), the
+-- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 16r - 1, '>I8I4I4' per_ms,
+-- threshold, its queue's offset; the ttl (ms, the longest window) at 15 + 16 n_rules. Texts are '>I4c0' (length,
 -- bytes): what redis.call sends as it is.
 
 -- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
@@ -55,12 +55,12 @@ local LISTPACK_MAX = 128
 
 -- The header's text at `at` (few functions: the one-round-trip enqueue's EVALSHA defines each at every call).
 local function header_text(at)
-  return (struct.unpack('>Hc0', ARGV[2], at))
+  return (struct.unpack('>I4c0', ARGV[2], at))
 end
 
 -- The queue family of rule `r` (0: the base queue: its offset is where rule 0's would be).
 local function rule_target(r)
-  return header_text((struct.unpack('>H', ARGV[2], 14 * r + 9)))
+  return header_text((struct.unpack('>I4', ARGV[2], 16 * r + 11)))
 end
 
 -- Record the enqueue `member` (a job id digest) at `now_ms` (`now_text`: the same as text) in window `key`.
@@ -84,7 +84,7 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
     -- A window counts enqueues with time in (now - per, now]; times are whole ms (clock_ms), so the lower
     -- bound is now - per + 1 inclusive, sent as '%d' text: integer printf, where redis.call would format a
     -- number with the float path (0.2 us more).
-    local per, threshold = struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 16 * r - 1)
     if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - per + 1),
                                        now_text) > threshold then
       return r
@@ -126,7 +126,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
   if newest > now_ms then return nil end
   local thresholds = {}
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
-    local per, threshold = struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 16 * r - 1)
     thresholds[r] = threshold
     counts[r] = size + #members > threshold and redis.call('ZCOUNT', key, now_ms - per + 1, now_text)
   end
@@ -145,7 +145,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     -- rewrite drops, is set again at once. REV: each entry goes in at the listpack's head, where in order each
     -- would walk the whole list.
     redis.call('ZRANGESTORE', key, key, 0, -1, 'REV')
-    redis.call('PEXPIRE', key, header_text(11 + 14 * n_rules))
+    redis.call('PEXPIRE', key, header_text(15 + 16 * n_rules))
   end
   local rules = {}
   for i = 1, #members do
@@ -306,8 +306,8 @@ end
 -- unsharded; the shard queues' suffix is route.lua's header's): it counts waiting there (section at ARGV[w],
 -- n_windows windows), at once, or when `waits` (a batch's: route_waits counts them all) is given, later.
 local function route_wait(waits, w, n_windows, window, member, queue, shard)
-  if shard >= 0 then  -- the header's text at the offset its bytes 7-8 give (lib/windows.lua)
-    queue = queue .. struct.unpack('>Hc0', ARGV[2], (struct.unpack('>H', ARGV[2], 7))) .. shard
+  if shard >= 0 then  -- the header's text at the offset its bytes 7-10 give (lib/windows.lua)
+    queue = queue .. struct.unpack('>I4c0', ARGV[2], (struct.unpack('>I4', ARGV[2], 7))) .. shard
   end
   local field = queue .. '|' .. ARGV[w + window]
   if not waits then return wait(KEYS[2 + n_windows], KEYS[3 + n_windows], member, field) end
@@ -320,7 +320,7 @@ local function route_waits(waits, n_windows)
   if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end
 
-redis.register_function{function_name='fair_router_route_5d5b1220e72ea8c9', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_route_da8cb484388b5de1', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.
@@ -377,7 +377,7 @@ if n_cand == '0' and at + 2 == n_argv or at <= n_argv and at + 3 + tonumber(n_ca
   end
   if key then redis.call('HINCRBY', KEYS[1], target, '1') end
   if push then push_job(push, n_rules, rule, target, now_text) end
-  if key then redis.call('PEXPIRE', key, header_text(11 + 14 * n_rules)) end
+  if key then redis.call('PEXPIRE', key, header_text(15 + 16 * n_rules)) end
   return {rule, shard}
 end
 
@@ -436,7 +436,7 @@ end
 if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_text) end
 
 -- Entries older than the longest window are never counted; an idle window expires whole (its ttl: the header's).
-local ttl = next(touched) and header_text(11 + 14 * n_rules)
+local ttl = next(touched) and header_text(15 + 16 * n_rules)
 for key in pairs(touched) do
   redis.call('PEXPIRE', key, ttl)
 end

@@ -86,8 +86,8 @@ end
 -- unsharded; the shard queues' suffix is route.lua's header's): it counts waiting there (section at ARGV[w],
 -- n_windows windows), at once, or when `waits` (a batch's: route_waits counts them all) is given, later.
 local function route_wait(waits, w, n_windows, window, member, queue, shard)
-  if shard >= 0 then  -- the header's text at the offset its bytes 7-8 give (lib/windows.lua)
-    queue = queue .. struct.unpack('>Hc0', ARGV[2], (struct.unpack('>H', ARGV[2], 7))) .. shard
+  if shard >= 0 then  -- the header's text at the offset its bytes 7-10 give (lib/windows.lua)
+    queue = queue .. struct.unpack('>I4c0', ARGV[2], (struct.unpack('>I4', ARGV[2], 7))) .. shard
   end
   local field = queue .. '|' .. ARGV[w + window]
   if not waits then return wait(KEYS[2 + n_windows], KEYS[3 + n_windows], member, field) end

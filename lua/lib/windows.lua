@@ -4,9 +4,9 @@
 -- together, each answered as if recorded alone in turn.
 -- include: slices
 -- ARGV[2]: the route's header, one binary argument (fair_router/store/scripts.py route_header: one where ten cost
--- the client 1-2 us each), read in place with struct.unpack: '>HI4HH' n_rules, cap (newest entries kept), the
--- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 14r - 3, '>I8I4H' per_ms,
--- threshold, its queue's offset; the ttl (ms, the longest window) at 11 + 14 n_rules. Texts are '>Hc0' (length,
+-- the client 1-2 us each), read in place with struct.unpack: '>HI4I4I4' n_rules, cap (newest entries kept), the
+-- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 16r - 1, '>I8I4I4' per_ms,
+-- threshold, its queue's offset; the ttl (ms, the longest window) at 15 + 16 n_rules. Texts are '>I4c0' (length,
 -- bytes): what redis.call sends as it is.
 
 -- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
@@ -14,12 +14,12 @@ local LISTPACK_MAX = 128
 
 -- The header's text at `at` (few functions: the one-round-trip enqueue's EVALSHA defines each at every call).
 local function header_text(at)
-  return (struct.unpack('>Hc0', ARGV[2], at))
+  return (struct.unpack('>I4c0', ARGV[2], at))
 end
 
 -- The queue family of rule `r` (0: the base queue: its offset is where rule 0's would be).
 local function rule_target(r)
-  return header_text((struct.unpack('>H', ARGV[2], 14 * r + 9)))
+  return header_text((struct.unpack('>I4', ARGV[2], 16 * r + 11)))
 end
 
 -- Record the enqueue `member` (a job id digest) at `now_ms` (`now_text`: the same as text) in window `key`.
@@ -43,7 +43,7 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
     -- A window counts enqueues with time in (now - per, now]; times are whole ms (clock_ms), so the lower
     -- bound is now - per + 1 inclusive, sent as '%d' text: integer printf, where redis.call would format a
     -- number with the float path (0.2 us more).
-    local per, threshold = struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 16 * r - 1)
     if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - per + 1),
                                        now_text) > threshold then
       return r
@@ -85,7 +85,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
   if newest > now_ms then return nil end
   local thresholds = {}
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
-    local per, threshold = struct.unpack('>I8I4', ARGV[2], 14 * r - 3)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 16 * r - 1)
     thresholds[r] = threshold
     counts[r] = size + #members > threshold and redis.call('ZCOUNT', key, now_ms - per + 1, now_text)
   end
@@ -104,7 +104,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     -- rewrite drops, is set again at once. REV: each entry goes in at the listpack's head, where in order each
     -- would walk the whole list.
     redis.call('ZRANGESTORE', key, key, 0, -1, 'REV')
-    redis.call('PEXPIRE', key, header_text(11 + 14 * n_rules))
+    redis.call('PEXPIRE', key, header_text(15 + 16 * n_rules))
   end
   local rules = {}
   for i = 1, #members do
