@@ -2,8 +2,10 @@
 measured where machine noise cannot tell the trees apart (bench/lua_floor.py runs one tree at a time, and on a
 busy machine its route row moves by more than a change of a microsecond).
 
-Both trees' built texts are loaded on one server and fed the very same calls, captured from real enqueues
-(bench/enqueue.py's two rules, 50 tenants, every window past its cap) with a fresh job id digest per call:
+Both trees' built texts are loaded on one server and fed the same calls, captured from real enqueues
+(bench/enqueue.py's two rules, 50 tenants, every window past its cap) with a fresh job id digest per call; each
+tree's calls as its own code makes them (captured by its own bench/route_ab.py in a subprocess, then replayed
+once on the measuring server to fill its windows), so that trees whose route.lua takes other arguments compare:
 
 - ``fcall``: ``FairRouter.record_and_route`` (route.lua as a Redis function, bench/lua_floor.py's route case),
   with a third side, ``empty``: this tree's library returning at once, the same arguments (the call and its
@@ -20,7 +22,9 @@ commandstats``) and the median of its per-round ratio to this tree, of that µs 
 from __future__ import annotations
 
 import argparse
+import pickle
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +92,26 @@ def capture(conn: Redis) -> tuple[Captured, Captured]:
     return fcalls, evalshas
 
 
+CAPTURE_IN = """
+import pickle, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+sys.path[:0] = [str(root), str(root / "bench")]
+import route_ab
+from fair_router.demo.redis_server import RedisServer
+with RedisServer() as server:
+    sys.stdout.buffer.write(pickle.dumps(route_ab.capture(server.client())))
+"""
+
+
+def captured_by(checkout: Path) -> tuple[Captured, Captured]:
+    """:func:`capture` as ``checkout``'s own code makes the calls (its bench/route_ab.py, in a subprocess)."""
+    done = subprocess.run([sys.executable, "-c", CAPTURE_IN, str(checkout.resolve())], capture_output=True,
+                          check=True, timeout=600)
+    calls: tuple[Captured, Captured] = pickle.loads(done.stdout)
+    return calls
+
+
 def fcall_of(conn: Redis, function: str) -> Call:
     """One side: FCALL of ``function``."""
     return lambda keys, args: conn.fcall(function, len(keys), *keys, *args)
@@ -98,9 +122,10 @@ def evalsha_of(conn: Redis, sha: str) -> Call:
     return lambda keys, args: conn.evalsha(sha, len(keys), *keys, *args)
 
 
-def measure(conn: Redis, sides: dict[str, Call], calls: Captured,
+def measure(conn: Redis, sides: dict[str, tuple[Call, Captured]],
             rounds: int, per_block: int) -> dict[str, list[tuple[float, float, float]]]:
-    """Per side, per round: (µs per call, server CPU µs per call, commands per call)."""
+    """Per side (its call and the calls it replays), per round: (µs per call, server CPU µs per call, commands
+    per call)."""
     rows: dict[str, list[tuple[float, float, float]]] = {side: [] for side in sides}
     for r in range(rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(sides))
@@ -108,10 +133,11 @@ def measure(conn: Redis, sides: dict[str, Call], calls: Captured,
             conn.config_resetstat()
             cpu = conn.info("cpu")
             before = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+            call, calls = sides[side]
             for i in range(per_block):
                 keys, args = calls[-per_block + i]
                 args = [*args[:-2], f"{side}-{r}-{i}".encode(), args[-1]]  # a fresh job id digest
-                sides[side](keys, args)
+                call(keys, args)
             cpu = conn.info("cpu")
             used = (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]) - before) / per_block * 1e6
             stats = conn.info("commandstats")
@@ -138,22 +164,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     built = {"this": Path(__file__).resolve().parent.parent / "lua" / "built", "other": args.other / "lua" / "built"}
     per_block = min(args.calls, CAPTURED)
+    fcalls, evalshas = captured_by(Path(__file__).resolve().parent.parent)
+    other_fcalls, other_evalshas = captured_by(args.other)
     with RedisServer() as server:
         conn = server.client()
-        fcalls, evalshas = capture(conn)
         texts = {side: (path / "route.library.lua").read_text(encoding="utf-8") for side, path in built.items()}
         texts["empty"] = returning_at_once(texts["this"])
-        functions: dict[str, Call] = {}
+        functions: dict[str, tuple[Call, Captured]] = {}
         for side, text in texts.items():
             conn.function_load(library(text, f"route_ab_{side}"), replace=True)
-            functions[side] = fcall_of(conn, f"route_ab_{side}")
-        scripts = {side: evalsha_of(conn, conn.script_load((path / "route.lua").read_text(encoding="utf-8")))
-                   for side, path in built.items()}
+            functions[side] = (fcall_of(conn, f"route_ab_{side}"), other_fcalls if side == "other" else fcalls)
+        scripts = {side: (evalsha_of(conn, conn.script_load((path / "route.lua").read_text(encoding="utf-8"))),
+                          other_evalshas if side == "other" else evalshas) for side, path in built.items()}
+        for call, calls in (functions["this"], functions["other"], scripts["this"], scripts["other"]):
+            for keys, argv in calls:  # each tree's windows filled (past their cap) alike
+                call(keys, argv)
         print(f"route.lua A/B ({args.rounds} rounds x {per_block} calls per side; ratios: medians of each round's "
               f"side / this)")
         print(f"{'mode':8}{'side':8}{'time':>11}{'/ this':>10}{'CPU / this':>11}{'commands':>9}")
-        report("fcall", measure(conn, functions, fcalls, args.rounds, per_block))
-        report("evalsha", measure(conn, scripts, evalshas, args.rounds, per_block))
+        report("fcall", measure(conn, functions, args.rounds, per_block))
+        report("evalsha", measure(conn, scripts, args.rounds, per_block))
     return 0
 
 

@@ -6,7 +6,7 @@ burst of machine noise lands on all of them):
 1. ``plain``: rq's ``Queue.enqueue(noop, i)``: two MULTIs (the queue's registration, then the job's save and
    push), 46 command arguments in all.
 2. ``routed``: bench/enqueue.py's routed job, ``.delay(tenant, i)``, 50 tenants, two rules: one MULTI, rq's
-   save then ``route.lua`` (window, rule, waiting count, push), whose call carries 36 arguments.
+   save then ``route.lua`` (window, rule, waiting count, push), whose call carries 25 arguments.
 3. ``floor``: the same enqueue through a router whose route script only pushes the job (its ``RPUSH`` and
    ``SADD``), with route.lua's very KEYS and ARGV: what a routed enqueue costs before its script routes
    anything. It says how far a cheaper route.lua alone could take the ratio.
@@ -71,14 +71,14 @@ SIDES = ("plain", "routed", "floor", "fair")
 # route.lua's sections, read only as far as its push section (lib/routepush.lua): the job goes onto its base
 # family's list, as route.lua puts a job no rule matched, and every job is answered (rule 0, unsharded).
 FLOOR_LUA = """
-local n_rules = tonumber(ARGV[4])
-local at = 7 + 3 * n_rules
-if ARGV[at] == '1' or ARGV[at] == '2' then at = at + 2 + tonumber(ARGV[6 + 3 * n_rules]) else at = at + 1 end
+local n_rules = struct.unpack('>H', ARGV[2])
+local at = 4
+if ARGV[at] == '1' or ARGV[at] == '2' then at = at + 1 + tonumber(ARGV[3]) else at = at + 1 end
 if ARGV[at] ~= '0' then return redis.error_reply('route_floor: a sharded route') end
 at = at + 1
-if ARGV[at] ~= '1' then return redis.error_reply('route_floor: no push section') end
+if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return redis.error_reply('route_floor: no push section') end
 local job = #KEYS - n_rules - 2
-redis.call(ARGV[at + 1] == '1' and 'LPUSH' or 'RPUSH', KEYS[job + 2], ARGV[at + 2])
+redis.call(ARGV[at] == '2' and 'LPUSH' or 'RPUSH', KEYS[job + 2], ARGV[at + 1])
 redis.call('SADD', KEYS[job + 1], KEYS[job + 2])
 return {0, -1}
 """

@@ -9,13 +9,12 @@
 --          list keys: one call may read them on a standalone Redis only; on a Redis Cluster the shard loads
 --          must come in ARGV instead (the shard section's base loads), read on each list's own slot. So are
 --          the push section's rq keys (job hash, rq:queues, lists).
--- ARGV     now_ms ('' = server TIME), ttl_ms (longest window), cap (newest entries kept),
---          n_rules, base queue, then n_rules triples (per_ms, threshold, queue) in rule order (lib/windows.lua),
---          then n_windows, then the waiting section (lib/waiting.lua: 0 = none; its keys follow the windows),
---          then the shard section (lib/shardload.lua: n_used = 0 when not sharded),
---          then the push section (lib/routepush.lua: 0 = none), then per job, in enqueue order: window index
---          (1-based among the windows; 0 = not recorded, e.g. a system job), job id digest, n_candidates, then
---          that many used-shard positions (1-based) to choose among.
+-- ARGV     now_ms ('' = server TIME), the route's header (one binary string: the rules, the cap, the ttl, the base
+--          queue, the shard suffix; lib/windows.lua), then n_windows, then the waiting section (lib/waiting.lua:
+--          0 = none; its keys follow the windows), then the shard section (lib/shardload.lua: n_used = 0 when not
+--          sharded), then the push section (lib/routepush.lua: 0 = none), then per job, in enqueue order: window
+--          index (1-based among the windows; 0 = not recorded, e.g. a system job), job id digest, n_candidates,
+--          then that many used-shard positions (1-based) to choose among.
 -- Push     (one unsharded job, rq's keys on this server: FairRouter's one-round-trip enqueue) the job goes to
 --          the queue its rule chose, as rq's enqueue would put it there (a fair queue: by the fair push that
 --          follows in the same MULTI, lib/routepush.lua).
@@ -27,9 +26,9 @@
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
 local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
-local n_rules = tonumber(ARGV[4])
+local n_rules = struct.unpack('>H', ARGV[2])
 local waiting, loads, push, at, n_windows  -- the windows are KEYS[2 .. 1 + n_windows]; only waiting reads their number
-waiting, at, n_windows = read_waiting(7 + 3 * n_rules, ARGV[6 + 3 * n_rules])
+waiting, at, n_windows = read_waiting(4, ARGV[3])
 loads, at = read_loads(at, n_rules)
 push, at = read_push(at, n_rules)
 local n_argv = #ARGV
@@ -47,14 +46,14 @@ if n_cand == '0' and at + 2 == n_argv or at <= n_argv and at + 3 + tonumber(n_ca
       rule = record_and_match(key, ARGV[at + 1], now_text, now_ms, n_rules)
     end
   end
-  local target = ARGV[5 + 3 * rule]  -- rule_target(rule)
+  local target = rule_target(rule)
   local shard = loads and least_loaded(loads, rule, at + 2, tonumber(n_cand)) or -1
   if waiting and recorded and counts_waiting(waiting, rule) then
     route_wait(nil, waiting, n_windows, window, ARGV[at + 1], target, shard)
   end
   if key then redis.call('HINCRBY', KEYS[1], target, '1') end
   if push then push_job(push, n_rules, rule, target, now_text) end
-  if key then redis.call('PEXPIRE', key, ARGV[2]) end
+  if key then redis.call('PEXPIRE', key, header_text(15 + 16 * n_rules)) end
   return {rule, shard}
 end
 
@@ -112,8 +111,9 @@ end
 
 if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_text) end
 
--- Entries older than the longest window are never counted; an idle window expires whole (ttl_ms: ARGV[2]).
+-- Entries older than the longest window are never counted; an idle window expires whole (its ttl: the header's).
+local ttl = next(touched) and header_text(15 + 16 * n_rules)
 for key in pairs(touched) do
-  redis.call('PEXPIRE', key, ARGV[2])
+  redis.call('PEXPIRE', key, ttl)
 end
 return reply

@@ -51,11 +51,17 @@ class Router(Protocol):
 
 
 class Families(NamedTuple):
-    """A route's family queues as route.lua's push section names them (lib/routepush.lua)."""
+    """A route's family queues as route.lua's push section names them (lib/routepush.lua); its arguments encoded
+    once, as redis-py sends them (an argument it encodes costs it 1-2 µs per enqueue)."""
 
     fair: str  # per family, base first: '1' for a fair queue
-    lists: list[str]  # each family's rq list
-    inflight: tuple[str, ...]  # with a fair family: each one's fair inflight key (a plain one's list stands in)
+    lists: list[str | bytes]  # each family's rq list
+    inflight: tuple[str | bytes, ...]  # with a fair family: each one's fair inflight key (a plain one's list)
+    fair_arg: bytes  # ``fair`` as sent
+
+
+QUEUES_KEY = Queue.redis_queues_keys.encode()
+"""rq's set of queue keys, as sent."""
 
 
 GUESSES = 10_000
@@ -68,11 +74,11 @@ class RoutedEnqueue:
     def __init__(self, router: Router) -> None:
         self.router = router
         self._bases: dict[str, PlacedQueue] = {}
-        self._routed: dict[str, str] = {}  # job key -> its routed counters' key (Keys.routed)
+        self._routed: dict[str, bytes] = {}  # job key -> its routed counters' key (Keys.routed), encoded
         self._last: dict[tuple[str, str | None], int] = {}  # (job key, tenant) -> the rule its last enqueue took
         self._families: dict[tuple[int, ...], Families] = {}  # the families' queue objects -> their push keys
         # (job key, tenant, which jobs count waiting) -> route.lua's windows and waiting section for one job
-        self._tenant: dict[tuple[str, str | None, str], tuple[list[str], RouteWaiting | None]] = {}
+        self._tenant: dict[tuple[str, str | None, str], tuple[list[bytes], RouteWaiting | None]] = {}
 
     def families(self, queues: list[Queue]) -> Families:
         """The push section's keys of these family queues (the router's registry keeps each queue object: the
@@ -81,19 +87,26 @@ class RoutedEnqueue:
         families = self._families.get(known)
         if families is None:
             fair = "".join("1" if isinstance(queue, RqQueueSeam) else "0" for queue in queues)
-            inflight = tuple(queue.fair_keys.inflight if isinstance(queue, FairQueue) else queue.key
+            inflight = tuple((queue.fair_keys.inflight if isinstance(queue, FairQueue) else queue.key).encode()
                              for queue in queues) if "1" in fair else ()
-            families = self._families[known] = Families(fair, [queue.key for queue in queues], inflight)
+            families = self._families[known] = Families(fair, [queue.key.encode() for queue in queues], inflight,
+                                                        fair.encode())
         return families
 
-    def tenant_inputs(self, route: Route, pending: Pending, count: Counted) -> tuple[list[str], RouteWaiting | None]:
+    def tenant_inputs(self, route: Route, pending: Pending,
+                      count: Counted) -> tuple[list[bytes], RouteWaiting | None]:
         """route.lua's windows (one: the tenant's) and waiting section for a job of ``pending.tenant`` (its jobs
-        count ``count``: fair queues count their own), worked out once per (job key, tenant) rather than per job."""
+        count ``count``: fair queues count their own), worked out and encoded once per (job key, tenant) rather
+        than per job."""
         known = (route.job_key, pending.tenant, str(count))
         found = self._tenant.get(known)
         if found is None:
             inputs = RouteInputs(route, [pending], self.router.keys)
-            found = self._tenant[known] = (inputs.windows, inputs.waiting(route, count))
+            waiting = inputs.waiting(route, count)
+            if waiting is not None:
+                waiting = waiting._replace(keys=(_bytes(waiting.keys[0]), _bytes(waiting.keys[1])),
+                                           tenants=[_bytes(tenant) for tenant in waiting.tenants])
+            found = self._tenant[known] = ([window.encode() for window in inputs.windows], waiting)
         return found
 
     def applies(self, route: Route, call: EnqueueArgs, pending: Pending) -> bool:
@@ -125,7 +138,7 @@ class RoutedEnqueue:
             base = self._bases[route.queue] = PlacedQueue(route.queue, router.connection)
         routed = self._routed.get(route.job_key)
         if routed is None:
-            routed = self._routed[route.job_key] = router.keys.routed(route.job_key)
+            routed = self._routed[route.job_key] = router.keys.routed(route.job_key).encode()
         at: list[int] = []
         last = (route.job_key, pending.tenant)
         guess = self._last.get(last, 0)  # a tenant over a rule's threshold stays there for a while: its queue
@@ -133,7 +146,7 @@ class RoutedEnqueue:
 
         def push(job: Job, pipe: Pipeline, at_front: bool) -> None:
             serialized = [job.serializer.dumps(meta) for meta in metas[1:]]  # the base family's: rq's save
-            target = RoutePush(job.key, Queue.redis_queues_keys, at_front, job.id, keyed.lists, serialized, fair,
+            target = RoutePush(job.key, QUEUES_KEY, at_front, job.id, keyed.lists, serialized, keyed.fair_arg,
                                keyed.inflight)
             router._route(windows, routed, [RouteJob(0, pending.job_id)], route.queue, route.rules,
                           now_arg(router.clock), None, target, waiting).queue_loaded(pipe)
@@ -183,3 +196,8 @@ class RoutedEnqueue:
             pipe.execute()
         if pending.tenant is not None:  # always, on this path (applies: a recorded enqueue)
             router._unrecord(route.job_key, [(pending.tenant, job.id, job.origin)], type(job))
+
+
+def _bytes(text: str | bytes) -> bytes:
+    """``text`` as sent."""
+    return text if isinstance(text, bytes) else text.encode()

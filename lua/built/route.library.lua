@@ -1,4 +1,4 @@
-#!lua name=fair_router_route_ef281a2d4b0390ea
+#!lua name=fair_router_route_da8cb484388b5de1
 local KEYS, ARGV
 -- lib/time_text.lua: the clock of lib/time.lua, as text too: what redis.call sends as it is, where a number
 -- is formatted with printf's float path on every call that passes it (and parsed back by the command).
@@ -39,19 +39,28 @@ local function call_sliced(command, key, values, per, each, option)
   end
 end
 
--- lib/windows.lua: route.lua's throttle rules, read from ARGV where they stand (no table of them is built: most
--- calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
--- window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
+-- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them
+-- is built: most calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's
+-- sliding window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
 -- together, each answered as if recorded alone in turn.
 -- include: slices
--- ARGV[2..]: ttl_ms, cap, n_rules, base queue, then per rule r: per_ms, threshold, queue (ARGV[3 + 3r .. 5 + 3r]).
+-- ARGV[2]: the route's header, one binary argument (fair_router/store/scripts.py route_header: one where ten cost
+-- the client 1-2 us each), read in place with struct.unpack: '>HI4I4I4' n_rules, cap (newest entries kept), the
+-- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 16r - 1, '>I8I4I4' per_ms,
+-- threshold, its queue's offset; the ttl (ms, the longest window) at 15 + 16 n_rules. Texts are '>I4c0' (length,
+-- bytes): what redis.call sends as it is.
 
 -- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
 local LISTPACK_MAX = 128
 
--- The queue family of rule `r` (0: the base queue).
+-- The header's text at `at` (few functions: the one-round-trip enqueue's EVALSHA defines each at every call).
+local function header_text(at)
+  return (struct.unpack('>I4c0', ARGV[2], at))
+end
+
+-- The queue family of rule `r` (0: the base queue: its offset is where rule 0's would be).
 local function rule_target(r)
-  return ARGV[5 + 3 * r]
+  return header_text((struct.unpack('>I4', ARGV[2], 16 * r + 11)))
 end
 
 -- Record the enqueue `member` (a job id digest) at `now_ms` (`now_text`: the same as text) in window `key`.
@@ -61,7 +70,7 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
   -- NX: a job id already recorded keeps its first time and counts once.
   redis.call('ZADD', key, 'NX', now_text, member)
   local size = redis.call('ZCARD', key)
-  local cap = tonumber(ARGV[3])
+  local cap = struct.unpack('>I4', ARGV[2], 3)
   if size > cap then
     -- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly;
     -- trimming on every add keeps small windows in Redis' compact listpack encoding.
@@ -75,8 +84,8 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
     -- A window counts enqueues with time in (now - per, now]; times are whole ms (clock_ms), so the lower
     -- bound is now - per + 1 inclusive, sent as '%d' text: integer printf, where redis.call would format a
     -- number with the float path (0.2 us more).
-    local threshold = tonumber(ARGV[4 + 3 * r])
-    if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - ARGV[3 + 3 * r] + 1),
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 16 * r - 1)
+    if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - per + 1),
                                        now_text) > threshold then
       return r
     end
@@ -99,7 +108,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     if seen[member] then return nil end
     seen[member] = true
   end
-  local size, cap, counts, newest = redis.call('ZCARD', key), tonumber(ARGV[3]), {}, now_ms
+  local size, cap, counts, newest = redis.call('ZCARD', key), struct.unpack('>I4', ARGV[2], 3), {}, now_ms
   if size > 0 and size <= LISTPACK_MAX then  -- a small window is read whole (ZMSCORE scans a listpack per member)
     local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
     for i = 1, #entries, 2 do
@@ -115,9 +124,11 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
   if newest > now_ms then return nil end
+  local thresholds = {}
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
-    counts[r] = size + #members > tonumber(ARGV[4 + 3 * r])
-      and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_text)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 16 * r - 1)
+    thresholds[r] = threshold
+    counts[r] = size + #members > threshold and redis.call('ZCOUNT', key, now_ms - per + 1, now_text)
   end
   local zadd = {}
   for _, member in ipairs(members) do
@@ -134,13 +145,13 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     -- rewrite drops, is set again at once. REV: each entry goes in at the listpack's head, where in order each
     -- would walk the whole list.
     redis.call('ZRANGESTORE', key, key, 0, -1, 'REV')
-    redis.call('PEXPIRE', key, ARGV[2])
+    redis.call('PEXPIRE', key, header_text(15 + 16 * n_rules))
   end
   local rules = {}
   for i = 1, #members do
     rules[i] = 0
     for r = n_rules, 1, -1 do
-      if counts[r] and counts[r] + i > tonumber(ARGV[4 + 3 * r]) then
+      if counts[r] and counts[r] + i > thresholds[r] then
         rules[i] = r
         break
       end
@@ -202,12 +213,13 @@ end
 -- family's list stands in, untouched), then the job hash, rq:queues, then the rq list of each family
 -- f = 0..n_rules.
 
--- The section from ARGV[at]: 0 (none), or 1 then at_front ('1'/'0'), job_id, the job's meta for each rule's
--- family r = 1..n_rules (the base family's is the one rq saved), and which families are fair queues (a string
--- of n_rules + 1 '0'/'1', base first). Returns the section's start (nil: none) and the ARGV index after it.
+-- The section from ARGV[at]: 0 (none), or 1 (push at the back) or 2 (at the front: one argument, not a marker
+-- and a flag), then job_id, the job's meta for each rule's family r = 1..n_rules (the base family's is the one
+-- rq saved), and which families are fair queues (a string of n_rules + 1 '0'/'1', base first). Returns the
+-- section's start (nil: none) and the ARGV index after it.
 local function read_push(at, n_rules)
-  if ARGV[at] ~= '1' then return nil, at + 1 end
-  return at + 1, at + 4 + n_rules
+  if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1 end
+  return at, at + 3 + n_rules
 end
 
 -- Push the job (section at ARGV[a]) to family `rule` of `n_rules`, queue `queue`: origin and meta (the rule is
@@ -225,7 +237,7 @@ local function push_job(a, n_rules, rule, queue, now_text)
     redis.call('ZADD', KEYS[job - n_rules - 1 + rule], now_text, ARGV[a + 1])
     return
   end
-  redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
+  redis.call(ARGV[a] == '2' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
 end
 
 -- lib/waiting.lua: per-tenant waiting counts of the plain queues fair-router routes into (what the dashboard
@@ -276,13 +288,13 @@ end
 
 -- route.lua's waiting section from ARGV[at]: 0 (none), or 1 (every job counts) or 2 (only jobs no rule moved:
 -- the rules' queues are fair queues, which count their own) then the encoded tenant of each of the n_windows
--- windows and the shard queues' suffix; the counts and jobs are KEYS[2 + n_windows], KEYS[3 + n_windows].
+-- windows; the counts and jobs are KEYS[2 + n_windows], KEYS[3 + n_windows].
 -- `n_windows` comes as ARGV gives it (text): parsed only when the section is there. Returns the section's start
 -- (nil: none; no table built), the ARGV index after it and n_windows (a number when the section is there).
 local function read_waiting(at, n_windows)
   if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1, n_windows end
   n_windows = tonumber(n_windows)
-  return at, at + 2 + n_windows, n_windows
+  return at, at + 1 + n_windows, n_windows
 end
 
 -- Whether a job that rule `rule` (0: none) moved counts waiting (the section at ARGV[w]).
@@ -291,10 +303,12 @@ local function counts_waiting(w, rule)
 end
 
 -- route.lua: job `member`, recorded in window `window` (its tenant's), goes to family `queue` on `shard` (-1:
--- unsharded): it counts waiting there (section at ARGV[w], n_windows windows), at once, or when `waits` (a
--- batch's: route_waits counts them all) is given, later.
+-- unsharded; the shard queues' suffix is route.lua's header's): it counts waiting there (section at ARGV[w],
+-- n_windows windows), at once, or when `waits` (a batch's: route_waits counts them all) is given, later.
 local function route_wait(waits, w, n_windows, window, member, queue, shard)
-  if shard >= 0 then queue = queue .. ARGV[w + 1 + n_windows] .. shard end
+  if shard >= 0 then  -- the header's text at the offset its bytes 7-10 give (lib/windows.lua)
+    queue = queue .. struct.unpack('>I4c0', ARGV[2], (struct.unpack('>I4', ARGV[2], 7))) .. shard
+  end
   local field = queue .. '|' .. ARGV[w + window]
   if not waits then return wait(KEYS[2 + n_windows], KEYS[3 + n_windows], member, field) end
   waits.members[#waits.members + 1] = member
@@ -306,7 +320,7 @@ local function route_waits(waits, n_windows)
   if #waits.members > 0 then wait_all(KEYS[2 + n_windows], KEYS[3 + n_windows], waits.members, waits.fields) end
 end
 
-redis.register_function{function_name='fair_router_route_ef281a2d4b0390ea', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_route_da8cb484388b5de1', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- route.lua: record enqueues in per-tenant sliding windows, pick each job's throttle rule and, for a sharded
 -- job key, the least loaded of its tenant's shards in the queue family that rule chose.
@@ -319,13 +333,12 @@ KEYS, ARGV = keys, args
 --          list keys: one call may read them on a standalone Redis only; on a Redis Cluster the shard loads
 --          must come in ARGV instead (the shard section's base loads), read on each list's own slot. So are
 --          the push section's rq keys (job hash, rq:queues, lists).
--- ARGV     now_ms ('' = server TIME), ttl_ms (longest window), cap (newest entries kept),
---          n_rules, base queue, then n_rules triples (per_ms, threshold, queue) in rule order (lib/windows.lua),
---          then n_windows, then the waiting section (lib/waiting.lua: 0 = none; its keys follow the windows),
---          then the shard section (lib/shardload.lua: n_used = 0 when not sharded),
---          then the push section (lib/routepush.lua: 0 = none), then per job, in enqueue order: window index
---          (1-based among the windows; 0 = not recorded, e.g. a system job), job id digest, n_candidates, then
---          that many used-shard positions (1-based) to choose among.
+-- ARGV     now_ms ('' = server TIME), the route's header (one binary string: the rules, the cap, the ttl, the base
+--          queue, the shard suffix; lib/windows.lua), then n_windows, then the waiting section (lib/waiting.lua:
+--          0 = none; its keys follow the windows), then the shard section (lib/shardload.lua: n_used = 0 when not
+--          sharded), then the push section (lib/routepush.lua: 0 = none), then per job, in enqueue order: window
+--          index (1-based among the windows; 0 = not recorded, e.g. a system job), job id digest, n_candidates,
+--          then that many used-shard positions (1-based) to choose among.
 -- Push     (one unsharded job, rq's keys on this server: FairRouter's one-round-trip enqueue) the job goes to
 --          the queue its rule chose, as rq's enqueue would put it there (a fair queue: by the fair push that
 --          follows in the same MULTI, lib/routepush.lua).
@@ -337,9 +350,9 @@ KEYS, ARGV = keys, args
 -- Returns  per job a pair: the 1-based index of the LAST rule whose window holds more than `threshold`
 --          enqueues (this one included), or 0 when none matches; and the chosen shard number, -1 unsharded.
 local now_text, now_ms = clock_text(ARGV[1])  -- text where redis.call sends it (lib/time_text.lua)
-local n_rules = tonumber(ARGV[4])
+local n_rules = struct.unpack('>H', ARGV[2])
 local waiting, loads, push, at, n_windows  -- the windows are KEYS[2 .. 1 + n_windows]; only waiting reads their number
-waiting, at, n_windows = read_waiting(7 + 3 * n_rules, ARGV[6 + 3 * n_rules])
+waiting, at, n_windows = read_waiting(4, ARGV[3])
 loads, at = read_loads(at, n_rules)
 push, at = read_push(at, n_rules)
 local n_argv = #ARGV
@@ -357,14 +370,14 @@ if n_cand == '0' and at + 2 == n_argv or at <= n_argv and at + 3 + tonumber(n_ca
       rule = record_and_match(key, ARGV[at + 1], now_text, now_ms, n_rules)
     end
   end
-  local target = ARGV[5 + 3 * rule]  -- rule_target(rule)
+  local target = rule_target(rule)
   local shard = loads and least_loaded(loads, rule, at + 2, tonumber(n_cand)) or -1
   if waiting and recorded and counts_waiting(waiting, rule) then
     route_wait(nil, waiting, n_windows, window, ARGV[at + 1], target, shard)
   end
   if key then redis.call('HINCRBY', KEYS[1], target, '1') end
   if push then push_job(push, n_rules, rule, target, now_text) end
-  if key then redis.call('PEXPIRE', key, ARGV[2]) end
+  if key then redis.call('PEXPIRE', key, header_text(15 + 16 * n_rules)) end
   return {rule, shard}
 end
 
@@ -422,9 +435,10 @@ end
 
 if push then push_job(push, n_rules, reply[1], rule_target(reply[1]), now_text) end
 
--- Entries older than the longest window are never counted; an idle window expires whole (ttl_ms: ARGV[2]).
+-- Entries older than the longest window are never counted; an idle window expires whole (its ttl: the header's).
+local ttl = next(touched) and header_text(15 + 16 * n_rules)
 for key in pairs(touched) do
-  redis.call('PEXPIRE', key, ARGV[2])
+  redis.call('PEXPIRE', key, ttl)
 end
 return reply
 

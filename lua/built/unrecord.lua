@@ -68,13 +68,13 @@ end
 
 -- route.lua's waiting section from ARGV[at]: 0 (none), or 1 (every job counts) or 2 (only jobs no rule moved:
 -- the rules' queues are fair queues, which count their own) then the encoded tenant of each of the n_windows
--- windows and the shard queues' suffix; the counts and jobs are KEYS[2 + n_windows], KEYS[3 + n_windows].
+-- windows; the counts and jobs are KEYS[2 + n_windows], KEYS[3 + n_windows].
 -- `n_windows` comes as ARGV gives it (text): parsed only when the section is there. Returns the section's start
 -- (nil: none; no table built), the ARGV index after it and n_windows (a number when the section is there).
 local function read_waiting(at, n_windows)
   if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1, n_windows end
   n_windows = tonumber(n_windows)
-  return at, at + 2 + n_windows, n_windows
+  return at, at + 1 + n_windows, n_windows
 end
 
 -- Whether a job that rule `rule` (0: none) moved counts waiting (the section at ARGV[w]).
@@ -83,10 +83,12 @@ local function counts_waiting(w, rule)
 end
 
 -- route.lua: job `member`, recorded in window `window` (its tenant's), goes to family `queue` on `shard` (-1:
--- unsharded): it counts waiting there (section at ARGV[w], n_windows windows), at once, or when `waits` (a
--- batch's: route_waits counts them all) is given, later.
+-- unsharded; the shard queues' suffix is route.lua's header's): it counts waiting there (section at ARGV[w],
+-- n_windows windows), at once, or when `waits` (a batch's: route_waits counts them all) is given, later.
 local function route_wait(waits, w, n_windows, window, member, queue, shard)
-  if shard >= 0 then queue = queue .. ARGV[w + 1 + n_windows] .. shard end
+  if shard >= 0 then  -- the header's text at the offset its bytes 7-10 give (lib/windows.lua)
+    queue = queue .. struct.unpack('>I4c0', ARGV[2], (struct.unpack('>I4', ARGV[2], 7))) .. shard
+  end
   local field = queue .. '|' .. ARGV[w + window]
   if not waits then return wait(KEYS[2 + n_windows], KEYS[3 + n_windows], member, field) end
   waits.members[#waits.members + 1] = member

@@ -5,12 +5,13 @@
 -- family's list stands in, untouched), then the job hash, rq:queues, then the rq list of each family
 -- f = 0..n_rules.
 
--- The section from ARGV[at]: 0 (none), or 1 then at_front ('1'/'0'), job_id, the job's meta for each rule's
--- family r = 1..n_rules (the base family's is the one rq saved), and which families are fair queues (a string
--- of n_rules + 1 '0'/'1', base first). Returns the section's start (nil: none) and the ARGV index after it.
+-- The section from ARGV[at]: 0 (none), or 1 (push at the back) or 2 (at the front: one argument, not a marker
+-- and a flag), then job_id, the job's meta for each rule's family r = 1..n_rules (the base family's is the one
+-- rq saved), and which families are fair queues (a string of n_rules + 1 '0'/'1', base first). Returns the
+-- section's start (nil: none) and the ARGV index after it.
 local function read_push(at, n_rules)
-  if ARGV[at] ~= '1' then return nil, at + 1 end
-  return at + 1, at + 4 + n_rules
+  if ARGV[at] ~= '1' and ARGV[at] ~= '2' then return nil, at + 1 end
+  return at, at + 3 + n_rules
 end
 
 -- Push the job (section at ARGV[a]) to family `rule` of `n_rules`, queue `queue`: origin and meta (the rule is
@@ -28,5 +29,5 @@ local function push_job(a, n_rules, rule, queue, now_text)
     redis.call('ZADD', KEYS[job - n_rules - 1 + rule], now_text, ARGV[a + 1])
     return
   end
-  redis.call(ARGV[a] == '1' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
+  redis.call(ARGV[a] == '2' and 'LPUSH' or 'RPUSH', list, ARGV[a + 1])
 end

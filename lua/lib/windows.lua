@@ -1,16 +1,25 @@
--- lib/windows.lua: route.lua's throttle rules, read from ARGV where they stand (no table of them is built: most
--- calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's sliding
--- window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
+-- lib/windows.lua: route.lua's throttle rules, read from the route's header where they stand (no table of them
+-- is built: most calls route one job and read only the rules' thresholds), and an enqueue recorded in its tenant's
+-- sliding window, which answers the last rule the window now matches; or a batch's enqueues of one tenant recorded
 -- together, each answered as if recorded alone in turn.
 -- include: slices
--- ARGV[2..]: ttl_ms, cap, n_rules, base queue, then per rule r: per_ms, threshold, queue (ARGV[3 + 3r .. 5 + 3r]).
+-- ARGV[2]: the route's header, one binary argument (fair_router/store/scripts.py route_header: one where ten cost
+-- the client 1-2 us each), read in place with struct.unpack: '>HI4I4I4' n_rules, cap (newest entries kept), the
+-- 1-based offsets of the shard queues' suffix and of the base queue; per rule r, at 16r - 1, '>I8I4I4' per_ms,
+-- threshold, its queue's offset; the ttl (ms, the longest window) at 15 + 16 n_rules. Texts are '>I4c0' (length,
+-- bytes): what redis.call sends as it is.
 
 -- Redis' default zset-max-listpack-entries: a sorted set of at most this many entries can be a listpack.
 local LISTPACK_MAX = 128
 
--- The queue family of rule `r` (0: the base queue).
+-- The header's text at `at` (few functions: the one-round-trip enqueue's EVALSHA defines each at every call).
+local function header_text(at)
+  return (struct.unpack('>I4c0', ARGV[2], at))
+end
+
+-- The queue family of rule `r` (0: the base queue: its offset is where rule 0's would be).
 local function rule_target(r)
-  return ARGV[5 + 3 * r]
+  return header_text((struct.unpack('>I4', ARGV[2], 16 * r + 11)))
 end
 
 -- Record the enqueue `member` (a job id digest) at `now_ms` (`now_text`: the same as text) in window `key`.
@@ -20,7 +29,7 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
   -- NX: a job id already recorded keeps its first time and counts once.
   redis.call('ZADD', key, 'NX', now_text, member)
   local size = redis.call('ZCARD', key)
-  local cap = tonumber(ARGV[3])
+  local cap = struct.unpack('>I4', ARGV[2], 3)
   if size > cap then
     -- Bounded memory: the newest `cap` (= max threshold + 1) entries decide every rule exactly;
     -- trimming on every add keeps small windows in Redis' compact listpack encoding.
@@ -34,8 +43,8 @@ local function record_and_match(key, member, now_text, now_ms, n_rules)
     -- A window counts enqueues with time in (now - per, now]; times are whole ms (clock_ms), so the lower
     -- bound is now - per + 1 inclusive, sent as '%d' text: integer printf, where redis.call would format a
     -- number with the float path (0.2 us more).
-    local threshold = tonumber(ARGV[4 + 3 * r])
-    if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - ARGV[3 + 3 * r] + 1),
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 16 * r - 1)
+    if size > threshold and redis.call('ZCOUNT', key, string.format('%d', now_ms - per + 1),
                                        now_text) > threshold then
       return r
     end
@@ -58,7 +67,7 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     if seen[member] then return nil end
     seen[member] = true
   end
-  local size, cap, counts, newest = redis.call('ZCARD', key), tonumber(ARGV[3]), {}, now_ms
+  local size, cap, counts, newest = redis.call('ZCARD', key), struct.unpack('>I4', ARGV[2], 3), {}, now_ms
   if size > 0 and size <= LISTPACK_MAX then  -- a small window is read whole (ZMSCORE scans a listpack per member)
     local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
     for i = 1, #entries, 2 do
@@ -74,9 +83,11 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
   if newest > now_ms then return nil end
+  local thresholds = {}
   for r = 1, n_rules do  -- false: the window cannot pass the rule's threshold, even with every member
-    counts[r] = size + #members > tonumber(ARGV[4 + 3 * r])
-      and redis.call('ZCOUNT', key, now_ms - tonumber(ARGV[3 + 3 * r]) + 1, now_text)
+    local per, threshold = struct.unpack('>I8I4', ARGV[2], 16 * r - 1)
+    thresholds[r] = threshold
+    counts[r] = size + #members > threshold and redis.call('ZCOUNT', key, now_ms - per + 1, now_text)
   end
   local zadd = {}
   for _, member in ipairs(members) do
@@ -93,13 +104,13 @@ local function record_all_and_match(key, members, now_text, now_ms, n_rules)
     -- rewrite drops, is set again at once. REV: each entry goes in at the listpack's head, where in order each
     -- would walk the whole list.
     redis.call('ZRANGESTORE', key, key, 0, -1, 'REV')
-    redis.call('PEXPIRE', key, ARGV[2])
+    redis.call('PEXPIRE', key, header_text(15 + 16 * n_rules))
   end
   local rules = {}
   for i = 1, #members do
     rules[i] = 0
     for r = n_rules, 1, -1 do
-      if counts[r] and counts[r] + i > tonumber(ARGV[4 + 3 * r]) then
+      if counts[r] and counts[r] + i > thresholds[r] then
         rules[i] = r
         break
       end
