@@ -60,12 +60,16 @@
     return '<span class="reason ' + cls + '" title="' + esc(SAYS[reason] || "") + '">' + esc(reason) + "</span>";
   }
   function facts(answer, linkTenant) {
-    var rows = Object.keys(answer.facts).map(function (name) {
+    // In the answer's own order (fact_order: jsonify sorts keys); a list or a map gets a whole row.
+    var names = (answer.fact_order || Object.keys(answer.facts)).filter(function (n) { return n in answer.facts; });
+    var cells = names.map(function (name) {
       var v = answer.facts[name];
       var html = name === "tenant" && linkTenant && known(v) ? link("tenant", v) : value(name, v);
-      return "<tr><th>" + esc(name) + "</th><td>" + html + "</td></tr>";
+      var wide = (known(v) && typeof v === "object" && Object.keys(v).length > 1) || String(v).length > 60;
+      return '<div class="fact' + (wide ? " wide" : "") + '"><span class="k">' + esc(name) + '</span><span class="v">' +
+        html + "</span></div>";
     });
-    return rows.length ? '<table class="facts"><tbody>' + rows.join("") + "</tbody></table>" : "";
+    return cells.length ? '<div class="facts">' + cells.join("") + "</div>" : "";
   }
   function unknown(answer) {
     return answer.unknown.length ? '<ul class="unknown">' + answer.unknown.map(function (u) {
