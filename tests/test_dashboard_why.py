@@ -35,6 +35,7 @@ def test_a_waiting_job_and_unknown_or_hostile_ids(conn: Redis) -> None:
     answer = reply.get_json()
     assert answer["job_id"] == second.id and answer["reason"] == "behind"
     assert answer["facts"]["tenant"] == "acme" and answer["facts"]["fifo_ahead"] == 1
+    assert answer["fact_order"][:3] == ["queue", "tenant", "status"]  # the answer's order, for the panel
     assert answer["facts"]["jobs_ahead"] == 2  # globex's job is served between acme's two
     assert answer["estimated_start"] is None and "no job start recorded" in answer["estimate_basis"]
     assert client.get("/api/why/job", query_string={"id": first.id}).get_json()["reason"] == "next"

@@ -3,8 +3,9 @@ tests/test_dashboard_browser.py): a job id typed in the search box draws its rea
 (one real worker drains a greedy tenant's backlog, so starts are recorded and the estimate has a basis); a tenant
 row's "why" link draws ``explain_tenant``'s answer. Tenant ids and job ids are hostile input: a tenant whose id is
 HTML and a searched id that is HTML show as text (no element made of them), under the Content-Security-Policy
-with no violation; a tenant id of 117 characters (longer ones are shown as a digest, without a link) wraps inside the panel at 1400 px. ``FAIR_ROUTER_SCREENSHOT_DIR``
-copies the screenshots there (docs/dashboard-why.png is the job view's)."""
+with no violation; a tenant id of 117 characters (longer ones are shown as a digest, without a link) fits in the
+panel at 1400 px, nothing overflows. ``FAIR_ROUTER_SCREENSHOT_DIR`` copies the screenshots there
+(docs/dashboard-why.png is the job view's)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_dashboard_browser
 from conftest import terminate
 from redis import Redis
 from rq import Queue, Worker
-from test_dashboard_browser import chromium, csp_messages, free_port  # noqa: F401  (chromium: a fixture)
+from test_dashboard_browser import csp_messages, free_port
 
 from fair_router.config.settings import Settings
 from fair_router.dashboard.app import create_app, listen
@@ -29,6 +31,8 @@ from fair_router.demo.harness import timed_job
 from fair_router.demo.redis_server import RedisServer
 from fair_router.fairqueue.queue import FairQueue
 
+chromium = test_dashboard_browser.chromium
+"""The headless Chromium fixture of the dashboard's browser test."""
 PREFIX = "whybrowser"
 QUEUE = "reports"
 HOSTILE = '<img src=x id=injected onerror="window.pwned=1">'
@@ -72,28 +76,28 @@ def subprocess_worker(url: str, config: Path) -> Any:
                              "--url", url, "--logging_level", "WARNING", QUEUE], env=env)
 
 
-def panel(chromium: Any, showing: str, reason: str | None = None) -> dict[str, Any]:
+def panel(driver: Any, showing: str, reason: str | None = None) -> dict[str, Any]:
     """The why panel's state once it has drawn the answer about ``showing`` (``reason``: once it says that)."""
     deadline = time.monotonic() + 20
     while True:
-        state: dict[str, Any] = chromium.execute_script(PANEL_JS)
-        if state["reason"] and showing in state["text"].replace("\n", "") and (reason is None or
-                                                                              state["reason"] == reason):
+        state: dict[str, Any] = driver.execute_script(PANEL_JS)
+        shown = showing in state["text"].replace("\n", "")
+        if state["reason"] and shown and (reason is None or state["reason"] == reason):
             return state
         assert time.monotonic() < deadline, state
         time.sleep(0.2)
 
 
-def shot(chromium: Any, tmp_path: Path, name: str) -> Path:
+def shot(driver: Any, tmp_path: Path, name: str) -> Path:
     path = tmp_path / name
-    assert chromium.save_screenshot(str(path))
+    assert driver.save_screenshot(str(path))
     if os.environ.get("FAIR_ROUTER_SCREENSHOT_DIR"):
         shutil.copyfile(path, Path(os.environ["FAIR_ROUTER_SCREENSHOT_DIR"]) / name)
     return path
 
 
 def test_the_why_panel_for_a_job_and_a_tenant_in_a_real_browser(
-    conn: Redis, served: tuple[str, Settings], chromium: Any, tmp_path: Path  # noqa: F811
+    conn: Redis, served: tuple[str, Settings], chromium: Any, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.by import By
 
