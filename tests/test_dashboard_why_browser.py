@@ -76,12 +76,13 @@ def subprocess_worker(url: str, config: Path) -> Any:
                              "--url", url, "--logging_level", "WARNING", QUEUE], env=env)
 
 
-def panel(driver: Any, showing: str, reason: str | None = None) -> dict[str, Any]:
-    """The why panel's state once it has drawn the answer about ``showing`` (``reason``: once it says that)."""
+def panel(driver: Any, *showing: str, reason: str | None = None) -> dict[str, Any]:
+    """The why panel's state once it shows each of ``showing`` (``reason``: and says that one); it redraws every
+    second."""
     deadline = time.monotonic() + 20
     while True:
         state: dict[str, Any] = driver.execute_script(PANEL_JS)
-        shown = showing in state["text"].replace("\n", "")
+        shown = all(text in state["text"].replace("\n", "") for text in showing)
         if state["reason"] and shown and (reason is None or state["reason"] == reason):
             return state
         assert time.monotonic() < deadline, state
@@ -120,7 +121,7 @@ def test_the_why_panel_for_a_job_and_a_tenant_in_a_real_browser(
     field = chromium.find_element(By.ID, "why-job")
     field.send_keys(waiting.id)
     field.submit()
-    job = panel(chromium, waiting.id)
+    job = panel(chromium, waiting.id, "starts/s")  # the workers flush their starts each second
     assert job["reason"] in ("behind", "next") and not job["hidden"], job
     assert waiting.id in job["text"] and "Estimated start:" in job["text"] and "starts/s" in job["text"], job
     assert "?job=" + waiting.id in chromium.current_url  # the view has an address of its own
@@ -131,7 +132,7 @@ def test_the_why_panel_for_a_job_and_a_tenant_in_a_real_browser(
     by_tenant = {link.get_attribute("data-tenant"): link for link in rows}
     assert {"greedy", "acme", HOSTILE, LONG} <= set(by_tenant), list(by_tenant)
     by_tenant[HOSTILE].click()
-    hostile = panel(chromium, HOSTILE, "fair_share")
+    hostile = panel(chromium, HOSTILE, reason="fair_share")
     assert HOSTILE in hostile["text"] and hostile["injected"] == 0 and not hostile["pwned"], hostile
     by_tenant_links = {link.get_attribute("data-tenant"): link
                        for link in chromium.find_elements(By.CSS_SELECTOR, "#tenants a.why-link")}
@@ -145,7 +146,7 @@ def test_the_why_panel_for_a_job_and_a_tenant_in_a_real_browser(
     field.clear()
     field.send_keys(HOSTILE)
     field.submit()
-    missing = panel(chromium, HOSTILE, "not_found")
+    missing = panel(chromium, HOSTILE, reason="not_found")
     assert HOSTILE in missing["text"] and missing["injected"] == 0 and not missing["pwned"], missing
     chromium.find_element(By.CSS_SELECTOR, "button.why-close").click()
     assert chromium.execute_script("return document.getElementById('why').hidden") is True
