@@ -22,6 +22,11 @@
     backlog_cap: "its backlog reached its max_backlog: enqueues are refused",
     fair_share: "nothing holds it: its jobs wait their turn", not_waiting: "none of its jobs waits"
   };
+  var TENANT_SAYS = {
+    paused: "it is paused: none of its jobs start until it is resumed",
+    concurrency_limit: "it runs as many jobs as its limit allows", rate_limit: "its rate allows its next start only later",
+    throttled: "a throttle rule routes its next enqueue to a slower queue"
+  };
   var JOB_IDS = { running: 1, running_jobs: 1 };  // facts listing job ids: each links to its own why
 
   function esc(text) {
@@ -37,7 +42,9 @@
   function when(iso) {
     var at = new Date(iso), s = Math.round((at.getTime() - Date.now()) / 1000), a = Math.abs(s);
     var span = a < 90 ? a + " s" : a < 5400 ? Math.round(a / 60) + " min" : (a / 3600).toFixed(1) + " h";
-    return esc(at.toLocaleString()) + ' <span class="muted">(' + (s >= 0 ? "in " + span : span + " ago") + ")</span>";
+    var today = at.toDateString() === new Date().toDateString();
+    return '<span class="at">' + esc(today ? at.toLocaleTimeString() : at.toLocaleString()) + '</span> <span class="muted at">(' +
+      (s >= 0 ? "in " + span : span + " ago") + ")</span>";
   }
   function value(name, v) {
     if (!known(v)) return '<span class="muted">—</span>';
@@ -56,8 +63,9 @@
     if (typeof v === "string" && /^\d{4}-\d\d-\d\dT\d\d:\d\d/.test(v)) return when(v);
     return esc(v);
   }
-  function badge(reason, cls) {
-    return '<span class="reason ' + cls + '" title="' + esc(SAYS[reason] || "") + '">' + esc(reason) + "</span>";
+  function says(kind, reason) { return (kind === "tenant" && TENANT_SAYS[reason]) || SAYS[reason] || ""; }
+  function badge(kind, reason, cls) {
+    return '<span class="reason ' + cls + '" title="' + esc(says(kind, reason)) + '">' + esc(reason) + "</span>";
   }
   function facts(answer, linkTenant) {
     // In the answer's own order (fact_order: jsonify sorts keys); a list or a map gets a whole row.
@@ -65,7 +73,7 @@
     var cells = names.map(function (name) {
       var v = answer.facts[name];
       var html = name === "tenant" && linkTenant && known(v) ? link("tenant", v) : value(name, v);
-      var wide = (known(v) && typeof v === "object" && Object.keys(v).length > 1) || String(v).length > 60;
+      var wide = known(v) && (typeof v === "object" ? JSON.stringify(v).length > 36 : String(v).length > 60);
       return '<div class="fact' + (wide ? " wide" : "") + '"><span class="k">' + esc(name) + '</span><span class="v">' +
         html + "</span></div>";
     });
@@ -77,12 +85,14 @@
     }).join("") + "</ul>" : "";
   }
   function head(kind, id, reasons) {
-    return '<div class="why-head"><h2>' + (kind === "job" ? "Job " : "Tenant ") + '<code class="id">' + esc(id) +
+    var shown = id.length > 240 ? esc(id.slice(0, 120)) + '…<span class="muted"> (' + id.length + " characters)</span>" :
+      esc(id);
+    return '<div class="why-head"><h2>' + (kind === "job" ? "Job " : "Tenant ") + '<code class="id" title="' + esc(id) + '">' + shown +
       "</code></h2>" + '<button type="button" class="why-close" title="close">close ×</button></div>' +
-      '<p class="why-reasons">' + badge(reasons[0], "primary") +
+      '<p class="why-reasons">' + badge(kind, reasons[0], "primary") +
       (reasons.length > 1 ? ' <span class="muted">also</span> ' + reasons.slice(1).map(function (r) {
-        return badge(r, "secondary");
-      }).join(" ") : "") + ' <span class="says">' + esc(SAYS[reasons[0]] || "") + "</span></p>";
+        return badge(kind, r, "secondary");
+      }).join(" ") : "") + ' <span class="says">' + esc(says(kind, reasons[0])) + "</span></p>";
   }
   function footer(url) {
     return '<p class="muted why-foot">as of ' + esc(new Date().toLocaleTimeString()) + " · read-only · " +
