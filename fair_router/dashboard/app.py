@@ -1,4 +1,5 @@
-"""The live dashboard (Flask): ``/``, ``/api/snapshot`` and ``/metrics`` from one :class:`SnapshotReader`;
+"""The live dashboard (Flask): ``/``, ``/api/snapshot``, ``/api/why/job|tenant`` and ``/metrics`` from one
+:class:`SnapshotReader`;
 :func:`create_blueprint` mounts it in another app. Security: docs/dashboard-security.md."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from fair_router.config.settings import Settings, load_settings
 from fair_router.dashboard.collector import metrics_text
 from fair_router.dashboard.guard import LOOPBACK_NAMES, HostAllowlist, ReadAccess, secure_headers
 from fair_router.dashboard.reader import SnapshotReader
+from fair_router.dashboard.why import MAX_JOB_ID_LENGTH, job_answer, tenant_answer
 from fair_router.routing.router import FairRouter
 from fair_router.store.cluster import connections_for
 
@@ -69,13 +71,25 @@ def create_blueprint(reader: SnapshotReader, refresh: float = DEFAULT_REFRESH, n
         snapshot = reader.snapshot().to_json()
         actions = url_for(".api_tenant", action="pause").rpartition("/")[0] if actions_token else None
         return render_template("fair_router/dashboard.html", snapshot=snapshot, refresh=refresh,
-                               prefix=reader.settings.prefix, actions=actions, signed_in=access is not None)
+                               prefix=reader.settings.prefix, actions=actions, signed_in=access is not None,
+                               max_job_id=MAX_JOB_ID_LENGTH)
 
     @blueprint.get("/api/snapshot")
     def api_snapshot() -> ResponseReturnValue:
         if access is not None and not access.allows(request):
             return refused()
         return jsonify(reader.snapshot().to_json())
+
+    @blueprint.get("/api/why/<kind>")
+    def api_why(kind: str) -> ResponseReturnValue:
+        """Why a job waits (``job?id=``) or a tenant's jobs are slow (``tenant?id=``): read-only."""
+        if access is not None and not access.allows(request):
+            return refused()
+        if kind not in ("job", "tenant"):
+            abort(404)
+        given = request.args.get("id", "")
+        body, status = job_answer(reader, given) if kind == "job" else tenant_answer(reader, given)
+        return jsonify(body), status
 
     @blueprint.get("/metrics")
     def metrics() -> ResponseReturnValue:

@@ -111,7 +111,11 @@
         '" data-tenant="' + esc(row.tenant) + '">' + (row.paused ? "resume" : "pause") + "</button>";
     }
     if (other) state = '<span class="muted">every other tenant</span>';
-    var name = other ? "<em>" + esc(row.tenant) + "</em>" : esc(row.tenant);
+    var name = other ? "<em>" + esc(row.tenant) + "</em>" : '<span class="name">' + esc(row.tenant) + "</span>";
+    if (!other && row.key && row.key.charAt(0) !== "#") {  // a digest or no tenant: no id to ask about
+      name += ' <a class="why-link" href="?tenant=' + esc(encodeURIComponent(row.tenant)) + '" data-tenant="' +
+        esc(row.tenant) + '" title="why are this tenant\'s jobs slow?">why</a>';
+    }
     return '<tr data-tenant="' + esc(row.tenant) + '"' + (other ? ' class="other"' : "") + ">" +
       cell("tenant", row.tenant, name) + (s.tiers_named || other ? cell("tier", row.tier, esc(row.tier || "—")) :
         cell("tier", row.tier, '<span class="muted">—</span>', "no tiers in the settings: every tenant has the " +
