@@ -54,6 +54,8 @@ def test_an_unknown_id_is_not_found(conn: Redis) -> None:
     answer = explain("no-such-job", connection=conn, settings=settings())
     assert answer.reason == Reason.NOT_FOUND and answer.estimated_start is None
     assert answer.facts["servers_asked"] == 1
+    refused = explain("<b>x", connection=conn, settings=settings())  # rq's Job.fetch raises on such an id
+    assert refused.reason == Reason.NOT_FOUND and refused.facts["servers_asked"] == 0
 
 
 def test_a_job_on_a_shard_server_is_found_there(conn: Redis, redis_server: RedisServer) -> None:

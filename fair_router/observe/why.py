@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from redis import Redis
 from rq import Queue
 from rq.exceptions import NoSuchJobError
-from rq.job import Job, JobStatus
+from rq.job import JOB_ID_PATTERN, Job, JobStatus
 from rq.rate_limit import RateLimitRegistry
 from rq.registry import ScheduledJobRegistry
 
@@ -116,6 +116,9 @@ def explain(job_id: str, connection: Redis, settings: Settings | None = None) ->
     """Why job ``job_id`` waits (or what became of it), read from ``connection`` and, with ``settings.shard_urls``,
     each shard's Redis where the job is not found there. Never writes."""
     settings = settings if settings is not None else Settings()
+    if JOB_ID_PATTERN.fullmatch(job_id) is None:  # rq refuses such an id (Job.fetch raises): no job can have it
+        return Explanation(job_id, Reason.NOT_FOUND, {"servers_asked": 0},
+                           estimate_basis="not a job id rq accepts (letters, digits, _ and - only): no job has it")
     if (found := _look(job_id, connection, connection, settings)) is not None:
         return found
     for url in dict.fromkeys(settings.shard_urls):
