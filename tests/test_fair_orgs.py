@@ -288,3 +288,42 @@ def test_two_refused_jobs_of_an_org_tenant_whose_last_jobs_were_popped_both_come
         rest.append(queue.fetch_job(job_id).args)  # type: ignore[union-attr]
     assert sorted(rest) == [("x", 0), ("x", 1)]
     assert conn.exists(queue.fair_keys.orgs) == 0
+
+
+def test_the_listing_is_the_order_workers_start_jobs_in_with_orgs(conn: Redis) -> None:
+    """get_job_ids() replays the two-level pop: orgs by weight, their tenants by weight inside, org-less tenants
+    beside them; one WeightedSimpleWorker then starts the jobs exactly in that order."""
+    queue = fair(conn, orgs={"A": {"weight": 2}}, tiers=TiersConfig(resolver="tier_resolvers:by_name",
+                                                                    weights={"pro": 2, "enterprise": 4}))
+    for tenant, n, org in [("a1", 6, "A"), ("pro-a2", 9, "A"), ("b1", 5, "B"), ("ent-b2", 7, "B"), ("c", 6, None)]:
+        fill(queue, tenant, n, org=org)
+    listing = queue.get_job_ids()
+    ids_by_job = {f"{job.args[0]}:{job.args[1]}": job.id for job in queue.jobs}
+    assert len(listing) == 33 and len(ids_by_job) == 33
+    run_alternating(conn, queue, workers=1, jobs=33)
+    ran = [ids_by_job[entry.decode()] for entry in conn.lrange(fair_jobs.LOG, 0, -1)]
+    assert ran == listing
+    # the first 12 starts: org A (weight 2) twice as many as org B and tenant c, pro-a2 twice a1's
+    first = Counter(started(conn)[:12])
+    assert (first["a1"] + first["pro-a2"], first["b1"] + first["ent-b2"], first["c"]) == (6, 3, 3), first
+    assert (first["a1"], first["pro-a2"]) == (2, 4), first
+
+
+def test_explain_says_an_org_tenants_place_is_approximate(conn: Redis) -> None:
+    """fair_router.explain counts a place one level deep: for a job of an org's tenant, and for one queued beside
+    orgs' tenants, ``exact`` is false and ``approximate`` says why; the org is a fact."""
+    from fair_router import explain
+
+    queue = fair(conn)
+    fill(queue, "a1", 2, org="A")
+    fill(queue, "a2", 2, org="A")
+    fill(queue, "c", 2)
+    settings = Settings(prefix=PREFIX)
+    org_job = queue.get_job_ids()[0]
+    plain_job = next(job.id for job in queue.jobs if job.args[0] == "c")
+    answer = explain(org_job, connection=conn, settings=settings)
+    assert answer.facts["org"] == "A" and answer.facts["exact"] is False, answer.facts
+    assert answer.facts["tenant_state"] == "active" and "organisation" in answer.facts["approximate"], answer.facts
+    beside = explain(plain_job, connection=conn, settings=settings)
+    assert "org" not in beside.facts and beside.facts["exact"] is False, beside.facts
+    assert "organisations' tenants wait here" in beside.facts["approximate"], beside.facts
