@@ -10,6 +10,7 @@ from rq import Queue
 
 from fair_router.commands.common import COUNT, FAIR_WEIGHT, RATE, load_or_exit, router_for
 from fair_router.config.settings import Settings
+from fair_router.controls.orgs import tenant_orgs
 from fair_router.core.keys import encode
 from fair_router.core.rates import Rate
 from fair_router.dashboard.iterations import known_queues, running_iterations
@@ -105,6 +106,8 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
     rate = f"{profile.rate}, burst {profile.burst}" if profile.rate else "unlimited"
     cap = profile.max_backlog if profile.max_backlog is not None else "none"
     click.echo(f"tenant {tenant_id!r}: tier {profile.tier}{' (PAUSED)' if router.paused(tenant_id) else ''}")
+    if orgs := tenant_orgs(router.rq_connection, router.keys, router.tenant_id(tenant_id)):  # where it waits in one
+        click.echo("  org         " + ", ".join(f"{name} (in {queue})" for queue, name in orgs.items()))
     click.echo(f"  limit       {profile.limit} at once{mark('limit')}"
                f"{'' if settings.concurrency.enabled else ' (concurrency.enabled is off)'}")
     click.echo(f"  weight      {profile.weight:g}{mark('weight')}")

@@ -139,6 +139,11 @@ class Keys:
         values never overwrite each other."""
         return f"{self.prefix}:{{tiers}}:tenant:{encode(tenant)}"
 
+    def org_overrides(self, org: str) -> str:
+        """Hash of one organisation's overrides of its settings (``weight``), written by ``fair-router org set``;
+        beside the tenants' overrides, apart from them (``org:``, not ``tenant:``)."""
+        return f"{self.prefix}:{{tiers}}:org:{encode(org)}"
+
     def paused(self, tenant: str) -> str:
         """Exists while ``tenant`` is paused. Same tag as its leases, so the acquire script reads it."""
         return self.paused_of(encode(tenant))
