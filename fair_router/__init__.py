@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from fair_router.config.errors import SettingsError
     from fair_router.config.settings import Settings, load_settings
     from fair_router.controls.backlog import TenantBacklogFull
+    from fair_router.controls.orgs import OrgProfile
     from fair_router.core.rules import Rule
     from fair_router.core.shards import Shards, shards_of
     from fair_router.core.tenancy import InvalidTenant
@@ -55,6 +56,7 @@ HOMES = {
     "FairQueue": "fair_router.fairqueue.queue",
     "FairRouter": "fair_router.routing.router",
     "InvalidTenant": "fair_router.core.tenancy",
+    "OrgProfile": "fair_router.controls.orgs",
     "Reason": "fair_router.observe.why",
     "RedisUnavailable": "fair_router.store.outage",
     "ReplicasNotAcknowledged": "fair_router.store.replicas",
@@ -99,6 +101,7 @@ __all__ = [
     "FairQueue",
     "FairRouter",
     "InvalidTenant",
+    "OrgProfile",
     "Reason",
     "RedisUnavailable",
     "ReplicasNotAcknowledged",

@@ -8,6 +8,7 @@ import click
 from fair_router.commands.dashboard import dashboard
 from fair_router.commands.demo import demo
 from fair_router.commands.failures import DEBUG, FailingCleanly
+from fair_router.commands.orgs import org
 from fair_router.commands.queues import queue
 from fair_router.commands.routing import check, stats
 from fair_router.commands.tenants import tenant, tier
@@ -23,7 +24,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.meta[DEBUG] = debug
 
 
-for command in (check, stats, tier, tenant, queue, demo, dashboard, worker, pool, why):
+for command in (check, stats, tier, tenant, org, queue, demo, dashboard, worker, pool, why):
     main.add_command(command)
 tenant.add_command(tenant_why)  # fair-router tenant why
 

@@ -16,6 +16,7 @@ from rq import Queue
 
 from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.config.settings import TiersConfig
+from fair_router.core.keys import Keys
 from fair_router.core.tenancy import InvalidTenant, stored_org
 from fair_router.fairqueue.pushing import TenantInOtherOrg
 
@@ -288,3 +289,99 @@ def test_two_refused_jobs_of_an_org_tenant_whose_last_jobs_were_popped_both_come
         rest.append(queue.fetch_job(job_id).args)  # type: ignore[union-attr]
     assert sorted(rest) == [("x", 0), ("x", 1)]
     assert conn.exists(queue.fair_keys.orgs) == 0
+
+
+def test_the_listing_is_the_order_workers_start_jobs_in_with_orgs(conn: Redis) -> None:
+    """get_job_ids() replays the two-level pop: orgs by weight, their tenants by weight inside, org-less tenants
+    beside them; one WeightedSimpleWorker then starts the jobs exactly in that order."""
+    queue = fair(conn, orgs={"A": {"weight": 2}}, tiers=TiersConfig(resolver="tier_resolvers:by_name",
+                                                                    weights={"pro": 2, "enterprise": 4}))
+    for tenant, n, org in [("a1", 6, "A"), ("pro-a2", 9, "A"), ("b1", 5, "B"), ("ent-b2", 7, "B"), ("c", 6, None)]:
+        fill(queue, tenant, n, org=org)
+    listing = queue.get_job_ids()
+    ids_by_job = {f"{job.args[0]}:{job.args[1]}": job.id for job in queue.jobs}
+    assert len(listing) == 33 and len(ids_by_job) == 33
+    run_alternating(conn, queue, workers=1, jobs=33)
+    ran = [ids_by_job[entry.decode()] for entry in conn.lrange(fair_jobs.LOG, 0, -1)]
+    assert ran == listing
+    # the first 12 starts: org A (weight 2) twice as many as org B and tenant c, pro-a2 twice a1's
+    first = Counter(started(conn)[:12])
+    assert (first["a1"] + first["pro-a2"], first["b1"] + first["ent-b2"], first["c"]) == (6, 3, 3), first
+    assert (first["a1"], first["pro-a2"]) == (2, 4), first
+
+
+def test_explain_says_an_org_tenants_place_is_approximate(conn: Redis) -> None:
+    """fair_router.explain counts a place one level deep: for a job of an org's tenant, and for one queued beside
+    orgs' tenants, ``exact`` is false and ``approximate`` says why; the org is a fact."""
+    from fair_router import explain
+
+    queue = fair(conn)
+    fill(queue, "a1", 2, org="A")
+    fill(queue, "a2", 2, org="A")
+    fill(queue, "c", 2)
+    settings = Settings(prefix=PREFIX)
+    org_job = queue.get_job_ids()[0]
+    plain_job = next(job.id for job in queue.jobs if job.args[0] == "c")
+    answer = explain(org_job, connection=conn, settings=settings)
+    assert answer.facts["org"] == "A" and answer.facts["exact"] is False, answer.facts
+    assert answer.facts["tenant_state"] == "active" and "organisation" in answer.facts["approximate"], answer.facts
+    beside = explain(plain_job, connection=conn, settings=settings)
+    assert "org" not in beside.facts and beside.facts["exact"] is False, beside.facts
+    assert "organisations' tenants wait here" in beside.facts["approximate"], beside.facts
+
+
+def test_org_set_and_show_store_an_override_that_pushes_use_over_the_settings(
+    conn: Redis, redis_server: Any, tmp_path: Path
+) -> None:
+    """``fair-router org set A --weight 3`` beats the settings' ``orgs: {A: {weight: 1}}``: the pushes after it carry
+    3, so org A gets three starts to B's one and solo's one; ``org show`` prints the weight, its source and the
+    tenants waiting in each fair queue with their counts; ``--reset`` goes back to the settings; ``tenant show``
+    names the org."""
+    from click.testing import CliRunner
+
+    from fair_router.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"prefix: {PREFIX}\nredis_url: {redis_server.url}\norgs:\n  A: {{weight: 1}}\n")
+    run = CliRunner().invoke
+    shown = run(main, ["org", "show", "A", "--config", str(config)])
+    assert shown.exit_code == 0, shown.output
+    assert "weight      1 (settings orgs:)" in shown.output and "none in any fair queue" in shown.output
+    done = run(main, ["org", "set", "A", "--weight", "3", "--config", str(config)])
+    assert done.exit_code == 0 and "weight      3 (override)" in done.output, done.output
+    assert run(main, ["org", "set", "A", "--weight", "-1", "--config", str(config)]).exit_code == 2
+    queue = fair(conn, orgs={"A": {"weight": 1}})
+    for tenant, org in [("a1", "A"), ("a2", "A"), ("b1", "B")]:
+        fill(queue, tenant, 12, org=org)
+    fill(queue, "solo", 2)
+    run_alternating(conn, queue, workers=2, jobs=16)
+    first = Counter(started(conn))
+    assert first["a1"] + first["a2"] >= 9, first  # 10 of 16 at weight 3 against B's and solo's 1 (at weight 1: 7)
+    shown = run(main, ["org", "show", "A", "--config", str(config)])
+    waiting_a = 24 - first["a1"] - first["a2"]
+    assert f"waiting     {waiting_a} in default: a1 {12 - first['a1']}, a2 {12 - first['a2']}" in shown.output, \
+        shown.output
+    assert "weight      3 (override)" in shown.output
+    other = run(main, ["org", "show", "B", "--config", str(config)]).output
+    assert "weight      1 (default)" in other and "b1" in other and "a1" not in other, other
+    reset = run(main, ["org", "set", "A", "--reset", "--config", str(config)]).output
+    assert "weight      1 (settings orgs:)" in reset, reset
+    tenant = run(main, ["tenant", "show", "a1", "--config", str(config)]).output
+    assert "org         A (in default)" in tenant, tenant
+    assert "org " not in run(main, ["tenant", "show", "solo", "--config", str(config)]).output
+
+
+def test_the_org_api_validates_and_reports_its_source(conn: Redis) -> None:
+    """``router.tenants.set_org`` / ``org``: an override beats the settings, which beat 1; bad values are refused,
+    one written by hand that does not validate is ignored."""
+    router = FairRouter(conn, prefix=PREFIX).tenants
+    settings = Settings(prefix=PREFIX, orgs={"acme": {"weight": 2}})
+    assert (router.org("acme", settings.orgs).weight, router.org("acme", settings.orgs).source) == (2, "settings")
+    router.set_org("acme", weight=5)
+    assert (router.org("acme", settings.orgs).weight, router.org("acme").source) == (5, "override")
+    with pytest.raises(ValueError, match="weight"):
+        router.set_org("acme", weight=0)
+    with pytest.raises(TypeError):
+        router.set_org(1.5, weight=2)  # type: ignore[arg-type]
+    conn.hset(Keys(PREFIX).org_overrides("acme"), "weight", "lots")  # by hand: ignored, logged
+    assert FairRouter(conn, prefix=PREFIX).tenants.org("acme", settings.orgs).source == "settings"

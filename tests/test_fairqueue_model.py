@@ -347,6 +347,107 @@ def test_fair_queue_agrees_with_its_model(redis_server: RedisServer) -> None:
     )
 
 
+# == Organisations: the listing replays the two-level pop =================================================
+
+ORG_OF: dict[str | None, str | None] = {"a1": "A", "pro-a2": "A", "ent-a3": "A", "b1": "B", "pro-b2": "B",
+                                       "c": None, "pro-d": None, None: None}
+ORG_WEIGHTS = {"A": {"weight": 1}, "B": {"weight": 3}}
+
+
+class OrgListingMachine(RuleBasedStateMachine):
+    """Tenants in two weighted orgs beside tenants without org, pushed, popped (LPOP or given), parked, unparked and
+    taken out behind the queue's back (stale members) at random: every pop serves the listing's head, and once every
+    park ended the listing is the serving order job for job (fairqueue/serving_order.py against lua/fair_pop.lua)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.conn = Redis.from_url(url)
+        self.conn.flushdb()
+        self.queue = FairQueue(NAME, connection=self.conn,
+                               settings=Settings(prefix=PREFIX, tiers=TIERS, orgs=ORG_WEIGHTS))
+        self.jobs: dict[str, Job] = {}
+        self.listed: list[str] = []
+        self.in_hand: str | None = None
+
+    @rule(tenant=st.sampled_from(tuple(ORG_OF)), n=st.integers(1, 3))
+    def enqueue(self, tenant: str | None, n: int) -> None:
+        for _ in range(n):
+            job = self.queue.enqueue(fair_jobs.log, tenant, len(self.jobs), fair_tenant=tenant,
+                                     fair_org=ORG_OF[tenant])
+            self.jobs[job.id] = job
+            self.listed.append(job.id)
+
+    def check_pop(self, given: str, listing: list[str]) -> None:
+        result = self.queue.pop_fair(given)
+        self.in_hand = result.job_id
+        if result.job_id is None:  # only parked tenants' jobs wait (a given entry went back)
+            return
+        if not given:
+            assert listing[0] == result.job_id, (listing, result)
+        self.listed.remove(result.job_id)  # a given entry not served takes the served job's place
+
+    @rule()
+    def pop(self) -> None:
+        self.check_pop("", self.queue.get_job_ids())
+
+    @rule()
+    def pop_given(self) -> None:
+        entry = self.conn.lpop(self.queue.key)
+        if entry is not None:
+            self.check_pop(entry.decode(), [])
+
+    @precondition(lambda self: self.in_hand is not None and self.jobs[self.in_hand].meta.get("fair_tenant"))
+    @rule()
+    def park(self) -> None:
+        assert self.in_hand is not None
+        job = self.jobs[self.in_hand]
+        self.queue.park(job, job.meta["fair_tenant"], PARK_SECONDS)
+        self.listed.insert(0, job.id)
+        self.in_hand = None
+
+    @rule(tenant=st.sampled_from(tuple(t for t in ORG_OF if t)))
+    def unpark(self, tenant: str) -> None:
+        self.queue.unpark(tenant)
+
+    @precondition(lambda self: bool(self.listed))
+    @rule(pick=st.integers(0, 1000), how=st.sampled_from(("ours", "delete", "rq")))
+    def take_out(self, pick: int, how: str) -> None:
+        """FairQueue.remove, or behind its back (Job.delete, a plain Queue.remove): a stale member."""
+        job_id = self.listed.pop(pick % len(self.listed))
+        if how == "ours":
+            assert self.queue.remove(job_id) == 1
+        elif how == "delete":
+            self.jobs[job_id].delete()
+        else:
+            Queue(NAME, connection=self.conn).remove(job_id)
+
+    @invariant()
+    def the_listing_is_the_waiting_jobs(self) -> None:
+        assert sorted(self.queue.get_job_ids()) == sorted(self.listed)
+
+    def teardown(self) -> None:
+        try:
+            if sys.exc_info()[0] is None:
+                for tenant in ORG_OF:
+                    if tenant:
+                        self.unpark(tenant)
+                listing, served = self.queue.get_job_ids(), []
+                while self.listed:
+                    self.check_pop("", listing[len(served):])
+                    assert self.in_hand is not None, f"stranded: {self.listed}"
+                    served.append(self.in_hand)
+                assert served == listing, "with no parks, the listing is the serving order"
+        finally:
+            self.conn.close()
+
+
+def test_the_listing_replays_the_two_level_pop(redis_server: RedisServer) -> None:
+    run_state_machine_as_test(
+        lambda: OrgListingMachine(redis_server.url),
+        settings=settings(max_examples=80, stateful_step_count=50, deadline=None),
+    )
+
+
 # == The start path ======================================================================================
 
 BUG_A_FIXED = True

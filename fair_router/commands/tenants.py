@@ -10,6 +10,7 @@ from rq import Queue
 
 from fair_router.commands.common import COUNT, FAIR_WEIGHT, RATE, load_or_exit, router_for
 from fair_router.config.settings import Settings
+from fair_router.controls.orgs import tenant_orgs
 from fair_router.core.keys import encode
 from fair_router.core.rates import Rate
 from fair_router.dashboard.iterations import known_queues, running_iterations
@@ -107,6 +108,8 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
     since = router.tenants.paused_since(tenant_id)
     paused = f" (PAUSED since {since:%Y-%m-%d %H:%M:%S}Z)" if since else " (PAUSED)" if router.paused(tenant_id) else ""
     click.echo(f"tenant {tenant_id!r}: tier {profile.tier}{paused}")
+    if orgs := tenant_orgs(router.rq_connection, router.keys, router.tenant_id(tenant_id)):  # where it waits in one
+        click.echo("  org         " + ", ".join(f"{name} (in {queue})" for queue, name in orgs.items()))
     click.echo(f"  limit       {profile.limit} at once{mark('limit')}"
                f"{'' if settings.concurrency.enabled else ' (concurrency.enabled is off)'}")
     click.echo(f"  weight      {profile.weight:g}{mark('weight')}")

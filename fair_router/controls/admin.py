@@ -4,7 +4,7 @@ and tier book it shares only; a FairRouter has one (``router.tenants``) and dele
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -12,6 +12,7 @@ from redis import Redis
 from rq import Queue
 
 from fair_router.controls.fairstate import TENANT_FIELD, FairUnparkScript, record_waiting
+from fair_router.controls.orgs import OrgBook, OrgProfile, org_jobs
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
@@ -53,6 +54,7 @@ class TenantAdmin:
         self.tenant_max_bytes = tenant_max_bytes
         self._pauses = TenantPauses(connection, keys, self.rq_connection, clock)
         self._unpark = FairUnparkScript(self.rq_connection)
+        self.orgs = OrgBook(connection, keys)
 
     def tenant_id(self, tenant: object) -> str:
         """``tenant`` normalised (an int as its decimal string) and checked against ``tenant_max_bytes``."""
@@ -164,3 +166,20 @@ class TenantAdmin:
         prefix = len(Queue.redis_queue_namespace_prefix)
         waiting = {key[prefix:]: int(count) for key, count in zip(queues, counts, strict=True) if count}
         return running, waiting
+
+    # -- organisations ---------------------------------------------------------------------------
+
+    def set_org(self, org: str | int, weight: float | None = None, reset: bool = False) -> None:
+        """Override organisation ``org``'s fair-share ``weight`` (beats the settings' ``orgs.<org>.weight``);
+        ``reset`` drops its earlier override first. Validated (pydantic's ValidationError names the value); every
+        producer uses it at its next push after its org cache's 5 s (controls/orgs.py)."""
+        self.orgs.set(tenant_id(org, self.tenant_max_bytes, "org"), weight, reset)
+
+    def org(self, org: str | int, configured: Mapping[str, Any] | None = None) -> OrgProfile:
+        """``org``'s weight in effect and its source: its override, else ``configured`` (the settings' ``orgs``), else
+        1."""
+        return self.orgs.profile(tenant_id(org, self.tenant_max_bytes, "org"), configured)
+
+    def org_jobs(self, org: str | int) -> dict[str, dict[str, int]]:
+        """``org``'s tenants waiting per fair queue that has any: queue name -> tenant -> jobs waiting."""
+        return org_jobs(self.rq_connection, self.keys, tenant_id(org, self.tenant_max_bytes, "org"))

@@ -143,6 +143,11 @@ class Keys:
         """Why a refused start parked ``tenant`` in fair queue ``queue``: "<reason>|<ms>", expiring with the park."""
         return f"{self.leases(tenant)}:parkwhy:{queue}"
 
+    def org_overrides(self, org: str) -> str:
+        """Hash of one organisation's overrides of its settings (``weight``), written by ``fair-router org set``;
+        beside the tenants' overrides, apart from them (``org:``, not ``tenant:``)."""
+        return f"{self.prefix}:{{tiers}}:org:{encode(org)}"
+
     def paused(self, tenant: str) -> str:
         """Exists while ``tenant`` is paused. Same tag as its leases, so the acquire script reads it."""
         return self.paused_of(encode(tenant))

@@ -12,6 +12,7 @@ from rq.job import Job
 
 from fair_router.config.errors import validated
 from fair_router.config.sections import Charge, TiersConfig
+from fair_router.controls.orgs import OrgBook
 from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_COST, META_SYSTEM, META_TENANT
 from fair_router.core.keys import Keys, encode
@@ -57,12 +58,13 @@ class FairConfig:
         self._tenant_max_bytes = None if tenant_max_bytes is None else validated(
             _MAX_BYTES, tenant_max_bytes, "FairQueue(tenant_max_bytes=...)")
         self._tier_book: TierBook | None = None
+        self._org_book: OrgBook | None = None
 
     def use_settings(self, settings: Settings, prefix: str | None = None) -> None:
         """Take prefix and tiers from ``settings`` (``prefix``, when given, wins: a fairness mark's)."""
         self._settings = settings
         self._prefix, self._tiers = prefix or settings.prefix, settings.tiers
-        self._tier_book = None
+        self._tier_book = self._org_book = None
 
     @property
     def settings(self) -> Settings:
@@ -118,9 +120,11 @@ class FairConfig:
         return optional_tenant_id(tenant, self.tenant_max_bytes)
 
     def org_weight(self, org: str) -> float:
-        """Fair-share weight of organisation ``org`` against other orgs: settings ``orgs.<org>.weight`` (default 1)."""
-        found = self.settings.orgs.get(org)
-        return 1.0 if found is None else found.weight
+        """Fair-share weight of organisation ``org`` against other orgs: its override (``fair-router org set``, cached
+        5 s), else settings ``orgs.<org>.weight`` (default 1)."""
+        if self._org_book is None:
+            self._org_book = OrgBook(state_of(self.connection), self.keys)
+        return self._org_book.profile(org, self.settings.orgs).weight
 
     def org_of(self, meta: dict[str, Any] | None, tenant: str | None) -> str | None:
         """The org a job with this meta is served under: its stored ``fair_org`` when it has a tenant and the queue

@@ -7,8 +7,8 @@ from redis import Redis
 
 from fair_router.core.keys import FairQueueKeys
 from fair_router.core.text import as_text
-from fair_router.fairqueue.scripts import tenant_weights
-from fair_router.fairqueue.serving_order import FairSnapshot, serving_order
+from fair_router.fairqueue.scripts import tenant_orgs, tenant_weights
+from fair_router.fairqueue.serving_order import FairSnapshot, OrgPlace, serving_order
 
 FIRST_ESTIMATE = 0.01
 """charge="runtime": seconds a pop charges while nothing has been measured on the queue (fair_pop.lua's)."""
@@ -24,7 +24,8 @@ def snapshot(connection: Redis, keys: FairQueueKeys, runtime: bool) -> FairSnaps
         pipe.hgetall(keys.state)
         pipe.hgetall(keys.costs)
         pipe.hgetall(keys.runtimes)
-        listed, fields, active, kept, state, costs, runtimes = pipe.execute()
+        pipe.zrange(keys.orgs, 0, -1)
+        listed, fields, active, kept, state, costs, runtimes, in_orgs = pipe.execute()
     members = {k: v for k, v in fields.items() if ":" not in as_text(k)}  # not FIFO places (core/keys.py)
     return FairSnapshot(
         listed=[as_text(raw) for raw in listed],
@@ -34,6 +35,9 @@ def snapshot(connection: Redis, keys: FairQueueKeys, runtime: bool) -> FairSnaps
         weights=tenant_weights(state),
         vtime=float(state.get(b"vtime") or 0),
         costs=_estimates(members, costs, runtimes) if runtime else {},
+        places={tenant: OrgPlace(org, float(weight or 1), pass_, on == "1")
+                for tenant, (org, weight, pass_, on) in tenant_orgs(state).items()},
+        in_orgs=[as_text(member) for member in in_orgs],
     )
 
 

@@ -32,6 +32,13 @@ def tenant_waiting(state: dict[Any, Any]) -> dict[str, int]:
     return {tenant: record_waiting(value) for tenant, value in _tenant_records(state).items()}
 
 
+def tenant_orgs(state: dict[Any, Any]) -> dict[str, list[str]]:
+    """Tenant (encoded) -> its record's org fields (encoded org, org weight, pass in its org, "1" when in its
+    org's set: lua/lib/records.lua), for every tenant of an org with waiting jobs, out of the ``state`` hash."""
+    split = ((tenant, _text(value).split("|")) for tenant, value in _tenant_records(state).items())
+    return {tenant: parts[4:8] for tenant, parts in split if len(parts) >= 8}
+
+
 class PushEntry(NamedTuple):
     """One job for fair_push.lua."""
 

@@ -23,7 +23,7 @@ from fair_router.config.settings import Settings
 from fair_router.core.jobmeta import META_HELD, META_RULE
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule
-from fair_router.core.tenancy import usable_tenant
+from fair_router.core.tenancy import InvalidTenant, stored_org, usable_tenant
 from fair_router.observe.whyplace import (
     BOUND,
     SCAN,
@@ -68,6 +68,10 @@ APPROXIMATE = {
     "fifo_bound": f"over {BOUND} places ahead in its tenant's FIFO: jobs that left it are counted too",
     "not_active": "its tenant is parked or idle: its place once it returns is a guess",
     "tenant_bound": f"over {BOUND} tenants may be served before it: the first {BOUND} counted",
+    "org": "its tenant is in an organisation: counted one level deep, without the org's turns among orgs or its "
+           "tenant's among the org's tenants (get_job_ids() orders them exactly)",
+    "orgs": "organisations' tenants wait here too: their jobs ahead of it are not counted (get_job_ids() orders "
+            "them exactly)",
 }
 """The causes lua/why_place.lua gives for an approximate place, as the ``approximate`` fact says them."""
 HELD_REASONS = ("concurrency_limit", "paused", "rate_limit")
@@ -245,8 +249,8 @@ class Explainer:
     # -- waiting on a queue --------------------------------------------------------------------------
 
     def waiting(self) -> Explanation:
-        rq_key = Queue(self.job.origin, connection=self.job.connection).key
-        place = WhyPlaceScript(self.job.connection)(self.keys.fair_queue(rq_key), self.job.id).run()
+        fair_keys = self.keys.fair_queue(Queue(self.job.origin, connection=self.job.connection).key)
+        place = WhyPlaceScript(self.job.connection)(fair_keys, self.job.id).run()
         now_ms = place.now_ms
         reasons: list[Reason] = []
         blocked = ""
@@ -258,7 +262,7 @@ class Explainer:
         if TURNS in self.job.meta:  # an interruptible job between turns
             self.turns()
         if isinstance(place, FairPlace):
-            position = self.fair_place(place)
+            position = self.fair_place(place, bool(self.job.connection.exists(fair_keys.orgs)))
             if controls is not None:
                 blocked = self.controls(place, controls, reasons)
         elif place.index < 0 and place.listed < SCAN:  # queued, yet not on its list: a worker took it
@@ -274,17 +278,29 @@ class Explainer:
         at, basis = self.estimate(now_ms, blocked)
         return self.done(reasons[0], reasons[1:], at, basis)
 
-    def fair_place(self, place: FairPlace) -> Reason:
-        approximate = [APPROXIMATE[cause] for cause in place.approximate]
+    def fair_place(self, place: FairPlace, orgs: bool = False) -> Reason:
+        """``orgs``: tenants of organisations are active in the queue (lua/why_place.lua counts one level)."""
+        causes, where = place.approximate, place.where
+        try:
+            org = stored_org(self.job.meta, self.settings.tenant_max_bytes)
+        except InvalidTenant:
+            org = None
+        if org is not None:  # why_place.lua reads one level: a tenant of an org is in its org's set, not `active`
+            where = where if where == "parked" else "active"
+            causes = (*(cause for cause in causes if cause != "not_active" or where == "parked"), "org")
+            self.facts["org"] = org
+        elif orgs:
+            causes = (*causes, "orgs")
+        approximate = [APPROXIMATE[cause] for cause in causes]
         if self.settings.fair_charge == "runtime":
             approximate.append("the queue charges run time: each job ahead is counted as one step")
-        self.facts.update(fair=True, tenant_state=place.where, fifo_ahead=place.fifo_ahead, weight=place.weight,
+        self.facts.update(fair=True, tenant_state=where, fifo_ahead=place.fifo_ahead, weight=place.weight,
                           tenant_waiting=place.waiting, tenants_before=place.tenants_before,
                           jobs_ahead=place.jobs_ahead, tied=place.tied, exact=not approximate,
                           active_tenants=place.active_tenants, listed=place.listed)
         if approximate:
             self.facts["approximate"] = "; ".join(approximate)
-        return Reason.NEXT if place.jobs_ahead == 0 and place.where == "active" else Reason.BEHIND
+        return Reason.NEXT if place.jobs_ahead == 0 and where == "active" and org is None else Reason.BEHIND
 
     def plain_place(self, place: PlainPlace) -> Reason:
         ahead = place.index if place.index >= 0 else place.listed
