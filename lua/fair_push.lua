@@ -18,23 +18,32 @@
 bind_keys()
 local GROUP = 9
 
--- Orgs and backlog caps first, for the whole call, so that a batch is all or nothing.
--- (A queue without orgs reads no record for this: `orgs` exists while an org has an active tenant.)
+-- The FAIRORG refusal of the i-th job (from 1) when its tenant's `record` holds another org than its own (nil:
+-- no refusal).
+local function org_refusal(i, tenant, record)
+  local _, _, _, _, org = parse_tenant(record)
+  local has, wanted = org and org.name or '', string.match(ARGV[i + 2], '^[^|]*|([^|]*)|') or ''
+  if has == wanted then return nil end
+  return redis.error_reply(string.format(
+    'FAIRORG %d tenant %s has jobs waiting in %s under org %s: it cannot join org %s until they are '
+    .. 'served (nothing of this push was queued; job %s was saved but is not queued)', (i - 1) / GROUP,
+    tenant, rq_list, has == '' and '(none)' or has, wanted == '' and '(none)' or wanted, ARGV[i]))
+end
+
+-- Orgs and backlog caps first, for the whole call, so that a batch is all or nothing. One job without an org
+-- (not a recovery's) is checked on the read of its record below, before anything is written: an org-less
+-- enqueue costs no command for orgs. Otherwise a queue without orgs reads no record for this: `orgs` exists
+-- while an org has an active tenant.
+local single = #ARGV == GROUP and ARGV[5] ~= '1' and not string.find(ARGV[3], '|', 1, true)
 local adding = {}
-local any_orgs = redis.call('EXISTS', orgs) == 1
+local any_orgs = not single and redis.call('EXISTS', orgs) == 1
 for i = 1, #ARGV, GROUP do
   local tenant, cap = ARGV[i + 1], tonumber(ARGV[i + 6])
   local record = (any_orgs or string.find(ARGV[i + 2], '|', 1, true))
     and redis.call('HGET', state, tenant_field(tenant))
   if record and redis.call('HEXISTS', members, ARGV[i]) == 0 then
-    local _, _, _, _, org = parse_tenant(record)
-    local has, wanted = org and org.name or '', string.match(ARGV[i + 2], '^[^|]*|([^|]*)|') or ''
-    if has ~= wanted then
-      return redis.error_reply(string.format(
-        'FAIRORG %d tenant %s has jobs waiting in %s under org %s: it cannot join org %s until they are '
-        .. 'served (nothing of this push was queued; job %s was saved but is not queued)', (i - 1) / GROUP,
-        tenant, rq_list, has == '' and '(none)' or has, wanted == '' and '(none)' or wanted, ARGV[i]))
-    end
+    local refused = org_refusal(i, tenant, record)
+    if refused then return refused end
   end
   if cap > 0 and redis.call('HEXISTS', members, ARGV[i]) == 0 then
     adding[tenant] = (adding[tenant] or 0) + 1
@@ -63,6 +72,10 @@ for i = 1, #ARGV, GROUP do
   end
   if go then
     local st = redis.call('HMGET', state, 'head', tenant_field(tenant))  -- the list head's position, the record
+    if single and st[2] then
+      local refused = org_refusal(i, tenant, st[2])
+      if refused then return refused end
+    end
     local pos = ''
     if not listed then
       pos = list_push(job_id, at_front, st[1])
