@@ -108,9 +108,8 @@ end
 -- active tenant; nil when it has none. The pass has its fixed width (PASS_FORMAT): cut out, not matched.
 local function org_first(name)
   local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
-  local member = got[1]
+  local member, n = got[1], #name
   if not member then return nil end
-  local n = #name
   if string.byte(member, n + 22) == 0 then
     return string.sub(member, n + 23), string.sub(member, n + 2, n + 21), member, got[2] == nil
   end
@@ -128,9 +127,8 @@ local function entry_tenant(entry)
   return entry
 end
 
--- What a pop read of an org tenant's place (`alone`, `member`, `pass`: entry_tenant's) goes on its record's
--- org (parse_tenant's table): whether it is alone, and its member when the record's pass is the member's, so
--- that leaving the set need not build it again.
+-- A pop's read of an org tenant's place (entry_tenant's) onto its record's org: whether it is alone, and its
+-- member when the record's pass is the member's (leaving the set then need not build it again).
 local function org_known(org, alone, member, pass)
   org.alone = alone
   if org.on and pass == org.pass then org.member = member end

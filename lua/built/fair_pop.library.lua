@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_ccb4d11368b417ab
+#!lua name=fair_router_fair_pop_061924a35a3ecddb
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -110,9 +110,8 @@ end
 -- active tenant; nil when it has none. The pass has its fixed width (PASS_FORMAT): cut out, not matched.
 local function org_first(name)
   local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
-  local member = got[1]
+  local member, n = got[1], #name
   if not member then return nil end
-  local n = #name
   if string.byte(member, n + 22) == 0 then
     return string.sub(member, n + 23), string.sub(member, n + 2, n + 21), member, got[2] == nil
   end
@@ -130,9 +129,8 @@ local function entry_tenant(entry)
   return entry
 end
 
--- What a pop read of an org tenant's place (`alone`, `member`, `pass`: entry_tenant's) goes on its record's
--- org (parse_tenant's table): whether it is alone, and its member when the record's pass is the member's, so
--- that leaving the set need not build it again.
+-- A pop's read of an org tenant's place (entry_tenant's) onto its record's org: whether it is alone, and its
+-- member when the record's pass is the member's (leaving the set then need not build it again).
 local function org_known(org, alone, member, pass)
   org.alone = alone
   if org.on and pass == org.pass then org.member = member end
@@ -827,7 +825,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_ccb4d11368b417ab', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_061924a35a3ecddb', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

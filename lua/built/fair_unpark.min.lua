@@ -61,9 +61,8 @@ return org.name .. '\0' .. org.pass .. '\0' .. tenant
 end
 local function org_first(name)
 local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
-local member = got[1]
+local member, n = got[1], #name
 if not member then return nil end
-local n = #name
 if string.byte(member, n + 22) == 0 then
 return string.sub(member, n + 23), string.sub(member, n + 2, n + 21), member, got[2] == nil
 end
