@@ -23,7 +23,7 @@ local MAX_STALE = 1000  -- stale members dropped per call at most; the next call
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
 local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
-local chosen, alone = entry_tenant(top[1])
+local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
 local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
@@ -44,7 +44,7 @@ if due and due <= now_ms then
     redis.call('HSET', state, 'due', next_due)
   end
   top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
-  chosen, alone = entry_tenant(top[1])
+  chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
 
@@ -59,7 +59,7 @@ end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
 local h, t, weight, waiting, org
-if first then h, t, weight, waiting, org = parse_tenant(first[3]); if org then org.alone = alone end end
+if first then h, t, weight, waiting, org = parse_tenant(first[3]); if org then org_known(org, alone, member, inner) end end
 if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil end  -- serve_choose() repairs
 local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
 local entry_value = got[1]
@@ -78,7 +78,7 @@ if not entry_value then  -- not a member: an id rq's internals pushed, served as
 end
 local field, tenant = parse_member(entry_value)
 if first and tenant ~= first[1] then  -- ties on pass go to the entry's tenant (lib/serve.lua)
-  local seq, pass, tail, stored, count, its_org = tied_entry(field, tenant, first[2])
+  local seq, pass, tail, stored, count, its_org = tied_entry(field, tenant, first[2], org and top[1], inner, alone)
   if seq then
     serve_take(entry, seq, tenant, pass, pop, tail, stored, count, its_org)
     return {2, entry, -1, seq}

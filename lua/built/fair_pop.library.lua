@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_975b35e2a9e4d75b
+#!lua name=fair_router_fair_pop_061924a35a3ecddb
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -107,35 +107,47 @@ local function org_member(org, tenant)
 end
 
 -- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
--- active tenant; nil when it has none.
+-- active tenant; nil when it has none. The pass has its fixed width (PASS_FORMAT): cut out, not matched.
 local function org_first(name)
   local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
-  if #got == 0 then return nil end
-  local pass, tenant = string.match(got[1], '^[^%z]*%z([^%z]*)%z(.*)$')
-  return tenant, pass, got[1], #got == 1
+  local member, n = got[1], #name
+  if not member then return nil end
+  if string.byte(member, n + 22) == 0 then
+    return string.sub(member, n + 23), string.sub(member, n + 2, n + 21), member, got[2] == nil
+  end
+  local pass, tenant = string.match(member, '^[^%z]*%z([^%z]*)%z(.*)$')  -- a pass past the width (>= 1e13)
+  return tenant, pass, member, got[2] == nil
 end
 
 -- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none), and for an org's
--- whether that tenant is its only active one.
+-- whether that tenant is its only active one, its member in `orgs` and its pass there (a string).
 local function entry_tenant(entry)
   if entry and is_org(entry) then
-    local tenant, _, _, alone = org_first(string.sub(entry, 2))
-    return tenant, alone
+    local tenant, pass, member, alone = org_first(string.sub(entry, 2))
+    return tenant, alone, member, pass
   end
   return entry
+end
+
+-- A pop's read of an org tenant's place (entry_tenant's) onto its record's org: whether it is alone, and its
+-- member when the record's pass is the member's (leaving the set then need not build it again).
+local function org_known(org, alone, member, pass)
+  org.alone = alone
+  if org.on and pass == org.pass then org.member = member end
 end
 
 -- `tenant` of `org` enters its org's set at `pass` (a number); its record is written by the caller.
 local function org_enter(org, tenant, pass)
   if pass < 0 then pass = 0 end
   org.pass, org.on = string.format(PASS_FORMAT, pass), true
-  redis.call('ZADD', orgs, 0, org_member(org, tenant))
+  org.member = org_member(org, tenant)
+  redis.call('ZADD', orgs, 0, org.member)
 end
 
 -- `tenant` of `org` leaves its org's set (its pass stays in its record for its return).
 local function org_leave(org, tenant)
-  if org.on then redis.call('ZREM', orgs, org_member(org, tenant)) end
-  org.on = false
+  if org.on then redis.call('ZREM', orgs, org.member or org_member(org, tenant)) end
+  org.on, org.member = false, nil
 end
 
 -- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at
@@ -600,7 +612,7 @@ local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been m
 -- seq, weight, waiting count and org (its record, for take); or nil when no tenant can be served.
 local function serve_choose(first)
   while true do
-    local tenant, pass, record, known, member, alone, _
+    local tenant, pass, record, known, member, alone, inner
     if first then
       tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
@@ -608,7 +620,7 @@ local function serve_choose(first)
       local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
       if #top == 0 then return nil end
       tenant, pass = top[1], tonumber(top[2])
-      if is_org(tenant) then tenant, _, member, alone = org_first(string.sub(tenant, 2)) end
+      if is_org(tenant) then tenant, inner, member, alone = org_first(string.sub(tenant, 2)) end
       if tenant then
         record = redis.call('HGET', state, tenant_field(tenant))
       else  -- an org entry without active tenant (never left so): it leaves
@@ -617,7 +629,7 @@ local function serve_choose(first)
     end
     if tenant then
       local h, t, weight, n, org = parse_tenant(record)
-      if org then org.alone = alone end
+      if org then org_known(org, alone, member, inner) end
       if member and not (org and org.on) then  -- a member of `orgs` whose record says otherwise: it leaves
         redis.call('ZREM', orgs, member)
         org_settle(string.match(member, '^([^%z]*)'))
@@ -719,17 +731,24 @@ end
 -- oldest member (its places before it are holes), so that no other entry moves either. With equal weights and
 -- charge="jobs" passes are whole numbers: ties are the rule. fair_pop decides this once per pop, before any
 -- stale member is dropped (its model test and fairqueue/serving_order.py follow the same rule). A tenant of an
--- org ties when its org's pass is the minimum and its own pass is its org's minimum. Returns the entry's seq,
--- its tenant's pass (its org's), tail seq, weight, waiting count and org (for take), or nil when the entry is
--- not the choice.
-local function tied_entry(field, tenant, min_pass)
+-- org ties when its org's pass is the minimum and its own pass is its org's minimum. `top`, `inner`, `alone`: when
+-- the min-pass entry is an org's (else nil), that entry, its min pass inside the org and whether its min-pass
+-- tenant is alone there, as the pop read them: a tenant of that same org is compared without reading them again.
+-- Returns the entry's seq, its tenant's pass (its org's), tail seq, weight, waiting count and org (for take), or
+-- nil when the entry is not the choice.
+local function tied_entry(field, tenant, min_pass, top, inner, alone)
   local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
-  local pass
+  local pass, _
   if org then
-    local _, inner, _, alone = org_first(org.name)
+    local entry = ORG .. org.name
+    if entry == top then
+      pass = min_pass
+    else
+      _, inner, _, alone = org_first(org.name)
+      pass = tonumber(redis.call('ZSCORE', active, entry) or '')
+    end
     if not org.on or inner ~= org.pass then return nil end
     org.alone = alone
-    pass = tonumber(redis.call('ZSCORE', active, ORG .. org.name) or '')
   else
     pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
   end
@@ -806,7 +825,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_975b35e2a9e4d75b', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_061924a35a3ecddb', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice
@@ -833,7 +852,7 @@ local MAX_STALE = 1000  -- stale members dropped per call at most; the next call
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
 local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
-local chosen, alone = entry_tenant(top[1])
+local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
 local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
@@ -854,7 +873,7 @@ if due and due <= now_ms then
     redis.call('HSET', state, 'due', next_due)
   end
   top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
-  chosen, alone = entry_tenant(top[1])
+  chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
 
@@ -869,7 +888,7 @@ end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
 local h, t, weight, waiting, org
-if first then h, t, weight, waiting, org = parse_tenant(first[3]); if org then org.alone = alone end end
+if first then h, t, weight, waiting, org = parse_tenant(first[3]); if org then org_known(org, alone, member, inner) end end
 if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil end  -- serve_choose() repairs
 local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
 local entry_value = got[1]
@@ -888,7 +907,7 @@ if not entry_value then  -- not a member: an id rq's internals pushed, served as
 end
 local field, tenant = parse_member(entry_value)
 if first and tenant ~= first[1] then  -- ties on pass go to the entry's tenant (lib/serve.lua)
-  local seq, pass, tail, stored, count, its_org = tied_entry(field, tenant, first[2])
+  local seq, pass, tail, stored, count, its_org = tied_entry(field, tenant, first[2], org and top[1], inner, alone)
   if seq then
     serve_take(entry, seq, tenant, pass, pop, tail, stored, count, its_org)
     return {2, entry, -1, seq}

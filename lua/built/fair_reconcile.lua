@@ -94,35 +94,47 @@ local function org_member(org, tenant)
 end
 
 -- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
--- active tenant; nil when it has none.
+-- active tenant; nil when it has none. The pass has its fixed width (PASS_FORMAT): cut out, not matched.
 local function org_first(name)
   local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
-  if #got == 0 then return nil end
-  local pass, tenant = string.match(got[1], '^[^%z]*%z([^%z]*)%z(.*)$')
-  return tenant, pass, got[1], #got == 1
+  local member, n = got[1], #name
+  if not member then return nil end
+  if string.byte(member, n + 22) == 0 then
+    return string.sub(member, n + 23), string.sub(member, n + 2, n + 21), member, got[2] == nil
+  end
+  local pass, tenant = string.match(member, '^[^%z]*%z([^%z]*)%z(.*)$')  -- a pass past the width (>= 1e13)
+  return tenant, pass, member, got[2] == nil
 end
 
 -- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none), and for an org's
--- whether that tenant is its only active one.
+-- whether that tenant is its only active one, its member in `orgs` and its pass there (a string).
 local function entry_tenant(entry)
   if entry and is_org(entry) then
-    local tenant, _, _, alone = org_first(string.sub(entry, 2))
-    return tenant, alone
+    local tenant, pass, member, alone = org_first(string.sub(entry, 2))
+    return tenant, alone, member, pass
   end
   return entry
+end
+
+-- A pop's read of an org tenant's place (entry_tenant's) onto its record's org: whether it is alone, and its
+-- member when the record's pass is the member's (leaving the set then need not build it again).
+local function org_known(org, alone, member, pass)
+  org.alone = alone
+  if org.on and pass == org.pass then org.member = member end
 end
 
 -- `tenant` of `org` enters its org's set at `pass` (a number); its record is written by the caller.
 local function org_enter(org, tenant, pass)
   if pass < 0 then pass = 0 end
   org.pass, org.on = string.format(PASS_FORMAT, pass), true
-  redis.call('ZADD', orgs, 0, org_member(org, tenant))
+  org.member = org_member(org, tenant)
+  redis.call('ZADD', orgs, 0, org.member)
 end
 
 -- `tenant` of `org` leaves its org's set (its pass stays in its record for its return).
 local function org_leave(org, tenant)
-  if org.on then redis.call('ZREM', orgs, org_member(org, tenant)) end
-  org.on = false
+  if org.on then redis.call('ZREM', orgs, org.member or org_member(org, tenant)) end
+  org.on, org.member = false, nil
 end
 
 -- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at

@@ -61,25 +61,34 @@ return org.name .. '\0' .. org.pass .. '\0' .. tenant
 end
 local function org_first(name)
 local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
-if #got == 0 then return nil end
-local pass, tenant = string.match(got[1], '^[^%z]*%z([^%z]*)%z(.*)$')
-return tenant, pass, got[1], #got == 1
+local member, n = got[1], #name
+if not member then return nil end
+if string.byte(member, n + 22) == 0 then
+return string.sub(member, n + 23), string.sub(member, n + 2, n + 21), member, got[2] == nil
+end
+local pass, tenant = string.match(member, '^[^%z]*%z([^%z]*)%z(.*)$')  -- a pass past the width (>= 1e13)
+return tenant, pass, member, got[2] == nil
 end
 local function entry_tenant(entry)
 if entry and is_org(entry) then
-local tenant, _, _, alone = org_first(string.sub(entry, 2))
-return tenant, alone
+local tenant, pass, member, alone = org_first(string.sub(entry, 2))
+return tenant, alone, member, pass
 end
 return entry
+end
+local function org_known(org, alone, member, pass)
+org.alone = alone
+if org.on and pass == org.pass then org.member = member end
 end
 local function org_enter(org, tenant, pass)
 if pass < 0 then pass = 0 end
 org.pass, org.on = string.format(PASS_FORMAT, pass), true
-redis.call('ZADD', orgs, 0, org_member(org, tenant))
+org.member = org_member(org, tenant)
+redis.call('ZADD', orgs, 0, org.member)
 end
 local function org_leave(org, tenant)
-if org.on then redis.call('ZREM', orgs, org_member(org, tenant)) end
-org.on = false
+if org.on then redis.call('ZREM', orgs, org.member or org_member(org, tenant)) end
+org.on, org.member = false, nil
 end
 local function activate_entry(entry)
 if redis.call('ZSCORE', active, entry) then return end

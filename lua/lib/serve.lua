@@ -8,7 +8,7 @@ local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been m
 -- seq, weight, waiting count and org (its record, for take); or nil when no tenant can be served.
 local function serve_choose(first)
   while true do
-    local tenant, pass, record, known, member, alone, _
+    local tenant, pass, record, known, member, alone, inner
     if first then
       tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
@@ -16,7 +16,7 @@ local function serve_choose(first)
       local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
       if #top == 0 then return nil end
       tenant, pass = top[1], tonumber(top[2])
-      if is_org(tenant) then tenant, _, member, alone = org_first(string.sub(tenant, 2)) end
+      if is_org(tenant) then tenant, inner, member, alone = org_first(string.sub(tenant, 2)) end
       if tenant then
         record = redis.call('HGET', state, tenant_field(tenant))
       else  -- an org entry without active tenant (never left so): it leaves
@@ -25,7 +25,7 @@ local function serve_choose(first)
     end
     if tenant then
       local h, t, weight, n, org = parse_tenant(record)
-      if org then org.alone = alone end
+      if org then org_known(org, alone, member, inner) end
       if member and not (org and org.on) then  -- a member of `orgs` whose record says otherwise: it leaves
         redis.call('ZREM', orgs, member)
         org_settle(string.match(member, '^([^%z]*)'))

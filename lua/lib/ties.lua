@@ -6,17 +6,24 @@
 -- oldest member (its places before it are holes), so that no other entry moves either. With equal weights and
 -- charge="jobs" passes are whole numbers: ties are the rule. fair_pop decides this once per pop, before any
 -- stale member is dropped (its model test and fairqueue/serving_order.py follow the same rule). A tenant of an
--- org ties when its org's pass is the minimum and its own pass is its org's minimum. Returns the entry's seq,
--- its tenant's pass (its org's), tail seq, weight, waiting count and org (for take), or nil when the entry is
--- not the choice.
-local function tied_entry(field, tenant, min_pass)
+-- org ties when its org's pass is the minimum and its own pass is its org's minimum. `top`, `inner`, `alone`: when
+-- the min-pass entry is an org's (else nil), that entry, its min pass inside the org and whether its min-pass
+-- tenant is alone there, as the pop read them: a tenant of that same org is compared without reading them again.
+-- Returns the entry's seq, its tenant's pass (its org's), tail seq, weight, waiting count and org (for take), or
+-- nil when the entry is not the choice.
+local function tied_entry(field, tenant, min_pass, top, inner, alone)
   local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
-  local pass
+  local pass, _
   if org then
-    local _, inner, _, alone = org_first(org.name)
+    local entry = ORG .. org.name
+    if entry == top then
+      pass = min_pass
+    else
+      _, inner, _, alone = org_first(org.name)
+      pass = tonumber(redis.call('ZSCORE', active, entry) or '')
+    end
     if not org.on or inner ~= org.pass then return nil end
     org.alone = alone
-    pass = tonumber(redis.call('ZSCORE', active, ORG .. org.name) or '')
   else
     pass = tonumber(redis.call('ZSCORE', active, tenant) or '')
   end
