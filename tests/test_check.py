@@ -15,7 +15,7 @@ from redis import Redis
 
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer, free_port
-from fair_router.store.luascript import assemble, script_names
+from fair_router.store.luascript import script_names, sent_text
 
 BIN = Path(sys.executable).parent
 TASKS = """
@@ -65,7 +65,7 @@ def test_good_settings_pass_and_ping_and_deep_reach_the_server(project: Path, re
     assert f"scripts:   {len(script_names())} loaded" in done.stdout
     functions = int(version.split(".")[0]) >= 7
     assert ("the fair pop as a Redis function" in done.stdout) == functions, done.stdout
-    shas = [hashlib.sha1(assemble(name).encode()).hexdigest() for name in script_names()]
+    shas = [hashlib.sha1(sent_text(name).encode()).hexdigest() for name in script_names()]
     assert len(shas) >= 10 and all(conn.script_exists(*shas))
 
 

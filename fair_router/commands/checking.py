@@ -21,7 +21,7 @@ from fair_router.fairqueue.marks import FairnessMarks
 from fair_router.fairqueue.scripts import FairPopScript
 from fair_router.fairqueue.stale import PlainPops
 from fair_router.store.cluster import ClusterSetupError, connections_for
-from fair_router.store.luascript import assemble, no_functions, script_names
+from fair_router.store.luascript import no_functions, script_names, sent_text
 from fair_router.store.serverconf import policy_readings
 from fair_router.workers.pool import redact_url
 
@@ -112,7 +112,7 @@ def _load_scripts(connection: Redis) -> tuple[list[Finding], bool]:
     failed, function = [], False
     for name in script_names():
         try:
-            connection.script_load(assemble(name))
+            connection.script_load(sent_text(name))  # byte for byte what workers and producers send
         except RedisError as exc:
             failed.append(Finding("error", f"lua/{name}.lua", f"SCRIPT LOAD failed: {exc}"))
     try:  # False where functions are unavailable or denied

@@ -91,6 +91,11 @@ def built(name: str) -> str:
     return lua_dir().joinpath(BUILT).joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
+def sent_text(name: str) -> str:
+    """The text script ``name`` is registered and sent as: ``lua/built/<name>.lua`` (``.min.lua``: :data:`MINIFIED`)."""
+    return built(f"{name}.min" if name in MINIFIED else name)
+
+
 def includes(source: str) -> list[str]:
     """The pieces named by the ``-- include:`` lines of a script's leading comment block."""
     wanted: list[str] = []
@@ -225,8 +230,8 @@ class LuaScript(Generic[R]):
             loaded.add(self.sha)
 
     def build_source(self) -> str:
-        """The text registered and sent: ``lua/built/<name>.lua`` (``<name>.min.lua`` for :data:`MINIFIED`)."""
-        return built(f"{self.name}.min" if self.name in MINIFIED else self.name)
+        """The text registered and sent (:func:`sent_text`)."""
+        return sent_text(self.name)
 
     def call(self, keys: Sequence[str], args: Sequence[Any]) -> Call[R]:
         return Call(self, list(keys), list(args))
