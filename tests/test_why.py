@@ -14,10 +14,12 @@ import fair_jobs
 import iteration_jobs
 import pytest
 import why_jobs
+from conftest import Fleet, wait_for, write_settings
 from click.testing import CliRunner
 from redis import Redis
 from rq import Queue, RateLimit, Retry, SimpleWorker
-from rq.job import Job
+from rq.command import send_stop_job_command
+from rq.job import Job, JobStatus
 
 from fair_router import FairQueue, FairRouter, Reason, Rule, Settings, WeightedSimpleWorker, explain, fair_job
 from fair_router.cli import main
@@ -87,6 +89,19 @@ def test_rq_rate_limit_and_canceled(conn: Redis) -> None:
     other = queue.enqueue(why_jobs.noop)
     other.cancel()
     assert explain(other.id, connection=conn, settings=settings()).reason == Reason.CANCELED
+
+
+def test_a_job_stopped_on_a_real_forking_worker(conn: Redis, fleet_of: Any, tmp_path: Any) -> None:
+    fleet: Fleet = fleet_of("plain")
+    fleet.config = write_settings(tmp_path, {"prefix": PREFIX})
+    fleet.start(1, scheduler=False)
+    fleet.wait_registered(conn, 1)
+    job = Queue("plain", connection=conn).enqueue(why_jobs.linger, result_ttl=600)
+    wait_for(lambda: job.get_status(refresh=True) == JobStatus.STARTED, 30, "the job to start", fleet)
+    send_stop_job_command(conn, job.id)
+    wait_for(lambda: job.get_status(refresh=True) == JobStatus.STOPPED, 30, "the job to stop", fleet)
+    answer = explain(job.id, connection=conn, settings=settings())
+    assert answer.reason == Reason.STOPPED and answer.estimated_start is None
 
 
 def test_a_running_job_names_its_worker(conn: Redis) -> None:

@@ -4,6 +4,7 @@ started, with no thread beside the worker)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Generator
 
 from rq import get_current_job
@@ -26,6 +27,11 @@ def boom() -> None:
 
 def noop() -> None:
     """Does nothing."""
+
+
+def linger() -> None:
+    """Runs until stopped (``send_stop_job_command``)."""
+    time.sleep(60)
 
 
 @interruptible(slice="1h")
