@@ -14,8 +14,8 @@ import fair_jobs
 import iteration_jobs
 import pytest
 import why_jobs
-from conftest import Fleet, wait_for, write_settings
 from click.testing import CliRunner
+from conftest import Fleet, wait_for, write_settings
 from redis import Redis
 from rq import Queue, RateLimit, Retry, SimpleWorker
 from rq.command import send_stop_job_command
