@@ -137,7 +137,7 @@ class Slots(Protocol):
     @property
     def slot(self) -> StartControl: ...
 
-    def defer(self, job: Job, queue: Queue, when: datetime) -> None: ...
+    def defer(self, job: Job, queue: Queue, when: datetime, held: str = "") -> None: ...
 
 
 L = TypeVar("L", bound=Slots)
@@ -295,11 +295,11 @@ class TenantGate(Generic[L]):
         """True when the tenant has a rate of its own, the first of ``scopes`` (its override or tier's)."""
         return bool(scopes) and self.limiter.tiers.profile(tenant).rate is not None
 
-    def defer_until(self, job: Job, queue: Queue, at_ms: int) -> datetime:
+    def defer_until(self, job: Job, queue: Queue, at_ms: int, held: str = "") -> datetime:
         """Reschedule ``job`` to its queue for ``at_ms`` (rounded up to whole seconds, as rq's scheduler keeps
         them, so it never comes back early), at the front: its token is paid, it must not wait again behind
-        later jobs (which would delay every later token of a backlog too)."""
+        later jobs (which would delay every later token of a backlog too). ``held``: as the limiter's ``defer``."""
         when = datetime.fromtimestamp(math.ceil(at_ms / 1000), timezone.utc)
         job.enqueue_at_front = True
-        self.limiter.defer(job, queue, when)
+        self.limiter.defer(job, queue, when, held)
         return when

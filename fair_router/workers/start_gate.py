@@ -21,7 +21,7 @@ from rq.worker import WorkerStatus
 
 from fair_router.config.settings import Settings
 from fair_router.controls.gate import Admission, Lease, PendingStart, RateScope, Verdict
-from fair_router.core.jobmeta import META_HELD, META_SYSTEM
+from fair_router.core.jobmeta import META_SYSTEM
 from fair_router.core.tenancy import InvalidStoredTenant, stored_tenant, usable_tenant
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.iteration.turns import turns_started
@@ -235,8 +235,7 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
             limiter.flush(also=cause)
         return f"{tenant} is {refusal.why}; job {job.id} back in {queue.name}, tenant parked for up to {seconds:.3f} s"
     if refusal.until_ms is not None:
-        job.meta[META_HELD] = {"reason": held, "until": math.ceil(refusal.until_ms / 1000)}  # defer_until's time
-        when = gate.defer_until(job, queue, refusal.until_ms)
+        when = gate.defer_until(job, queue, refusal.until_ms, held)
     else:
         when = limiter.snooze(job, queue, limiter.tiers.tier(tenant), held)
     return f"{tenant} is {refusal.why}; job {job.id} deferred until {when}"
