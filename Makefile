@@ -20,12 +20,12 @@ demo: $(STAMP)
 	$(BIN)/fair-router demo
 
 # lua/built: every script text Redis runs, generated from lua/ and checked in (tests/test_lua_files.py fails
-# when one is not current): run after editing a script or a lua/lib piece.
+# when one is not current): run after editing a script or a lua/lib piece. tools/build_lua.py (not in the wheel).
 lua: $(STAMP)
-	$(BIN)/python -c "from fair_router.store.luascript import main; main()"
+	$(BIN)/python -m tools.build_lua
 
 lint: $(STAMP)
-	$(BIN)/ruff check fair_router tests bench compat conftest.py
+	$(BIN)/ruff check fair_router tests bench compat conftest.py tools
 	$(BIN)/mypy
 
 # The docs/ site (mkdocs-material, from the dev extra); --strict fails on any broken link or nav entry.

@@ -19,7 +19,8 @@ from redis import Redis
 
 from fair_router import Rule, Settings, WeightedSimpleWorker, fair_job
 from fair_router.core.keys import FairQueueKeys, Keys
-from fair_router.store.luascript import assemble_source, generate, lua_dir
+from fair_router.store.luascript import lua_dir
+from tools.build_lua import assemble_source, generate
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 _ARG = re.compile(rb'"((?:[^"\\]|\\.)*)"')

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from fair_router.store.luascript import assemble, assemble_source, built, includes, lua_dir
+from fair_router.store.luascript import built, lua_dir
+from tools.build_lua import assemble, assemble_source, includes
 
 LUA = Path(__file__).resolve().parent.parent / "lua"
 SCRIPTS = sorted(path.stem for path in LUA.glob("*.lua"))
