@@ -3,7 +3,7 @@ a few jobs through one FairQueue with the tenant controls on, and used_memory be
 
     .venv/bin/python bench/bounded_state.py [--tenants 2000] [--jobs 2] [--wave 250] [--charge runtime]
 
-The scenario is fair_router/demo/churn.py (``run``): waves of tenants drained by a real in-process
+The scenario is bench/churn.py (``run``): waves of tenants drained by a real in-process
 WeightedSimpleWorker, concurrency.enabled (the free tier's limit of 1), a tier rate, start records on. Prints,
 per key without a TTL, how many of its entries (hash fields, set members, list items) name one of the
 scenario's tenants, and used_memory before the first wave and after the drain. Uses $REDIS_URL when set
@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from pathlib import Path
 
 from redis import Redis
 
-from fair_router.demo.churn import TENANT, run
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.churn import TENANT, run
 from fair_router.demo.redis_server import RedisServer
 
 

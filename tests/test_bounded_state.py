@@ -1,7 +1,7 @@
 """State bounded by the tenants active, not by every tenant ever seen: thousands of tenants come and go
 through a FairQueue with the tenant controls on (the free tier's concurrency limit, a tier rate, runtime
 charging, start records), drained by a real in-process WeightedSimpleWorker on the real redis-server; what
-they leave in keys without a TTL is counted (fair_router/demo/churn.py, also bench/bounded_state.py)."""
+they leave in keys without a TTL is counted (bench/churn.py, also bench/bounded_state.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import fair_jobs
 import pytest
 from redis import Redis
 
+from bench.churn import PREFIX, QUEUE, run
 from fair_router import FairQueue, Settings
 from fair_router.config.settings import Charge, ConcurrencyConfig
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
-from fair_router.demo.churn import PREFIX, QUEUE, run
 from fair_router.observe.counters import COUNTERS
 from fair_router.workers.limiter import ConcurrencyLimiter
 
