@@ -1,26 +1,5 @@
-"""fair-router: fair multi-tenant background jobs for RQ on Redis.
-
-Public API (documented in docs/api.md):
-
-- :class:`FairRouter` — records enqueues per tenant and routes jobs to throttled queues.
-- :class:`Rule` — one throttle rule: more than ``threshold`` enqueues ``per`` window -> ``queue``.
-- :func:`fair_job` — decorator adding tenant-routed ``delay``/``enqueue*`` to a job function (which stays a
-  plain function rq enqueues as before; typed as :class:`FairJobFunction`, its methods held by a :class:`FairJob`).
-- :class:`Settings`, :func:`load_settings` — YAML + environment configuration.
-- :class:`SettingsError` — raised for invalid settings, naming file, key path and reason.
-- :class:`FairQueue` — an rq Queue that serves tenants by weighted fair share.
-- :class:`WeightedWorker`, :class:`WeightedSimpleWorker` — rq workers with weighted fetch order
-  and fewer Redis round trips between jobs.
-- :class:`TenantBacklogFull` — an enqueue would pass a tenant's backlog cap in a FairQueue.
-- :class:`InvalidTenant` — a tenant id that is empty or longer than ``tenant_max_bytes`` (a ValueError).
-- :class:`Shards`, :func:`shards_of` — shuffle-sharding: the shards dealt to each tenant.
-- :class:`RedisUnavailable` — an enqueue could not reach Redis after the client's retries.
-- :class:`ReplicasNotAcknowledged` — fewer replicas than ``replicas_to_wait`` acknowledged an enqueue.
-- :func:`interruptible` — a generator job function that runs in turns, giving up its worker at checkpoints.
-- :func:`explain` — why a job waits: an :class:`Explanation` with one :class:`Reason` and its facts (docs/why.md).
-- :func:`explain_tenant` — why a tenant's jobs are slow: a :class:`TenantExplanation` (:class:`TenantReason`).
-- :class:`RqVersionError` — raised by ``import fair_router`` when the installed rq is not a supported one
-  (``FAIR_ROUTER_SKIP_RQ_CHECK=1``: a :class:`RqVersionWarning` instead).
+"""fair-router: fair multi-tenant background jobs for RQ on Redis. The public API is :data:`__all__`, documented
+in docs/api.md; each name is imported from its module (:data:`HOMES`) when first read.
 """
 
 # First, before any module that subclasses rq's classes: the guard's import checks the installed rq (it runs
