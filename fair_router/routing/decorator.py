@@ -342,22 +342,8 @@ def fair_job(
     **rq_options: Any,
 ) -> Callable[[Callable[P, R]], FairJobFunction[P, R]]:
     """Decorate a job function for tenant-routed enqueueing; the result is the function (a copy) with
-    ``delay`` / ``enqueue*`` / ``job_key`` / ``fair_job`` added, so rq's own enqueues still take it.
-
-    ``queue``: base queue (else settings ``jobs.<job key>.queue``, else ``default``).
-    ``rules``: throttle rules, least to most restrictive (else settings ``jobs.<job key>.rules``).
-    ``tenant``: called with the job's arguments, returns the tenant id.
-    ``org``: called with the job's arguments, returns the tenant's organisation (None: none): with ``fair=True`` a
-    FairQueue serves orgs by fair share, then their tenants (``fair_org=`` on ``enqueue*`` overrides it).
-    ``connection`` / ``router``: where to enqueue (else ``settings.redis_url``).
-    ``tier_routing``: base queue becomes ``<queue>_priority`` / ``_default`` / ``_scheduled`` by tier.
-    ``fair``: enqueue into a FairQueue (per-tenant FIFOs, weighted fair share at dequeue).
-    ``rate`` / ``burst``: job starts per tenant of this function ("10/s", "N/m", "N/h"; else settings
-    ``jobs.<job key>.rate`` / ``.burst``), checked by weighted workers when they take a job.
-    ``shards``: shuffle-sharding, e.g. ``Shards(count=8, per_tenant=2)``: each job goes to the least loaded of
-    its tenant's shards, queue ``<queue>_shard<i>`` (else settings ``jobs.<job key>.shards``).
-    ``rq_options``: defaults for rq (``job_timeout``, ``retry``, ``result_ttl``, ...).
-    """
+    ``delay`` / ``enqueue*`` / ``job_key`` / ``fair_job`` added, so rq's own enqueues still take it. Each
+    parameter: docs/api.md."""
 
     def decorate(func: Callable[P, R]) -> FairJobFunction[P, R]:
         bundle = FairJob(

@@ -169,15 +169,11 @@ class FairRouter:
         system: bool = False,
         fair: bool = False, fair_org: str | int | None = None,
     ) -> Job:
-        """Route and enqueue one job (scheduled for ``at`` when given). An explicit ``queue`` is recorded in the
-        window but never rerouted; a ``system`` job is neither throttled nor limited; ``fair``: into a FairQueue.
-        The job goes through rq's own ``Queue.enqueue_call`` (``Queue.enqueue_at`` when scheduled) with
-        every option as rq parsed it, so rq's checks and options behave exactly as with a plain Queue;
-        only the job id (decided here, before routing, so the window records it) and the meta are ours.
-        ``tenant``: a str or int id, or None for a job without tenant (its base queue, unthrottled).
-        If the enqueue fails, the window entry it recorded is taken back (:mod:`fair_router.routing.unrecord`);
-        a connection error that outlived the client's retries is raised as RedisUnavailable.
-        """
+        """Route and enqueue one job (scheduled for ``at`` when given) through rq's own ``Queue.enqueue_call``
+        (``enqueue_at``) with every option as rq parsed it: only the job id (decided here, so the window records it)
+        and the meta are ours. An explicit ``queue`` is recorded, never rerouted; a ``system`` job is neither
+        throttled nor limited; ``tenant`` None: its base queue, unthrottled; ``fair``: into a FairQueue. A failed
+        enqueue's window entry is taken back (routing.unrecord); a lost connection past retries: RedisUnavailable."""
         tenant = None if tenant is None else self.tenant_id(tenant)
         call = call if fair_org is None else call._replace(meta=with_org(call.meta, fair_org, self.tenant_max_bytes))
         if not call.job_id and call.unique:
@@ -239,15 +235,10 @@ class FairRouter:
         pipeline: Pipeline | None = None,
         group: Group | None = None,
     ) -> list[Job]:
-        """Route a batch with one Lua call and enqueue it with one pipeline; jobs return in input order.
-
-        Each item goes through rq's own ``Queue.prepare_data`` and ``Queue.enqueue_many`` with every
-        option as rq parsed it. ``pipeline``: a caller's pipeline (executed by the caller, as with rq);
-        ``group``: an rq ``Group`` the jobs join, through rq's ``Group.enqueue_many`` (which executes the
-        pipeline once per target queue). If the enqueue fails (in our own pipeline), the window entries of the
-        jobs not queued are taken back; a caller's ``pipeline`` is the caller's to execute, so entries of a
-        failure there stay (they leave the window after the rule's ``per``).
-        """
+        """Route a batch with one Lua call and enqueue it with one pipeline, through rq's ``Queue.prepare_data`` and
+        ``enqueue_many`` (``Group.enqueue_many`` with ``group``); jobs return in input order. A caller's ``pipeline``
+        is the caller's to execute; when our own fails, the window entries of the jobs not queued are taken back (a
+        failure of a caller's leaves them: they leave the window after the rule's ``per``)."""
         batch = [(_batchable(call), None if tenant is None else self.tenant_id(tenant), call.job_id or str(uuid4()))
                  for call, tenant in calls]
         pendings = [Pending(tenant, job_id, tenant is not None) for _, tenant, job_id in batch]
