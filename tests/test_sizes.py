@@ -22,8 +22,9 @@ tenant why`` (routing/tenant_why.py); + the dashboard's why (dashboard/why.py an
 ORG_LINES = 155 + 372
 """Organisations above tenants (fair_org=, the two-level fair pop; then the two-level listing, explain's approximate
 place, org weight overrides and ``fair-router org set|show``), counted apart likewise."""
-# The other features: 13,842 lines after the structure round's third cut and this round's capacity work, rounded up.
-MAX_PACKAGE_LINES = 13900 + WHY_LINES + ORG_LINES
+# The other features: 13,596 lines after the structure round's third cut, this round's capacity work and the size
+# cut (make lua's build tool to tools/, the churn scenario to bench/, docstrings restating docs/api.md), rounded up.
+MAX_PACKAGE_LINES = 13600 + WHY_LINES + ORG_LINES
 
 
 def oversized(package: Path) -> list[str]:
