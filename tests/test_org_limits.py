@@ -1,0 +1,161 @@
+"""Organisations' limits (``orgs: {<org>: {concurrency, rate, tier}}``, ``fair-router org set|pause|resume``),
+checked at every start of their tenants' jobs in the same start call as the tenant's own, with real workers on the
+real redis-server: overlaps counted from the jobs' own Redis TIME readings, never a wall time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import limit_jobs
+import pytest
+from conftest import Fleet, wait_for, write_limit_settings
+from redis import Redis
+from rq import Queue
+from rq.job import Job, JobStatus
+from rq.registry import FailedJobRegistry
+
+from fair_router import FairQueue, FairRouter, Settings
+from fair_router.config.settings import ConcurrencyConfig, SettingsError
+from fair_router.controls.gate import TenantGate, Verdict
+from fair_router.controls.orgs import OrgBook
+from fair_router.controls.ratelimit import RateLimiter
+from fair_router.controls.tiers import TierBook
+from fair_router.core.keys import Keys, encode
+from fair_router.workers.limiter import ConcurrencyLimiter
+
+PREFIX = "orglimits_test"
+KEYS = Keys(PREFIX)
+QUEUE = "orgq"
+FAST = {"enabled": True, "lease_ttl": "5s", "snooze": "200ms", "jitter": "300ms"}
+
+pytestmark = pytest.mark.usefixtures("isolated_settings")
+
+
+@pytest.fixture
+def fleet(fleet_of: Callable[..., Fleet]) -> Fleet:
+    return fleet_of(QUEUE)
+
+
+def spans(conn: Redis, log_key: str) -> list[tuple[float, float]]:
+    return [(start, end) for start, end, *_ in (json.loads(raw) for raw in conn.lrange(log_key, 0, -1))]
+
+
+def max_concurrency(runs: list[tuple[float, float]]) -> int:
+    """Most runs open at one instant (one ending exactly when another starts does not overlap)."""
+    events = sorted([(start, 1) for start, _ in runs] + [(end, -1) for _, end in runs])
+    peak = now = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return peak
+
+
+def enqueue(conn: Redis, fair: bool, tenant: str, org: str | None, log_key: str, seconds: float) -> Job:
+    meta: dict[str, Any] = {"fair_tenant": tenant} | ({"fair_org": org} if org else {})
+    if fair:
+        queue = FairQueue(QUEUE, connection=conn, settings=Settings(prefix=PREFIX))
+        return queue.enqueue(limit_jobs.record, log_key, seconds, fair_tenant=tenant, fair_org=org, result_ttl=600)
+    return Queue(QUEUE, connection=conn).enqueue(limit_jobs.record, log_key, seconds, meta=meta, result_ttl=600)
+
+
+def gate(conn: Redis, settings: Settings) -> TenantGate[ConcurrencyLimiter]:
+    """The workers' start gate on our prefix, as ``build_gate`` makes it."""
+    limiter = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS, settings.tiers), settings.concurrency)
+    book = OrgBook(conn, KEYS, cache_ttl=0)
+    limiter.org_profile = lambda org: book.profile(org, settings.orgs, settings.tiers)
+    return TenantGate(limiter, RateLimiter(KEYS), slots=True)
+
+
+def job(conn: Redis, tenant: str, org: str | None) -> Job:
+    meta: dict[str, Any] = {"fair_tenant": tenant} | ({"fair_org": org} if org else {})
+    return Job.create(limit_jobs.mark, args=("x",), connection=conn, meta=meta)
+
+
+# -- keys and settings -------------------------------------------------------------------------------
+
+
+def test_a_tenant_under_an_org_has_its_lease_keys_on_the_orgs_tag_and_an_org_less_one_keeps_its_own() -> None:
+    assert KEYS.leases("t1") == f"{PREFIX}:{{lease:t1}}"  # unchanged: no migration for tenants without an org
+    assert KEYS.leases("t1", "acme") == f"{PREFIX}:{{lease:!acme}}:t:t1"
+    tag = f"{PREFIX}:{{lease:!acme}}"
+    for key in (KEYS.parked_in("t1", "acme"), KEYS.rate("t1", org="acme"), KEYS.rate_paid("t1", "j", "acme"),
+                KEYS.paced("t1", "q", "acme"), KEYS.org_leases("acme"), KEYS.org_parked_in("acme"),
+                KEYS.org_paused("acme"), KEYS.org_rate("acme")):
+        assert key.startswith(tag + ":"), key
+    assert not encode("!x").startswith("!")  # an encoded tenant never begins as an org's tag does
+
+
+@pytest.mark.parametrize(("orgs", "reason"), [
+    ({"acme": {"concurrency": 0}}, "greater than or equal to 1"),
+    ({"acme": {"rate": "lots"}}, "rate"),
+    ({"acme": {"tier": "gold"}}, r"orgs\['acme'\]\.tier is 'gold', which is no tier"),
+    ({"acme": {"burst": 3}}, "burst is set without a rate"),
+])
+def test_bad_org_limits_are_refused_with_the_key_and_value(orgs: dict[str, Any], reason: str) -> None:
+    with pytest.raises((SettingsError, ValueError), match=reason):
+        Settings(prefix=PREFIX, orgs=orgs)
+
+
+def test_an_orgs_limits_come_from_its_override_else_settings_else_its_tier(conn: Redis) -> None:
+    settings = Settings(prefix=PREFIX, orgs={"acme": {"concurrency": 4, "tier": "pro"}, "solo": {"tier": "pro"}},
+                        tiers={"rate": {"pro": "10/s"}})
+    router = FairRouter(conn, prefix=PREFIX).tenants
+    acme, solo = router.org("acme", settings.orgs, settings.tiers), router.org("solo", settings.orgs, settings.tiers)
+    assert (acme.limit, acme.limit_source, str(acme.rate), acme.rate_source) == (4, "settings", "10/s", "tier pro")
+    assert (solo.limit, solo.limit_source) == (3, "tier pro")  # tiers.concurrency.pro
+    router.set_org("acme", concurrency=2, rate="100/m")
+    acme = router.org("acme", settings.orgs, settings.tiers)
+    assert (acme.limit, acme.limit_source, str(acme.rate), acme.rate_source) == (2, "override", "100/m", "override")
+    assert router.org("none").limit is None
+
+
+# -- the start call: both limits, one slot -------------------------------------------------------------
+
+
+def test_an_org_at_its_limit_refuses_its_tenants_starts_and_a_release_frees_it(conn: Redis) -> None:
+    settings = Settings(prefix=PREFIX, orgs={"acme": {"concurrency": 2}}, concurrency=ConcurrencyConfig(**FAST))
+    checks = gate(conn, settings)
+    first, second, third = job(conn, "t1", "acme"), job(conn, "t2", "acme"), job(conn, "t3", "acme")
+    a1, lease1 = checks.acquire("t1", first, [], reserve=False)
+    a2, _ = checks.acquire("t2", second, [], reserve=False)
+    a3, lease3 = checks.acquire("t3", third, [], reserve=False, fair_queue="rq:queue:orgq")
+    assert (a1.status, a2.status, a3.status, lease3) == (Verdict.GRANTED, Verdict.GRANTED, Verdict.ORG_LIMIT, None)
+    assert checks.acquire("solo", job(conn, "solo", None), [], reserve=False)[0].status == Verdict.GRANTED
+    assert conn.zcard(KEYS.org_leases("acme")) == 2 and conn.zcard(KEYS.leases("t1", "acme")) == 1
+    assert checks.acquire("t1", first, [], reserve=False)[0].status == Verdict.HELD  # a refresh holds both
+    assert lease1 is not None and lease1.org == "acme"
+    woken: list[list[tuple[str, str]]] = []
+    checks.limiter.wake_org = lambda parks, pipe: woken.append(parks)
+    checks.limiter.release(lease1, wake=lambda names, pipe: None)
+    assert woken == [[("t3", "rq:queue:orgq")]]  # the park the org's limit made, taken by its release
+    assert conn.zcard(KEYS.org_leases("acme")) == 1
+    assert checks.acquire("t3", third, [], reserve=False)[0].status == Verdict.GRANTED
+
+
+# -- with real workers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fair", [True, False], ids=["fair_queue", "plain_queue"])
+def test_an_org_with_concurrency_2_never_runs_more_than_2_across_3_workers(
+    conn: Redis, fleet: Fleet, tmp_path: Path, fair: bool
+) -> None:
+    """Three tenants of org acme (each on pro, limit 3: their own limits never bind) and three workers: at most
+    two of acme's jobs run at once; a tenant without an org runs beside them; every job finishes, none fails."""
+    fleet.config = write_limit_settings(tmp_path, PREFIX, FAST, fair_queues=[QUEUE] if fair else [],
+                                        orgs={"acme": {"concurrency": 2}})
+    router = FairRouter(conn, prefix=PREFIX)
+    for tenant in ("t1", "t2", "t3"):
+        router.set_tier(tenant, "pro")
+    fleet.start(3)
+    fleet.wait_registered(conn, 3)
+    jobs = [enqueue(conn, fair, f"t{1 + i % 3}", "acme", "test:log:acme", 0.4) for i in range(12)]
+    solo = [enqueue(conn, fair, "solo", None, "test:log:solo", 0.1) for _ in range(3)]
+    wait_for(lambda: conn.llen("test:log:acme") == 12 and conn.llen("test:log:solo") == 3, 90, "every job", fleet)
+    assert max_concurrency(spans(conn, "test:log:acme")) == 2  # the org's limit, not the three workers, binds
+    assert sorted(json.loads(raw)[2] for raw in conn.lrange("test:log:acme", 0, -1)) == sorted(j.id for j in jobs)
+    wait_for(lambda: all(j.get_status() == JobStatus.FINISHED for j in jobs + solo), 30, "finished", fleet)
+    assert FailedJobRegistry(QUEUE, connection=conn).count == 0
+    wait_for(lambda: conn.zcard(KEYS.org_leases("acme")) == 0, 10, "the org's leases released", fleet)
