@@ -159,3 +159,89 @@ def test_an_org_with_concurrency_2_never_runs_more_than_2_across_3_workers(
     wait_for(lambda: all(j.get_status() == JobStatus.FINISHED for j in jobs + solo), 30, "finished", fleet)
     assert FailedJobRegistry(QUEUE, connection=conn).count == 0
     wait_for(lambda: conn.zcard(KEYS.org_leases("acme")) == 0, 10, "the org's leases released", fleet)
+
+
+def test_an_orgs_rate_is_one_more_scope_of_its_tenants_starts(conn: Redis) -> None:
+    """One token a second for the org: a second tenant's start in the same second is refused (its next token
+    when), a reserved start (plain queue) takes the org's token too; a tenant without an org is not held."""
+    settings = Settings(prefix=PREFIX, orgs={"acme": {"rate": "1/s"}}, concurrency=ConcurrencyConfig(**FAST))
+    checks = gate(conn, settings)
+    first, second = job(conn, "t1", "acme"), job(conn, "t2", "acme")
+    scopes = checks.checks("t1", first)
+    assert scopes is not None and [scope.key for scope in scopes] == [KEYS.org_rate("acme")]
+    assert checks.acquire("t1", first, scopes, reserve=False)[0].status == Verdict.GRANTED
+    refused, _ = checks.acquire("t2", second, checks.checks("t2", second) or [], reserve=False)
+    assert refused.status == Verdict.RATE and 0 < refused.at_ms - refused.now_ms <= 1000
+    reserved, _ = checks.acquire("t2", second, checks.checks("t2", second) or [], reserve=True)
+    assert reserved.status == Verdict.RESERVED and conn.exists(KEYS.rate_paid("t2", second.id, "acme"))
+    solo = job(conn, "solo", None)
+    assert checks.acquire("solo", solo, checks.checks("solo", solo) or [], reserve=False)[0].admitted
+
+
+def test_an_org_rate_holds_across_its_tenants_and_3_workers(conn: Redis, fleet: Fleet, tmp_path: Path) -> None:
+    """Org acme at 4/s over three tenants and three workers (limits off: the rate alone makes the call): its
+    starts keep GCRA's bound (at most rate + burst in any second, the i-th at least i / rate after the first);
+    every job finishes, parked in the fair queue, never failed."""
+    fleet.config = write_limit_settings(tmp_path, PREFIX, {**FAST, "enabled": False}, fair_queues=[QUEUE],
+                                        orgs={"acme": {"rate": "4/s"}})
+    fleet.start(3)
+    fleet.wait_registered(conn, 3)
+    jobs = [enqueue(conn, True, f"t{1 + i % 3}", "acme", "test:log:rate", 0.01) for i in range(12)]
+    wait_for(lambda: conn.llen("test:log:rate") == 12, 60, "acme's twelve jobs", fleet)
+    times = sorted(start for start, _ in spans(conn, "test:log:rate"))
+    for i, at in enumerate(times):
+        assert at - times[0] >= i / 4 - 0.15, (i, times)
+    assert max(sum(1 for other in times if at <= other < at + 1.0) for at in times) <= 5, times
+    wait_for(lambda: all(j.get_status() == JobStatus.FINISHED for j in jobs), 30, "finished", fleet)
+    assert FailedJobRegistry(QUEUE, connection=conn).count == 0
+
+
+@pytest.mark.parametrize("fair", [True, False], ids=["fair_queue", "plain_queue"])
+def test_a_paused_org_holds_every_tenant_and_resume_lets_them_all_run(
+    conn: Redis, fleet: Fleet, tmp_path: Path, fair: bool
+) -> None:
+    fleet.config = write_limit_settings(tmp_path, PREFIX, FAST, fair_queues=[QUEUE] if fair else [])
+    router = FairRouter(conn, prefix=PREFIX)
+    fleet.start(2)
+    fleet.wait_registered(conn, 2)
+    router.tenants.pause_org("acme")
+    assert router.tenants.org_paused_since("acme") is not None
+    held = [enqueue(conn, fair, f"t{1 + i % 3}", "acme", "test:log:held", 0.01) for i in range(6)]
+    others = [enqueue(conn, fair, f"o{i % 2}", "other", "test:log:others", 0.01) for i in range(6)]
+    wait_for(lambda: conn.llen("test:log:others") == 6, 30, "the other org's jobs", fleet)
+    wait_for(lambda: conn.hget(KEYS.limit_stats(), "free:paused") is not None, 30, "a refused start", fleet)
+    assert conn.llen("test:log:held") == 0  # refused while paused: none started
+    assert all(j.get_status() in (JobStatus.QUEUED, JobStatus.SCHEDULED) for j in held)
+    router.tenants.resume_org("acme")
+    wait_for(lambda: conn.llen("test:log:held") == 6, 30, "the paused org's jobs after resume", fleet)
+    wait_for(lambda: all(j.get_status() == JobStatus.FINISHED for j in held + others), 30, "finished", fleet)
+    assert FailedJobRegistry(QUEUE, connection=conn).count == 0
+
+
+def test_cli_org_set_show_pause_resume(conn: Redis, redis_server: Any, tmp_path: Path) -> None:
+    """``org set --concurrency/--rate`` overrides the settings (shown with their sources), a bad value is refused
+    with exit 2, ``org pause`` sets the flag (shown with its time) and ``org resume`` drops it."""
+    from click.testing import CliRunner
+
+    from fair_router.cli import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"prefix: {PREFIX}\nredis_url: {redis_server.url}\n"
+                      "orgs:\n  A: {concurrency: 4, tier: pro}\n")
+    run = CliRunner().invoke
+    shown = run(main, ["org", "show", "A", "--config", str(config)])
+    assert shown.exit_code == 0, shown.output
+    assert "concurrency 4 (settings orgs:)" in shown.output and "tier        pro" in shown.output, shown.output
+    assert "rate        none" in shown.output and "paused      no" in shown.output, shown.output
+    done = run(main, ["org", "set", "A", "--concurrency", "2", "--rate", "100/m", "--config", str(config)])
+    assert done.exit_code == 0, done.output
+    assert "concurrency 2 (override)" in done.output and "rate        100/m (burst 1) (override)" in done.output
+    assert run(main, ["org", "set", "A", "--concurrency", "0", "--config", str(config)]).exit_code == 2
+    assert run(main, ["org", "set", "A", "--rate", "fast", "--config", str(config)]).exit_code == 2
+    paused = run(main, ["org", "pause", "A", "--config", str(config)])
+    assert paused.exit_code == 0 and "paused      since " in paused.output, paused.output
+    assert conn.exists(KEYS.org_paused("A"))
+    resumed = run(main, ["org", "resume", "A", "--config", str(config)])
+    assert "paused      no" in resumed.output and not conn.exists(KEYS.org_paused("A")), resumed.output
+    reset = run(main, ["org", "set", "A", "--reset", "--config", str(config)]).output
+    assert "concurrency 4 (settings orgs:)" in reset, reset
