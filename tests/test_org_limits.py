@@ -61,9 +61,9 @@ def enqueue(conn: Redis, fair: bool, tenant: str, org: str | None, log_key: str,
     return Queue(QUEUE, connection=conn).enqueue(limit_jobs.record, log_key, seconds, meta=meta, result_ttl=600)
 
 
-def gate(conn: Redis, settings: Settings) -> TenantGate[ConcurrencyLimiter]:
+def gate(conn: Redis, settings: Settings, clock: Callable[[], float] | None = None) -> TenantGate[ConcurrencyLimiter]:
     """The workers' start gate on our prefix, as ``build_gate`` makes it."""
-    limiter = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS, settings.tiers), settings.concurrency)
+    limiter = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS, settings.tiers), settings.concurrency, clock=clock)
     book = OrgBook(conn, KEYS, cache_ttl=0)
     limiter.org_profile = lambda org: book.profile(org, settings.orgs, settings.tiers)
     return TenantGate(limiter, RateLimiter(KEYS), slots=True)
@@ -133,6 +133,23 @@ def test_an_org_at_its_limit_refuses_its_tenants_starts_and_a_release_frees_it(c
     assert woken == [[("t3", "rq:queue:orgq")]]  # the park the org's limit made, taken by its release
     assert conn.zcard(KEYS.org_leases("acme")) == 1
     assert checks.acquire("t3", third, [], reserve=False)[0].status == Verdict.GRANTED
+
+
+def test_a_dead_workers_org_slot_comes_back_when_its_lease_expires_or_recovery_reclaims_it(conn: Redis) -> None:
+    """A job whose worker died keeps its org slot no longer than its lease (5 s here): the next start after that
+    drops it and counts it reclaimed; crash recovery's reclaim frees both slots at once."""
+    now = [1_000_000.0]
+    settings = Settings(prefix=PREFIX, orgs={"acme": {"concurrency": 1}}, concurrency=ConcurrencyConfig(**FAST))
+    checks = gate(conn, settings, clock=lambda: now[0])
+    dead, waiting = job(conn, "t1", "acme"), job(conn, "t2", "acme")
+    assert checks.acquire("t1", dead, [], reserve=False)[0].status == Verdict.GRANTED
+    assert checks.acquire("t2", waiting, [], reserve=False)[0].status == Verdict.ORG_LIMIT
+    now[0] += 5.001
+    admitted, lease = checks.acquire("t2", waiting, [], reserve=False)
+    assert (admitted.status, admitted.reclaimed) == (Verdict.GRANTED, 1)  # the dead job's org lease
+    assert lease is not None
+    assert checks.limiter.reclaim("t2", waiting.id, org="acme")
+    assert conn.zcard(KEYS.org_leases("acme")) == conn.zcard(KEYS.leases("t2", "acme")) == 0
 
 
 # -- with real workers ---------------------------------------------------------------------------------
@@ -245,3 +262,27 @@ def test_cli_org_set_show_pause_resume(conn: Redis, redis_server: Any, tmp_path:
     assert "paused      no" in resumed.output and not conn.exists(KEYS.org_paused("A")), resumed.output
     reset = run(main, ["org", "set", "A", "--reset", "--config", str(config)]).output
     assert "concurrency 4 (settings orgs:)" in reset, reset
+
+
+@pytest.mark.cluster
+def test_a_start_under_an_org_is_one_slot_on_a_cluster(redis_cluster: Any) -> None:
+    """On a real Redis Cluster every call of an org's job start (tenant slot, org slot, org pause, rates, a
+    paused tenant's cached flag) and its release is on the org's slot: no CROSSSLOT, and the limits hold."""
+    from redis import RedisCluster
+
+    state = RedisCluster.from_url(redis_cluster.seed_url)
+    state.flushall(target_nodes=RedisCluster.PRIMARIES)  # type: ignore[no-untyped-call]
+    settings = Settings(prefix=PREFIX, orgs={"acme": {"concurrency": 1, "rate": "100/s", "burst": 10}},
+                        concurrency=ConcurrencyConfig(**FAST), tiers={"rate": {"free": "100/s"}})
+    checks = gate(state, settings)
+    local = Redis()  # only for Job objects (never written)
+    first, second = job(local, "t1", "acme"), job(local, "t2", "acme")
+    admitted, lease = checks.acquire("t1", first, checks.checks("t1", first) or [], reserve=False)
+    refused, _ = checks.acquire("t2", second, checks.checks("t2", second) or [], reserve=True)
+    assert (admitted.status, refused.status) == (Verdict.GRANTED, Verdict.ORG_LIMIT)
+    assert lease is not None
+    checks.limiter.release(lease)
+    assert state.zcard(KEYS.org_leases("acme")) == 0
+    state.set(KEYS.paused("t2"), 1)  # the tenant's own flag, on its own slot: its org's call reads the cache's view
+    checks.limiter.tiers.forget("t2")
+    assert checks.acquire("t2", second, checks.checks("t2", second) or [], reserve=False)[0].status == Verdict.PAUSED

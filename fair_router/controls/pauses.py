@@ -120,7 +120,11 @@ class PauseCheck(StartControl):
         return start.profile.paused
 
     def section(self, start: Start) -> Section:
-        """The tenant's pause flag."""
+        """The tenant's pause flag; for a job under an org, whose call's keys are on the org's slot, the flag as the
+        tier cache saw it instead (a pause reaches it within ``cache_ttl``; ``pause`` parks the tenant in fair queues
+        at once)."""
+        if start.org is not None:
+            return [], [int(start.profile.paused)]
         return [self.keys.paused(start.tenant)], []
 
     def on_refused(self, admission: Admission) -> Refusal:

@@ -1,4 +1,4 @@
-#!lua name=fair_router_start_74c2dafa10a978d2
+#!lua name=fair_router_start_83d5dba547d9b3ea
 local KEYS, ARGV
 -- lib/time.lua: the one clock every script decides with.
 
@@ -55,9 +55,15 @@ end
 
 -- start_pause.lua: the pause control of a job start (controls/pauses.py): refused (4) while the flag exists.
 -- KEYS +1  the tenant's pause flag.   ARGV  none.
+-- Or, for a job under an org (its call's keys on the org's slot, not the tenant's): KEYS none, ARGV +1 '1'
+-- when the worker's tier cache saw the tenant paused.
 local start_pause = {}
-function start_pause.check(s, k, a)
-  if redis.call('EXISTS', KEYS[k + 1]) == 1 then return 4 end
+function start_pause.check(s, k, a, n)
+  if n == 0 then
+    if ARGV[a + 1] == '1' then return 4 end
+  elseif redis.call('EXISTS', KEYS[k + 1]) == 1 then
+    return 4
+  end
 end
 
 -- start_slot.lua: the concurrency-slot control of a job start (controls/concurrency.py): a lease per running
@@ -187,7 +193,7 @@ function start_rate.take(s, k, a)
   end
 end
 
-redis.register_function{function_name='fair_router_start_74c2dafa10a978d2', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_start_83d5dba547d9b3ea', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- start.lua: decide one job start by the worker's start controls (fair_router/controls/gate.py): pause,
 -- concurrency slot, rate, those the call names, in its order (lib/start.lua runs them). One text for every

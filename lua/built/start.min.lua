@@ -32,8 +32,12 @@ end
 return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
 end
 local start_pause = {}
-function start_pause.check(s, k, a)
-if redis.call('EXISTS', KEYS[k + 1]) == 1 then return 4 end
+function start_pause.check(s, k, a, n)
+if n == 0 then
+if ARGV[a + 1] == '1' then return 4 end
+elseif redis.call('EXISTS', KEYS[k + 1]) == 1 then
+return 4
+end
 end
 local start_slot = {}
 function start_slot.held(s, k, a)
