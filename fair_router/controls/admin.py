@@ -13,7 +13,7 @@ from rq import Queue
 
 from fair_router.config.sections import TiersConfig
 from fair_router.controls.fairstate import TENANT_FIELD, FairUnparkScript, record_waiting
-from fair_router.controls.orgs import OrgBook, OrgProfile, org_jobs
+from fair_router.controls.orgs import OrgBook, OrgProfile, org_jobs, tenant_orgs
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
@@ -143,8 +143,9 @@ class TenantAdmin:
         return self._pauses.paused_since(self.tenant_id(tenant))
 
     def tenant_jobs(self, tenant: str | int) -> tuple[int, dict[str, int]]:
-        """``tenant``'s running jobs (unexpired concurrency leases; 0 when limits are off) and its waiting jobs
-        per fair queue that has any (queue name -> count)."""
+        """``tenant``'s running jobs (unexpired concurrency leases, its own and, under the orgs it waits under in a
+        fair queue, those; 0 when limits are off) and its waiting jobs per fair queue that has any (queue name ->
+        count)."""
         tenant = self.tenant_id(tenant)
         queues = sorted(as_text(raw) for raw in self.rq_connection.smembers(Queue.redis_queues_keys))
         apart = self.rq_connection is not self.connection  # a cluster: the leases are on another slot
@@ -164,6 +165,12 @@ class TenantAdmin:
                   for record, length in zip(replies[::2], replies[1::2], strict=True)]
         now_ms = seconds * 1000 + micros // 1000
         running = sum(1 for _, expiry in leases if expiry > now_ms)
+        if orgs := sorted(set(tenant_orgs(self.rq_connection, self.keys, tenant).values())):
+            # its jobs under an org hold leases on the org's slot (Keys.lease_base): those of the orgs it waits under
+            with self.connection.pipeline(transaction=False) as pipe:
+                for org in orgs:
+                    pipe.zcount(self.keys.leases(tenant, org), now_ms + 1, "+inf")
+                running += sum(int(count) for count in pipe.execute())
         prefix = len(Queue.redis_queue_namespace_prefix)
         waiting = {key[prefix:]: int(count) for key, count in zip(queues, counts, strict=True) if count}
         return running, waiting
