@@ -101,7 +101,7 @@ def test_bad_org_limits_are_refused_with_the_key_and_value(orgs: dict[str, Any],
 
 def test_an_orgs_limits_come_from_its_override_else_settings_else_its_tier(conn: Redis) -> None:
     settings = Settings(prefix=PREFIX, orgs={"acme": {"concurrency": 4, "tier": "pro"}, "solo": {"tier": "pro"}},
-                        tiers={"rate": {"pro": "10/s"}})
+                        tiers={"rate": {"pro": "10/s"}}, concurrency=ConcurrencyConfig(**FAST))
     router = FairRouter(conn, prefix=PREFIX).tenants
     acme, solo = router.org("acme", settings.orgs, settings.tiers), router.org("solo", settings.orgs, settings.tiers)
     assert (acme.limit, acme.limit_source, str(acme.rate), acme.rate_source) == (4, "settings", "10/s", "tier pro")
@@ -286,3 +286,10 @@ def test_a_start_under_an_org_is_one_slot_on_a_cluster(redis_cluster: Any) -> No
     state.set(KEYS.paused("t2"), 1)  # the tenant's own flag, on its own slot: its org's call reads the cache's view
     checks.limiter.tiers.forget("t2")
     assert checks.acquire("t2", second, checks.checks("t2", second) or [], reserve=False)[0].status == Verdict.PAUSED
+
+
+def test_an_org_concurrency_with_limits_off_is_warned_not_silently_ignored() -> None:
+    from fair_router.config.settings import SettingsWarning
+
+    with pytest.warns(SettingsWarning, match=r"orgs\['acme'\]\.concurrency is set but concurrency\.enabled is false"):
+        Settings(prefix=PREFIX, orgs={"acme": {"concurrency": 2}})

@@ -112,6 +112,11 @@ class Settings(BaseSettings):
                        f"({', '.join(sorted(tiers))})" for org, config in self.orgs.items()
                        if config.tier is not None and config.tier not in tiers]:
             raise ValueError("; ".join(unknown))
+        if not self.concurrency.enabled and (limited := sorted(org for org, config in self.orgs.items()
+                                                               if config.concurrency is not None)):
+            warnings.warn(SettingsWarning(f"orgs[{limited[0]!r}].concurrency is set but concurrency.enabled is false: "
+                                          "org concurrency limits (as tenants') are enforced only with "
+                                          "concurrency.enabled: true"), stacklevel=2)
         for warning in self._rising_weights():
             warnings.warn(SettingsWarning(warning), stacklevel=2)
         return self
