@@ -152,6 +152,25 @@ def test_a_dead_workers_org_slot_comes_back_when_its_lease_expires_or_recovery_r
     assert conn.zcard(KEYS.org_leases("acme")) == conn.zcard(KEYS.leases("t2", "acme")) == 0
 
 
+def test_a_tenant_that_moves_into_an_org_keeps_its_running_job_and_counts_afresh_there(conn: Redis) -> None:
+    """The documented move: a job that took its slot without an org releases it there (nothing lost, no
+    migration); the tenant's jobs under the org count under the org's tag; an org-less start sends no org
+    control at all."""
+    settings = Settings(prefix=PREFIX, orgs={"acme": {"concurrency": 5}}, concurrency=ConcurrencyConfig(**FAST))
+    checks = gate(conn, settings)
+    before, after = job(conn, "t1", None), job(conn, "t1", "acme")
+    call = checks._call(checks.start("t1", before))
+    assert b"start_org_slot" not in b"".join(str(arg).encode() for arg in call.args)
+    old, old_lease = checks.acquire("t1", before, [], reserve=False)
+    new, new_lease = checks.acquire("t1", after, [], reserve=False)  # free tier, limit 1: counted apart
+    assert (old.status, new.status) == (Verdict.GRANTED, Verdict.GRANTED)
+    assert old_lease is not None and new_lease is not None and (old_lease.org, new_lease.org) == (None, "acme")
+    checks.limiter.release(old_lease)
+    checks.limiter.release(new_lease)
+    assert conn.exists(KEYS.leases("t1")) == conn.zcard(KEYS.leases("t1", "acme")) == 0
+    assert conn.zcard(KEYS.org_leases("acme")) == 0
+
+
 # -- with real workers ---------------------------------------------------------------------------------
 
 

@@ -178,10 +178,13 @@ class StartScript(LuaScript[Admission]):
 
     def __call__(self, now_ms: str, job_id: str, sections: Sequence[Section]) -> Call[Admission]:
         """KEYS = every section's keys in order; ARGV = now_ms, job_id, then per section: the piece's name, its
-        number of keys, of args, and its args."""
+        number of keys, of args, and its args. A section without keys or args (an org control of a job without an
+        org) is left out: an org-less start sends what it sent before orgs had limits."""
         keys: list[str] = []
         args: list[str | int] = [now_ms, job_id]
         for piece, (section_keys, section_args) in zip(self.pieces, sections, strict=True):
+            if not section_keys and not section_args:
+                continue
             keys += section_keys
             args += (piece, len(section_keys), len(section_args), *section_args)
         return self.call(keys, args)
