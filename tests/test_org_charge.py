@@ -93,7 +93,7 @@ def test_an_idle_org_is_settled_at_its_kept_pass(conn: Redis) -> None:
     kept_before = conn.zscore(q.fair_keys.kept, "!X")
     assert kept_before is not None  # X left the schedule keeping its pass
     assert q.settle(job_id, 2.0) == 1
-    assert conn.zscore(q.fair_keys.kept, "!X") == pytest.approx(kept_before + 2.0 - 0.01)  # the declared cost the pop charged
+    assert conn.zscore(q.fair_keys.kept, "!X") == pytest.approx(kept_before + 2.0 - 0.01)  # less the cost it declared
     assert conn.zscore(q.fair_keys.kept, "x") is None and conn.zscore(q.fair_keys.active, "x") is None
 
 
