@@ -116,3 +116,19 @@ def test_real_workers_give_an_org_of_4x_longer_jobs_a_share_of_starts_by_its_tim
     assert starts["a"] / starts["b"] < 0.5, starts
     shares = worker_time_shares(spent)
     assert jain([shares["a"], shares["b"]]) >= 0.95, shares
+
+
+def test_a_park_refunds_an_orgs_pass_what_the_pop_charged(conn: Redis) -> None:
+    """A popped job of an org tenant put back (its tenant parked) gives its org back the estimate the pop charged
+    (/ the org's weight), its charged entry goes and its declared cost is kept for its next pop."""
+    q = queue(conn)
+    fill(q, "x", "X", 3)
+    fill(q, "y", "X", 3)
+    before = org_passes(q)["!X"]
+    job_id = q.pop_job_id()
+    assert job_id is not None and org_passes(q)["!X"] == pytest.approx(before + 0.01)
+    assert conn.hget(q.fair_keys.charged, job_id).startswith(b"!X|1.0|")  # type: ignore[union-attr]
+    tenant = cast(str, Job.fetch(job_id, connection=conn).meta["fair_tenant"])
+    q.park(Job.fetch(job_id, connection=conn), tenant, 60)
+    assert org_passes(q)["!X"] == pytest.approx(before)
+    assert conn.hlen(q.fair_keys.charged) == 0 and conn.hlen(q.fair_keys.costs) == 6
