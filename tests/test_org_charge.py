@@ -7,6 +7,7 @@ charged by the settlement alone."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import cast
 
@@ -47,6 +48,15 @@ def pop_settle(q: FairQueue, seconds: dict[str, float]) -> str:
 def org_passes(q: FairQueue) -> dict[str, float]:
     active = cast(list[tuple[bytes, float]], q.connection.zrange(q.fair_keys.active, 0, -1, withscores=True))
     return {member.decode(): score for member, score in active}
+
+
+def entry_pass(q: FairQueue, entry: str) -> float:
+    """The pass of a top-level entry, active or kept."""
+    score = q.connection.zscore(q.fair_keys.active, entry)
+    if score is None:
+        score = q.connection.zscore(q.fair_keys.kept, entry)
+    assert score is not None, entry
+    return float(score)
 
 
 def test_an_org_whose_jobs_run_4x_longer_gets_a_quarter_of_the_starts(conn: Redis) -> None:
@@ -132,3 +142,30 @@ def test_a_park_refunds_an_orgs_pass_what_the_pop_charged(conn: Redis) -> None:
     q.park(Job.fetch(job_id, connection=conn), tenant, 60)
     assert org_passes(q)["!X"] == pytest.approx(before)
     assert conn.hlen(q.fair_keys.charged) == 0 and conn.hlen(q.fair_keys.costs) == 6
+
+
+def test_a_job_whose_worker_died_charges_its_org_the_time_up_to_recovery(conn: Redis) -> None:
+    """Popped and never started (its worker died): recovery charges the org the time from the pop until then (an
+    injected clock: 5 s), and the job comes back under its org; settling a started job with no measured time
+    charges the same way."""
+    now = [0.0]
+    q = FairQueue("org_lost", connection=conn, settings=Settings(prefix=PREFIX, fair_charge="runtime"),
+                  clock=lambda: now[0])
+    fill(q, "x", "X", 2)
+    fill(q, "y", "Y", 2)
+    now[0] = time.time()  # the pop after the enqueues (recovery reads a job enqueued after its pop as requeued)
+    lost = q.pop_job_id()
+    assert lost is not None and Job.fetch(lost, connection=conn).meta["fair_org"] == "X"
+    start = org_passes(q)["!X"]
+    now[0] += 5
+    assert q.recover(older_than=0) == [lost]
+    assert org_passes(q)["!X"] == pytest.approx(start + 5 - 0.01)  # the time held, less the declared cost charged
+    assert conn.hlen(q.fair_keys.charged) == 0 and conn.hexists(q.fair_keys.costs, lost)
+    record = conn.hget(q.fair_keys.state, "=x")
+    assert record is not None and b"|X|" in record  # back in its tenant's FIFO under its org
+    served = [q.pop_job_id() for _ in range(2)]
+    assert lost not in served  # Y first: X owes its 5 s
+    before = entry_pass(q, "!Y")  # Y is idle now: its pass is kept
+    now[0] += 2
+    assert served[0] is not None and q.settle(served[0], None) == 1
+    assert entry_pass(q, "!Y") == pytest.approx(before + 2 - 0.01)
