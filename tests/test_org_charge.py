@@ -169,3 +169,22 @@ def test_a_job_whose_worker_died_charges_its_org_the_time_up_to_recovery(conn: R
     now[0] += 2
     assert served[0] is not None and q.settle(served[0], None) == 1
     assert entry_pass(q, "!Y") == pytest.approx(before + 2 - 0.01)
+
+
+def test_the_listing_is_the_serving_order_with_runtime_charging_and_orgs(conn: Redis) -> None:
+    """get_job_ids replays the pops at both levels with each job's estimated charge, as fair_pop.lua charges it."""
+    q = FairQueue("org_listed", connection=conn, settings=Settings(prefix=PREFIX, fair_charge="runtime"))
+    for tenant, org in (("a0", "A"), ("a1", "A"), ("b0", "B"), ("solo", "")):
+        meta = {"fair_tenant": tenant} | ({"fair_org": org} if org else {})
+        q.enqueue_many([FairQueue.prepare_data(fair_jobs.sleep_ms, (0,), meta=meta, result_ttl=600)
+                        for _ in range(10)])
+    for _ in range(12):  # means learnt per tenant: A's 40 ms, B's and solo's 10 ms
+        job_id = q.pop_job_id()
+        assert job_id is not None
+        tenant = cast(str, Job.fetch(job_id, connection=conn).meta["fair_tenant"])
+        q.settle(job_id, 0.04 if tenant.startswith("a") else 0.01)
+    listed = q.get_job_ids()
+    popped = [q.pop_job_id() for _ in range(len(listed))]
+    assert popped == listed
+    tenants = [Job.fetch(cast(str, job_id), connection=conn).meta["fair_tenant"] for job_id in listed[:10]]
+    assert sum(t.startswith("a") for t in tenants) <= 3, tenants  # not the alternation job charging would list
