@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_061924a35a3ecddb
+#!lua name=fair_router_fair_pop_43d0df4c7af11ac9
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -183,6 +183,22 @@ local function org_settle(name)
   end
 end
 
+-- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
+-- that take) while it has other active tenants, else it leaves keeping that pass. Whether the tenant was alone
+-- there is what the pop read (org.alone; nil when it did not read it: then org_settle() looks).
+local function org_served(org, pass)
+  local entry = ORG .. org.name
+  if org.alone == false then
+    redis.call('ZADD', active, pass, entry)
+  elseif org.alone then
+    redis.call('ZREM', active, entry)
+    stride_keep(entry, pass)
+  else
+    redis.call('ZADD', active, pass, entry)
+    org_settle(org.name)
+  end
+end
+
 -- A parked tenant of an org leaves its org's set keeping its pass less `step` in its record; its org's pass
 -- is refunded by the same share at the org's weight. Returns true when `tenant` has an org.
 local function org_hold(tenant, step)
@@ -229,14 +245,15 @@ end
 
 -- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept for its return
 -- (a tenant of an org keeps none: it returns at its org's min pass). `org`: its org as its record says (false:
--- none), nil when the caller did not read its record.
-local function stride_idle(tenant, pass, org)
+-- none), nil when the caller did not read its record. `served`: a pop just took its last job (lib/serve.lua):
+-- it was active, so not parked; for a tenant of an org, its org's pass after that take (lib/orgs.lua org_served).
+local function stride_idle(tenant, pass, org, served)
   if org == nil then org = select(5, parse_tenant(redis.call('HGET', state, tenant_field(tenant)))) or false end
-  redis.call('ZREM', parked, tenant)
+  if not served then redis.call('ZREM', parked, tenant) end
   redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
   if org then
     org_leave(org, tenant)
-    org_settle(org.name)
+    if served then org_served(org, served) else org_settle(org.name) end
   else
     redis.call('ZREM', active, tenant)
     if pass then stride_keep(tenant, pass) end
@@ -694,11 +711,11 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   -- drop them as it advances, so idle tenants leave no state behind.
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
   if org then
-    redis.call('ZADD', active, next_pass, ORG .. org.name)
-    if waiting <= 1 then
+    if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/orgs.lua org_served)
       redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-      stride_idle(tenant, false, org)
+      stride_idle(tenant, false, org, next_pass)
     else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
+      redis.call('ZADD', active, next_pass, ORG .. org.name)
       if not org.alone then
         org_leave(org, tenant)
         org_enter(org, tenant, tonumber(org.pass) + step / weight)
@@ -708,7 +725,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
     end
   elseif waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-    stride_idle(tenant, next_pass, false)
+    stride_idle(tenant, next_pass, false, true)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
@@ -825,7 +842,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_061924a35a3ecddb', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_43d0df4c7af11ac9', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

@@ -90,11 +90,11 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   -- drop them as it advances, so idle tenants leave no state behind.
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
   if org then
-    redis.call('ZADD', active, next_pass, ORG .. org.name)
-    if waiting <= 1 then
+    if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/orgs.lua org_served)
       redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-      stride_idle(tenant, false, org)
+      stride_idle(tenant, false, org, next_pass)
     else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
+      redis.call('ZADD', active, next_pass, ORG .. org.name)
       if not org.alone then
         org_leave(org, tenant)
         org_enter(org, tenant, tonumber(org.pass) + step / weight)
@@ -104,7 +104,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
     end
   elseif waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-    stride_idle(tenant, next_pass, false)
+    stride_idle(tenant, next_pass, false, true)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
