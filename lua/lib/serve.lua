@@ -13,7 +13,7 @@ local function serve_choose(first)
       tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
     else
-      local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+      local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')
       if #top == 0 then return nil end
       tenant, pass = top[1], tonumber(top[2])
       if is_org(tenant) then tenant, inner, member, alone = org_first(string.sub(tenant, 2)) end
@@ -68,10 +68,12 @@ end
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
--- and the tenant's own pass in its org by the step / its weight.
-local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org)
+-- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field when the caller
+-- built it. Numbers the pop read as text go to redis.call as that text (pop.top_text: the min pass as `active`
+-- answered it): a Lua number crosses redis.call through sprintf.
+local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org, place)
   local now_ms = pop.now_ms
-  redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
+  redis.call('HDEL', members, place or (tenant .. ':' .. seq), job_id)
   local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
@@ -88,10 +90,11 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   end
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
-  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
+  local pass_arg = pass == pop.top_pass and pop.top_text or pass
+  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
   if org then
     if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/orgs.lua org_served)
-      redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
+      redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
       stride_idle(tenant, false, org, next_pass)
     else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
       redis.call('ZADD', active, next_pass, ORG .. org.name)
@@ -99,14 +102,14 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
         org_leave(org, tenant)
         org_enter(org, tenant, tonumber(org.pass) + step / weight)
       end
-      redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+      redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end
   elseif waiting <= 1 then
-    redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
+    redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
     stride_idle(tenant, next_pass, false, true)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
-    redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+    redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
