@@ -18,8 +18,9 @@ Three prices, from ``INFO commandstats`` in tight loops on a private redis-serve
 The floor of a script is ``base + commands x bridge + the commands' own time``: the time it would take if its
 Lua logic and argument handling cost nothing. The fair pop is also shown against the floor with its own call: an
 ``FCALL`` of a function returning at once with the pop's 15 KEYS and its arguments (``call``) in place of ``base``,
-and the same 10 tenants in one organisation (``fair_org``, the two-level pop) beside the one-level pop. A goal below that floor cannot be met by making the Lua cheaper,
-only by sending fewer commands. Times move with the machine's load; the command counts do not.
+and the same 10 tenants in one organisation (``fair_org``, the two-level pop) beside the one-level pop. A goal
+below that floor cannot be met by making the Lua cheaper, only by sending fewer commands. Times move with the
+machine's load; the command counts do not.
 
     .venv/bin/python bench/lua_floor.py [--calls 3000] [--rounds 3]
 """
@@ -241,7 +242,8 @@ def print_start_and_release(med: dict[str, float]) -> None:
     for name in ("pop, 1 org", "fair pop"):  # the fair pop against the floor with its own call (module docstring)
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
               f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor, "
-              f"{med[f'{name} us'] / med[f'{name} call floor']:.2f}x with its call ({med[f'{name} call floor']:.1f} us)")
+              f"{med[f'{name} us'] / med[f'{name} call floor']:.2f}x with its call "
+              f"({med[f'{name} call floor']:.1f} us)")
     for name in ("start", "release"):
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
               f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor")
