@@ -25,8 +25,6 @@ if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- numbers as text: no sprintf
 local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
-             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
 local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
@@ -46,11 +44,10 @@ if due and due <= now_ms then
   top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
-  pop.top_pass, pop.top_text = tonumber(top[2]), top[2]
 end
-
-local entry = given
-if entry == '' then entry = redis.call('LPOP', rq_list) end
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
+local entry = given ~= '' and given or redis.call('LPOP', rq_list)
 if not entry then
   drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
   redis.call('HDEL', state, 'head')
@@ -59,12 +56,9 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
--- Its FIFO head's field and its tail as the record wrote them (lib/records.lua parse_tenant): no number formatted.
 local h, t, weight, waiting, org, head_text, tail_text
-if first then
-  h, t, weight, waiting, org, head_text, tail_text = parse_tenant(first[3])
-  if org then org_known(org, alone, member, inner) end
-end
+if first then h, t, weight, waiting, org, head_text, tail_text = parse_tenant(first[3]) end
+if org then org_known(org, alone, member, inner) end
 if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil end  -- serve_choose() repairs
 local place = h and (first[1] .. ':' .. head_text)
 local got = redis.call('HMGET', members, entry, place or entry)

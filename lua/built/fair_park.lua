@@ -172,22 +172,6 @@ local function org_settle(name)
   end
 end
 
--- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
--- that take) while it has other active tenants, else it leaves keeping that pass. Whether the tenant was alone
--- there is what the pop read (org.alone; nil when it did not read it: then org_settle() looks).
-local function org_served(org, pass)
-  local entry = ORG .. org.name
-  if org.alone == false then
-    redis.call('ZADD', active, pass, entry)
-  elseif org.alone then
-    redis.call('ZREM', active, entry)
-    stride_keep(entry, pass)
-  else
-    redis.call('ZADD', active, pass, entry)
-    org_settle(org.name)
-  end
-end
-
 -- A parked tenant of an org leaves its org's set keeping its pass less `step` in its record; its org's pass
 -- is refunded by the same share at the org's weight. Returns true when `tenant` has an org.
 local function org_hold(tenant, step)
@@ -230,6 +214,22 @@ local function activate(tenant, record)
   org_enter(org, tenant, start or 0)
   redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
   org_settle(org.name)
+end
+
+-- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
+-- that take) while it has other active tenants, else it leaves keeping that pass. Whether the tenant was alone
+-- there is what the pop read (org.alone; nil when it did not read it: then org_settle() looks).
+local function org_served(org, pass)
+  local entry = ORG .. org.name
+  if org.alone == false then
+    redis.call('ZADD', active, pass, entry)
+  elseif org.alone then
+    redis.call('ZREM', active, entry)
+    stride_keep(entry, pass)
+  else
+    redis.call('ZADD', active, pass, entry)
+    org_settle(org.name)
+  end
 end
 
 -- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept for its return

@@ -183,22 +183,6 @@ local function org_settle(name)
   end
 end
 
--- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
--- that take) while it has other active tenants, else it leaves keeping that pass. Whether the tenant was alone
--- there is what the pop read (org.alone; nil when it did not read it: then org_settle() looks).
-local function org_served(org, pass)
-  local entry = ORG .. org.name
-  if org.alone == false then
-    redis.call('ZADD', active, pass, entry)
-  elseif org.alone then
-    redis.call('ZREM', active, entry)
-    stride_keep(entry, pass)
-  else
-    redis.call('ZADD', active, pass, entry)
-    org_settle(org.name)
-  end
-end
-
 -- A parked tenant of an org leaves its org's set keeping its pass less `step` in its record; its org's pass
 -- is refunded by the same share at the org's weight. Returns true when `tenant` has an org.
 local function org_hold(tenant, step)
@@ -241,6 +225,22 @@ local function activate(tenant, record)
   org_enter(org, tenant, start or 0)
   redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
   org_settle(org.name)
+end
+
+-- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
+-- that take) while it has other active tenants, else it leaves keeping that pass. Whether the tenant was alone
+-- there is what the pop read (org.alone; nil when it did not read it: then org_settle() looks).
+local function org_served(org, pass)
+  local entry = ORG .. org.name
+  if org.alone == false then
+    redis.call('ZADD', active, pass, entry)
+  elseif org.alone then
+    redis.call('ZREM', active, entry)
+    stride_keep(entry, pass)
+  else
+    redis.call('ZADD', active, pass, entry)
+    org_settle(org.name)
+  end
 end
 
 -- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept for its return
@@ -689,32 +689,25 @@ end
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
--- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field when the caller
--- built it. Numbers the pop read as text go to redis.call as that text (pop.top_text: the min pass as `active`
--- answered it): a Lua number crosses redis.call through sprintf.
+-- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
+-- pass goes to redis.call as `active` answered it (pop.top_text): a Lua number would cross it through sprintf.
 local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org, place)
-  local now_ms = pop.now_ms
   redis.call('HDEL', members, place or (tenant .. ':' .. seq), job_id)
   local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
     local cost, declared, func = estimate(job_id, tenant)
     step = cost
-    redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
+    redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, pop.now_ms, declared, func}, '|'))
     redis.call('HDEL', costs, job_id)
   end
-  local next_pass
-  if org then
-    next_pass = pass + step / (tonumber(org.weight) or 1)
-  else
-    next_pass = pass + step / weight
-  end
+  local next_pass = pass + step / (org and (tonumber(org.weight) or 1) or weight)
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
   local pass_arg = pass == pop.top_pass and pop.top_text or pass
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
   if org then
-    if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/orgs.lua org_served)
+    if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
       stride_idle(tenant, false, org, next_pass)
     else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
@@ -734,8 +727,8 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
-  redis.call('ZADD', inflight, now_ms, job_id)
-  local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
+  redis.call('ZADD', inflight, pop.now_ms, job_id)
+  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
   if until_ms then
     stride_hold(tenant, until_ms, 0)
   elseif pop.limited and waiting <= 1 then
@@ -872,8 +865,6 @@ if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- numbers as text: no sprintf
 local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
-             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
 local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
@@ -893,11 +884,10 @@ if due and due <= now_ms then
   top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
-  pop.top_pass, pop.top_text = tonumber(top[2]), top[2]
 end
-
-local entry = given
-if entry == '' then entry = redis.call('LPOP', rq_list) end
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
+local entry = given ~= '' and given or redis.call('LPOP', rq_list)
 if not entry then
   drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
   redis.call('HDEL', state, 'head')
@@ -906,12 +896,9 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
--- Its FIFO head's field and its tail as the record wrote them (lib/records.lua parse_tenant): no number formatted.
 local h, t, weight, waiting, org, head_text, tail_text
-if first then
-  h, t, weight, waiting, org, head_text, tail_text = parse_tenant(first[3])
-  if org then org_known(org, alone, member, inner) end
-end
+if first then h, t, weight, waiting, org, head_text, tail_text = parse_tenant(first[3]) end
+if org then org_known(org, alone, member, inner) end
 if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil end  -- serve_choose() repairs
 local place = h and (first[1] .. ':' .. head_text)
 local got = redis.call('HMGET', members, entry, place or entry)

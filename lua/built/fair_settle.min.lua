@@ -113,18 +113,6 @@ redis.call('ZREM', active, entry)
 if pass then stride_keep(entry, pass) end
 end
 end
-local function org_served(org, pass)
-local entry = ORG .. org.name
-if org.alone == false then
-redis.call('ZADD', active, pass, entry)
-elseif org.alone then
-redis.call('ZREM', active, entry)
-stride_keep(entry, pass)
-else
-redis.call('ZADD', active, pass, entry)
-org_settle(org.name)
-end
-end
 local function org_hold(tenant, step)
 local h, t, weight, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
 if not org then return false end
@@ -155,6 +143,18 @@ end
 org_enter(org, tenant, start or 0)
 redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
 org_settle(org.name)
+end
+local function org_served(org, pass)
+local entry = ORG .. org.name
+if org.alone == false then
+redis.call('ZADD', active, pass, entry)
+elseif org.alone then
+redis.call('ZREM', active, entry)
+stride_keep(entry, pass)
+else
+redis.call('ZADD', active, pass, entry)
+org_settle(org.name)
+end
 end
 local function stride_idle(tenant, pass, org, served)
 if org == nil then org = select(5, parse_tenant(redis.call('HGET', state, tenant_field(tenant)))) or false end

@@ -68,32 +68,25 @@ end
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
--- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field when the caller
--- built it. Numbers the pop read as text go to redis.call as that text (pop.top_text: the min pass as `active`
--- answered it): a Lua number crosses redis.call through sprintf.
+-- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
+-- pass goes to redis.call as `active` answered it (pop.top_text): a Lua number would cross it through sprintf.
 local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org, place)
-  local now_ms = pop.now_ms
   redis.call('HDEL', members, place or (tenant .. ':' .. seq), job_id)
   local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
     local cost, declared, func = estimate(job_id, tenant)
     step = cost
-    redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
+    redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, pop.now_ms, declared, func}, '|'))
     redis.call('HDEL', costs, job_id)
   end
-  local next_pass
-  if org then
-    next_pass = pass + step / (tonumber(org.weight) or 1)
-  else
-    next_pass = pass + step / weight
-  end
+  local next_pass = pass + step / (org and (tonumber(org.weight) or 1) or weight)
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
   local pass_arg = pass == pop.top_pass and pop.top_text or pass
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
   if org then
-    if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/orgs.lua org_served)
+    if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
       stride_idle(tenant, false, org, next_pass)
     else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
@@ -113,8 +106,8 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
-  redis.call('ZADD', inflight, now_ms, job_id)
-  local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
+  redis.call('ZADD', inflight, pop.now_ms, job_id)
+  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
   if until_ms then
     stride_hold(tenant, until_ms, 0)
   elseif pop.limited and waiting <= 1 then

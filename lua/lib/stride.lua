@@ -24,6 +24,22 @@ local function activate(tenant, record)
   org_settle(org.name)
 end
 
+-- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
+-- that take) while it has other active tenants, else it leaves keeping that pass. Whether the tenant was alone
+-- there is what the pop read (org.alone; nil when it did not read it: then org_settle() looks).
+local function org_served(org, pass)
+  local entry = ORG .. org.name
+  if org.alone == false then
+    redis.call('ZADD', active, pass, entry)
+  elseif org.alone then
+    redis.call('ZREM', active, entry)
+    stride_keep(entry, pass)
+  else
+    redis.call('ZADD', active, pass, entry)
+    org_settle(org.name)
+  end
+end
+
 -- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept for its return
 -- (a tenant of an org keeps none: it returns at its org's min pass). `org`: its org as its record says (false:
 -- none), nil when the caller did not read its record. `served`: a pop just took its last job (lib/serve.lua):
