@@ -16,8 +16,11 @@ Three prices, from ``INFO commandstats`` in tight loops on a private redis-serve
   floors add up).
 
 The floor of a script is ``base + commands x bridge + the commands' own time``: the time it would take if its
-Lua logic and argument handling cost nothing. A goal below that floor cannot be met by making the Lua cheaper,
-only by sending fewer commands. Times move with the machine's load; the command counts do not.
+Lua logic and argument handling cost nothing. The fair pop is also shown against the floor with its own call: an
+``FCALL`` of a function returning at once with the pop's 15 KEYS and its arguments (``call``) in place of ``base``,
+and the same 10 tenants in one organisation (``fair_org``, the two-level pop) beside the one-level pop. A goal
+below that floor cannot be met by making the Lua cheaper, only by sending fewer commands. Times move with the
+machine's load; the command counts do not.
 
     .venv/bin/python bench/lua_floor.py [--calls 3000] [--rounds 3]
 """
@@ -100,14 +103,29 @@ def route_cost(conn: Redis, calls: int) -> dict[str, float]:
     return script_cost(stats_of(conn, calls, record), calls)
 
 
-def pop_cost(conn: Redis, calls: int) -> dict[str, float]:
-    """The fair pop over 10 tenants that all keep jobs waiting (as bench/fair_pop.py)."""
-    queue = FairQueue("lua_floor", connection=conn, settings=Settings(prefix="lua_floor"))
+def pop_cost(conn: Redis, calls: int, org: bool = False) -> dict[str, float]:
+    """The fair pop over 10 tenants that all keep jobs waiting (as bench/fair_pop.py); ``org``: all in one org."""
+    queue = FairQueue("lua_floor_org" if org else "lua_floor", connection=conn, settings=Settings(prefix="lua_floor"))
     for start in range(0, calls + 1000, 1000):
-        queue.enqueue_many([Queue.prepare_data(noop, (i,), meta={"fair_tenant": f"t{i % 10}"})
+        queue.enqueue_many([Queue.prepare_data(noop, (i,), meta={"fair_tenant": f"t{i % 10}"}
+                                               | ({"fair_org": "o"} if org else {}))
                             for i in range(start, start + 1000)])
     queue.pop_fair()  # its function library loaded
     return script_cost(stats_of(conn, calls, lambda i: queue.pop_fair()), calls)
+
+
+CALL_LIBRARY = """#!lua name=lua_floor_call
+redis.register_function{function_name='lua_floor_call', flags={'allow-oom'}, callback=function(keys, args) return 0 end}
+"""
+
+
+def call_price(conn: Redis, calls: int) -> float:
+    """µs of an FCALL of a function returning at once, with the fair pop's KEYS and arguments (one ack)."""
+    conn.function_load(CALL_LIBRARY, replace=True)
+    keys = FairQueue("lua_floor", connection=conn, settings=Settings(prefix="lua_floor")).fair_keys.all_for_scripts()
+    args = ["", "", 0, 0, 1, "00000000-0000-0000-0000-000000000000"]
+    stats = stats_of(conn, calls, lambda i: conn.fcall("lua_floor_call", len(keys), *keys, *args))
+    return float(stats["cmdstat_fcall"]["usec_per_call"])
 
 
 def settle_cost(conn: Redis, calls: int) -> dict[str, float]:
@@ -195,17 +213,21 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             conn.flushdb()
             base, bridge = prices(conn, args.calls)
+            call = call_price(conn, args.calls)
+            rows.setdefault("call", []).append(call)
             for name, cost in (("route.lua", route_cost(conn, args.calls)), ("fair pop", pop_cost(conn, args.calls)),
+                               ("pop, 1 org", pop_cost(conn, args.calls, org=True)),
                                ("settle", settle_cost(conn, args.calls)), ("start", start_cost(conn, args.calls)),
                                ("release", release_cost(conn, args.calls))):
                 floor = base * (2 if name == "release" else 1) + cost["commands"] * bridge + cost["own_us"]
                 for key, value in (("base", base), ("bridge", bridge), (f"{name} us", cost["us"]),
                                    (f"{name} commands", cost["commands"]), (f"{name} own", cost["own_us"]),
-                                   (f"{name} floor", floor)):
+                                   (f"{name} floor", floor), (f"{name} call floor", floor - base + call)):
                     rows.setdefault(key, []).append(value)
     med = {key: statistics.median(values) for key, values in rows.items()}
     print(f"Lua floor ({args.rounds} rounds x {args.calls} calls, medians): an empty EVALSHA {med['base']:.1f} us; "
-          f"a redis.call beyond its command {med['bridge']:.2f} us")
+          f"a redis.call beyond its command {med['bridge']:.2f} us; an empty FCALL with the pop's KEYS and "
+          f"arguments {med['call']:.1f} us")
     print(f"{'script':10}{'server':>10}{'commands':>10}{'their own':>11}{'floor':>9}{'goal':>8}")
     print_start_and_release(med)
     for name, goal in (("route.lua", ROUTE_GOAL_US), ("fair pop", POP_GOAL_US), ("settle", None)):
@@ -217,6 +239,11 @@ def main(argv: list[str] | None = None) -> int:
 def print_start_and_release(med: dict[str, float]) -> None:
     """The start and a slot's release (EVAL: hashing included; the release's two scripts summed), each with the
     ratio of its server time to its floor (the capacity issue's goal: 1.4x)."""
+    for name in ("pop, 1 org", "fair pop"):  # the fair pop against the floor with its own call (module docstring)
+        print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
+              f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor, "
+              f"{med[f'{name} us'] / med[f'{name} call floor']:.2f}x with its call "
+              f"({med[f'{name} call floor']:.1f} us)")
     for name in ("start", "release"):
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
               f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor")

@@ -8,14 +8,15 @@
    share / weight over the orgs and, worst of the five, inside an org.
 3. Fair pop server time, two levels / one level: the same tenants (every tenant backlogged) with and without orgs
    (tenants / --per-org orgs, at least 1), rounds interleaved, the median over rounds of each round's lowest
-   100-pop chunk (``INFO commandstats``, as bench/fair_pop.py measures it).
+   100-pop chunk (``INFO commandstats``, as bench/fair_pop.py measures it). Each tenant has 2-3 jobs waiting (or
+   --jobs-per-tenant: with 1, nearly every pop takes its tenant's last job, as on a queue that drains).
 4. charge="runtime" at both levels: org A's jobs run 4x org B's; A's starts / B's (pops and settles).
 5. Memory per org: ``MEMORY USAGE`` of the fair keys with orgs less without, 1,000 orgs of 1 and of 10 tenants.
 
 Always runs on a private redis-server.
 
-    .venv/bin/python bench/orgs.py [--tenants 10,1000,10000] [--pops 2000] [--rounds 3] [--per-org 100]\
-        [--memory-orgs 1000]
+    .venv/bin/python bench/orgs.py [--tenants 10,1000,10000] [--pops 2000] [--rounds 3] [--per-org 100]
+                                   [--memory-orgs 1000] [--jobs-per-tenant 1] [--pop-cost-only]
 """
 
 from __future__ import annotations
@@ -96,13 +97,15 @@ def share_accuracy(conn: Redis, pops: int) -> tuple[float, float]:
     return over, inside
 
 
-def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool, per_org: int = 100) -> tuple[float, int]:
+def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool, per_org: int = 100,
+             per_tenant: int = 0) -> tuple[float, int]:
     """Lowest 100-pop chunk's fair pop server time (us per call) at ``tenants`` backlogged tenants, and the fair
-    state's memory (bytes, ``MEMORY USAGE`` of the queue's fair keys) before the pops."""
+    state's memory (bytes, ``MEMORY USAGE`` of the queue's fair keys) before the pops. ``per_tenant``: jobs per
+    tenant (0: enough that no pop measured takes a tenant's last)."""
     conn.flushdb()
     queue = FairQueue("bench", connection=conn, settings=Settings(prefix="bench"))
     n_orgs = max(1, tenants // per_org)
-    total = max(pops + tenants, 2 * tenants)
+    total = max(pops + tenants, 2 * tenants) if per_tenant <= 0 else max(pops + 1, per_tenant * tenants)
     fill(queue, [(f"t{i % tenants}", f"o{(i % tenants) % n_orgs}" if orgs else None) for i in range(total)])
     memory = sum(int(conn.memory_usage(key, samples=0) or 0) for key in queue.fair_keys.all())
     times = []
@@ -162,30 +165,34 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (one level, two levels)")
     parser.add_argument("--per-org", type=int, default=100, help="tenants per org in the pop time runs")
     parser.add_argument("--memory-orgs", type=int, default=1000, help="orgs in the memory runs")
+    parser.add_argument("--jobs-per-tenant", type=int, default=0, help="jobs per tenant in the pop time runs (0: 2-3)")
+    parser.add_argument("--pop-cost-only", action="store_true", help="only the pop time runs (scenario 3)")
     args = parser.parse_args()
     with RedisServer() as server:
         conn = server.client()
-        for orgs in (False, True):
+        for orgs in (False, True) if not args.pop_cost_only else ():
             share, before = key_splitting(conn, orgs)
             print(f"key splitting, {'two levels' if orgs else 'one level '}: B's share of the first 80 starts "
                   f"{share:.3f}, A's starts before B's first {before}")
-        over, inside = share_accuracy(conn, 1000)
-        print(f"share accuracy, 5 orgs x 4 tenants, 1000 pops: Jain over orgs {over:.4f}, lowest inside an org "
-              f"{inside:.4f}")
-        print(f"charge='runtime', org A's jobs 4x org B's: A's starts / B's {runtime_orgs(conn):.3f} (goal 0.25)")
-        totals = {}
-        for per_org in (1, 10):
-            totals[per_org], by_key = org_memory(conn, args.memory_orgs, per_org)
-            parts = ", ".join(f"{name} {value:+.0f}" for name, value in by_key.items())
-            print(f"memory, {args.memory_orgs} orgs x {per_org:>2} tenant(s): {totals[per_org]:.0f} B per org "
-                  f"(by key: {parts})")
-        each = (totals[10] - totals[1]) / 9  # per org = fixed + each tenant's: two sizes give both
-        print(f"memory per org: {totals[1] - each:.0f} B its own, + {each:.0f} B per tenant in it (goal <= 150 B)")
+        if not args.pop_cost_only:
+            over, inside = share_accuracy(conn, 1000)
+            print(f"share accuracy, 5 orgs x 4 tenants, 1000 pops: Jain over orgs {over:.4f}, lowest inside an org "
+                  f"{inside:.4f}")
+            print(f"charge='runtime', org A's jobs 4x org B's: A's starts / B's {runtime_orgs(conn):.3f} (goal 0.25)")
+            totals = {}
+            for per_org in (1, 10):
+                totals[per_org], by_key = org_memory(conn, args.memory_orgs, per_org)
+                parts = ", ".join(f"{name} {value:+.0f}" for name, value in by_key.items())
+                print(f"memory, {args.memory_orgs} orgs x {per_org:>2} tenant(s): {totals[per_org]:.0f} B per org "
+                      f"(by key: {parts})")
+            each = (totals[10] - totals[1]) / 9  # per org = fixed + each tenant's: two sizes give both
+            print(f"memory per org: {totals[1] - each:.0f} B its own, + {each:.0f} B per tenant in it (goal <= 150 B)")
         for tenants in (int(x) for x in args.tenants.split(",") if x):
             one, two, extra = [], [], 0
             for _ in range(args.rounds):
-                (low, before), (high, after) = (pop_time(conn, tenants, args.pops, False, args.per_org),
-                                                pop_time(conn, tenants, args.pops, True, args.per_org))
+                (low, before), (high, after) = (
+                    pop_time(conn, tenants, args.pops, False, args.per_org, args.jobs_per_tenant),
+                    pop_time(conn, tenants, args.pops, True, args.per_org, args.jobs_per_tenant))
                 one.append(low)
                 two.append(high)
                 extra = after - before

@@ -22,11 +22,9 @@ local MAX_STALE = 1000  -- stale members dropped per call at most; the next call
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
-local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- numbers as text: no sprintf
 local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
-             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
 local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
@@ -43,13 +41,13 @@ if due and due <= now_ms then
   else
     redis.call('HSET', state, 'due', next_due)
   end
-  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
+  top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
-
-local entry = given
-if entry == '' then entry = redis.call('LPOP', rq_list) end
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
+local entry = given ~= '' and given or redis.call('LPOP', rq_list)
 if not entry then
   drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
   redis.call('HDEL', state, 'head')
@@ -58,14 +56,16 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
-local h, t, weight, waiting, org
-if first then h, t, weight, waiting, org = parse_tenant(first[3]); if org then org_known(org, alone, member, inner) end end
+local h, t, weight, waiting, org, head_text, tail_text
+if first then h, t, weight, waiting, org, head_text, tail_text = parse_tenant(first[3]) end
+if org then org_known(org, alone, member, inner) end
 if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil end  -- serve_choose() repairs
-local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
+local place = h and (first[1] .. ':' .. head_text)
+local got = redis.call('HMGET', members, entry, place or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting, org)
+    serve_take(entry, h, first[1], first[2], pop, tail_text, weight, waiting, org, place)
     return {2, entry, -1, h}
   end
   first[4] = got[2]  -- serve_choose() need not read it again

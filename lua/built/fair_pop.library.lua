@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_e26a598a78ca6b0d
+#!lua name=fair_router_fair_pop_e3a5cef4c30d26ad
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -56,18 +56,20 @@ end
 -- without a count (written before counts moved in, with no count for fair_migrate.lua to fold in) counts its
 -- places, holes too: a count too high is safe and corrects itself (serve_choose() idles a tenant whose FIFO
 -- it finds empty), one too low would strand jobs. A tenant of an org has four more fields, "|<org>|<org
--- weight>|<pass in its org>|<1: in `orgs`, 0: not (parked, or not yet activated)>", read into a table.
+-- weight>|<pass in its org>|<1: in `orgs`, 0: not (parked, or not yet activated)>", read into a table. Then the
+-- head and tail as written: a caller that only passes them on to redis.call or into a record need not format them
+-- again (a Lua number becomes text through sprintf, about 0.2 µs each).
 local function parse_tenant(value)
   if not value then return nil end
-  local h, t, weight, n, rest = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)|?(.*)$')
-  h, t = tonumber(h), tonumber(t)
+  local head, tail, weight, n, rest = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)|?(.*)$')
+  local h, t = tonumber(head), tonumber(tail)
   if not (h and t) then return nil end
   local org = nil
   if rest ~= '' then
     local name, org_weight, pass, on = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
     if name then org = {name = name, weight = org_weight, pass = pass, on = on == '1'} end
   end
-  return h, t, weight, tonumber(n) or (t - h + 1), org
+  return h, t, weight, tonumber(n) or (t - h + 1), org, head, tail
 end
 
 -- A record's value (parse_tenant reads it); `org`: its organisation as parse_tenant returns it, or nil.
@@ -109,7 +111,7 @@ end
 -- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
 -- active tenant; nil when it has none. The pass has its fixed width (PASS_FORMAT): cut out, not matched.
 local function org_first(name)
-  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
+  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', '0', '2')
   local member, n = got[1], #name
   if not member then return nil end
   if string.byte(member, n + 22) == 0 then
@@ -141,7 +143,7 @@ local function org_enter(org, tenant, pass)
   if pass < 0 then pass = 0 end
   org.pass, org.on = string.format(PASS_FORMAT, pass), true
   org.member = org_member(org, tenant)
-  redis.call('ZADD', orgs, 0, org.member)
+  redis.call('ZADD', orgs, '0', org.member)
 end
 
 -- `tenant` of `org` leaves its org's set (its pass stays in its record for its return).
@@ -227,16 +229,33 @@ local function activate(tenant, record)
   org_settle(org.name)
 end
 
+-- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
+-- that take) while it has other active tenants, else it leaves keeping that pass. Whether the tenant was alone
+-- there is what the pop read (org.alone; nil when it did not read it: then org_settle() looks).
+local function org_served(org, pass)
+  local entry = ORG .. org.name
+  if org.alone == false then
+    redis.call('ZADD', active, pass, entry)
+  elseif org.alone then
+    redis.call('ZREM', active, entry)
+    stride_keep(entry, pass)
+  else
+    redis.call('ZADD', active, pass, entry)
+    org_settle(org.name)
+  end
+end
+
 -- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept for its return
 -- (a tenant of an org keeps none: it returns at its org's min pass). `org`: its org as its record says (false:
--- none), nil when the caller did not read its record.
-local function stride_idle(tenant, pass, org)
+-- none), nil when the caller did not read its record. `served`: a pop just took its last job (lib/serve.lua):
+-- it was active, so not parked; for a tenant of an org, its org's pass after that take (lib/orgs.lua org_served).
+local function stride_idle(tenant, pass, org, served)
   if org == nil then org = select(5, parse_tenant(redis.call('HGET', state, tenant_field(tenant)))) or false end
-  redis.call('ZREM', parked, tenant)
+  if not served then redis.call('ZREM', parked, tenant) end
   redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
   if org then
     org_leave(org, tenant)
-    org_settle(org.name)
+    if served then org_served(org, served) else org_settle(org.name) end
   else
     redis.call('ZREM', active, tenant)
     if pass then stride_keep(tenant, pass) end
@@ -632,7 +651,7 @@ local function serve_choose(first)
       tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
     else
-      local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+      local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')
       if #top == 0 then return nil end
       tenant, pass = top[1], tonumber(top[2])
       if is_org(tenant) then tenant, inner, member, alone = org_first(string.sub(tenant, 2)) end
@@ -687,50 +706,46 @@ end
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
--- and the tenant's own pass in its org by the step / its weight.
-local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org)
-  local now_ms = pop.now_ms
-  redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
+-- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
+-- pass goes to redis.call as `active` answered it (pop.top_text): a Lua number would cross it through sprintf.
+local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org, place)
+  redis.call('HDEL', members, place or (tenant .. ':' .. seq), job_id)
   local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
     local cost, declared, func = estimate(job_id, tenant)
     step = cost
-    redis.call('HSET', charged, job_id, charge_entry(tenant, weight, cost, now_ms, declared, func, org, waiting))
+    redis.call('HSET', charged, job_id, charge_entry(tenant, weight, cost, pop.now_ms, declared, func, org, waiting))
     redis.call('HDEL', costs, job_id)
   end
-  local next_pass
-  if org then
-    next_pass = pass + step / (tonumber(org.weight) or 1)
-  else
-    next_pass = pass + step / weight
-  end
+  local next_pass = pass + step / (org and (tonumber(org.weight) or 1) or weight)
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
-  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
+  local pass_arg = pass == pop.top_pass and pop.top_text or pass
+  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
   if org then
-    redis.call('ZADD', active, next_pass, ORG .. org.name)
-    if waiting <= 1 then
-      redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-      stride_idle(tenant, false, org)
+    if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
+      redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
+      stride_idle(tenant, false, org, next_pass)
     else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
+      redis.call('ZADD', active, next_pass, ORG .. org.name)
       if not org.alone then
         org_leave(org, tenant)
         org_enter(org, tenant, tonumber(org.pass) + step / weight)
       end
-      redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+      redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end
   elseif waiting <= 1 then
-    redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-    stride_idle(tenant, next_pass, false)
+    redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
+    stride_idle(tenant, next_pass, false, true)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
-    redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+    redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
-  redis.call('ZADD', inflight, now_ms, job_id)
-  local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
+  redis.call('ZADD', inflight, pop.now_ms, job_id)
+  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
   if until_ms then
     stride_hold(tenant, until_ms, 0)
   elseif pop.limited and waiting <= 1 then
@@ -840,7 +855,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_e26a598a78ca6b0d', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_e3a5cef4c30d26ad', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice
@@ -866,11 +881,9 @@ local MAX_STALE = 1000  -- stale members dropped per call at most; the next call
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
-local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- numbers as text: no sprintf
 local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
-             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false}
 local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
 
 -- Parks end by themselves after their bound (a slot may have freed where we could not see it); claims
@@ -887,13 +900,13 @@ if due and due <= now_ms then
   else
     redis.call('HSET', state, 'due', next_due)
   end
-  top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
+  top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
-
-local entry = given
-if entry == '' then entry = redis.call('LPOP', rq_list) end
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
+local entry = given ~= '' and given or redis.call('LPOP', rq_list)
 if not entry then
   drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
   redis.call('HDEL', state, 'head')
@@ -902,14 +915,16 @@ if not entry then
 end
 local head = pop.head  -- the head left (LPOP here, or the caller's BLPOP): written with the outcome
 -- One HMGET: the entry's members value (none: an id rq's internals pushed) and the min-pass tenant's oldest job.
-local h, t, weight, waiting, org
-if first then h, t, weight, waiting, org = parse_tenant(first[3]); if org then org_known(org, alone, member, inner) end end
+local h, t, weight, waiting, org, head_text, tail_text
+if first then h, t, weight, waiting, org, head_text, tail_text = parse_tenant(first[3]) end
+if org then org_known(org, alone, member, inner) end
 if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil end  -- serve_choose() repairs
-local got = redis.call('HMGET', members, entry, h and (first[1] .. ':' .. h) or entry)
+local place = h and (first[1] .. ':' .. head_text)
+local got = redis.call('HMGET', members, entry, place or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
-    serve_take(entry, h, first[1], first[2], pop, t, weight, waiting, org)
+    serve_take(entry, h, first[1], first[2], pop, tail_text, weight, waiting, org, place)
     return {2, entry, -1, h}
   end
   first[4] = got[2]  -- serve_choose() need not read it again

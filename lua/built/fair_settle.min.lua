@@ -33,15 +33,15 @@ return redis.call('HEXISTS', state, tenant_field(tenant)) == 1
 end
 local function parse_tenant(value)
 if not value then return nil end
-local h, t, weight, n, rest = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)|?(.*)$')
-h, t = tonumber(h), tonumber(t)
+local head, tail, weight, n, rest = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)|?(.*)$')
+local h, t = tonumber(head), tonumber(tail)
 if not (h and t) then return nil end
 local org = nil
 if rest ~= '' then
 local name, org_weight, pass, on = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
 if name then org = {name = name, weight = org_weight, pass = pass, on = on == '1'} end
 end
-return h, t, weight, tonumber(n) or (t - h + 1), org
+return h, t, weight, tonumber(n) or (t - h + 1), org, head, tail
 end
 local function tenant_record(h, t, weight, n, org)
 local value = h .. '|' .. t .. '|' .. weight .. '|' .. n
@@ -60,7 +60,7 @@ local function org_member(org, tenant)
 return org.name .. '\0' .. org.pass .. '\0' .. tenant
 end
 local function org_first(name)
-local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
+local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', '0', '2')
 local member, n = got[1], #name
 if not member then return nil end
 if string.byte(member, n + 22) == 0 then
@@ -84,7 +84,7 @@ local function org_enter(org, tenant, pass)
 if pass < 0 then pass = 0 end
 org.pass, org.on = string.format(PASS_FORMAT, pass), true
 org.member = org_member(org, tenant)
-redis.call('ZADD', orgs, 0, org.member)
+redis.call('ZADD', orgs, '0', org.member)
 end
 local function org_leave(org, tenant)
 if org.on then redis.call('ZREM', orgs, org.member or org_member(org, tenant)) end
@@ -144,13 +144,25 @@ org_enter(org, tenant, start or 0)
 redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
 org_settle(org.name)
 end
-local function stride_idle(tenant, pass, org)
+local function org_served(org, pass)
+local entry = ORG .. org.name
+if org.alone == false then
+redis.call('ZADD', active, pass, entry)
+elseif org.alone then
+redis.call('ZREM', active, entry)
+stride_keep(entry, pass)
+else
+redis.call('ZADD', active, pass, entry)
+org_settle(org.name)
+end
+end
+local function stride_idle(tenant, pass, org, served)
 if org == nil then org = select(5, parse_tenant(redis.call('HGET', state, tenant_field(tenant)))) or false end
-redis.call('ZREM', parked, tenant)
+if not served then redis.call('ZREM', parked, tenant) end
 redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
 if org then
 org_leave(org, tenant)
-org_settle(org.name)
+if served then org_served(org, served) else org_settle(org.name) end
 else
 redis.call('ZREM', active, tenant)
 if pass then stride_keep(tenant, pass) end

@@ -27,7 +27,7 @@ end
 -- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
 -- active tenant; nil when it has none. The pass has its fixed width (PASS_FORMAT): cut out, not matched.
 local function org_first(name)
-  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, 2)
+  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', '0', '2')
   local member, n = got[1], #name
   if not member then return nil end
   if string.byte(member, n + 22) == 0 then
@@ -59,7 +59,7 @@ local function org_enter(org, tenant, pass)
   if pass < 0 then pass = 0 end
   org.pass, org.on = string.format(PASS_FORMAT, pass), true
   org.member = org_member(org, tenant)
-  redis.call('ZADD', orgs, 0, org.member)
+  redis.call('ZADD', orgs, '0', org.member)
 end
 
 -- `tenant` of `org` leaves its org's set (its pass stays in its record for its return).

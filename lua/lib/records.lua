@@ -18,18 +18,20 @@ end
 -- without a count (written before counts moved in, with no count for fair_migrate.lua to fold in) counts its
 -- places, holes too: a count too high is safe and corrects itself (serve_choose() idles a tenant whose FIFO
 -- it finds empty), one too low would strand jobs. A tenant of an org has four more fields, "|<org>|<org
--- weight>|<pass in its org>|<1: in `orgs`, 0: not (parked, or not yet activated)>", read into a table.
+-- weight>|<pass in its org>|<1: in `orgs`, 0: not (parked, or not yet activated)>", read into a table. Then the
+-- head and tail as written: a caller that only passes them on to redis.call or into a record need not format them
+-- again (a Lua number becomes text through sprintf, about 0.2 µs each).
 local function parse_tenant(value)
   if not value then return nil end
-  local h, t, weight, n, rest = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)|?(.*)$')
-  h, t = tonumber(h), tonumber(t)
+  local head, tail, weight, n, rest = string.match(value, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)|?(.*)$')
+  local h, t = tonumber(head), tonumber(tail)
   if not (h and t) then return nil end
   local org = nil
   if rest ~= '' then
     local name, org_weight, pass, on = string.match(rest, '^([^|]*)|([^|]*)|([^|]*)|(.*)$')
     if name then org = {name = name, weight = org_weight, pass = pass, on = on == '1'} end
   end
-  return h, t, weight, tonumber(n) or (t - h + 1), org
+  return h, t, weight, tonumber(n) or (t - h + 1), org, head, tail
 end
 
 -- A record's value (parse_tenant reads it); `org`: its organisation as parse_tenant returns it, or nil.

@@ -13,7 +13,7 @@ local function serve_choose(first)
       tenant, pass, record, known = first[1], first[2], first[3], first[4]
       first = nil
     else
-      local top = redis.call('ZRANGE', active, 0, 0, 'WITHSCORES')
+      local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')
       if #top == 0 then return nil end
       tenant, pass = top[1], tonumber(top[2])
       if is_org(tenant) then tenant, inner, member, alone = org_first(string.sub(tenant, 2)) end
@@ -68,50 +68,46 @@ end
 -- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
--- and the tenant's own pass in its org by the step / its weight.
-local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org)
-  local now_ms = pop.now_ms
-  redis.call('HDEL', members, tenant .. ':' .. seq, job_id)
+-- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
+-- pass goes to redis.call as `active` answered it (pop.top_text): a Lua number would cross it through sprintf.
+local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting, org, place)
+  redis.call('HDEL', members, place or (tenant .. ':' .. seq), job_id)
   local weight = tonumber(stored) or 1
   local step = 1
   if pop.runtime then
     local cost, declared, func = estimate(job_id, tenant)
     step = cost
-    redis.call('HSET', charged, job_id, charge_entry(tenant, weight, cost, now_ms, declared, func, org, waiting))
+    redis.call('HSET', charged, job_id, charge_entry(tenant, weight, cost, pop.now_ms, declared, func, org, waiting))
     redis.call('HDEL', costs, job_id)
   end
-  local next_pass
-  if org then
-    next_pass = pass + step / (tonumber(org.weight) or 1)
-  else
-    next_pass = pass + step / weight
-  end
+  local next_pass = pass + step / (org and (tonumber(org.weight) or 1) or weight)
   -- Kept passes at or below the virtual time change nothing on return (start = max(vtime, kept)):
   -- drop them as it advances, so idle tenants leave no state behind.
-  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass) end
+  local pass_arg = pass == pop.top_pass and pop.top_text or pass
+  if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
   if org then
-    redis.call('ZADD', active, next_pass, ORG .. org.name)
-    if waiting <= 1 then
-      redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-      stride_idle(tenant, false, org)
+    if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
+      redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
+      stride_idle(tenant, false, org, next_pass)
     else  -- its pass in its org advances, unless it is the org's only active tenant (nothing to compare with)
+      redis.call('ZADD', active, next_pass, ORG .. org.name)
       if not org.alone then
         org_leave(org, tenant)
         org_enter(org, tenant, tonumber(org.pass) + step / weight)
       end
-      redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+      redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end
   elseif waiting <= 1 then
-    redis.call('HSET', state, 'vtime', pass, 'head', pop.head)
-    stride_idle(tenant, next_pass, false)
+    redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
+    stride_idle(tenant, next_pass, false, true)
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
-    redis.call('HSET', state, 'vtime', pass, 'head', pop.head, tenant_field(tenant),
+    redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
     redis.call('ZADD', active, next_pass, tenant)
   end
-  redis.call('ZADD', inflight, now_ms, job_id)
-  local until_ms = claim(tenant, job_id, now_ms, pop.lease_ms, pop.limited)
+  redis.call('ZADD', inflight, pop.now_ms, job_id)
+  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
   if until_ms then
     stride_hold(tenant, until_ms, 0)
   elseif pop.limited and waiting <= 1 then

@@ -24,16 +24,33 @@ local function activate(tenant, record)
   org_settle(org.name)
 end
 
+-- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
+-- that take) while it has other active tenants, else it leaves keeping that pass. Whether the tenant was alone
+-- there is what the pop read (org.alone; nil when it did not read it: then org_settle() looks).
+local function org_served(org, pass)
+  local entry = ORG .. org.name
+  if org.alone == false then
+    redis.call('ZADD', active, pass, entry)
+  elseif org.alone then
+    redis.call('ZREM', active, entry)
+    stride_keep(entry, pass)
+  else
+    redis.call('ZADD', active, pass, entry)
+    org_settle(org.name)
+  end
+end
+
 -- A tenant without waiting jobs leaves the schedule (and any park); `pass`, when given, is kept for its return
 -- (a tenant of an org keeps none: it returns at its org's min pass). `org`: its org as its record says (false:
--- none), nil when the caller did not read its record.
-local function stride_idle(tenant, pass, org)
+-- none), nil when the caller did not read its record. `served`: a pop just took its last job (lib/serve.lua):
+-- it was active, so not parked; for a tenant of an org, its org's pass after that take (lib/orgs.lua org_served).
+local function stride_idle(tenant, pass, org, served)
   if org == nil then org = select(5, parse_tenant(redis.call('HGET', state, tenant_field(tenant)))) or false end
-  redis.call('ZREM', parked, tenant)
+  if not served then redis.call('ZREM', parked, tenant) end
   redis.call('HDEL', state, tenant_field(tenant))  -- its record (lib/fifo.lua), waiting count and all
   if org then
     org_leave(org, tenant)
-    org_settle(org.name)
+    if served then org_served(org, served) else org_settle(org.name) end
   else
     redis.call('ZREM', active, tenant)
     if pass then stride_keep(tenant, pass) end
