@@ -34,6 +34,7 @@ from fair_router.observe.whyplace import (
     tenant_controls,
     throughput,
 )
+from fair_router.store.cluster import pair_of
 from fair_router.store.scripts import PeekScript
 
 TURNS, ITEMS = "fair_turns", "fair_items"
@@ -118,12 +119,15 @@ def _at(ms: int) -> datetime:
 
 def explain(job_id: str, connection: Redis, settings: Settings | None = None) -> Explanation:
     """Why job ``job_id`` waits (or what became of it), read from ``connection`` and, with ``settings.shard_urls``,
-    each shard's Redis where the job is not found there. Never writes."""
+    each shard's Redis where the job is not found there. On a Redis Cluster ``connection`` is either client of the
+    pair (the ``RedisCluster`` or the one to rq's slot owner): one read-only script on the queue's slot, the
+    tenant's controls on the tenant's slot, the observers' record on ``{obs}``. Never writes."""
     settings = settings if settings is not None else Settings()
     if JOB_ID_PATTERN.fullmatch(job_id) is None:  # rq refuses such an id (Job.fetch raises): no job can have it
         return Explanation(job_id, Reason.NOT_FOUND, {"servers_asked": 0},
                            estimate_basis="not a job id rq accepts (letters, digits, _ and - only): no job has it")
-    if (found := _look(job_id, connection, connection, settings)) is not None:
+    pair = pair_of(connection)  # on a Redis Cluster: rq's keys (and the fair queue's) on rq's slot owner, ours spread
+    if (found := _look(job_id, pair.rq, pair.state, settings)) is not None:
         return found
     for url in dict.fromkeys(settings.shard_urls):
         shard = Redis.from_url(url)
