@@ -12,11 +12,13 @@ import pytest
 from redis import RedisCluster
 from test_cluster import cli, cluster_env, run_python, write_config
 
+from fair_router.core.keys import Keys
+
 pytestmark = pytest.mark.cluster
 
 SCENE = """
     import json, why_jobs
-    from fair_router import FairQueue, WeightedSimpleWorker, explain, load_settings
+    from fair_router import FairQueue, FairRouter, WeightedSimpleWorker, explain, load_settings
     from fair_router.controls.tiers import TierBook
     from fair_router.core.keys import Keys
     from fair_router.dashboard.reader import SnapshotReader
@@ -37,8 +39,11 @@ SCENE = """
     WeightedSimpleWorker([queue], connection=pair.state, settings=settings).work(burst=True)
     first = [queue.enqueue(why_jobs.noop, fair_tenant="t0").id for _ in range(3)]
     second = [queue.enqueue(why_jobs.noop, fair_tenant="t1").id for _ in range(3)]
+    resting = queue.enqueue(why_jobs.noop, fair_tenant="resting")
+    FairRouter(pair.state, prefix=settings.prefix).pause("resting")  # its park's cause noted on its own slot
     answers = {name: explain(job_id, connection=pair.state, settings=settings).as_dict()
-               for name, job_id in [("capped", capped.id), ("next", first[0]), ("behind", second[2])]}
+               for name, job_id in [("capped", capped.id), ("next", first[0]), ("behind", second[2]),
+                                   ("paused", resting.id)]}
     answers["via_rq_client"] = explain(second[2], connection=pair.rq, settings=settings).as_dict()
     answers["tenant"] = explain_tenant("capped", pair.rq, settings).as_dict()
     answers["dashboard"] = job_answer(SnapshotReader(pair.state, settings), capped.id)[0]
@@ -64,6 +69,10 @@ def test_explain_and_tenant_why_on_a_cluster(redis_cluster: Any, tmp_path: Path)
     assert capped["facts"]["limit"] == 1 and capped["facts"]["running"] == ["elsewhere"]
     assert capped["facts"]["tenant_state"] == "parked" and capped["estimated_start"] is None
     assert got["dashboard"]["reason"] == "concurrency_limit" and got["dashboard"]["fact_order"][0] == "queue"
+    paused = got["paused"]
+    assert paused["reason"] == "paused" and paused["facts"]["paused_since"]
+    assert paused["facts"]["tenant_state"] == "parked"
+    assert state.get(Keys("frc").park_cause("resting", "cl_fair")) == b"paused"
     assert got["next"]["reason"] == "next" and got["next"]["facts"]["jobs_ahead"] == 0
     behind = got["behind"]
     assert behind["reason"] == "behind" and behind["facts"]["fifo_ahead"] == 2, behind

@@ -339,7 +339,7 @@ class Explainer:
                 self.facts["park_cause"] = controls.park_cause
                 reasons.append(Reason(controls.park_cause))
             else:
-                self.unknown.append("park cause: this park's cause was not recorded (a pause's hold, or expired)")
+                self.unknown.append("park cause: this park's cause was not recorded (by an older version, or expired)")
         return blocked
 
     def throttled(self, now_ms: int) -> None:
