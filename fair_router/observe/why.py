@@ -358,7 +358,7 @@ class Explainer:
     def estimate(self, now_ms: int, blocked: str) -> tuple[datetime | None, str]:
         if blocked:
             return None, blocked
-        rate = throughput(self.main, self.keys, now_ms)
+        rate = throughput(self.main, self.keys, now_ms, self.settings.observe.flush_interval / 2)
         if rate.starts == 0:
             return None, ("no job start recorded in the last minute (observe.record off, or no worker started "
                           "one): no throughput to estimate from")

@@ -22,6 +22,8 @@ SCAN = 200_000
 """List entries a plain queue's position is looked for among (LPOS MAXLEN); beyond it: "more than"."""
 RATE_TICKS = 6
 """Full ticks (one minute) before the current one the throughput may be measured over."""
+RATE_MIN_SECONDS = 3.0
+"""Seconds of records after the oldest tick with starts needed to measure the throughput from that tick's end."""
 
 
 @dataclass(frozen=True)
@@ -120,21 +122,31 @@ class Throughput:
     seconds: int
 
 
-def throughput(connection: Redis, keys: Keys, now_ms: int) -> Throughput:
+def throughput(connection: Redis, keys: Keys, now_ms: int, lag: float = 0.0) -> Throughput:
     """Starts of every tenant (all queues: the record is not kept per queue) in the current tick and those before it,
-    back to the oldest tick with starts of the RATE_TICKS before it (not included when others have starts), over
-    the time they span."""
+    back to the oldest tick with starts of the RATE_TICKS before it, over the time they span, until now less ``lag``
+    (seconds a worker holds its starts before it sends them: half its flush interval on average). Where the starts
+    began within that oldest tick (none in the tick before it), they are counted from the earliest admission the
+    record's "recent" set holds in it (a tenant's first start of a minute); else from the tick's end once
+    RATE_MIN_SECONDS or more follow it (unbiased); else from its start (biased low by its idle part)."""
     tick = now_ms // 1000 // TICK_SECONDS
     wanted = [tick - back for back in range(RATE_TICKS + 1)]
     slots = [held % TICK_SLOTS for held in wanted]
-    values = connection.hmget(keys.observe_record(ALL), [f"t{slot}" for slot in slots] + [f"n{slot}" for slot in slots])
+    with connection.pipeline(transaction=False) as pipe:  # one slot ({obs}): one round trip, on a cluster too
+        pipe.hmget(keys.observe_record(ALL), [f"t{slot}" for slot in slots] + [f"n{slot}" for slot in slots])
+        pipe.zrangebyscore(keys.observe_recent(), wanted[-1] * TICK_SECONDS * 1000, "+inf", 0, 1, withscores=True)
+        values, first = pipe.execute()
     counted = {expected: int(count or 0) for when, count, expected in zip(values[:len(slots)], values[len(slots):],
                                                                           wanted, strict=True)
                if when is not None and int(when) == expected and int(count or 0) > 0}
     oldest = min(counted, default=tick)
-    if oldest < tick and len(counted) > 1:  # its starts began somewhere in it: measured from its end, unbiased
+    begin, end = oldest * TICK_SECONDS, now_ms / 1000 - max(0.0, lag)
+    admitted = first[0][1] / 1000 if first else None
+    if oldest > wanted[-1] and admitted is not None and begin <= admitted < begin + TICK_SECONDS:
+        begin = admitted  # the starts began here (the tick before had none): when its first tenant started
+    elif len(counted) > 1 and end - (oldest + 1) * TICK_SECONDS >= RATE_MIN_SECONDS:
+        begin += TICK_SECONDS
         counted.pop(oldest)
-        oldest += 1
-    seconds = max(1.0, now_ms / 1000 - oldest * TICK_SECONDS)
+    seconds = max(1.0, end - begin)
     starts = sum(counted.values())
     return Throughput(starts / seconds, starts, round(seconds))
