@@ -69,10 +69,6 @@ APPROXIMATE = {
     "fifo_bound": f"over {BOUND} places ahead in its tenant's FIFO: jobs that left it are counted too",
     "not_active": "its tenant is parked or idle: its place once it returns is a guess",
     "tenant_bound": f"over {BOUND} tenants may be served before it: the first {BOUND} counted",
-    "org": "its tenant is in an organisation: counted one level deep, without the org's turns among orgs or its "
-           "tenant's among the org's tenants (get_job_ids() orders them exactly)",
-    "orgs": "organisations' tenants wait here too: their jobs ahead of it are not counted (get_job_ids() orders "
-            "them exactly)",
 }
 """The causes lua/why_place.lua gives for an approximate place, as the ``approximate`` fact says them."""
 HELD_REASONS = ("concurrency_limit", "paused", "rate_limit")
@@ -266,7 +262,7 @@ class Explainer:
         if TURNS in self.job.meta:  # an interruptible job between turns
             self.turns()
         if isinstance(place, FairPlace):
-            position = self.fair_place(place, bool(self.job.connection.exists(fair_keys.orgs)))
+            position = self.fair_place(place)
             if controls is not None:
                 blocked = self.controls(place, controls, reasons)
         elif place.index < 0 and place.listed < SCAN:  # queued, yet not on its list: a worker took it
@@ -282,29 +278,24 @@ class Explainer:
         at, basis = self.estimate(now_ms, blocked)
         return self.done(reasons[0], reasons[1:], at, basis)
 
-    def fair_place(self, place: FairPlace, orgs: bool = False) -> Reason:
-        """``orgs``: tenants of organisations are active in the queue (lua/why_place.lua counts one level)."""
-        causes, where = place.approximate, place.where
+    def fair_place(self, place: FairPlace) -> Reason:
+        """The place lua/why_place.lua read (two levels: among the top-level entries, and in its org's tenants)."""
         try:
             org = stored_org(self.job.meta, self.settings.tenant_max_bytes)
         except InvalidTenant:
             org = None
-        if org is not None:  # why_place.lua reads one level: a tenant of an org is in its org's set, not `active`
-            where = where if where == "parked" else "active"
-            causes = (*(cause for cause in causes if cause != "not_active" or where == "parked"), "org")
+        if org is not None:
             self.facts["org"] = org
-        elif orgs:
-            causes = (*causes, "orgs")
-        approximate = [APPROXIMATE[cause] for cause in causes]
+        approximate = [APPROXIMATE[cause] for cause in place.approximate]
         if self.settings.fair_charge == "runtime":
             approximate.append("the queue charges run time: each job ahead is counted as one step")
-        self.facts.update(fair=True, tenant_state=where, fifo_ahead=place.fifo_ahead, weight=place.weight,
+        self.facts.update(fair=True, tenant_state=place.where, fifo_ahead=place.fifo_ahead, weight=place.weight,
                           tenant_waiting=place.waiting, tenants_before=place.tenants_before,
                           jobs_ahead=place.jobs_ahead, tied=place.tied, exact=not approximate,
                           active_tenants=place.active_tenants, listed=place.listed)
         if approximate:
             self.facts["approximate"] = "; ".join(approximate)
-        return Reason.NEXT if place.jobs_ahead == 0 and where == "active" and org is None else Reason.BEHIND
+        return Reason.NEXT if place.jobs_ahead == 0 and place.where == "active" else Reason.BEHIND
 
     def plain_place(self, place: PlainPlace) -> Reason:
         ahead = place.index if place.index >= 0 else place.listed
