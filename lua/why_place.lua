@@ -50,21 +50,23 @@ local held = redis.call('HGET', claimed, tenant) or '0'
 local parked_until = redis.call('ZSCORE', parked, tenant) or ''
 
 -- How many jobs go before it: lib/why_count.lua (the stride schedule, both levels).
-local eps, before, c = 1e-9, 0, {bound = bound, reads = 0, tied = 0, over = false}
--- Inside its org: the org's jobs served before this one (its tenant's own ahead and its org mates' turns).
+local c = {bound = bound, reads = 0, over = false}
+-- Inside its org: the org's jobs served before this one (its tenant's own ahead and its org mates' turns); ties
+-- there (`inner` of them, `first` counted before it) move its org's turn among the others: both ends counted.
 local w = tonumber(weight) or 1
-local entry, jobs = tenant, ahead
+local entry, jobs, before, inner, first = tenant, ahead, 0, 0, 0
 if org then
   entry = ORG .. org.name
   if org.on then
-    local target_in = tonumber(org.pass) + ahead / w
-    for _, m in ipairs(org_members(c, org.name)) do  -- passes written with 6 decimals: a tie within 1e-4
-      if m[1] > target_in + 1e-4 then break end
+    local target_in = tonumber(org.pass) + ahead * step_of(w)  -- passes in an org: 6 decimals, each step too
+    for _, m in ipairs(org_members(c, org.name)) do
+      if m[1] > target_in + 1e-7 then break end
       if m[2] ~= tenant then
         local _, _, their_weight, their_waiting = parse_tenant(m[3])
-        local n = served_before(c, (target_in - m[1]) * (tonumber(their_weight) or 1), their_waiting or 0,
-          m[2] < tenant, 1e-4)
+        local n, tie = served_before((target_in - m[1]) / step_of(tonumber(their_weight) or 1), their_waiting or 0,
+          m[2] < tenant, 1e-6)
         if n > 0 then before, jobs = before + 1, jobs + n end
+        if tie then inner, first = inner + 1, first + (m[2] < tenant and 1 or 0) end
       end
     end
   end
@@ -78,33 +80,16 @@ if not pass or (org and (not org.on or parked_until ~= '')) then
 end
 
 -- Among the top-level entries: each other one whose pass is below the pass this job is served at.
-local target = pass + jobs / w
-local reach = redis.call('ZRANGEBYSCORE', active, '-inf', target + eps, 'WITHSCORES', 'LIMIT', 0, bound + 1)
-if #reach > 2 * bound then c.over = true end
-for i = 1, math.min(#reach, 2 * bound), 2 do
-  local other = reach[i]
-  if other ~= entry and c.reads < bound then
-    local their_weight, their_waiting = 1, 0
-    if is_org(other) then  -- an org: its active tenants' jobs, at its weight
-      for _, m in ipairs(org_members(c, string.sub(other, 2))) do
-        local _, _, _, n, their_org = parse_tenant(m[3])
-        their_waiting = their_waiting + (n or 0)
-        if their_org then their_weight = tonumber(their_org.weight) or 1 end
-      end
-    else
-      c.reads = c.reads + 1
-      local _, _, stored, n = parse_tenant(redis.call('HGET', state, tenant_field(other)))
-      their_weight, their_waiting = tonumber(stored) or 1, n or 0
-    end
-    local n = served_before(c, (target - tonumber(reach[i + 1])) * their_weight, their_waiting, other < entry, eps)
-    if n > 0 then before, jobs = before + 1, jobs + n end
-  elseif other ~= entry then
-    c.over = true
-    break
-  end
+local entries = top_entries(c, pass + (jobs + inner - first) / w, entry)
+local n, others, tied = top_count(entries, pass + jobs / w, entry)
+if inner > 0 then  -- the count if no inner tie went before it, and if all did
+  local low, _, low_tied = top_count(entries, pass + (jobs - first) / w, entry)
+  local high, _, high_tied = top_count(entries, pass + (jobs + inner - first) / w, entry)
+  tied = math.max(n + first - low + low_tied, high + inner - first - n + high_tied)
 end
+before, jobs = before + others, jobs + n
 if c.over then approx[#approx + 1] = 'tenant_bound' end
 return {'fair', tostring(now_ms), tostring(listed), tenant, tostring(ahead), tostring(counted), tostring(weight or 1),
   tostring(waiting or 0), where, tostring(pass), tostring(parked_until), tostring(vtime), tostring(known[1] or ''),
   tostring(held), tostring(known[2] or ''), tostring(before), tostring(jobs), table.concat(approx, ','),
-  tostring(redis.call('ZCARD', active)), tostring(c.tied)}
+  tostring(redis.call('ZCARD', active)), tostring(tied)}

@@ -429,17 +429,24 @@ end
 -- serves the least-pass top-level entry (a tenant without org, or an org standing for its least-pass tenant;
 -- ties: the smaller name); each job served adds 1 / weight to its entry's pass, and to its tenant's pass in its
 -- org 1 / the tenant's weight. A job `x` passes' worth of steps of another (x = pass gap x its weight) has that
--- one served ceil(x) times before it (a tie: by name, counted in `c.tied`), at most its waiting jobs.
--- `c`: the count's budget and findings, {bound = records that may be read, reads = 0, tied = 0, over = false}.
--- include: fair_keys, records
+-- one served ceil(x) times before it (a tie: by name, counted as tied), at most its waiting jobs.
+-- `c`: the count's budget, {bound = records that may be read, reads = 0, over = false (some left out)}.
+-- include: fair_keys, records, orgs
 
-local function served_before(c, x, their_waiting, earlier, tolerance)
-  local n, near = math.ceil(x - tolerance), math.floor(x + 0.5)
+-- Jobs of another (`their_waiting` jobs) served before this one, `x` its steps below this job's pass; and whether
+-- one of its jobs ties with this one (due at the same pass: before or after it, as the pops find the list).
+local function served_before(x, their_waiting, earlier, tolerance)
+  local n, near, tie = math.ceil(x - tolerance), math.floor(x + 0.5), false
   if math.abs(x - near) < tolerance then
-    n = near + (earlier and 1 or 0)
-    if near < their_waiting then c.tied = c.tied + 1 end  -- its tied job exists: before or after this one
+    n, tie = near + (earlier and 1 or 0), near < their_waiting
   end
-  return math.min(math.max(n, 0), their_waiting)
+  return math.min(math.max(n, 0), their_waiting), tie
+end
+
+-- One job's step of a tenant's pass in its org, as the pops write it: 1 / its weight with 6 decimals (PASS_FORMAT
+-- of lib/orgs.lua, each pass written so: a pass plus the step loses the same remainder each time).
+local function step_of(weight)
+  return tonumber(string.format('%.6f', 1 / weight))
 end
 
 -- An org's active tenants (least pass first) as {pass, tenant, record} (records read within the budget; `c.over`
@@ -455,6 +462,45 @@ local function org_members(c, name)
   end
   c.reads = c.reads + #out
   return out
+end
+
+-- The top-level entries other than `entry` whose pass is at most `target`: {name, pass, weight, waiting} (an org: its
+-- active tenants' jobs, at its weight).
+local function top_entries(c, target, entry)
+  local reach = redis.call('ZRANGEBYSCORE', active, '-inf', target + 1e-9, 'WITHSCORES', 'LIMIT', 0, c.bound + 1)
+  if #reach > 2 * c.bound then c.over = true end
+  local out = {}
+  for i = 1, math.min(#reach, 2 * c.bound), 2 do
+    local other, weight, waiting = reach[i], 1, 0
+    if other ~= entry and c.reads >= c.bound then
+      c.over = true
+      break
+    elseif other ~= entry and is_org(other) then
+      for _, m in ipairs(org_members(c, string.sub(other, 2))) do
+        local _, _, _, n, org = parse_tenant(m[3])
+        waiting = waiting + (n or 0)
+        if org then weight = tonumber(org.weight) or 1 end
+      end
+    elseif other ~= entry then
+      c.reads = c.reads + 1
+      local _, _, stored, n = parse_tenant(redis.call('HGET', state, tenant_field(other)))
+      weight, waiting = tonumber(stored) or 1, n or 0
+    end
+    if other ~= entry then out[#out + 1] = {other, tonumber(reach[i + 1]), weight, waiting} end
+  end
+  return out
+end
+
+-- Of `entries` (top_entries), the jobs served before a job of `entry` due at pass `target`, the entries that
+-- have some, and the tied jobs.
+local function top_count(entries, target, entry)
+  local jobs, before, tied = 0, 0, 0
+  for _, e in ipairs(entries) do
+    local n, tie = served_before((target - e[2]) * e[3], e[4], e[1] < entry, 1e-9)
+    if n > 0 then before, jobs = before + 1, jobs + n end
+    if tie then tied = tied + 1 end
+  end
+  return jobs, before, tied
 end
 
 -- why_place.lua: read-only: where one waiting job stands in its queue, for `fair-router why`
@@ -509,21 +555,23 @@ local held = redis.call('HGET', claimed, tenant) or '0'
 local parked_until = redis.call('ZSCORE', parked, tenant) or ''
 
 -- How many jobs go before it: lib/why_count.lua (the stride schedule, both levels).
-local eps, before, c = 1e-9, 0, {bound = bound, reads = 0, tied = 0, over = false}
--- Inside its org: the org's jobs served before this one (its tenant's own ahead and its org mates' turns).
+local c = {bound = bound, reads = 0, over = false}
+-- Inside its org: the org's jobs served before this one (its tenant's own ahead and its org mates' turns); ties
+-- there (`inner` of them, `first` counted before it) move its org's turn among the others: both ends counted.
 local w = tonumber(weight) or 1
-local entry, jobs = tenant, ahead
+local entry, jobs, before, inner, first = tenant, ahead, 0, 0, 0
 if org then
   entry = ORG .. org.name
   if org.on then
-    local target_in = tonumber(org.pass) + ahead / w
-    for _, m in ipairs(org_members(c, org.name)) do  -- passes written with 6 decimals: a tie within 1e-4
-      if m[1] > target_in + 1e-4 then break end
+    local target_in = tonumber(org.pass) + ahead * step_of(w)  -- passes in an org: 6 decimals, each step too
+    for _, m in ipairs(org_members(c, org.name)) do
+      if m[1] > target_in + 1e-7 then break end
       if m[2] ~= tenant then
         local _, _, their_weight, their_waiting = parse_tenant(m[3])
-        local n = served_before(c, (target_in - m[1]) * (tonumber(their_weight) or 1), their_waiting or 0,
-          m[2] < tenant, 1e-4)
+        local n, tie = served_before((target_in - m[1]) / step_of(tonumber(their_weight) or 1), their_waiting or 0,
+          m[2] < tenant, 1e-6)
         if n > 0 then before, jobs = before + 1, jobs + n end
+        if tie then inner, first = inner + 1, first + (m[2] < tenant and 1 or 0) end
       end
     end
   end
@@ -537,33 +585,16 @@ if not pass or (org and (not org.on or parked_until ~= '')) then
 end
 
 -- Among the top-level entries: each other one whose pass is below the pass this job is served at.
-local target = pass + jobs / w
-local reach = redis.call('ZRANGEBYSCORE', active, '-inf', target + eps, 'WITHSCORES', 'LIMIT', 0, bound + 1)
-if #reach > 2 * bound then c.over = true end
-for i = 1, math.min(#reach, 2 * bound), 2 do
-  local other = reach[i]
-  if other ~= entry and c.reads < bound then
-    local their_weight, their_waiting = 1, 0
-    if is_org(other) then  -- an org: its active tenants' jobs, at its weight
-      for _, m in ipairs(org_members(c, string.sub(other, 2))) do
-        local _, _, _, n, their_org = parse_tenant(m[3])
-        their_waiting = their_waiting + (n or 0)
-        if their_org then their_weight = tonumber(their_org.weight) or 1 end
-      end
-    else
-      c.reads = c.reads + 1
-      local _, _, stored, n = parse_tenant(redis.call('HGET', state, tenant_field(other)))
-      their_weight, their_waiting = tonumber(stored) or 1, n or 0
-    end
-    local n = served_before(c, (target - tonumber(reach[i + 1])) * their_weight, their_waiting, other < entry, eps)
-    if n > 0 then before, jobs = before + 1, jobs + n end
-  elseif other ~= entry then
-    c.over = true
-    break
-  end
+local entries = top_entries(c, pass + (jobs + inner - first) / w, entry)
+local n, others, tied = top_count(entries, pass + jobs / w, entry)
+if inner > 0 then  -- the count if no inner tie went before it, and if all did
+  local low, _, low_tied = top_count(entries, pass + (jobs - first) / w, entry)
+  local high, _, high_tied = top_count(entries, pass + (jobs + inner - first) / w, entry)
+  tied = math.max(n + first - low + low_tied, high + inner - first - n + high_tied)
 end
+before, jobs = before + others, jobs + n
 if c.over then approx[#approx + 1] = 'tenant_bound' end
 return {'fair', tostring(now_ms), tostring(listed), tenant, tostring(ahead), tostring(counted), tostring(weight or 1),
   tostring(waiting or 0), where, tostring(pass), tostring(parked_until), tostring(vtime), tostring(known[1] or ''),
   tostring(held), tostring(known[2] or ''), tostring(before), tostring(jobs), table.concat(approx, ','),
-  tostring(redis.call('ZCARD', active)), tostring(c.tied)}
+  tostring(redis.call('ZCARD', active)), tostring(tied)}
