@@ -10,6 +10,7 @@ entries (slowlog-log-slower-than 0: every top-level command with its execution t
 EVALSHA, a MULTI's commands each on its own). Medians over ``--rounds`` are printed, in ms.
 
     .venv/bin/python bench/why.py --jobs 100000 --rounds 20
+    .venv/bin/python bench/why.py --jobs 100000 --rounds 20 --orgs 10   # the tenants in 10 orgs: two levels
 
 Server time only (no round trip, no client work); a shared machine moves it by some percent between runs.
 """
@@ -37,11 +38,13 @@ def noop() -> None:
     """Never run: the jobs only wait."""
 
 
-def fill(queue: Queue, tenants: list[str], jobs: int) -> list[str]:
-    """``jobs`` jobs, tenants in turn, in batches of BATCH; their ids in push order."""
+def fill(queue: Queue, tenants: list[str], jobs: int, orgs: int = 0) -> list[str]:
+    """``jobs`` jobs, tenants in turn, in batches of BATCH (with ``orgs``, tenant i in org ``o<i % orgs>``); their
+    ids in push order."""
     ids: list[str] = []
     for start in range(0, jobs, BATCH):
-        datas = [Queue.prepare_data(noop, meta={"fair_tenant": tenants[i % len(tenants)]}, result_ttl=60)
+        datas = [Queue.prepare_data(noop, meta={"fair_tenant": tenants[i % len(tenants)]} | (
+                     {"fair_org": f"o{i % len(tenants) % orgs}"} if orgs else {}), result_ttl=60)
                  for i in range(start, min(jobs, start + BATCH))]
         ids += [job.id for job in queue.enqueue_many(datas)]
     return ids
@@ -61,6 +64,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--tenants", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--orgs", type=int, default=0, help="put the fair queue's tenants in this many orgs")
     args = parser.parse_args()
     with RedisServer() as server:
         conn = server.client()
@@ -69,7 +73,7 @@ def main() -> None:
         plain = Queue("deep_plain", connection=conn)
         started = time.monotonic()
         tenants = [f"t{i}" for i in range(args.tenants)]
-        fair_ids = fill(fair, tenants, args.jobs)
+        fair_ids = fill(fair, tenants, args.jobs, args.orgs)
         last = fill(fair, ["late"], 1)[0]
         plain_last = fill(plain, tenants, args.jobs + 1)[-1]
         first_tenant_last = fair_ids[-args.tenants]

@@ -7,7 +7,8 @@ tenant with half of them and ``--tenants`` - 1 others sharing the rest, all enqu
 observers have recorded a throughput), ``--sample`` waiting jobs picked at random are explained; once every job has
 run, each estimate is compared with the job's actual start (rq's ``started_at``): error = |estimated - actual| /
 (actual - when explained). Median and 90th percentile of the errors are printed, with the jobs-ahead of the
-sample.
+sample, and the workers' actual speed after the question beside the throughput the estimates were based on (their
+difference, the shared machine's changing speed, is most of the error).
 
     .venv/bin/python bench/why_estimate.py --jobs 2000 --tenants 20 --workers 2
 """
@@ -89,6 +90,14 @@ def main() -> None:
         if not errors:
             print("no estimate to compare (no throughput recorded within the warm-up?)")
             return
+        asked = min(when for _, when, _, _ in estimates)
+        starts = sorted(job.started_at for job in Job.fetch_many(queue.finished_job_registry.get_job_ids(),
+                                                                 connection=conn) if job and job.started_at)
+        after = [(start - asked).total_seconds() for start in starts if start >= asked]
+        if after and after[-1] > 0:
+            before = (asked - starts[0]).total_seconds()
+            print(f"actual: {len(after) / after[-1]:.3g} starts/s over the {after[-1]:.0f} s of draining after the "
+                  f"question; {len(starts) - len(after)} jobs started in the {before:.1f} s before it")
         errors.sort()
         print(f"estimate error over {len(errors)} jobs ({min(ahead)}-{max(ahead)} jobs ahead): median "
               f"{statistics.median(errors):.0%}, p90 {errors[int(0.9 * (len(errors) - 1))]:.0%}, max {errors[-1]:.0%}")

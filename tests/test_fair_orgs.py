@@ -311,26 +311,6 @@ def test_the_listing_is_the_order_workers_start_jobs_in_with_orgs(conn: Redis) -
     assert (first["a1"], first["pro-a2"]) == (2, 4), first
 
 
-def test_explain_says_an_org_tenants_place_is_approximate(conn: Redis) -> None:
-    """fair_router.explain counts a place one level deep: for a job of an org's tenant, and for one queued beside
-    orgs' tenants, ``exact`` is false and ``approximate`` says why; the org is a fact."""
-    from fair_router import explain
-
-    queue = fair(conn)
-    fill(queue, "a1", 2, org="A")
-    fill(queue, "a2", 2, org="A")
-    fill(queue, "c", 2)
-    settings = Settings(prefix=PREFIX)
-    org_job = queue.get_job_ids()[0]
-    plain_job = next(job.id for job in queue.jobs if job.args[0] == "c")
-    answer = explain(org_job, connection=conn, settings=settings)
-    assert answer.facts["org"] == "A" and answer.facts["exact"] is False, answer.facts
-    assert answer.facts["tenant_state"] == "active" and "organisation" in answer.facts["approximate"], answer.facts
-    beside = explain(plain_job, connection=conn, settings=settings)
-    assert "org" not in beside.facts and beside.facts["exact"] is False, beside.facts
-    assert "organisations' tenants wait here" in beside.facts["approximate"], beside.facts
-
-
 def test_org_set_and_show_store_an_override_that_pushes_use_over_the_settings(
     conn: Redis, redis_server: Any, tmp_path: Path
 ) -> None:

@@ -15,10 +15,14 @@ import fair_router
 PACKAGE = Path(fair_router.__file__).parent
 MAX_MODULE_LINES = 400
 MAX_CLASS_LINES = 250
-WHY_LINES = 514 + 298 + 63
+WHY_LINES = 514 + 298 + 63 + 4 + 5 + 12 - 9 + 45
 """``fair-router why`` / ``explain`` (observe/why.py, observe/whyplace.py, commands/why.py and their registration),
 counted apart so the merge can see them; + the recorded turn-away reasons, the pause's time and ``fair-router
-tenant why`` (routing/tenant_why.py); + the dashboard's why (dashboard/why.py and its route)."""
+tenant why`` (routing/tenant_why.py); + the dashboard's why (dashboard/why.py and its route); + explain on a Redis
+Cluster (either client of the pair); + a pause's own park notes its cause (controls/pauses.py);
++ the estimate's throughput measured from where the starts began (observe/whyplace.py); - the one-level org
+causes of an approximate place (lua/why_place.lua counts both levels now); + the org's reasons (its pause, its
+limit and running jobs, a tenant's slots read under its org's tag) in explain and ``tenant why``."""
 ORG_LINES = 155 + 372 + 365 + 135
 """Organisations above tenants (fair_org=, the two-level fair pop; then the two-level listing, explain's approximate
 place, org weight overrides and ``fair-router org set|show``; then the org's limits: concurrency, rate and tier

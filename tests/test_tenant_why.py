@@ -154,3 +154,24 @@ def test_explaining_a_tenant_changes_nothing_in_redis(conn: Redis) -> None:
     answer = explain_tenant("acme", conn, config)
     assert snapshot(conn) == before
     assert answer.reasons == (TenantReason.PAUSED, TenantReason.THROTTLED), answer
+
+
+def test_a_tenant_in_an_org_at_the_orgs_limit_or_paused_with_it(conn: Redis) -> None:
+    """A tenant waiting under an org: the org's slots (its running job held elsewhere) hold it at concurrency_limit
+    though the tenant runs nothing, and ``org pause`` reads paused with the org's pause time."""
+    config = settings(concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60), fair_queues=["default"],
+                      orgs={"A": {"concurrency": 1}})
+    conn.zadd(KEYS.org_leases("A"), {"elsewhere": 2**41})  # the org's one slot, held by a job of another tenant
+    queue = FairQueue("default", connection=conn, settings=config)
+    queue.enqueue(why_jobs.noop, fair_tenant="a1", fair_org="A")
+    answer = explain_tenant("a1", conn, config)
+    assert answer.reasons == (TenantReason.CONCURRENCY_LIMIT,), answer
+    assert answer.facts["org"] == "A" and answer.facts["org_limit"] == 1, answer.facts
+    assert answer.facts["org_running_jobs"] == ["elsewhere"] and answer.facts["running_jobs"] == []
+    conn.delete(KEYS.org_leases("A"))
+    assert explain_tenant("a1", conn, config).reason == TenantReason.FAIR_SHARE
+    router = FairRouter(conn, prefix=PREFIX)
+    router.tenants.pause_org("A")
+    answer = explain_tenant("a1", conn, config)
+    assert answer.reason == TenantReason.PAUSED and answer.facts["org_paused_since"] is not None, answer.facts
+    router.tenants.resume_org("A")

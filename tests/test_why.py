@@ -28,8 +28,10 @@ from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
 from fair_router.iteration.turns import ITEMS, TURNS
+from fair_router.observe.recorder import ALL, TICK_SLOTS
 from fair_router.observe.why import ITEMS as WHY_ITEMS
 from fair_router.observe.why import TURNS as WHY_TURNS
+from fair_router.observe.whyplace import throughput
 from fair_router.workers.limiter import ConcurrencyLimiter
 
 PREFIX = "why_test"
@@ -173,6 +175,25 @@ def test_the_estimate_uses_the_recorded_throughput(conn: Redis) -> None:
     conn.delete(*conn.keys(KEYS.observe_pattern()))
     none = explain(waiting[0].id, connection=conn, settings=settings())
     assert none.estimated_start is None and "no job start recorded" in none.estimate_basis
+
+
+def test_the_throughput_is_measured_from_where_the_starts_began(conn: Redis) -> None:
+    """The oldest tick with starts (none in the tick before it) is counted from its first admission in the record's
+    "recent" set; without one, from its end once 3 s or more follow it, else from its start; recorded starts lag
+    by ``lag``."""
+    tick = 170_000_000  # ticks of 10 s
+    record = KEYS.observe_record(ALL)
+    conn.hset(record, mapping={f"t{tick % TICK_SLOTS}": tick, f"n{tick % TICK_SLOTS}": 50,
+                               f"t{(tick + 1) % TICK_SLOTS}": tick + 1, f"n{(tick + 1) % TICK_SLOTS}": 10})
+    now_ms = (tick + 1) * 10_000 + 1_200
+    assert throughput(conn, KEYS, now_ms).seconds == 11  # 1.2 s after the oldest tick: from its start
+    assert throughput(conn, KEYS, now_ms + 2_000).seconds == 3  # 3.2 s after it: from its end, its starts left out
+    assert throughput(conn, KEYS, now_ms + 2_000).starts == 10
+    conn.zadd(KEYS.observe_recent(), {"acme": tick * 10_000 + 6_000, "late": now_ms})
+    rate = throughput(conn, KEYS, now_ms, lag=0.2)
+    assert (rate.starts, rate.seconds) == (60, 5) and rate.per_second == pytest.approx(60 / 5.0)
+    conn.hset(record, mapping={f"t{(tick - 1) % TICK_SLOTS}": tick - 1, f"n{(tick - 1) % TICK_SLOTS}": 5})
+    assert throughput(conn, KEYS, now_ms).seconds == 11  # starts in the tick before: the admission is not their start
 
 
 def test_a_paused_tenant(conn: Redis) -> None:

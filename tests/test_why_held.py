@@ -183,3 +183,44 @@ def test_a_fair_queue_park_keeps_its_cause_while_it_lasts(conn: Redis) -> None:
     conn.delete(cause)  # a park whose cause was not recorded: its place, and the cause listed as unknown
     answer = explain(job.id, connection=conn, settings=config)
     assert answer.reason in (Reason.NEXT, Reason.BEHIND) and answer.unknown[0].startswith("park cause"), answer
+
+
+
+def test_a_paused_tenants_job_taken_by_a_worker_reads_paused(conn: Redis) -> None:
+    """Paused while it had nothing waiting (no park then), its jobs enqueued after: a real weighted worker takes one,
+    its start is refused and the tenant parked there, the cause noted; every waiting job reads ``paused`` with the
+    pause's time."""
+    config = settings(fair_queues=["default"])
+    FairRouter(conn, prefix=PREFIX).pause("acme")
+    since = server_now(conn)
+    queue = FairQueue("default", connection=conn, settings=config)
+    jobs = [queue.enqueue(why_jobs.noop, fair_tenant="acme") for _ in range(3)]
+    WeightedSimpleWorker([queue], connection=conn, settings=config).work(burst=True)
+    assert [job.get_status() for job in jobs] == ["queued"] * 3
+    assert conn.get(KEYS.park_cause("acme", "default")) == b"paused"
+    for job in jobs:
+        answer = explain(job.id, connection=conn, settings=config)
+        assert answer.reason == Reason.PAUSED and answer.unknown == (), answer
+        assert abs((answer.facts["paused_since"] - since).total_seconds()) < 5
+        assert answer.facts["tenant_state"] == "parked" and answer.estimated_start is None
+
+
+def test_a_pause_s_own_park_records_its_cause(conn: Redis) -> None:
+    """A pause parks its tenant at once where its jobs wait (fair_hold), noting the cause there as a refused start
+    does: while paused its jobs read ``paused`` with the pause's time; a park that outlives the pause (a resume
+    that missed the queue: the flag gone, the park left) still reads ``paused``, its cause recorded, not unknown."""
+    config = settings(fair_queues=["default", "other"])
+    queue = FairQueue("default", connection=conn, settings=config)
+    FairQueue("other", connection=conn, settings=config).enqueue(why_jobs.noop, fair_tenant="someone")
+    jobs = [queue.enqueue(why_jobs.noop, fair_tenant="acme") for _ in range(2)]
+    FairRouter(conn, prefix=PREFIX).pause("acme")
+    cause = KEYS.park_cause("acme", "default")
+    assert conn.get(cause) == b"paused" and 0 < conn.pttl(cause) <= 60_000
+    assert not conn.exists(KEYS.park_cause("acme", "other"))  # nothing of acme waits there: no park, no cause
+    answer = explain(jobs[1].id, connection=conn, settings=config)
+    assert answer.reason == Reason.PAUSED and answer.facts["paused_since"] is not None and answer.unknown == ()
+    conn.delete(KEYS.paused("acme"))  # the pause ends, its park stays
+    answer = explain(jobs[1].id, connection=conn, settings=config)
+    assert answer.reason == Reason.PAUSED and answer.facts["park_cause"] == "paused", answer
+    assert answer.unknown == () and answer.facts["tenant_state"] == "parked"
+    assert answer.estimated_start is None or answer.estimated_start >= answer.facts["parked_until"]

@@ -54,6 +54,11 @@ class TenantPauses:
         with self.rq.pipeline(transaction=False) as pipe:
             for key in queues:  # a plain queue has no fair state: the call changes nothing there
                 self._hold(self.keys.fair_queue(key), encode(tenant), until_ms, now_ms=now_arg(self.clock)).queue(pipe)
+            held = [key for key, parked in zip(queues, pipe.execute(), strict=True) if int(parked)]
+        with self.connection.pipeline(transaction=False) as pipe:  # each park's cause, for explain (the tenant's slot)
+            for key in held:
+                name = key.removeprefix(Queue.redis_queue_namespace_prefix)
+                pipe.set(self.keys.park_cause(tenant, name), "paused", px=round(PAUSE_PARK * 1000))
             pipe.execute()
 
     def resume(self, tenant: str) -> int:

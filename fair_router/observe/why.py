@@ -34,6 +34,7 @@ from fair_router.observe.whyplace import (
     tenant_controls,
     throughput,
 )
+from fair_router.store.cluster import pair_of
 from fair_router.store.scripts import PeekScript
 
 TURNS, ITEMS = "fair_turns", "fair_items"
@@ -68,10 +69,6 @@ APPROXIMATE = {
     "fifo_bound": f"over {BOUND} places ahead in its tenant's FIFO: jobs that left it are counted too",
     "not_active": "its tenant is parked or idle: its place once it returns is a guess",
     "tenant_bound": f"over {BOUND} tenants may be served before it: the first {BOUND} counted",
-    "org": "its tenant is in an organisation: counted one level deep, without the org's turns among orgs or its "
-           "tenant's among the org's tenants (get_job_ids() orders them exactly)",
-    "orgs": "organisations' tenants wait here too: their jobs ahead of it are not counted (get_job_ids() orders "
-            "them exactly)",
 }
 """The causes lua/why_place.lua gives for an approximate place, as the ``approximate`` fact says them."""
 HELD_REASONS = ("concurrency_limit", "paused", "rate_limit")
@@ -118,12 +115,15 @@ def _at(ms: int) -> datetime:
 
 def explain(job_id: str, connection: Redis, settings: Settings | None = None) -> Explanation:
     """Why job ``job_id`` waits (or what became of it), read from ``connection`` and, with ``settings.shard_urls``,
-    each shard's Redis where the job is not found there. Never writes."""
+    each shard's Redis where the job is not found there. On a Redis Cluster ``connection`` is either client of the
+    pair (the ``RedisCluster`` or the one to rq's slot owner): one read-only script on the queue's slot, the
+    tenant's controls on the tenant's slot, the observers' record on ``{obs}``. Never writes."""
     settings = settings if settings is not None else Settings()
     if JOB_ID_PATTERN.fullmatch(job_id) is None:  # rq refuses such an id (Job.fetch raises): no job can have it
         return Explanation(job_id, Reason.NOT_FOUND, {"servers_asked": 0},
                            estimate_basis="not a job id rq accepts (letters, digits, _ and - only): no job has it")
-    if (found := _look(job_id, connection, connection, settings)) is not None:
+    pair = pair_of(connection)  # on a Redis Cluster: rq's keys (and the fair queue's) on rq's slot owner, ours spread
+    if (found := _look(job_id, pair.rq, pair.state, settings)) is not None:
         return found
     for url in dict.fromkeys(settings.shard_urls):
         shard = Redis.from_url(url)
@@ -152,6 +152,10 @@ class Explainer:
         self.job, self.main, self.settings = job, main, settings
         self.keys = Keys(settings.prefix)
         self.tenant = usable_tenant(job.meta, settings.tenant_max_bytes, warn=False)
+        try:
+            self.org = stored_org(job.meta, settings.tenant_max_bytes)
+        except InvalidTenant:
+            self.org = None
         self.facts: dict[str, Any] = {"queue": job.origin, "tenant": self.tenant, "status": None}
         self.unknown: list[str] = []
 
@@ -203,32 +207,45 @@ class Explainer:
         held = self.job.meta.get(META_HELD)
         if self.tenant is None:
             return self.done(Reason.SCHEDULED, at=until, basis=basis)
-        controls = tenant_controls(self.main, self.keys, self.tenant, self.job.id)
+        controls = tenant_controls(self.main, self.keys, self.tenant, self.job.id, org=self.org)
         if not isinstance(held, dict) or held.get("reason") not in HELD_REASONS or until is None \
                 or held.get("until") != round(until.timestamp()):  # the user's, or a record of an earlier deferral
             if controls.reserved_ms is not None:  # deferred by a rate (before reasons were recorded)
                 held = {"reason": Reason.RATE_LIMIT.value}
-            elif controls.paused:
-                self.paused_since(controls)
-                return self.done(Reason.SCHEDULED, [Reason.PAUSED], None, "its tenant is paused: it starts once "
-                                 "resumed, at its scheduled time at the earliest")
+            elif controls.paused or controls.org_paused:
+                return self.done(Reason.SCHEDULED, [Reason.PAUSED], None, f"{self.paused_since(controls)}: it "
+                                 "starts once resumed, at its scheduled time at the earliest")
             else:
                 return self.done(Reason.SCHEDULED, at=until, basis=basis)
         reason = Reason(held["reason"])  # a worker turned its start away and deferred it to this time
         self.facts["turned_away"] = True
         if reason == Reason.RATE_LIMIT:
             self.facts["reserved_start"] = None if controls.reserved_ms is None else _at(controls.reserved_ms)
-        if controls.paused:
-            self.paused_since(controls)
+        if controls.paused or controls.org_paused:
             return self.done(reason, [] if reason == Reason.PAUSED else [Reason.PAUSED], None,
-                             "its tenant is paused: it starts once resumed, at its deferred time at the earliest")
+                             f"{self.paused_since(controls)}: it starts once resumed, at its deferred time at the "
+                             "earliest")
         return self.done(reason, at=until, basis="the time its start was deferred to (rq's ScheduledJobRegistry): a "
                          "scheduler enqueues it then; its tenant's controls are checked again at its start")
 
-    def paused_since(self, controls: TenantControls) -> None:
-        self.facts["paused_since"] = controls.paused_since
-        if controls.paused_since is None:
+    def paused_since(self, controls: TenantControls) -> str:
+        """The pause's facts (the tenant's, else its org's); the words of the estimate's block."""
+        if controls.paused:
+            self.facts["paused_since"] = controls.paused_since
+        if controls.org_paused:
+            self.facts.update(org_paused=True, org_paused_since=controls.org_paused_since)
+        if (controls.paused_since if controls.paused else controls.org_paused_since) is None:
             self.unknown.append("paused_since: paused by a version that recorded no pause time")
+        return "its tenant is paused" if controls.paused else "its organisation is paused"
+
+    def org_limit(self, controls: TenantControls) -> int | None:
+        """The job's org's concurrency limit as ``org show`` gives it: its override, its settings, its tier's."""
+        config = self.settings.orgs.get(self.org) if self.org is not None else None
+        if controls.org_limit_override is not None or config is None:
+            return controls.org_limit_override
+        if config.concurrency is not None or config.tier is None:
+            return config.concurrency
+        return self.settings.tiers.concurrency.get(config.tier)
 
     def deferred(self) -> Explanation:
         ids = self.job.dependency_ids[:DEPENDENCIES_SHOWN]
@@ -258,11 +275,11 @@ class Explainer:
             reasons.append(Reason.THROTTLED)
             self.throttled(now_ms)
         controls = None if self.tenant is None else tenant_controls(self.main, self.keys, self.tenant, self.job.id,
-                                                                    self.job.origin)
+                                                                    self.job.origin, self.org)
         if TURNS in self.job.meta:  # an interruptible job between turns
             self.turns()
         if isinstance(place, FairPlace):
-            position = self.fair_place(place, bool(self.job.connection.exists(fair_keys.orgs)))
+            position = self.fair_place(place)
             if controls is not None:
                 blocked = self.controls(place, controls, reasons)
         elif place.index < 0 and place.listed < SCAN:  # queued, yet not on its list: a worker took it
@@ -270,37 +287,27 @@ class Explainer:
             return self.done(Reason.RUNNING, basis="a worker has taken it off its queue and is starting it")
         else:
             position = self.plain_place(place)
-            if controls is not None and controls.paused:
-                self.paused_since(controls)
+            if controls is not None and (controls.paused or controls.org_paused):
                 reasons.append(Reason.PAUSED)
-                blocked = "its tenant is paused: it starts once resumed"
+                blocked = f"{self.paused_since(controls)}: it starts once resumed"
         reasons.append(position)
         at, basis = self.estimate(now_ms, blocked)
         return self.done(reasons[0], reasons[1:], at, basis)
 
-    def fair_place(self, place: FairPlace, orgs: bool = False) -> Reason:
-        """``orgs``: tenants of organisations are active in the queue (lua/why_place.lua counts one level)."""
-        causes, where = place.approximate, place.where
-        try:
-            org = stored_org(self.job.meta, self.settings.tenant_max_bytes)
-        except InvalidTenant:
-            org = None
-        if org is not None:  # why_place.lua reads one level: a tenant of an org is in its org's set, not `active`
-            where = where if where == "parked" else "active"
-            causes = (*(cause for cause in causes if cause != "not_active" or where == "parked"), "org")
-            self.facts["org"] = org
-        elif orgs:
-            causes = (*causes, "orgs")
-        approximate = [APPROXIMATE[cause] for cause in causes]
+    def fair_place(self, place: FairPlace) -> Reason:
+        """The place lua/why_place.lua read (two levels: among the top-level entries, and in its org's tenants)."""
+        if self.org is not None:
+            self.facts["org"] = self.org
+        approximate = [APPROXIMATE[cause] for cause in place.approximate]
         if self.settings.fair_charge == "runtime":
             approximate.append("the queue charges run time: each job ahead is counted as one step")
-        self.facts.update(fair=True, tenant_state=where, fifo_ahead=place.fifo_ahead, weight=place.weight,
+        self.facts.update(fair=True, tenant_state=place.where, fifo_ahead=place.fifo_ahead, weight=place.weight,
                           tenant_waiting=place.waiting, tenants_before=place.tenants_before,
                           jobs_ahead=place.jobs_ahead, tied=place.tied, exact=not approximate,
                           active_tenants=place.active_tenants, listed=place.listed)
         if approximate:
             self.facts["approximate"] = "; ".join(approximate)
-        return Reason.NEXT if place.jobs_ahead == 0 and where == "active" and org is None else Reason.BEHIND
+        return Reason.NEXT if place.jobs_ahead == 0 and place.where == "active" else Reason.BEHIND
 
     def plain_place(self, place: PlainPlace) -> Reason:
         ahead = place.index if place.index >= 0 else place.listed
@@ -315,15 +322,22 @@ class Explainer:
         if place.parked_until_ms is not None:
             self.facts["parked_until"] = _at(place.parked_until_ms)
         blocked = ""
-        if controls.paused:
-            self.paused_since(controls)
+        if controls.paused or controls.org_paused:
             reasons.append(Reason.PAUSED)
-            blocked = "its tenant is paused: it starts once resumed"
+            blocked = f"{self.paused_since(controls)}: it starts once resumed"
         limit = place.limit
         if limit is not None and max(place.claimed, controls.running_count) >= limit:
             self.facts.update(limit=limit, running=controls.running, running_count=controls.running_count)
             reasons.append(Reason.CONCURRENCY_LIMIT)
             blocked = blocked or f"its tenant runs {controls.running_count} of {limit}: it waits for one to end"
+        org_limit = self.org_limit(controls)
+        if org_limit is not None and controls.org_running_count >= org_limit:  # the org's slots: the start checks both
+            self.facts.update(org_limit=org_limit, org_running=list(controls.org_running),
+                              org_running_count=controls.org_running_count)
+            if Reason.CONCURRENCY_LIMIT not in reasons:
+                reasons.append(Reason.CONCURRENCY_LIMIT)
+            blocked = blocked or (f"its organisation runs {controls.org_running_count} of {org_limit}: it waits for "
+                                  "one to end")
         paced = place.paced_until_ms is not None and place.paced_until_ms > now
         over = controls.rate_tat_ms is not None and controls.rate_tat_ms > now
         if place.where == "parked" and (paced or over) and Reason.PAUSED not in reasons \
@@ -335,7 +349,7 @@ class Explainer:
                 self.facts["park_cause"] = controls.park_cause
                 reasons.append(Reason(controls.park_cause))
             else:
-                self.unknown.append("park cause: this park's cause was not recorded (a pause's hold, or expired)")
+                self.unknown.append("park cause: this park's cause was not recorded (by an older version, or expired)")
         return blocked
 
     def throttled(self, now_ms: int) -> None:
@@ -354,7 +368,7 @@ class Explainer:
     def estimate(self, now_ms: int, blocked: str) -> tuple[datetime | None, str]:
         if blocked:
             return None, blocked
-        rate = throughput(self.main, self.keys, now_ms)
+        rate = throughput(self.main, self.keys, now_ms, self.settings.observe.flush_interval / 2)
         if rate.starts == 0:
             return None, ("no job start recorded in the last minute (observe.record off, or no worker started "
                           "one): no throughput to estimate from")

@@ -4,7 +4,7 @@ slot) and the recent throughput (the observers' all-tenant record). Nothing here
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +22,8 @@ SCAN = 200_000
 """List entries a plain queue's position is looked for among (LPOS MAXLEN); beyond it: "more than"."""
 RATE_TICKS = 6
 """Full ticks (one minute) before the current one the throughput may be measured over."""
+RATE_MIN_SECONDS = 3.0
+"""Seconds of records after the oldest tick with starts needed to measure the throughput from that tick's end."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,8 @@ class WhyPlaceScript(LuaScript[PlainPlace | FairPlace]):
 
 @dataclass(frozen=True)
 class TenantControls:
-    """What the start controls hold for one tenant (its slot, ``{lease:<tenant>}``)."""
+    """What the start controls hold for one tenant (its slot, ``{lease:<tenant>}``, or for a job under an org the
+    org's, ``{lease:!<org>}``, where its leases and rates are then kept) and for its org."""
 
     paused: bool
     paused_since: datetime | None  # when it was paused (None: not paused, or paused before the time was recorded)
@@ -93,22 +96,40 @@ class TenantControls:
     rate_tat_ms: int | None  # the tenant's own rate: GCRA theoretical arrival time
     reserved_ms: int | None  # a plain queue's job deferred by a rate: the start reserved for it
     park_cause: str | None  # why a refused start parked the tenant in the queue asked about (while the park lasts)
+    org_paused_since: datetime | None = None  # the job's org is paused since (None: not paused or no org)
+    org_paused: bool = False
+    org_running: tuple[str, ...] = ()  # the org's jobs holding its slots (first BOUND)
+    org_running_count: int = 0
+    org_limit_override: int | None = None  # ``fair-router org set --concurrency``
 
 
-def tenant_controls(connection: Redis, keys: Keys, tenant: str, job_id: str, queue: str = "") -> TenantControls:
-    """One MULTI of reads on the tenant's slot; ``queue``: the fair queue whose park cause is read."""
-    leases = keys.leases(tenant)
+def tenant_controls(connection: Redis, keys: Keys, tenant: str, job_id: str, queue: str = "",
+                    org: str | None = None) -> TenantControls:
+    """One pipeline of reads on the tenant's slot (and, for a job under ``org``, the org's); ``queue``: the fair queue
+    whose park cause is read."""
+    leases = keys.leases(tenant, org)
     with connection.pipeline() as pipe:
         pipe.get(keys.paused(tenant))
         pipe.zrange(leases, 0, BOUND - 1)
         pipe.zcard(leases)
-        pipe.get(keys.rate(tenant))
-        pipe.get(keys.rate_paid(tenant, job_id))
+        pipe.get(keys.rate(tenant, org=org))
+        pipe.get(keys.rate_paid(tenant, job_id, org))
         pipe.get(keys.park_cause(tenant, queue))
-        paused, running, count, tat, paid, cause = pipe.execute()
-    return TenantControls(paused is not None, pause_time(paused), [as_text(raw) for raw in running], int(count),
-                          None if tat is None else int(float(tat)), None if paid is None else int(float(paid)),
-                          None if cause is None else as_text(cause))
+        if org is not None:
+            pipe.get(keys.org_paused(org))
+            pipe.zrange(keys.org_leases(org), 0, BOUND - 1)
+            pipe.zcard(keys.org_leases(org))
+            pipe.hget(keys.org_overrides(org), "concurrency")
+        paused, running, count, tat, paid, cause, *of_org = pipe.execute()
+    controls = TenantControls(paused is not None, pause_time(paused), [as_text(raw) for raw in running], int(count),
+                              None if tat is None else int(float(tat)), None if paid is None else int(float(paid)),
+                              None if cause is None else as_text(cause))
+    if not of_org:
+        return controls
+    org_paused, org_running, org_count, override = of_org
+    return replace(controls, org_paused=org_paused is not None, org_paused_since=pause_time(org_paused),
+                   org_running=tuple(as_text(raw) for raw in org_running), org_running_count=int(org_count),
+                   org_limit_override=None if override is None else int(as_text(override)))
 
 
 @dataclass(frozen=True)
@@ -120,21 +141,31 @@ class Throughput:
     seconds: int
 
 
-def throughput(connection: Redis, keys: Keys, now_ms: int) -> Throughput:
+def throughput(connection: Redis, keys: Keys, now_ms: int, lag: float = 0.0) -> Throughput:
     """Starts of every tenant (all queues: the record is not kept per queue) in the current tick and those before it,
-    back to the oldest tick with starts of the RATE_TICKS before it (not included when others have starts), over
-    the time they span."""
+    back to the oldest tick with starts of the RATE_TICKS before it, over the time they span, until now less ``lag``
+    (seconds a worker holds its starts before it sends them: half its flush interval on average). Where the starts
+    began within that oldest tick (none in the tick before it), they are counted from the earliest admission the
+    record's "recent" set holds in it (a tenant's first start of a minute); else from the tick's end once
+    RATE_MIN_SECONDS or more follow it (unbiased); else from its start (biased low by its idle part)."""
     tick = now_ms // 1000 // TICK_SECONDS
     wanted = [tick - back for back in range(RATE_TICKS + 1)]
     slots = [held % TICK_SLOTS for held in wanted]
-    values = connection.hmget(keys.observe_record(ALL), [f"t{slot}" for slot in slots] + [f"n{slot}" for slot in slots])
+    with connection.pipeline(transaction=False) as pipe:  # one slot ({obs}): one round trip, on a cluster too
+        pipe.hmget(keys.observe_record(ALL), [f"t{slot}" for slot in slots] + [f"n{slot}" for slot in slots])
+        pipe.zrangebyscore(keys.observe_recent(), wanted[-1] * TICK_SECONDS * 1000, "+inf", 0, 1, withscores=True)
+        values, first = pipe.execute()
     counted = {expected: int(count or 0) for when, count, expected in zip(values[:len(slots)], values[len(slots):],
                                                                           wanted, strict=True)
                if when is not None and int(when) == expected and int(count or 0) > 0}
     oldest = min(counted, default=tick)
-    if oldest < tick and len(counted) > 1:  # its starts began somewhere in it: measured from its end, unbiased
+    begin, end = oldest * TICK_SECONDS, now_ms / 1000 - max(0.0, lag)
+    admitted = first[0][1] / 1000 if first else None
+    if oldest > wanted[-1] and admitted is not None and begin <= admitted < begin + TICK_SECONDS:
+        begin = admitted  # the starts began here (the tick before had none): when its first tenant started
+    elif len(counted) > 1 and end - (oldest + 1) * TICK_SECONDS >= RATE_MIN_SECONDS:
+        begin += TICK_SECONDS
         counted.pop(oldest)
-        oldest += 1
-    seconds = max(1.0, now_ms / 1000 - oldest * TICK_SECONDS)
+    seconds = max(1.0, end - begin)
     starts = sum(counted.values())
     return Throughput(starts / seconds, starts, round(seconds))

@@ -16,6 +16,7 @@ from rq import Queue
 
 from fair_router.config.settings import Settings
 from fair_router.controls.fairstate import TENANT_FIELD
+from fair_router.controls.orgs import tenant_orgs
 from fair_router.core.keys import Keys, encode
 from fair_router.core.rules import last_match
 from fair_router.core.text import as_text
@@ -69,17 +70,23 @@ def explain_tenant(tenant: str | int, connection: Redis, settings: Settings | No
     running, waiting = router.tenant_jobs(tenant)
     seconds, micros = main.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    controls = tenant_controls(main, keys, tenant, "")
+    org = next(iter(tenant_orgs(router.rq_connection, keys, tenant).values()), None)  # one org per tenant
+    controls = tenant_controls(main, keys, tenant, "", org=org)  # its slots under its org's tag, and the org's
     facts: dict[str, Any] = {"tier": profile.tier, "weight": profile.weight, "waiting": waiting, "running": running}
     reasons, unknown = [], []
-    if controls.paused:
+    if controls.paused or controls.org_paused:
         reasons.append(TenantReason.PAUSED)
-        facts["paused_since"] = controls.paused_since
-        if controls.paused_since is None:
+        facts["paused_since" if controls.paused else "org_paused_since"] = \
+            controls.paused_since if controls.paused else controls.org_paused_since
+        if facts.get("paused_since", facts.get("org_paused_since")) is None:
             unknown.append("paused_since: paused by a version that recorded no pause time")
     if settings.concurrency.enabled:
         facts.update(limit=profile.limit, running_jobs=controls.running)
-        if controls.running_count >= profile.limit:
+        org_limit = None if org is None else router.tenants.org(org, settings.orgs, settings.tiers).limit
+        if org is not None:
+            facts.update(org=org, org_limit=org_limit, org_running_jobs=list(controls.org_running))
+        if controls.running_count >= profile.limit or (org_limit is not None
+                                                       and controls.org_running_count >= org_limit):
             reasons.append(TenantReason.CONCURRENCY_LIMIT)
     if profile.rate is not None:
         facts["rate"] = f"{profile.rate}, burst {profile.burst}"

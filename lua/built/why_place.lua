@@ -444,19 +444,99 @@ local function fifo_leave(job_id, value)
   uncount(tenant)
 end
 
+-- lib/why_count.lua: the counting pieces of why_place.lua (read-only). Serving order by stride, two levels: a pop
+-- serves the least-pass top-level entry (a tenant without org, or an org standing for its least-pass tenant;
+-- ties: the smaller name); each job served adds 1 / weight to its entry's pass, and to its tenant's pass in its
+-- org 1 / the tenant's weight. A job `x` passes' worth of steps of another (x = pass gap x its weight) has that
+-- one served ceil(x) times before it (a tie: by name, counted as tied), at most its waiting jobs.
+-- `c`: the count's budget, {bound = records that may be read, reads = 0, over = false (some left out)}.
+-- include: fair_keys, records, orgs
+
+-- Jobs of another (`their_waiting` jobs) served before this one, `x` its steps below this job's pass; and whether
+-- one of its jobs ties with this one (due at the same pass: before or after it, as the pops find the list).
+local function served_before(x, their_waiting, earlier, tolerance)
+  local n, near, tie = math.ceil(x - tolerance), math.floor(x + 0.5), false
+  if math.abs(x - near) < tolerance then
+    n, tie = near + (earlier and 1 or 0), near < their_waiting
+  end
+  return math.min(math.max(n, 0), their_waiting), tie
+end
+
+-- One job's step of a tenant's pass in its org, as the pops write it: 1 / its weight with 6 decimals (PASS_FORMAT
+-- of lib/orgs.lua, each pass written so: a pass plus the step loses the same remainder each time).
+local function step_of(weight)
+  return tonumber(string.format('%.6f', 1 / weight))
+end
+
+-- An org's active tenants (least pass first) as {pass, tenant, record} (records read within the budget; `c.over`
+-- when some are left out).
+local function org_members(c, name)
+  local room = math.max(c.bound - c.reads, 0)
+  local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, room + 1)
+  if #got > room then c.over = true end
+  local out = {}
+  for i = 1, math.min(#got, room) do
+    local pass, other = string.match(got[i], '^[^%z]*%z([^%z]*)%z(.*)$')
+    out[#out + 1] = {tonumber(pass), other, redis.call('HGET', state, tenant_field(other))}
+  end
+  c.reads = c.reads + #out
+  return out
+end
+
+-- The top-level entries other than `entry` whose pass is at most `target`: {name, pass, weight, waiting} (an org: its
+-- active tenants' jobs, at its weight).
+local function top_entries(c, target, entry)
+  local reach = redis.call('ZRANGEBYSCORE', active, '-inf', target + 1e-9, 'WITHSCORES', 'LIMIT', 0, c.bound + 1)
+  if #reach > 2 * c.bound then c.over = true end
+  local out = {}
+  for i = 1, math.min(#reach, 2 * c.bound), 2 do
+    local other, weight, waiting = reach[i], 1, 0
+    if other ~= entry and c.reads >= c.bound then
+      c.over = true
+      break
+    elseif other ~= entry and is_org(other) then
+      for _, m in ipairs(org_members(c, string.sub(other, 2))) do
+        local _, _, _, n, org = parse_tenant(m[3])
+        waiting = waiting + (n or 0)
+        if org then weight = tonumber(org.weight) or 1 end
+      end
+    elseif other ~= entry then
+      c.reads = c.reads + 1
+      local _, _, stored, n = parse_tenant(redis.call('HGET', state, tenant_field(other)))
+      weight, waiting = tonumber(stored) or 1, n or 0
+    end
+    if other ~= entry then out[#out + 1] = {other, tonumber(reach[i + 1]), weight, waiting} end
+  end
+  return out
+end
+
+-- Of `entries` (top_entries), the jobs served before a job of `entry` due at pass `target`, the entries that
+-- have some, and the tied jobs.
+local function top_count(entries, target, entry)
+  local jobs, before, tied = 0, 0, 0
+  for _, e in ipairs(entries) do
+    local n, tie = served_before((target - e[2]) * e[3], e[4], e[1] < entry, 1e-9)
+    if n > 0 then before, jobs = before + 1, jobs + n end
+    if tie then tied = tied + 1 end
+  end
+  return jobs, before, tied
+end
+
 -- why_place.lua: read-only: where one waiting job stands in its queue, for `fair-router why`
 -- (fair_router/observe/whyplace.py). Never writes. Bounded work whatever the backlog: at most `bound` FIFO
--- places checked one by one, `bound` tenants read, `scan` list entries compared (plain queue).
--- include: fair_keys, time, fifo
+-- places checked one by one, `bound` tenants' records read (an org's tenants each count), `scan` list entries
+-- compared (plain queue).
+-- include: fair_keys, time, fifo, orgs, why_count
 -- KEYS     the fair queue's keys, FairQueueKeys.all_for_scripts() (rq's list first; on a plain queue the
 --          fair keys are empty and only the list is read).
 -- ARGV[1]  job id; ARGV[2] bound; ARGV[3] scan; ARGV[4] now_ms ('' = server TIME).
 -- Returns  {'plain', now_ms, list length, index on the list or -1 (not within `scan`)} for a job that is no
 --          fair member; else {'fair', now_ms, list length, tenant, fifo places ahead, 1 if that count is exact,
---          weight, waiting, 'active'|'parked'|'idle', pass, parked until (ms or ''), vtime, limit (''),
---          claimed, paced until (''), tenants served before it, jobs ahead of it in serving order, why that
---          count is approximate ('' = exact, else some of fifo_bound, not_active, tenant_bound), active
---          tenants, tied jobs (other tenants' jobs due at this job's pass: each may go before or after it)}.
+--          weight, waiting, 'active'|'parked'|'idle', pass (of its top-level entry: its org's for a tenant of
+--          an org), parked until (ms or ''), vtime, limit (''), claimed, paced until (''), tenants (and orgs)
+--          served before it, jobs ahead of it in serving order, why that count is approximate ('' = exact, else
+--          some of fifo_bound, not_active, tenant_bound), active top-level entries, tied jobs (other entries'
+--          jobs due at this job's pass: each may go before or after it)}.
 --          Numbers as strings (a Lua number reply would be cut to an integer).
 bind_keys()
 local job_id, bound, scan = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -470,7 +550,7 @@ end
 
 local field, tenant = parse_member(value)
 local seq = tonumber(string.match(field, ':([^:]*)$'))
-local h, _, weight, waiting = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+local h, _, weight, waiting, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
 h = h or seq
 -- Places ahead in the tenant's FIFO: counted one by one within `bound`, else the span (holes of jobs that
 -- left other than by a pop count too: an upper bound).
@@ -489,43 +569,50 @@ end
 local approx = {}  -- why the count is approximate ('' = it is exact)
 if counted == 0 then approx[#approx + 1] = 'fifo_bound' end
 local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
-local where, pass = 'active', tonumber(redis.call('ZSCORE', active, tenant) or '')
-local parked_until = redis.call('ZSCORE', parked, tenant) or ''
-if not pass then
-  where = parked_until ~= '' and 'parked' or 'idle'
-  pass = math.max(vtime, tonumber(redis.call('ZSCORE', kept, tenant) or '') or vtime)
-  approx[#approx + 1] = 'not_active'  -- its pass when it returns is a guess
-end
 local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
 local held = redis.call('HGET', claimed, tenant) or '0'
+local parked_until = redis.call('ZSCORE', parked, tenant) or ''
 
--- Serving order by stride: a pop serves the least pass (ties: the smaller name); each job served adds
--- 1 / weight to its tenant's pass. This job is served at its tenant's pass + ahead / weight; every other
--- active tenant is served before it while its own pass is lower (equal: by name).
+-- How many jobs go before it: lib/why_count.lua (the stride schedule, both levels).
+local c = {bound = bound, reads = 0, over = false}
+-- Inside its org: the org's jobs served before this one (its tenant's own ahead and its org mates' turns); ties
+-- there (`inner` of them, `first` counted before it) move its org's turn among the others: both ends counted.
 local w = tonumber(weight) or 1
-local target = pass + ahead / w
-local eps = 1e-9
-local before, jobs = 0, ahead
-local reach = redis.call('ZRANGEBYSCORE', active, '-inf', target + eps, 'WITHSCORES', 'LIMIT', 0, bound + 1)
-if #reach > 2 * bound then approx[#approx + 1] = 'tenant_bound' end
-local tied = 0
-for i = 1, math.min(#reach, 2 * bound), 2 do
-  local other = reach[i]
-  if other ~= tenant then
-    local _, _, their_weight, their_waiting = parse_tenant(redis.call('HGET', state, tenant_field(other)))
-    local x = (target - tonumber(reach[i + 1])) * (tonumber(their_weight) or 1)
-    local n = math.ceil(x - eps)
-    if math.abs(x - math.floor(x + 0.5)) < eps then  -- a tie: pops prefer the tenant holding the list's head,
-      n = math.floor(x + 0.5) + ((other < tenant) and 1 or 0)  -- counted here as ZRANGE's order (by name)
-      if math.floor(x + 0.5) < (their_waiting or 0) then tied = tied + 1 end  -- its tied job exists
-    end
-    n = math.min(math.max(n, 0), their_waiting or 0)
-    if n > 0 then
-      before = before + 1
-      jobs = jobs + n
+local entry, jobs, before, inner, first = tenant, ahead, 0, 0, 0
+if org then
+  entry = ORG .. org.name
+  if org.on then
+    local target_in = tonumber(org.pass) + ahead * step_of(w)  -- passes in an org: 6 decimals, each step too
+    for _, m in ipairs(org_members(c, org.name)) do
+      if m[1] > target_in + 1e-7 then break end
+      if m[2] ~= tenant then
+        local _, _, their_weight, their_waiting = parse_tenant(m[3])
+        local n, tie = served_before((target_in - m[1]) / step_of(tonumber(their_weight) or 1), their_waiting or 0,
+          m[2] < tenant, 1e-6)
+        if n > 0 then before, jobs = before + 1, jobs + n end
+        if tie then inner, first = inner + 1, first + (m[2] < tenant and 1 or 0) end
+      end
     end
   end
+  w = tonumber(org.weight) or 1
 end
+local where, pass = 'active', tonumber(redis.call('ZSCORE', active, entry) or '')
+if not pass or (org and (not org.on or parked_until ~= '')) then
+  where = parked_until ~= '' and 'parked' or 'idle'
+  pass = pass or math.max(vtime, tonumber(redis.call('ZSCORE', kept, entry) or '') or vtime)
+  approx[#approx + 1] = 'not_active'  -- its pass when it returns is a guess
+end
+
+-- Among the top-level entries: each other one whose pass is below the pass this job is served at.
+local entries = top_entries(c, pass + (jobs + inner - first) / w, entry)
+local n, others, tied = top_count(entries, pass + jobs / w, entry)
+if inner > 0 then  -- the count if no inner tie went before it, and if all did
+  local low, _, low_tied = top_count(entries, pass + (jobs - first) / w, entry)
+  local high, _, high_tied = top_count(entries, pass + (jobs + inner - first) / w, entry)
+  tied = math.max(n + first - low + low_tied, high + inner - first - n + high_tied)
+end
+before, jobs = before + others, jobs + n
+if c.over then approx[#approx + 1] = 'tenant_bound' end
 return {'fair', tostring(now_ms), tostring(listed), tenant, tostring(ahead), tostring(counted), tostring(weight or 1),
   tostring(waiting or 0), where, tostring(pass), tostring(parked_until), tostring(vtime), tostring(known[1] or ''),
   tostring(held), tostring(known[2] or ''), tostring(before), tostring(jobs), table.concat(approx, ','),
