@@ -266,7 +266,17 @@ end
 local SWEEP_EVERY = 4
 bind_keys()
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
-local record = redis.call('HGET', state, tenant_field(tenant))
+local function reenter(tenant, record, vtime)
+if select(5, parse_tenant(record)) then return activate(tenant, record) end
+local start = tonumber(vtime or '0')
+local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+if last and last > start then start = last end
+if redis.call('ZADD', active, 'NX', start, tenant) == 0 then return end  -- active already
+if last then redis.call('ZREM', kept, tenant) end
+redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire
+end
+local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime')
+local record = read[1]
 local here, known, held = record ~= false, nil, nil
 if job_id ~= '' then
 held = unclaim(tenant, job_id)  -- the claims it holds here now, false when this job held none
@@ -285,7 +295,7 @@ else
 below = under_limit(tenant, known)
 end
 if below and redis.call('ZREM', parked, tenant) == 1 and record then
-activate(tenant, record)
+reenter(tenant, record, read[2])
 wake_one()
 return 1
 end
