@@ -54,11 +54,23 @@ class JobConfig(BaseModel):
 
 
 class OrgConfig(BaseModel):
-    """One organisation's settings (``orgs: {<org>: {weight: N}}``): its share against other orgs in a FairQueue."""
+    """One organisation's settings (``orgs: {<org>: {weight: N, concurrency: N, rate: "100/m", tier: pro}}``): its
+    share against other orgs in a FairQueue, and the limits every job of its tenants passes at its start, across
+    all of them (its tier's ``tiers.concurrency``/``rate`` where it sets none of its own)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     weight: FairWeight = 1.0
+    concurrency: AtLeastOne | None = None  # jobs of the org's tenants running at once, across every worker
+    rate: RateField | None = None  # job starts of the org's tenants, e.g. "100/m"
+    burst: AtLeastOne | None = None  # starts allowed at once after a quiet spell (default 1)
+    tier: TierName | None = None  # a tier of `tiers:`: the org's concurrency and rate where it sets none
+
+    @model_validator(mode="after")
+    def _burst_needs_rate(self) -> OrgConfig:
+        if self.burst is not None and self.rate is None and self.tier is None:
+            raise ValueError("burst is set without a rate: give rate too (e.g. rate: 100/m)")
+        return self
 
 
 ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}

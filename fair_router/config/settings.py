@@ -81,7 +81,8 @@ class Settings(BaseSettings):
     pool: Annotated[dict[QueueGroup, AtLeastOne], at_most(MAX_QUEUES, "pool entries")] = Field(default_factory=dict)
     tenant_max_bytes: TenantMaxBytes = DEFAULT_TENANT_MAX_BYTES  # longest tenant id taken (bytes of UTF-8)
     tiers: TiersConfig = Field(default_factory=TiersConfig)
-    # Organisations above tenants (fair_org=): an org's FairQueue weight against other orgs (default 1).
+    # Organisations above tenants (fair_org=): an org's FairQueue weight against other orgs (default 1), its
+    # concurrency, rate (with burst) and tier, checked at every start of its tenants' jobs.
     orgs: Annotated[dict[str, OrgConfig], at_most(MAX_JOBS, "orgs")] = Field(default_factory=dict)
     concurrency: ConcurrencyConfig = Field(default_factory=ConcurrencyConfig)
     recovery: RecoveryConfig = Field(default_factory=RecoveryConfig)
@@ -106,6 +107,16 @@ class Settings(BaseSettings):
                     f"{key} is {queue!r}, which has no weight in `queues:` and no group in `pool:`, so no worker "
                     f"started from these settings serves it (its jobs would wait forever): add it, e.g. "
                     f"`queues: {{{queue}: 1}}`" for key, queue in missing))
+        tiers = set(self.tiers.concurrency)
+        if unknown := [f"orgs[{org!r}].tier is {config.tier!r}, which is no tier of tiers.concurrency "
+                       f"({', '.join(sorted(tiers))})" for org, config in self.orgs.items()
+                       if config.tier is not None and config.tier not in tiers]:
+            raise ValueError("; ".join(unknown))
+        if not self.concurrency.enabled and (limited := sorted(org for org, config in self.orgs.items()
+                                                               if config.concurrency is not None)):
+            warnings.warn(SettingsWarning(f"orgs[{limited[0]!r}].concurrency is set but concurrency.enabled is false: "
+                                          "org concurrency limits (as tenants') are enforced only with "
+                                          "concurrency.enabled: true"), stacklevel=2)
         for warning in self._rising_weights():
             warnings.warn(SettingsWarning(warning), stacklevel=2)
         return self

@@ -11,8 +11,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from redis import Redis
 from rq import Queue
 
+from fair_router.config.sections import TiersConfig
 from fair_router.controls.fairstate import TENANT_FIELD, FairUnparkScript, record_waiting
-from fair_router.controls.orgs import OrgBook, OrgProfile, org_jobs
+from fair_router.controls.orgs import OrgBook, OrgProfile, org_jobs, tenant_orgs
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys, encode
@@ -142,8 +143,9 @@ class TenantAdmin:
         return self._pauses.paused_since(self.tenant_id(tenant))
 
     def tenant_jobs(self, tenant: str | int) -> tuple[int, dict[str, int]]:
-        """``tenant``'s running jobs (unexpired concurrency leases; 0 when limits are off) and its waiting jobs
-        per fair queue that has any (queue name -> count)."""
+        """``tenant``'s running jobs (unexpired concurrency leases, its own and, under the orgs it waits under in a
+        fair queue, those; 0 when limits are off) and its waiting jobs per fair queue that has any (queue name ->
+        count)."""
         tenant = self.tenant_id(tenant)
         queues = sorted(as_text(raw) for raw in self.rq_connection.smembers(Queue.redis_queues_keys))
         apart = self.rq_connection is not self.connection  # a cluster: the leases are on another slot
@@ -163,22 +165,55 @@ class TenantAdmin:
                   for record, length in zip(replies[::2], replies[1::2], strict=True)]
         now_ms = seconds * 1000 + micros // 1000
         running = sum(1 for _, expiry in leases if expiry > now_ms)
+        if orgs := sorted(set(tenant_orgs(self.rq_connection, self.keys, tenant).values())):
+            # its jobs under an org hold leases on the org's slot (Keys.lease_base): those of the orgs it waits under
+            with self.connection.pipeline(transaction=False) as pipe:
+                for org in orgs:
+                    pipe.zcount(self.keys.leases(tenant, org), now_ms + 1, "+inf")
+                running += sum(int(count) for count in pipe.execute())
         prefix = len(Queue.redis_queue_namespace_prefix)
         waiting = {key[prefix:]: int(count) for key, count in zip(queues, counts, strict=True) if count}
         return running, waiting
 
     # -- organisations ---------------------------------------------------------------------------
 
-    def set_org(self, org: str | int, weight: float | None = None, reset: bool = False) -> None:
-        """Override organisation ``org``'s fair-share ``weight`` (beats the settings' ``orgs.<org>.weight``);
-        ``reset`` drops its earlier override first. Validated (pydantic's ValidationError names the value); every
-        producer uses it at its next push after its org cache's 5 s (controls/orgs.py)."""
-        self.orgs.set(tenant_id(org, self.tenant_max_bytes, "org"), weight, reset)
+    def set_org(self, org: str | int, weight: float | None = None, reset: bool = False, concurrency: int | None = None,
+                rate: str | Rate | None = None, burst: int | None = None) -> None:
+        """Override organisation ``org``'s fair-share ``weight``, its ``concurrency`` limit and its ``rate`` (with
+        ``burst``): each beats the settings' ``orgs.<org>`` value (and its tier's); ``reset`` drops its earlier
+        overrides first. Validated (pydantic's ValidationError names the value); every producer and worker uses
+        them after its org cache's 5 s (controls/orgs.py). A raised limit ends its tenants' parks within a lease's
+        life (or at the org's next release)."""
+        self.orgs.set(tenant_id(org, self.tenant_max_bytes, "org"), weight, reset, concurrency, rate, burst)
 
-    def org(self, org: str | int, configured: Mapping[str, Any] | None = None) -> OrgProfile:
-        """``org``'s weight in effect and its source: its override, else ``configured`` (the settings' ``orgs``), else
-        1."""
-        return self.orgs.profile(tenant_id(org, self.tenant_max_bytes, "org"), configured)
+    def org(self, org: str | int, configured: Mapping[str, Any] | None = None, tiers: TiersConfig | None = None
+            ) -> OrgProfile:
+        """``org``'s values in effect and their sources: each its override, else ``configured`` (the settings'
+        ``orgs``), else (limits) its tier's in ``tiers``, else weight 1 and no limit."""
+        return self.orgs.profile(tenant_id(org, self.tenant_max_bytes, "org"), configured, tiers)
+
+    def pause_org(self, org: str | int) -> None:
+        """No job of any tenant of ``org`` starts until :meth:`resume_org`; they wait (nothing is failed or lost).
+        Its tenants waiting in a fair queue are parked there at once; others are refused at their start."""
+        org = tenant_id(org, self.tenant_max_bytes, "org")
+        self._pauses.pause_org(org, self._org_tenants(org))
+        self.orgs.forget(org)
+
+    def resume_org(self, org: str | int) -> None:
+        """``org``'s tenants' jobs may start again: its tenants waiting in fair queues are unparked at once."""
+        org = tenant_id(org, self.tenant_max_bytes, "org")
+        self._pauses.resume_org(org, self._org_tenants(org))
+        self.orgs.forget(org)
+
+    def org_paused_since(self, org: str | int) -> datetime | None:
+        """When ``org`` was paused (UTC, Redis server time); None when it is not."""
+        return self._pauses.org_paused_since(tenant_id(org, self.tenant_max_bytes, "org"))
+
+    def _org_tenants(self, org: str) -> dict[str, list[str]]:
+        """Fair queue key -> the (decoded) tenants of ``org`` waiting there."""
+        prefix = Queue.redis_queue_namespace_prefix
+        return {prefix + queue: list(tenants) for queue, tenants in org_jobs(self.rq_connection, self.keys,
+                                                                             org).items()}
 
     def org_jobs(self, org: str | int) -> dict[str, dict[str, int]]:
         """``org``'s tenants waiting per fair queue that has any: queue name -> tenant -> jobs waiting."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 from redis import Redis
 from redis.client import Pipeline
@@ -34,6 +35,8 @@ from fair_router.controls.gate import (
     TenantGate,
     Verdict,
 )
+from fair_router.controls.orglimits import OrgPauseCheck, OrgSlot, org_parked_member
+from fair_router.controls.orgs import OrgProfile
 from fair_router.controls.pauses import PauseCheck
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
@@ -69,8 +72,8 @@ class ConcurrencySlot(StartControl):
 
     def section(self, start: Start) -> Section:
         """The tenant's leases; its limit (override, else tier) and the lease's life."""
-        return [self.keys.leases(start.tenant), self.keys.parked_in(start.tenant)], [start.profile.limit,
-                                                                                    self.lease_ms, start.fair_queue]
+        return ([self.keys.leases(start.tenant, start.org), self.keys.parked_in(start.tenant, start.org)],
+                [start.profile.limit, self.lease_ms, start.fair_queue])
 
     def on_refused(self, admission: Admission) -> Refusal:
         """Parked until a slot frees (at most a lease's life: ``at_ms``); snoozed on a plain queue."""
@@ -81,10 +84,12 @@ class ConcurrencySlot(StartControl):
 
 
 class Released(NamedTuple):
-    """What release.lua did: whether the job held a slot, and the fair queues where its tenant was parked."""
+    """What release.lua did: whether the job held a slot, the fair queues where its tenant was parked, and (a job
+    under an org with a limit) ``(tenant, queue)`` where the org's limit parked its tenants."""
 
     removed: bool
     parked_in: list[str]
+    org_parked: list[tuple[str, str]]
 
 
 class ReleaseScript(LuaScript[Released]):
@@ -92,12 +97,17 @@ class ReleaseScript(LuaScript[Released]):
 
     name = "release"
 
-    def __call__(self, leases: str, parked_in: str, job_id: str) -> Call[Released]:
-        """KEYS = [the tenant's leases, its parked-in set] (:meth:`Keys.leases`, :meth:`Keys.parked_in`)."""
-        return self.call([leases, parked_in], [job_id])
+    def __call__(self, leases: str, parked_in: str, job_id: str, org: tuple[str, str] | None = None) -> Call[Released]:
+        """KEYS = [the tenant's leases, its parked-in set] (:meth:`Keys.leases`, :meth:`Keys.parked_in`), then for
+        a job under an org the org's (:meth:`Keys.org_leases`, :meth:`Keys.org_parked_in`): one tag."""
+        return self.call([leases, parked_in, *(org or ())], [job_id])
 
     def parse(self, reply: Any) -> Released:
-        return Released(int(reply[0]) > 0, [as_text(name) for name in reply[1:]])
+        removed, count, *names = reply
+        texts = [as_text(name) for name in names]
+        mine, org = texts[:int(count)], texts[int(count):]
+        pairs = [(unquote(tenant), queue) for tenant, _, queue in (member.partition("|") for member in org)]
+        return Released(int(removed) > 0, mine, pairs)
 
 
 class ConcurrencySlots:
@@ -110,6 +120,10 @@ class ConcurrencySlots:
         self.tally = tally
         self._rng = rng or random.Random()
         self.pause, self.slot = PauseCheck(keys), ConcurrencySlot(keys, config)
+        self.org_controls = (OrgPauseCheck(keys), OrgSlot(keys, config))
+        self.org_profile: Callable[[str], OrgProfile] | None = None  # set by the worker's build (settings orgs)
+        # unparks (tenant, fair queue) pairs an org's release took (workers/unparking.py sets it)
+        self.wake_org: Callable[[list[tuple[str, str]], Pipeline], None] | None = None
         # a slot's own checks (the lease refresh): pause, slot, and a reserved start's early return
         self._checks = TenantGate(self, RateLimiter(keys), slots=True)
         self._release = ReleaseScript(connection)
@@ -118,13 +132,17 @@ class ConcurrencySlots:
         self._lock = threading.RLock()
 
     def acquire(
-        self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False
+        self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False,
+        org: str | None = None,
     ) -> Lease | None:
         """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). ``pipeline``: ride
-        its round trip; ``refresh``: the job already runs in this slot."""
+        its round trip; ``refresh``: the job already runs in this slot; ``org``: the job's organisation (its slot
+        too)."""
         profile = self.tiers.profile(tenant)
-        admitted = self._checks.run(Start(tenant, job_id, profile, refresh=refresh), pipeline).admitted
-        return Lease(tenant, profile.tier, job_id) if admitted else None
+        org_profile = None if org is None or self.org_profile is None else self.org_profile(org)
+        start = Start(tenant, job_id, profile, refresh=refresh, org=org, org_profile=org_profile)
+        admitted = self._checks.run(start, pipeline).admitted
+        return Lease(tenant, profile.tier, job_id, org) if admitted else None
 
     def release(self, lease: Lease, also: Callable[[Pipeline], None] | None = None, wake: Wake | None = None) -> None:
         """Give the slot back (idempotent), with pending counters and ``also``'s writes in the same round trip. ``wake``
@@ -132,36 +150,45 @@ class ConcurrencySlots:
         self._drop(lease, "released", also, wake)
 
     def reclaim(self, tenant: str, job_id: str, also: Callable[[Pipeline], None] | None = None,
-                wake: Wake | None = None) -> bool:
+                wake: Wake | None = None, org: str | None = None) -> bool:
         """Free a dead worker's job's slot now rather than at lease expiry; True if it still held one."""
-        return self._drop(Lease(tenant, self.tiers.tier(tenant), job_id), "reclaimed", also, wake)
+        return self._drop(Lease(tenant, self.tiers.tier(tenant), job_id, org), "reclaimed", also, wake)
 
     def _drop(self, lease: Lease, counter: str, also: Callable[[Pipeline], None] | None, wake: Wake | None) -> bool:
         with self.connection.pipeline(transaction=False) as pipe:
             place = len(pipe)
-            self._release(self.keys.leases(lease.tenant), self.keys.parked_in(lease.tenant), lease.job_id).queue(pipe)
+            org = None if lease.org is None else (self.keys.org_leases(lease.org), self.keys.org_parked_in(lease.org))
+            self._release(self.keys.leases(lease.tenant, lease.org), self.keys.parked_in(lease.tenant, lease.org),
+                          lease.job_id, org).queue(pipe)
             self.tally.queue(pipe)
             if also is not None:
                 also(pipe)
             # a Redis out of memory still takes the release (it only frees memory); the rest is sent again
             released = self._release.parse(execute_riding_oom(pipe, self.connection)[place])
         self.tally.add(lease.tier, counter, int(released.removed))  # with the next round trip (or flush())
-        if released.parked_in and wake is not None:
+        if (released.parked_in or released.org_parked) and wake is not None:
             with self.connection.pipeline(transaction=False) as pipe:
                 wake(released.parked_in, pipe)
+                if released.org_parked and self.wake_org is not None:
+                    self.wake_org(released.org_parked, pipe)
                 if len(pipe):
                     pipe.execute()
         return released.removed
 
-    def parked_in(self, tenant: str, queue: str, also: Callable[[Pipeline], None] | None = None) -> bool:
-        """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release: False after a
-        refused start means a release came first, and the caller unparks it itself. ``also``: more writes."""
+    def parked_in(self, tenant: str, queue: str, also: Callable[[Pipeline], None] | None = None,
+                  org: str | None = None, org_release: bool = False) -> bool:
+        """Whether ``queue`` is still recorded as a fair queue where ``tenant`` waits for a release (``org_release``:
+        of its org ``org``): False after a refused start means a release came first, and the caller unparks it
+        itself. ``also``: more writes."""
         with self.connection.pipeline(transaction=False) as pipe:
             self.tally.queue(pipe)
             if also is not None:
                 also(pipe)
             place = len(pipe)
-            pipe.sismember(self.keys.parked_in(tenant), queue)
+            if org_release and org is not None:
+                pipe.sismember(self.keys.org_parked_in(org), org_parked_member(tenant, queue))
+            else:
+                pipe.sismember(self.keys.parked_in(tenant, org), queue)
             return bool(pipe.execute()[place])
 
     def snooze(self, job: Job, queue: Queue, lease_tier: str, held: str = "") -> datetime:
@@ -218,7 +245,7 @@ class ConcurrencySlots:
                     with self._lock:  # still held? (else a refresh would re-take a just-released slot)
                         if lease.job_id not in self._held:
                             continue
-                        kept = self.acquire(lease.tenant, lease.job_id, refresh=True)
+                        kept = self.acquire(lease.tenant, lease.job_id, refresh=True, org=lease.org)
                     if kept is None:
                         logger.warning("job %s lost its %s slot (lease expired and was taken)",
                                        lease.job_id, lease.tenant)

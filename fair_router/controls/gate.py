@@ -7,7 +7,7 @@ order, and what becomes of a refused start: docs/internals.md ("Follow a slot ta
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import IntEnum
@@ -19,8 +19,10 @@ from redis.exceptions import NoScriptError, ResponseError
 from rq import Queue
 from rq.job import Job
 
+from fair_router.controls.orgs import OrgProfile
 from fair_router.controls.tiers import TierBook
 from fair_router.core.profiles import TenantProfile
+from fair_router.core.tenancy import InvalidTenant, stored_org
 from fair_router.store.luascript import Call, LuaScript, forget_functions, function_lost
 from fair_router.store.scripts import Clock, now_arg
 
@@ -34,6 +36,8 @@ class Verdict(IntEnum):
     RATE = 3  # refused by a rate limit: the next start is allowed at at_ms
     PAUSED = 4  # refused: the tenant is paused
     RESERVED = 5  # refused by a rate limit, its token taken: the job may start at at_ms
+    ORG_LIMIT = 6  # refused: the job's organisation runs as many jobs as its concurrency limit allows
+    ORG_PAUSED = 7  # refused: the job's organisation is paused
 
 
 class Admission(NamedTuple):
@@ -66,6 +70,7 @@ class Lease:
     tenant: str
     tier: str
     job_id: str
+    org: str | None = None  # the job's organisation: its lease-family keys are under the org's tag (Keys.lease_base)
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,8 @@ class Start:
     reserve: bool = False  # a rate refusal takes the job's token and reserves its start (plain queues)
     refresh: bool = False  # the job already runs in its slot: a refusal is a lost slot, not a refused job
     fair_queue: str = ""  # the FairQueue the job came from ('' none): a refusal at the limit parks it there
+    org: str | None = None  # the job's organisation (core.tenancy.stored_org), None for none
+    org_profile: OrgProfile | None = None  # its values in effect (controls/orgs.py), with ``org``
 
 
 Section = tuple[list[str], list[str | int]]
@@ -95,6 +102,7 @@ class Refusal:
     park_seconds: float  # how long a fair queue parks the tenant (skipped by pops) at most
     until_ms: int | None = None  # a rate's next token: a plain queue's job comes back then, a park ends then
     until_release: bool = False  # parked until one of the tenant's slots is released (Keys.parked_in records it)
+    org_release: bool = False  # parked until one of its org's slots is released (Keys.org_parked_in records it)
 
 
 class StartControl(Protocol):
@@ -118,7 +126,8 @@ class StartControl(Protocol):
 class Rates(StartControl, Protocol):
     """The rate control (controls/ratelimit.py): also names the rate scopes a job's start must pass."""
 
-    def scopes(self, tenant: str, profile: TenantProfile, job: Job) -> list[RateScope]: ...
+    def scopes(self, tenant: str, profile: TenantProfile, job: Job, org: str | None = None,
+               org_profile: OrgProfile | None = None) -> list[RateScope]: ...
 
 
 class Slots(Protocol):
@@ -136,6 +145,10 @@ class Slots(Protocol):
     def pause(self) -> StartControl: ...
     @property
     def slot(self) -> StartControl: ...
+    @property
+    def org_controls(self) -> tuple[StartControl, StartControl]: ...
+    @property
+    def org_profile(self) -> Callable[[str], OrgProfile] | None: ...
 
     def defer(self, job: Job, queue: Queue, when: datetime, held: str = "") -> None: ...
 
@@ -165,10 +178,13 @@ class StartScript(LuaScript[Admission]):
 
     def __call__(self, now_ms: str, job_id: str, sections: Sequence[Section]) -> Call[Admission]:
         """KEYS = every section's keys in order; ARGV = now_ms, job_id, then per section: the piece's name, its
-        number of keys, of args, and its args."""
+        number of keys, of args, and its args. A section without keys or args (an org control of a job without an
+        org) is left out: an org-less start sends what it sent before orgs had limits."""
         keys: list[str] = []
         args: list[str | int] = [now_ms, job_id]
         for piece, (section_keys, section_args) in zip(self.pieces, sections, strict=True):
+            if not section_keys and not section_args:
+                continue
             keys += section_keys
             args += (piece, len(section_keys), len(section_args), *section_args)
         return self.call(keys, args)
@@ -191,9 +207,12 @@ class TenantGate(Generic[L]):
 
     def __init__(self, limiter: L, rates: Rates, slots: bool) -> None:
         self.limiter, self.rates, self.slots = limiter, rates, slots
-        # a paused tenant is refused as paused even when its slots are all taken; a rate goes last, because its
-        # refusal with ``reserve`` takes the job's token
-        self.controls: tuple[StartControl, ...] = (limiter.pause, *((limiter.slot,) if slots else ()), rates)
+        # a paused tenant (or org) is refused as paused even when its slots are all taken; a rate goes last, because
+        # its refusal with ``reserve`` takes the job's token. The org's pause and slot follow the tenant's: a job
+        # without an org sends them no keys (lua/start.lua skips them)
+        org_pause, org_slot = limiter.org_controls
+        self.controls: tuple[StartControl, ...] = (limiter.pause, org_pause,
+                                                   *((limiter.slot, org_slot) if slots else ()), rates)
         self.script = StartScript(limiter.connection, [control.piece for control in self.controls])
         self._by_verdict = {verdict: control for control in self.controls for verdict in control.verdicts}
 
@@ -201,15 +220,28 @@ class TenantGate(Generic[L]):
               fair_queue: str = "") -> Start:
         """``job``'s start as the controls see it; ``fair_queue``: the FairQueue it came from ('' none)."""
         rates = tuple(scopes or ())
+        org, org_profile = self.org_of(job)
         return Start(tenant, job.id, self.limiter.tiers.profile(tenant), rates,
-                     int(self.own_rate(tenant, list(rates))), reserve, fair_queue=fair_queue)
+                     int(self.own_rate(tenant, list(rates))), reserve, fair_queue=fair_queue, org=org,
+                     org_profile=org_profile)
+
+    def org_of(self, job: Job) -> tuple[str | None, OrgProfile | None]:
+        """``job``'s organisation and its values in effect; (None, None) for none (an unusable stored org is read
+        as none: the fair queue's push warned of it)."""
+        try:
+            org = stored_org(job.meta)
+        except InvalidTenant:
+            return None, None
+        found = self.limiter.org_profile
+        return (None, None) if org is None else (org, found(org) if found is not None else None)
 
     def checks(self, tenant: str, job: Job) -> list[RateScope] | None:
         """The rate scopes ``job``'s start must pass, or None when no control needs a call (no slots, no rate, the
         tenant not paused as of the tier cache): then the start costs no round trip."""
         profile = self.limiter.tiers.profile(tenant)
-        scopes = self.rates.scopes(tenant, profile, job)
-        start = Start(tenant, job.id, profile, tuple(scopes))
+        org, org_profile = self.org_of(job)
+        scopes = self.rates.scopes(tenant, profile, job, org, org_profile)
+        start = Start(tenant, job.id, profile, tuple(scopes), org=org, org_profile=org_profile)
         return scopes if any(control.needed(start) for control in self.controls) else None
 
     def acquire(self, tenant: str, job: Job, scopes: list[RateScope], reserve: bool,
@@ -284,7 +316,7 @@ class TenantGate(Generic[L]):
 
     def _lease(self, start: Start, admission: Admission) -> Lease | None:
         held = self.slots and admission.admitted
-        return Lease(start.tenant, start.profile.tier, start.job_id) if held else None
+        return Lease(start.tenant, start.profile.tier, start.job_id, start.org) if held else None
 
     def refusal(self, admission: Admission) -> Refusal | None:
         """What becomes of a start refused by ``admission`` (None: it was admitted), from the refusing control."""

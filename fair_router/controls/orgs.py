@@ -1,7 +1,9 @@
-"""Organisations' controls (``fair-router org set|show``, ``FairRouter.set_org`` / ``org`` / ``org_jobs``): an org's
-weight override, stored in Redis beside the tenants' overrides (:meth:`Keys.org_overrides`) and read by every push
-through a per-process cache (:class:`OrgBook`, within ``cache_ttl``), and the org's tenants waiting in each fair
-queue. An org's weight is its override, else the settings' ``orgs.<org>.weight``, else 1."""
+"""Organisations' controls (``fair-router org set|show|pause|resume``, ``FairRouter.set_org`` / ``org`` /
+``org_jobs``): an org's weight and limit overrides (concurrency, rate, burst), stored in Redis beside the tenants'
+overrides (:meth:`Keys.org_overrides`) and read with its pause flag through a per-process cache (:class:`OrgBook`,
+within ``cache_ttl``) by every push and every worker's start, and the org's tenants waiting in each fair queue. Each
+value is its override, else the settings' ``orgs.<org>`` entry, else (limits) its ``tier``'s, else weight 1 and
+no limit."""
 
 from __future__ import annotations
 
@@ -9,18 +11,19 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, NamedTuple, cast
 from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from redis import Redis
 from rq import Queue
 
-from fair_router.config.sections import OrgConfig
+from fair_router.config.sections import OrgConfig, TiersConfig
 from fair_router.controls.fairstate import TENANT_FIELD, record_waiting
 from fair_router.core.keys import Keys, encode
+from fair_router.core.rates import Rate
 from fair_router.core.text import as_text
-from fair_router.core.validation import FairWeight
+from fair_router.core.validation import AtLeastOne, FairWeight, RateField
 
 logger = logging.getLogger("fair_router")
 WeightSource = Literal["override", "settings", "default"]
@@ -32,63 +35,115 @@ class OrgOverrides(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     weight: FairWeight | None = None
+    concurrency: AtLeastOne | None = None
+    rate: RateField | None = None
+    burst: AtLeastOne | None = None
+
+    def fields(self) -> dict[str, str]:
+        """The values set, as the strings stored in Redis."""
+        return {name: repr(float(value)) if name == "weight" else str(value)
+                for name, value in self.model_dump(exclude_none=True, mode="json").items()}
 
 
 @dataclass(frozen=True)
 class OrgProfile:
-    """The values in effect for one organisation, and where its weight comes from."""
+    """The values in effect for one organisation, and where its weight and limits come from."""
 
     org: str
     weight: float
     source: WeightSource  # "override" (fair-router org set), "settings" (orgs:), "default" (1)
+    limit: int | None = None  # jobs of its tenants running at once (None: no org limit)
+    rate: Rate | None = None  # starts of its tenants' jobs (None: no org rate)
+    burst: int = 1
+    tier: str | None = None  # orgs.<org>.tier
+    paused: bool = False  # as of the org cache (the start script reads the flag itself)
+    limit_source: str = "none"  # "override", "settings", "tier <name>" or "none"
+    rate_source: str = "none"
+
+
+class Cached(NamedTuple):
+    """One org's overrides and pause flag, as read at ``read_at`` (monotonic seconds)."""
+
+    read_at: float
+    own: OrgOverrides
+    paused: bool
 
 
 class OrgBook:
-    """Org -> its weight override, cached ``cache_ttl`` seconds per process (one HGET per org and period)."""
+    """Org -> its overrides and pause flag, cached ``cache_ttl`` seconds per process (one round trip per org and
+    period)."""
 
     def __init__(self, connection: Redis, keys: Keys, cache_ttl: float = 5.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         """``connection``: our state (the tenants' overrides' server); ``clock``: monotonic seconds."""
         self.connection, self.keys, self.cache_ttl, self._clock = connection, keys, cache_ttl, clock
-        self._cache: dict[str, tuple[float, float | None]] = {}
+        self._cache: dict[str, Cached] = {}
 
-    def override(self, org: str) -> float | None:
-        """``org``'s weight override, None when it has none (or a stored one does not validate: logged)."""
+    def own(self, org: str) -> Cached:
+        """``org``'s overrides (none when a stored one does not validate: logged) and pause flag."""
         now = self._clock()
         cached = self._cache.get(org)
         if cached is not None and now - cached[0] < self.cache_ttl:
-            return cached[1]
-        raw = self.connection.hget(self.keys.org_overrides(org), "weight")
+            return cached
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self.keys.org_overrides(org))
+            pipe.exists(self.keys.org_paused(org))
+            raw, paused = pipe.execute()
         try:
-            weight = OrgOverrides.model_validate({"weight": None if raw is None else as_text(raw)}).weight
+            own = OrgOverrides.model_validate({as_text(key): as_text(value) for key, value in raw.items()})
         except ValidationError as exc:
-            logger.warning("ignoring the invalid weight override of org %r in Redis: %s", org, exc)
-            weight = None
+            logger.warning("ignoring the invalid overrides of org %r in Redis: %s", org, exc)
+            own = OrgOverrides()
         if len(self._cache) > 100_000:  # bounded: drop everything rather than track recency
             self._cache.clear()
-        self._cache[org] = (now, weight)
-        return weight
+        cached = self._cache[org] = Cached(now, own, bool(paused))
+        return cached
 
-    def profile(self, org: str, configured: Mapping[str, OrgConfig] | None = None) -> OrgProfile:
-        """``org``'s weight in effect: its override, else ``configured`` (the settings' ``orgs``), else 1."""
-        own = self.override(org)
-        if own is not None:
-            return OrgProfile(org, own, "override")
-        found = (configured or {}).get(org)
-        return OrgProfile(org, 1.0, "default") if found is None else OrgProfile(org, found.weight, "settings")
+    def override(self, org: str) -> float | None:
+        """``org``'s weight override, None when it has none."""
+        return self.own(org).own.weight
 
-    def set(self, org: str, weight: float | None = None, reset: bool = False) -> None:
-        """Store ``org``'s weight override (validated: pydantic's ValidationError names the value); ``reset``
-        drops its earlier override first. Every producer uses it within its cache's ``cache_ttl``."""
-        own = OrgOverrides(weight=weight)
+    def profile(self, org: str, configured: Mapping[str, OrgConfig] | None = None,
+                tiers: TiersConfig | None = None) -> OrgProfile:
+        """``org``'s values in effect: each its override, else ``configured`` (the settings' ``orgs``), else (limits)
+        its tier's in ``tiers`` (``tiers.concurrency``, ``tiers.rate``, ``tiers.burst``), else weight 1 and no
+        limit."""
+        cached = self.own(org)
+        own, found = cached.own, (configured or {}).get(org) or OrgConfig()
+        listed = org in (configured or {})
+        tier = found.tier if tiers is not None and found.tier in tiers.concurrency else None
+        weight, source = ((own.weight, "override") if own.weight is not None
+                          else (found.weight, "settings") if listed else (1.0, "default"))
+        limit, limit_source = _first((own.concurrency, "override"), (found.concurrency, "settings"),
+                                     (tiers.concurrency.get(tier) if tier and tiers else None, f"tier {tier}"))
+        rate, rate_source = _first((own.rate, "override"), (found.rate, "settings"),
+                                   (tiers.rate.get(tier) if tier and tiers else None, f"tier {tier}"))
+        burst = own.burst or found.burst or (tiers.burst.get(tier, 1) if tier and tiers else 1)
+        return OrgProfile(org, weight, cast(WeightSource, source), limit, rate, burst, found.tier, cached.paused,
+                          limit_source, rate_source)
+
+    def set(self, org: str, weight: float | None = None, reset: bool = False, concurrency: int | None = None,
+            rate: str | Rate | None = None, burst: int | None = None) -> None:
+        """Store ``org``'s overrides (validated: pydantic's ValidationError names the value); ``reset`` drops its
+        earlier overrides first. Every producer and worker uses them within its cache's ``cache_ttl``."""
+        own = OrgOverrides(weight=weight, concurrency=concurrency, rate=rate, burst=burst)
         key = self.keys.org_overrides(org)
         with self.connection.pipeline() as pipe:
             if reset:
                 pipe.delete(key)
-            if own.weight is not None:
-                pipe.hset(key, "weight", repr(float(own.weight)))
+            for name, value in own.fields().items():
+                pipe.hset(key, name, value)
             pipe.execute()
         self._cache.pop(org, None)
+
+    def forget(self, org: str) -> None:
+        """Drop ``org`` from this process's cache (after a write here)."""
+        self._cache.pop(org, None)
+
+
+def _first(*candidates: tuple[Any, str]) -> tuple[Any, str]:
+    """The first candidate value that is set, with its source; (None, "none") when none is."""
+    return next(((value, source) for value, source in candidates if value is not None), (None, "none"))
 
 
 def org_jobs(rq_connection: Redis, keys: Keys, org: str) -> dict[str, dict[str, int]]:

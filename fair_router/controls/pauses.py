@@ -69,6 +69,33 @@ class TenantPauses:
                 self._unpark(self.keys.fair_queue(key), encode(tenant), now_ms=now_arg(self.clock)).queue(pipe)
             return sum(self._unpark.parse(reply) for reply in pipe.execute())
 
+    def pause_org(self, org: str, waiting: dict[str, list[str]]) -> None:
+        """From now on no job of ``org``'s tenants starts (the org's flag, read by every start of its jobs:
+        controls/orglimits.py); its tenants ``waiting`` (fair queue key -> tenants) are parked there at once."""
+        self._pause(self.keys.org_paused(org), now_arg(self.clock)).run()
+        until_ms = round(((self.clock or time.time)() + PAUSE_PARK) * 1000)
+        with self.rq.pipeline(transaction=False) as pipe:
+            for key, tenants in waiting.items():
+                for tenant in tenants:
+                    self._hold(self.keys.fair_queue(key), encode(tenant), until_ms,
+                               now_ms=now_arg(self.clock)).queue(pipe)
+            pipe.execute()
+
+    def resume_org(self, org: str, waiting: dict[str, list[str]]) -> None:
+        """``org``'s jobs may start again: its tenants ``waiting`` in fair queues are unparked at once (a tenant
+        paused on its own stays parked: its next start is refused again)."""
+        self.connection.delete(self.keys.org_paused(org))
+        with self.rq.pipeline(transaction=False) as pipe:
+            for key, tenants in waiting.items():
+                for tenant in tenants:
+                    if not self.paused(tenant):
+                        self._unpark(self.keys.fair_queue(key), encode(tenant), now_ms=now_arg(self.clock)).queue(pipe)
+            pipe.execute()
+
+    def org_paused_since(self, org: str) -> datetime | None:
+        """When ``org`` was paused (UTC); None when it is not."""
+        return pause_time(self.connection.get(self.keys.org_paused(org)))
+
     def paused(self, tenant: str) -> bool:
         return bool(self.connection.exists(self.keys.paused(tenant)))
 
@@ -93,7 +120,11 @@ class PauseCheck(StartControl):
         return start.profile.paused
 
     def section(self, start: Start) -> Section:
-        """The tenant's pause flag."""
+        """The tenant's pause flag; for a job under an org, whose call's keys are on the org's slot, the flag as the
+        tier cache saw it instead (a pause reaches it within ``cache_ttl``; ``pause`` parks the tenant in fair queues
+        at once)."""
+        if start.org is not None:
+            return [], [int(start.profile.paused)]
         return [self.keys.paused(start.tenant)], []
 
     def on_refused(self, admission: Admission) -> Refusal:

@@ -11,6 +11,7 @@ from rq.job import Job
 
 from fair_router.config.sections import JobConfig
 from fair_router.controls.gate import Admission, Rates, RateScope, Refusal, Section, Start, Verdict
+from fair_router.controls.orgs import OrgProfile
 from fair_router.core.jobmeta import META_RATE
 from fair_router.core.keys import Keys
 from fair_router.core.profiles import TenantProfile
@@ -34,21 +35,25 @@ class RateLimiter(Rates):
         self.keys = keys
         self.jobs = jobs or {}
 
-    def scopes(self, tenant: str, profile: TenantProfile, job: Job) -> list[RateScope]:
+    def scopes(self, tenant: str, profile: TenantProfile, job: Job, org: str | None = None,
+               org_profile: OrgProfile | None = None) -> list[RateScope]:
         """The tenant's rate (override, else tier), then the job function's: the one the enqueue wrote into the job,
-        else this worker's ``jobs.<function path>.rate``."""
+        else this worker's ``jobs.<function path>.rate``; then, for a job under ``org``, the org's rate (its
+        override, settings or tier: ``org_profile``). Every key under the org's tag when ``org``."""
         found = []
         if profile.rate is not None:
-            found.append(scope(self.keys.rate(tenant), profile.rate, profile.burst))
+            found.append(scope(self.keys.rate(tenant, org=org), profile.rate, profile.burst))
         own = job.meta.get(META_RATE)
         if isinstance(own, dict) and own.get("rate"):
-            found.append(scope(self.keys.rate(tenant, str(own["job_key"])), parse_rate(own["rate"]),
+            found.append(scope(self.keys.rate(tenant, str(own["job_key"]), org), parse_rate(own["rate"]),
                                int(own.get("burst") or 1)))
         elif self.jobs and job.func_name:
             name = job.func_name
             configured = self.jobs.get(name)
             if configured is not None and configured.rate is not None:
-                found.append(scope(self.keys.rate(tenant, name), configured.rate, configured.burst or 1))
+                found.append(scope(self.keys.rate(tenant, name, org), configured.rate, configured.burst or 1))
+        if org is not None and org_profile is not None and org_profile.rate is not None:
+            found.append(scope(self.keys.org_rate(org), org_profile.rate, org_profile.burst))
         return found
 
     def needed(self, start: Start) -> bool:
@@ -62,8 +67,8 @@ class RateLimiter(Rates):
         args: list[str | int] = [int(start.reserve), start.tenant_scopes, int(paced)]
         for rate in start.rates:
             args += (rate.interval_ms, rate.tolerance_ms)
-        keys = [self.keys.rate_paid(start.tenant, start.job_id), *(rate.key for rate in start.rates)]
-        return [*keys, self.keys.paced(start.tenant, start.fair_queue)] if paced else keys, args
+        keys = [self.keys.rate_paid(start.tenant, start.job_id, start.org), *(rate.key for rate in start.rates)]
+        return [*keys, self.keys.paced(start.tenant, start.fair_queue, start.org)] if paced else keys, args
 
     def on_refused(self, admission: Admission) -> Refusal:
         """Parked until its next token falls due; a plain queue's job comes back at its reserved start."""

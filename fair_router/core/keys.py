@@ -121,18 +121,31 @@ class Keys:
         last hour: the tier caches poll it to evict only what changed. Tagged as the tier map."""
         return f"{self.prefix}:{{tiers}}:changes"
 
-    def leases(self, tenant: str) -> str:
-        """Sorted set of the tenant's running jobs: job id -> lease expiry (ms); one tag per tenant."""
-        return self.leases_of(encode(tenant))
+    def lease_base(self, encoded_tenant: str, org: str | None = None) -> str:
+        """The start of a tenant's lease-family keys: ``{lease:<tenant>}``, or for a tenant's jobs under an
+        organisation ``{lease:!<org>}:t:<tenant>``, the org's tag, so one start call checks the tenant's and the
+        org's limits on one cluster slot (``!`` never comes out of :func:`encode`, so the tags cannot meet)."""
+        if org is None:
+            return f"{self.prefix}:{{lease:{encoded_tenant}}}"
+        return f"{self.org_base(org)}:t:{encoded_tenant}"
 
-    def leases_of(self, encoded_tenant: str) -> str:
+    def org_base(self, org: str) -> str:
+        """The tag and start of an organisation's own start state (:meth:`org_leases` and the rest)."""
+        return f"{self.prefix}:{{lease:!{encode(org)}}}"
+
+    def leases(self, tenant: str, org: str | None = None) -> str:
+        """Sorted set of the tenant's running jobs: job id -> lease expiry (ms); one tag per tenant (its org's when
+        ``org``: :meth:`lease_base`)."""
+        return self.leases_of(encode(tenant), org)
+
+    def leases_of(self, encoded_tenant: str, org: str | None = None) -> str:
         """:meth:`leases` of a tenant given in its encoded form (a long id's digest cannot be decoded)."""
-        return f"{self.prefix}:{{lease:{encoded_tenant}}}"
+        return self.lease_base(encoded_tenant, org)
 
-    def parked_in(self, tenant: str) -> str:
+    def parked_in(self, tenant: str, org: str | None = None) -> str:
         """Set of the fair queues where a refused start parked the tenant at its concurrency limit: the release that
         frees a slot takes it and unparks the tenant in each. Same tag as its leases."""
-        return f"{self.leases(tenant)}:parked_in"
+        return f"{self.leases(tenant, org)}:parked_in"
 
     def overrides(self, tenant: str) -> str:
         """Hash of one tenant's overrides of its tier's values, one field per value so concurrent writers of different
@@ -144,32 +157,51 @@ class Keys:
         return f"{self.leases(tenant)}:parkwhy:{queue}"
 
     def org_overrides(self, org: str) -> str:
-        """Hash of one organisation's overrides of its settings (``weight``), written by ``fair-router org set``;
-        beside the tenants' overrides, apart from them (``org:``, not ``tenant:``)."""
+        """Hash of one organisation's overrides of its settings (``weight``, ``concurrency``, ``rate``, ``burst``),
+        written by ``fair-router org set``; beside the tenants' overrides, apart from them (``org:``, not
+        ``tenant:``)."""
         return f"{self.prefix}:{{tiers}}:org:{encode(org)}"
 
+    def org_leases(self, org: str) -> str:
+        """Sorted set of an organisation's running jobs: job id -> lease expiry (ms), under the org's tag."""
+        return f"{self.org_base(org)}:leases"
+
+    def org_parked_in(self, org: str) -> str:
+        """Set of ``"<encoded tenant>|<fair queue>"`` where a start refused at the org's limit parked a tenant: the
+        org's next release takes it and unparks each."""
+        return f"{self.org_base(org)}:parked_in"
+
+    def org_paused(self, org: str) -> str:
+        """Exists while ``org`` is paused (``fair-router org pause``): holds the time of the pause (ms)."""
+        return f"{self.org_base(org)}:paused"
+
+    def org_rate(self, org: str) -> str:
+        """GCRA state of the organisation's own rate (``orgs.<org>.rate``)."""
+        return f"{self.org_base(org)}:rate"
+
     def paused(self, tenant: str) -> str:
-        """Exists while ``tenant`` is paused. Same tag as its leases, so the acquire script reads it."""
+        """Exists while ``tenant`` is paused; under the tenant's own tag, org or none (a job under an org reads it
+        through its tier cache: docs/tenant-controls.md, Organisations)."""
         return self.paused_of(encode(tenant))
 
     def paused_of(self, encoded_tenant: str) -> str:
         """:meth:`paused` of a tenant given in its encoded form (the dashboard's rows)."""
         return f"{self.prefix}:{{lease:{encoded_tenant}}}:paused"
 
-    def rate(self, tenant: str, job_key: str | None = None) -> str:
+    def rate(self, tenant: str, job_key: str | None = None, org: str | None = None) -> str:
         """GCRA state (theoretical arrival time, ms) of ``tenant``'s own rate, or with ``job_key`` of that job
         function's rate. Same tag as the leases, so one acquire checks every scope."""
         scope = "tenant" if job_key is None else f"job:{encode(job_key)}"
-        return f"{self.prefix}:{{lease:{encode(tenant)}}}:rate:{scope}"
+        return f"{self.leases(tenant, org)}:rate:{scope}"
 
-    def rate_paid(self, tenant: str, job_id: str) -> str:
+    def rate_paid(self, tenant: str, job_id: str, org: str | None = None) -> str:
         """The start time (ms) reserved for a job deferred by a rate on a plain queue: it starts without paying
         again."""
-        return f"{self.prefix}:{{lease:{encode(tenant)}}}:paid:{encode(job_id)}"
+        return f"{self.leases(tenant, org)}:paid:{encode(job_id)}"
 
-    def paced(self, tenant: str, queue: str) -> str:
+    def paced(self, tenant: str, queue: str, org: str | None = None) -> str:
         """Set while ``tenant``'s starts from fair queue ``queue`` are paced there (lua/lib/start_rate.lua)."""
-        return f"{self.prefix}:{{lease:{encode(tenant)}}}:paced:{encode(queue)}"
+        return f"{self.leases(tenant, org)}:paced:{encode(queue)}"
 
     def limit_stats(self) -> str:
         """Hash of per-tier counters: ``<tier>:acquired|snoozed|released|reclaimed``."""

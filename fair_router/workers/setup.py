@@ -4,6 +4,7 @@ slot of a cluster or built as FairQueues, the job-start gate on its own pool), a
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
@@ -12,6 +13,7 @@ from rq import Queue
 
 from fair_router.config.errors import validated
 from fair_router.controls.gate import TenantGate
+from fair_router.controls.orgs import OrgBook
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
@@ -86,6 +88,8 @@ def build_gate(connection: Redis, settings: Settings) -> WorkerGate:
         own = Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
     keys = Keys(settings.prefix)
     limiter = ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
+    orgs = OrgBook(own, keys)
+    limiter.org_profile = partial(orgs.profile, configured=settings.orgs, tiers=settings.tiers)
     return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)
 
 

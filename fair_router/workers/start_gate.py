@@ -32,7 +32,7 @@ from fair_router.workers.limiter import WorkerGate
 from fair_router.workers.unparking import Unparker
 
 HELD = {Verdict.AT_LIMIT: "concurrency_limit", Verdict.PAUSED: "paused", Verdict.RATE: "rate_limit",
-        Verdict.RESERVED: "rate_limit"}
+        Verdict.RESERVED: "rate_limit", Verdict.ORG_LIMIT: "concurrency_limit", Verdict.ORG_PAUSED: "paused"}
 """The reason a plain queue's turned-away job records (:data:`META_HELD`), by the refusing verdict."""
 
 
@@ -226,10 +226,11 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
         # next may send no round trip through the limiter for a long while.
         limiter.tally.add(limiter.tiers.tier(tenant), "parked")
         if refusal.until_release:
-            # The refusal recorded this queue for the next release (Keys.parked_in). If a release took the
-            # record before our park landed, its unpark may have come first and found nothing parked: then the
-            # park is ended here. Otherwise the release that takes it comes after the park, and ends it.
-            if not limiter.parked_in(tenant, queue.name, also=cause):
+            # The refusal recorded this queue for the next release (Keys.parked_in, or the org's). If a release
+            # took the record before our park landed, its unpark may have come first and found nothing parked:
+            # then the park is ended here. Otherwise the release that takes it comes after the park, and ends it.
+            org, _ = gate.org_of(job)
+            if not limiter.parked_in(tenant, queue.name, also=cause, org=org, org_release=refusal.org_release):
                 queue.unpark(tenant, limit=limit)
         else:
             limiter.flush(also=cause)

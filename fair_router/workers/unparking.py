@@ -26,6 +26,7 @@ class Unparker:
     def __init__(self, own: list[FairQueue], gate: WorkerGate, connection: Redis, settings: Settings) -> None:
         self.own, self.gate, self.connection, self.settings = own, gate, connection, settings
         self._others: dict[str, FairQueue] = {}  # fair queues the worker does not serve, built once each
+        gate.limiter.wake_org = self.wake_org_parked
 
     def unpark(self, tenant: str, pipe: Pipeline, job_id: str = "") -> None:
         """Unpark ``tenant`` in the worker's own fair queues (queued on the release's pipeline)."""
@@ -42,13 +43,20 @@ class Unparker:
             if name not in own:
                 self._other(name).unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
 
+    def wake_org_parked(self, parks: list[tuple[str, str]], pipe: Pipeline) -> None:
+        """An org's release took these ``(tenant, fair queue)`` parks its limit made: unpark each tenant there."""
+        own = {queue.name: queue for queue in self.own}
+        for tenant, name in parks:
+            queue = own.get(name) or self._other(name)
+            queue.unpark(tenant, pipeline=pipe, limit=self._limit(tenant))
+
     def reclaim(self, job: Job) -> None:
         """A job crash recovery handed back frees its tenant's slot now rather than when its lease expires, and
         ends the tenant's parks as a release does."""
         tenant = usable_tenant(job.meta, self.settings.tenant_max_bytes)  # an unusable one took no slot
         if self.gate.slots and tenant is not None and not job.meta.get(META_SYSTEM):
             self.gate.limiter.reclaim(tenant, job.id, also=partial(self.unpark, tenant, job_id=job.id),
-                                      wake=partial(self.wake_parked, tenant, job.id))
+                                      wake=partial(self.wake_parked, tenant, job.id), org=self.gate.org_of(job)[0])
 
     def _limit(self, tenant: str) -> int | None:
         return self.gate.limiter.tiers.profile(tenant).limit if self.gate.slots else None

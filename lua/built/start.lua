@@ -18,21 +18,26 @@ end
 --                        reservation, so a rate control goes last);
 --   take(s, k, a, n)  -> take what the start uses (a slot, rate tokens); only once every check passed.
 -- k, a: the control's offsets in KEYS and ARGV (its first key is KEYS[k + 1], its first arg ARGV[a + 1]);
--- n: how many keys it has.
+-- n: how many keys it has. A control marked `keyed` is skipped when sent no keys (lua/start.lua's org
+-- controls, for a job without an org).
 -- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms and s.report (admissions).
 local function run_start(controls)
   local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
              report = 0}
   local n_argv = #ARGV
-  -- pass 0 (held), 1 (check), 2 (take); offsets walked again per pass: no tables built per call
+  -- pass 0 (held), 1 (check), 2 (take); offsets walked again per pass: no tables built per call. Every
+  -- control's held runs (a tenant's slot and its org's are both refreshed); a control sent no keys (an org
+  -- control of a job without an org) is skipped.
+  local held = false
   for pass = 0, 2 do
     local k, a = 0, 2
     while a < n_argv do
       local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
       if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
       local first = a + 3
-      if pass == 0 then
-        if control.held and control.held(s, k, first, n_keys) then return {2, s.reclaimed, 0, s.now_ms, 0} end
+      if n_keys == 0 and control.keyed then  -- luacheck: ignore (nothing to decide)
+      elseif pass == 0 then
+        if control.held and control.held(s, k, first, n_keys) then held = true end
       elseif pass == 1 then
         local refused = control.check(s, k, first, n_keys)
         if refused then return {refused, s.reclaimed, s.at_ms, s.now_ms, 0} end
@@ -41,15 +46,22 @@ local function run_start(controls)
       end
       k, a = k + n_keys, first + tonumber(ARGV[a + 3])
     end
+    if held then return {2, s.reclaimed, 0, s.now_ms, 0} end
   end
   return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
 end
 
 -- start_pause.lua: the pause control of a job start (controls/pauses.py): refused (4) while the flag exists.
 -- KEYS +1  the tenant's pause flag.   ARGV  none.
+-- Or, for a job under an org (its call's keys on the org's slot, not the tenant's): KEYS none, ARGV +1 '1'
+-- when the worker's tier cache saw the tenant paused.
 local start_pause = {}
-function start_pause.check(s, k, a)
-  if redis.call('EXISTS', KEYS[k + 1]) == 1 then return 4 end
+function start_pause.check(s, k, a, n)
+  if n == 0 then
+    if ARGV[a + 1] == '1' then return 4 end
+  elseif redis.call('EXISTS', KEYS[k + 1]) == 1 then
+    return 4
+  end
 end
 
 -- start_slot.lua: the concurrency-slot control of a job start (controls/concurrency.py): a lease per running
@@ -185,7 +197,14 @@ end
 -- rq's job-start MULTI at every start: without comments, less to hash).
 -- include: start, start_pause, start_slot, start_rate
 -- KEYS     every named control's keys, control by control (each piece's header says which).
--- ARGV     now_ms ('' = server TIME), job_id, then per control: its name (start_pause, start_slot,
---          start_rate), its number of keys, its number of args, its args.
+-- ARGV     now_ms ('' = server TIME), job_id, then per control: its name (start_pause, start_org_pause,
+--          start_slot, start_org_slot, start_rate), its number of keys, its number of args, its args.
 -- Returns  {status, reclaimed, at_ms, now_ms, next_ms[, report]} (controls/gate.py Verdict and Admission).
-return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate})
+-- The org's pause and slot (controls/orglimits.py) are the tenant's pieces on the org's keys, refusing with
+-- their own statuses (7 ORG_PAUSED, 6 ORG_LIMIT); a job without an org sends them no keys: skipped.
+local function refusing_as(piece, status)
+  return {keyed = true, held = piece.held, take = piece.take,
+          check = function(s, k, a, n) if piece.check(s, k, a, n) then return status end end}
+end
+return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,
+                  start_org_pause = refusing_as(start_pause, 7), start_org_slot = refusing_as(start_slot, 6)})

@@ -9,14 +9,16 @@ local function run_start(controls)
 local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
 report = 0}
 local n_argv = #ARGV
+local held = false
 for pass = 0, 2 do
 local k, a = 0, 2
 while a < n_argv do
 local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
 if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
 local first = a + 3
-if pass == 0 then
-if control.held and control.held(s, k, first, n_keys) then return {2, s.reclaimed, 0, s.now_ms, 0} end
+if n_keys == 0 and control.keyed then  -- luacheck: ignore (nothing to decide)
+elseif pass == 0 then
+if control.held and control.held(s, k, first, n_keys) then held = true end
 elseif pass == 1 then
 local refused = control.check(s, k, first, n_keys)
 if refused then return {refused, s.reclaimed, s.at_ms, s.now_ms, 0} end
@@ -25,12 +27,17 @@ control.take(s, k, first, n_keys)
 end
 k, a = k + n_keys, first + tonumber(ARGV[a + 3])
 end
+if held then return {2, s.reclaimed, 0, s.now_ms, 0} end
 end
 return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
 end
 local start_pause = {}
-function start_pause.check(s, k, a)
-if redis.call('EXISTS', KEYS[k + 1]) == 1 then return 4 end
+function start_pause.check(s, k, a, n)
+if n == 0 then
+if ARGV[a + 1] == '1' then return 4 end
+elseif redis.call('EXISTS', KEYS[k + 1]) == 1 then
+return 4
+end
 end
 local start_slot = {}
 function start_slot.held(s, k, a)
@@ -116,4 +123,9 @@ redis.call('DEL', s.pace_key)
 s.report = 1
 end
 end
-return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate})
+local function refusing_as(piece, status)
+return {keyed = true, held = piece.held, take = piece.take,
+check = function(s, k, a, n) if piece.check(s, k, a, n) then return status end end}
+end
+return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,
+start_org_pause = refusing_as(start_pause, 7), start_org_slot = refusing_as(start_slot, 6)})
