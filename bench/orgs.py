@@ -9,10 +9,13 @@
 3. Fair pop server time, two levels / one level: the same tenants (every tenant backlogged) with and without orgs
    (tenants / --per-org orgs, at least 1), rounds interleaved, the median over rounds of each round's lowest
    100-pop chunk (``INFO commandstats``, as bench/fair_pop.py measures it).
+4. charge="runtime" at both levels: org A's jobs run 4x org B's; A's starts / B's (pops and settles).
+5. Memory per org: ``MEMORY USAGE`` of the fair keys with orgs less without, 1,000 orgs of 1 and of 10 tenants.
 
 Always runs on a private redis-server.
 
-    .venv/bin/python bench/orgs.py [--tenants 10,1000,10000] [--pops 2000] [--rounds 3] [--per-org 100]
+    .venv/bin/python bench/orgs.py [--tenants 10,1000,10000] [--pops 2000] [--rounds 3] [--per-org 100]\
+        [--memory-orgs 1000]
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from fair_router.config.settings import TiersConfig
 from fair_router.demo.redis_server import RedisServer
 
 CHUNK = 100
+ORG_KEYS = ("active", "kept", "state", "orgs")
+"""The fair keys organisations change (FairQueueKeys fields)."""
 
 
 def fill(queue: FairQueue, jobs: list[tuple[str, str | None]]) -> None:
@@ -110,12 +115,53 @@ def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool, per_org: int = 10
     return min(times), memory
 
 
+def org_memory(conn: Redis, n_orgs: int, per_org: int) -> tuple[float, dict[str, float]]:
+    """Bytes per org the org structures take, ``n_orgs`` orgs of ``per_org`` backlogged tenants each (2 jobs per
+    tenant): ``MEMORY USAGE`` of the queue's fair keys with orgs, less the same tenants and jobs without, / orgs;
+    and that difference per fair key (active: an org's entry instead of its tenants'; orgs: one member per active
+    tenant; state: the org fields of each tenant's record). Only the keys orgs change are counted: the others hold
+    the same entries either way (a large hash's size moves by a rehash in progress, not by its entries)."""
+    sizes: dict[bool, dict[str, int]] = {}
+    for orgs in (False, True):
+        conn.flushdb()
+        queue = FairQueue("bench", connection=conn, settings=Settings(prefix="bench"))
+        tenants = n_orgs * per_org
+        fill(queue, [(f"t{i}", f"o{i // per_org}" if orgs else None) for _ in range(2) for i in range(tenants)])
+        keys = queue.fair_keys
+        sizes[orgs] = {name: int(conn.memory_usage(getattr(keys, name), samples=0) or 0) for name in ORG_KEYS}
+    by_key = {name: (sizes[True][name] - sizes[False][name]) / n_orgs for name in sizes[True]
+              if sizes[True][name] != sizes[False][name]}
+    return sum(by_key.values()), by_key
+
+
+def runtime_orgs(conn: Redis, pops: int = 400) -> float:
+    """charge="runtime": org A's jobs settle at 40 ms, org B's at 10 ms (equal weights, 2 tenants each, every job
+    declaring 10 ms, so only the settlement tells them apart): A's starts / B's over ``pops`` pops and settles."""
+    conn.flushdb()
+    queue = FairQueue("bench", connection=conn, settings=Settings(prefix="bench", fair_charge="runtime"))
+    for start in range(0, pops, 1000):
+        queue.enqueue_many([Queue.prepare_data(noop, (i,), meta={"fair_tenant": tenant, "fair_org": tenant[0].upper(),
+                                                                 "fair_cost": 0.01}, result_ttl=60)
+                            for i in range(start, min(pops, start + 1000)) for tenant in ("a0", "a1", "b0", "b1")])
+    served: Counter[str] = Counter()
+    for _ in range(pops):
+        job_id = queue.pop_fair().job_id
+        assert job_id is not None
+        job = queue.fetch_job(job_id)
+        assert job is not None
+        tenant = str(job.meta["fair_tenant"])
+        queue.settle(job_id, 0.04 if tenant[0] == "a" else 0.01)
+        served[tenant[0]] += 1
+    return served["a"] / served["b"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tenants", default="10,1000,10000", help="comma-separated backlogged tenant counts")
     parser.add_argument("--pops", type=int, default=2000, help="pops measured per tenant count and round")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (one level, two levels)")
     parser.add_argument("--per-org", type=int, default=100, help="tenants per org in the pop time runs")
+    parser.add_argument("--memory-orgs", type=int, default=1000, help="orgs in the memory runs")
     args = parser.parse_args()
     with RedisServer() as server:
         conn = server.client()
@@ -126,7 +172,16 @@ def main() -> None:
         over, inside = share_accuracy(conn, 1000)
         print(f"share accuracy, 5 orgs x 4 tenants, 1000 pops: Jain over orgs {over:.4f}, lowest inside an org "
               f"{inside:.4f}")
-        for tenants in (int(x) for x in args.tenants.split(",")):
+        print(f"charge='runtime', org A's jobs 4x org B's: A's starts / B's {runtime_orgs(conn):.3f} (goal 0.25)")
+        totals = {}
+        for per_org in (1, 10):
+            totals[per_org], by_key = org_memory(conn, args.memory_orgs, per_org)
+            parts = ", ".join(f"{name} {value:+.0f}" for name, value in by_key.items())
+            print(f"memory, {args.memory_orgs} orgs x {per_org:>2} tenant(s): {totals[per_org]:.0f} B per org "
+                  f"(by key: {parts})")
+        each = (totals[10] - totals[1]) / 9  # per org = fixed + each tenant's: two sizes give both
+        print(f"memory per org: {totals[1] - each:.0f} B its own, + {each:.0f} B per tenant in it (goal <= 150 B)")
+        for tenants in (int(x) for x in args.tenants.split(",") if x):
             one, two, extra = [], [], 0
             for _ in range(args.rounds):
                 (low, before), (high, after) = (pop_time(conn, tenants, args.pops, False, args.per_org),

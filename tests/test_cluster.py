@@ -299,3 +299,33 @@ def test_every_primary_s_maxmemory_policy_is_read(redis_cluster: Any, state: Red
     finally:
         lru.client().config_set("maxmemory-policy", "noeviction")
     assert cli(env, "check", "--ping").returncode == 0
+
+
+ORG_CHARGE = """
+    import json
+    from collections import Counter
+    from rq import Queue
+    from rq.job import Job
+    from fair_router import FairQueue, load_settings
+    from fair_router.store.cluster import connections_for
+    settings = load_settings()
+    rq = connections_for(settings.redis_url, True).rq
+    q = FairQueue("cl_orgs", connection=rq, settings=settings, charge="runtime")
+    meta = lambda tenant: {"fair_tenant": tenant, "fair_org": tenant[0].upper(), "fair_cost": 0.01}
+    q.enqueue_many([Queue.prepare_data(print, (i,), meta=meta(t), result_ttl=60)
+                    for i in range(100) for t in ("a0", "a1", "b0")])
+    served = Counter()
+    for _ in range(100):
+        job_id = q.pop_job_id()
+        tenant = Job.fetch(job_id, connection=rq).meta["fair_tenant"]
+        assert q.settle(job_id, 0.04 if tenant[0] == "a" else 0.01) == 1
+        served[tenant[0]] += 1
+    print(json.dumps(served))
+"""
+
+
+def test_runtime_charging_of_orgs_on_the_cluster(redis_cluster: Any, state: RedisCluster, tmp_path: Path) -> None:
+    """charge="runtime" with orgs on a cluster: each pop and settle is one script call on the fair queue's slot
+    (a cross-slot call would fail); org A, whose jobs run 4x org B's, gets about a quarter of B's starts."""
+    served = run_python(ORG_CHARGE, cluster_env(redis_cluster, write_config(tmp_path)))
+    assert served["a"] / served["b"] == pytest.approx(0.25, abs=0.06), served

@@ -172,11 +172,12 @@ def test_a_stored_org_that_is_no_org_id_is_named_with_its_field() -> None:
     assert stored_org({"fair_org": ""}) is None
 
 
-def test_an_org_needs_a_tenant_and_a_runtime_queue_refuses_orgs_by_name(conn: Redis) -> None:
+def test_an_org_needs_a_tenant_and_a_runtime_queue_takes_orgs(conn: Redis) -> None:
+    """charge="runtime" charges orgs too (tests/test_org_charge.py): the org is stored, not refused."""
     with pytest.raises(ValueError, match="needs a tenant"):
         fair(conn).enqueue(fair_jobs.log, "t", 0, fair_org="acme")
-    with pytest.raises(ValueError, match="charge='runtime' does not charge organisations yet"):
-        fair(conn, fair_charge="runtime").enqueue(fair_jobs.log, "t", 0, fair_tenant="t", fair_org="acme")
+    job = fair(conn, fair_charge="runtime").enqueue(fair_jobs.log, "t", 0, fair_tenant="t", fair_org="acme")
+    assert job.meta["fair_org"] == "acme"
 
 
 def test_fair_job_takes_an_org_callable_and_fair_org(conn: Redis) -> None:

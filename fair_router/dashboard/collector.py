@@ -78,6 +78,7 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
                       "now.", ["tenant", "tier"], (([row.tenant, row.tier or ""], row.running or 0) for row in rows))
         yield _family(Gauge, "fair_router_tenant_limit", "The tenant's concurrency limit (its tier's).", ["tenant"],
                       (([row.tenant], row.limit) for row in rows if row.limit is not None))
+    yield from org_families(snap)
     yield _family(Counter, "fair_router_routed", "Jobs routed, by job key and target queue (a rule's queue, or the "
                   "base queue when no rule matched).", ["job_key", "rule_queue"],
                   (([job, target], count) for (job, target), count in sorted(snap.routed.items())))
@@ -100,6 +101,29 @@ def metric_families(snap: Snapshot) -> Iterator[Metric]:
                          (([queue], count) for (name, queue), count in sorted(snap.events.items()) if name == event))
         if family.samples:
             yield family
+
+
+def org_families(snap: Snapshot) -> Iterator[Metric]:
+    """The org metrics (none while no org waits): the top N orgs by jobs waiting, the rest as org="_other", and the
+    org of each top N tenant that has one: as bounded as the tenants' labels."""
+    if not snap.orgs:
+        return
+    rows = [*snap.orgs, *([snap.other_orgs] if snap.other_orgs is not None else [])]
+    fair = [queue.name for queue in snap.queues if queue.fair]
+    yield _family(Gauge, "fair_router_org_waiting", "Jobs of the organisation's tenants waiting in a fair queue (top "
+                  f"N orgs by jobs waiting, the rest as org=\"{OTHER_LABEL}\").", ["queue", "org"],
+                  (([queue, row.org], row.waiting.get(queue, 0)) for queue in fair for row in rows))
+    yield _family(Gauge, "fair_router_org_tenants_waiting", "The organisation's tenants with jobs waiting in fair "
+                  "queues.", ["org"], (([row.org], row.tenants_waiting) for row in rows))
+    yield _family(Gauge, "fair_router_org_parked", "The organisation's tenants parked (limit, pause or rate) in a fair "
+                  "queue.", ["org"], (([row.org], row.parked) for row in rows))
+    yield _family(Gauge, "fair_router_org_fair_share", "The organisation's fair share: its weight / the sum of the "
+                  "top-level weights waiting (orgs, and tenants without org).", ["org"],
+                  (([row.org], row.fair_share) for row in rows if row.fair_share is not None))
+    yield _family(Gauge, "fair_router_org_weight", "The organisation's weight (top N orgs).", ["org"],
+                  (([row.org], row.weight) for row in snap.orgs if row.weight is not None))
+    yield _family(Gauge, "fair_router_tenant_org", "1 for each top N tenant of an organisation, naming it (join on "
+                  "tenant).", ["tenant", "org"], (([row.tenant, row.org], 1) for row in snap.tenants if row.org))
 
 
 JOB_COUNTERS = {

@@ -69,10 +69,31 @@ class TenantView:
     wait_5m: WaitFigures = field(default_factory=WaitFigures)
     wait_60m: WaitFigures = field(default_factory=WaitFigures)
     share_5m: float | None = None  # its share of all starts over the last 5 minutes
-    fair_share: float | None = None  # weight / sum of weights of the tenants waiting in fair queues now (None: alone)
+    fair_share: float | None = None  # weight / sum of weights of the tenants waiting in fair queues now (None: alone);
+    # with orgs, two levels: its org's share x weight / sum of weights of its org's tenants waiting
+    org: str | None = None  # its organisation (fair_org) as shown, from its record in a fair queue it waits in
+    org_share: float | None = None  # its org's fair share (org weight / sum of the top-level weights waiting)
     alone: bool = False  # the only tenant waiting in every queue it waits in: it has the queue to itself
     series: list[tuple[float, float]] = field(default_factory=list)  # (tick start, mean wait s), ~10 minutes
     histogram: Histogram = field(default_factory=Histogram)  # cumulative waits (Prometheus)
+
+    @property
+    def waiting_total(self) -> int:
+        return sum(self.waiting.values())
+
+
+@dataclass
+class OrgView:
+    """One organisation with tenants waiting in fair queues (or ``_other``, the orgs past the top N summed)."""
+
+    org: str  # as shown
+    key: str  # as encoded in keys; "" for the summed row
+    weight: float | None = None  # its org weight (None: the summed row)
+    tenants: list[str] = field(default_factory=list)  # its tenants waiting, as shown, most jobs first (at most N)
+    tenants_waiting: int = 0  # how many of its tenants have jobs waiting
+    waiting: dict[str, int] = field(default_factory=dict)  # queue -> its jobs waiting
+    parked: int = 0  # its tenants parked in some fair queue
+    fair_share: float | None = None  # weight / sum of the top-level weights waiting (orgs and tenants without org)
 
     @property
     def waiting_total(self) -> int:
@@ -111,6 +132,8 @@ class Snapshot:
     iterations: list[RunningIteration] = field(default_factory=list)  # interruptible jobs running now
     shard_servers: list[ShardServerView] = field(default_factory=list)  # shard_urls' servers, when set
     tiers_named: bool = True  # False: the settings name no tiers, every tenant has the built-in default
+    orgs: list[OrgView] = field(default_factory=list)  # the top N orgs by jobs waiting (none: no org waits)
+    other_orgs: OrgView | None = None  # every other org, summed (None: no more than N)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the dashboard's ``api/snapshot``)."""
@@ -127,7 +150,13 @@ class Snapshot:
                        for (event, queue), n in sorted(self.events.items())],
             "iterations": [vars(iteration) for iteration in self.iterations],
             "shard_servers": [vars(server) for server in self.shard_servers],
+            "orgs": [_org_json(org) for org in self.orgs],
+            "other_orgs": None if self.other_orgs is None else _org_json(self.other_orgs),
         }
+
+
+def _org_json(org: OrgView) -> dict[str, Any]:
+    return {**vars(org), "waiting_total": org.waiting_total}
 
 
 def _tenant_json(row: TenantView) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from fair_router.core.keys import Keys
 from fair_router.core.shards import shard_queue
 from fair_router.core.text import as_text
 from fair_router.dashboard.model import QueueView, ShardServerView
-from fair_router.fairqueue.scripts import tenant_waiting
+from fair_router.fairqueue.scripts import tenant_orgs, tenant_waiting, tenant_weights
 from fair_router.routing.servers import TIMEOUT, ShardServers
 from fair_router.store.outage import redis_address
 
@@ -33,6 +33,8 @@ class QueueRead:
     backlog: dict[str, int] | None = None  # fair queues: tenant key -> jobs waiting
     parked: set[str] = field(default_factory=set)
     abandoned: int | None = None  # started jobs handed back by recovery (None: never)
+    weights: dict[str, float] = field(default_factory=dict)  # fair queues: tenant key -> its weight
+    orgs: dict[str, tuple[str, float]] = field(default_factory=dict)  # tenant key -> (org key, org weight)
 
 
 def queue_commands(pipe: Pipeline, connection: Redis, keys: Keys, name: str, now: float) -> None:
@@ -58,7 +60,11 @@ def parse_queue(settings: Settings, name: str, replies: list[Any], server: str =
     parked = {as_text(t) for t in parked_raw} if fair else set()
     view = QueueView(name, settings.weight(name), int(length), int(running), fair,
                      len(backlog), len(parked), server=server, stale_pops=int(stale or 0), plain_pops=int(plain or 0))
-    return QueueRead(view, backlog if fair else None, parked, None if abandoned is None else int(abandoned))
+    weights = {tenant: weight for tenant, weight in tenant_weights(state).items() if tenant in backlog}
+    orgs = {tenant: (fields[0], float(fields[1] or 1)) for tenant, fields in tenant_orgs(state).items()
+            if tenant in backlog}
+    return QueueRead(view, backlog if fair else None, parked, None if abandoned is None else int(abandoned),
+                     weights, orgs)
 
 
 def server_label(url: str) -> str:

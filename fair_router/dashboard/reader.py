@@ -21,6 +21,7 @@ from fair_router.core.rules import last_match
 from fair_router.core.text import as_text
 from fair_router.dashboard.iterations import running_iterations
 from fair_router.dashboard.model import OTHER_LABEL, Snapshot, TenantView, WaitFigures
+from fair_router.dashboard.orgread import org_figures
 from fair_router.dashboard.queueread import PER_QUEUE, ShardQueues, parse_queue, queue_commands
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.fairqueue.reconcile import RECONCILE_BOUND, FairQueues, reconcile_queues
@@ -139,6 +140,8 @@ class SnapshotReader:
             row.alone = bool(row.waiting) and all(len(waiting[queue]) == 1 for queue in row.waiting)
             if row.key in fair_weights and not row.alone:  # alone, a tenant shares with nobody: no mark
                 row.fair_share = fair_weights[row.key] / sum(fair_weights.values())
+        orgs = org_figures(every, n, display_name)  # with orgs, fair shares have two levels (dashboard/orgread.py)
+        orgs.apply(top, display_name)
         total_running = sum(queue.running for queue in queues)
         other_row = _rest(everyone_row, all_fields, records[:n], now, waiting, total_running if limits_on else None)
         capped = _window(_ints(other), int(now // 60), 5).count
@@ -149,7 +152,8 @@ class SnapshotReader:
                                                              if queue.running and not queue.server],
                                            tenant_max_bytes=self.settings.tenant_max_bytes),
                         shard_servers, tiers_named=self.settings.tiers != TiersConfig() or any(
-                            row.tier != self.settings.tiers.default for row in top))
+                            row.tier != self.settings.tiers.default for row in top), orgs=orgs.orgs,
+                        other_orgs=orgs.other)
 
     # -- steps ----------------------------------------------------------------------------------------
 

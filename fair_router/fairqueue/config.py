@@ -127,19 +127,14 @@ class FairConfig:
         return self._org_book.profile(org, self.settings.orgs).weight
 
     def org_of(self, meta: dict[str, Any] | None, tenant: str | None) -> str | None:
-        """The org a job with this meta is served under: its stored ``fair_org`` when it has a tenant and the queue
-        charges jobs (charge="runtime" does not charge orgs yet: the org is left out, warned); an unusable stored
-        org is read as none (warned)."""
+        """The org a job with this meta is served under: its stored ``fair_org`` when it has a tenant; an unusable
+        stored org is read as none (warned)."""
         try:
             org = stored_org(meta, self.tenant_max_bytes)
         except InvalidTenant as exc:
             logger.warning("%s; served without org", exc)
             return None
         if org is None or tenant is None:
-            return None
-        if self.charge == "runtime":
-            logger.warning("org %r of tenant %r served without org: a FairQueue with charge='runtime' does not "
-                           "charge organisations yet (docs/fair-queue.md, Organisations)", org, tenant)
             return None
         return org
 
@@ -152,7 +147,7 @@ class FairConfig:
                     org: object = None) -> dict[str, Any]:
         """rq's enqueue keywords with ``fair_tenant=`` (else the meta's own, checked too), ``fair_org=`` (likewise)
         and ``fair_cost=`` put in the meta; a tenant or org that is not a str or int id raises before anything is
-        written, as does an org without tenant or on a queue charging runtime."""
+        written, as does an org without tenant."""
         meta = {**(kwargs.get("meta") or {})}
         checked = self.tenant_id(tenant if tenant is not None else meta.get(META_TENANT))
         if checked is not None:
@@ -162,9 +157,6 @@ class FairConfig:
             if checked is None:
                 raise ValueError(f"fair_org={org_checked!r} needs a tenant (fair_tenant=): an organisation groups "
                                  "tenants, a job without tenant has none")
-            if self.charge == "runtime":
-                raise ValueError(f"fair_org={org_checked!r}: this FairQueue charges runtime, and charge='runtime' "
-                                 "does not charge organisations yet; use charge='jobs' for organisations")
             meta[META_ORG] = org_checked
         if cost is not None:
             meta[META_COST] = validated(COST, cost, "fair_cost=")

@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_609aab88ca2bedbc
+#!lua name=fair_router_fair_pop_88b9a7c887bc28d5
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -603,12 +603,27 @@ local function keep_costs(job_id, declared, func)
 end
 
 -- A popped job's `charged` entry, "<tenant>|<weight>|<estimate>|<pop ms>|<declared>|<function>" (the pop
--- charged the tenant's pass estimate / weight; declared '' when the job declared no cost).
--- Returns tenant, weight, estimate, pop ms, declared (string), function.
+-- charged the tenant's pass estimate / weight; declared '' when the job declared no cost). A tenant of an org
+-- (`org`: its record's) has "!<org>|<org weight>|<1: its pass in its org was charged too, else 0>|" in front:
+-- the pop charges that pass unless the tenant is alone in its org or leaves it (`waiting`: its count before).
+local function charge_entry(tenant, weight, cost, now_ms, declared, func, org, waiting)
+  local value = table.concat({tenant, weight, cost, now_ms, declared, func}, '|')
+  if not org then return value end
+  local inner = not org.alone and waiting > 1
+  return '!' .. org.name .. '|' .. org.weight .. '|' .. (inner and '1' or '0') .. '|' .. value
+end
+
+-- Returns tenant, weight, estimate, pop ms, declared (string), function and the org ({name, weight, inner}),
+-- nil for a tenant without org.
 local function parse_charged(value)
+  local org = nil
+  if string.byte(value, 1) == 33 then  -- '!'
+    local name, org_weight, inner, rest = string.match(value, '^!([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    org, value = {name = name, weight = tonumber(org_weight) or 1, inner = inner == '1'}, rest
+  end
   local tenant, weight, estimate, popped, declared, func =
     string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func
+  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func, org
 end
 
 -- lib/serve.lua: the stride choice of a fair pop and serving it (its tenant's pass advances).
@@ -690,7 +705,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   if pop.runtime then
     local cost, declared, func = estimate(job_id, tenant)
     step = cost
-    redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
+    redis.call('HSET', charged, job_id, charge_entry(tenant, weight, cost, now_ms, declared, func, org, waiting))
     redis.call('HDEL', costs, job_id)
   end
   local next_pass
@@ -834,7 +849,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_609aab88ca2bedbc', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_88b9a7c887bc28d5', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

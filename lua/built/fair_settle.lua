@@ -304,16 +304,32 @@ local function keep_costs(job_id, declared, func)
 end
 
 -- A popped job's `charged` entry, "<tenant>|<weight>|<estimate>|<pop ms>|<declared>|<function>" (the pop
--- charged the tenant's pass estimate / weight; declared '' when the job declared no cost).
--- Returns tenant, weight, estimate, pop ms, declared (string), function.
+-- charged the tenant's pass estimate / weight; declared '' when the job declared no cost). A tenant of an org
+-- (`org`: its record's) has "!<org>|<org weight>|<1: its pass in its org was charged too, else 0>|" in front:
+-- the pop charges that pass unless the tenant is alone in its org or leaves it (`waiting`: its count before).
+local function charge_entry(tenant, weight, cost, now_ms, declared, func, org, waiting)
+  local value = table.concat({tenant, weight, cost, now_ms, declared, func}, '|')
+  if not org then return value end
+  local inner = not org.alone and waiting > 1
+  return '!' .. org.name .. '|' .. org.weight .. '|' .. (inner and '1' or '0') .. '|' .. value
+end
+
+-- Returns tenant, weight, estimate, pop ms, declared (string), function and the org ({name, weight, inner}),
+-- nil for a tenant without org.
 local function parse_charged(value)
+  local org = nil
+  if string.byte(value, 1) == 33 then  -- '!'
+    local name, org_weight, inner, rest = string.match(value, '^!([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    org, value = {name = name, weight = tonumber(org_weight) or 1, inner = inner == '1'}, rest
+  end
   local tenant, weight, estimate, popped, declared, func =
     string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func
+  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func, org
 end
 
 -- fair_settle.lua: charge="runtime": a popped job ended (or was found abandoned). Its pop charged the
--- tenant's pass an estimate / weight; replace that with the real cost: the measured run time, or the
+-- tenant's pass an estimate / weight (a tenant of an org: its org's pass estimate / org weight, and its pass in
+-- its org estimate / weight); replace that with the real cost: the measured run time, or the
 -- declared cost when the queue trusts declared costs. Also folds the measured time into the recent means
 -- the next pops estimate from. Sent in the worker's own after-job pipeline (no round trip of its own).
 -- include: fair_keys, time, stride, charge
@@ -334,7 +350,7 @@ local MAX_MEANS = 10000
 local value = redis.call('HGET', charged, job_id)
 if not value then return 0 end
 redis.call('HDEL', charged, job_id)
-local tenant, weight, estimate, popped, declared, func = parse_charged(value)
+local tenant, weight, estimate, popped, declared, func, org = parse_charged(value)
 
 local cost = measured or math.max(0, (now_ms - popped) / 1000)
 if trust and tonumber(declared) then cost = tonumber(declared) end
@@ -354,21 +370,48 @@ if measured then
   end
 end
 
-local delta = (cost - estimate) / weight
-if delta == 0 then return 1 end
-local pass = redis.call('ZSCORE', active, tenant)
-if pass then
-  redis.call('ZADD', active, tonumber(pass) + delta, tenant)
+-- An entry of `active` (a tenant without org, or an org's) owes `delta` more: its pass moves, active or kept.
+local function settle_entry(entry, delta)
+  local pass = redis.call('ZSCORE', active, entry)
+  if pass then
+    redis.call('ZADD', active, tonumber(pass) + delta, entry)
+    return
+  end
+  local last = redis.call('ZSCORE', kept, entry)
+  if last then
+    redis.call('ZADD', kept, tonumber(last) + delta, entry)
+  elseif delta > 0 then
+    -- Idle with a pass at or below the virtual time (no longer kept): it still owes the difference, counted
+    -- from the virtual time (an undercharge, by at most what its pass was below it, would let it gain). An
+    -- overcharge of an idle entry is dropped: idle entries bank nothing.
+    local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
+    stride_keep(entry, vtime + delta)  -- lib/orgs.lua: expires with the other kept passes while none is active
+  end
+end
+
+-- A tenant of org `name` owes `delta` more in its org: its pass there (its record's, and its member of `orgs`
+-- while it is in the set) moves. A tenant gone idle keeps no pass in its org (it returns at the org's min).
+local function settle_in_org(name, delta)
+  local h, t, stored, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+  if not (org and org.name == name and tonumber(org.pass)) then return end
+  local pass = math.max(0, tonumber(org.pass) + delta)
+  if org.on then
+    org_leave(org, tenant)
+    org_enter(org, tenant, pass)
+  else
+    org.pass = string.format(PASS_FORMAT, pass)
+  end
+  redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, stored, n, org))
+end
+
+local excess = cost - estimate
+if excess == 0 then return 1 end
+if not org then
+  settle_entry(tenant, excess / weight)
   return 1
 end
-local last = redis.call('ZSCORE', kept, tenant)
-if last then
-  redis.call('ZADD', kept, tonumber(last) + delta, tenant)
-elseif delta > 0 then
-  -- Idle with a pass at or below the virtual time (no longer kept): it still owes the difference, counted
-  -- from the virtual time (an undercharge, by at most what its pass was below it, would let it gain). An
-  -- overcharge of an idle tenant is dropped: idle tenants bank nothing.
-  local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
-  stride_keep(tenant, vtime + delta)  -- lib/stride.lua: expires with the other kept passes while none is active
-end
+-- A tenant of an org: its org's pass moves by the difference / the org's weight, and its pass inside its org
+-- by the difference / its weight when the pop charged that one too.
+settle_entry(ORG .. org.name, excess / org.weight)
+if org.inner then settle_in_org(org.name, excess / weight) end
 return 1

@@ -195,10 +195,21 @@ end
 local function keep_costs(job_id, declared, func)
 if func ~= '' or declared ~= '' then redis.call('HSET', costs, job_id, declared .. '|' .. func) end
 end
+local function charge_entry(tenant, weight, cost, now_ms, declared, func, org, waiting)
+local value = table.concat({tenant, weight, cost, now_ms, declared, func}, '|')
+if not org then return value end
+local inner = not org.alone and waiting > 1
+return '!' .. org.name .. '|' .. org.weight .. '|' .. (inner and '1' or '0') .. '|' .. value
+end
 local function parse_charged(value)
+local org = nil
+if string.byte(value, 1) == 33 then  -- '!'
+local name, org_weight, inner, rest = string.match(value, '^!([^|]*)|([^|]*)|([^|]*)|(.*)$')
+org, value = {name = name, weight = tonumber(org_weight) or 1, inner = inner == '1'}, rest
+end
 local tenant, weight, estimate, popped, declared, func =
 string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func
+return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func, org
 end
 bind_keys()
 local now_ms = clock_ms(ARGV[1])
@@ -208,7 +219,7 @@ local MAX_MEANS = 10000
 local value = redis.call('HGET', charged, job_id)
 if not value then return 0 end
 redis.call('HDEL', charged, job_id)
-local tenant, weight, estimate, popped, declared, func = parse_charged(value)
+local tenant, weight, estimate, popped, declared, func, org = parse_charged(value)
 local cost = measured or math.max(0, (now_ms - popped) / 1000)
 if trust and tonumber(declared) then cost = tonumber(declared) end
 if measured then
@@ -224,18 +235,38 @@ if string.sub(field, 1, 2) ~= '*|' then redis.call('HDEL', runtimes, field) end
 end
 end
 end
-local delta = (cost - estimate) / weight
-if delta == 0 then return 1 end
-local pass = redis.call('ZSCORE', active, tenant)
+local function settle_entry(entry, delta)
+local pass = redis.call('ZSCORE', active, entry)
 if pass then
-redis.call('ZADD', active, tonumber(pass) + delta, tenant)
-return 1
+redis.call('ZADD', active, tonumber(pass) + delta, entry)
+return
 end
-local last = redis.call('ZSCORE', kept, tenant)
+local last = redis.call('ZSCORE', kept, entry)
 if last then
-redis.call('ZADD', kept, tonumber(last) + delta, tenant)
+redis.call('ZADD', kept, tonumber(last) + delta, entry)
 elseif delta > 0 then
 local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
-stride_keep(tenant, vtime + delta)  -- lib/stride.lua: expires with the other kept passes while none is active
+stride_keep(entry, vtime + delta)  -- lib/orgs.lua: expires with the other kept passes while none is active
 end
+end
+local function settle_in_org(name, delta)
+local h, t, stored, n, org = parse_tenant(redis.call('HGET', state, tenant_field(tenant)))
+if not (org and org.name == name and tonumber(org.pass)) then return end
+local pass = math.max(0, tonumber(org.pass) + delta)
+if org.on then
+org_leave(org, tenant)
+org_enter(org, tenant, pass)
+else
+org.pass = string.format(PASS_FORMAT, pass)
+end
+redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, stored, n, org))
+end
+local excess = cost - estimate
+if excess == 0 then return 1 end
+if not org then
+settle_entry(tenant, excess / weight)
+return 1
+end
+settle_entry(ORG .. org.name, excess / org.weight)
+if org.inner then settle_in_org(org.name, excess / weight) end
 return 1

@@ -10,10 +10,25 @@ local function keep_costs(job_id, declared, func)
 end
 
 -- A popped job's `charged` entry, "<tenant>|<weight>|<estimate>|<pop ms>|<declared>|<function>" (the pop
--- charged the tenant's pass estimate / weight; declared '' when the job declared no cost).
--- Returns tenant, weight, estimate, pop ms, declared (string), function.
+-- charged the tenant's pass estimate / weight; declared '' when the job declared no cost). A tenant of an org
+-- (`org`: its record's) has "!<org>|<org weight>|<1: its pass in its org was charged too, else 0>|" in front:
+-- the pop charges that pass unless the tenant is alone in its org or leaves it (`waiting`: its count before).
+local function charge_entry(tenant, weight, cost, now_ms, declared, func, org, waiting)
+  local value = table.concat({tenant, weight, cost, now_ms, declared, func}, '|')
+  if not org then return value end
+  local inner = not org.alone and waiting > 1
+  return '!' .. org.name .. '|' .. org.weight .. '|' .. (inner and '1' or '0') .. '|' .. value
+end
+
+-- Returns tenant, weight, estimate, pop ms, declared (string), function and the org ({name, weight, inner}),
+-- nil for a tenant without org.
 local function parse_charged(value)
+  local org = nil
+  if string.byte(value, 1) == 33 then  -- '!'
+    local name, org_weight, inner, rest = string.match(value, '^!([^|]*)|([^|]*)|([^|]*)|(.*)$')
+    org, value = {name = name, weight = tonumber(org_weight) or 1, inner = inner == '1'}, rest
+  end
   local tenant, weight, estimate, popped, declared, func =
     string.match(value, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)|([^|]*)|(.*)$')
-  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func
+  return tenant, tonumber(weight), tonumber(estimate), tonumber(popped), declared, func, org
 end

@@ -77,7 +77,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   if pop.runtime then
     local cost, declared, func = estimate(job_id, tenant)
     step = cost
-    redis.call('HSET', charged, job_id, table.concat({tenant, weight, cost, now_ms, declared, func}, '|'))
+    redis.call('HSET', charged, job_id, charge_entry(tenant, weight, cost, now_ms, declared, func, org, waiting))
     redis.call('HDEL', costs, job_id)
   end
   local next_pass

@@ -117,7 +117,7 @@
         esc(row.tenant) + '" title="why are this tenant\'s jobs slow?">why</a>';
     }
     return '<tr data-tenant="' + esc(row.tenant) + '"' + (other ? ' class="other"' : "") + ">" +
-      cell("tenant", row.tenant, name) + (s.tiers_named || other ? cell("tier", row.tier, esc(row.tier || "—")) :
+      cell("tenant", row.tenant, name) + orgCell(row, s, other) + (s.tiers_named || other ? cell("tier", row.tier, esc(row.tier || "—")) :
         cell("tier", row.tier, '<span class="muted">—</span>', "no tiers in the settings: every tenant has the " +
           "built-in default tier, " + row.tier)) +
       cell("waiting num", row.waiting_total, count(row.waiting_total), perQueue) +
@@ -130,6 +130,39 @@
       cell("wait-60m num", row.wait_60m.p95, wait(row.wait_60m.p50) + " · " + wait(row.wait_60m.p95),
         count(row.wait_60m.starts) + " starts") +
       cell("share", row.share_5m, shareBar(row)) + "</tr>";
+  }
+
+  // Organisations (fair_org): a column in the tenants table and a table of their own, both only while an org waits.
+  function hasOrgs(s) { return (s.orgs || []).length > 0; }
+  function orgCell(row, s, other) {
+    if (!hasOrgs(s)) return "";
+    if (other || !known(row.org)) return cell("org", null, '<span class="muted">—</span>',
+      other ? "" : "no organisation: the tenant is its own");
+    return cell("org", row.org, '<span class="org-name">' + esc(row.org) + '</span> <span class="muted">· ' +
+      pct(row.org_share) + "</span>", "its organisation and that org's fair share");
+  }
+  function renderOrgs(s) {
+    var show = hasOrgs(s);
+    document.getElementById("org-col").hidden = !show;
+    document.getElementById("orgs-panel").hidden = !show;
+    if (!show) return;
+    var rows = s.orgs.concat(s.other_orgs ? [s.other_orgs] : []).map(function (o) {
+      var other = !o.key;
+      var perQueue = Object.keys(o.waiting).map(function (q) { return q + ": " + o.waiting[q]; }).join("\n");
+      var names = other ? '<span class="muted">every other org</span>' : o.tenants.map(function (t) {
+        return '<span class="badge tenant">' + esc(t) + "</span>";
+      }).join(" ") + (o.tenants_waiting > o.tenants.length ?
+        ' <span class="muted">+' + (o.tenants_waiting - o.tenants.length) + " more</span>" : "");
+      return '<tr data-org="' + esc(o.org) + '"' + (other ? ' class="other"' : "") + ">" +
+        cell("org", o.org, other ? "<em>" + esc(o.org) + "</em>" : '<span class="name">' + esc(o.org) + "</span>") +
+        cell("num", o.weight, known(o.weight) ? esc(o.weight) : "—") +
+        cell("num fair-share", o.fair_share, pct(o.fair_share)) +
+        cell("num", o.tenants_waiting, count(o.tenants_waiting)) +
+        cell("num", o.waiting_total, count(o.waiting_total), perQueue) +
+        cell("num", o.parked, count(o.parked)) + cell("org-tenants", null, names) + "</tr>";
+    });
+    fill("orgs", rows, "no organisation has jobs waiting");
+    document.getElementById("orgs-note").textContent = "top " + s.top_n + " by jobs waiting in fair queues";
   }
 
   function renderTenants(s) {
@@ -256,6 +289,7 @@
   function render(s) {
     renderCards(s);
     renderTenants(s);
+    renderOrgs(s);
     renderQueues(s);
     renderChart(s);
     renderCounters(s);
