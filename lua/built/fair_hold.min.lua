@@ -202,15 +202,19 @@ if #first == 0 then return -1 end
 return tonumber(first[2])
 end
 local function wake_one()
-redis.call('RPUSH', wake, '1')
-redis.call('LTRIM', wake, -WAKE_CAP, -1)
+if redis.call('RPUSH', wake, '1') > WAKE_CAP then redis.call('LTRIM', wake, -WAKE_CAP / 2, -1) end
 end
 local function forgotten(tenant)
-return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
-and not redis.call('ZSCORE', parked, tenant)
+if has_waiting(tenant) then return false end
+local held = redis.call('HGET', claimed, tenant)
+if held and tonumber(held) > 0 then return false end
+return not redis.call('ZSCORE', parked, tenant), held ~= false
 end
 local function forget(tenant)
-if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+local gone, counted = forgotten(tenant)
+if not gone then return end
+redis.call('HDEL', limits, tenant, tenant .. '|r')
+if counted then redis.call('HDEL', claimed, tenant) end
 end
 local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report that wrote it
 local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
@@ -243,8 +247,10 @@ if first < 0 or until_ms < first then wake_one() end
 end
 local function unclaim(tenant, job_id)
 if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
-if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
-return true
+local left = redis.call('HINCRBY', claimed, tenant, -1)
+if left >= 0 then return left end
+redis.call('HDEL', claimed, tenant)  -- below 0 (a count lost): back to none
+return 0
 end
 local function learn_limit(tenant, limit)
 local n = tonumber(limit)

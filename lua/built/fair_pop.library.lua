@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_e3a5cef4c30d26ad
+#!lua name=fair_router_fair_pop_5a5a75490013d119
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -309,8 +309,8 @@ end
 -- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
 -- only parked tenants' jobs wait on it).
 local function wake_one()
-  redis.call('RPUSH', wake, '1')
-  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+  -- past the cap, trimmed to half of it: one LTRIM per WAKE_CAP / 2 wake-ups while nobody takes them
+  if redis.call('RPUSH', wake, '1') > WAKE_CAP then redis.call('LTRIM', wake, -WAKE_CAP / 2, -1) end
 end
 
 -- lib/members.lua: rq's list and the fair queue's members, the invariant every fair_*.lua script keeps.
@@ -364,15 +364,20 @@ end
 -- include: fair_keys, stride
 
 -- Whether `tenant` has nothing here: no job waiting, no claim (a job of its handed out and not released),
--- no park.
+-- no park. The second result: its claim count is there at 0 (lib/claims.lua unclaim leaves it).
 local function forgotten(tenant)
-  return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
-    and not redis.call('ZSCORE', parked, tenant)
+  if has_waiting(tenant) then return false end
+  local held = redis.call('HGET', claimed, tenant)
+  if held and tonumber(held) > 0 then return false end
+  return not redis.call('ZSCORE', parked, tenant), held ~= false
 end
 
--- `tenant` may have gone idle: when it has nothing here, its limit and pace go.
+-- `tenant` may have gone idle: when it has nothing here, its limit, pace and claim count (0) go.
 local function forget(tenant)
-  if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+  local gone, counted = forgotten(tenant)
+  if not gone then return end
+  redis.call('HDEL', limits, tenant, tenant .. '|r')
+  if counted then redis.call('HDEL', claimed, tenant) end
 end
 
 -- lib/fifo.lua: each tenant's FIFO of waiting members: a job's place, its entry and its leaving. The FIFO's
@@ -562,11 +567,15 @@ local function park_paced(tenant, until_ms)
   if first < 0 or until_ms < first then wake_one() end
 end
 
--- A claim ends (released, refused, expired). Returns true when `job_id` held one here.
+-- A claim ends (released, refused, expired). Returns false when `job_id` held none here, else how many claims
+-- `tenant` holds here now (a number, true in Lua even when 0). A count back at 0 stays (one command less per
+-- release; a claim counts up from it) until the tenant is forgotten (lib/forget.lua drops it with its limit).
 local function unclaim(tenant, job_id)
   if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
-  if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
-  return true
+  local left = redis.call('HINCRBY', claimed, tenant, -1)
+  if left >= 0 then return left end
+  redis.call('HDEL', claimed, tenant)  -- below 0 (a count lost): back to none
+  return 0
 end
 
 -- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
@@ -855,7 +864,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_e3a5cef4c30d26ad', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_5a5a75490013d119', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

@@ -307,8 +307,8 @@ end
 -- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
 -- only parked tenants' jobs wait on it).
 local function wake_one()
-  redis.call('RPUSH', wake, '1')
-  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+  -- past the cap, trimmed to half of it: one LTRIM per WAKE_CAP / 2 wake-ups while nobody takes them
+  if redis.call('RPUSH', wake, '1') > WAKE_CAP then redis.call('LTRIM', wake, -WAKE_CAP / 2, -1) end
 end
 
 -- lib/charge.lua: charge="runtime" (FairQueue docstring): `costs` holds what a waiting member's pop needs

@@ -202,8 +202,7 @@ if #first == 0 then return -1 end
 return tonumber(first[2])
 end
 local function wake_one()
-redis.call('RPUSH', wake, '1')
-redis.call('LTRIM', wake, -WAKE_CAP, -1)
+if redis.call('RPUSH', wake, '1') > WAKE_CAP then redis.call('LTRIM', wake, -WAKE_CAP / 2, -1) end
 end
 local function keep_costs(job_id, declared, func)
 if func ~= '' or declared ~= '' then redis.call('HSET', costs, job_id, declared .. '|' .. func) end

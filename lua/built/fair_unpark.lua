@@ -307,8 +307,8 @@ end
 -- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
 -- only parked tenants' jobs wait on it).
 local function wake_one()
-  redis.call('RPUSH', wake, '1')
-  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+  -- past the cap, trimmed to half of it: one LTRIM per WAKE_CAP / 2 wake-ups while nobody takes them
+  if redis.call('RPUSH', wake, '1') > WAKE_CAP then redis.call('LTRIM', wake, -WAKE_CAP / 2, -1) end
 end
 
 -- lib/forget.lua: a fair queue's state stays bounded by the tenants active, not by every tenant ever seen.
@@ -320,15 +320,20 @@ end
 -- include: fair_keys, stride
 
 -- Whether `tenant` has nothing here: no job waiting, no claim (a job of its handed out and not released),
--- no park.
+-- no park. The second result: its claim count is there at 0 (lib/claims.lua unclaim leaves it).
 local function forgotten(tenant)
-  return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
-    and not redis.call('ZSCORE', parked, tenant)
+  if has_waiting(tenant) then return false end
+  local held = redis.call('HGET', claimed, tenant)
+  if held and tonumber(held) > 0 then return false end
+  return not redis.call('ZSCORE', parked, tenant), held ~= false
 end
 
--- `tenant` may have gone idle: when it has nothing here, its limit and pace go.
+-- `tenant` may have gone idle: when it has nothing here, its limit, pace and claim count (0) go.
 local function forget(tenant)
-  if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+  local gone, counted = forgotten(tenant)
+  if not gone then return end
+  redis.call('HDEL', limits, tenant, tenant .. '|r')
+  if counted then redis.call('HDEL', claimed, tenant) end
 end
 
 -- lib/claims.lua: a mirror, on the fair queue's own cluster slot, of its limited tenants' concurrency slots,
@@ -386,11 +391,15 @@ local function park_paced(tenant, until_ms)
   if first < 0 or until_ms < first then wake_one() end
 end
 
--- A claim ends (released, refused, expired). Returns true when `job_id` held one here.
+-- A claim ends (released, refused, expired). Returns false when `job_id` held none here, else how many claims
+-- `tenant` holds here now (a number, true in Lua even when 0). A count back at 0 stays (one command less per
+-- release; a claim counts up from it) until the tenant is forgotten (lib/forget.lua drops it with its limit).
 local function unclaim(tenant, job_id)
   if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
-  if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
-  return true
+  local left = redis.call('HINCRBY', claimed, tenant, -1)
+  if left >= 0 then return left end
+  redis.call('HDEL', claimed, tenant)  -- below 0 (a count lost): back to none
+  return 0
 end
 
 -- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.
@@ -428,26 +437,57 @@ end
 -- fair_unpark.lua: one of a tenant's concurrency slots was released (or a pause ended). Its claim here
 -- ends (lib/claims.lua) and, if it has jobs or had that claim here, its limit is learnt; below that limit
 -- the tenant is eligible again in this queue and one worker blocked while only parked tenants' jobs waited
--- is woken.
+-- is woken. Claims past their expiry are swept by about one release in SWEEP_EVERY (those whose job id's last
+-- byte is a multiple of it) and by the pops once a park is due (fair_pop.lua).
 -- include: fair_keys, time, stride, claims, forget
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     tenant (encoded), job_id (the job that released the slot, '' = none), limit (the tenant's
 --          concurrency limit, 0 = none, '' = not known to the caller), now_ms ('' = server TIME)
 -- Returns  1 if the tenant has jobs waiting here and may be served, else 0.
+local SWEEP_EVERY = 4
 bind_keys()
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
 
-local waiting = has_waiting(tenant)
-local here, known = waiting, nil
+-- A park's end activates `tenant` (lib/stride.lua activate): without an org, as lib/orgs.lua activate_entry
+-- does, with the virtual time read with its record and one ZADD NX in place of its ZSCORE of `active`.
+local function reenter(tenant, record, vtime)
+  if select(5, parse_tenant(record)) then return activate(tenant, record) end
+  local start = tonumber(vtime or '0')
+  local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+  if last and last > start then start = last end
+  if redis.call('ZADD', active, 'NX', start, tenant) == 0 then return end  -- active already
+  if last then redis.call('ZREM', kept, tenant) end
+  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire
+end
+
+-- its record and the virtual time, read once: whether it has jobs waiting here, and what a park's end activates
+local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime')
+local record = read[1]
+local here, known, held = record ~= false, nil, nil
 if job_id ~= '' then
-  here = unclaim(tenant, job_id) or here
-  sweep_claims(clock_ms(ARGV[4] or ''))
+  held = unclaim(tenant, job_id)  -- the claims it holds here now, false when this job held none
+  here = held or here
+  if string.byte(job_id, -1) % SWEEP_EVERY == 0 then
+    sweep_claims(clock_ms(ARGV[4] or ''))
+    held = nil  -- the sweep may have ended more of its claims: read them again
+  end
 end
 if here then known = learn_limit(tenant, limit) end
-if not under_limit(tenant, known) or not end_park(tenant) then
-  -- nothing waiting, claimed or parked here: its limit goes (lib/forget.lua); with jobs waiting it stays
-  if not waiting then forget(tenant) end
-  return 0
+
+-- below its limit: the claims unclaim() left (not read again), else under_limit's read
+local below
+if held then
+  local bound = known or tonumber(redis.call('HGET', limits, tenant) or '')
+  below = not bound or bound == 0 or held < bound
+else
+  below = under_limit(tenant, known)
 end
-wake_one()
-return 1
+-- its park ends (lib/stride.lua end_park, with the record read above)
+if below and redis.call('ZREM', parked, tenant) == 1 and record then
+  reenter(tenant, record, read[2])
+  wake_one()
+  return 1
+end
+-- nothing waiting, claimed or parked here: its limit goes (lib/forget.lua); with jobs waiting it stays
+if not record then forget(tenant) end
+return 0

@@ -202,15 +202,19 @@ if #first == 0 then return -1 end
 return tonumber(first[2])
 end
 local function wake_one()
-redis.call('RPUSH', wake, '1')
-redis.call('LTRIM', wake, -WAKE_CAP, -1)
+if redis.call('RPUSH', wake, '1') > WAKE_CAP then redis.call('LTRIM', wake, -WAKE_CAP / 2, -1) end
 end
 local function forgotten(tenant)
-return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
-and not redis.call('ZSCORE', parked, tenant)
+if has_waiting(tenant) then return false end
+local held = redis.call('HGET', claimed, tenant)
+if held and tonumber(held) > 0 then return false end
+return not redis.call('ZSCORE', parked, tenant), held ~= false
 end
 local function forget(tenant)
-if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+local gone, counted = forgotten(tenant)
+if not gone then return end
+redis.call('HDEL', limits, tenant, tenant .. '|r')
+if counted then redis.call('HDEL', claimed, tenant) end
 end
 local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report that wrote it
 local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
@@ -243,8 +247,10 @@ if first < 0 or until_ms < first then wake_one() end
 end
 local function unclaim(tenant, job_id)
 if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
-if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
-return true
+local left = redis.call('HINCRBY', claimed, tenant, -1)
+if left >= 0 then return left end
+redis.call('HDEL', claimed, tenant)  -- below 0 (a count lost): back to none
+return 0
 end
 local function learn_limit(tenant, limit)
 local n = tonumber(limit)
@@ -269,18 +275,41 @@ unclaim(tenant, job_id)
 forget(tenant)  -- lib/forget.lua: its last claim expired with nothing waiting: its limit goes
 end
 end
+local SWEEP_EVERY = 4
 bind_keys()
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
-local waiting = has_waiting(tenant)
-local here, known = waiting, nil
+local function reenter(tenant, record, vtime)
+if select(5, parse_tenant(record)) then return activate(tenant, record) end
+local start = tonumber(vtime or '0')
+local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
+if last and last > start then start = last end
+if redis.call('ZADD', active, 'NX', start, tenant) == 0 then return end  -- active already
+if last then redis.call('ZREM', kept, tenant) end
+redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire
+end
+local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime')
+local record = read[1]
+local here, known, held = record ~= false, nil, nil
 if job_id ~= '' then
-here = unclaim(tenant, job_id) or here
+held = unclaim(tenant, job_id)  -- the claims it holds here now, false when this job held none
+here = held or here
+if string.byte(job_id, -1) % SWEEP_EVERY == 0 then
 sweep_claims(clock_ms(ARGV[4] or ''))
+held = nil  -- the sweep may have ended more of its claims: read them again
+end
 end
 if here then known = learn_limit(tenant, limit) end
-if not under_limit(tenant, known) or not end_park(tenant) then
-if not waiting then forget(tenant) end
-return 0
+local below
+if held then
+local bound = known or tonumber(redis.call('HGET', limits, tenant) or '')
+below = not bound or bound == 0 or held < bound
+else
+below = under_limit(tenant, known)
 end
+if below and redis.call('ZREM', parked, tenant) == 1 and record then
+reenter(tenant, record, read[2])
 wake_one()
 return 1
+end
+if not record then forget(tenant) end
+return 0

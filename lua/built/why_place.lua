@@ -307,8 +307,8 @@ end
 -- Wake one worker blocked on this queue's wake list (workers block there instead of on rq's list while
 -- only parked tenants' jobs wait on it).
 local function wake_one()
-  redis.call('RPUSH', wake, '1')
-  redis.call('LTRIM', wake, -WAKE_CAP, -1)
+  -- past the cap, trimmed to half of it: one LTRIM per WAKE_CAP / 2 wake-ups while nobody takes them
+  if redis.call('RPUSH', wake, '1') > WAKE_CAP then redis.call('LTRIM', wake, -WAKE_CAP / 2, -1) end
 end
 
 -- lib/members.lua: rq's list and the fair queue's members, the invariant every fair_*.lua script keeps.
@@ -362,15 +362,20 @@ end
 -- include: fair_keys, stride
 
 -- Whether `tenant` has nothing here: no job waiting, no claim (a job of its handed out and not released),
--- no park.
+-- no park. The second result: its claim count is there at 0 (lib/claims.lua unclaim leaves it).
 local function forgotten(tenant)
-  return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
-    and not redis.call('ZSCORE', parked, tenant)
+  if has_waiting(tenant) then return false end
+  local held = redis.call('HGET', claimed, tenant)
+  if held and tonumber(held) > 0 then return false end
+  return not redis.call('ZSCORE', parked, tenant), held ~= false
 end
 
--- `tenant` may have gone idle: when it has nothing here, its limit and pace go.
+-- `tenant` may have gone idle: when it has nothing here, its limit, pace and claim count (0) go.
 local function forget(tenant)
-  if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+  local gone, counted = forgotten(tenant)
+  if not gone then return end
+  redis.call('HDEL', limits, tenant, tenant .. '|r')
+  if counted then redis.call('HDEL', claimed, tenant) end
 end
 
 -- lib/fifo.lua: each tenant's FIFO of waiting members: a job's place, its entry and its leaving. The FIFO's

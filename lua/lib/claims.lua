@@ -53,11 +53,15 @@ local function park_paced(tenant, until_ms)
   if first < 0 or until_ms < first then wake_one() end
 end
 
--- A claim ends (released, refused, expired). Returns true when `job_id` held one here.
+-- A claim ends (released, refused, expired). Returns false when `job_id` held none here, else how many claims
+-- `tenant` holds here now (a number, true in Lua even when 0). A count back at 0 stays (one command less per
+-- release; a claim counts up from it) until the tenant is forgotten (lib/forget.lua drops it with its limit).
 local function unclaim(tenant, job_id)
   if redis.call('ZREM', claims, tenant .. '|' .. job_id) == 0 then return false end
-  if redis.call('HINCRBY', claimed, tenant, -1) <= 0 then redis.call('HDEL', claimed, tenant) end
-  return true
+  local left = redis.call('HINCRBY', claimed, tenant, -1)
+  if left >= 0 then return left end
+  redis.call('HDEL', claimed, tenant)  -- below 0 (a count lost): back to none
+  return 0
 end
 
 -- Record `tenant`'s limit as a worker reported it: '' = not known to the caller (unchanged), 0 = none.

@@ -7,13 +7,18 @@
 -- include: fair_keys, stride
 
 -- Whether `tenant` has nothing here: no job waiting, no claim (a job of its handed out and not released),
--- no park.
+-- no park. The second result: its claim count is there at 0 (lib/claims.lua unclaim leaves it).
 local function forgotten(tenant)
-  return not has_waiting(tenant) and redis.call('HEXISTS', claimed, tenant) == 0
-    and not redis.call('ZSCORE', parked, tenant)
+  if has_waiting(tenant) then return false end
+  local held = redis.call('HGET', claimed, tenant)
+  if held and tonumber(held) > 0 then return false end
+  return not redis.call('ZSCORE', parked, tenant), held ~= false
 end
 
--- `tenant` may have gone idle: when it has nothing here, its limit and pace go.
+-- `tenant` may have gone idle: when it has nothing here, its limit, pace and claim count (0) go.
 local function forget(tenant)
-  if forgotten(tenant) then redis.call('HDEL', limits, tenant, tenant .. '|r') end
+  local gone, counted = forgotten(tenant)
+  if not gone then return end
+  redis.call('HDEL', limits, tenant, tenant .. '|r')
+  if counted then redis.call('HDEL', claimed, tenant) end
 end

@@ -1,0 +1,60 @@
+"""What a release's unpark (lua/fair_unpark.lua) costs the fair queue's Redis, counted by the server (INFO
+commandstats: the commands the script runs, each by name), and when it sweeps expired claims. Never a time."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import fair_jobs
+from redis import Redis
+
+from fair_router import FairQueue, Settings
+
+PREFIX = "unpark"
+
+
+def script_commands(conn: Redis) -> dict[str, int]:
+    """Calls per command since the last CONFIG RESETSTAT, but the script calls themselves, CONFIG and INFO."""
+    stats = cast(dict[str, dict[str, Any]], conn.info("commandstats"))
+    return {name.removeprefix("cmdstat_"): int(value["calls"]) for name, value in stats.items()
+            if not name.startswith(("cmdstat_config", "cmdstat_info", "cmdstat_eval", "cmdstat_script"))}
+
+
+def test_a_release_that_ends_a_park_at_the_limit_runs_ten_commands(conn: Redis) -> None:
+    """The tenant's record and the virtual time in one read, its claim ended (the count it leaves decides), its
+    limit checked, its park ended, its pass back in `active`, one worker woken: 10 commands (18 before: a read of
+    the record, then of the claim count, a sweep of expired claims with its TIME at every release, an HDEL of a
+    count back at 0, a ZSCORE of `active` before the activation and an LTRIM after every wake-up)."""
+    queue = FairQueue("limited", connection=conn, settings=Settings(prefix=PREFIX))
+    jobs = [queue.enqueue(fair_jobs.log, "hog", i, fair_tenant="hog", job_id=f"hog-{i}1").id for i in range(3)]
+    assert queue.unpark("hog", limit=1) == 0  # a release reports its limit while its jobs wait: learnt
+    assert queue.pop_job_id() == jobs[0]  # claimed, at its limit: parked
+    assert conn.zscore(queue.fair_keys.parked, "hog") is not None
+    conn.config_resetstat()
+    assert queue.unpark("hog", job_id=jobs[0], limit=1) == 1  # its park ends: it may be served again
+    assert script_commands(conn) == {"hmget": 1, "zrem": 3, "hincrby": 1, "hget": 1, "zscore": 1, "zadd": 1,
+                                     "persist": 1, "rpush": 1}
+    assert conn.zscore(queue.fair_keys.parked, "hog") is None
+    assert conn.zscore(queue.fair_keys.active, "hog") is not None
+    assert conn.hget(queue.fair_keys.claimed, "hog") == b"0"  # back at 0: kept while the tenant is here
+    assert queue.pop_job_id() == jobs[1]  # served again, and parked again at its limit
+    assert conn.hget(queue.fair_keys.claimed, "hog") == b"1"
+
+
+def test_expired_claims_are_swept_by_one_release_in_four(conn: Redis) -> None:
+    """A dead worker's claim (never released) outlives its expiry until a release whose job id ends in a byte that
+    is a multiple of 4 sweeps it (or a pop once a park is due); then its tenant, with nothing here, is forgotten."""
+    now = [1_000_000.0]
+    queue = FairQueue("swept", connection=conn, settings=Settings(prefix=PREFIX), clock=lambda: now[0])
+    dead = queue.enqueue(fair_jobs.log, "dead", 0, fair_tenant="dead", job_id="dead-01").id
+    live = [queue.enqueue(fair_jobs.log, "live", i, fair_tenant="live", job_id=f"live-{i}").id for i in (1, 4)]
+    assert queue.unpark("dead", limit=2) == 0 and queue.unpark("live", limit=2) == 0  # limits learnt
+    assert {queue.pop_job_id() for _ in range(3)} == {dead, *live}  # all claimed, none at its limit
+    assert conn.zcard(queue.fair_keys.claims) == 3
+    now[0] += 24 * 3600  # every claim past its expiry
+    assert queue.unpark("live", job_id=live[0], limit=2) == 0  # "1": no sweep
+    assert conn.zrange(queue.fair_keys.claims, 0, -1) == [b"dead|dead-01", b"live|live-4"]
+    assert conn.hget(queue.fair_keys.limits, "dead") == b"2"
+    assert queue.unpark("live", job_id=live[1], limit=2) == 0  # "4": swept
+    assert conn.zcard(queue.fair_keys.claims) == 0
+    assert conn.hgetall(queue.fair_keys.limits) == {} and conn.hgetall(queue.fair_keys.claimed) == {}
