@@ -75,3 +75,23 @@ def test_without_orgs_there_are_no_org_figures(conn: Redis, isolated_settings: N
     data = create_app(settings, conn).test_client().get("/api/snapshot").get_json()
     assert data["orgs"] == [] and data["other_orgs"] is None and data["tenants"][0]["org"] is None
     assert "fair_router_org_waiting" not in metric_samples(conn, settings)
+
+
+def test_a_tenants_running_jobs_under_its_org_count_in_its_row(conn: Redis, isolated_settings: None) -> None:
+    """With limits on, a tenant's slots for its jobs under an org are under the org's tag: its row counts them."""
+    from fair_router.config.settings import ConcurrencyConfig
+    from fair_router.controls.tiers import TierBook
+    from fair_router.core.keys import Keys
+    from fair_router.workers.limiter import ConcurrencyLimiter
+
+    settings = Settings(prefix=PREFIX, fair_queues=["fq"], queues={"fq": 1},
+                        concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60))
+    queue = FairQueue("fq", connection=conn, settings=settings)
+    queue.enqueue(noop, fair_tenant="a0", fair_org="A")
+    queue.enqueue(noop, fair_tenant="b0", fair_org="B")
+    keys = Keys(PREFIX)
+    slots = ConcurrencyLimiter(conn, keys, TierBook(conn, keys), settings.concurrency)
+    assert slots.acquire("a0", "running-elsewhere", org="A") is not None
+    data = create_app(settings, conn).test_client().get("/api/snapshot").get_json()
+    rows = {row["tenant"]: row for row in data["tenants"]}
+    assert rows["a0"]["running"] == 1 and rows["b0"]["running"] == 0, rows

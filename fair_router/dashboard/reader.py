@@ -142,6 +142,8 @@ class SnapshotReader:
                 row.fair_share = fair_weights[row.key] / sum(fair_weights.values())
         orgs = org_figures(every, n, display_name)  # with orgs, fair shares have two levels (dashboard/orgread.py)
         orgs.apply(top, display_name)
+        if limits_on:
+            self._add_org_slots(top, orgs.tenant_org, now)
         total_running = sum(queue.running for queue in queues)
         other_row = _rest(everyone_row, all_fields, records[:n], now, waiting, total_running if limits_on else None)
         capped = _window(_ints(other), int(now // 60), 5).count
@@ -210,6 +212,19 @@ class SnapshotReader:
             row.parked = [queue for queue, tenants in parked.items() if key in tenants]
             rows.append((row, fields))
         return rows
+
+    def _add_org_slots(self, rows: list[TenantView], tenant_org: dict[str, str], now: float) -> None:
+        """A tenant's slots for its jobs under an org are under the org's tag (:meth:`Keys.lease_base`): counted too."""
+        asks = [(row, unquote(tenant_org[row.key])) for row in rows
+                if row.key in tenant_org and not tenant_org[row.key].startswith("#")]
+        if not asks:
+            return
+        with self.connection.pipeline(transaction=False) as pipe:
+            for row, org in asks:
+                pipe.zcount(self.keys.leases_of(row.key, org), now * 1000, "+inf")
+            replies = pipe.execute()
+        for (row, _), count in zip(asks, replies, strict=True):
+            row.running = (row.running or 0) + int(count)
 
     def _tier(self, raw: str, key: str, stored: Any) -> str:
         config = self.settings.tiers
