@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_5a5a75490013d119
+#!lua name=fair_router_fair_pop_87c45e5db21f6dd2
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -263,20 +263,22 @@ local function stride_idle(tenant, pass, org, served)
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
--- before the first park end, so that a pop looks for parks to end only once one may be due.
-local function park_until(tenant, until_ms, later)
+-- before the first park end, so that a pop looks for parks to end only once one may be due. `due`: state.due
+-- when the caller read it already (false: none), nil: read it.
+local function park_until(tenant, until_ms, later, due)
   if later then
     redis.call('ZADD', parked, 'GT', until_ms, tenant)
   else
     redis.call('ZADD', parked, until_ms, tenant)
   end
-  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if due == nil then due = tonumber(redis.call('HGET', state, 'due') or '') end
   if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
 end
 
 -- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
--- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
-local function stride_hold(tenant, until_ms, step)
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return. `due`: as
+-- park_until's.
+local function stride_hold(tenant, until_ms, step, due)
   local pass = redis.call('ZSCORE', active, tenant)
   if pass then
     redis.call('ZREM', active, tenant)
@@ -286,7 +288,7 @@ local function stride_hold(tenant, until_ms, step)
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end
   end
-  park_until(tenant, until_ms, true)
+  park_until(tenant, until_ms, true, due)
 end
 
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
@@ -610,6 +612,26 @@ local function sweep_claims(now_ms)
   end
 end
 
+-- lib/estimate.lua: what a fair pop charges for a job before it has run (charge="runtime", lib/charge.lua).
+-- include: fair_keys
+local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
+
+-- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
+-- mean run time of its function for this tenant, else for any tenant, else of any job here. The pop
+-- cannot read rq's job hash (another cluster slot), so the push recorded the function in `costs`.
+-- Returns the estimate (seconds), the declared cost ('' if none) and the function.
+local function estimate(job_id, tenant)
+  local declared, func = '', ''
+  local info = redis.call('HGET', costs, job_id)
+  if info then declared, func = string.match(info, '^([^|]*)|(.*)$') end
+  local cost = tonumber(declared)
+  if not cost then
+    local known = redis.call('HMGET', runtimes, tenant .. '|' .. func, '*|' .. func, '*|*')
+    cost = tonumber(known[1]) or tonumber(known[2]) or tonumber(known[3]) or FIRST_ESTIMATE
+  end
+  return cost, declared, func
+end
+
 -- lib/charge.lua: charge="runtime" (FairQueue docstring): `costs` holds what a waiting member's pop needs
 -- to estimate its run time (its function, a declared cost), `charged` what a popped job was charged until
 -- fair_settle.lua replaces it with the real cost, `runtimes` the recent mean run times the estimates come
@@ -646,8 +668,7 @@ local function parse_charged(value)
 end
 
 -- lib/serve.lua: the stride choice of a fair pop and serving it (its tenant's pass advances).
--- include: fair_keys, stride, fifo, charge, claims, forget
-local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
+-- include: fair_keys, stride, fifo, charge, estimate, claims, forget
 
 -- The stride choice, not yet taken: the min-pass active entry's oldest job (an org's: its min-pass tenant's).
 -- `first`: {tenant, pass, record, job} of that tenant and the entry's pass when the caller read them already (job: the id at its FIFO head, false when that place is a hole, nil
@@ -692,27 +713,11 @@ local function serve_choose(first)
   end
 end
 
--- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
--- mean run time of its function for this tenant, else for any tenant, else of any job here. The pop
--- cannot read rq's job hash (another cluster slot), so the push recorded the function in `costs`.
--- Returns the estimate (seconds), the declared cost ('' if none) and the function.
-local function estimate(job_id, tenant)
-  local declared, func = '', ''
-  local info = redis.call('HGET', costs, job_id)
-  if info then declared, func = string.match(info, '^([^|]*)|(.*)$') end
-  local cost = tonumber(declared)
-  if not cost then
-    local known = redis.call('HMGET', runtimes, tenant .. '|' .. func, '*|' .. func, '*|*')
-    cost = tonumber(known[1]) or tonumber(known[2]) or tonumber(known[3]) or FIRST_ESTIMATE
-  end
-  return cost, declared, func
-end
-
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+-- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due.
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
 -- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
@@ -732,6 +737,10 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   -- drop them as it advances, so idle tenants leave no state behind.
   local pass_arg = pass == pop.top_pass and pop.top_text or pass
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
+  -- The claim first: a tenant that reaches its limit (or is paced) is parked at once, never written into
+  -- `active` to be read back and taken out again (state.due as the pop read it: pop.due).
+  redis.call('ZADD', inflight, pop.now_ms, job_id)
+  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
   if org then
     if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
@@ -745,19 +754,27 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end
+    if until_ms and waiting <= 1 then  -- not in `active` nor in its org's set, no record: no pass to move
+      park_until(tenant, until_ms, true, pop.due)
+    elseif until_ms then
+      stride_hold(tenant, until_ms, 0, pop.due)
+    end
   elseif waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
     stride_idle(tenant, next_pass, false, true)
+    if until_ms then park_until(tenant, until_ms, true, pop.due) end  -- not active, no record: no pass to move
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
-    redis.call('ZADD', active, next_pass, tenant)
+    if until_ms then  -- parked: it leaves `active`, its pass kept for its return (lib/stride.lua stride_hold)
+      redis.call('ZREM', active, tenant)
+      stride_keep(tenant, next_pass)
+      park_until(tenant, until_ms, true, pop.due)
+    else
+      redis.call('ZADD', active, next_pass, tenant)
+    end
   end
-  redis.call('ZADD', inflight, pop.now_ms, job_id)
-  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
-  if until_ms then
-    stride_hold(tenant, until_ms, 0)
-  elseif pop.limited and waiting <= 1 then
+  if not until_ms and pop.limited and waiting <= 1 then
     forget(tenant)  -- its last job, neither claimed nor parked: a limit of 0 or an old pace (lib/forget.lua)
   end
 end
@@ -864,14 +881,14 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_5a5a75490013d119', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_87c45e5db21f6dd2', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice
 -- (lib/serve.lua: the min-pass entry's oldest job, an org's entry standing for its min-pass tenant; ties go to
 -- the head entry's tenant), whose id the head entry then replaces on the list (LSET at its recorded position).
 -- O(log tenants + list length / node size). Parked tenants (limit, paused, rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, ties, stale
+-- include: fair_keys, time, stride, members, fifo, locate, claims, forget, estimate, serve, ties, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -905,15 +922,15 @@ if due and due <= now_ms then
   sweep_claims(now_ms)
   local next_due = first_park_end()
   if next_due < 0 then
-    redis.call('HDEL', state, 'due'); redis.call('DEL', wake)
+    redis.call('HDEL', state, 'due'); redis.call('DEL', wake); due = nil
   else
-    redis.call('HSET', state, 'due', next_due)
+    redis.call('HSET', state, 'due', next_due); due = next_due
   end
   top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1, due = due or false,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
 local entry = given ~= '' and given or redis.call('LPOP', rq_list)
 if not entry then

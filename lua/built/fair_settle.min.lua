@@ -168,16 +168,16 @@ redis.call('ZREM', active, tenant)
 if pass then stride_keep(tenant, pass) end
 end
 end
-local function park_until(tenant, until_ms, later)
+local function park_until(tenant, until_ms, later, due)
 if later then
 redis.call('ZADD', parked, 'GT', until_ms, tenant)
 else
 redis.call('ZADD', parked, until_ms, tenant)
 end
-local due = tonumber(redis.call('HGET', state, 'due') or '')
+if due == nil then due = tonumber(redis.call('HGET', state, 'due') or '') end
 if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
 end
-local function stride_hold(tenant, until_ms, step)
+local function stride_hold(tenant, until_ms, step, due)
 local pass = redis.call('ZSCORE', active, tenant)
 if pass then
 redis.call('ZREM', active, tenant)
@@ -187,7 +187,7 @@ elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), o
 local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
 if last then redis.call('ZADD', kept, last - step, tenant) end
 end
-park_until(tenant, until_ms, true)
+park_until(tenant, until_ms, true, due)
 end
 local function end_park(tenant)
 if redis.call('ZREM', parked, tenant) == 0 then return false end
