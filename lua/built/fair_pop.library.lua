@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_87c45e5db21f6dd2
+#!lua name=fair_router_fair_pop_c21b3823538bf72e
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -152,11 +152,11 @@ local function org_leave(org, tenant)
   org.on, org.member = false, nil
 end
 
--- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at
--- the pass it had when it went idle if that is later. Idle time earns nothing, and a tenant that just used its
--- turn cannot reset it by draining and refilling.
+-- (Re)activation of a top-level entry (a tenant without org, or an org not parked): it starts at the virtual time,
+-- or at its pass when it went idle if later. Idle time earns nothing; nor does draining and refilling a turn.
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
+  if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
@@ -295,6 +295,11 @@ end
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
   if redis.call('ZREM', parked, tenant) == 0 then return false end
+  if is_org(tenant) then  -- an org's entry (lib/claims.lua park_org): back while it has active tenants
+    if not org_first(string.sub(tenant, 2)) then return false end
+    activate_entry(tenant)
+    return true
+  end
   local record = redis.call('HGET', state, tenant_field(tenant))
   if not record then return false end
   activate(tenant, record)
@@ -528,20 +533,42 @@ local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last sta
 local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
 local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
 
+-- An org's entry `!<org>` (lib/orgs.lua ORG) has its limit in `limits`, its claims in `claims` and `claimed`
+-- under that name, as a tenant has (an encoded tenant never starts with '!').
 -- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
 -- until when the tenant must be parked (ms): `lease_ms` on when it is at its limit (till a release),
 -- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on. `limited`:
--- state.limited, set once any limit or pace was reported here.
-local function claim(tenant, job_id, now_ms, lease_ms, limited)
+-- state.limited, set once any limit or pace was reported here. `org`: the tenant's org's name (nil: none):
+-- the job is claimed for it too when its limit is known; the second result: until when the org's entry must
+-- be parked (nil: not).
+local function claim(tenant, job_id, now_ms, lease_ms, limited, org)
   if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
-  local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
-  local limit, paced = tonumber(known[1]), tonumber(known[2])
+  local entry = org and (ORG .. org) or nil
+  local known = entry and redis.call('HMGET', limits, tenant, tenant .. '|r', entry)
+    or redis.call('HMGET', limits, tenant, tenant .. '|r')  -- (a nil argument is refused)
+  local limit, paced, org_limit = tonumber(known[1]), tonumber(known[2]), tonumber(known[3])
+  local until_ms, org_until = nil, nil
+  if org_limit and lease_ms > 0 then
+    redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), entry .. '|' .. job_id)
+    if redis.call('HINCRBY', claimed, entry, 1) >= org_limit then org_until = now_ms + lease_ms end
+  end
   if limit and lease_ms > 0 then
     redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), tenant .. '|' .. job_id)
-    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then until_ms = now_ms + lease_ms end
   end
-  if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
-  return nil
+  if not until_ms and paced and paced > now_ms then until_ms = now_ms + PACED_WAIT_MS end
+  return until_ms, org_until
+end
+
+-- A pop took org `name` to its known limit (or a start was refused at it: fair_park.lua): its entry leaves `active`
+-- keeping `pass` (nil: the one it has there) and is parked until `until_ms` or a release of one of its jobs
+-- (fair_unpark.lua): none of its tenants is served meanwhile (lib/orgs.lua activate_entry leaves a parked org's
+-- entry out). `due`: as park_until's.
+local function park_org(name, pass, until_ms, due)
+  local entry = ORG .. name
+  if pass == nil then pass = redis.call('ZSCORE', active, entry) end
+  if redis.call('ZREM', active, entry) == 1 and pass then stride_keep(entry, pass) end
+  park_until(entry, until_ms, true, due)
 end
 
 -- A start of paced `tenant` was admitted (its report): while its rate binds (its next start is after now) it
@@ -740,7 +767,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   -- The claim first: a tenant that reaches its limit (or is paced) is parked at once, never written into
   -- `active` to be read back and taken out again (state.due as the pop read it: pop.due).
   redis.call('ZADD', inflight, pop.now_ms, job_id)
-  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
+  local until_ms, org_until = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited, org and org.name)
   if org then
     if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
@@ -754,6 +781,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end
+    if org_until then park_org(org.name, next_pass, org_until, pop.due) end  -- first: its tenant's hold keeps it out
     if until_ms and waiting <= 1 then  -- not in `active` nor in its org's set, no record: no pass to move
       park_until(tenant, until_ms, true, pop.due)
     elseif until_ms then
@@ -881,7 +909,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_87c45e5db21f6dd2', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_c21b3823538bf72e', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

@@ -92,6 +92,7 @@ org.on, org.member = false, nil
 end
 local function activate_entry(entry)
 if redis.call('ZSCORE', active, entry) then return end
+if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
 local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
 local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
 if last and last > start then start = last end
@@ -191,6 +192,11 @@ park_until(tenant, until_ms, true, due)
 end
 local function end_park(tenant)
 if redis.call('ZREM', parked, tenant) == 0 then return false end
+if is_org(tenant) then  -- an org's entry (lib/claims.lua park_org): back while it has active tenants
+if not org_first(string.sub(tenant, 2)) then return false end
+activate_entry(tenant)
+return true
+end
 local record = redis.call('HGET', state, tenant_field(tenant))
 if not record then return false end
 activate(tenant, record)

@@ -71,7 +71,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   -- The claim first: a tenant that reaches its limit (or is paced) is parked at once, never written into
   -- `active` to be read back and taken out again (state.due as the pop read it: pop.due).
   redis.call('ZADD', inflight, pop.now_ms, job_id)
-  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
+  local until_ms, org_until = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited, org and org.name)
   if org then
     if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
@@ -85,6 +85,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end
+    if org_until then park_org(org.name, next_pass, org_until, pop.due) end  -- first: its tenant's hold keeps it out
     if until_ms and waiting <= 1 then  -- not in `active` nor in its org's set, no record: no pass to move
       park_until(tenant, until_ms, true, pop.due)
     elseif until_ms then

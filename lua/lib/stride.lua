@@ -90,6 +90,11 @@ end
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
   if redis.call('ZREM', parked, tenant) == 0 then return false end
+  if is_org(tenant) then  -- an org's entry (lib/claims.lua park_org): back while it has active tenants
+    if not org_first(string.sub(tenant, 2)) then return false end
+    activate_entry(tenant)
+    return true
+  end
   local record = redis.call('HGET', state, tenant_field(tenant))
   if not record then return false end
   activate(tenant, record)
