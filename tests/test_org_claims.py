@@ -6,9 +6,11 @@ API on the real redis-server; the workers' side is tests/test_org_limits.py."""
 from __future__ import annotations
 
 import fair_jobs
+from conftest import wait_for
 from redis import Redis
 
 from fair_router import FairQueue, Settings
+from fair_router.config.settings import ConcurrencyConfig
 from fair_router.core.keys import encode
 
 PREFIX = "orgclaims"
@@ -61,3 +63,17 @@ def test_an_org_without_a_known_limit_is_never_parked_and_a_limit_of_0_is_forgot
     assert conn.hget(queue.fair_keys.limits, "!" + encode("acme")) is None
     taken = [queue.pop_job_id() for _ in range(14)]
     assert sorted(job for job in taken if job) == sorted(jobs["acme"] + jobs["other"])
+
+
+def test_an_orgs_park_ends_by_itself_at_its_claims_bound(conn: Redis) -> None:
+    """A worker that died with the org's job never releases it: the pop ends the org's park once its bound (the
+    claim's life, ``concurrency.lease_ttl``) has passed, and the expired claim goes with it."""
+    queue = FairQueue("orgclaims", connection=conn,
+                      settings=Settings(prefix=PREFIX, concurrency=ConcurrencyConfig(lease_ttl="200ms")))
+    jobs = [queue.enqueue(fair_jobs.log, "a", i, fair_tenant=f"a{i}", fair_org="acme", job_id=f"a{i}").id
+            for i in range(2)]
+    queue.unpark("a0", limit=0, org="acme", org_limit=1)
+    assert queue.pop_job_id() == jobs[0]
+    assert queue.pop_job_id() is None  # the org is parked
+    wait_for(lambda: queue.pop_job_id() == jobs[1], 10, "the park's end")
+    assert conn.zscore(queue.fair_keys.claims, "!" + encode("acme") + "|" + jobs[0]) is None
