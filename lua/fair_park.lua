@@ -10,13 +10,20 @@
 --          limit (the tenant's concurrency limit, 0 = none, '' = not known to the caller),
 --          exact ('1' = a rate refused the start: until_ms, on the server's clock, is its next token, and the
 --          park ends then, replacing a pop's bound for a paced tenant, unless it is at its concurrency limit),
---          org ('' = none, else "<encoded org>|<org weight>": the org of a job put back after its tenant's last)
+--          org ('' = none, else "<encoded org>|<org weight>": the org of a job put back after its tenant's last),
+--          org_limit (the org's concurrency limit, as limit: learnt, and the job's claim for its org ends),
+--          org_full ('1' = the org's limit refused the start: its entry is parked too, lib/claims.lua park_org)
 -- Returns  1 when the job was put back, 0 when it was already waiting.
 bind_keys()
 local job_id, tenant, weight, until_ms = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local refund, old_seq, exact = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[8] == '1'
 learn_limit(tenant, ARGV[7] or '')
 unclaim(tenant, job_id)
+local org = string.match(ARGV[9] or '', '^([^|]+)|')
+if org then
+  learn_limit(ORG .. org, ARGV[10] or '')
+  unclaim(ORG .. org, job_id)
+end
 
 redis.call('ZREM', inflight, job_id)
 -- A refused job did not run: its tenant gets its turn back instead of losing one per refusal. The step
@@ -34,6 +41,7 @@ elseif refund then
   step = 1 / tonumber(stored or weight)
 end
 stride_hold(tenant, until_ms, step)  -- it keeps its place: on return it starts at max(virtual time, kept pass)
+if org and ARGV[11] == '1' then park_org(org, nil, until_ms) end  -- none of its tenants is served till a release
 if exact and under_limit(tenant) then park_paced(tenant, until_ms) end
 if redis.call('HEXISTS', members, job_id) == 1 then return 0 end
 

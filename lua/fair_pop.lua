@@ -3,7 +3,7 @@
 -- (lib/serve.lua: the min-pass entry's oldest job, an org's entry standing for its min-pass tenant; ties go to
 -- the head entry's tenant), whose id the head entry then replaces on the list (LSET at its recorded position).
 -- O(log tenants + list length / node size). Parked tenants (limit, paused, rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, ties, stale
+-- include: fair_keys, time, stride, members, fifo, locate, claims, forget, estimate, serve, ties, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -37,15 +37,15 @@ if due and due <= now_ms then
   sweep_claims(now_ms)
   local next_due = first_park_end()
   if next_due < 0 then
-    redis.call('HDEL', state, 'due'); redis.call('DEL', wake)
+    redis.call('HDEL', state, 'due'); redis.call('DEL', wake); due = nil
   else
-    redis.call('HSET', state, 'due', next_due)
+    redis.call('HSET', state, 'due', next_due); due = next_due
   end
   top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1, due = due or false,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
 local entry = given ~= '' and given or redis.call('LPOP', rq_list)
 if not entry then

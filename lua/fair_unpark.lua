@@ -6,7 +6,9 @@
 -- include: fair_keys, time, stride, claims, forget
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     tenant (encoded), job_id (the job that released the slot, '' = none), limit (the tenant's
---          concurrency limit, 0 = none, '' = not known to the caller), now_ms ('' = server TIME)
+--          concurrency limit, 0 = none, '' = not known to the caller), now_ms ('' = server TIME), org (the
+--          job's org, encoded; '' = none: then nothing of an org is touched), org_limit (as limit, the org's).
+--          The org's claim ends likewise and its limit is learnt; below it, its entry's park ends (lib/claims.lua).
 -- Returns  1 if the tenant has jobs waiting here and may be served, else 0.
 local SWEEP_EVERY = 4
 bind_keys()
@@ -37,6 +39,15 @@ if job_id ~= '' then
   end
 end
 if here then known = learn_limit(tenant, limit) end
+local org = ARGV[5] or ''
+if org ~= '' then  -- first: the tenant's reactivation below would leave a parked org's entry out
+  local entry = ORG .. org
+  local org_known = ((job_id ~= '' and unclaim(entry, job_id)) or here) and learn_limit(entry, ARGV[6] or '') or nil
+  if under_limit(entry, org_known) and redis.call('ZREM', parked, entry) == 1 and org_first(org) then
+    activate_entry(entry)
+    wake_one()
+  end
+end
 
 -- below its limit: the claims unclaim() left (not read again), else under_limit's read
 local below

@@ -128,7 +128,7 @@ def test_an_org_at_its_limit_refuses_its_tenants_starts_and_a_release_frees_it(c
     assert checks.acquire("t1", first, [], reserve=False)[0].status == Verdict.HELD  # a refresh holds both
     assert lease1 is not None and lease1.org == "acme"
     woken: list[list[tuple[str, str]]] = []
-    checks.limiter.wake_org = lambda parks, pipe: woken.append(parks)
+    checks.limiter.wake_org = lambda parks, pipe, org: woken.append(parks)
     checks.limiter.release(lease1, wake=lambda names, pipe: None)
     assert woken == [[("t3", "rq:queue:orgq")]]  # the park the org's limit made, taken by its release
     assert conn.zcard(KEYS.org_leases("acme")) == 1
@@ -312,3 +312,25 @@ def test_an_org_concurrency_with_limits_off_is_warned_not_silently_ignored() -> 
 
     with pytest.warns(SettingsWarning, match=r"orgs\['acme'\]\.concurrency is set but concurrency\.enabled is false"):
         Settings(prefix=PREFIX, orgs={"acme": {"concurrency": 2}})
+
+
+def test_pops_skip_an_org_at_its_limit_while_other_orgs_jobs_flow(conn: Redis, fleet: Fleet, tmp_path: Path) -> None:
+    """Org acme (concurrency 1) with 5 tenants of 2 jobs each (on pro: their own limits never bind), org other with
+    one tenant, 2 workers on a FairQueue: once the workers reported acme's limit (its first refusal or release),
+    a pop that takes acme to its limit parks acme's entry in the fair queue, so pops hand out none of its other
+    jobs while its one runs (no herd of refused starts: one refusal at most, the one that reports the limit) and
+    other's jobs flow; all finish, none fails, acme never runs two at once."""
+    fleet.config = write_limit_settings(tmp_path, PREFIX, FAST, fair_queues=[QUEUE], orgs={"acme": {"concurrency": 1}})
+    router = FairRouter(conn, prefix=PREFIX)
+    for tenant in ("t0", "t1", "t2", "t3", "t4", "solo"):
+        router.set_tier(tenant, "pro")
+    fleet.start(2)
+    fleet.wait_registered(conn, 2)
+    jobs = [enqueue(conn, True, f"t{i % 5}", "acme", "test:log:acme", 0.3) for i in range(10)]
+    others = [enqueue(conn, True, "solo", "other", "test:log:other", 0.05) for _ in range(6)]
+    wait_for(lambda: conn.llen("test:log:acme") == 10 and conn.llen("test:log:other") == 6, 90, "every job", fleet)
+    assert max_concurrency(spans(conn, "test:log:acme")) == 1
+    wait_for(lambda: all(j.get_status() == JobStatus.FINISHED for j in jobs + others), 30, "finished", fleet)
+    assert FailedJobRegistry(QUEUE, connection=conn).count == 0
+    refused = int(conn.hget(KEYS.limit_stats(), "pro:refused") or 0)
+    assert refused <= 1, refused  # without the org's claims here: about one per acme job started while one ran

@@ -58,3 +58,20 @@ def test_expired_claims_are_swept_by_one_release_in_four(conn: Redis) -> None:
     assert queue.unpark("live", job_id=live[1], limit=2) == 0  # "4": swept
     assert conn.zcard(queue.fair_keys.claims) == 0
     assert conn.hgetall(queue.fair_keys.limits) == {} and conn.hgetall(queue.fair_keys.claimed) == {}
+
+
+def test_a_pop_that_parks_its_tenant_runs_no_write_then_undo(conn: Redis) -> None:
+    """At its known limit a pop parks its tenant without first writing its new pass into `active` (then read back
+    with a ZSCORE and removed) and without reading state.due again: 3 commands fewer than before."""
+    queue = FairQueue("limited", connection=conn, settings=Settings(prefix=PREFIX))
+    jobs = [queue.enqueue(fair_jobs.log, "hog", i, fair_tenant="hog", job_id=f"hog-{i}1").id for i in range(3)]
+    assert queue.unpark("hog", limit=1) == 0  # its limit learnt
+    conn.config_resetstat()
+    assert queue.pop_job_id() == jobs[0]  # claimed, at its limit: parked
+    commands = script_commands(conn)
+    assert "zscore" not in commands and commands.get("hget", 0) == 0, commands
+    assert commands["zrem"] == 1 and commands["zadd"] == 4, commands  # active left; claims, inflight, kept, parked
+    assert conn.zscore(queue.fair_keys.parked, "hog") is not None
+    assert conn.zscore(queue.fair_keys.active, "hog") is None
+    assert conn.zscore(queue.fair_keys.kept, "hog") == 1.0  # its pass after the take, kept for its return
+    assert queue.pop_job_id() is None  # parked: its other jobs wait

@@ -123,7 +123,7 @@ class ConcurrencySlots:
         self.org_controls = (OrgPauseCheck(keys), OrgSlot(keys, config))
         self.org_profile: Callable[[str], OrgProfile] | None = None  # set by the worker's build (settings orgs)
         # unparks (tenant, fair queue) pairs an org's release took (workers/unparking.py sets it)
-        self.wake_org: Callable[[list[tuple[str, str]], Pipeline], None] | None = None
+        self.wake_org: Callable[[list[tuple[str, str]], Pipeline, str | None], None] | None = None
         # a slot's own checks (the lease refresh): pause, slot, and a reserved start's early return
         self._checks = TenantGate(self, RateLimiter(keys), slots=True)
         self._release = ReleaseScript(connection)
@@ -170,7 +170,7 @@ class ConcurrencySlots:
             with self.connection.pipeline(transaction=False) as pipe:
                 wake(released.parked_in, pipe)
                 if released.org_parked and self.wake_org is not None:
-                    self.wake_org(released.org_parked, pipe)
+                    self.wake_org(released.org_parked, pipe, lease.org)
                 if len(pipe):
                     pipe.execute()
         return released.removed

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fair_router.core.keys import FairQueueKeys
+from fair_router.core.keys import FairQueueKeys, encode
 from fair_router.core.text import as_text as _text
 from fair_router.store.luascript import Call, LuaScript
 
@@ -40,10 +40,14 @@ class FairUnparkScript(LuaScript[int]):
     name = "fair_unpark"
 
     def __call__(self, keys: FairQueueKeys, tenant: str, job_id: str = "", limit: int | None = None,
-                 now_ms: str = "") -> Call[int]:
+                 now_ms: str = "", org: str | None = None, org_limit: int | None = None) -> Call[int]:
         """``job_id``: the job whose slot was released (its claim here ends); ``limit``: the tenant's limit
-        (0 none, None not known). Result: 1 if the tenant has jobs waiting in this queue and may be served."""
-        return self.call(keys.all_for_scripts(), [tenant, job_id, "" if limit is None else limit, now_ms])
+        (0 none, None not known); ``org``: the job's org (None none) and ``org_limit`` its limit, likewise.
+        Result: 1 if the tenant has jobs waiting in this queue and may be served."""
+        args = [tenant, job_id, "" if limit is None else limit, now_ms]
+        if org:
+            args += [encode(org), "" if org_limit is None else org_limit]
+        return self.call(keys.all_for_scripts(), args)
 
     def parse(self, reply: Any) -> int:
         return int(reply)

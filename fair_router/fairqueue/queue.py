@@ -227,19 +227,19 @@ class FairQueue(RqQueueSeam):
         """Seam hook: the list workers block on while only parked tenants' jobs wait."""
         return self.fair_keys.wake
 
-    def park(self, job: Job, tenant: str, seconds: float, limit: int | None = None, at_ms: int | None = None) -> None:
-        """``job``'s start was refused: put it back (its pop refunded) and skip the tenant until :meth:`unpark`, for
-        ``seconds`` or until ``at_ms`` (a rate's next token, epoch ms); ``limit``: 0 none, None not known."""
+    def park(self, job: Job, tenant: str, seconds: float, limit: int | None = None, at_ms: int | None = None,
+             org_limit: int | None = None, org_full: bool = False) -> None:
+        """A refused start: ``job`` back, its tenant (``org_full``: its org too) skipped till ``seconds``/``at_ms``."""
         until_ms = int(((self._clock or time.time)() + seconds) * 1000) if at_ms is None else at_ms
-        seq = self._handed_out.pop(job.id, None)
-        self.fair_script(FairParkScript)(self.fair_keys, job.id, tenant_key(tenant), self.weight(tenant), until_ms, seq,
-                                         limit, at_ms is not None, self._config.org_arg(job.meta, tenant)).run()
+        self.fair_script(FairParkScript)(self.fair_keys, job.id, tenant_key(tenant), self.weight(tenant), until_ms,
+                                         self._handed_out.pop(job.id, None), limit, at_ms is not None,
+                                         self._config.org_arg(job.meta, tenant), org_limit, org_full).run()
 
-    def unpark(self, tenant: str, pipeline: Pipeline | None = None, job_id: str = "", limit: int | None = None) -> Any:
-        """One of ``tenant``'s slots was released (by ``job_id``; ``limit``: 0 none, None not known): below its
-        limit it may be served here again (one worker is woken)."""
+    def unpark(self, tenant: str, pipeline: Pipeline | None = None, job_id: str = "", limit: int | None = None,
+               org: str | None = None, org_limit: int | None = None) -> Any:
+        """A slot of ``tenant`` (or org ``org``) was released: below its limit it may be served (fairstate.py)."""
         return self.fair_script(FairUnparkScript)(self.fair_keys, tenant_key(tenant), job_id, limit,
-                                                  now_arg(self._clock)).run_or_queue(pipeline)
+                                                  now_arg(self._clock), org, org_limit).run_or_queue(pipeline)
 
     def hold(self, tenant: str, until_ms: int, pipeline: Pipeline | None = None, paced: bool = False) -> Any:
         """Pops skip ``tenant`` until ``until_ms`` (epoch ms) or an :meth:`unpark`; ``paced``: its own rate

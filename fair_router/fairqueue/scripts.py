@@ -109,17 +109,20 @@ class FairParkScript(LuaScript[int]):
 
     def __call__(
         self, keys: FairQueueKeys, job_id: str, tenant: str, weight: float, until_ms: int, seq: int | None,
-        limit: int | None = None, exact: bool = False, org: str = "",
+        limit: int | None = None, exact: bool = False, org: str = "", org_limit: int | None = None,
+        org_full: bool = False,
     ) -> Call[int]:
         """``seq``: the job's FIFO place when a fair choice served it (pop kind 2 or 3): it goes back there,
         and the 1 / weight its pop added to the tenant's pass is taken back; None for a plain entry, whose
         pop added nothing (it goes to the front). ``limit``: the tenant's concurrency limit (0 none, None
         not known). ``exact``: a rate refused the start and ``until_ms`` (server clock) is its next token: the
-        park ends then. ``org``: "<encoded org>|<org weight>" ("" none: FairConfig.org_arg). Result: 1 if the job
-        was put back, 0 if it was waiting."""
+        park ends then. ``org``: "<encoded org>|<org weight>" ("" none: FairConfig.org_arg); ``org_limit``: its
+        concurrency limit, as ``limit``; ``org_full``: the org's limit refused the start (the org is
+        parked too). Result: 1 if the job was put back, 0 if it was waiting."""
         refund = seq is not None
         args: list[str | int] = [job_id, tenant, repr(float(weight)), until_ms, int(refund), "" if seq is None else seq,
-                                 "" if limit is None else limit, int(exact), org]
+                                 "" if limit is None else limit, int(exact), org,
+                                 "" if org_limit is None else org_limit, int(org_full)]
         return self.call(keys.all_for_scripts(), args)
 
     def parse(self, reply: Any) -> int:

@@ -130,7 +130,7 @@ class StartGate:
                                             wake=partial(self.unparker.wake_parked, lease.tenant, lease.job_id))
 
     def _slot_freed(self, lease: Lease, pipe: Pipeline) -> None:
-        self.unparker.unpark(lease.tenant, pipe, lease.job_id)
+        self.unparker.unpark(lease.tenant, pipe, lease.job_id, lease.org)
         self.worker.heartbeat(pipeline=pipe)
 
     def on_start(self, job: Job, pipeline: Pipeline) -> None:
@@ -221,7 +221,10 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
         # why, for explain: one SET, expiring with the park, on the round trip that sends the counts below
         cause = partial(_note_cause, limiter.keys.park_cause(tenant, queue.name), held, seconds)
         limit = limiter.tiers.profile(tenant).limit if gate.slots else None
-        queue.park(job, tenant, seconds, limit, at_ms=refusal.until_ms)
+        org, org_profile = gate.org_of(job)
+        org_limit = (org_profile.limit or 0) if gate.slots and org_profile is not None else None
+        queue.park(job, tenant, seconds, limit, at_ms=refusal.until_ms, org_limit=org_limit,
+                   org_full=refusal.org_release and admission.status == Verdict.ORG_LIMIT)
         # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
         # next may send no round trip through the limiter for a long while.
         limiter.tally.add(limiter.tiers.tier(tenant), "parked")
@@ -229,9 +232,8 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
             # The refusal recorded this queue for the next release (Keys.parked_in, or the org's). If a release
             # took the record before our park landed, its unpark may have come first and found nothing parked:
             # then the park is ended here. Otherwise the release that takes it comes after the park, and ends it.
-            org, _ = gate.org_of(job)
             if not limiter.parked_in(tenant, queue.name, also=cause, org=org, org_release=refusal.org_release):
-                queue.unpark(tenant, limit=limit)
+                queue.unpark(tenant, limit=limit, org=org, org_limit=org_limit)
         else:
             limiter.flush(also=cause)
         return f"{tenant} is {refusal.why}; job {job.id} back in {queue.name}, tenant parked for up to {seconds:.3f} s"

@@ -28,11 +28,12 @@ class Unparker:
         self._others: dict[str, FairQueue] = {}  # fair queues the worker does not serve, built once each
         gate.limiter.wake_org = self.wake_org_parked
 
-    def unpark(self, tenant: str, pipe: Pipeline, job_id: str = "") -> None:
-        """Unpark ``tenant`` in the worker's own fair queues (queued on the release's pipeline)."""
-        limit = self._limit(tenant)
+    def unpark(self, tenant: str, pipe: Pipeline, job_id: str = "", org: str | None = None) -> None:
+        """Unpark ``tenant`` in the worker's own fair queues (queued on the release's pipeline), and its org
+        ``org`` (the job's) where a pop parked it at its limit."""
+        limit, org_limit = self._limit(tenant), self._org_limit(org)
         for queue in self.own:
-            queue.unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
+            queue.unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit, org=org, org_limit=org_limit)
 
     def wake_parked(self, tenant: str, job_id: str, names: list[str], pipe: Pipeline) -> None:
         """``tenant`` was parked at its limit in fair queues ``names``: unpark it in those the worker does not
@@ -43,23 +44,33 @@ class Unparker:
             if name not in own:
                 self._other(name).unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit)
 
-    def wake_org_parked(self, parks: list[tuple[str, str]], pipe: Pipeline) -> None:
-        """An org's release took these ``(tenant, fair queue)`` parks its limit made: unpark each tenant there."""
+    def wake_org_parked(self, parks: list[tuple[str, str]], pipe: Pipeline, org: str | None = None) -> None:
+        """Org ``org``'s release took these ``(tenant, fair queue)`` parks its limit made: unpark each tenant there,
+        and the org where its refusal parked it."""
         own = {queue.name: queue for queue in self.own}
+        org_limit = self._org_limit(org)
         for tenant, name in parks:
             queue = own.get(name) or self._other(name)
-            queue.unpark(tenant, pipeline=pipe, limit=self._limit(tenant))
+            queue.unpark(tenant, pipeline=pipe, limit=self._limit(tenant), org=org, org_limit=org_limit)
 
     def reclaim(self, job: Job) -> None:
         """A job crash recovery handed back frees its tenant's slot now rather than when its lease expires, and
         ends the tenant's parks as a release does."""
         tenant = usable_tenant(job.meta, self.settings.tenant_max_bytes)  # an unusable one took no slot
         if self.gate.slots and tenant is not None and not job.meta.get(META_SYSTEM):
-            self.gate.limiter.reclaim(tenant, job.id, also=partial(self.unpark, tenant, job_id=job.id),
-                                      wake=partial(self.wake_parked, tenant, job.id), org=self.gate.org_of(job)[0])
+            org = self.gate.org_of(job)[0]
+            self.gate.limiter.reclaim(tenant, job.id, also=partial(self.unpark, tenant, job_id=job.id, org=org),
+                                      wake=partial(self.wake_parked, tenant, job.id), org=org)
 
     def _limit(self, tenant: str) -> int | None:
         return self.gate.limiter.tiers.profile(tenant).limit if self.gate.slots else None
+
+    def _org_limit(self, org: str | None) -> int | None:
+        """The org's concurrency limit as workers report it to fair queues (0 none, None not known)."""
+        found = self.gate.limiter.org_profile
+        if org is None or not self.gate.slots or found is None:
+            return None
+        return found(org).limit or 0
 
     def _other(self, name: str) -> FairQueue:
         queue = self._others.get(name)

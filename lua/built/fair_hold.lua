@@ -150,11 +150,11 @@ local function org_leave(org, tenant)
   org.on, org.member = false, nil
 end
 
--- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at
--- the pass it had when it went idle if that is later. Idle time earns nothing, and a tenant that just used its
--- turn cannot reset it by draining and refilling.
+-- (Re)activation of a top-level entry (a tenant without org, or an org not parked): it starts at the virtual time,
+-- or at its pass when it went idle if later. Idle time earns nothing; nor does draining and refilling a turn.
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
+  if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
@@ -261,20 +261,22 @@ local function stride_idle(tenant, pass, org, served)
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
--- before the first park end, so that a pop looks for parks to end only once one may be due.
-local function park_until(tenant, until_ms, later)
+-- before the first park end, so that a pop looks for parks to end only once one may be due. `due`: state.due
+-- when the caller read it already (false: none), nil: read it.
+local function park_until(tenant, until_ms, later, due)
   if later then
     redis.call('ZADD', parked, 'GT', until_ms, tenant)
   else
     redis.call('ZADD', parked, until_ms, tenant)
   end
-  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if due == nil then due = tonumber(redis.call('HGET', state, 'due') or '') end
   if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
 end
 
 -- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
--- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
-local function stride_hold(tenant, until_ms, step)
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return. `due`: as
+-- park_until's.
+local function stride_hold(tenant, until_ms, step, due)
   local pass = redis.call('ZSCORE', active, tenant)
   if pass then
     redis.call('ZREM', active, tenant)
@@ -284,13 +286,18 @@ local function stride_hold(tenant, until_ms, step)
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end
   end
-  park_until(tenant, until_ms, true)
+  park_until(tenant, until_ms, true, due)
 end
 
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
   if redis.call('ZREM', parked, tenant) == 0 then return false end
+  if is_org(tenant) then  -- an org's entry (lib/claims.lua park_org): back while it has active tenants
+    if not org_first(string.sub(tenant, 2)) then return false end
+    activate_entry(tenant)
+    return true
+  end
   local record = redis.call('HGET', state, tenant_field(tenant))
   if not record then return false end
   activate(tenant, record)
@@ -350,20 +357,42 @@ local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last sta
 local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
 local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
 
+-- An org's entry `!<org>` (lib/orgs.lua ORG) has its limit in `limits`, its claims in `claims` and `claimed`
+-- under that name, as a tenant has (an encoded tenant never starts with '!').
 -- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
 -- until when the tenant must be parked (ms): `lease_ms` on when it is at its limit (till a release),
 -- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on. `limited`:
--- state.limited, set once any limit or pace was reported here.
-local function claim(tenant, job_id, now_ms, lease_ms, limited)
+-- state.limited, set once any limit or pace was reported here. `org`: the tenant's org's name (nil: none):
+-- the job is claimed for it too when its limit is known; the second result: until when the org's entry must
+-- be parked (nil: not).
+local function claim(tenant, job_id, now_ms, lease_ms, limited, org)
   if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
-  local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
-  local limit, paced = tonumber(known[1]), tonumber(known[2])
+  local entry = org and (ORG .. org) or nil
+  local known = entry and redis.call('HMGET', limits, tenant, tenant .. '|r', entry)
+    or redis.call('HMGET', limits, tenant, tenant .. '|r')  -- (a nil argument is refused)
+  local limit, paced, org_limit = tonumber(known[1]), tonumber(known[2]), tonumber(known[3])
+  local until_ms, org_until = nil, nil
+  if org_limit and lease_ms > 0 then
+    redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), entry .. '|' .. job_id)
+    if redis.call('HINCRBY', claimed, entry, 1) >= org_limit then org_until = now_ms + lease_ms end
+  end
   if limit and lease_ms > 0 then
     redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), tenant .. '|' .. job_id)
-    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then until_ms = now_ms + lease_ms end
   end
-  if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
-  return nil
+  if not until_ms and paced and paced > now_ms then until_ms = now_ms + PACED_WAIT_MS end
+  return until_ms, org_until
+end
+
+-- A pop took org `name` to its known limit (or a start was refused at it: fair_park.lua): its entry leaves `active`
+-- keeping `pass` (nil: the one it has there) and is parked until `until_ms` or a release of one of its jobs
+-- (fair_unpark.lua): none of its tenants is served meanwhile (lib/orgs.lua activate_entry leaves a parked org's
+-- entry out). `due`: as park_until's.
+local function park_org(name, pass, until_ms, due)
+  local entry = ORG .. name
+  if pass == nil then pass = redis.call('ZSCORE', active, entry) end
+  if redis.call('ZREM', active, entry) == 1 and pass then stride_keep(entry, pass) end
+  park_until(entry, until_ms, true, due)
 end
 
 -- A start of paced `tenant` was admitted (its report): while its rate binds (its next start is after now) it

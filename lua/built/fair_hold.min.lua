@@ -92,6 +92,7 @@ org.on, org.member = false, nil
 end
 local function activate_entry(entry)
 if redis.call('ZSCORE', active, entry) then return end
+if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
 local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
 local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
 if last and last > start then start = last end
@@ -168,16 +169,16 @@ redis.call('ZREM', active, tenant)
 if pass then stride_keep(tenant, pass) end
 end
 end
-local function park_until(tenant, until_ms, later)
+local function park_until(tenant, until_ms, later, due)
 if later then
 redis.call('ZADD', parked, 'GT', until_ms, tenant)
 else
 redis.call('ZADD', parked, until_ms, tenant)
 end
-local due = tonumber(redis.call('HGET', state, 'due') or '')
+if due == nil then due = tonumber(redis.call('HGET', state, 'due') or '') end
 if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
 end
-local function stride_hold(tenant, until_ms, step)
+local function stride_hold(tenant, until_ms, step, due)
 local pass = redis.call('ZSCORE', active, tenant)
 if pass then
 redis.call('ZREM', active, tenant)
@@ -187,10 +188,15 @@ elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), o
 local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
 if last then redis.call('ZADD', kept, last - step, tenant) end
 end
-park_until(tenant, until_ms, true)
+park_until(tenant, until_ms, true, due)
 end
 local function end_park(tenant)
 if redis.call('ZREM', parked, tenant) == 0 then return false end
+if is_org(tenant) then  -- an org's entry (lib/claims.lua park_org): back while it has active tenants
+if not org_first(string.sub(tenant, 2)) then return false end
+activate_entry(tenant)
+return true
+end
 local record = redis.call('HGET', state, tenant_field(tenant))
 if not record then return false end
 activate(tenant, record)
@@ -219,16 +225,29 @@ end
 local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last start report that wrote it
 local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
 local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
-local function claim(tenant, job_id, now_ms, lease_ms, limited)
+local function claim(tenant, job_id, now_ms, lease_ms, limited, org)
 if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
-local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
-local limit, paced = tonumber(known[1]), tonumber(known[2])
+local entry = org and (ORG .. org) or nil
+local known = entry and redis.call('HMGET', limits, tenant, tenant .. '|r', entry)
+or redis.call('HMGET', limits, tenant, tenant .. '|r')  -- (a nil argument is refused)
+local limit, paced, org_limit = tonumber(known[1]), tonumber(known[2]), tonumber(known[3])
+local until_ms, org_until = nil, nil
+if org_limit and lease_ms > 0 then
+redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), entry .. '|' .. job_id)
+if redis.call('HINCRBY', claimed, entry, 1) >= org_limit then org_until = now_ms + lease_ms end
+end
 if limit and lease_ms > 0 then
 redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), tenant .. '|' .. job_id)
-if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+if redis.call('HINCRBY', claimed, tenant, 1) >= limit then until_ms = now_ms + lease_ms end
 end
-if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
-return nil
+if not until_ms and paced and paced > now_ms then until_ms = now_ms + PACED_WAIT_MS end
+return until_ms, org_until
+end
+local function park_org(name, pass, until_ms, due)
+local entry = ORG .. name
+if pass == nil then pass = redis.call('ZSCORE', active, entry) end
+if redis.call('ZREM', active, entry) == 1 and pass then stride_keep(entry, pass) end
+park_until(entry, until_ms, true, due)
 end
 local function report_pace(tenant, now_ms, until_ms)
 if until_ms <= now_ms then

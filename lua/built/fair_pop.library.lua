@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_5a5a75490013d119
+#!lua name=fair_router_fair_pop_c21b3823538bf72e
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -152,11 +152,11 @@ local function org_leave(org, tenant)
   org.on, org.member = false, nil
 end
 
--- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at
--- the pass it had when it went idle if that is later. Idle time earns nothing, and a tenant that just used its
--- turn cannot reset it by draining and refilling.
+-- (Re)activation of a top-level entry (a tenant without org, or an org not parked): it starts at the virtual time,
+-- or at its pass when it went idle if later. Idle time earns nothing; nor does draining and refilling a turn.
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
+  if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
@@ -263,20 +263,22 @@ local function stride_idle(tenant, pass, org, served)
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
--- before the first park end, so that a pop looks for parks to end only once one may be due.
-local function park_until(tenant, until_ms, later)
+-- before the first park end, so that a pop looks for parks to end only once one may be due. `due`: state.due
+-- when the caller read it already (false: none), nil: read it.
+local function park_until(tenant, until_ms, later, due)
   if later then
     redis.call('ZADD', parked, 'GT', until_ms, tenant)
   else
     redis.call('ZADD', parked, until_ms, tenant)
   end
-  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if due == nil then due = tonumber(redis.call('HGET', state, 'due') or '') end
   if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
 end
 
 -- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
--- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
-local function stride_hold(tenant, until_ms, step)
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return. `due`: as
+-- park_until's.
+local function stride_hold(tenant, until_ms, step, due)
   local pass = redis.call('ZSCORE', active, tenant)
   if pass then
     redis.call('ZREM', active, tenant)
@@ -286,13 +288,18 @@ local function stride_hold(tenant, until_ms, step)
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end
   end
-  park_until(tenant, until_ms, true)
+  park_until(tenant, until_ms, true, due)
 end
 
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
   if redis.call('ZREM', parked, tenant) == 0 then return false end
+  if is_org(tenant) then  -- an org's entry (lib/claims.lua park_org): back while it has active tenants
+    if not org_first(string.sub(tenant, 2)) then return false end
+    activate_entry(tenant)
+    return true
+  end
   local record = redis.call('HGET', state, tenant_field(tenant))
   if not record then return false end
   activate(tenant, record)
@@ -526,20 +533,42 @@ local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last sta
 local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
 local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
 
+-- An org's entry `!<org>` (lib/orgs.lua ORG) has its limit in `limits`, its claims in `claims` and `claimed`
+-- under that name, as a tenant has (an encoded tenant never starts with '!').
 -- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
 -- until when the tenant must be parked (ms): `lease_ms` on when it is at its limit (till a release),
 -- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on. `limited`:
--- state.limited, set once any limit or pace was reported here.
-local function claim(tenant, job_id, now_ms, lease_ms, limited)
+-- state.limited, set once any limit or pace was reported here. `org`: the tenant's org's name (nil: none):
+-- the job is claimed for it too when its limit is known; the second result: until when the org's entry must
+-- be parked (nil: not).
+local function claim(tenant, job_id, now_ms, lease_ms, limited, org)
   if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
-  local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
-  local limit, paced = tonumber(known[1]), tonumber(known[2])
+  local entry = org and (ORG .. org) or nil
+  local known = entry and redis.call('HMGET', limits, tenant, tenant .. '|r', entry)
+    or redis.call('HMGET', limits, tenant, tenant .. '|r')  -- (a nil argument is refused)
+  local limit, paced, org_limit = tonumber(known[1]), tonumber(known[2]), tonumber(known[3])
+  local until_ms, org_until = nil, nil
+  if org_limit and lease_ms > 0 then
+    redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), entry .. '|' .. job_id)
+    if redis.call('HINCRBY', claimed, entry, 1) >= org_limit then org_until = now_ms + lease_ms end
+  end
   if limit and lease_ms > 0 then
     redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), tenant .. '|' .. job_id)
-    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then until_ms = now_ms + lease_ms end
   end
-  if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
-  return nil
+  if not until_ms and paced and paced > now_ms then until_ms = now_ms + PACED_WAIT_MS end
+  return until_ms, org_until
+end
+
+-- A pop took org `name` to its known limit (or a start was refused at it: fair_park.lua): its entry leaves `active`
+-- keeping `pass` (nil: the one it has there) and is parked until `until_ms` or a release of one of its jobs
+-- (fair_unpark.lua): none of its tenants is served meanwhile (lib/orgs.lua activate_entry leaves a parked org's
+-- entry out). `due`: as park_until's.
+local function park_org(name, pass, until_ms, due)
+  local entry = ORG .. name
+  if pass == nil then pass = redis.call('ZSCORE', active, entry) end
+  if redis.call('ZREM', active, entry) == 1 and pass then stride_keep(entry, pass) end
+  park_until(entry, until_ms, true, due)
 end
 
 -- A start of paced `tenant` was admitted (its report): while its rate binds (its next start is after now) it
@@ -610,6 +639,26 @@ local function sweep_claims(now_ms)
   end
 end
 
+-- lib/estimate.lua: what a fair pop charges for a job before it has run (charge="runtime", lib/charge.lua).
+-- include: fair_keys
+local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
+
+-- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
+-- mean run time of its function for this tenant, else for any tenant, else of any job here. The pop
+-- cannot read rq's job hash (another cluster slot), so the push recorded the function in `costs`.
+-- Returns the estimate (seconds), the declared cost ('' if none) and the function.
+local function estimate(job_id, tenant)
+  local declared, func = '', ''
+  local info = redis.call('HGET', costs, job_id)
+  if info then declared, func = string.match(info, '^([^|]*)|(.*)$') end
+  local cost = tonumber(declared)
+  if not cost then
+    local known = redis.call('HMGET', runtimes, tenant .. '|' .. func, '*|' .. func, '*|*')
+    cost = tonumber(known[1]) or tonumber(known[2]) or tonumber(known[3]) or FIRST_ESTIMATE
+  end
+  return cost, declared, func
+end
+
 -- lib/charge.lua: charge="runtime" (FairQueue docstring): `costs` holds what a waiting member's pop needs
 -- to estimate its run time (its function, a declared cost), `charged` what a popped job was charged until
 -- fair_settle.lua replaces it with the real cost, `runtimes` the recent mean run times the estimates come
@@ -646,8 +695,7 @@ local function parse_charged(value)
 end
 
 -- lib/serve.lua: the stride choice of a fair pop and serving it (its tenant's pass advances).
--- include: fair_keys, stride, fifo, charge, claims, forget
-local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
+-- include: fair_keys, stride, fifo, charge, estimate, claims, forget
 
 -- The stride choice, not yet taken: the min-pass active entry's oldest job (an org's: its min-pass tenant's).
 -- `first`: {tenant, pass, record, job} of that tenant and the entry's pass when the caller read them already (job: the id at its FIFO head, false when that place is a hole, nil
@@ -692,27 +740,11 @@ local function serve_choose(first)
   end
 end
 
--- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
--- mean run time of its function for this tenant, else for any tenant, else of any job here. The pop
--- cannot read rq's job hash (another cluster slot), so the push recorded the function in `costs`.
--- Returns the estimate (seconds), the declared cost ('' if none) and the function.
-local function estimate(job_id, tenant)
-  local declared, func = '', ''
-  local info = redis.call('HGET', costs, job_id)
-  if info then declared, func = string.match(info, '^([^|]*)|(.*)$') end
-  local cost = tonumber(declared)
-  if not cost then
-    local known = redis.call('HMGET', runtimes, tenant .. '|' .. func, '*|' .. func, '*|*')
-    cost = tonumber(known[1]) or tonumber(known[2]) or tonumber(known[3]) or FIRST_ESTIMATE
-  end
-  return cost, declared, func
-end
-
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+-- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due.
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
 -- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
@@ -732,6 +764,10 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   -- drop them as it advances, so idle tenants leave no state behind.
   local pass_arg = pass == pop.top_pass and pop.top_text or pass
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
+  -- The claim first: a tenant that reaches its limit (or is paced) is parked at once, never written into
+  -- `active` to be read back and taken out again (state.due as the pop read it: pop.due).
+  redis.call('ZADD', inflight, pop.now_ms, job_id)
+  local until_ms, org_until = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited, org and org.name)
   if org then
     if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
@@ -745,19 +781,28 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end
+    if org_until then park_org(org.name, next_pass, org_until, pop.due) end  -- first: its tenant's hold keeps it out
+    if until_ms and waiting <= 1 then  -- not in `active` nor in its org's set, no record: no pass to move
+      park_until(tenant, until_ms, true, pop.due)
+    elseif until_ms then
+      stride_hold(tenant, until_ms, 0, pop.due)
+    end
   elseif waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
     stride_idle(tenant, next_pass, false, true)
+    if until_ms then park_until(tenant, until_ms, true, pop.due) end  -- not active, no record: no pass to move
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
-    redis.call('ZADD', active, next_pass, tenant)
+    if until_ms then  -- parked: it leaves `active`, its pass kept for its return (lib/stride.lua stride_hold)
+      redis.call('ZREM', active, tenant)
+      stride_keep(tenant, next_pass)
+      park_until(tenant, until_ms, true, pop.due)
+    else
+      redis.call('ZADD', active, next_pass, tenant)
+    end
   end
-  redis.call('ZADD', inflight, pop.now_ms, job_id)
-  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
-  if until_ms then
-    stride_hold(tenant, until_ms, 0)
-  elseif pop.limited and waiting <= 1 then
+  if not until_ms and pop.limited and waiting <= 1 then
     forget(tenant)  -- its last job, neither claimed nor parked: a limit of 0 or an old pace (lib/forget.lua)
   end
 end
@@ -864,14 +909,14 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_5a5a75490013d119', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_c21b3823538bf72e', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice
 -- (lib/serve.lua: the min-pass entry's oldest job, an org's entry standing for its min-pass tenant; ties go to
 -- the head entry's tenant), whose id the head entry then replaces on the list (LSET at its recorded position).
 -- O(log tenants + list length / node size). Parked tenants (limit, paused, rate) are not active: never chosen.
--- include: fair_keys, time, stride, members, fifo, locate, claims, forget, serve, ties, stale
+-- include: fair_keys, time, stride, members, fifo, locate, claims, forget, estimate, serve, ties, stale
 -- KEYS     keys.FairQueueKeys, in field order: bound to the locals of lib/fair_keys.lua.
 -- ARGV     now_ms ('' = server TIME), given ('' or an entry the caller already took off rq_list with
 --          BLPOP), runtime ('1' = charge="runtime": the pass advances by the job's estimated run time /
@@ -905,15 +950,15 @@ if due and due <= now_ms then
   sweep_claims(now_ms)
   local next_due = first_park_end()
   if next_due < 0 then
-    redis.call('HDEL', state, 'due'); redis.call('DEL', wake)
+    redis.call('HDEL', state, 'due'); redis.call('DEL', wake); due = nil
   else
-    redis.call('HSET', state, 'due', next_due)
+    redis.call('HSET', state, 'due', next_due); due = next_due
   end
   top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1,
+local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1, due = due or false,
              vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
 local entry = given ~= '' and given or redis.call('LPOP', rq_list)
 if not entry then

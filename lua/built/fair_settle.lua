@@ -150,11 +150,11 @@ local function org_leave(org, tenant)
   org.on, org.member = false, nil
 end
 
--- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at
--- the pass it had when it went idle if that is later. Idle time earns nothing, and a tenant that just used its
--- turn cannot reset it by draining and refilling.
+-- (Re)activation of a top-level entry (a tenant without org, or an org not parked): it starts at the virtual time,
+-- or at its pass when it went idle if later. Idle time earns nothing; nor does draining and refilling a turn.
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
+  if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
@@ -261,20 +261,22 @@ local function stride_idle(tenant, pass, org, served)
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
--- before the first park end, so that a pop looks for parks to end only once one may be due.
-local function park_until(tenant, until_ms, later)
+-- before the first park end, so that a pop looks for parks to end only once one may be due. `due`: state.due
+-- when the caller read it already (false: none), nil: read it.
+local function park_until(tenant, until_ms, later, due)
   if later then
     redis.call('ZADD', parked, 'GT', until_ms, tenant)
   else
     redis.call('ZADD', parked, until_ms, tenant)
   end
-  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if due == nil then due = tonumber(redis.call('HGET', state, 'due') or '') end
   if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
 end
 
 -- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
--- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
-local function stride_hold(tenant, until_ms, step)
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return. `due`: as
+-- park_until's.
+local function stride_hold(tenant, until_ms, step, due)
   local pass = redis.call('ZSCORE', active, tenant)
   if pass then
     redis.call('ZREM', active, tenant)
@@ -284,13 +286,18 @@ local function stride_hold(tenant, until_ms, step)
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end
   end
-  park_until(tenant, until_ms, true)
+  park_until(tenant, until_ms, true, due)
 end
 
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
   if redis.call('ZREM', parked, tenant) == 0 then return false end
+  if is_org(tenant) then  -- an org's entry (lib/claims.lua park_org): back while it has active tenants
+    if not org_first(string.sub(tenant, 2)) then return false end
+    activate_entry(tenant)
+    return true
+  end
   local record = redis.call('HGET', state, tenant_field(tenant))
   if not record then return false end
   activate(tenant, record)

@@ -92,6 +92,7 @@ org.on, org.member = false, nil
 end
 local function activate_entry(entry)
 if redis.call('ZSCORE', active, entry) then return end
+if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
 local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
 local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
 if last and last > start then start = last end
@@ -168,16 +169,16 @@ redis.call('ZREM', active, tenant)
 if pass then stride_keep(tenant, pass) end
 end
 end
-local function park_until(tenant, until_ms, later)
+local function park_until(tenant, until_ms, later, due)
 if later then
 redis.call('ZADD', parked, 'GT', until_ms, tenant)
 else
 redis.call('ZADD', parked, until_ms, tenant)
 end
-local due = tonumber(redis.call('HGET', state, 'due') or '')
+if due == nil then due = tonumber(redis.call('HGET', state, 'due') or '') end
 if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
 end
-local function stride_hold(tenant, until_ms, step)
+local function stride_hold(tenant, until_ms, step, due)
 local pass = redis.call('ZSCORE', active, tenant)
 if pass then
 redis.call('ZREM', active, tenant)
@@ -187,10 +188,15 @@ elseif step > 0 then  -- not active: its last job was taken (idle, pass kept), o
 local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
 if last then redis.call('ZADD', kept, last - step, tenant) end
 end
-park_until(tenant, until_ms, true)
+park_until(tenant, until_ms, true, due)
 end
 local function end_park(tenant)
 if redis.call('ZREM', parked, tenant) == 0 then return false end
+if is_org(tenant) then  -- an org's entry (lib/claims.lua park_org): back while it has active tenants
+if not org_first(string.sub(tenant, 2)) then return false end
+activate_entry(tenant)
+return true
+end
 local record = redis.call('HGET', state, tenant_field(tenant))
 if not record then return false end
 activate(tenant, record)

@@ -12,20 +12,42 @@ local PACED_FOR_MS = 60000  -- a tenant stays paced this long after its last sta
 local PACED_RENEW_MS = 30000  -- a report renews the pace only when less than this is left (a read, no writes)
 local PACED_WAIT_MS = 2000  -- a pop parks a paced tenant this long at most, until its start's report
 
+-- An org's entry `!<org>` (lib/orgs.lua ORG) has its limit in `limits`, its claims in `claims` and `claimed`
+-- under that name, as a tenant has (an encoded tenant never starts with '!').
 -- A pop handed out `tenant`'s job: claim it for `lease_ms` when the tenant's limit is known. Returns
 -- until when the tenant must be parked (ms): `lease_ms` on when it is at its limit (till a release),
 -- PACED_WAIT_MS when it is paced (till its start's report); nil when it may be served on. `limited`:
--- state.limited, set once any limit or pace was reported here.
-local function claim(tenant, job_id, now_ms, lease_ms, limited)
+-- state.limited, set once any limit or pace was reported here. `org`: the tenant's org's name (nil: none):
+-- the job is claimed for it too when its limit is known; the second result: until when the org's entry must
+-- be parked (nil: not).
+local function claim(tenant, job_id, now_ms, lease_ms, limited, org)
   if not limited then return nil end  -- state.limited: no limit or pace was ever reported here
-  local known = redis.call('HMGET', limits, tenant, tenant .. '|r')
-  local limit, paced = tonumber(known[1]), tonumber(known[2])
+  local entry = org and (ORG .. org) or nil
+  local known = entry and redis.call('HMGET', limits, tenant, tenant .. '|r', entry)
+    or redis.call('HMGET', limits, tenant, tenant .. '|r')  -- (a nil argument is refused)
+  local limit, paced, org_limit = tonumber(known[1]), tonumber(known[2]), tonumber(known[3])
+  local until_ms, org_until = nil, nil
+  if org_limit and lease_ms > 0 then
+    redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), entry .. '|' .. job_id)
+    if redis.call('HINCRBY', claimed, entry, 1) >= org_limit then org_until = now_ms + lease_ms end
+  end
   if limit and lease_ms > 0 then
     redis.call('ZADD', claims, string.format('%d', now_ms + lease_ms), tenant .. '|' .. job_id)
-    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then return now_ms + lease_ms end
+    if redis.call('HINCRBY', claimed, tenant, 1) >= limit then until_ms = now_ms + lease_ms end
   end
-  if paced and paced > now_ms then return now_ms + PACED_WAIT_MS end
-  return nil
+  if not until_ms and paced and paced > now_ms then until_ms = now_ms + PACED_WAIT_MS end
+  return until_ms, org_until
+end
+
+-- A pop took org `name` to its known limit (or a start was refused at it: fair_park.lua): its entry leaves `active`
+-- keeping `pass` (nil: the one it has there) and is parked until `until_ms` or a release of one of its jobs
+-- (fair_unpark.lua): none of its tenants is served meanwhile (lib/orgs.lua activate_entry leaves a parked org's
+-- entry out). `due`: as park_until's.
+local function park_org(name, pass, until_ms, due)
+  local entry = ORG .. name
+  if pass == nil then pass = redis.call('ZSCORE', active, entry) end
+  if redis.call('ZREM', active, entry) == 1 and pass then stride_keep(entry, pass) end
+  park_until(entry, until_ms, true, due)
 end
 
 -- A start of paced `tenant` was admitted (its report): while its rate binds (its next start is after now) it

@@ -68,11 +68,11 @@ local function org_leave(org, tenant)
   org.on, org.member = false, nil
 end
 
--- (Re)activation of a top-level entry (a tenant without org, or an org): it starts at the virtual time, or at
--- the pass it had when it went idle if that is later. Idle time earns nothing, and a tenant that just used its
--- turn cannot reset it by draining and refilling.
+-- (Re)activation of a top-level entry (a tenant without org, or an org not parked): it starts at the virtual time,
+-- or at its pass when it went idle if later. Idle time earns nothing; nor does draining and refilling a turn.
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
+  if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end

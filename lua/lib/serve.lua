@@ -1,6 +1,5 @@
 -- lib/serve.lua: the stride choice of a fair pop and serving it (its tenant's pass advances).
--- include: fair_keys, stride, fifo, charge, claims, forget
-local FIRST_ESTIMATE = 0.01  -- seconds, charged while nothing at all has been measured on this queue
+-- include: fair_keys, stride, fifo, charge, estimate, claims, forget
 
 -- The stride choice, not yet taken: the min-pass active entry's oldest job (an org's: its min-pass tenant's).
 -- `first`: {tenant, pass, record, job} of that tenant and the entry's pass when the caller read them already (job: the id at its FIFO head, false when that place is a hole, nil
@@ -45,27 +44,11 @@ local function serve_choose(first)
   end
 end
 
--- charge="runtime": what serving `job_id` costs before it has run: its declared cost, else the recent
--- mean run time of its function for this tenant, else for any tenant, else of any job here. The pop
--- cannot read rq's job hash (another cluster slot), so the push recorded the function in `costs`.
--- Returns the estimate (seconds), the declared cost ('' if none) and the function.
-local function estimate(job_id, tenant)
-  local declared, func = '', ''
-  local info = redis.call('HGET', costs, job_id)
-  if info then declared, func = string.match(info, '^([^|]*)|(.*)$') end
-  local cost = tonumber(declared)
-  if not cost then
-    local known = redis.call('HMGET', runtimes, tenant .. '|' .. func, '*|' .. func, '*|*')
-    cost = tonumber(known[1]) or tonumber(known[2]) or tonumber(known[3]) or FIRST_ESTIMATE
-  end
-  return cost, declared, func
-end
-
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop) and limited.
+-- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due.
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
 -- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
@@ -85,6 +68,10 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   -- drop them as it advances, so idle tenants leave no state behind.
   local pass_arg = pass == pop.top_pass and pop.top_text or pass
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
+  -- The claim first: a tenant that reaches its limit (or is paced) is parked at once, never written into
+  -- `active` to be read back and taken out again (state.due as the pop read it: pop.due).
+  redis.call('ZADD', inflight, pop.now_ms, job_id)
+  local until_ms, org_until = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited, org and org.name)
   if org then
     if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
@@ -98,19 +85,28 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
       redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                  tenant_record(seq + 1, tail, stored, waiting - 1, org))
     end
+    if org_until then park_org(org.name, next_pass, org_until, pop.due) end  -- first: its tenant's hold keeps it out
+    if until_ms and waiting <= 1 then  -- not in `active` nor in its org's set, no record: no pass to move
+      park_until(tenant, until_ms, true, pop.due)
+    elseif until_ms then
+      stride_hold(tenant, until_ms, 0, pop.due)
+    end
   elseif waiting <= 1 then
     redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head)
     stride_idle(tenant, next_pass, false, true)
+    if until_ms then park_until(tenant, until_ms, true, pop.due) end  -- not active, no record: no pass to move
   else  -- one HSET: the virtual time, the list head and the tenant's record (its head moves on, one less waits)
     redis.call('HSET', state, 'vtime', pass_arg, 'head', pop.head, tenant_field(tenant),
                tenant_record(seq + 1, tail, stored, waiting - 1))
-    redis.call('ZADD', active, next_pass, tenant)
+    if until_ms then  -- parked: it leaves `active`, its pass kept for its return (lib/stride.lua stride_hold)
+      redis.call('ZREM', active, tenant)
+      stride_keep(tenant, next_pass)
+      park_until(tenant, until_ms, true, pop.due)
+    else
+      redis.call('ZADD', active, next_pass, tenant)
+    end
   end
-  redis.call('ZADD', inflight, pop.now_ms, job_id)
-  local until_ms = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited)
-  if until_ms then
-    stride_hold(tenant, until_ms, 0)
-  elseif pop.limited and waiting <= 1 then
+  if not until_ms and pop.limited and waiting <= 1 then
     forget(tenant)  -- its last job, neither claimed nor parked: a limit of 0 or an old pace (lib/forget.lua)
   end
 end

@@ -58,20 +58,22 @@ local function stride_idle(tenant, pass, org, served)
 end
 
 -- The park of `tenant` ends at `until_ms` (`later`: unless it ends later already). state.due is kept at or
--- before the first park end, so that a pop looks for parks to end only once one may be due.
-local function park_until(tenant, until_ms, later)
+-- before the first park end, so that a pop looks for parks to end only once one may be due. `due`: state.due
+-- when the caller read it already (false: none), nil: read it.
+local function park_until(tenant, until_ms, later, due)
   if later then
     redis.call('ZADD', parked, 'GT', until_ms, tenant)
   else
     redis.call('ZADD', parked, until_ms, tenant)
   end
-  local due = tonumber(redis.call('HGET', state, 'due') or '')
+  if due == nil then due = tonumber(redis.call('HGET', state, 'due') or '') end
   if not due or until_ms < due then redis.call('HSET', state, 'due', until_ms) end
 end
 
 -- Park a tenant until `until_ms` (a later bound it has stays): pops skip it, its jobs stay in its FIFO. It
--- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return.
-local function stride_hold(tenant, until_ms, step)
+-- leaves the schedule keeping its pass less `step` (the refund of a refused pop) for its return. `due`: as
+-- park_until's.
+local function stride_hold(tenant, until_ms, step, due)
   local pass = redis.call('ZSCORE', active, tenant)
   if pass then
     redis.call('ZREM', active, tenant)
@@ -81,13 +83,18 @@ local function stride_hold(tenant, until_ms, step)
     local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
     if last then redis.call('ZADD', kept, last - step, tenant) end
   end
-  park_until(tenant, until_ms, true)
+  park_until(tenant, until_ms, true, due)
 end
 
 -- A park ends (its bound passed, or one of the tenant's slots was released). Returns true when the
 -- tenant has jobs waiting here, which are then eligible again.
 local function end_park(tenant)
   if redis.call('ZREM', parked, tenant) == 0 then return false end
+  if is_org(tenant) then  -- an org's entry (lib/claims.lua park_org): back while it has active tenants
+    if not org_first(string.sub(tenant, 2)) then return false end
+    activate_entry(tenant)
+    return true
+  end
   local record = redis.call('HGET', state, tenant_field(tenant))
   if not record then return false end
   activate(tenant, record)
