@@ -6,10 +6,17 @@
 --          refusal records it in the parked-in set, where the next release (release.lua) finds it.
 local start_slot = {}
 -- Expired leases are dropped first (their workers died or stalled: the slot comes back), counted as reclaimed.
+-- The count read first: an empty set (a tenant with no job running, at every start under a limit of 1) has no
+-- lease to drop or hold, so neither is asked (3 commands to 1). s.slots[k]: the leases left, for check.
 function start_slot.held(s, k, a)
   local leases = KEYS[k + 1]
-  s.reclaimed = s.reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
-  if redis.call('ZSCORE', leases, s.job_id) then
+  local count = redis.call('ZCARD', leases)
+  if count > 0 then
+    local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
+    s.reclaimed, count = s.reclaimed + expired, count - expired
+  end
+  s.slots[k] = count
+  if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
     redis.call('ZADD', leases, string.format('%d', s.now_ms + tonumber(ARGV[a + 2])), s.job_id)
     return true
   end
@@ -19,7 +26,7 @@ end
 -- come sooner), so that a tenant whose slot a dead worker holds is parked no longer than that lease lives.
 function start_slot.check(s, k, a)
   local leases = KEYS[k + 1]
-  if redis.call('ZCARD', leases) >= tonumber(ARGV[a + 1]) then
+  if s.slots[k] >= tonumber(ARGV[a + 1]) then
     local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
     s.at_ms = tonumber(first[2]) or 0
     local queue = ARGV[a + 3]
