@@ -108,6 +108,29 @@ def test_a_start_with_every_control_costs_six_commands_and_no_hashing_on_its_own
     assert conn.pttl(KEYS.leases("carol")) > 86_400_000  # the set outlives its leases by a day
 
 
+def test_a_lease_set_lives_a_day_past_its_leases_renewed_at_its_creation_each_refresh_and_one_take_in_16(
+        conn: Redis) -> None:
+    """The lease set's PEXPIRE: when a take creates it, at every lease refresh, and at a take into a set holding
+    leases only when now_ms is a multiple of 16 (RENEW_EVERY in lua/lib/start_slot.lua): the others spare it."""
+    slot = [ConcurrencySlot(KEYS, ConcurrencyConfig(enabled=True))]
+    script = StartScript(conn, [control.piece for control in slot])
+    conn.hset(KEYS.tiers(), "ent", "enterprise")  # 5 slots
+    leases, day = KEYS.leases("ent"), 86_400_000
+
+    def at(now_ms: int, job_id: str) -> Verdict:
+        begun = start(conn, "ent", job_id)
+        return Verdict(script(str(now_ms), job_id, [control.section(begun) for control in slot]).run().status)
+
+    base = 16 * 10**11
+    assert at(base + 1, "a") == Verdict.GRANTED and conn.pttl(leases) > day  # created: its life set
+    conn.pexpire(leases, 1_000_000)
+    assert at(base + 2, "b") == Verdict.GRANTED and conn.pttl(leases) <= 1_000_000  # a lease in it: spared
+    assert at(base + 16, "c") == Verdict.GRANTED and conn.pttl(leases) > day  # a multiple of 16: renewed
+    conn.pexpire(leases, 1_000_000)
+    assert at(base + 17, "a") == Verdict.HELD and conn.pttl(leases) > day  # a refresh: renewed
+    assert conn.zcard(leases) == 3
+
+
 def test_a_paced_start_reports_to_its_fair_queue_only_while_its_rate_binds_and_once_after(conn: Redis) -> None:
     """A fair queue's start held by the tenant's own rate: reported (its queue hears when the next may come)
     when the rate binds, and once more when it no longer does (the queue's pace ends); a rate with room to

@@ -53,6 +53,11 @@ return 4
 end
 end
 local start_slot = {}
+local KEEP_MS = 86400000  -- the lease set outlives its last renewal by a day more than a lease
+local RENEW_EVERY = 16  -- a take into a set holding leases renews its life when now_ms is a multiple of this
+local function keep(leases, lease_ms)
+redis.call('PEXPIRE', leases, string.format('%d', lease_ms + KEEP_MS))
+end
 function start_slot.held(s, k, a)
 local leases = KEYS[k + 1]
 local count = redis.call('ZCARD', leases)
@@ -62,7 +67,9 @@ s.reclaimed, count = s.reclaimed + expired, count - expired
 end
 s.slots[k] = count
 if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
-redis.call('ZADD', leases, string.format('%d', s.now_ms + tonumber(ARGV[a + 2])), s.job_id)
+local lease_ms = tonumber(ARGV[a + 2])
+redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
+keep(leases, lease_ms)  -- a running job's refresh: its set lives as long as it runs
 return true
 end
 return false
@@ -83,7 +90,7 @@ end
 function start_slot.take(s, k, a)
 local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
 redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
-redis.call('PEXPIRE', leases, string.format('%d', lease_ms + 86400000))
+if s.slots[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) end
 end
 local start_rate = {reads = true}  -- its keys read before the checks (lib/start.lua: s.got)
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
