@@ -10,7 +10,7 @@
 -- The org's pause and slot (controls/orglimits.py) are the tenant's pieces on the org's keys, refusing with
 -- their own statuses (7 ORG_PAUSED, 6 ORG_LIMIT); a job without an org sends them no keys: skipped.
 local function refusing_as(piece, status)
-  return {keyed = true, held = piece.held, take = piece.take,
+  return {keyed = true, held = piece.held, take = piece.take, reads = piece.reads,
           check = function(s, k, a, n) if piece.check(s, k, a, n) then return status end end}
 end
 return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,

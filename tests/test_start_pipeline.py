@@ -83,11 +83,11 @@ def test_refusals_are_counted_by_the_refusing_control_and_say_what_becomes_of_th
     assert limiter.counters()["free"] == {**dict.fromkeys(COUNTERS, 0), "acquired": 1, "rate_deferred": 1}
 
 
-def test_a_start_with_every_control_costs_nine_commands_and_no_hashing_on_its_own_pipeline(conn: Redis) -> None:
-    """Pause, slot and rate in one call: TIME, EXISTS (pause), ZREMRANGEBYSCORE + ZSCORE (held?), ZCARD
-    (limit), MGET (reservation and TAT: one read, was two GETs), SET (TAT), ZADD + PEXPIRE (lease; no PTTL
-    read first, as before): 9 (11 before). On a pipeline the gate executes it goes as FCALL (EVALSHA on a server
-    without functions)."""
+def test_a_start_with_every_control_costs_six_commands_and_no_hashing_on_its_own_pipeline(conn: Redis) -> None:
+    """Pause, slot and rate in one call, the tenant running nothing: TIME, ZCARD (its leases: none, so no
+    ZREMRANGEBYSCORE of expired ones and no ZSCORE of this job's), MGET (pause flag, reservation and TAT: one
+    read, was an EXISTS and an MGET), SET (TAT), ZADD + PEXPIRE (lease; no PTTL read first): 6 (9 before, 11
+    before that). On a pipeline the gate executes it goes as FCALL (EVALSHA on a server without functions)."""
     gate, _ = every_control(conn)
     rate = (scope(KEYS.rate("carol"), Rate(100, 1), 10),)
     with conn.pipeline(transaction=False) as pipe:  # loads the script, once per process and server
@@ -104,9 +104,31 @@ def test_a_start_with_every_control_costs_nine_commands_and_no_hashing_on_its_ow
                            "cmdstat_hincrby")}
     functions = int(str(conn.info("server")["redis_version"]).split(".")[0]) >= 7
     assert f"cmdstat_{'fcall' if functions else 'evalsha'}" in stats and "cmdstat_eval" not in stats
-    assert ran == {"time": 1, "exists": 1, "zremrangebyscore": 1, "zscore": 1, "zcard": 1, "mget": 1, "set": 1,
-                   "zadd": 1, "pexpire": 1}, ran
+    assert ran == {"time": 1, "zcard": 1, "mget": 1, "set": 1, "zadd": 1, "pexpire": 1}, ran
     assert conn.pttl(KEYS.leases("carol")) > 86_400_000  # the set outlives its leases by a day
+
+
+def test_a_lease_set_lives_a_day_past_its_leases_renewed_at_its_creation_each_refresh_and_one_take_in_16(
+        conn: Redis) -> None:
+    """The lease set's PEXPIRE: when a take creates it, at every lease refresh, and at a take into a set holding
+    leases only when now_ms is a multiple of 16 (RENEW_EVERY in lua/lib/start_slot.lua): the others spare it."""
+    slot = [ConcurrencySlot(KEYS, ConcurrencyConfig(enabled=True))]
+    script = StartScript(conn, [control.piece for control in slot])
+    conn.hset(KEYS.tiers(), "ent", "enterprise")  # 5 slots
+    leases, day = KEYS.leases("ent"), 86_400_000
+
+    def at(now_ms: int, job_id: str) -> Verdict:
+        begun = start(conn, "ent", job_id)
+        return Verdict(script(str(now_ms), job_id, [control.section(begun) for control in slot]).run().status)
+
+    base = 16 * 10**11
+    assert at(base + 1, "a") == Verdict.GRANTED and conn.pttl(leases) > day  # created: its life set
+    conn.pexpire(leases, 1_000_000)
+    assert at(base + 2, "b") == Verdict.GRANTED and conn.pttl(leases) <= 1_000_000  # a lease in it: spared
+    assert at(base + 16, "c") == Verdict.GRANTED and conn.pttl(leases) > day  # a multiple of 16: renewed
+    conn.pexpire(leases, 1_000_000)
+    assert at(base + 17, "a") == Verdict.HELD and conn.pttl(leases) > day  # a refresh: renewed
+    assert conn.zcard(leases) == 3
 
 
 def test_a_paced_start_reports_to_its_fair_queue_only_while_its_rate_binds_and_once_after(conn: Redis) -> None:

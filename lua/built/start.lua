@@ -21,15 +21,34 @@ end
 -- n: how many keys it has. A control marked `keyed` is skipped when sent no keys (lua/start.lua's org
 -- controls, for a job without an org).
 -- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms and s.report (admissions).
+-- A control marked `reads` has its keys (strings) read for it before the checks, every such control's in one
+-- MGET (the pause flag and the rate's keys: one command, was an EXISTS and an MGET): its i-th key's value is
+-- s.got[s.read_at[k] + i] (false when missing). s.slots[k]: a slot control's lease count, from its held pass.
+
+-- The keys of every `reads` control, read in one MGET (after the held pass: a lease refresh reads none).
+local function prefetch(controls, s, n_argv)
+  local keys, k, a = {}, 0, 2
+  while a < n_argv do
+    local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
+    if control.reads and n_keys > 0 then
+      s.read_at[k] = #keys
+      for i = 1, n_keys do keys[#keys + 1] = KEYS[k + i] end
+    end
+    k, a = k + n_keys, a + 3 + tonumber(ARGV[a + 3])
+  end
+  if #keys > 0 then s.got = redis.call('MGET', unpack(keys)) end
+end
+
 local function run_start(controls)
   local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
-             report = 0}
+             report = 0, slots = {}, read_at = {}}
   local n_argv = #ARGV
   -- pass 0 (held), 1 (check), 2 (take); offsets walked again per pass: no tables built per call. Every
   -- control's held runs (a tenant's slot and its org's are both refreshed); a control sent no keys (an org
   -- control of a job without an org) is skipped.
   local held = false
   for pass = 0, 2 do
+    if pass == 1 then prefetch(controls, s, n_argv) end
     local k, a = 0, 2
     while a < n_argv do
       local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
@@ -55,11 +74,12 @@ end
 -- KEYS +1  the tenant's pause flag.   ARGV  none.
 -- Or, for a job under an org (its call's keys on the org's slot, not the tenant's): KEYS none, ARGV +1 '1'
 -- when the worker's tier cache saw the tenant paused.
-local start_pause = {}
+-- The flag is read with the start's other string keys (lib/start.lua `reads`: one MGET).
+local start_pause = {reads = true}
 function start_pause.check(s, k, a, n)
   if n == 0 then
     if ARGV[a + 1] == '1' then return 4 end
-  elseif redis.call('EXISTS', KEYS[k + 1]) == 1 then
+  elseif s.got[s.read_at[k] + 1] then
     return 4
   end
 end
@@ -71,12 +91,32 @@ end
 -- ARGV +1  limit (slots the tenant may hold), +2 lease_ms, +3 the fair queue whose job this is ('' = none): a
 --          refusal records it in the parked-in set, where the next release (release.lua) finds it.
 local start_slot = {}
+local KEEP_MS = 86400000  -- the lease set outlives its last renewal by a day more than a lease
+local RENEW_EVERY = 16  -- a take into a set holding leases renews its life when now_ms is a multiple of this
+
+-- Every lease ends within lease_ms of its last refresh, but the set outlives it by a day: a lease whose worker
+-- died must still be here for the next start to drop *and count* as reclaimed (a key expiring with its last
+-- lease took that lease away uncounted). Expired leases never count toward the limit, so the longer life costs
+-- only the memory of an idle tenant's small set. No PTTL read first: a set renewed by a worker whose lease_ms
+-- is longer still ends a day after (leases up to a day long).
+local function keep(leases, lease_ms)
+  redis.call('PEXPIRE', leases, string.format('%d', lease_ms + KEEP_MS))
+end
 -- Expired leases are dropped first (their workers died or stalled: the slot comes back), counted as reclaimed.
+-- The count read first: an empty set (a tenant with no job running, at every start under a limit of 1) has no
+-- lease to drop or hold, so neither is asked (3 commands to 1). s.slots[k]: the leases left, for check.
 function start_slot.held(s, k, a)
   local leases = KEYS[k + 1]
-  s.reclaimed = s.reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
-  if redis.call('ZSCORE', leases, s.job_id) then
-    redis.call('ZADD', leases, string.format('%d', s.now_ms + tonumber(ARGV[a + 2])), s.job_id)
+  local count = redis.call('ZCARD', leases)
+  if count > 0 then
+    local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
+    s.reclaimed, count = s.reclaimed + expired, count - expired
+  end
+  s.slots[k] = count
+  if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
+    local lease_ms = tonumber(ARGV[a + 2])
+    redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
+    keep(leases, lease_ms)  -- a running job's refresh: its set lives as long as it runs
     return true
   end
   return false
@@ -85,7 +125,7 @@ end
 -- come sooner), so that a tenant whose slot a dead worker holds is parked no longer than that lease lives.
 function start_slot.check(s, k, a)
   local leases = KEYS[k + 1]
-  if redis.call('ZCARD', leases) >= tonumber(ARGV[a + 1]) then
+  if s.slots[k] >= tonumber(ARGV[a + 1]) then
     local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
     s.at_ms = tonumber(first[2]) or 0
     local queue = ARGV[a + 3]
@@ -96,16 +136,14 @@ function start_slot.check(s, k, a)
     return 0
   end
 end
+-- The set's life is set when this take creates it (no lease left in it: every start of a tenant running one
+-- job at a time), and renewed by every lease refresh (held) and by about one take in RENEW_EVERY into a set
+-- that holds leases already: a set kept from emptying by running jobs has each of them refreshed every
+-- lease_ttl / 3 or, for jobs shorter than that, thousands of takes a day; the other takes spare the PEXPIRE.
 function start_slot.take(s, k, a)
   local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
   redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
-  -- Every lease ends within lease_ms of its last refresh, but the key outlives it by a day: a lease
-  -- whose worker died must still be here for the next start to drop *and count* as reclaimed (a key
-  -- expiring with its last lease took that lease away uncounted). Expired leases never count toward
-  -- the limit, so the longer life costs only the memory of an idle tenant's small set. Set at every
-  -- take, no PTTL read first: a lease set by a worker whose lease_ms is longer still ends a day before
-  -- (leases up to a day long).
-  redis.call('PEXPIRE', leases, string.format('%d', lease_ms + 86400000))
+  if s.slots[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) end
 end
 
 -- start_rate.lua: the rate control of a job start (controls/gate.py): GCRA, one timestamp per scope (its
@@ -127,7 +165,7 @@ end
 -- start is later than now: the mark is set, 65 s, outliving the queue's 60 s pace), or it no longer binds and
 -- the mark says the queue may still pace the tenant (the mark goes, the report ends the pace). A tenant whose
 -- rate never binds sends no report and is never parked by a pop.
-local start_rate = {}
+local start_rate = {reads = true}  -- its keys read before the checks (lib/start.lua: s.got)
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
 local PACE_MARK_MS = 65000  -- the pace mark's life: longer than lib/claims.lua's PACED_FOR_MS
 
@@ -150,11 +188,11 @@ function start_rate.check(s, k, a, n_keys)
   local paid, now_ms = KEYS[k + 1], s.now_ms
   local paced = ARGV[a + 3] == '1'
   local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
-  -- the reservation, every scope's TAT and the pace mark in one read (one slot: the call's hash tag)
-  local got = redis.call('MGET', unpack(KEYS, k + 1, k + n_keys))
-  local reserved = tonumber(got[1] or '')
+  -- the reservation, every scope's TAT and the pace mark, read with the start's other strings (lib/start.lua)
+  local got, o = s.got, s.read_at[k]
+  local reserved = tonumber(got[o + 1] or '')
   s.pace_key = paced and KEYS[k + n_keys] or nil
-  s.pace_marked = paced and got[n_keys] ~= false
+  s.pace_marked = paced and got[o + n_keys] ~= false
   if reserved then
     if reserved > now_ms then  -- back early: not yet its time
       s.at_ms = reserved
@@ -163,7 +201,7 @@ function start_rate.check(s, k, a, n_keys)
     n = 0  -- its token was taken when it was deferred
   end
   for i = 1, n do
-    local tat = tonumber(got[1 + i] or '0')
+    local tat = tonumber(got[o + 1 + i] or '0')
     if tat <= now_ms - tonumber(ARGV[a + 2 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
     tats[i] = tat
     local at = tat - tonumber(ARGV[a + 3 + 2 * i])
@@ -203,7 +241,7 @@ end
 -- The org's pause and slot (controls/orglimits.py) are the tenant's pieces on the org's keys, refusing with
 -- their own statuses (7 ORG_PAUSED, 6 ORG_LIMIT); a job without an org sends them no keys: skipped.
 local function refusing_as(piece, status)
-  return {keyed = true, held = piece.held, take = piece.take,
+  return {keyed = true, held = piece.held, take = piece.take, reads = piece.reads,
           check = function(s, k, a, n) if piece.check(s, k, a, n) then return status end end}
 end
 return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,

@@ -5,12 +5,25 @@ if now then return now end
 local t = redis.call('TIME')
 return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+local function prefetch(controls, s, n_argv)
+local keys, k, a = {}, 0, 2
+while a < n_argv do
+local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
+if control.reads and n_keys > 0 then
+s.read_at[k] = #keys
+for i = 1, n_keys do keys[#keys + 1] = KEYS[k + i] end
+end
+k, a = k + n_keys, a + 3 + tonumber(ARGV[a + 3])
+end
+if #keys > 0 then s.got = redis.call('MGET', unpack(keys)) end
+end
 local function run_start(controls)
 local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
-report = 0}
+report = 0, slots = {}, read_at = {}}
 local n_argv = #ARGV
 local held = false
 for pass = 0, 2 do
+if pass == 1 then prefetch(controls, s, n_argv) end
 local k, a = 0, 2
 while a < n_argv do
 local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
@@ -31,27 +44,39 @@ if held then return {2, s.reclaimed, 0, s.now_ms, 0} end
 end
 return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
 end
-local start_pause = {}
+local start_pause = {reads = true}
 function start_pause.check(s, k, a, n)
 if n == 0 then
 if ARGV[a + 1] == '1' then return 4 end
-elseif redis.call('EXISTS', KEYS[k + 1]) == 1 then
+elseif s.got[s.read_at[k] + 1] then
 return 4
 end
 end
 local start_slot = {}
+local KEEP_MS = 86400000  -- the lease set outlives its last renewal by a day more than a lease
+local RENEW_EVERY = 16  -- a take into a set holding leases renews its life when now_ms is a multiple of this
+local function keep(leases, lease_ms)
+redis.call('PEXPIRE', leases, string.format('%d', lease_ms + KEEP_MS))
+end
 function start_slot.held(s, k, a)
 local leases = KEYS[k + 1]
-s.reclaimed = s.reclaimed + redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
-if redis.call('ZSCORE', leases, s.job_id) then
-redis.call('ZADD', leases, string.format('%d', s.now_ms + tonumber(ARGV[a + 2])), s.job_id)
+local count = redis.call('ZCARD', leases)
+if count > 0 then
+local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
+s.reclaimed, count = s.reclaimed + expired, count - expired
+end
+s.slots[k] = count
+if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
+local lease_ms = tonumber(ARGV[a + 2])
+redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
+keep(leases, lease_ms)  -- a running job's refresh: its set lives as long as it runs
 return true
 end
 return false
 end
 function start_slot.check(s, k, a)
 local leases = KEYS[k + 1]
-if redis.call('ZCARD', leases) >= tonumber(ARGV[a + 1]) then
+if s.slots[k] >= tonumber(ARGV[a + 1]) then
 local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
 s.at_ms = tonumber(first[2]) or 0
 local queue = ARGV[a + 3]
@@ -65,9 +90,9 @@ end
 function start_slot.take(s, k, a)
 local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
 redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
-redis.call('PEXPIRE', leases, string.format('%d', lease_ms + 86400000))
+if s.slots[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) end
 end
-local start_rate = {}
+local start_rate = {reads = true}  -- its keys read before the checks (lib/start.lua: s.got)
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
 local PACE_MARK_MS = 65000  -- the pace mark's life: longer than lib/claims.lua's PACED_FOR_MS
 local function rate_take(s, k, a, start)
@@ -85,10 +110,10 @@ function start_rate.check(s, k, a, n_keys)
 local paid, now_ms = KEYS[k + 1], s.now_ms
 local paced = ARGV[a + 3] == '1'
 local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
-local got = redis.call('MGET', unpack(KEYS, k + 1, k + n_keys))
-local reserved = tonumber(got[1] or '')
+local got, o = s.got, s.read_at[k]
+local reserved = tonumber(got[o + 1] or '')
 s.pace_key = paced and KEYS[k + n_keys] or nil
-s.pace_marked = paced and got[n_keys] ~= false
+s.pace_marked = paced and got[o + n_keys] ~= false
 if reserved then
 if reserved > now_ms then  -- back early: not yet its time
 s.at_ms = reserved
@@ -97,7 +122,7 @@ end
 n = 0  -- its token was taken when it was deferred
 end
 for i = 1, n do
-local tat = tonumber(got[1 + i] or '0')
+local tat = tonumber(got[o + 1 + i] or '0')
 if tat <= now_ms - tonumber(ARGV[a + 2 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
 tats[i] = tat
 local at = tat - tonumber(ARGV[a + 3 + 2 * i])
@@ -124,7 +149,7 @@ s.report = 1
 end
 end
 local function refusing_as(piece, status)
-return {keyed = true, held = piece.held, take = piece.take,
+return {keyed = true, held = piece.held, take = piece.take, reads = piece.reads,
 check = function(s, k, a, n) if piece.check(s, k, a, n) then return status end end}
 end
 return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,

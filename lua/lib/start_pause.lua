@@ -2,11 +2,12 @@
 -- KEYS +1  the tenant's pause flag.   ARGV  none.
 -- Or, for a job under an org (its call's keys on the org's slot, not the tenant's): KEYS none, ARGV +1 '1'
 -- when the worker's tier cache saw the tenant paused.
-local start_pause = {}
+-- The flag is read with the start's other string keys (lib/start.lua `reads`: one MGET).
+local start_pause = {reads = true}
 function start_pause.check(s, k, a, n)
   if n == 0 then
     if ARGV[a + 1] == '1' then return 4 end
-  elseif redis.call('EXISTS', KEYS[k + 1]) == 1 then
+  elseif s.got[s.read_at[k] + 1] then
     return 4
   end
 end

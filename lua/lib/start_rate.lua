@@ -17,7 +17,7 @@
 -- start is later than now: the mark is set, 65 s, outliving the queue's 60 s pace), or it no longer binds and
 -- the mark says the queue may still pace the tenant (the mark goes, the report ends the pace). A tenant whose
 -- rate never binds sends no report and is never parked by a pop.
-local start_rate = {}
+local start_rate = {reads = true}  -- its keys read before the checks (lib/start.lua: s.got)
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
 local PACE_MARK_MS = 65000  -- the pace mark's life: longer than lib/claims.lua's PACED_FOR_MS
 
@@ -40,11 +40,11 @@ function start_rate.check(s, k, a, n_keys)
   local paid, now_ms = KEYS[k + 1], s.now_ms
   local paced = ARGV[a + 3] == '1'
   local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
-  -- the reservation, every scope's TAT and the pace mark in one read (one slot: the call's hash tag)
-  local got = redis.call('MGET', unpack(KEYS, k + 1, k + n_keys))
-  local reserved = tonumber(got[1] or '')
+  -- the reservation, every scope's TAT and the pace mark, read with the start's other strings (lib/start.lua)
+  local got, o = s.got, s.read_at[k]
+  local reserved = tonumber(got[o + 1] or '')
   s.pace_key = paced and KEYS[k + n_keys] or nil
-  s.pace_marked = paced and got[n_keys] ~= false
+  s.pace_marked = paced and got[o + n_keys] ~= false
   if reserved then
     if reserved > now_ms then  -- back early: not yet its time
       s.at_ms = reserved
@@ -53,7 +53,7 @@ function start_rate.check(s, k, a, n_keys)
     n = 0  -- its token was taken when it was deferred
   end
   for i = 1, n do
-    local tat = tonumber(got[1 + i] or '0')
+    local tat = tonumber(got[o + 1 + i] or '0')
     if tat <= now_ms - tonumber(ARGV[a + 2 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
     tats[i] = tat
     local at = tat - tonumber(ARGV[a + 3 + 2 * i])
