@@ -15,6 +15,7 @@ import fair_jobs
 import pytest
 from redis import Redis
 from rq.job import Job
+from test_fair_charge import pop_settle
 
 from fair_router import FairQueue, Settings
 from fair_router.demo.metrics import jain, worker_time_shares
@@ -34,15 +35,6 @@ def fill(q: FairQueue, tenant: str, org: str, n: int, ms: float = 0) -> None:
     (the queue does not trust declared costs), so only the settlement makes a longer job cost more."""
     meta = {"fair_tenant": tenant, "fair_org": org, "fair_cost": 0.01}
     q.enqueue_many([FairQueue.prepare_data(fair_jobs.sleep_ms, (ms,), meta=meta, result_ttl=600) for _ in range(n)])
-
-
-def pop_settle(q: FairQueue, seconds: dict[str, float]) -> str:
-    """Pop one job and settle it as if it ran ``seconds[tenant]``; returns its tenant."""
-    job_id = q.pop_job_id()
-    assert job_id is not None
-    tenant = cast(str, Job.fetch(job_id, connection=q.connection).meta["fair_tenant"])
-    assert q.settle(job_id, seconds[tenant]) == 1
-    return tenant
 
 
 def org_passes(q: FairQueue) -> dict[str, float]:
