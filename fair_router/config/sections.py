@@ -72,6 +72,15 @@ class OrgConfig(BaseModel):
             raise ValueError("burst is set without a rate: give rate too (e.g. rate: 100/m)")
         return self
 
+    def configured_limit(self, tiers: TiersConfig | None) -> tuple[int | None, str]:
+        """The org's concurrency limit from the settings, with its source: its own (``"settings"``), else its
+        tier's (``"tier <name>"``), else ``(None, "none")``; an override (``org set``) beats both."""
+        if self.concurrency is not None:
+            return self.concurrency, "settings"
+        if tiers is not None and self.tier in tiers.concurrency:
+            return tiers.concurrency[self.tier], f"tier {self.tier}"
+        return None, "none"
+
 
 ADR_LIMITS = {"free": 1, "pro": 3, "pro_plus": 3, "enterprise": 5}
 

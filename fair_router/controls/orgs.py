@@ -114,8 +114,7 @@ class OrgBook:
         tier = found.tier if tiers is not None and found.tier in tiers.concurrency else None
         weight, source = ((own.weight, "override") if own.weight is not None
                           else (found.weight, "settings") if listed else (1.0, "default"))
-        limit, limit_source = _first((own.concurrency, "override"), (found.concurrency, "settings"),
-                                     (tiers.concurrency.get(tier) if tier and tiers else None, f"tier {tier}"))
+        limit, limit_source = _first((own.concurrency, "override"), found.configured_limit(tiers))
         rate, rate_source = _first((own.rate, "override"), (found.rate, "settings"),
                                    (tiers.rate.get(tier) if tier and tiers else None, f"tier {tier}"))
         burst = own.burst or found.burst or (tiers.burst.get(tier, 1) if tier and tiers else 1)
@@ -134,7 +133,7 @@ class OrgBook:
             for name, value in own.fields().items():
                 pipe.hset(key, name, value)
             pipe.execute()
-        self._cache.pop(org, None)
+        self.forget(org)
 
     def forget(self, org: str) -> None:
         """Drop ``org`` from this process's cache (after a write here)."""

@@ -240,12 +240,9 @@ class Explainer:
 
     def org_limit(self, controls: TenantControls) -> int | None:
         """The job's org's concurrency limit as ``org show`` gives it: its override, its settings, its tier's."""
-        config = self.settings.orgs.get(self.org) if self.org is not None else None
-        if controls.org_limit_override is not None or config is None:
+        if controls.org_limit_override is not None or self.org not in self.settings.orgs:
             return controls.org_limit_override
-        if config.concurrency is not None or config.tier is None:
-            return config.concurrency
-        return self.settings.tiers.concurrency.get(config.tier)
+        return self.settings.orgs[self.org].configured_limit(self.settings.tiers)[0]
 
     def deferred(self) -> Explanation:
         ids = self.job.dependency_ids[:DEPENDENCIES_SHOWN]

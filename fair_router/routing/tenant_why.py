@@ -76,9 +76,10 @@ def explain_tenant(tenant: str | int, connection: Redis, settings: Settings | No
     reasons, unknown = [], []
     if controls.paused or controls.org_paused:
         reasons.append(TenantReason.PAUSED)
-        facts["paused_since" if controls.paused else "org_paused_since"] = \
-            controls.paused_since if controls.paused else controls.org_paused_since
-        if facts.get("paused_since", facts.get("org_paused_since")) is None:
+        name, since = ("paused_since", controls.paused_since) if controls.paused else \
+            ("org_paused_since", controls.org_paused_since)
+        facts[name] = since
+        if since is None:
             unknown.append("paused_since: paused by a version that recorded no pause time")
     if settings.concurrency.enabled:
         facts.update(limit=profile.limit, running_jobs=controls.running)
