@@ -12,7 +12,7 @@ import why_jobs
 from click.testing import CliRunner
 from redis import Redis
 from rq.job import Job
-from test_why import snapshot
+from test_why import slot_held_elsewhere, snapshot
 
 from fair_router import (
     FairQueue,
@@ -27,9 +27,7 @@ from fair_router import (
 )
 from fair_router.cli import main
 from fair_router.config.settings import ConcurrencyConfig
-from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
-from fair_router.workers.limiter import ConcurrencyLimiter
 
 PREFIX = "why_test"
 KEYS = Keys(PREFIX)
@@ -74,9 +72,7 @@ def test_a_paused_tenant_and_its_time(conn: Redis) -> None:
 
 def test_a_tenant_at_its_limit_names_its_running_jobs(conn: Redis) -> None:
     config = settings(concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60), fair_queues=["default"])
-    slots = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS), config.concurrency)
-    held = slots.acquire("acme", "elsewhere")  # the default tier's limit is 1
-    assert held is not None
+    slots, held = slot_held_elsewhere(conn, config)
     queue = FairQueue("default", connection=conn, settings=config)
     fill(queue, "acme", 1)
     WeightedSimpleWorker([queue], connection=conn, settings=config).work(burst=True)

@@ -24,6 +24,7 @@ from rq.job import Job, JobStatus
 from fair_router import FairQueue, FairRouter, Reason, Rule, Settings, WeightedSimpleWorker, explain, fair_job
 from fair_router.cli import main
 from fair_router.config.settings import ConcurrencyConfig
+from fair_router.controls.gate import Lease
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
@@ -36,6 +37,16 @@ from fair_router.workers.limiter import ConcurrencyLimiter
 
 PREFIX = "why_test"
 KEYS = Keys(PREFIX)
+
+
+def slot_held_elsewhere(conn: Redis, config: Settings, tenant: str = "acme",
+                        org: str | None = None) -> tuple[ConcurrencyLimiter, Lease]:
+    """``tenant``'s one slot (the default tier's limit is 1; under ``org``'s tag with ``org``) taken by a job running
+    elsewhere, so a worker's next start of its jobs is refused; release it with the limiter returned."""
+    slots = ConcurrencyLimiter(conn, Keys(config.prefix), TierBook(conn, Keys(config.prefix)), config.concurrency)
+    held = slots.acquire(tenant, "elsewhere", org=org)
+    assert held is not None
+    return slots, held
 
 pytestmark = pytest.mark.usefixtures("isolated_settings")
 
@@ -212,9 +223,7 @@ def test_a_paused_tenant(conn: Redis) -> None:
 def test_a_tenant_at_its_concurrency_limit(conn: Redis) -> None:
     """A real worker's start is refused at the limit (the one slot is held elsewhere): the tenant parks."""
     config = settings(concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60), fair_queues=["default"])
-    slots = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS), config.concurrency)
-    held = slots.acquire("acme", "elsewhere")  # the default tier's limit is 1
-    assert held is not None
+    slots, held = slot_held_elsewhere(conn, config)
     queue = FairQueue("default", connection=conn, settings=config)
     job = queue.enqueue(why_jobs.noop, fair_tenant="acme")
     WeightedSimpleWorker([queue], connection=conn, settings=config).work(burst=True)

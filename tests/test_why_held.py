@@ -14,14 +14,13 @@ from redis import Redis
 from rq import Queue
 from rq.job import Job
 from rq.registry import ScheduledJobRegistry
+from test_why import slot_held_elsewhere
 
 from fair_router import FairQueue, FairRouter, Reason, Settings, WeightedSimpleWorker, explain
 from fair_router.cli import main
 from fair_router.config.settings import ConcurrencyConfig
-from fair_router.controls.tiers import TierBook
 from fair_router.core.jobmeta import META_HELD
 from fair_router.core.keys import Keys
-from fair_router.workers.limiter import ConcurrencyLimiter
 
 PREFIX = "why_test"
 KEYS = Keys(PREFIX)
@@ -50,9 +49,7 @@ def turned_away(conn: Redis, config: Settings, tenant: str = "acme") -> Job:
 
 def test_a_job_turned_away_at_the_limit_reads_concurrency_limit(conn: Redis) -> None:
     config = settings(concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60, snooze=120, jitter=1))
-    slots = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS), config.concurrency)
-    held = slots.acquire("acme", "elsewhere")  # the default tier's limit is 1
-    assert held is not None
+    slots, held = slot_held_elsewhere(conn, config)
     job = turned_away(conn, config)
     until = ScheduledJobRegistry("plain", connection=conn).get_scheduled_time(job)
     assert job.meta[META_HELD] == {"reason": "concurrency_limit", "until": round(until.timestamp())}
@@ -97,9 +94,7 @@ def test_a_job_the_user_scheduled_reads_scheduled(conn: Redis) -> None:
     mine = queue.enqueue_in(timedelta(minutes=5), why_jobs.noop, meta={"fair_tenant": "acme"})
     assert explain(mine.id, connection=conn, settings=settings()).reason == Reason.SCHEDULED
     config = settings(concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60, snooze=120, jitter=1))
-    slots = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS), config.concurrency)
-    held = slots.acquire("acme", "elsewhere")
-    assert held is not None
+    slots, held = slot_held_elsewhere(conn, config)
     job = turned_away(conn, config)
     queue.schedule_job(job, datetime.now(timezone.utc) + timedelta(hours=2))  # the user moves it: meta kept
     answer = explain(job.id, connection=conn, settings=config)
@@ -137,9 +132,7 @@ def test_pause_keeps_its_first_time_and_tenant_show_prints_it(conn: Redis, redis
 def test_the_record_rides_the_job_save_of_the_deferral(conn: Redis) -> None:
     """No command of its own: the only command naming the record is the job hash's save rq's scheduling makes."""
     config = settings(concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60, snooze=120, jitter=1))
-    slots = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS), config.concurrency)
-    held = slots.acquire("acme", "elsewhere")
-    assert held is not None
+    slots, held = slot_held_elsewhere(conn, config)
     lines: list[str] = []
     ready, stop = threading.Event(), "why-held-monitor-stop"
 
@@ -167,9 +160,7 @@ def test_the_record_rides_the_job_save_of_the_deferral(conn: Redis) -> None:
 def test_a_fair_queue_park_keeps_its_cause_while_it_lasts(conn: Redis) -> None:
     """A park that outlives its cause (the slot freed with no unpark here) still names it, until the park ends."""
     config = settings(concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60), fair_queues=["default"])
-    slots = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS), config.concurrency)
-    held = slots.acquire("acme", "elsewhere")  # the default tier's limit is 1
-    assert held is not None
+    slots, held = slot_held_elsewhere(conn, config)
     queue = FairQueue("default", connection=conn, settings=config)
     job = queue.enqueue(why_jobs.noop, fair_tenant="acme")
     WeightedSimpleWorker([queue], connection=conn, settings=config).work(burst=True)

@@ -12,12 +12,11 @@ import why_jobs
 from redis import Redis
 from rq import Queue
 from rq.job import Job
+from test_why import slot_held_elsewhere
 
 from fair_router import FairQueue, FairRouter, Reason, Settings, WeightedSimpleWorker, explain
 from fair_router.config.settings import ConcurrencyConfig
-from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
-from fair_router.workers.limiter import ConcurrencyLimiter
 
 PREFIX = "why_test"
 
@@ -84,10 +83,7 @@ def test_an_org_tenant_at_its_concurrency_limit_is_parked(conn: Redis) -> None:
     its place a guess; its org mate's job is next."""
     config = Settings(prefix=PREFIX, orgs={"A": {"weight": 2}}, fair_queues=["default"],
                       concurrency=ConcurrencyConfig(enabled=True, lease_ttl=60))
-    keys = Keys(PREFIX)
-    slots = ConcurrencyLimiter(conn, keys, TierBook(conn, keys), config.concurrency)
-    held = slots.acquire("a1", "elsewhere", org="A")  # the default tier's limit is 1; a1's slots are under A's tag
-    assert held is not None
+    slots, held = slot_held_elsewhere(conn, config, "a1", org="A")
     queue = FairQueue("default", connection=conn, settings=config)
     capped = fill(queue, "a1", 2, org="A")
     WeightedSimpleWorker([queue], connection=conn, settings=config).work(burst=True, max_jobs=1)
