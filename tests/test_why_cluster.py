@@ -45,6 +45,10 @@ SCENE = """
                for name, job_id in [("capped", capped.id), ("next", first[0]), ("behind", second[2]),
                                    ("paused", resting.id)]}
     answers["via_rq_client"] = explain(second[2], connection=pair.rq, settings=settings).as_dict()
+    orged = queue.enqueue(why_jobs.noop, fair_tenant="orgt", fair_org="O")
+    FairRouter(pair.state, prefix=settings.prefix).tenants.pause_org("O")  # the org's flag on the org's own slot
+    answers["org_paused"] = explain(orged.id, connection=pair.state, settings=settings).as_dict()
+    answers["org_tenant"] = explain_tenant("orgt", pair.rq, settings).as_dict()
     answers["tenant"] = explain_tenant("capped", pair.rq, settings).as_dict()
     answers["dashboard"] = job_answer(SnapshotReader(pair.state, settings), capped.id)[0]
     answers["ids"] = {"capped": capped.id, "behind": second[2]}
@@ -73,6 +77,10 @@ def test_explain_and_tenant_why_on_a_cluster(redis_cluster: Any, tmp_path: Path)
     assert paused["reason"] == "paused" and paused["facts"]["paused_since"]
     assert paused["facts"]["tenant_state"] == "parked"
     assert state.get(Keys("frc").park_cause("resting", "cl_fair")) == b"paused"
+    org_paused = got["org_paused"]  # the tenant's slot and its org's differ: read through the cluster client
+    assert org_paused["reason"] == "paused" and org_paused["facts"]["org_paused_since"], org_paused
+    assert org_paused["facts"]["org"] == "O" and "paused_since" not in org_paused["facts"]
+    assert got["org_tenant"]["reason"] == "paused" and got["org_tenant"]["facts"]["org_paused_since"]
     assert got["next"]["reason"] == "next" and got["next"]["facts"]["jobs_ahead"] == 0
     behind = got["behind"]
     assert behind["reason"] == "behind" and behind["facts"]["fifo_ahead"] == 2, behind
