@@ -55,7 +55,7 @@ def connect(url: str, ping: bool = False, cluster: bool = False) -> Redis:
 def router_for(settings: Settings) -> FairRouter:
     """A router on the settings' Redis, prefix and tiers: the commands read and write what workers use."""
     return FairRouter(connect(settings.redis_url, cluster=settings.redis_cluster), prefix=settings.prefix,
-                      tiers=settings.tiers, tenant_max_bytes=settings.tenant_max_bytes)
+                      tiers=settings.tiers, tenant_max_bytes=settings.tenant_max_bytes, orgs=settings.orgs)
 
 
 class Validated(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2 on, plain before

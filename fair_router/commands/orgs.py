@@ -24,14 +24,18 @@ def org() -> None:
 @click.option("--concurrency", type=COUNT, help="Jobs of its tenants running at once (beats orgs.<ORG>.concurrency).")
 @click.option("--rate", type=RATE, help="Job starts of its tenants per unit: N/s, N/m or N/h (beats orgs.<ORG>.rate).")
 @click.option("--burst", type=COUNT, help="Starts allowed at once with its rate (beats orgs.<ORG>.burst).")
+@click.option("--tier", help="Its tier (beats orgs.<ORG>.tier): its limits', and its tenants' without a tier.")
 @click.option("--reset", is_flag=True, help="Drop its earlier overrides first.")
 @click.option("--config", type=click.Path(path_type=Path), help="Settings file.")
 def org_set(org_id: str, weight: float | None, concurrency: int | None, rate: Rate | None, burst: int | None,
-            reset: bool, config: Path | None) -> None:
-    """Override ORG's weight and limits; every producer and worker uses them within 5 s."""
+            tier: str | None, reset: bool, config: Path | None) -> None:
+    """Override ORG's weight, limits and tier; every producer and worker uses them within 5 s."""
     settings = load_or_exit(config)
-    router_for(settings).tenants.set_org(org_id, weight=weight, reset=reset, concurrency=concurrency, rate=rate,
-                                         burst=burst)
+    try:
+        router_for(settings).tenants.set_org(org_id, weight=weight, reset=reset, concurrency=concurrency, rate=rate,
+                                             burst=burst, tier=tier)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tier") from None
     _show_org(settings, org_id)
 
 
@@ -73,7 +77,7 @@ def _show_org(settings: Settings, org_id: str) -> None:
     click.echo(f"org {profile.org!r}")
     click.echo(f"  weight      {profile.weight:g}{SOURCES[profile.source]}")
     if profile.tier is not None:
-        click.echo(f"  tier        {profile.tier}")
+        click.echo(f"  tier        {profile.tier}{SOURCES[profile.tier_source]}")
     limit = "none" if profile.limit is None else str(profile.limit)
     click.echo(f"  concurrency {limit}{SOURCES.get(profile.limit_source, f' ({profile.limit_source})')}")
     rate = "none" if profile.rate is None else f"{profile.rate} (burst {profile.burst})"

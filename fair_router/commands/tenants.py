@@ -97,7 +97,8 @@ for _action, _help in (("pause", "No job of TENANT starts until resume (its jobs
 
 def _show_tenant(settings: Settings, tenant_id: str) -> None:
     router = router_for(settings)
-    profile = router.tenant(tenant_id)
+    orgs = tenant_orgs(router.rq_connection, router.keys, router.tenant_id(tenant_id))  # where it waits under one
+    profile = router.tenant(tenant_id, next(iter(orgs.values()), None))  # one org per tenant
     own = set(profile.overrides.fields())
 
     def mark(name: str) -> str:
@@ -107,8 +108,9 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
     cap = profile.max_backlog if profile.max_backlog is not None else "none"
     since = router.tenants.paused_since(tenant_id)
     paused = f" (PAUSED since {since:%Y-%m-%d %H:%M:%S}Z)" if since else " (PAUSED)" if router.paused(tenant_id) else ""
-    click.echo(f"tenant {tenant_id!r}: tier {profile.tier}{paused}")
-    if orgs := tenant_orgs(router.rq_connection, router.keys, router.tenant_id(tenant_id)):  # where it waits in one
+    source = {"own": "", "default": " (default)"}.get(profile.tier_source, f" ({profile.tier_source}'s)")
+    click.echo(f"tenant {tenant_id!r}: tier {profile.tier}{source}{paused}")
+    if orgs:
         click.echo("  org         " + ", ".join(f"{name} (in {queue})" for queue, name in orgs.items()))
     click.echo(f"  limit       {profile.limit} at once{mark('limit')}"
                f"{'' if settings.concurrency.enabled else ' (concurrency.enabled is off)'}")

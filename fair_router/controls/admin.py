@@ -115,9 +115,11 @@ class TenantAdmin:
                     self._unpark(keys, encode(tenant), "", profile.limit).queue(pipe)
             pipe.execute()
 
-    def tenant(self, tenant: str | int) -> TenantProfile:
-        """The values in effect for ``tenant`` (tier, limit, weight, rate, burst, max_backlog, overrides)."""
-        return self.tiers.profile(self.tenant_id(tenant))
+    def tenant(self, tenant: str | int, org: str | int | None = None) -> TenantProfile:
+        """The values in effect for ``tenant`` (tier, limit, weight, rate, burst, max_backlog, overrides), for its
+        jobs under ``org`` when given (a tenant without a tier of its own takes its org's)."""
+        org = None if org is None else tenant_id(org, self.tenant_max_bytes, "org")
+        return self.tiers.profile(self.tenant_id(tenant), org)
 
     def pause(self, tenant: str | int) -> None:
         """No job of ``tenant`` starts until :meth:`resume`; its jobs wait (nothing is failed or lost).
@@ -178,13 +180,17 @@ class TenantAdmin:
     # -- organisations ---------------------------------------------------------------------------
 
     def set_org(self, org: str | int, weight: float | None = None, reset: bool = False, concurrency: int | None = None,
-                rate: str | Rate | None = None, burst: int | None = None) -> None:
-        """Override organisation ``org``'s fair-share ``weight``, its ``concurrency`` limit and its ``rate`` (with
-        ``burst``): each beats the settings' ``orgs.<org>`` value (and its tier's); ``reset`` drops its earlier
-        overrides first. Validated (pydantic's ValidationError names the value); every producer and worker uses
-        them after its org cache's 5 s (controls/orgs.py). A raised limit ends its tenants' parks within a lease's
-        life (or at the org's next release)."""
-        self.orgs.set(tenant_id(org, self.tenant_max_bytes, "org"), weight, reset, concurrency, rate, burst)
+                rate: str | Rate | None = None, burst: int | None = None, tier: str | None = None) -> None:
+        """Override organisation ``org``'s fair-share ``weight``, its ``concurrency`` limit, its ``rate`` (with
+        ``burst``) and its ``tier`` (a tier of ``tiers:``; ValueError else): each beats the settings' ``orgs.<org>``
+        value (and its tier's); ``reset`` drops its earlier overrides first. Validated (pydantic's ValidationError
+        names the value); every producer and worker uses them after its org cache's 5 s (controls/orgs.py). A
+        raised limit ends its tenants' parks within a lease's life (or at the org's next release)."""
+        if tier is not None and tier not in (known := self.tiers.config.concurrency):
+            raise ValueError(f"unknown tier {tier!r}: known tiers are {', '.join(sorted(known))}")
+        org = tenant_id(org, self.tenant_max_bytes, "org")
+        self.orgs.set(org, weight, reset, concurrency, rate, burst, tier)
+        self.tiers.forget(org=org)
 
     def org(self, org: str | int, configured: Mapping[str, Any] | None = None, tiers: TiersConfig | None = None
             ) -> OrgProfile:

@@ -138,7 +138,7 @@ class ConcurrencySlots:
         """Take a slot for ``job_id`` (idempotent); None when the tenant is at its limit (or paused). ``pipeline``: ride
         its round trip; ``refresh``: the job already runs in this slot; ``org``: the job's organisation (its slot
         too)."""
-        profile = self.tiers.profile(tenant)
+        profile = self.tiers.profile(tenant, org)
         org_profile = None if org is None or self.org_profile is None else self.org_profile(org)
         start = Start(tenant, job_id, profile, refresh=refresh, org=org, org_profile=org_profile)
         admitted = self._checks.run(start, pipeline).admitted

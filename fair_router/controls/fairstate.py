@@ -25,6 +25,14 @@ def record_weight(record: Any) -> float | None:
     return None if record is None else float(_record(record)[2])
 
 
+def record_org(record: Any) -> str | None:
+    """The org (encoded) a tenant's record names (lua/lib/stride.lua parse_tenant), None when none."""
+    if record is None:
+        return None
+    parts = _record(record)
+    return parts[4] if len(parts) > 4 else None
+
+
 def record_waiting(record: Any) -> int:
     """How many of a tenant's jobs wait, from its record; 0 when there is none. A record written before counts
     moved in counts its FIFO places, as lua/lib/fifo.lua's ``parse_tenant`` does."""

@@ -221,8 +221,8 @@ class TenantGate(Generic[L]):
         """``job``'s start as the controls see it; ``fair_queue``: the FairQueue it came from ('' none)."""
         rates = tuple(scopes or ())
         org, org_profile = self.org_of(job)
-        return Start(tenant, job.id, self.limiter.tiers.profile(tenant), rates,
-                     int(self.own_rate(tenant, list(rates))), reserve, fair_queue=fair_queue, org=org,
+        return Start(tenant, job.id, self.limiter.tiers.profile(tenant, org), rates,
+                     int(self.own_rate(tenant, list(rates), org)), reserve, fair_queue=fair_queue, org=org,
                      org_profile=org_profile)
 
     def org_of(self, job: Job) -> tuple[str | None, OrgProfile | None]:
@@ -238,8 +238,8 @@ class TenantGate(Generic[L]):
     def checks(self, tenant: str, job: Job) -> list[RateScope] | None:
         """The rate scopes ``job``'s start must pass, or None when no control needs a call (no slots, no rate, the
         tenant not paused as of the tier cache): then the start costs no round trip."""
-        profile = self.limiter.tiers.profile(tenant)
         org, org_profile = self.org_of(job)
+        profile = self.limiter.tiers.profile(tenant, org)  # its org's tier when it has none of its own
         scopes = self.rates.scopes(tenant, profile, job, org, org_profile)
         start = Start(tenant, job.id, profile, tuple(scopes), org=org, org_profile=org_profile)
         return scopes if any(control.needed(start) for control in self.controls) else None
@@ -323,9 +323,9 @@ class TenantGate(Generic[L]):
         refusing = self._by_verdict.get(admission.status)
         return None if refusing is None else refusing.on_refused(admission)
 
-    def own_rate(self, tenant: str, scopes: list[RateScope] | None) -> bool:
+    def own_rate(self, tenant: str, scopes: list[RateScope] | None, org: str | None = None) -> bool:
         """True when the tenant has a rate of its own, the first of ``scopes`` (its override or tier's)."""
-        return bool(scopes) and self.limiter.tiers.profile(tenant).rate is not None
+        return bool(scopes) and self.limiter.tiers.profile(tenant, org).rate is not None
 
     def defer_until(self, job: Job, queue: Queue, at_ms: int, held: str = "") -> datetime:
         """Reschedule ``job`` to its queue for ``at_ms`` (rounded up to whole seconds, as rq's scheduler keeps

@@ -23,7 +23,8 @@ from fair_router.controls.fairstate import TENANT_FIELD, record_waiting
 from fair_router.core.keys import Keys, encode
 from fair_router.core.rates import Rate
 from fair_router.core.text import as_text
-from fair_router.core.validation import AtLeastOne, FairWeight, RateField
+from fair_router.core.validation import AtLeastOne, FairWeight, RateField, TierName
+from fair_router.store.profile_scripts import NoteChangeScript
 
 logger = logging.getLogger("fair_router")
 WeightSource = Literal["override", "settings", "default"]
@@ -38,6 +39,7 @@ class OrgOverrides(BaseModel):
     concurrency: AtLeastOne | None = None
     rate: RateField | None = None
     burst: AtLeastOne | None = None
+    tier: TierName | None = None  # beats orgs.<org>.tier (a tier of tiers:, checked by TenantAdmin.set_org)
 
     def fields(self) -> dict[str, str]:
         """The values set, as the strings stored in Redis."""
@@ -55,10 +57,11 @@ class OrgProfile:
     limit: int | None = None  # jobs of its tenants running at once (None: no org limit)
     rate: Rate | None = None  # starts of its tenants' jobs (None: no org rate)
     burst: int = 1
-    tier: str | None = None  # orgs.<org>.tier
+    tier: str | None = None  # its override (org set --tier), else orgs.<org>.tier
     paused: bool = False  # as of the org cache (the start script reads the flag itself)
     limit_source: str = "none"  # "override", "settings", "tier <name>" or "none"
     rate_source: str = "none"
+    tier_source: str = "none"  # "override", "settings" or "none"
 
 
 class Cached(NamedTuple):
@@ -78,6 +81,7 @@ class OrgBook:
         """``connection``: our state (the tenants' overrides' server); ``clock``: monotonic seconds."""
         self.connection, self.keys, self.cache_ttl, self._clock = connection, keys, cache_ttl, clock
         self._cache: dict[str, Cached] = {}
+        self._note_change = NoteChangeScript(connection)
 
     def own(self, org: str) -> Cached:
         """``org``'s overrides (none when a stored one does not validate: logged) and pause flag."""
@@ -111,6 +115,8 @@ class OrgBook:
         cached = self.own(org)
         own, found = cached.own, (configured or {}).get(org) or OrgConfig()
         listed = org in (configured or {})
+        tier_source = "override" if own.tier else "settings" if found.tier else "none"
+        found = found.model_copy(update={"tier": own.tier}) if own.tier else found
         tier = found.tier if tiers is not None and found.tier in tiers.concurrency else None
         weight, source = ((own.weight, "override") if own.weight is not None
                           else (found.weight, "settings") if listed else (1.0, "default"))
@@ -119,19 +125,21 @@ class OrgBook:
                                    (tiers.rate.get(tier) if tier and tiers else None, f"tier {tier}"))
         burst = own.burst or found.burst or (tiers.burst.get(tier, 1) if tier and tiers else 1)
         return OrgProfile(org, weight, cast(WeightSource, source), limit, rate, burst, found.tier, cached.paused,
-                          limit_source, rate_source)
+                          limit_source, rate_source, tier_source)
 
     def set(self, org: str, weight: float | None = None, reset: bool = False, concurrency: int | None = None,
-            rate: str | Rate | None = None, burst: int | None = None) -> None:
+            rate: str | Rate | None = None, burst: int | None = None, tier: str | None = None) -> None:
         """Store ``org``'s overrides (validated: pydantic's ValidationError names the value); ``reset`` drops its
-        earlier overrides first. Every producer and worker uses them within its cache's ``cache_ttl``."""
-        own = OrgOverrides(weight=weight, concurrency=concurrency, rate=rate, burst=burst)
+        earlier overrides first. Every producer and worker uses them within its cache's ``cache_ttl`` (a tier: its
+        tier cache's, noted as ``!<org>``)."""
+        own = OrgOverrides(weight=weight, concurrency=concurrency, rate=rate, burst=burst, tier=tier)
         key = self.keys.org_overrides(org)
         with self.connection.pipeline() as pipe:
             if reset:
                 pipe.delete(key)
             for name, value in own.fields().items():
                 pipe.hset(key, name, value)
+            self._note_change(self.keys.profile_changes(), "!" + org).queue(pipe)  # after the writes, same slot
             pipe.execute()
         self.forget(org)
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from urllib.parse import unquote
 
 from redis import Redis
 from rq import Queue
 
-from fair_router.controls.fairstate import FairHoldScript, FairUnparkScript
+from fair_router.controls.fairstate import TENANT_FIELD, FairHoldScript, FairUnparkScript, record_org
 from fair_router.controls.gate import Admission, Refusal, Section, Start, StartControl, Verdict
 from fair_router.core.keys import Keys, encode
 from fair_router.core.text import as_text
@@ -47,24 +48,37 @@ class TenantPauses:
     def pause(self, tenant: str) -> None:
         """From now on no job of ``tenant`` starts (jobs already running finish). Where its jobs wait in a fair
         queue rq knows, it is parked at once (for :data:`PAUSE_PARK` at most), so no pop hands one out."""
-        self._pause(self.keys.paused(tenant), now_arg(self.clock)).run()  # the flag holds the pause's time (ms)
+        since = self._pause(self.keys.paused(tenant), now_arg(self.clock)).run()  # the flag holds the pause's time
         self._note_change(self.keys.profile_changes(), tenant).run()  # after the write: tier caches re-read it
         queues = sorted(as_text(raw) for raw in self.rq.smembers(Queue.redis_queues_keys))
         until_ms = round(((self.clock or time.time)() + PAUSE_PARK) * 1000)
         with self.rq.pipeline(transaction=False) as pipe:
-            for key in queues:  # a plain queue has no fair state: the call changes nothing there
+            for key in queues:  # a plain queue has no fair state: the calls change nothing there
                 self._hold(self.keys.fair_queue(key), encode(tenant), until_ms, now_ms=now_arg(self.clock)).queue(pipe)
-            held = [key for key, parked in zip(queues, pipe.execute(), strict=True) if int(parked)]
+                pipe.hget(self.keys.fair_queue(key).state, TENANT_FIELD + encode(tenant))  # its org there, if any
+            replies = pipe.execute()
+        held = [key for key, parked in zip(queues, replies[::2], strict=True) if int(parked)]
+        orgs = sorted({unquote(org) for org in map(record_org, replies[1::2]) if org})
         with self.connection.pipeline(transaction=False) as pipe:  # each park's cause, for explain (the tenant's slot)
             for key in held:
                 name = key.removeprefix(Queue.redis_queue_namespace_prefix)
                 pipe.set(self.keys.park_cause(tenant, name), "paused", px=round(PAUSE_PARK * 1000))
+            for org in orgs:  # the orgs its jobs wait under: their starts read the mirror on the org's slot
+                pipe.sadd(self.keys.paused_orgs(tenant), org)  # recorded before the mirror: resume clears both
+                pipe.set(self.keys.paused(tenant, org), since)
             pipe.execute()
 
     def resume(self, tenant: str) -> int:
         """Let ``tenant``'s jobs start again, and unpark it at once in every fair queue rq knows (``rq:queues``);
         returns in how many of them it has jobs waiting. Deferred jobs on plain queues come back when due."""
-        self.connection.delete(self.keys.paused(tenant))
+        orgs = sorted(as_text(org) for org in self.connection.smembers(self.keys.paused_orgs(tenant)))
+        with self.connection.pipeline(transaction=False) as pipe:  # the flag, then its mirrors under orgs
+            pipe.delete(self.keys.paused(tenant))
+            for org in orgs:
+                pipe.delete(self.keys.paused(tenant, org))
+            if orgs:
+                pipe.srem(self.keys.paused_orgs(tenant), *orgs)
+            pipe.execute()
         self._note_change(self.keys.profile_changes(), tenant).run()  # after the write: tier caches re-read it
         queues = sorted(as_text(raw) for raw in self.rq.smembers(Queue.redis_queues_keys))
         if not queues:
@@ -125,12 +139,12 @@ class PauseCheck(StartControl):
         return start.profile.paused
 
     def section(self, start: Start) -> Section:
-        """The tenant's pause flag; for a job under an org, whose call's keys are on the org's slot, the flag as the
-        tier cache saw it instead (a pause reaches it within ``cache_ttl``; ``pause`` parks the tenant in fair queues
-        at once)."""
-        if start.org is not None:
-            return [], [int(start.profile.paused)]
-        return [self.keys.paused(start.tenant)], []
+        """The tenant's pause flag; for a job under an org, whose call's keys are on the org's slot, the flag's
+        mirror there (written by ``pause`` under the orgs its jobs wait under), or when the tier cache already saw
+        the tenant paused, that (covers an org the pause found no job under: docs/tenant-controls.md)."""
+        if start.org is None:
+            return [self.keys.paused(start.tenant)], []
+        return ([], [1]) if start.profile.paused else ([self.keys.paused(start.tenant, start.org)], [])
 
     def on_refused(self, admission: Admission) -> Refusal:
         """Parked for :data:`PAUSE_PARK` at most (resume unparks it at once); snoozed on a plain queue."""

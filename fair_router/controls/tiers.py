@@ -1,5 +1,6 @@
-"""Plan tiers: a tenant's tier (the resolver, else the Redis tier map), its base queue, and its
-:class:`~fair_router.core.profiles.TenantProfile` (tier values with the tenant's overrides on top).
+"""Plan tiers: a tenant's tier (the resolver, else the Redis tier map, else for a job under an organisation the org's
+tier, else ``tiers.default``), its base queue, and its :class:`~fair_router.core.profiles.TenantProfile` (tier values
+with the tenant's overrides on top). The one place a tier is resolved (docs/tenant-controls.md, "Which tier").
 
 Profiles sit on the enqueue and fetch paths and change rarely, so each process caches them until they change: every
 write through our API notes the tenant (``lua/profile_note.lua``), and once per ``cache_ttl`` a lookup polls those notes
@@ -11,15 +12,16 @@ import importlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from pydantic import ValidationError
 from redis import Redis
 
-from fair_router.config.sections import TiersConfig
+from fair_router.config.sections import OrgConfig, TiersConfig
 from fair_router.core.keys import Keys
 from fair_router.core.profiles import DEFAULT, PRIORITY, SCHEDULED, TenantOverrides, TenantProfile
+from fair_router.core.text import as_text
 from fair_router.store.profile_scripts import PROFILE_HORIZON, NoteChangeScript, PollChangesScript
 
 logger = logging.getLogger("fair_router")
@@ -39,7 +41,16 @@ class Cached(NamedTuple):
     resolved_at: float  # clock time the resolver last answered (a configured resolver only)
     own: TenantOverrides
     paused: bool
-    profile: TenantProfile
+    profile: TenantProfile  # on its own tier, else tiers.default (without an org)
+    own_tier: str | None = None  # its own tier (tier map or resolver), None: none (its org's, else the default)
+
+
+class OrgTier(NamedTuple):
+    """One org's tier as read at ``read_at``: its override (``org set --tier``), else ``orgs.<org>.tier``."""
+
+    read_at: float
+    tier: str | None
+    source: str  # "override", "settings" or "none"
 
 
 MAX_AGE = 60.0
@@ -64,8 +75,10 @@ class TierBook:
         cache_ttl: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         max_age: float = MAX_AGE,
+        orgs: Mapping[str, OrgConfig] | None = None,
     ) -> None:
-        """``cache_ttl``: how often changes are polled (how soon one takes effect); ``clock``: monotonic seconds."""
+        """``cache_ttl``: how often changes are polled (how soon one takes effect); ``clock``: monotonic seconds;
+        ``orgs``: the settings' ``orgs:`` (an org's configured tier)."""
         self.connection = connection
         self.keys = keys
         self.config = config or TiersConfig()
@@ -73,7 +86,9 @@ class TierBook:
         self.max_age = max_age
         self._clock = clock
         self._resolver = load_resolver(self.config.resolver) if self.config.resolver else None
+        self.orgs = orgs or {}
         self._cache: dict[str, Cached] = {}
+        self._org_tiers: dict[str, OrgTier] = {}
         self._poll_changes = PollChangesScript(connection)
         self._note_change = NoteChangeScript(connection)
         self._next_poll = -math.inf
@@ -81,23 +96,48 @@ class TierBook:
         self._polled_at = -math.inf  # clock time of the last poll
         self._polls = 0  # polls so far: a read that saw one happen meanwhile is not cached (_read)
 
-    def tier(self, tenant: str) -> str:
-        """The tenant's tier; unknown tenants and unknown tier names count as ``tiers.default``."""
-        return self.profile(tenant).tier
+    def tier(self, tenant: str, org: str | None = None) -> str:
+        """The tenant's tier (:meth:`profile`); unknown tenants and unknown tier names count as ``tiers.default``."""
+        return self.profile(tenant, org).tier
 
-    def profile(self, tenant: str) -> TenantProfile:
-        """The tenant's tier and values in effect: cached while unchanged, else one round trip."""
+    def profile(self, tenant: str, org: str | None = None) -> TenantProfile:
+        """The tenant's tier and values in effect (for a job under ``org``: a tenant without a tier of its own takes
+        its org's): cached while unchanged, else one round trip (the org's tier read in it too)."""
         now = self._clock()
         if now >= self._next_poll:
             self._poll(now)
         cached = self._cache.get(tenant)
         if cached is None or now - cached.read_at >= self.max_age:
-            return self._read(tenant, now).profile
-        if self._resolver is not None and now - cached.resolved_at >= self.cache_ttl:
-            tier = self._tier_of(self._resolver(tenant))
-            profile = self._profile(tier, cached.own, cached.paused) if tier != cached.profile.tier else cached.profile
-            cached = self._cache[tenant] = cached._replace(resolved_at=now, profile=profile)
-        return cached.profile
+            cached = self._read(tenant, now, org)
+        elif self._resolver is not None and now - cached.resolved_at >= self.cache_ttl:
+            tier = self._own_tier(self._resolver(tenant))
+            profile = (self._profile(tier, cached.own, cached.paused) if tier != cached.own_tier
+                       else cached.profile)
+            cached = self._cache[tenant] = cached._replace(resolved_at=now, profile=profile, own_tier=tier)
+        if org is None or cached.own_tier is not None:
+            return cached.profile
+        org_tier = self.org_tier(org, now)
+        if org_tier.tier is None:
+            return cached.profile
+        return self._profile(org_tier.tier, cached.own, cached.paused, f"org {org}")
+
+    def org_tier(self, org: str, now: float | None = None) -> OrgTier:
+        """``org``'s tier (cached as a tenant's profile: until noted changed, ``max_age`` at most)."""
+        now = self._clock() if now is None else now
+        found = self._org_tiers.get(org)
+        if found is None or now - found.read_at >= self.max_age:
+            found = self._org_tier(org, self.connection.hget(self.keys.org_overrides(org), "tier"), now)
+        return found
+
+    def _org_tier(self, org: str, raw: object, now: float) -> OrgTier:
+        """Cache ``org``'s tier from its stored override ``raw`` (an unknown tier name is none), else its settings."""
+        own, configured = self._own_tier(as_text(raw) if raw is not None else None), self.orgs.get(org)
+        setting = self._own_tier(configured.tier if configured else None)
+        found = OrgTier(now, *((own, "override") if own else (setting, "settings") if setting else (None, "none")))
+        if len(self._org_tiers) > 100_000:  # bounded, as the tenants' cache
+            self._org_tiers.clear()
+        self._org_tiers[org] = found
+        return found
 
     def _poll(self, now: float) -> None:
         """Evict the tenants changed since the last poll; clear all when changes may have been missed."""
@@ -107,28 +147,39 @@ class TierBook:
         if (since is None or changes.tenants is None or changes.now_ms - since >= horizon_ms
                 or (now - self._polled_at) * 1000 + POLL_OVERLAP_MS >= horizon_ms):
             self._cache.clear()
+            self._org_tiers.clear()
         else:
-            for tenant in changes.tenants:
+            for tenant in changes.tenants:  # an org's change is noted as "!<org>" (OrgBook.set)
                 self._cache.pop(tenant, None)
+                if tenant.startswith("!"):
+                    self._org_tiers.pop(tenant[1:], None)
         self._polled_ms, self._polled_at, self._next_poll = changes.now_ms, now, now + self.cache_ttl
         self._polls += 1
 
-    def _read(self, tenant: str, now: float) -> Cached:
-        """Read the tenant's tier, overrides and pause flag (one round trip) and cache its profile, unless another
-        thread polled meanwhile: then a change may have been missed, so the read is not cached."""
+    def _read(self, tenant: str, now: float, org: str | None = None) -> Cached:
+        """Read the tenant's tier, overrides and pause flag (one round trip, with ``org``'s tier when not cached) and
+        cache its profile, unless another thread polled meanwhile: then a change may have been missed, so the read
+        is not cached."""
         polls = self._polls
+        found_org = None if org is None else self._org_tiers.get(org)
+        read_org = org is not None and (found_org is None or now - found_org.read_at >= self.max_age)
         with self.connection.pipeline(transaction=False) as pipe:
             if self._resolver is None:
                 pipe.hget(self.keys.tiers(), tenant)
             pipe.hgetall(self.keys.overrides(tenant))
             pipe.exists(self.keys.paused(tenant))
-            *replies, paused = pipe.execute()
+            if read_org:
+                pipe.hget(self.keys.org_overrides(str(org)), "tier")
+            replies = list(pipe.execute())
+        if read_org:
+            self._org_tier(str(org), replies.pop(), now)
+        *replies, paused = replies
         if self._resolver is not None:
             found: object = self._resolver(tenant)
         else:
             found = replies[0].decode() if isinstance(replies[0], bytes) else replies[0]
-        own = self._overrides(tenant, replies[-1])
-        cached = Cached(now, now, own, bool(paused), self._profile(self._tier_of(found), own, bool(paused)))
+        own, own_tier = self._overrides(tenant, replies[-1]), self._own_tier(found)
+        cached = Cached(now, now, own, bool(paused), self._profile(own_tier, own, bool(paused)), own_tier)
         if polls != self._polls:
             return cached
         if len(self._cache) > 100_000:  # bounded: drop everything rather than track recency
@@ -136,14 +187,18 @@ class TierBook:
         self._cache[tenant] = cached
         return cached
 
-    def _tier_of(self, found: object) -> str:
-        """The tier a resolver or the tier map named, if it is a configured tier; else ``tiers.default``."""
-        return found if isinstance(found, str) and found in self.config.concurrency else self.config.default
+    def _own_tier(self, found: object) -> str | None:
+        """The tier a resolver, the tier map or an org named, if it is a configured tier; else None."""
+        return found if isinstance(found, str) and found in self.config.concurrency else None
 
-    def _profile(self, tier: str, own: TenantOverrides, paused: bool) -> TenantProfile:
+    def _profile(self, tier: str | None, own: TenantOverrides, paused: bool, source: str = "own") -> TenantProfile:
+        """The values of ``tier`` (None: ``tiers.default``) with ``own`` on top; ``source``: where the tier is from."""
         config = self.config
+        if tier is None:
+            tier, source = config.default, "default"
         return TenantProfile(
             tier=tier,
+            tier_source=source,
             limit=own.limit or config.limit(tier),
             weight=own.weight or config.weight(tier),
             rate=own.rate or config.rate.get(tier),
@@ -187,15 +242,18 @@ class TierBook:
             pipe.execute()
         self._cache.pop(tenant, None)
 
-    def forget(self, tenant: str) -> None:
-        """Drop ``tenant`` from this process's cache (after a write here)."""
-        self._cache.pop(tenant, None)
+    def forget(self, tenant: str | None = None, org: str | None = None) -> None:
+        """Drop ``tenant`` (and ``org``'s tier) from this process's cache (after a write here)."""
+        self._cache.pop(tenant or "", None)
+        if org is not None:
+            self._org_tiers.pop(org, None)
 
-    def queue_class(self, tenant: str | None, system: bool = False) -> str:
-        """``scheduled`` for system jobs, ``priority`` for priority tiers, else ``default``."""
+    def queue_class(self, tenant: str | None, system: bool = False, org: str | None = None) -> str:
+        """``scheduled`` for system jobs, ``priority`` for priority tiers (a tenant's own, else under ``org`` its
+        org's), else ``default``."""
         if system or tenant is None:
             return SCHEDULED
-        return PRIORITY if self.tier(tenant) in self.config.priority else DEFAULT
+        return PRIORITY if self.tier(tenant, org) in self.config.priority else DEFAULT
 
     def limit(self, tier: str) -> int:
         """How many jobs a tenant on ``tier`` may run at once."""

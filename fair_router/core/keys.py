@@ -179,14 +179,19 @@ class Keys:
         """GCRA state of the organisation's own rate (``orgs.<org>.rate``)."""
         return f"{self.org_base(org)}:rate"
 
-    def paused(self, tenant: str) -> str:
-        """Exists while ``tenant`` is paused; under the tenant's own tag, org or none (a job under an org reads it
-        through its tier cache: docs/tenant-controls.md, Organisations)."""
-        return self.paused_of(encode(tenant))
+    def paused(self, tenant: str, org: str | None = None) -> str:
+        """Exists while ``tenant`` is paused (holds the pause's time, ms), under the tenant's own tag; with ``org``,
+        its mirror under the org's tag (:meth:`lease_base`), which the start of its jobs under ``org`` reads."""
+        return self.paused_of(encode(tenant), org)
 
-    def paused_of(self, encoded_tenant: str) -> str:
+    def paused_of(self, encoded_tenant: str, org: str | None = None) -> str:
         """:meth:`paused` of a tenant given in its encoded form (the dashboard's rows)."""
-        return f"{self.prefix}:{{lease:{encoded_tenant}}}:paused"
+        return f"{self.lease_base(encoded_tenant, org)}:paused"
+
+    def paused_orgs(self, tenant: str) -> str:
+        """Set of the orgs under which ``tenant``'s pause is mirrored (:meth:`paused` with ``org``), for resume to
+        clear them; the tenant's own tag."""
+        return f"{self.paused(tenant)}:orgs"
 
     def rate(self, tenant: str, job_key: str | None = None, org: str | None = None) -> str:
         """GCRA state (theoretical arrival time, ms) of ``tenant``'s own rate, or with ``job_key`` of that job

@@ -42,3 +42,4 @@ class TenantProfile:
     max_backlog: int | None
     overrides: TenantOverrides
     paused: bool = False  # as of the lookup (cached like the rest; the start script reads the flag itself)
+    tier_source: str = "own"  # "own" (tier map, resolver), "org <org>" (its org's), "default" (tiers.default)

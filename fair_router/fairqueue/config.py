@@ -104,16 +104,18 @@ class FairConfig:
         """Tenant -> tier (cached), for the weight and backlog cap of each push."""
         if self._tier_book is None:
             # The tier map and overrides are our state (a RedisCluster on a cluster), not on rq's slot.
-            self._tier_book = TierBook(state_of(self.connection), self.keys, self._tiers or self.settings.tiers)
+            self._tier_book = TierBook(state_of(self.connection), self.keys, self._tiers or self.settings.tiers,
+                                       orgs=self.settings.orgs)
         return self._tier_book
 
-    def weight(self, tenant: str | None) -> float:
-        """Fair-share weight of ``tenant``: its override, else its tier's ``tiers.weights`` entry (default 1)."""
-        return 1.0 if tenant is None else self.tier_book.profile(tenant).weight
+    def weight(self, tenant: str | None, org: str | None = None) -> float:
+        """Fair-share weight of ``tenant`` (under ``org``): its override, else its tier's ``tiers.weights`` entry
+        (default 1)."""
+        return 1.0 if tenant is None else self.tier_book.profile(tenant, org).weight
 
-    def max_backlog(self, tenant: str) -> int | None:
+    def max_backlog(self, tenant: str, org: str | None = None) -> int | None:
         """``tenant``'s backlog cap (its ``max_backlog`` override, else its tier's), None when uncapped."""
-        return self.tier_book.profile(tenant).max_backlog
+        return self.tier_book.profile(tenant, org).max_backlog
 
     def tenant_id(self, tenant: object) -> str | None:
         """A ``fair_tenant`` as the queue stores it (None: no tenant); TypeError / InvalidTenant otherwise."""
@@ -170,7 +172,7 @@ class FairConfig:
         if job is not None and self.charge == "runtime":  # what the pop needs to estimate the job's run time
             func, declared = job.func_name or "", declared_cost(job)
         org = None if job is None else self.org_of(job.meta, name)
-        return PushEntry(job_id, tenant_key(name), self.weight(name), at_front, cap=cap, **flags, func=func,
+        return PushEntry(job_id, tenant_key(name), self.weight(name, org), at_front, cap=cap, **flags, func=func,
                          declared=declared, org="" if org is None else encode(org),
                          org_weight=1.0 if org is None else self.org_weight(org))
 

@@ -15,7 +15,7 @@ from rq import Queue
 from rq.job import Job
 
 from fair_router.controls.backlog import BacklogCaps, Capped, TenantBacklogFull, execute, refused_entry, withdraw
-from fair_router.controls.fairstate import TENANT_FIELD, record_waiting
+from fair_router.controls.fairstate import TENANT_FIELD, record_org, record_waiting
 from fair_router.core.keys import FairQueueKeys, encode
 from fair_router.core.tenancy import stored_org, stored_tenant
 from fair_router.fairqueue.config import FairConfig, tenant_key, tenant_of
@@ -63,18 +63,19 @@ class FairPushes:
         check_org(queue, checked.get("meta"))
         return checked
 
-    def capped(self, tenant: str | None) -> Capped | None:
-        """``tenant``'s backlog cap here, when one applies to the enqueue under way."""
+    def capped(self, meta: dict[str, Any] | None) -> Capped | None:
+        """The backlog cap here of the tenant of a job with ``meta`` (under its org), when one applies to the enqueue
+        under way."""
+        tenant = tenant_of(meta, self.config.tenant_max_bytes, warn=False)
         if not self._capping or tenant is None:
             return None
-        cap = self.config.max_backlog(tenant)
+        cap = self.config.max_backlog(tenant, self.config.org_of(meta, tenant))
         return None if cap is None else Capped(tenant, cap)
 
     def check_room(self, keys: FairQueueKeys, metas: Sequence[dict[str, Any] | None]) -> None:
         """Raise TenantBacklogFull if the new jobs with these metas would pass a cap now (a read)."""
         wanted: dict[str, tuple[Capped, int]] = {}
-        max_bytes = self.config.tenant_max_bytes
-        for capped in filter(None, (self.capped(tenant_of(meta, max_bytes, warn=False)) for meta in metas)):
+        for capped in filter(None, (self.capped(meta) for meta in metas)):
             name = tenant_key(capped.tenant)
             wanted[name] = (capped, wanted.get(name, (capped, 0))[1] + 1)
         counts = waiting(self.config.connection, keys, list(wanted))
@@ -101,7 +102,7 @@ class FairPushes:
         requeues or dependents)."""
         capped = None
         if push.new and push.job is not None:
-            capped = self.capped(tenant_of(push.job.meta, self.config.tenant_max_bytes, warn=False))
+            capped = self.capped(push.job.meta)
         return self.config.entry(push.job_id, push.job, push.at_front, capped.cap if capped else 0), capped
 
     def run(self, script: FairPushScript, keys: FairQueueKeys, entry: PushEntry, capped: Capped | None) -> None:
@@ -143,14 +144,6 @@ class TenantInOtherOrg(ValueError):
         self.tenant, self.org, self.other, self.queue = tenant, org, other, queue
         super().__init__(f"tenant {tenant!r} has jobs waiting in fair queue {queue!r} under org {org!r}: it cannot "
                          f"be enqueued under org {other!r} until they are served (None: no org)")
-
-
-def record_org(record: Any) -> str | None:
-    """The org (encoded) a tenant's record names (lua/lib/stride.lua parse_tenant), None when none."""
-    if record is None:
-        return None
-    parts = (record.decode() if isinstance(record, bytes) else str(record)).split("|")
-    return parts[4] if len(parts) > 4 else None
 
 
 def check_org(queue: Any, meta: dict[str, Any] | None) -> None:

@@ -119,9 +119,9 @@ class FairQueue(RqQueueSeam):
         """A ``fair_tenant`` as this queue stores it (None: no tenant); TypeError / InvalidTenant otherwise."""
         return self._config.tenant_id(tenant)
 
-    def weight(self, tenant: str | None) -> float:
+    def weight(self, tenant: str | None, org: str | None = None) -> float:
         """Fair-share weight of ``tenant``: its override, else its tier's ``tiers.weights`` entry (default 1)."""
-        return self._config.weight(tenant)
+        return self._config.weight(tenant, org)
 
     tenant_key = staticmethod(tenant_key)
 
@@ -170,7 +170,7 @@ class FairQueue(RqQueueSeam):
 
     def may_refuse(self, meta: dict[str, Any] | None) -> bool:
         """Seam hook: a new job's push can be refused when a backlog cap applies to its tenant."""
-        return self._pushes.capped(tenant_of(meta, self.tenant_max_bytes, warn=False)) is not None
+        return self._pushes.capped(meta) is not None
 
     def check_room(self, metas: Sequence[dict[str, Any] | None]) -> None:
         """Seam hook: raise TenantBacklogFull if the new jobs with these metas would pass a cap now."""
@@ -231,7 +231,8 @@ class FairQueue(RqQueueSeam):
              org_limit: int | None = None, org_full: bool = False) -> None:
         """A refused start: ``job`` back, its tenant (``org_full``: its org too) skipped till ``seconds``/``at_ms``."""
         until_ms = int(((self._clock or time.time)() + seconds) * 1000) if at_ms is None else at_ms
-        self.fair_script(FairParkScript)(self.fair_keys, job.id, tenant_key(tenant), self.weight(tenant), until_ms,
+        weight = self.weight(tenant, self._config.org_of(job.meta, tenant))
+        self.fair_script(FairParkScript)(self.fair_keys, job.id, tenant_key(tenant), weight, until_ms,
                                          self._handed_out.pop(job.id, None), limit, at_ms is not None,
                                          self._config.org_arg(job.meta, tenant), org_limit, org_full).run()
 

@@ -21,7 +21,7 @@ from rq.queue import EnqueueArgs
 
 from fair_router.core.djangoenv import commit_hook
 from fair_router.core.names import is_queue_name
-from fair_router.core.tenancy import TenantFunc, TenantResolver, resolve_org, with_org
+from fair_router.core.tenancy import TenantFunc, TenantResolver, resolve_org, stored_org, with_org
 
 if TYPE_CHECKING:  # the rest on first use: a work horse importing a module of jobs needs none of it (pydantic)
     from fair_router.config.settings import Settings
@@ -115,7 +115,7 @@ class FairJob(Generic[P, R]):
 
             connection = self._connection or connections_for(self.settings.redis_url, self.settings.redis_cluster).state
             self._router = FairRouter(connection, prefix=self.settings.prefix, tiers=self.settings.tiers,
-                                      tenant_max_bytes=self.settings.tenant_max_bytes,
+                                      orgs=self.settings.orgs, tenant_max_bytes=self.settings.tenant_max_bytes,
                                       shard_urls=self.settings.shard_urls,
                                       replicas=ReplicaWait.of(self.settings))
         if not self._declared:
@@ -235,7 +235,8 @@ class FairJob(Generic[P, R]):
         batch = [(call._replace(job_id=call.job_id or str(uuid4())), tenant) for call, tenant in batch]
         by_class: dict[Route, list[tuple[EnqueueArgs, str | None]]] = {}
         for call, tenant in batch:  # one routed batch per tier queue class
-            by_class.setdefault(self.router.tier_route(self.route, tenant), []).append((call, tenant))
+            route = self.router.tier_route(self.route, tenant, org=stored_org(call.meta))
+            by_class.setdefault(route, []).append((call, tenant))
         jobs = {
             job.id: job
             for route, part in by_class.items()
@@ -261,7 +262,8 @@ class FairJob(Generic[P, R]):
         call = self._with_org(call, explicit_org)
 
         def enqueue(call: EnqueueArgs) -> Job:
-            route = self.router.tier_route(self.route, tenant, system) if self.tier_routing else self.route
+            route = (self.router.tier_route(self.route, tenant, system, stored_org(call.meta)) if self.tier_routing
+                     else self.route)
             return self.router.enqueue(route, call, tenant, queue=queue, at=at, system=system, fair=self.fair)
 
         wait = commit_hook()

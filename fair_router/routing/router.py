@@ -5,7 +5,7 @@ scheduler, dependents) goes back to ``job.origin``, never through here: nothing 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -22,13 +22,13 @@ from rq.job import Job
 from rq.queue import EnqueueArgs, EnqueueData
 
 from fair_router.config.errors import validated
-from fair_router.config.sections import TiersConfig
+from fair_router.config.sections import OrgConfig, TiersConfig
 from fair_router.controls.admin import TenantAdmin, delegate
 from fair_router.controls.backlog import BacklogCaps, execute, withdraw
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.core.rules import Rule, last_match
-from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, with_org
+from fair_router.core.tenancy import DEFAULT_TENANT_MAX_BYTES, tenant_id, with_org
 from fair_router.core.validation import Prefix, TenantMaxBytes
 from fair_router.routing.announce import Announcer
 from fair_router.routing.enqueue import RoutedEnqueue
@@ -70,14 +70,16 @@ class FairRouter:
         tenant_max_bytes: int = DEFAULT_TENANT_MAX_BYTES,
         shard_urls: Sequence[str] = (),
         replicas: ReplicaWait | None = None,
+        orgs: Mapping[str, OrgConfig] | None = None,
     ) -> None:
         """``tenant_max_bytes``: the longest tenant id taken (UTF-8 bytes). ``shard_urls``: the Redis of each shard
         of sharded job keys (shard i on ``shard_urls[i % len]``; none: all on ``connection``; see routing.servers).
-        ``replicas``: what each enqueue waits for (settings ``replicas_to_wait``, ``replicas_timeout``)."""
+        ``replicas``: what each enqueue waits for (settings ``replicas_to_wait``, ``replicas_timeout``); ``orgs``: the
+        settings' ``orgs:`` (an org's tier, for tier routing)."""
         keys = Keys(validated(_PREFIX, prefix, "FairRouter(prefix=...)"))
         connection = (pair := pair_of(connection)).state  # a RedisCluster: rq's queues on rq's slot owner
         self.connection, self.rq_connection, self.keys = connection, pair.rq, keys
-        self.tiers = TierBook(connection, keys, tiers)
+        self.tiers = TierBook(connection, keys, tiers, orgs=orgs)
         self.tenant_max_bytes: int = validated(_MAX_BYTES, tenant_max_bytes, "FairRouter(tenant_max_bytes=...)")
         self.tenants = TenantAdmin(connection, keys, self.tiers, self.tenant_max_bytes, rq_connection=pair.rq)
         self.clock, self._route, self._peek = clock, RouteScript(connection), PeekScript(connection)
@@ -144,11 +146,14 @@ class FairRouter:
 
     # -- tiers ---------------------------------------------------------------------------------
 
-    def tier_route(self, route: Route, tenant: str | int | None, system: bool = False) -> Route:
+    def tier_route(self, route: Route, tenant: str | int | None, system: bool = False,
+                   org: str | int | None = None) -> Route:
         """``route`` with its base queue moved to ``<queue>_priority`` / ``_default`` / ``_scheduled`` by
-        the tenant's tier; rules saying ``{queue}`` follow the new base. None: no tenant."""
+        the tenant's tier (one without a tier of its own: its ``org``'s, TierBook.profile); rules saying ``{queue}``
+        follow the new base. None: no tenant."""
         checked = None if tenant is None else self.tenant_id(tenant)
-        base = f"{route.queue}_{self.tiers.queue_class(checked, system)}"
+        org = None if org is None else tenant_id(org, self.tenant_max_bytes, "org")
+        base = f"{route.queue}_{self.tiers.queue_class(checked, system, org)}"
         return replace(route, queue=base, rules=tuple(rule.for_base(base) for rule in route.rules))
 
     # -- enqueueing ----------------------------------------------------------------------------

@@ -87,7 +87,8 @@ def build_gate(connection: Redis, settings: Settings) -> WorkerGate:
         pool = connection.connection_pool  # same connection class: TLS, a unix socket, a Sentinel-managed primary
         own = Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class, **pool.connection_kwargs))
     keys = Keys(settings.prefix)
-    limiter = ConcurrencyLimiter(own, keys, TierBook(own, keys, settings.tiers), settings.concurrency)
+    tiers = TierBook(own, keys, settings.tiers, orgs=settings.orgs)
+    limiter = ConcurrencyLimiter(own, keys, tiers, settings.concurrency)
     orgs = OrgBook(own, keys)
     limiter.org_profile = partial(orgs.profile, configured=settings.orgs, tiers=settings.tiers)
     return TenantGate(limiter, RateLimiter(keys, settings.jobs), slots=settings.concurrency.enabled)

@@ -92,7 +92,7 @@ class StartGate:
             execute()  # nothing can hold this start: no round trip spent on checks
             return
         fair = queue if isinstance(queue, FairQueue) else None
-        paced = fair is not None and self.gate.own_rate(tenant, scopes)
+        paced = fair is not None and self.gate.own_rate(tenant, scopes, self.gate.org_of(job)[0])
         if self.rides:
             self._run_riding(job, queue, execute, StartRide(tenant, scopes, fair, paced))
             return
@@ -220,8 +220,8 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
         seconds = refusal.park_seconds
         # why, for explain: one SET, expiring with the park, on the round trip that sends the counts below
         cause = partial(_note_cause, limiter.keys.park_cause(tenant, queue.name), held, seconds)
-        limit = limiter.tiers.profile(tenant).limit if gate.slots else None
         org, org_profile = gate.org_of(job)
+        limit = limiter.tiers.profile(tenant, org).limit if gate.slots else None
         org_limit = (org_profile.limit or 0) if gate.slots and org_profile is not None else None
         queue.park(job, tenant, seconds, limit, at_ms=refusal.until_ms, org_limit=org_limit,
                    org_full=refusal.org_release and admission.status == Verdict.ORG_LIMIT)

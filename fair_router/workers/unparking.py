@@ -31,7 +31,7 @@ class Unparker:
     def unpark(self, tenant: str, pipe: Pipeline, job_id: str = "", org: str | None = None) -> None:
         """Unpark ``tenant`` in the worker's own fair queues (queued on the release's pipeline), and its org
         ``org`` (the job's) where a pop parked it at its limit."""
-        limit, org_limit = self._limit(tenant), self._org_limit(org)
+        limit, org_limit = self._limit(tenant, org), self._org_limit(org)
         for queue in self.own:
             queue.unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit, org=org, org_limit=org_limit)
 
@@ -51,7 +51,7 @@ class Unparker:
         org_limit = self._org_limit(org)
         for tenant, name in parks:
             queue = own.get(name) or self._other(name)
-            queue.unpark(tenant, pipeline=pipe, limit=self._limit(tenant), org=org, org_limit=org_limit)
+            queue.unpark(tenant, pipeline=pipe, limit=self._limit(tenant, org), org=org, org_limit=org_limit)
 
     def reclaim(self, job: Job) -> None:
         """A job crash recovery handed back frees its tenant's slot now rather than when its lease expires, and
@@ -62,8 +62,8 @@ class Unparker:
             self.gate.limiter.reclaim(tenant, job.id, also=partial(self.unpark, tenant, job_id=job.id, org=org),
                                       wake=partial(self.wake_parked, tenant, job.id), org=org)
 
-    def _limit(self, tenant: str) -> int | None:
-        return self.gate.limiter.tiers.profile(tenant).limit if self.gate.slots else None
+    def _limit(self, tenant: str, org: str | None = None) -> int | None:
+        return self.gate.limiter.tiers.profile(tenant, org).limit if self.gate.slots else None
 
     def _org_limit(self, org: str | None) -> int | None:
         """The org's concurrency limit as workers report it to fair queues (0 none, None not known)."""
