@@ -45,14 +45,6 @@ class Cached(NamedTuple):
     own_tier: str | None = None  # its own tier (tier map or resolver), None: none (its org's, else the default)
 
 
-class OrgTier(NamedTuple):
-    """One org's tier as read at ``read_at``: its override (``org set --tier``), else ``orgs.<org>.tier``."""
-
-    read_at: float
-    tier: str | None
-    source: str  # "override", "settings" or "none"
-
-
 MAX_AGE = 60.0
 """Seconds a cached profile lives at most, changed or not: the safety net for writes the change notes never hear of (a
 hand edit, a restored backup, a lost note), so they still take effect within a minute."""
@@ -88,7 +80,7 @@ class TierBook:
         self._resolver = load_resolver(self.config.resolver) if self.config.resolver else None
         self.orgs = orgs or {}
         self._cache: dict[str, Cached] = {}
-        self._org_tiers: dict[str, OrgTier] = {}
+        self._org_tiers: dict[str, tuple[float, str | None]] = {}  # org -> (read at, its tier)
         self._poll_changes = PollChangesScript(connection)
         self._note_change = NoteChangeScript(connection)
         self._next_poll = -math.inf
@@ -111,33 +103,23 @@ class TierBook:
             cached = self._read(tenant, now, org)
         elif self._resolver is not None and now - cached.resolved_at >= self.cache_ttl:
             tier = self._own_tier(self._resolver(tenant))
-            profile = (self._profile(tier, cached.own, cached.paused) if tier != cached.own_tier
-                       else cached.profile)
+            profile = self._profile(tier, cached.own, cached.paused) if tier != cached.own_tier else cached.profile
             cached = self._cache[tenant] = cached._replace(resolved_at=now, profile=profile, own_tier=tier)
-        if org is None or cached.own_tier is not None:
-            return cached.profile
-        org_tier = self.org_tier(org, now)
-        if org_tier.tier is None:
-            return cached.profile
-        return self._profile(org_tier.tier, cached.own, cached.paused, f"org {org}")
+        org_tier = None if org is None or cached.own_tier is not None else self._org_tier(org, now)
+        return cached.profile if org_tier is None else self._profile(org_tier, cached.own, cached.paused, f"org {org}")
 
-    def org_tier(self, org: str, now: float | None = None) -> OrgTier:
-        """``org``'s tier (cached as a tenant's profile: until noted changed, ``max_age`` at most)."""
-        now = self._clock() if now is None else now
+    def _org_tier(self, org: str, now: float, stored: object = "") -> str | None:
+        """``org``'s tier: its override (``stored``, else read), else ``orgs.<org>.tier``; None for none (or a tier
+        not configured). Cached as a tenant's profile: until noted changed (as ``!<org>``), ``max_age`` at most."""
         found = self._org_tiers.get(org)
-        if found is None or now - found.read_at >= self.max_age:
-            found = self._org_tier(org, self.connection.hget(self.keys.org_overrides(org), "tier"), now)
-        return found
-
-    def _org_tier(self, org: str, raw: object, now: float) -> OrgTier:
-        """Cache ``org``'s tier from its stored override ``raw`` (an unknown tier name is none), else its settings."""
-        own, configured = self._own_tier(as_text(raw) if raw is not None else None), self.orgs.get(org)
-        setting = self._own_tier(configured.tier if configured else None)
-        found = OrgTier(now, *((own, "override") if own else (setting, "settings") if setting else (None, "none")))
+        if stored == "" and found is not None and now - found[0] < self.max_age:
+            return found[1]
+        raw = self.connection.hget(self.keys.org_overrides(org), "tier") if stored == "" else stored
+        tier = self._own_tier(raw and as_text(raw)) or self._own_tier(getattr(self.orgs.get(org), "tier", None))
         if len(self._org_tiers) > 100_000:  # bounded, as the tenants' cache
             self._org_tiers.clear()
-        self._org_tiers[org] = found
-        return found
+        self._org_tiers[org] = (now, tier)
+        return tier
 
     def _poll(self, now: float) -> None:
         """Evict the tenants changed since the last poll; clear all when changes may have been missed."""
@@ -161,8 +143,8 @@ class TierBook:
         cache its profile, unless another thread polled meanwhile: then a change may have been missed, so the read
         is not cached."""
         polls = self._polls
-        found_org = None if org is None else self._org_tiers.get(org)
-        read_org = org is not None and (found_org is None or now - found_org.read_at >= self.max_age)
+        known = None if org is None else self._org_tiers.get(org)
+        read_org = org is not None and (known is None or now - known[0] >= self.max_age)
         with self.connection.pipeline(transaction=False) as pipe:
             if self._resolver is None:
                 pipe.hget(self.keys.tiers(), tenant)
@@ -172,7 +154,7 @@ class TierBook:
                 pipe.hget(self.keys.org_overrides(str(org)), "tier")
             replies = list(pipe.execute())
         if read_org:
-            self._org_tier(str(org), replies.pop(), now)
+            self._org_tier(str(org), now, replies.pop())
         *replies, paused = replies
         if self._resolver is not None:
             found: object = self._resolver(tenant)

@@ -119,9 +119,9 @@ class FairQueue(RqQueueSeam):
         """A ``fair_tenant`` as this queue stores it (None: no tenant); TypeError / InvalidTenant otherwise."""
         return self._config.tenant_id(tenant)
 
-    def weight(self, tenant: str | None, org: str | None = None) -> float:
-        """Fair-share weight of ``tenant``: its override, else its tier's ``tiers.weights`` entry (default 1)."""
-        return self._config.weight(tenant, org)
+    def weight(self, tenant: str | None, meta: dict[str, Any] | None = None) -> float:
+        """Fair-share weight of ``tenant`` (of a job with ``meta``: under its org): its override, else its tier's."""
+        return self._config.weight(tenant, self._config.org_of(meta, tenant) if meta else None)
 
     tenant_key = staticmethod(tenant_key)
 
@@ -231,9 +231,8 @@ class FairQueue(RqQueueSeam):
              org_limit: int | None = None, org_full: bool = False) -> None:
         """A refused start: ``job`` back, its tenant (``org_full``: its org too) skipped till ``seconds``/``at_ms``."""
         until_ms = int(((self._clock or time.time)() + seconds) * 1000) if at_ms is None else at_ms
-        weight = self.weight(tenant, self._config.org_of(job.meta, tenant))
-        self.fair_script(FairParkScript)(self.fair_keys, job.id, tenant_key(tenant), weight, until_ms,
-                                         self._handed_out.pop(job.id, None), limit, at_ms is not None,
+        self.fair_script(FairParkScript)(self.fair_keys, job.id, tenant_key(tenant), self.weight(tenant, job.meta),
+                                         until_ms, self._handed_out.pop(job.id, None), limit, at_ms is not None,
                                          self._config.org_arg(job.meta, tenant), org_limit, org_full).run()
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None, job_id: str = "", limit: int | None = None,
