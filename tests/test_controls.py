@@ -467,7 +467,8 @@ def test_cli_tenant_set_show_pause_resume(conn: Redis, redis_server: RedisServer
     assert result.exit_code == 2 and "rate must be" in result.output
     assert run(main, ["tenant", "pause", "acme", "--config", str(config)]).exit_code == 0
     shown = run(main, ["tenant", "show", "acme", "--config", str(config)]).output
-    assert "tier free (PAUSED since 20" in shown and "waiting     1 in ctl" in shown and "weight      1" in shown
+    assert "tier free (default) (PAUSED since 20" in shown and "waiting     1 in ctl" in shown
+    assert "weight      1" in shown
     assert run(main, ["tenant", "resume", "acme", "--config", str(config)]).exit_code == 0
     shown = run(main, ["tenant", "show", "bob", "--config", str(config)]).output
     assert "PAUSED" not in shown and "rate        2/s, burst 1" in shown and "none in any fair queue" in shown

@@ -108,8 +108,8 @@ def _show_tenant(settings: Settings, tenant_id: str) -> None:
     cap = profile.max_backlog if profile.max_backlog is not None else "none"
     since = router.tenants.paused_since(tenant_id)
     paused = f" (PAUSED since {since:%Y-%m-%d %H:%M:%S}Z)" if since else " (PAUSED)" if router.paused(tenant_id) else ""
-    source = {"own": "", "default": " (default)"}.get(profile.tier_source, f" ({profile.tier_source}'s)")
-    click.echo(f"tenant {tenant_id!r}: tier {profile.tier}{source}{paused}")
+    source = profile.tier_source + ("'s" if profile.tier_source.startswith("org ") else "")
+    click.echo(f"tenant {tenant_id!r}: tier {profile.tier} ({source}){paused}")
     if orgs:
         click.echo("  org         " + ", ".join(f"{name} (in {queue})" for queue, name in orgs.items()))
     click.echo(f"  limit       {profile.limit} at once{mark('limit')}"

@@ -152,7 +152,7 @@ class ConcurrencySlots:
     def reclaim(self, tenant: str, job_id: str, also: Callable[[Pipeline], None] | None = None,
                 wake: Wake | None = None, org: str | None = None) -> bool:
         """Free a dead worker's job's slot now rather than at lease expiry; True if it still held one."""
-        return self._drop(Lease(tenant, self.tiers.tier(tenant), job_id, org), "reclaimed", also, wake)
+        return self._drop(Lease(tenant, self.tiers.tier(tenant, org), job_id, org), "reclaimed", also, wake)
 
     def _drop(self, lease: Lease, counter: str, also: Callable[[Pipeline], None] | None, wake: Wake | None) -> bool:
         with self.connection.pipeline(transaction=False) as pipe:

@@ -227,7 +227,7 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
                    org_full=refusal.org_release and admission.status == Verdict.ORG_LIMIT)
         # Counted now (one round trip, on this rare path): a worker serving only other tenants' jobs
         # next may send no round trip through the limiter for a long while.
-        limiter.tally.add(limiter.tiers.tier(tenant), "parked")
+        limiter.tally.add(limiter.tiers.tier(tenant, org), "parked")
         if refusal.until_release:
             # The refusal recorded this queue for the next release (Keys.parked_in, or the org's). If a release
             # took the record before our park landed, its unpark may have come first and found nothing parked:
@@ -240,7 +240,7 @@ def turn_away(gate: WorkerGate, job: Job, queue: Queue, tenant: str, admission: 
     if refusal.until_ms is not None:
         when = gate.defer_until(job, queue, refusal.until_ms, held)
     else:
-        when = limiter.snooze(job, queue, limiter.tiers.tier(tenant), held)
+        when = limiter.snooze(job, queue, limiter.tiers.tier(tenant, gate.org_of(job)[0]), held)
     return f"{tenant} is {refusal.why}; job {job.id} deferred until {when}"
 
 
