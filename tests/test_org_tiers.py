@@ -20,8 +20,9 @@ from test_routed_enqueue import commands_run
 from fair_router import FairQueue, FairRouter, Settings, fair_job
 from fair_router.cli import main
 from fair_router.config.settings import ConcurrencyConfig
-from fair_router.controls.gate import TenantGate
+from fair_router.controls.gate import TenantGate, Verdict
 from fair_router.controls.orgs import OrgBook
+from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
@@ -50,6 +51,14 @@ def router(conn: Redis) -> FairRouter:
     return FairRouter(conn, prefix=PREFIX, tiers=SETTINGS.tiers, orgs=SETTINGS.orgs)
 
 
+def gate(conn: Redis) -> TenantGate[ConcurrencyLimiter]:
+    """The workers' start gate on our prefix and settings, as ``build_gate`` makes it."""
+    limiter = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS, SETTINGS.tiers, orgs=SETTINGS.orgs),
+                                 SETTINGS.concurrency)
+    limiter.org_profile = lambda org: OrgBook(conn, KEYS).profile(org, SETTINGS.orgs, SETTINGS.tiers)
+    return TenantGate(limiter, RateLimiter(KEYS), slots=True)
+
+
 def analysis(conn: Redis, routing: FairRouter, **options: Any):  # type: ignore[no-untyped-def]
     return fair_job("analysis", tier_routing=True, tenant=lambda account, item=0: account, router=routing,
                     settings=SETTINGS, **options)(routed_jobs.echo)
@@ -74,10 +83,7 @@ def test_a_tenant_without_a_tier_takes_its_orgs_and_its_own_tier_wins(conn: Redi
 
 
 def test_the_worker_gate_gives_a_tenant_its_orgs_tier_limit(conn: Redis) -> None:
-    limiter = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS, SETTINGS.tiers, orgs=SETTINGS.orgs),
-                                 SETTINGS.concurrency)
-    limiter.org_profile = lambda org: OrgBook(conn, KEYS).profile(org, SETTINGS.orgs, SETTINGS.tiers)
-    checks = TenantGate(limiter, RateLimiter(KEYS), slots=True)
+    checks = gate(conn)
     under = Job.create(limit_jobs.mark, args=("x",), connection=conn, meta={"fair_tenant": "t1", "fair_org": "acme"})
     alone = Job.create(limit_jobs.mark, args=("x",), connection=conn, meta={"fair_tenant": "t1"})
     assert (checks.start("t1", under).profile.limit, checks.start("t1", alone).profile.limit) == (3, 1)
@@ -189,3 +195,26 @@ def test_a_paused_tenants_org_job_does_not_start_at_once_and_starts_after_resume
         conn.blpop(["test:never"], timeout=0.1)  # wait for the snooze without sleeping in the test
     scheduler.release_locks()
     assert conn.llen("test:log") == 2 and held.get_status() == JobStatus.FINISHED
+
+
+@pytest.mark.cluster
+def test_the_pause_mirror_is_read_on_the_orgs_slot_on_a_cluster(redis_cluster: Any) -> None:
+    """On a real Redis Cluster the start of a job under an org reads the tenant's pause mirror in its one call on
+    the org's slot (no CROSSSLOT), while the tier cache still says "not paused"; resume's deletes cross slots."""
+    from redis import RedisCluster
+    state = RedisCluster.from_url(redis_cluster.seed_url)
+    state.flushall(target_nodes=RedisCluster.PRIMARIES)  # type: ignore[no-untyped-call]
+    checks = gate(state)
+    local = Redis()  # only for Job objects (never written)
+    first = Job.create(limit_jobs.mark, args=("x",), connection=local, meta={"fair_tenant": "t1", "fair_org": "acme"})
+    checks.limiter.tiers.cache_ttl = 3600
+    admitted, lease = checks.acquire("t1", first, checks.checks("t1", first) or [], reserve=False)
+    assert admitted.admitted and lease is not None
+    checks.limiter.release(lease)
+    state.set(KEYS.paused("t1"), 1)  # as pause writes them: the flag, its org recorded, the mirror
+    state.sadd(KEYS.paused_orgs("t1"), "acme")
+    state.set(KEYS.paused("t1", "acme"), 1)
+    assert checks.acquire("t1", first, checks.checks("t1", first) or [], reserve=False)[0].status == Verdict.PAUSED
+    TenantPauses(state, KEYS).resume("t1")  # rq's queues on the cluster as they are (none here)
+    assert not state.exists(KEYS.paused("t1", "acme")) and not state.exists(KEYS.paused_orgs("t1"))
+    assert checks.acquire("t1", first, checks.checks("t1", first) or [], reserve=False)[0].admitted
