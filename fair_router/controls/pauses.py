@@ -58,7 +58,7 @@ class TenantPauses:
                 pipe.hget(self.keys.fair_queue(key).state, TENANT_FIELD + encode(tenant))  # its org there, if any
             replies = pipe.execute()
         held = [key for key, parked in zip(queues, replies[::2], strict=True) if int(parked)]
-        orgs = sorted({unquote(org) for org in map(record_org, replies[1::2]) if org})
+        orgs = sorted({unquote(org) for org in map(record_org, replies[1::2]) if org and org[0] != "#"})  # not a digest
         with self.connection.pipeline(transaction=False) as pipe:  # each park's cause, for explain (the tenant's slot)
             for key in held:
                 name = key.removeprefix(Queue.redis_queue_namespace_prefix)
