@@ -218,3 +218,12 @@ def test_the_pause_mirror_is_read_on_the_orgs_slot_on_a_cluster(redis_cluster: A
     TenantPauses(state, KEYS).resume("t1")  # rq's queues on the cluster as they are (none here)
     assert not state.exists(KEYS.paused("t1", "acme")) and not state.exists(KEYS.paused_orgs("t1"))
     assert checks.acquire("t1", first, checks.checks("t1", first) or [], reserve=False)[0].admitted
+
+
+def test_tenant_why_gives_a_tenant_its_orgs_tier_and_limit(conn: Redis) -> None:
+    from fair_router.routing.tenant_why import explain_tenant
+
+    FairQueue("orgfq", connection=conn, settings=SETTINGS).enqueue(
+        routed_jobs.echo, "t1", 1, fair_tenant="t1", fair_org="acme")
+    facts = explain_tenant("t1", conn, SETTINGS).facts
+    assert (facts["tier"], facts["limit"], facts["org"]) == ("pro", 3, "acme"), facts

@@ -63,14 +63,14 @@ def explain_tenant(tenant: str | int, connection: Redis, settings: Settings | No
     ``jobs:``; else loaded as the workers load them). Never writes."""
     settings = settings if settings is not None else Settings()
     router = FairRouter(connection, prefix=settings.prefix, tiers=settings.tiers,
-                        tenant_max_bytes=settings.tenant_max_bytes)
+                        tenant_max_bytes=settings.tenant_max_bytes, orgs=settings.orgs)
     tenant = router.tenant_id(tenant)
     keys, main = router.keys, router.connection
-    profile = router.tenant(tenant)
+    org = next(iter(tenant_orgs(router.rq_connection, keys, tenant).values()), None)  # one org per tenant
+    profile = router.tenant(tenant, org)  # without a tier of its own: its org's
     running, waiting = router.tenant_jobs(tenant)
     seconds, micros = main.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    org = next(iter(tenant_orgs(router.rq_connection, keys, tenant).values()), None)  # one org per tenant
     controls = tenant_controls(main, keys, tenant, "", org=org)  # its slots under its org's tag, and the org's
     facts: dict[str, Any] = {"tier": profile.tier, "weight": profile.weight, "waiting": waiting, "running": running}
     reasons, unknown = [], []
