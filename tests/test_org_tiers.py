@@ -55,7 +55,8 @@ def gate(conn: Redis) -> TenantGate[ConcurrencyLimiter]:
     """The workers' start gate on our prefix and settings, as ``build_gate`` makes it."""
     limiter = ConcurrencyLimiter(conn, KEYS, TierBook(conn, KEYS, SETTINGS.tiers, orgs=SETTINGS.orgs),
                                  SETTINGS.concurrency)
-    limiter.org_profile = lambda org: OrgBook(conn, KEYS).profile(org, SETTINGS.orgs, SETTINGS.tiers)
+    orgs = OrgBook(conn, KEYS)
+    limiter.org_profile = lambda org: orgs.profile(org, SETTINGS.orgs, SETTINGS.tiers)
     return TenantGate(limiter, RateLimiter(KEYS), slots=True)
 
 
