@@ -22,7 +22,8 @@ local MAX_STALE = 1000  -- stale members dropped per call at most; the next call
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
-local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- numbers as text: no sprintf
+-- Two entries: whether another stays active when this one's tenant is parked (lib/serve.lua serve_take).
+local top = redis.call('ZRANGE', active, '0', '1', 'WITHSCORES')  -- numbers as text: no sprintf
 local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
 local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
@@ -41,7 +42,7 @@ if due and due <= now_ms then
   else
     redis.call('HSET', state, 'due', next_due); due = next_due
   end
-  top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
+  top = redis.call('ZRANGE', active, '0', '1', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
@@ -65,6 +66,7 @@ local got = redis.call('HMGET', members, entry, place or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
+    pop.others = top[3] ~= nil  -- the entry read first is the one served: another stays active
     serve_take(entry, h, first[1], first[2], pop, tail_text, weight, waiting, org, place)
     return {2, entry, -1, h}
   end

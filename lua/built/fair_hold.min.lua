@@ -96,7 +96,7 @@ if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at 
 local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
 local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
 if last and last > start then start = last end
-redis.call('ZREM', kept, entry)
+if last then redis.call('ZREM', kept, entry) end
 redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
 redis.call('ZADD', active, start, entry)
 end
@@ -130,10 +130,13 @@ org_settle(org.name)
 return true
 end
 local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
-local function activate(tenant, record)
+local function activate(tenant, record, waited)
 if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
 local h, t, weight, n, org = parse_tenant(record)
-if not org then return activate_entry(tenant) end
+if not org then
+if not waited then activate_entry(tenant) end
+return
+end
 if org.on then return end
 local _, first = org_first(org.name)
 local start = tonumber(org.pass)

@@ -158,7 +158,7 @@ local function activate_entry(entry)
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
-  redis.call('ZREM', kept, entry)
+  if last then redis.call('ZREM', kept, entry) end
   redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
   redis.call('ZADD', active, start, entry)
 end
@@ -210,11 +210,15 @@ local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tena
 -- (Re)activation of a tenant with waiting jobs (`record`: its record when the caller read it, else nil). A
 -- tenant without org is a top-level entry (activate_entry). A tenant of an org starts at its org's min pass,
 -- or at the pass it kept (parked) if later, by at most one step (its org's passes restart from 0 whenever
--- none of its tenants is active, so an older pass is capped); its org then activates if it was not.
-local function activate(tenant, record)
+-- none of its tenants is active, so an older pass is capped); its org then activates if it was not. `waited`:
+-- it had jobs waiting here before and is not parked, so a tenant without org is active already (no ZSCORE).
+local function activate(tenant, record, waited)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, weight, n, org = parse_tenant(record)
-  if not org then return activate_entry(tenant) end
+  if not org then
+    if not waited then activate_entry(tenant) end
+    return
+  end
   if org.on then return end
   local _, first = org_first(org.name)
   local start = tonumber(org.pass)
@@ -742,7 +746,8 @@ end
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due.
+-- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due;
+-- others: true when another entry stays active if this one leaves (lib/orgs.lua stride_keep need not look).
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
 -- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
@@ -794,7 +799,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
                tenant_record(seq + 1, tail, stored, waiting - 1))
     if until_ms then  -- parked: it leaves `active`, its pass kept for its return (lib/stride.lua stride_hold)
       redis.call('ZREM', active, tenant)
-      stride_keep(tenant, next_pass)
+      if pop.others then redis.call('ZADD', kept, next_pass, tenant) else stride_keep(tenant, next_pass) end
       park_until(tenant, until_ms, true, pop.due)
     else
       redis.call('ZADD', active, next_pass, tenant)
@@ -931,7 +936,8 @@ local MAX_STALE = 1000  -- stale members dropped per call at most; the next call
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
 -- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
-local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- numbers as text: no sprintf
+-- Two entries: whether another stays active when this one's tenant is parked (lib/serve.lua serve_take).
+local top = redis.call('ZRANGE', active, '0', '1', 'WITHSCORES')  -- numbers as text: no sprintf
 local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
 local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
@@ -950,7 +956,7 @@ if due and due <= now_ms then
   else
     redis.call('HSET', state, 'due', next_due); due = next_due
   end
-  top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
+  top = redis.call('ZRANGE', active, '0', '1', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
@@ -974,6 +980,7 @@ local got = redis.call('HMGET', members, entry, place or entry)
 local entry_value = got[1]
 if h then
   if got[2] == entry then  -- the common case: the entry is the choice
+    pop.others = top[3] ~= nil  -- the entry read first is the one served: another stays active
     serve_take(entry, h, first[1], first[2], pop, tail_text, weight, waiting, org, place)
     return {2, entry, -1, h}
   end

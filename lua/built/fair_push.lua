@@ -147,7 +147,7 @@ local function activate_entry(entry)
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
-  redis.call('ZREM', kept, entry)
+  if last then redis.call('ZREM', kept, entry) end
   redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
   redis.call('ZADD', active, start, entry)
 end
@@ -199,11 +199,15 @@ local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tena
 -- (Re)activation of a tenant with waiting jobs (`record`: its record when the caller read it, else nil). A
 -- tenant without org is a top-level entry (activate_entry). A tenant of an org starts at its org's min pass,
 -- or at the pass it kept (parked) if later, by at most one step (its org's passes restart from 0 whenever
--- none of its tenants is active, so an older pass is capped); its org then activates if it was not.
-local function activate(tenant, record)
+-- none of its tenants is active, so an older pass is capped); its org then activates if it was not. `waited`:
+-- it had jobs waiting here before and is not parked, so a tenant without org is active already (no ZSCORE).
+local function activate(tenant, record, waited)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, weight, n, org = parse_tenant(record)
-  if not org then return activate_entry(tenant) end
+  if not org then
+    if not waited then activate_entry(tenant) end
+    return
+  end
   if org.on then return end
   local _, first = org_first(org.name)
   local start = tonumber(org.pass)
@@ -666,8 +670,10 @@ for i = 1, #ARGV, GROUP do
   end
 end
 
--- Parks are rare: with none, no job here needs its tenant's park looked up nor a blocked worker woken.
-local any_parked = redis.call('ZCARD', parked) > 0
+-- Parks are rare: with none, no job here needs its tenant's park looked up nor a blocked worker woken. Looked
+-- up only when state.due is set (lib/stride.lua park_until sets it with every park: none without it), read with
+-- the first job's record.
+local any_parked = nil
 local added = 0
 for i = 1, #ARGV, GROUP do
   local job_id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -678,7 +684,8 @@ for i = 1, #ARGV, GROUP do
     go = redis.call('ZREM', inflight, job_id) == 1
   end
   if go then
-    local st = redis.call('HMGET', state, 'head', tenant_field(tenant))  -- the list head's position, the record
+    local st = redis.call('HMGET', state, 'head', tenant_field(tenant), 'due')  -- the list head's position, the record
+    if any_parked == nil then any_parked = st[3] ~= false and redis.call('ZCARD', parked) > 0 end
     if single and st[2] then
       local refused = org_refusal(i, tenant, st[2])
       if refused then return refused end
@@ -695,7 +702,7 @@ for i = 1, #ARGV, GROUP do
     fifo_enter(job_id, tenant, seq, pos)
     keep_costs(job_id, declared, func)
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
-      activate(tenant, record)
+      activate(tenant, record, st[2] ~= false)
       if any_parked then wake_one() end  -- a worker may be blocked while only parked tenants' jobs waited
     end
     added = added + 1

@@ -76,7 +76,7 @@ local function activate_entry(entry)
   local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
-  redis.call('ZREM', kept, entry)
+  if last then redis.call('ZREM', kept, entry) end
   redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
   redis.call('ZADD', active, start, entry)
 end
