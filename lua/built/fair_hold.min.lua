@@ -102,7 +102,10 @@ redis.call('ZADD', active, start, entry)
 end
 local function stride_keep(entry, pass)
 redis.call('ZADD', kept, pass, entry)
-if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+if redis.call('EXISTS', active) == 0 then
+redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
+redis.call('HSET', state, 'kept_ttl', 1)
+end
 end
 local function org_settle(name)
 local entry = ORG .. name

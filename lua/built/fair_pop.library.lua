@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_5721c428bcfe3276
+#!lua name=fair_router_fair_pop_59914bc00ce319f0
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -166,10 +166,13 @@ local function activate_entry(entry)
 end
 
 -- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS.
+-- after KEPT_IDLE_MS. state.kept_ttl tells fair_unpark.lua the kept passes may expire (else it spares a PERSIST).
 local function stride_keep(entry, pass)
   redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+  if redis.call('EXISTS', active) == 0 then
+    redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
+    redis.call('HSET', state, 'kept_ttl', 1)
+  end
 end
 
 -- Org `name` is in `active` exactly while its set has an active tenant: after one entered or left it, the org
@@ -914,7 +917,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_5721c428bcfe3276', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_59914bc00ce319f0', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

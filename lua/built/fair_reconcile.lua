@@ -153,10 +153,13 @@ local function activate_entry(entry)
 end
 
 -- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS.
+-- after KEPT_IDLE_MS. state.kept_ttl tells fair_unpark.lua the kept passes may expire (else it spares a PERSIST).
 local function stride_keep(entry, pass)
   redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+  if redis.call('EXISTS', active) == 0 then
+    redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
+    redis.call('HSET', state, 'kept_ttl', 1)
+  end
 end
 
 -- Org `name` is in `active` exactly while its set has an active tenant: after one entered or left it, the org

@@ -102,7 +102,10 @@ redis.call('ZADD', active, start, entry)
 end
 local function stride_keep(entry, pass)
 redis.call('ZADD', kept, pass, entry)
-if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
+if redis.call('EXISTS', active) == 0 then
+redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
+redis.call('HSET', state, 'kept_ttl', 1)
+end
 end
 local function org_settle(name)
 local entry = ORG .. name
@@ -300,16 +303,19 @@ end
 local SWEEP_EVERY = 4
 bind_keys()
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
-local function reenter(tenant, record, vtime)
+local function reenter(tenant, record, vtime, kept_ttl)
 if select(5, parse_tenant(record)) then return activate(tenant, record) end
 local start = tonumber(vtime or '0')
 local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
 if last and last > start then start = last end
 if redis.call('ZADD', active, 'NX', start, tenant) == 0 then return end  -- active already
 if last then redis.call('ZREM', kept, tenant) end
-redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire
+if kept_ttl then  -- an entry is active again: the kept passes no longer expire
+redis.call('PERSIST', kept)
+redis.call('HDEL', state, 'kept_ttl')
 end
-local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime')
+end
+local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl')
 local record = read[1]
 local here, known, held = record ~= false, nil, nil
 if job_id ~= '' then
@@ -338,7 +344,7 @@ else
 below = under_limit(tenant, known)
 end
 if below and redis.call('ZREM', parked, tenant) == 1 and record then
-reenter(tenant, record, read[2])
+reenter(tenant, record, read[2], read[3])
 wake_one()
 return 1
 end
