@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_59914bc00ce319f0
+#!lua name=fair_router_fair_pop_a7c8fc95f4e8265e
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -40,7 +40,7 @@ end
 -- include: fair_keys
 
 -- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
--- record cannot meet the state's own fields (head, vtime, due, limited).
+-- record cannot meet the state's own fields (head, vtime, due, limited, kept_ttl).
 local RECORD = '='
 local function tenant_field(tenant)
   return RECORD .. tenant
@@ -917,7 +917,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_59914bc00ce319f0', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_a7c8fc95f4e8265e', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice
