@@ -96,3 +96,20 @@ def test_a_pop_that_parks_its_tenant_runs_no_write_then_undo(conn: Redis) -> Non
     assert conn.zscore(queue.fair_keys.active, "hog") is None
     assert conn.zscore(queue.fair_keys.kept, "hog") == 1.0  # its pass after the take, kept for its return
     assert queue.pop_job_id() is None  # parked: its other jobs wait
+
+
+def test_a_new_tenants_push_persists_the_kept_passes_only_when_they_may_expire(conn: Redis) -> None:
+    """A tenant's first push activates it (lib/orgs.lua activate_entry): the virtual time and state.kept_ttl in one
+    read, and a PERSIST of the kept passes only when they may expire (nothing was active); no ZCARD of the parks
+    while state.due says none is parked (lua/fair_push.lua)."""
+    queue = FairQueue("first", connection=conn, settings=Settings(prefix=PREFIX))
+    queue.enqueue(fair_jobs.log, "a", 0, fair_tenant="a", job_id="a-0")
+    conn.config_resetstat()
+    queue.enqueue(fair_jobs.log, "b", 0, fair_tenant="b", job_id="b-0")  # "a" is active: nothing expires
+    assert {"persist", "zcard", "hdel"}.isdisjoint(script_commands(conn)) and script_commands(conn)["hmget"] == 2
+    assert queue.pop_job_id() == "a-0" and queue.pop_job_id() == "b-0"  # nothing active: the kept passes expire
+    assert conn.pttl(queue.fair_keys.kept) > 0 and conn.hget(queue.fair_keys.state, "kept_ttl") == b"1"
+    conn.config_resetstat()
+    queue.enqueue(fair_jobs.log, "c", 0, fair_tenant="c", job_id="c-0")
+    assert script_commands(conn)["persist"] == 1 and "zcard" not in script_commands(conn)
+    assert conn.pttl(queue.fair_keys.kept) == -1 and conn.hget(queue.fair_keys.state, "kept_ttl") is None

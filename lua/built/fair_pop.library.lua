@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_a7c8fc95f4e8265e
+#!lua name=fair_router_fair_pop_ffccbe004880d264
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -157,11 +157,15 @@ end
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
   if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local got = redis.call('HMGET', state, 'vtime', 'kept_ttl')
+  local start = tonumber(got[1] or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
   if last then redis.call('ZREM', kept, entry) end
-  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  if got[2] then  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS, stride_keep)
+    redis.call('PERSIST', kept)
+    redis.call('HDEL', state, 'kept_ttl')
+  end
   redis.call('ZADD', active, start, entry)
 end
 
@@ -917,7 +921,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_a7c8fc95f4e8265e', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_ffccbe004880d264', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

@@ -144,11 +144,15 @@ end
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
   if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local got = redis.call('HMGET', state, 'vtime', 'kept_ttl')
+  local start = tonumber(got[1] or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
   if last then redis.call('ZREM', kept, entry) end
-  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  if got[2] then  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS, stride_keep)
+    redis.call('PERSIST', kept)
+    redis.call('HDEL', state, 'kept_ttl')
+  end
   redis.call('ZADD', active, start, entry)
 end
 
