@@ -16,7 +16,7 @@ local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
 
 -- A park's end activates `tenant` (lib/stride.lua activate): without an org, as lib/orgs.lua activate_entry
 -- does, with the virtual time read with its record and one ZADD NX in place of its ZSCORE of `active`; the kept
--- passes are made to last (PERSIST) only when state.kept_ttl says they may expire (lib/orgs.lua stride_keep).
+-- passes are made to last (PERSIST) only when state.kept_ttl says they may expire (lib/kept.lua).
 local function reenter(tenant, record, vtime, kept_ttl)
   if select(5, parse_tenant(record)) then return activate(tenant, record) end
   local start = tonumber(vtime or '0')
@@ -24,10 +24,7 @@ local function reenter(tenant, record, vtime, kept_ttl)
   if last and last > start then start = last end
   if redis.call('ZADD', active, 'NX', start, tenant) == 0 then return end  -- active already
   if last then redis.call('ZREM', kept, tenant) end
-  if kept_ttl then  -- an entry is active again: the kept passes no longer expire
-    redis.call('PERSIST', kept)
-    redis.call('HDEL', state, 'kept_ttl')
-  end
+  kept_last(kept_ttl)  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
 end
 
 -- its record and the virtual time, read once: whether it has jobs waiting here, and what a park's end activates

@@ -69,14 +69,35 @@ local function tenant_record(h, t, weight, n, org)
 end
 
 
--- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
--- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
--- include: fair_keys, records
+-- lib/kept.lua: the passes of entries gone idle or parked (`kept`), and their life while nothing is active.
+-- include: fair_keys
 
 -- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
 -- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
 -- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
 local KEPT_IDLE_MS = 60000
+
+-- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
+-- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last).
+local function stride_keep(entry, pass)
+  redis.call('ZADD', kept, pass, entry)
+  if redis.call('EXISTS', active) == 0 then
+    redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
+    redis.call('HSET', state, 'kept_ttl', 1)
+  end
+end
+
+-- An entry is active again: the kept passes no longer expire. `ttl`: state.kept_ttl as the caller read it with
+-- the state's other fields; without it they do not expire (only stride_keep gives them a life): no PERSIST.
+local function kept_last(ttl)
+  if not ttl then return end
+  redis.call('PERSIST', kept)
+  redis.call('HDEL', state, 'kept_ttl')
+end
+
+-- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
+-- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
+-- include: fair_keys, records, kept
 
 -- and, for each org with an active tenant, the entry ORG .. <encoded org> scored by the org's pass ('!' is
 -- never part of an encoded tenant, nor the '#none' of jobs without tenant). Inside an org its active tenants
@@ -149,21 +170,8 @@ local function activate_entry(entry)
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
   if last then redis.call('ZREM', kept, entry) end
-  if got[2] then  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS, stride_keep)
-    redis.call('PERSIST', kept)
-    redis.call('HDEL', state, 'kept_ttl')
-  end
+  kept_last(got[2])  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
   redis.call('ZADD', active, start, entry)
-end
-
--- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS. state.kept_ttl tells fair_unpark.lua the kept passes may expire (else it spares a PERSIST).
-local function stride_keep(entry, pass)
-  redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then
-    redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
-    redis.call('HSET', state, 'kept_ttl', 1)
-  end
 end
 
 -- Org `name` is in `active` exactly while its set has an active tenant: after one entered or left it, the org

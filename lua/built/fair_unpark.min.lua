@@ -51,6 +51,18 @@ end
 return value
 end
 local KEPT_IDLE_MS = 60000
+local function stride_keep(entry, pass)
+redis.call('ZADD', kept, pass, entry)
+if redis.call('EXISTS', active) == 0 then
+redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
+redis.call('HSET', state, 'kept_ttl', 1)
+end
+end
+local function kept_last(ttl)
+if not ttl then return end
+redis.call('PERSIST', kept)
+redis.call('HDEL', state, 'kept_ttl')
+end
 local ORG = '!'
 local PASS_FORMAT = '%020.6f'
 local function is_org(entry)
@@ -98,18 +110,8 @@ local start = tonumber(got[1] or '0')
 local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
 if last and last > start then start = last end
 if last then redis.call('ZREM', kept, entry) end
-if got[2] then  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS, stride_keep)
-redis.call('PERSIST', kept)
-redis.call('HDEL', state, 'kept_ttl')
-end
+kept_last(got[2])  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
 redis.call('ZADD', active, start, entry)
-end
-local function stride_keep(entry, pass)
-redis.call('ZADD', kept, pass, entry)
-if redis.call('EXISTS', active) == 0 then
-redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
-redis.call('HSET', state, 'kept_ttl', 1)
-end
 end
 local function org_settle(name)
 local entry = ORG .. name
@@ -314,10 +316,7 @@ local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
 if last and last > start then start = last end
 if redis.call('ZADD', active, 'NX', start, tenant) == 0 then return end  -- active already
 if last then redis.call('ZREM', kept, tenant) end
-if kept_ttl then  -- an entry is active again: the kept passes no longer expire
-redis.call('PERSIST', kept)
-redis.call('HDEL', state, 'kept_ttl')
-end
+kept_last(kept_ttl)  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
 end
 local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl')
 local record = read[1]

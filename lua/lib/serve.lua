@@ -49,7 +49,7 @@ end
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
 -- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due;
--- others: true when another entry stays active if this one leaves (lib/orgs.lua stride_keep need not look).
+-- others: true when another entry stays active if this one leaves (lib/kept.lua stride_keep need not look).
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
 -- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
