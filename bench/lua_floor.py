@@ -230,21 +230,22 @@ def main(argv: list[str] | None = None) -> int:
           f"arguments {med['call']:.1f} us")
     print(f"{'script':10}{'server':>10}{'commands':>10}{'their own':>11}{'floor':>9}{'goal':>8}")
     print_start_and_release(med)
-    for name, goal in (("route.lua", ROUTE_GOAL_US), ("fair pop", POP_GOAL_US), ("settle", None)):
+    for name, goal in (("route.lua", ROUTE_GOAL_US), ("fair pop", POP_GOAL_US)):
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
-              f"{med[f'{name} floor']:>6.1f} us" + ("" if goal is None else f"{goal:>5.0f} us"))
+              f"{med[f'{name} floor']:>6.1f} us{goal:>5.0f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor")
     return 0
 
 
 def print_start_and_release(med: dict[str, float]) -> None:
-    """The start and a slot's release (EVAL: hashing included; the release's two scripts summed), each with the
-    ratio of its server time to its floor (the capacity issue's goal: 1.4x)."""
+    """The fair pop (one level and in one org), the start, a slot's release (EVAL: hashing included; the release's
+    two scripts summed) and the settle (fair_settle.lua), each with the ratio of its server time to its floor (the
+    capacity issue's goal: 1.4x)."""
     for name in ("pop, 1 org", "fair pop"):  # the fair pop against the floor with its own call (module docstring)
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
               f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor, "
               f"{med[f'{name} us'] / med[f'{name} call floor']:.2f}x with its call "
               f"({med[f'{name} call floor']:.1f} us)")
-    for name in ("start", "release"):
+    for name in ("start", "release", "settle"):
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
               f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor")
 

@@ -21,8 +21,9 @@ local lease_ms, n_acks = tonumber(ARGV[4]), tonumber(ARGV[5])
 local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
--- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
-local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- numbers as text: no sprintf
+-- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields;
+-- and the next entry: whether another stays active when this one's tenant is parked (lib/serve.lua serve_take).
+local top = redis.call('ZRANGE', active, '0', '1', 'WITHSCORES')  -- numbers as text: no sprintf
 local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
 local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
@@ -41,7 +42,7 @@ if due and due <= now_ms then
   else
     redis.call('HSET', state, 'due', next_due); due = next_due
   end
-  top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
+  top = redis.call('ZRANGE', active, '0', '1', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
@@ -63,13 +64,12 @@ if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil en
 local place = h and (first[1] .. ':' .. head_text)
 local got = redis.call('HMGET', members, entry, place or entry)
 local entry_value = got[1]
-if h then
-  if got[2] == entry then  -- the common case: the entry is the choice
-    serve_take(entry, h, first[1], first[2], pop, tail_text, weight, waiting, org, place)
-    return {2, entry, -1, h}
-  end
-  first[4] = got[2]  -- serve_choose() need not read it again
+if h and got[2] == entry then  -- the common case: the entry is the choice
+  pop.others = top[3] ~= nil  -- the entry read first is the one served: another stays active
+  serve_take(entry, h, first[1], first[2], pop, tail_text, weight, waiting, org, place)
+  return {2, entry, -1, h}
 end
+if h then first[4] = got[2] end  -- serve_choose() need not read it again
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
   redis.call('HSET', state, 'head', head)

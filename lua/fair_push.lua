@@ -59,8 +59,10 @@ for i = 1, #ARGV, GROUP do
   end
 end
 
--- Parks are rare: with none, no job here needs its tenant's park looked up nor a blocked worker woken.
-local any_parked = redis.call('ZCARD', parked) > 0
+-- Parks are rare: with none, no job here needs its tenant's park looked up nor a blocked worker woken. Looked
+-- up only when state.due is set (lib/stride.lua park_until sets it with every park: none without it), read with
+-- the first job's record.
+local any_parked = nil
 local added = 0
 for i = 1, #ARGV, GROUP do
   local job_id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -71,7 +73,8 @@ for i = 1, #ARGV, GROUP do
     go = redis.call('ZREM', inflight, job_id) == 1
   end
   if go then
-    local st = redis.call('HMGET', state, 'head', tenant_field(tenant))  -- the list head's position, the record
+    local st = redis.call('HMGET', state, 'head', tenant_field(tenant), 'due')  -- the list head's position, the record
+    if any_parked == nil then any_parked = st[3] ~= false and redis.call('ZCARD', parked) > 0 end
     if single and st[2] then
       local refused = org_refusal(i, tenant, st[2])
       if refused then return refused end
@@ -88,7 +91,7 @@ for i = 1, #ARGV, GROUP do
     fifo_enter(job_id, tenant, seq, pos)
     keep_costs(job_id, declared, func)
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
-      activate(tenant, record)
+      activate(tenant, record, st[2] ~= false)
       if any_parked then wake_one() end  -- a worker may be blocked while only parked tenants' jobs waited
     end
     added = added + 1

@@ -56,7 +56,7 @@ local function settle_entry(entry, delta)
     -- from the virtual time (an undercharge, by at most what its pass was below it, would let it gain). An
     -- overcharge of an idle entry is dropped: idle entries bank nothing.
     local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
-    stride_keep(entry, vtime + delta)  -- lib/orgs.lua: expires with the other kept passes while none is active
+    stride_keep(entry, vtime + delta)  -- lib/kept.lua: expires with the other kept passes while none is active
   end
 end
 

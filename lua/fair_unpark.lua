@@ -15,19 +15,20 @@ bind_keys()
 local tenant, job_id, limit = ARGV[1], ARGV[2] or '', ARGV[3] or ''
 
 -- A park's end activates `tenant` (lib/stride.lua activate): without an org, as lib/orgs.lua activate_entry
--- does, with the virtual time read with its record and one ZADD NX in place of its ZSCORE of `active`.
-local function reenter(tenant, record, vtime)
+-- does, with the virtual time read with its record and one ZADD NX in place of its ZSCORE of `active`; the kept
+-- passes are made to last (PERSIST) only when state.kept_ttl says they may expire (lib/kept.lua).
+local function reenter(tenant, record, vtime, kept_ttl)
   if select(5, parse_tenant(record)) then return activate(tenant, record) end
   local start = tonumber(vtime or '0')
   local last = tonumber(redis.call('ZSCORE', kept, tenant) or '')
   if last and last > start then start = last end
   if redis.call('ZADD', active, 'NX', start, tenant) == 0 then return end  -- active already
   if last then redis.call('ZREM', kept, tenant) end
-  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire
+  kept_last(kept_ttl)  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
 end
 
 -- its record and the virtual time, read once: whether it has jobs waiting here, and what a park's end activates
-local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime')
+local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl')
 local record = read[1]
 local here, known, held = record ~= false, nil, nil
 if job_id ~= '' then
@@ -59,7 +60,7 @@ else
 end
 -- its park ends (lib/stride.lua end_park, with the record read above)
 if below and redis.call('ZREM', parked, tenant) == 1 and record then
-  reenter(tenant, record, read[2])
+  reenter(tenant, record, read[2], read[3])
   wake_one()
   return 1
 end

@@ -48,9 +48,10 @@ def test_a_fair_pop_costs_about_11_redis_commands(conn: Redis) -> None:
 
 def test_a_fair_enqueue_costs_about_5_redis_commands_more_than_a_plain_one(conn: Redis) -> None:
     """rq's enqueue MULTI either way, with the fair push script (its EVALSHA and what it runs) in place of rq's
-    RPUSH: 5 commands more per job (8 before the script read the list head's position and the tenant's record in
+    RPUSH: 3 commands more per job (8 before the script read the list head's position and the tenant's record in
     one HMGET, kept the waiting count in the record, and read the parks' ZCARD once per call instead of a ZSCORE
-    and a ZCARD per job)."""
+    and a ZCARD per job; 5 before it read the ZCARD only when state.due says a tenant may be parked, and left a
+    tenant that had jobs waiting, and is not parked, as active as it is, without a ZSCORE of `active`)."""
     per_job = {}
     for side in ("plain", "fair"):
         conn.flushall()
@@ -60,7 +61,7 @@ def test_a_fair_enqueue_costs_about_5_redis_commands_more_than_a_plain_one(conn:
         for i in range(JOBS):
             queue.enqueue(fair_jobs.log, f"t{i % TENANTS}", i, meta={"fair_tenant": f"t{i % TENANTS}"}, result_ttl=600)
         per_job[side] = all_calls(conn) / JOBS
-    assert per_job["fair"] - per_job["plain"] <= 5.05, per_job
+    assert per_job["fair"] - per_job["plain"] <= 3.05, per_job
 
 
 def test_a_fair_job_costs_about_10_redis_commands_more_than_a_plain_one(conn: Redis) -> None:

@@ -12,7 +12,7 @@ from fair_router.store.luascript import Call, LuaScript
 
 TENANT_FIELD = "="
 """The prefix of a tenant's record field in a fair queue's ``state`` hash (lua/lib/fifo.lua): never part of an
-encoded tenant, so records and the state's own fields (head, vtime, due, limited) cannot meet."""
+encoded tenant, so records and the state's own fields (head, vtime, due, limited, kept_ttl) cannot meet."""
 
 
 def _record(record: Any) -> list[str]:

@@ -49,10 +49,10 @@ class FairQueueKeys:
     active: str  # ZSET tenant -> pass (stride scheduling), tenants that may be served now
     kept: str  # ZSET tenant -> pass when it went idle or was parked, while above the virtual time
     parked: str  # ZSET tenant -> until (ms): tenants at their limit, paused or over their rate: pops skip them
-    state: str  # HASH head (list head's position) | vtime (pass of the last served tenant) | due | limited, and
-    #             per tenant with waiting jobs "=<tenant>" -> "<head seq>|<tail seq>|<weight>|<waiting>" (its FIFO's
-    #             ends, its weight from its last push and how many of its jobs wait: lua/lib/fifo.lua), so a pop
-    #             reads and writes it with the rest; reconcile_cursor: fair_reconcile.lua's HSCAN page of members
+    state: str  # HASH head (list head's position) | vtime (pass of the last served tenant) | due | limited |
+    #             kept_ttl (kept may expire), and per tenant with waiting jobs "=<tenant>" -> "<head seq>|<tail seq>|
+    #             <weight>|<waiting>" (its FIFO's ends, its weight from its last push and how many of its jobs wait:
+    #             lua/lib/fifo.lua), a pop reads it with the rest; reconcile_cursor: fair_reconcile.lua's HSCAN page
     inflight: str  # ZSET job id -> pop time (ms): popped, not yet known to have started
     wake: str  # LIST wake-ups for workers blocked while only parked tenants' jobs wait on rq's list
     costs: str  # HASH job id -> "<declared seconds or ''>|<function>" of waiting members (charge="runtime")

@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_c21b3823538bf72e
+#!lua name=fair_router_fair_pop_008a0e0972cb6add
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -40,7 +40,7 @@ end
 -- include: fair_keys
 
 -- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
--- record cannot meet the state's own fields (head, vtime, due, limited).
+-- record cannot meet the state's own fields (head, vtime, due, limited, kept_ttl).
 local RECORD = '='
 local function tenant_field(tenant)
   return RECORD .. tenant
@@ -82,14 +82,35 @@ local function tenant_record(h, t, weight, n, org)
 end
 
 
--- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
--- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
--- include: fair_keys, records
+-- lib/kept.lua: the passes of entries gone idle or parked (`kept`), and their life while nothing is active.
+-- include: fair_keys
 
 -- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
 -- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
 -- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
 local KEPT_IDLE_MS = 60000
+
+-- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
+-- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last).
+local function stride_keep(entry, pass)
+  redis.call('ZADD', kept, pass, entry)
+  if redis.call('EXISTS', active) == 0 then
+    redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
+    redis.call('HSET', state, 'kept_ttl', 1)
+  end
+end
+
+-- An entry is active again: the kept passes no longer expire. `ttl`: state.kept_ttl as the caller read it with
+-- the state's other fields; without it they do not expire (only stride_keep gives them a life): no PERSIST.
+local function kept_last(ttl)
+  if not ttl then return end
+  redis.call('PERSIST', kept)
+  redis.call('HDEL', state, 'kept_ttl')
+end
+
+-- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
+-- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
+-- include: fair_keys, records, kept
 
 -- and, for each org with an active tenant, the entry ORG .. <encoded org> scored by the org's pass ('!' is
 -- never part of an encoded tenant, nor the '#none' of jobs without tenant). Inside an org its active tenants
@@ -157,19 +178,13 @@ end
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
   if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local got = redis.call('HMGET', state, 'vtime', 'kept_ttl')
+  local start = tonumber(got[1] or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
-  redis.call('ZREM', kept, entry)
-  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  if last then redis.call('ZREM', kept, entry) end
+  kept_last(got[2])  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
   redis.call('ZADD', active, start, entry)
-end
-
--- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS.
-local function stride_keep(entry, pass)
-  redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
 
 -- Org `name` is in `active` exactly while its set has an active tenant: after one entered or left it, the org
@@ -212,11 +227,15 @@ local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tena
 -- (Re)activation of a tenant with waiting jobs (`record`: its record when the caller read it, else nil). A
 -- tenant without org is a top-level entry (activate_entry). A tenant of an org starts at its org's min pass,
 -- or at the pass it kept (parked) if later, by at most one step (its org's passes restart from 0 whenever
--- none of its tenants is active, so an older pass is capped); its org then activates if it was not.
-local function activate(tenant, record)
+-- none of its tenants is active, so an older pass is capped); its org then activates if it was not. `waited`:
+-- it had jobs waiting here before and is not parked, so a tenant without org is active already (no ZSCORE).
+local function activate(tenant, record, waited)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, weight, n, org = parse_tenant(record)
-  if not org then return activate_entry(tenant) end
+  if not org then
+    if not waited then activate_entry(tenant) end
+    return
+  end
   if org.on then return end
   local _, first = org_first(org.name)
   local start = tonumber(org.pass)
@@ -744,7 +763,8 @@ end
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due.
+-- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due;
+-- others: true when another entry stays active if this one leaves (lib/kept.lua stride_keep need not look).
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
 -- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
@@ -796,7 +816,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
                tenant_record(seq + 1, tail, stored, waiting - 1))
     if until_ms then  -- parked: it leaves `active`, its pass kept for its return (lib/stride.lua stride_hold)
       redis.call('ZREM', active, tenant)
-      stride_keep(tenant, next_pass)
+      if pop.others then redis.call('ZADD', kept, next_pass, tenant) else stride_keep(tenant, next_pass) end
       park_until(tenant, until_ms, true, pop.due)
     else
       redis.call('ZADD', active, next_pass, tenant)
@@ -909,7 +929,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_c21b3823538bf72e', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_008a0e0972cb6add', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice
@@ -934,8 +954,9 @@ local lease_ms, n_acks = tonumber(ARGV[4]), tonumber(ARGV[5])
 local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
 
 if n_acks > 0 then redis.call('ZREM', inflight, unpack(ARGV, 6, 5 + n_acks)) end
--- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields.
-local top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- numbers as text: no sprintf
+-- The min-pass entry's tenant first (lib/orgs.lua), so that one HMGET reads its record with the state's fields;
+-- and the next entry: whether another stays active when this one's tenant is parked (lib/serve.lua serve_take).
+local top = redis.call('ZRANGE', active, '0', '1', 'WITHSCORES')  -- numbers as text: no sprintf
 local chosen, alone, member, inner = entry_tenant(top[1])
 local st = redis.call('HMGET', state, 'head', 'vtime', 'due', 'limited', tenant_field(chosen or ''))
 local first = chosen and {chosen, tonumber(top[2]), st[5]} or nil  -- serve_choose()'s first look
@@ -954,7 +975,7 @@ if due and due <= now_ms then
   else
     redis.call('HSET', state, 'due', next_due); due = next_due
   end
-  top = redis.call('ZRANGE', active, '0', '0', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
+  top = redis.call('ZRANGE', active, '0', '1', 'WITHSCORES')  -- parks ended: the min-pass entry may have changed
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
@@ -976,13 +997,12 @@ if first and is_org(top[1]) and not (org and org.on) then first, h = nil, nil en
 local place = h and (first[1] .. ':' .. head_text)
 local got = redis.call('HMGET', members, entry, place or entry)
 local entry_value = got[1]
-if h then
-  if got[2] == entry then  -- the common case: the entry is the choice
-    serve_take(entry, h, first[1], first[2], pop, tail_text, weight, waiting, org, place)
-    return {2, entry, -1, h}
-  end
-  first[4] = got[2]  -- serve_choose() need not read it again
+if h and got[2] == entry then  -- the common case: the entry is the choice
+  pop.others = top[3] ~= nil  -- the entry read first is the one served: another stays active
+  serve_take(entry, h, first[1], first[2], pop, tail_text, weight, waiting, org, place)
+  return {2, entry, -1, h}
 end
+if h then first[4] = got[2] end  -- serve_choose() need not read it again
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
   redis.call('HSET', state, 'head', head)

@@ -27,7 +27,7 @@ end
 -- include: fair_keys
 
 -- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
--- record cannot meet the state's own fields (head, vtime, due, limited).
+-- record cannot meet the state's own fields (head, vtime, due, limited, kept_ttl).
 local RECORD = '='
 local function tenant_field(tenant)
   return RECORD .. tenant
@@ -69,14 +69,35 @@ local function tenant_record(h, t, weight, n, org)
 end
 
 
--- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
--- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
--- include: fair_keys, records
+-- lib/kept.lua: the passes of entries gone idle or parked (`kept`), and their life while nothing is active.
+-- include: fair_keys
 
 -- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
 -- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
 -- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
 local KEPT_IDLE_MS = 60000
+
+-- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
+-- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last).
+local function stride_keep(entry, pass)
+  redis.call('ZADD', kept, pass, entry)
+  if redis.call('EXISTS', active) == 0 then
+    redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
+    redis.call('HSET', state, 'kept_ttl', 1)
+  end
+end
+
+-- An entry is active again: the kept passes no longer expire. `ttl`: state.kept_ttl as the caller read it with
+-- the state's other fields; without it they do not expire (only stride_keep gives them a life): no PERSIST.
+local function kept_last(ttl)
+  if not ttl then return end
+  redis.call('PERSIST', kept)
+  redis.call('HDEL', state, 'kept_ttl')
+end
+
+-- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
+-- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
+-- include: fair_keys, records, kept
 
 -- and, for each org with an active tenant, the entry ORG .. <encoded org> scored by the org's pass ('!' is
 -- never part of an encoded tenant, nor the '#none' of jobs without tenant). Inside an org its active tenants
@@ -144,19 +165,13 @@ end
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
   if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local got = redis.call('HMGET', state, 'vtime', 'kept_ttl')
+  local start = tonumber(got[1] or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
-  redis.call('ZREM', kept, entry)
-  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  if last then redis.call('ZREM', kept, entry) end
+  kept_last(got[2])  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
   redis.call('ZADD', active, start, entry)
-end
-
--- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS.
-local function stride_keep(entry, pass)
-  redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
 
 -- Org `name` is in `active` exactly while its set has an active tenant: after one entered or left it, the org
@@ -199,11 +214,15 @@ local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tena
 -- (Re)activation of a tenant with waiting jobs (`record`: its record when the caller read it, else nil). A
 -- tenant without org is a top-level entry (activate_entry). A tenant of an org starts at its org's min pass,
 -- or at the pass it kept (parked) if later, by at most one step (its org's passes restart from 0 whenever
--- none of its tenants is active, so an older pass is capped); its org then activates if it was not.
-local function activate(tenant, record)
+-- none of its tenants is active, so an older pass is capped); its org then activates if it was not. `waited`:
+-- it had jobs waiting here before and is not parked, so a tenant without org is active already (no ZSCORE).
+local function activate(tenant, record, waited)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, weight, n, org = parse_tenant(record)
-  if not org then return activate_entry(tenant) end
+  if not org then
+    if not waited then activate_entry(tenant) end
+    return
+  end
   if org.on then return end
   local _, first = org_first(org.name)
   local start = tonumber(org.pass)
@@ -666,8 +685,10 @@ for i = 1, #ARGV, GROUP do
   end
 end
 
--- Parks are rare: with none, no job here needs its tenant's park looked up nor a blocked worker woken.
-local any_parked = redis.call('ZCARD', parked) > 0
+-- Parks are rare: with none, no job here needs its tenant's park looked up nor a blocked worker woken. Looked
+-- up only when state.due is set (lib/stride.lua park_until sets it with every park: none without it), read with
+-- the first job's record.
+local any_parked = nil
 local added = 0
 for i = 1, #ARGV, GROUP do
   local job_id, tenant, weight = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -678,7 +699,8 @@ for i = 1, #ARGV, GROUP do
     go = redis.call('ZREM', inflight, job_id) == 1
   end
   if go then
-    local st = redis.call('HMGET', state, 'head', tenant_field(tenant))  -- the list head's position, the record
+    local st = redis.call('HMGET', state, 'head', tenant_field(tenant), 'due')  -- the list head's position, the record
+    if any_parked == nil then any_parked = st[3] ~= false and redis.call('ZCARD', parked) > 0 end
     if single and st[2] then
       local refused = org_refusal(i, tenant, st[2])
       if refused then return refused end
@@ -695,7 +717,7 @@ for i = 1, #ARGV, GROUP do
     fifo_enter(job_id, tenant, seq, pos)
     keep_costs(job_id, declared, func)
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
-      activate(tenant, record)
+      activate(tenant, record, st[2] ~= false)
       if any_parked then wake_one() end  -- a worker may be blocked while only parked tenants' jobs waited
     end
     added = added + 1

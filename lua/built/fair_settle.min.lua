@@ -51,6 +51,18 @@ end
 return value
 end
 local KEPT_IDLE_MS = 60000
+local function stride_keep(entry, pass)
+redis.call('ZADD', kept, pass, entry)
+if redis.call('EXISTS', active) == 0 then
+redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
+redis.call('HSET', state, 'kept_ttl', 1)
+end
+end
+local function kept_last(ttl)
+if not ttl then return end
+redis.call('PERSIST', kept)
+redis.call('HDEL', state, 'kept_ttl')
+end
 local ORG = '!'
 local PASS_FORMAT = '%020.6f'
 local function is_org(entry)
@@ -93,16 +105,13 @@ end
 local function activate_entry(entry)
 if redis.call('ZSCORE', active, entry) then return end
 if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
-local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+local got = redis.call('HMGET', state, 'vtime', 'kept_ttl')
+local start = tonumber(got[1] or '0')
 local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
 if last and last > start then start = last end
-redis.call('ZREM', kept, entry)
-redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+if last then redis.call('ZREM', kept, entry) end
+kept_last(got[2])  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
 redis.call('ZADD', active, start, entry)
-end
-local function stride_keep(entry, pass)
-redis.call('ZADD', kept, pass, entry)
-if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
 local function org_settle(name)
 local entry = ORG .. name
@@ -130,10 +139,13 @@ org_settle(org.name)
 return true
 end
 local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tenants' jobs wait
-local function activate(tenant, record)
+local function activate(tenant, record, waited)
 if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
 local h, t, weight, n, org = parse_tenant(record)
-if not org then return activate_entry(tenant) end
+if not org then
+if not waited then activate_entry(tenant) end
+return
+end
 if org.on then return end
 local _, first = org_first(org.name)
 local start = tonumber(org.pass)
@@ -264,7 +276,7 @@ if last then
 redis.call('ZADD', kept, tonumber(last) + delta, entry)
 elseif delta > 0 then
 local vtime = tonumber(redis.call('HGET', state, 'vtime') or '0')
-stride_keep(entry, vtime + delta)  -- lib/orgs.lua: expires with the other kept passes while none is active
+stride_keep(entry, vtime + delta)  -- lib/kept.lua: expires with the other kept passes while none is active
 end
 end
 local function settle_in_org(name, delta)

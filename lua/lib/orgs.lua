@@ -1,11 +1,6 @@
 -- lib/orgs.lua: organisations above tenants (docs/fair-queue.md, "Organisations"): the top-level entries of
 -- `active` (a tenant without org, or an org) and each org's set of active tenants in `orgs`.
--- include: fair_keys, records
-
--- While no tenant is active, the kept passes expire together this long after the last was kept: a pass kept
--- above the virtual time is a debt of about one step, which a queue that served no one for a minute forgets
--- (the returning tenant then starts at the virtual time), so tenants that came and went leave no state.
-local KEPT_IDLE_MS = 60000
+-- include: fair_keys, records, kept
 
 -- and, for each org with an active tenant, the entry ORG .. <encoded org> scored by the org's pass ('!' is
 -- never part of an encoded tenant, nor the '#none' of jobs without tenant). Inside an org its active tenants
@@ -73,19 +68,13 @@ end
 local function activate_entry(entry)
   if redis.call('ZSCORE', active, entry) then return end
   if is_org(entry) and redis.call('ZSCORE', parked, entry) then return end  -- at its limit (lib/claims.lua)
-  local start = tonumber(redis.call('HGET', state, 'vtime') or '0')
+  local got = redis.call('HMGET', state, 'vtime', 'kept_ttl')
+  local start = tonumber(got[1] or '0')
   local last = tonumber(redis.call('ZSCORE', kept, entry) or '')
   if last and last > start then start = last end
-  redis.call('ZREM', kept, entry)
-  redis.call('PERSIST', kept)  -- an entry is active again: the kept passes no longer expire (KEPT_IDLE_MS)
+  if last then redis.call('ZREM', kept, entry) end
+  kept_last(got[2])  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
   redis.call('ZADD', active, start, entry)
-end
-
--- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS.
-local function stride_keep(entry, pass)
-  redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then redis.call('PEXPIRE', kept, KEPT_IDLE_MS) end
 end
 
 -- Org `name` is in `active` exactly while its set has an active tenant: after one entered or left it, the org

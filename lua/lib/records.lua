@@ -2,7 +2,7 @@
 -- include: fair_keys
 
 -- The field of `tenant`'s record in `state` (lib/fifo.lua). '=' is never part of an encoded tenant, so a
--- record cannot meet the state's own fields (head, vtime, due, limited).
+-- record cannot meet the state's own fields (head, vtime, due, limited, kept_ttl).
 local RECORD = '='
 local function tenant_field(tenant)
   return RECORD .. tenant

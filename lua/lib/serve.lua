@@ -48,7 +48,8 @@ end
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
 -- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due.
+-- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due;
+-- others: true when another entry stays active if this one leaves (lib/kept.lua stride_keep need not look).
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
 -- and the tenant's own pass in its org by the step / its weight. `place`: the job's FIFO field, if built. The min
@@ -100,7 +101,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
                tenant_record(seq + 1, tail, stored, waiting - 1))
     if until_ms then  -- parked: it leaves `active`, its pass kept for its return (lib/stride.lua stride_hold)
       redis.call('ZREM', active, tenant)
-      stride_keep(tenant, next_pass)
+      if pop.others then redis.call('ZADD', kept, next_pass, tenant) else stride_keep(tenant, next_pass) end
       park_until(tenant, until_ms, true, pop.due)
     else
       redis.call('ZADD', active, next_pass, tenant)

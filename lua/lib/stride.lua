@@ -7,11 +7,15 @@ local WAKE_CAP = 16  -- wake-ups kept for workers blocked while only parked tena
 -- (Re)activation of a tenant with waiting jobs (`record`: its record when the caller read it, else nil). A
 -- tenant without org is a top-level entry (activate_entry). A tenant of an org starts at its org's min pass,
 -- or at the pass it kept (parked) if later, by at most one step (its org's passes restart from 0 whenever
--- none of its tenants is active, so an older pass is capped); its org then activates if it was not.
-local function activate(tenant, record)
+-- none of its tenants is active, so an older pass is capped); its org then activates if it was not. `waited`:
+-- it had jobs waiting here before and is not parked, so a tenant without org is active already (no ZSCORE).
+local function activate(tenant, record, waited)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, weight, n, org = parse_tenant(record)
-  if not org then return activate_entry(tenant) end
+  if not org then
+    if not waited then activate_entry(tenant) end
+    return
+  end
   if org.on then return end
   local _, first = org_first(org.name)
   local start = tonumber(org.pass)
