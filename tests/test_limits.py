@@ -32,6 +32,7 @@ from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.concurrency import Lease
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
+from fair_router.fairqueue.queue import FairQueue
 from fair_router.observe.counters import COUNTERS
 from fair_router.workers.limiter import ConcurrencyLimiter
 
@@ -389,3 +390,23 @@ def test_acquire_in_a_pipeline_runs_with_its_commands_and_survives_a_script_flus
     with conn.pipeline(transaction=False) as pipe:
         assert slots.acquire("acme", "j2", pipeline=pipe) is None  # free tier: one slot
     assert conn.zrange(KEYS.leases("acme"), 0, -1) == [b"j1"]
+
+
+def test_a_release_and_its_unpark_as_evalsha_survive_a_script_flush_the_rest_sent_once(conn: Redis) -> None:
+    slots, fair = limiter(conn), FairQueue("flushed", connection=conn)
+    fair.enqueue("os.getpid", fair_tenant="acme")  # a tenant with a job waiting can be parked
+    for round_ in (1, 2):
+        lease = slots.acquire("acme", f"j{round_}")
+        assert lease is not None
+        fair.hold("acme", int(time.time() * 1000) + 60_000)
+        assert conn.zcard(fair.fair_keys.parked) == 1
+        conn.script_flush()  # e.g. a Redis restart: the release's and the unpark's EVALSHAs answer NOSCRIPT
+
+        def also(pipe: Any) -> None:
+            pipe.incr("test:also")
+            fair.unpark("acme", pipeline=pipe, ours=True)
+
+        slots.release(lease, also=also)
+        assert conn.zcard(KEYS.leases("acme")) == 0
+        assert conn.zcard(fair.fair_keys.parked) == 0  # the unpark ran, once loaded again
+        assert conn.get("test:also") == str(round_).encode()  # the pipeline's other commands were not sent twice

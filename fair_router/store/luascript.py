@@ -34,10 +34,8 @@ _NO_FUNCTIONS = "fn:none"
 BUILT = "built"
 """``lua/built``: the generated, checked-in texts Redis runs."""
 MINIFIED = ("start", "observe_start", "fair_hold", "fair_unpark", "fair_settle")
-"""The scripts sent whole as EVAL on pipelines someone else executes (rq's job-start MULTI, a slot's release,
-the after-job pipeline), as ``lua/built/<name>.min.lua`` (no comments or indentation): Redis hashes the text
-at every call (about 2.5 us per KB), and these run once per job (a paced tenant's start report, the release's
-unpark, the runtime charge's settle; the start where it cannot be a function)."""
+"""Scripts sent whole as EVAL on pipelines someone else executes (rq's MULTIs; on a cluster, any), once per job, as
+``lua/built/<name>.min.lua`` (no comments or indentation): Redis reads and hashes the text at every call."""
 
 
 def no_functions(error: ResponseError, command: str) -> bool:
@@ -129,32 +127,23 @@ class LuaScript(Generic[R]):
     def evalsha(self, keys: list[str], args: list[Any]) -> Any:
         """The raw reply of one run on its own: FCALL (the library loaded after "Function not found") where the server
         may have functions, else EVALSHA; why: docs/internals.md ("Transport")."""
-        function = self.function
         pool = getattr(self._connection, "connection_pool", None)  # None: a cluster client (module docstring)
-        if function is None or pool is None or _NO_FUNCTIONS in _LOADED.get(pool, ()):
-            return self._registered(keys=keys, args=args)
-        try:
-            return self._connection.fcall(function, len(keys), *keys, *args)
-        except ResponseError as error:
-            if no_functions(error, "fcall"):
-                _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
-                return self._registered(keys=keys, args=args)
-            if not function_lost(error):
-                raise
-            forget_functions()
-        try:
-            self.load_function()
-        except (OutOfMemoryError, ReadOnlyError):
-            return self._registered(keys=keys, args=args)
-        except ResponseError as error:
-            if not no_functions(error, "function"):
-                raise
-            _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
-            return self._registered(keys=keys, args=args)
-        return self._connection.fcall(function, len(keys), *keys, *args)
+        if self.function is not None and pool is not None and _NO_FUNCTIONS not in _LOADED.get(pool, ()):
+            try:
+                return self._connection.fcall(self.function, len(keys), *keys, *args)
+            except ResponseError as error:
+                if no_functions(error, "fcall"):
+                    _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
+                elif not function_lost(error):
+                    raise
+                else:
+                    forget_functions()
+                    if self.loaded_function(self._connection):  # loaded again, unless Redis refuses it now
+                        return self._connection.fcall(self.function, len(keys), *keys, *args)
+        return self._registered(keys=keys, args=args)
 
-    def loaded_function(self, pipeline: Pipeline) -> str | None:
-        """The function to queue as FCALL on ``pipeline``: its library loaded on the pipeline's server by this process
+    def loaded_function(self, pipeline: Redis) -> str | None:
+        """The function to queue as FCALL on ``pipeline`` (or call): its library loaded on its server by this process
         (FUNCTION LOAD, a round trip the first time only); None where it cannot be (not :attr:`as_function`, a
         cluster's pipeline, no functions, Redis out of memory or read-only): then EVAL or EVALSHA."""
         pool = getattr(pipeline, "connection_pool", None)
@@ -225,8 +214,8 @@ class Call(Generic[R]):
         return pipeline
 
     def queue_loaded(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it as EVALSHA on ``pipeline``, one :func:`execute_loaded` executes, loading the script first if this
-        process has not yet; a Redis Cluster's pipeline gets EVAL (its scripts are loaded per node)."""
+        """Queue it as EVALSHA on ``pipeline``, one :func:`execute_loaded` or ``execute_riding_oom`` executes (either
+        handles NOSCRIPT), the script loaded first if need be; a Redis Cluster's pipeline gets EVAL (per node)."""
         if not hasattr(pipeline, "connection_pool"):
             return self.queue(pipeline)
         self.script.ensure_loaded()
@@ -234,25 +223,26 @@ class Call(Generic[R]):
         return pipeline
 
     def run_or_queue(self, pipeline: Pipeline | None) -> R | Pipeline:
-        """:meth:`run`, or :meth:`queue` on ``pipeline`` when there is one: the convention of rq's methods that
-        take an optional pipeline (``Queue.remove`` returns the pipeline then)."""
+        """:meth:`run`, or :meth:`queue` on ``pipeline`` when there is one (rq's convention: ``Queue.remove``)."""
         return self.run() if pipeline is None else self.queue(pipeline)
 
 
+def reload(pipe: Pipeline, shas: set[str]) -> None:
+    """After a NOSCRIPT (a restart, SCRIPT FLUSH): SCRIPT LOAD ``shas`` on ``pipe``, then the only ones noted loaded."""
+    loaded = _LOADED[pipe.connection_pool] = set()
+    for sha in shas:
+        pipe.script_load(_SOURCES[sha])
+    pipe.execute()
+    loaded.update(shas)
+
+
 def execute_loaded(pipe: Pipeline, run: Callable[[Pipeline], T]) -> T:
-    """``run(pipe)``, and after a NOSCRIPT (a restart, SCRIPT FLUSH) load every script the pipeline's EVALSHAs name
-    and run the same commands once more (the pipeline's other commands must be safe to run twice)."""
+    """``run(pipe)``, and after a NOSCRIPT load every script the pipeline's EVALSHAs name (:func:`reload`) and run the
+    same commands once more (the pipeline's other commands must be safe to run twice)."""
     stack = list(pipe.command_stack)
     try:
         return run(pipe)
     except NoScriptError:
-        shas = {str(args[1]) for args, _ in stack if str(args[0]).upper() == "EVALSHA"}
-        _LOADED.pop(pipe.connection_pool, None)
-        loaded = _LOADED.setdefault(pipe.connection_pool, set())
-        for sha in shas:
-            pipe.script_load(_SOURCES[sha])
-        pipe.execute()  # a pipeline's own SCRIPT LOADs, in its MULTI: one round trip
-        loaded.update(shas)
+        reload(pipe, {str(args[1]) for args, _ in stack if str(args[0]).upper() == "EVALSHA"})
         pipe.command_stack.extend(stack)
         return run(pipe)
-
