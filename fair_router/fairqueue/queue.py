@@ -237,11 +237,9 @@ class FairQueue(RqQueueSeam):
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None, job_id: str = "", limit: int | None = None,
                org: str | None = None, org_limit: int | None = None, ours: bool = False) -> Any:
-        """A slot of ``tenant`` (or org ``org``) was released: below its limit it may be served (fairstate.py).
-        ``ours``: ``pipeline`` is executed by ``execute_riding_oom`` (EVALSHA, resent after NOSCRIPT), not by rq."""
-        call = self.fair_script(FairUnparkScript)(self.fair_keys, tenant_key(tenant), job_id, limit,
-                                                  now_arg(self._clock), org, org_limit)
-        return call.queue_loaded(pipeline) if ours and pipeline is not None else call.run_or_queue(pipeline)
+        """A slot of ``tenant`` (or org ``org``) was released: below its limit it may be served (fairstate.py)."""
+        return self.fair_script(FairUnparkScript)(self.fair_keys, tenant_key(tenant), job_id, limit,
+                                                  now_arg(self._clock), org, org_limit).run_or_queue(pipeline, ours)
 
     def hold(self, tenant: str, until_ms: int, pipeline: Pipeline | None = None, paced: bool = False) -> Any:
         """Pops skip ``tenant`` until ``until_ms`` (epoch ms) or an :meth:`unpark`; ``paced``: its own rate

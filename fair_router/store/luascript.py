@@ -222,9 +222,10 @@ class Call(Generic[R]):
         pipeline.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
         return pipeline
 
-    def run_or_queue(self, pipeline: Pipeline | None) -> R | Pipeline:
-        """:meth:`run`, or :meth:`queue` on ``pipeline`` when there is one (rq's convention: ``Queue.remove``)."""
-        return self.run() if pipeline is None else self.queue(pipeline)
+    def run_or_queue(self, pipeline: Pipeline | None, ours: bool = False) -> R | Pipeline:
+        """:meth:`run`, or :meth:`queue` on ``pipeline`` when there is one (rq's convention: ``Queue.remove``);
+        ``ours``: :meth:`queue_loaded` (a pipeline ``execute_riding_oom`` or :func:`execute_loaded` executes)."""
+        return self.run() if pipeline is None else self.queue_loaded(pipeline) if ours else self.queue(pipeline)
 
 
 def reload(pipe: Pipeline, shas: set[str]) -> None:
