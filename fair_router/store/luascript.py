@@ -27,7 +27,7 @@ T = TypeVar("T")
 _LOADED: WeakKeyDictionary[ConnectionPool, set[str]] = WeakKeyDictionary()
 """Per connection pool (one Redis server), the SHAs this process has loaded there with SCRIPT LOAD."""
 _SOURCES: dict[str, str] = {}
-"""SHA -> source of every script built in this process (what :func:`execute_loaded` loads after NOSCRIPT)."""
+"""SHA or function name -> source of every script built in this process (:func:`execute_loaded`, :func:`sent_again`)."""
 
 _NO_FUNCTIONS = "fn:none"
 """In a pool's ``_LOADED`` set: its server or user can have no Redis functions (run scripts as EVALSHA)."""
@@ -103,6 +103,7 @@ class LuaScript(Generic[R]):
         if self.as_function:
             self.library = built(f"{self.name}.library")
             self.function = self.library.split("\n", 1)[0].removeprefix("#!lua name=")
+            _SOURCES[self.function] = self.source
 
     def ensure_loaded(self) -> None:
         """SCRIPT LOAD this script on its connection's server, once per connection pool and process (a round
@@ -224,26 +225,32 @@ class Call(Generic[R]):
 
     def run_or_queue(self, pipeline: Pipeline | None, ours: bool = False) -> R | Pipeline:
         """:meth:`run`, or :meth:`queue` on ``pipeline`` when there is one (rq's convention: ``Queue.remove``);
-        ``ours``: :meth:`queue_loaded` (a pipeline ``execute_riding_oom`` or :func:`execute_loaded` executes)."""
-        return self.run() if pipeline is None else self.queue_loaded(pipeline) if ours else self.queue(pipeline)
+        ``ours``: a plain pipeline we execute, resending lost calls (``execute_riding_oom``): FCALL, else EVALSHA."""
+        if pipeline is None or not ours:
+            return self.run() if pipeline is None else self.queue(pipeline)
+        return self.queue_function(pipeline) if self.script.loaded_function(pipeline) else self.queue_loaded(pipeline)
 
 
-def reload(pipe: Pipeline, shas: set[str]) -> None:
-    """After a NOSCRIPT (a restart, SCRIPT FLUSH): SCRIPT LOAD ``shas`` on ``pipe``, then the only ones noted loaded."""
-    loaded = _LOADED[pipe.connection_pool] = set()
-    for sha in shas:
-        pipe.script_load(_SOURCES[sha])
-    pipe.execute()
-    loaded.update(shas)
+def sent_again(args: Sequence[Any]) -> tuple[Any, ...]:
+    """An EVALSHA or FCALL Redis lost (NOSCRIPT, "Function not found") as EVAL of its text; all loads forgotten."""
+    _LOADED.clear()
+    return ("EVAL", _SOURCES[str(args[1])], *args[2:])
 
 
 def execute_loaded(pipe: Pipeline, run: Callable[[Pipeline], T]) -> T:
-    """``run(pipe)``, and after a NOSCRIPT load every script the pipeline's EVALSHAs name (:func:`reload`) and run the
-    same commands once more (the pipeline's other commands must be safe to run twice)."""
+    """``run(pipe)``, and after a NOSCRIPT (a restart, SCRIPT FLUSH) load every script the pipeline's EVALSHAs name
+    and run the same commands once more (the pipeline's other commands must be safe to run twice)."""
     stack = list(pipe.command_stack)
     try:
         return run(pipe)
     except NoScriptError:
-        reload(pipe, {str(args[1]) for args, _ in stack if str(args[0]).upper() == "EVALSHA"})
+        shas = {str(args[1]) for args, _ in stack if str(args[0]).upper() == "EVALSHA"}
+        _LOADED.pop(pipe.connection_pool, None)
+        loaded = _LOADED.setdefault(pipe.connection_pool, set())
+        for sha in shas:
+            pipe.script_load(_SOURCES[sha])
+        pipe.execute()  # a pipeline's own SCRIPT LOADs, in its MULTI: one round trip
+        loaded.update(shas)
         pipe.command_stack.extend(stack)
         return run(pipe)
+
