@@ -15,10 +15,20 @@ Each measurement runs on a dedicated redis-server (flushed before it, ``CONFIG R
 deltas after the enqueues and after the drain). Reported per job: Redis commands (as Redis counts them:
 those scripts and MULTIs run included, MULTI/EXEC themselves too), the commands' own time (``INFO
 commandstats`` usec of every command but EVAL/EVALSHA/EXEC, which contain the others), the scripts' time
-(EVAL/EVALSHA usec, their commands included) and the server's CPU time (``INFO cpu``, user + system: what
-the single Redis thread spends on the job, reading requests and writing replies included). Redis runs
-commands on one thread, so the ceiling of one primary is ``1e6 / server CPU us per job`` jobs/s (a bound:
-no client waits, no other traffic, the primary's core to itself). The worker's own start-up and
+(EVAL/EVALSHA/FCALL usec, their commands included; commands' + scripts' us is an upper bound of the time in
+commands, the commands scripts run counted twice) and the server's CPU time (``INFO cpu``, user + system: what
+the single Redis thread spends on the job, the event loop, reading requests and writing replies included), and
+how often the server was woken per job (its voluntary context switches, from ``/proc``). Redis runs commands on
+one thread, so the ceiling of one primary is ``1e6 / server CPU us per job`` jobs/s (a bound: no client waits,
+no other traffic, the primary's core to itself).
+
+``--pin one`` (the default) runs redis-server and this process (producer and worker) on one core: the server's
+core is then never idle when a request comes. Left free (``--pin none``, the old measure) or on a core of its
+own (``--pin split``), an idle server's every wake-up costs it 15-20 us more of CPU on this (virtual) machine,
+and plain rq, with a round trip to wait for at each of its ~22 wake-ups per job, reads 700-800 us per job
+instead of 230-300: the "bimodal" plain rq of earlier runs was whether the scheduler happened to leave Redis on
+an idle core. A busy primary (the one whose capacity is asked) always has a request waiting: ``one`` is the
+comparable measure, and the paired ratios come from it. The worker's own start-up and
 registration are in the drain (a few dozen commands, spread over ``--jobs``). Rounds interleave the
 set-ups (rotating who goes first); medians are reported, and "vs plain rq" is the median of each round's
 ratio to plain rq's server CPU in the same round (on a shared machine a round's CPU per job can swing 2x).
@@ -30,7 +40,8 @@ per job (calls and usec of each command, those scripts run counted on their own 
 each by name (an EVALSHA's SHA, an EVAL's text and an FCALL's function mapped to its ``lua/built`` file):
 calls and usec per job, their commands included.
 
-    .venv/bin/python bench/capacity.py [--jobs 500] [--rounds 5] [--tenants 50] [--breakdown] [--json PATH]
+    .venv/bin/python bench/capacity.py [--jobs 500] [--rounds 5] [--tenants 50] [--pin one|split|none]
+                                       [--breakdown] [--json PATH]
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import statistics
 import sys
@@ -64,6 +76,8 @@ QUEUE = "capacity"
 THROTTLED = f"{QUEUE}_throttled"
 TENANTS = 50
 """Default number of tenants the jobs go round (``--tenants``)."""
+PINS = ("one", "split", "none")
+"""``--pin``: redis-server and this process on one core, on a core each, or left to the scheduler."""
 BARE = Settings(prefix=PREFIX, observe=ObserveConfig(record=False))
 FULL = Settings(prefix=PREFIX, concurrency=ConcurrencyConfig(enabled=True), observe=ObserveConfig(record=True),
                 tiers=TiersConfig(rate={"free": "100000/s"}, burst={"free": 1000}))
@@ -126,14 +140,36 @@ def measure(conn: Redis, setup: Setup, jobs: int, tenants: int = TENANTS) -> dic
     return _measure(conn, setup, jobs, tenants)[0]
 
 
+def wakeups(conn: Redis) -> float:
+    """How many times the server's process has been woken so far (voluntary context switches; 0 without ``/proc``)."""
+    try:
+        status = Path(f"/proc/{conn.info('server')['process_id']}/status").read_text()
+    except OSError:
+        return 0.0
+    return float(re.search(r"^voluntary_ctxt_switches:\s*(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+
+
+def pin(conn: Redis, how: str) -> str:
+    """Put redis-server and this process on CPUs as ``how`` says (:data:`PINS`); returns what was done."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if how == "none" or len(cpus) < 2:
+        return "not pinned"
+    server = int(conn.info("server")["process_id"])
+    os.sched_setaffinity(server, {cpus[-1]})
+    os.sched_setaffinity(0, {cpus[-1] if how == "one" else cpus[0]})
+    return f"redis-server on CPU {cpus[-1]}, producer and worker on CPU {cpus[-1] if how == 'one' else cpus[0]}"
+
+
 def _measure(conn: Redis, setup: Setup, jobs: int, tenants: int) -> tuple[dict[str, float], Usage]:
     conn.flushdb()
     conn.config_resetstat()
+    woken = wakeups(conn)
     before = Usage.now(conn)
     setup.enqueue(conn, jobs, tenants)
     enqueued = Usage.now(conn)
     setup.worker(conn).work(burst=True, logging_level="WARNING")
     drained = Usage.now(conn)
+    woken = wakeups(conn) - woken
     finished = sum(FinishedJobRegistry(name, connection=conn).count for name in setup.queues)
     failed = sum(FailedJobRegistry(name, connection=conn).count for name in setup.queues)
     if finished != jobs or failed:
@@ -144,6 +180,7 @@ def _measure(conn: Redis, setup: Setup, jobs: int, tenants: int) -> tuple[dict[s
         "commands": total.commands / jobs, "command_usec": total.command_usec / jobs,
         "script_usec": total.script_usec / jobs, "cpu_usec": total.cpu * 1e6 / jobs,
         "enqueue_cpu_usec": enqueue.cpu * 1e6 / jobs, "drain_cpu_usec": drain.cpu * 1e6 / jobs,
+        "in_command_usec": (total.command_usec + total.script_usec) / jobs, "wakeups": woken / jobs,
     }
     return figures, total
 
@@ -232,22 +269,26 @@ def run(conn: Redis, jobs: int, rounds: int, names: tuple[str, ...] = tuple(SETU
                for name, rows in per_round.items()}
     for name, row in medians.items():
         row["ceiling_jobs_per_s"] = 1e6 / row["cpu_usec"]
-        if "plain" in per_round:  # paired: each round's server CPU against plain rq's in the same round
+        for field in ("cpu", "in_command") if "plain" in per_round else ():  # paired: against plain rq's same round
             pairs = zip(per_round[name], per_round["plain"], strict=True)
-            row["cpu_ratio"] = statistics.median(got["cpu_usec"] / plain["cpu_usec"] for got, plain in pairs)
+            row[f"{field}_ratio"] = statistics.median(got[f"{field}_usec"] / plain[f"{field}_usec"]
+                                                      for got, plain in pairs)
     return {"jobs": jobs, "rounds": rounds, "tenants": tenants, "medians": medians, "rounds_detail": per_round}
 
 
 def table(report: dict[str, Any]) -> str:
     """The medians as a markdown table."""
     medians = report["medians"]
-    lines = ["| set-up | commands/job (enqueue + drain) | commands' us/job | scripts' us/job | server CPU us/job "
-             "| vs plain rq (median of rounds) | ceiling of one primary (jobs/s) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| set-up | commands/job (enqueue + drain) | commands' us/job | scripts' us/job | in commands, at most "
+             "(vs plain rq) | server wake-ups/job | server CPU us/job | vs plain rq (median of rounds) "
+             "| ceiling of one primary (jobs/s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, row in medians.items():
         ratio = f"{row['cpu_ratio']:.2f}x" if "cpu_ratio" in row else "-"
+        in_ratio = f" ({row['in_command_ratio']:.2f}x)" if "in_command_ratio" in row else ""
         lines.append(f"| {SETUPS[name].label} | {row['commands']:.1f} ({row['enqueue_commands']:.1f} + "
                      f"{row['drain_commands']:.1f}) | {row['command_usec']:.0f} | {row['script_usec']:.0f} | "
+                     f"{row['in_command_usec']:.0f}{in_ratio} | {row['wakeups']:.1f} | "
                      f"{row['cpu_usec']:.0f} | {ratio} | {row['ceiling_jobs_per_s']:,.0f} |")
     return "\n".join(lines)
 
@@ -258,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians are reported)")
     parser.add_argument("--setups", default=",".join(SETUPS), help=f"comma-separated subset of {', '.join(SETUPS)}")
     parser.add_argument("--tenants", type=int, default=TENANTS, help="tenants the jobs go round")
+    parser.add_argument("--pin", choices=PINS, default="one", help="where redis-server and this process run (module "
+                        "docstring): one core for both (default), a core each, or as the scheduler likes")
     parser.add_argument("--breakdown", action="store_true", help="also print each set-up's cost per command and script")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
@@ -267,15 +310,20 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer() as server:
         conn = server.client()
         version = conn.info("server")["redis_version"]
+        pinned = pin(conn, args.pin)
         report = run(conn, args.jobs, args.rounds, names, args.tenants)
         if args.breakdown:
             report["breakdown"] = {name: breakdown(conn, SETUPS[name], args.jobs, args.tenants) for name in names}
         conn.close()
-    report["redis"] = version
-    print(f"Redis {version}, {args.rounds} rounds x {args.jobs} jobs per set-up, {args.tenants} tenants, medians:\n")
+    report["redis"], report["pinned"] = version, pinned
+    print(f"Redis {version}, {args.rounds} rounds x {args.jobs} jobs per set-up, {args.tenants} tenants, {pinned}, "
+          "medians:\n")
     print(table(report))
-    print("\nceiling = 1e6 / server CPU us per job: Redis runs commands on one thread, so this is what one primary "
-          "carries at best (no other traffic, its core to itself).")
+    print("\ncommands' us: each command's own time (INFO commandstats, those scripts and MULTIs ran included, once); "
+          "scripts' us: EVAL/EVALSHA/FCALL, their commands included; in commands, at most: the two added (the "
+          "commands scripts ran counted twice), without the event loop, reading requests and writing replies, "
+          "which server CPU (INFO cpu, user + sys) has. ceiling = 1e6 / server CPU us per job: Redis runs commands "
+          "on one thread, so this is what one primary carries at best (no other traffic, its core to itself).")
     for name, got in report.get("breakdown", {}).items():
         print("\n" + breakdown_table(SETUPS[name].label, got))
     if args.json:

@@ -30,8 +30,10 @@ from rq.registry import FailedJobRegistry, FinishedJobRegistry, StartedJobRegist
 from fair_router import FairJobFunction, FairRouter, Settings, WeightedSimpleWorker, fair_job
 from fair_router.config.settings import ConcurrencyConfig
 from fair_router.controls.concurrency import Lease
+from fair_router.controls.fairstate import FairUnparkScript
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
+from fair_router.fairqueue.queue import FairQueue
 from fair_router.observe.counters import COUNTERS
 from fair_router.workers.limiter import ConcurrencyLimiter
 
@@ -389,3 +391,28 @@ def test_acquire_in_a_pipeline_runs_with_its_commands_and_survives_a_script_flus
     with conn.pipeline(transaction=False) as pipe:
         assert slots.acquire("acme", "j2", pipeline=pipe) is None  # free tier: one slot
     assert conn.zrange(KEYS.leases("acme"), 0, -1) == [b"j1"]
+
+
+@pytest.mark.parametrize("lost", ["scripts", "the unpark's library"])
+def test_a_release_and_its_unpark_survive_redis_losing_their_scripts_the_rest_sent_once(conn: Redis,
+                                                                                        lost: str) -> None:
+    slots, fair = limiter(conn), FairQueue("flushed", connection=conn)
+    fair.enqueue("os.getpid", fair_tenant="acme")  # a tenant with a job waiting can be parked
+    for round_ in (1, 2, 3):
+        lease = slots.acquire("acme", f"j{round_}")
+        assert lease is not None
+        fair.hold("acme", int(time.time() * 1000) + 60_000)
+        assert conn.zcard(fair.fair_keys.parked) == 1
+        if lost == "scripts":  # e.g. a Redis restart: the release's EVALSHA answers NOSCRIPT
+            conn.script_flush()
+        elif round_ == 2:  # the unpark's FCALL (as loaded in round 1) finds no function; round 3 loads it again
+            conn.function_delete(FairUnparkScript(conn).function or "")
+
+        def also(pipe: Any) -> None:
+            pipe.incr("test:also")
+            fair.unpark("acme", pipeline=pipe, ours=True)
+
+        slots.release(lease, also=also)
+        assert conn.zcard(KEYS.leases("acme")) == 0
+        assert conn.zcard(fair.fair_keys.parked) == 0  # the unpark ran, once loaded again
+        assert conn.get("test:also") == str(round_).encode()  # the pipeline's other commands were not sent twice

@@ -159,7 +159,7 @@ class ConcurrencySlots:
             place = len(pipe)
             org = None if lease.org is None else (self.keys.org_leases(lease.org), self.keys.org_parked_in(lease.org))
             self._release(self.keys.leases(lease.tenant, lease.org), self.keys.parked_in(lease.tenant, lease.org),
-                          lease.job_id, org).queue(pipe)
+                          lease.job_id, org).queue_loaded(pipe)  # EVALSHA: resent after NOSCRIPT below
             self.tally.queue(pipe)
             if also is not None:
                 also(pipe)

@@ -46,6 +46,7 @@ class FairUnparkScript(LuaScript[int]):
     """fair_unpark.lua: a tenant's slot was released; make it eligible and wake one worker if needed."""
 
     name = "fair_unpark"
+    as_function = True  # once per limited job: its lua/lib pieces defined once, not per call (docs/benchmarks.md)
 
     def __call__(self, keys: FairQueueKeys, tenant: str, job_id: str = "", limit: int | None = None,
                  now_ms: str = "", org: str | None = None, org_limit: int | None = None) -> Call[int]:

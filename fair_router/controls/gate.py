@@ -263,10 +263,7 @@ class TenantGate(Generic[L]):
             return self._counted(start, call.run())
         self.limiter.tally.queue(pipeline)
         place = len(pipeline)
-        if self.script.loaded_function(pipeline) is None:
-            call.queue_loaded(pipeline)
-        else:
-            call.queue_function(pipeline)
+        call.run_or_queue(pipeline, ours=True)
         replies = pipeline.execute(raise_on_error=False)
         for other in replies:
             if isinstance(other, Exception) and not isinstance(other, NoScriptError) and not function_lost(other):

@@ -236,10 +236,10 @@ class FairQueue(RqQueueSeam):
                                          self._config.org_arg(job.meta, tenant), org_limit, org_full).run()
 
     def unpark(self, tenant: str, pipeline: Pipeline | None = None, job_id: str = "", limit: int | None = None,
-               org: str | None = None, org_limit: int | None = None) -> Any:
+               org: str | None = None, org_limit: int | None = None, ours: bool = False) -> Any:
         """A slot of ``tenant`` (or org ``org``) was released: below its limit it may be served (fairstate.py)."""
         return self.fair_script(FairUnparkScript)(self.fair_keys, tenant_key(tenant), job_id, limit,
-                                                  now_arg(self._clock), org, org_limit).run_or_queue(pipeline)
+                                                  now_arg(self._clock), org, org_limit).run_or_queue(pipeline, ours)
 
     def hold(self, tenant: str, until_ms: int, pipeline: Pipeline | None = None, paced: bool = False) -> Any:
         """Pops skip ``tenant`` until ``until_ms`` (epoch ms) or an :meth:`unpark`; ``paced``: its own rate

@@ -27,17 +27,15 @@ T = TypeVar("T")
 _LOADED: WeakKeyDictionary[ConnectionPool, set[str]] = WeakKeyDictionary()
 """Per connection pool (one Redis server), the SHAs this process has loaded there with SCRIPT LOAD."""
 _SOURCES: dict[str, str] = {}
-"""SHA -> source of every script built in this process (what :func:`execute_loaded` loads after NOSCRIPT)."""
+"""SHA or function name -> source of every script built in this process (:func:`execute_loaded`, :func:`sent_again`)."""
 
 _NO_FUNCTIONS = "fn:none"
 """In a pool's ``_LOADED`` set: its server or user can have no Redis functions (run scripts as EVALSHA)."""
 BUILT = "built"
 """``lua/built``: the generated, checked-in texts Redis runs."""
 MINIFIED = ("start", "observe_start", "fair_hold", "fair_unpark", "fair_settle")
-"""The scripts sent whole as EVAL on pipelines someone else executes (rq's job-start MULTI, a slot's release,
-the after-job pipeline), as ``lua/built/<name>.min.lua`` (no comments or indentation): Redis hashes the text
-at every call (about 2.5 us per KB), and these run once per job (a paced tenant's start report, the release's
-unpark, the runtime charge's settle; the start where it cannot be a function)."""
+"""Scripts sent whole as EVAL on pipelines someone else executes (rq's MULTIs; on a cluster, any), once per job, as
+``lua/built/<name>.min.lua`` (no comments or indentation): Redis reads and hashes the text at every call."""
 
 
 def no_functions(error: ResponseError, command: str) -> bool:
@@ -105,6 +103,7 @@ class LuaScript(Generic[R]):
         if self.as_function:
             self.library = built(f"{self.name}.library")
             self.function = self.library.split("\n", 1)[0].removeprefix("#!lua name=")
+            _SOURCES[self.function] = self.source
 
     def ensure_loaded(self) -> None:
         """SCRIPT LOAD this script on its connection's server, once per connection pool and process (a round
@@ -129,32 +128,23 @@ class LuaScript(Generic[R]):
     def evalsha(self, keys: list[str], args: list[Any]) -> Any:
         """The raw reply of one run on its own: FCALL (the library loaded after "Function not found") where the server
         may have functions, else EVALSHA; why: docs/internals.md ("Transport")."""
-        function = self.function
         pool = getattr(self._connection, "connection_pool", None)  # None: a cluster client (module docstring)
-        if function is None or pool is None or _NO_FUNCTIONS in _LOADED.get(pool, ()):
-            return self._registered(keys=keys, args=args)
-        try:
-            return self._connection.fcall(function, len(keys), *keys, *args)
-        except ResponseError as error:
-            if no_functions(error, "fcall"):
-                _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
-                return self._registered(keys=keys, args=args)
-            if not function_lost(error):
-                raise
-            forget_functions()
-        try:
-            self.load_function()
-        except (OutOfMemoryError, ReadOnlyError):
-            return self._registered(keys=keys, args=args)
-        except ResponseError as error:
-            if not no_functions(error, "function"):
-                raise
-            _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
-            return self._registered(keys=keys, args=args)
-        return self._connection.fcall(function, len(keys), *keys, *args)
+        if self.function is not None and pool is not None and _NO_FUNCTIONS not in _LOADED.get(pool, ()):
+            try:
+                return self._connection.fcall(self.function, len(keys), *keys, *args)
+            except ResponseError as error:
+                if no_functions(error, "fcall"):
+                    _LOADED.setdefault(pool, set()).add(_NO_FUNCTIONS)
+                elif not function_lost(error):
+                    raise
+                else:
+                    forget_functions()
+                    if self.loaded_function(self._connection):  # loaded again, unless Redis refuses it now
+                        return self._connection.fcall(self.function, len(keys), *keys, *args)
+        return self._registered(keys=keys, args=args)
 
-    def loaded_function(self, pipeline: Pipeline) -> str | None:
-        """The function to queue as FCALL on ``pipeline``: its library loaded on the pipeline's server by this process
+    def loaded_function(self, pipeline: Redis) -> str | None:
+        """The function to queue as FCALL on ``pipeline`` (or call): its library loaded on its server by this process
         (FUNCTION LOAD, a round trip the first time only); None where it cannot be (not :attr:`as_function`, a
         cluster's pipeline, no functions, Redis out of memory or read-only): then EVAL or EVALSHA."""
         pool = getattr(pipeline, "connection_pool", None)
@@ -225,18 +215,26 @@ class Call(Generic[R]):
         return pipeline
 
     def queue_loaded(self, pipeline: Pipeline) -> Pipeline:
-        """Queue it as EVALSHA on ``pipeline``, one :func:`execute_loaded` executes, loading the script first if this
-        process has not yet; a Redis Cluster's pipeline gets EVAL (its scripts are loaded per node)."""
+        """Queue it as EVALSHA on ``pipeline``, one :func:`execute_loaded` or ``execute_riding_oom`` executes (either
+        handles NOSCRIPT), the script loaded first if need be; a Redis Cluster's pipeline gets EVAL (per node)."""
         if not hasattr(pipeline, "connection_pool"):
             return self.queue(pipeline)
         self.script.ensure_loaded()
         pipeline.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
         return pipeline
 
-    def run_or_queue(self, pipeline: Pipeline | None) -> R | Pipeline:
-        """:meth:`run`, or :meth:`queue` on ``pipeline`` when there is one: the convention of rq's methods that
-        take an optional pipeline (``Queue.remove`` returns the pipeline then)."""
-        return self.run() if pipeline is None else self.queue(pipeline)
+    def run_or_queue(self, pipeline: Pipeline | None, ours: bool = False) -> R | Pipeline:
+        """:meth:`run`, or :meth:`queue` on ``pipeline`` when there is one (rq's convention: ``Queue.remove``);
+        ``ours``: a plain pipeline we execute, resending lost calls (``execute_riding_oom``): FCALL, else EVALSHA."""
+        if pipeline is None or not ours:
+            return self.run() if pipeline is None else self.queue(pipeline)
+        return self.queue_function(pipeline) if self.script.loaded_function(pipeline) else self.queue_loaded(pipeline)
+
+
+def sent_again(args: Sequence[Any]) -> tuple[Any, ...]:
+    """An EVALSHA or FCALL Redis lost (NOSCRIPT, "Function not found") as EVAL of its text; all loads forgotten."""
+    _LOADED.clear()
+    return ("EVAL", _SOURCES[str(args[1])], *args[2:])
 
 
 def execute_loaded(pipe: Pipeline, run: Callable[[Pipeline], T]) -> T:

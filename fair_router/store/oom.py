@@ -10,9 +10,9 @@ from weakref import WeakKeyDictionary
 
 from redis.backoff import EqualJitterBackoff
 from redis.client import Pipeline
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import NoScriptError, OutOfMemoryError
 
-from fair_router.store.luascript import function_lost
+from fair_router.store.luascript import function_lost, sent_again
 from fair_router.store.outage import BACKOFF_BASE, BACKOFF_CAP, GraceRetry
 
 OOM_FIX = ("free memory or raise `maxmemory` (CONFIG SET maxmemory, or the plan's memory on a managed service); "
@@ -60,8 +60,8 @@ def call_riding_oom(call: Callable[[], T], grace: float) -> T:
 
 def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = None) -> list[Any]:
     """``pipe.execute()`` riding Redis out of memory for up to ``grace`` seconds (default :func:`grace_of`): a plain
-    pipeline's refused commands are sent again alone, a refused transaction whole. Returns every reply, in order (an
-    FCALL's "Function not found" among them: ``Call.queue_function``)."""
+    pipeline's refused commands are sent again alone (its lost scripts' too, as EVAL: :func:`sent_again`), a refused
+    transaction whole. Returns every reply, in order (an FCALL's "Function not found" among them)."""
     stack = list(pipe.command_stack)
     transaction = getattr(pipe, "transaction", False) is True
     # a transaction's FCALL answered "Function not found" (Redis lost the library) is left to its reader: it did nothing
@@ -86,7 +86,11 @@ def execute_riding_oom(pipe: Pipeline, connection: Any, grace: float | None = No
             raise replies[refused[0]]
         return replies
 
-    call_riding_oom(send, grace_of(connection) if grace is None else grace)
+    call_riding_oom(send, grace := grace_of(connection) if grace is None else grace)
+    refused[:] = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError) or function_lost(reply)]
+    if refused and not transaction:  # Redis lost its scripts (a restart): these EVALSHAs and FCALLs did nothing
+        stack[:] = [(sent_again(args) if index in refused else args, kw) for index, (args, kw) in enumerate(stack)]
+        call_riding_oom(send, grace)
     for reply in replies:
         if isinstance(reply, Exception) and not (transaction and function_lost(reply)):
             raise reply

@@ -33,7 +33,7 @@ class Unparker:
         ``org`` (the job's) where a pop parked it at its limit."""
         limit, org_limit = self._limit(tenant, org), self._org_limit(org)
         for queue in self.own:
-            queue.unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit, org=org, org_limit=org_limit)
+            queue.unpark(tenant, pipeline=pipe, job_id=job_id, limit=limit, org=org, org_limit=org_limit, ours=True)
 
     def wake_parked(self, tenant: str, job_id: str, names: list[str], pipe: Pipeline) -> None:
         """``tenant`` was parked at its limit in fair queues ``names``: unpark it in those the worker does not
