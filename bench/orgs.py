@@ -11,7 +11,8 @@
    100-pop chunk (``INFO commandstats``, as bench/fair_pop.py measures it). Each tenant has 2-3 jobs waiting (or
    --jobs-per-tenant: with 1, nearly every pop takes its tenant's last job, as on a queue that drains).
 4. charge="runtime" at both levels: org A's jobs run 4x org B's; A's starts / B's (pops and settles).
-5. Memory per org: ``MEMORY USAGE`` of the fair keys with orgs less without, 1,000 orgs of 1 and of 10 tenants.
+5. Memory per org: ``MEMORY USAGE`` of every fair key, one level and two levels (the same tenants and jobs), and the
+   orgs' own overhead (two levels less one level) per org, 1,000 orgs of 1 and of 10 tenants.
 
 Always runs on a private redis-server.
 
@@ -40,8 +41,6 @@ from fair_router.config.settings import TiersConfig
 from fair_router.demo.redis_server import RedisServer
 
 CHUNK = 100
-ORG_KEYS = ("active", "kept", "state", "orgs")
-"""The fair keys organisations change (FairQueueKeys fields)."""
 
 
 def fill(queue: FairQueue, jobs: list[tuple[str, str | None]]) -> None:
@@ -118,12 +117,13 @@ def pop_time(conn: Redis, tenants: int, pops: int, orgs: bool, per_org: int = 10
     return min(times), memory
 
 
-def org_memory(conn: Redis, n_orgs: int, per_org: int) -> tuple[float, dict[str, float]]:
-    """Bytes per org the org structures take, ``n_orgs`` orgs of ``per_org`` backlogged tenants each (2 jobs per
-    tenant): ``MEMORY USAGE`` of the queue's fair keys with orgs, less the same tenants and jobs without, / orgs;
-    and that difference per fair key (active: an org's entry instead of its tenants'; orgs: one member per active
-    tenant; state: the org fields of each tenant's record). Only the keys orgs change are counted: the others hold
-    the same entries either way (a large hash's size moves by a rehash in progress, not by its entries)."""
+def org_memory(conn: Redis, n_orgs: int, per_org: int) -> tuple[dict[bool, int], dict[str, float]]:
+    """The fair state with and without orgs, ``n_orgs`` orgs of ``per_org`` backlogged tenants each (2 jobs per
+    tenant): ``MEMORY USAGE`` summed over every fair key of the queue, one level (the same tenants and jobs, no
+    org) and two levels; and the difference per org by fair key (active: an org's entry instead of its tenants';
+    orgs: one member per active tenant; state: the org fields of each tenant's record). Every key is counted, so
+    the difference is all the orgs add; each key is rebuilt (DUMP, RESTORE) before it is measured, so that a large
+    hash caught mid-rehash does not count its second table."""
     sizes: dict[bool, dict[str, int]] = {}
     for orgs in (False, True):
         conn.flushdb()
@@ -131,10 +131,14 @@ def org_memory(conn: Redis, n_orgs: int, per_org: int) -> tuple[float, dict[str,
         tenants = n_orgs * per_org
         fill(queue, [(f"t{i}", f"o{i // per_org}" if orgs else None) for _ in range(2) for i in range(tenants)])
         keys = queue.fair_keys
-        sizes[orgs] = {name: int(conn.memory_usage(getattr(keys, name), samples=0) or 0) for name in ORG_KEYS}
+        for key in keys.all():  # rebuilt by DUMP/RESTORE: no hash table caught mid-rehash
+            dumped = conn.dump(key)
+            if dumped is not None:
+                conn.restore(key, max(0, int(conn.pttl(key))), dumped, replace=True)
+        sizes[orgs] = {name: int(conn.memory_usage(getattr(keys, name), samples=0) or 0) for name in keys.names()[1:]}
     by_key = {name: (sizes[True][name] - sizes[False][name]) / n_orgs for name in sizes[True]
               if sizes[True][name] != sizes[False][name]}
-    return sum(by_key.values()), by_key
+    return {orgs: sum(sizes[orgs].values()) for orgs in sizes}, by_key
 
 
 def runtime_orgs(conn: Redis, pops: int = 400) -> float:
@@ -179,14 +183,16 @@ def main() -> None:
             print(f"share accuracy, 5 orgs x 4 tenants, 1000 pops: Jain over orgs {over:.4f}, lowest inside an org "
                   f"{inside:.4f}")
             print(f"charge='runtime', org A's jobs 4x org B's: A's starts / B's {runtime_orgs(conn):.3f} (goal 0.25)")
-            totals = {}
+            own = {}
             for per_org in (1, 10):
-                totals[per_org], by_key = org_memory(conn, args.memory_orgs, per_org)
+                totals, by_key = org_memory(conn, args.memory_orgs, per_org)
+                own[per_org] = (totals[True] - totals[False]) / args.memory_orgs
                 parts = ", ".join(f"{name} {value:+.0f}" for name, value in by_key.items())
-                print(f"memory, {args.memory_orgs} orgs x {per_org:>2} tenant(s): {totals[per_org]:.0f} B per org "
-                      f"(by key: {parts})")
-            each = (totals[10] - totals[1]) / 9  # per org = fixed + each tenant's: two sizes give both
-            print(f"memory per org: {totals[1] - each:.0f} B its own, + {each:.0f} B per tenant in it (goal <= 150 B)")
+                print(f"memory, {args.memory_orgs} orgs x {per_org:>2} tenant(s): fair state one level "
+                      f"{totals[False]} B, two levels {totals[True]} B; the orgs' own {own[per_org]:.0f} B per org "
+                      f"(goal <= 150 B; by key: {parts})")
+            each = (own[10] - own[1]) / 9  # per org = fixed + each tenant's: two sizes give both
+            print(f"memory the orgs add: {own[1] - each:.0f} B per org, + {each:.0f} B per tenant in it")
         for tenants in (int(x) for x in args.tenants.split(",") if x):
             one, two, extra = [], [], 0
             for _ in range(args.rounds):
