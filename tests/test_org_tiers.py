@@ -72,6 +72,7 @@ def test_a_tenant_without_a_tier_takes_its_orgs_and_its_own_tier_wins(conn: Redi
     book = TierBook(conn, KEYS, SETTINGS.tiers, orgs=SETTINGS.orgs)
     acme = book.profile("t1", "acme")
     assert (acme.tier, acme.tier_source, acme.limit) == ("pro", "org acme", 3)  # tiers.concurrency.pro
+    assert book.profile("t1", "acme") is acme  # built once per tenant, org and tier while cached
     assert (book.profile("t1").tier, book.profile("t1").tier_source) == ("free", "default")  # without its org
     assert book.profile("t1", "plain").tier_source == "default"  # an org without a tier
     router(conn).set_tier("t2", "free")

@@ -43,6 +43,7 @@ class Cached(NamedTuple):
     paused: bool
     profile: TenantProfile  # on its own tier, else tiers.default (without an org)
     own_tier: str | None = None  # its own tier (tier map or resolver), None: none (its org's, else the default)
+    on_org_tier: dict[tuple[str, str], TenantProfile] | None = None  # (org, its tier) -> the profile on it: built once
 
 
 MAX_AGE = 60.0
@@ -106,7 +107,13 @@ class TierBook:
             profile = self._profile(tier, cached.own, cached.paused) if tier != cached.own_tier else cached.profile
             cached = self._cache[tenant] = cached._replace(resolved_at=now, profile=profile, own_tier=tier)
         org_tier = None if org is None or cached.own_tier is not None else self._org_tier(org, now)
-        return cached.profile if org_tier is None else self._profile(org_tier, cached.own, cached.paused, f"org {org}")
+        if org is None or org_tier is None:
+            return cached.profile
+        built = {} if cached.on_org_tier is None else cached.on_org_tier  # a start asks about three times: built once
+        on_tier = built.get((org, org_tier))
+        if on_tier is None:
+            on_tier = built[(org, org_tier)] = self._profile(org_tier, cached.own, cached.paused, f"org {org}")
+        return on_tier
 
     def _org_tier(self, org: str, now: float, stored: object = "") -> str | None:
         """``org``'s tier: its override (``stored``, else read), else ``orgs.<org>.tier``; None for none (or a tier
@@ -161,7 +168,7 @@ class TierBook:
         else:
             found = replies[0].decode() if isinstance(replies[0], bytes) else replies[0]
         own, own_tier = self._overrides(tenant, replies[-1]), self._own_tier(found)
-        cached = Cached(now, now, own, bool(paused), self._profile(own_tier, own, bool(paused)), own_tier)
+        cached = Cached(now, now, own, bool(paused), self._profile(own_tier, own, bool(paused)), own_tier, {})
         if polls != self._polls:
             return cached
         if len(self._cache) > 100_000:  # bounded: drop everything rather than track recency
