@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import struct
+
 from redis import Redis
 
 from fair_router.core.keys import FairQueueKeys
 from fair_router.core.text import as_text
 from fair_router.fairqueue.scripts import tenant_orgs, tenant_weights
-from fair_router.fairqueue.serving_order import FairSnapshot, OrgPlace, serving_order
+from fair_router.fairqueue.serving_order import PASS_FORMAT, FairSnapshot, OrgPlace, serving_order
 
 FIRST_ESTIMATE = 0.01
 """charge="runtime": seconds a pop charges while nothing has been measured on the queue (fair_pop.lua's)."""
@@ -37,8 +39,16 @@ def snapshot(connection: Redis, keys: FairQueueKeys, runtime: bool) -> FairSnaps
         costs=_estimates(members, costs, runtimes) if runtime else {},
         places={tenant: OrgPlace(org, float(weight or 1), pass_, on == "1")
                 for tenant, (org, weight, pass_, on) in tenant_orgs(state).items()},
-        in_orgs=[as_text(member) for member in in_orgs],
+        in_orgs=[_member_text(member) for member in in_orgs],
     )
+
+
+def _member_text(member: bytes) -> str:
+    """A member of ``orgs``, "<org>\\0<pass key><tenant>" (the pass as 8 bytes of a big-endian double:
+    lua/lib/orgs.lua), as the replay reads it: "<org>\\0<pass as its record writes it>\\0<tenant>"."""
+    org, _, rest = member.partition(b"\0")
+    (pass_,) = struct.unpack(">d", rest[:8])
+    return f"{as_text(org)}\0{PASS_FORMAT % pass_}\0{as_text(rest[8:])}"
 
 
 def serving_ids(connection: Redis, keys: FairQueueKeys, runtime: bool, offset: int = 0, length: int = -1

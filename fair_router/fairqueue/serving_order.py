@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 ORG = "!"
 """The prefix of an organisation's entry in ``active`` (lua/lib/orgs.lua)."""
-PASS_FORMAT = "%020.6f"
-"""How a tenant's pass in its org is written (lua/lib/orgs.lua): lex order is pass order."""
+PASS_FORMAT = "%.6f"
+"""How a tenant's pass in its org is written in its record (lua/lib/orgs.lua): 6 decimals, compared as numbers."""
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,12 @@ class FairSnapshot:
     vtime: float
     costs: Mapping[str, float] = field(default_factory=dict)  # job id -> its pop's charge (charge="runtime")
     places: Mapping[str, OrgPlace] = field(default_factory=dict)  # tenant of an org -> its place
-    in_orgs: Sequence[str] = ()  # the members of ``orgs``: "<org>\0<pass>\0<tenant>"
+    in_orgs: Sequence[str] = ()  # the members of ``orgs`` as listing.py reads them: "<org>\0<pass>\0<tenant>"
 
 
 class _Schedule:
     """The two-level stride schedule of one replay: top-level entries (tenants without org, orgs) in a heap of
-    (pass, entry, version), each org's tenants in a heap of (pass as written, tenant, version); an entry is
+    (pass, entry, version), each org's tenants in a heap of (pass as written, as a number; tenant; version); an entry is
     current while its version is its key's (ZRANGE's order: by score, then by name)."""
 
     def __init__(self, snap: FairSnapshot, fifos: dict[str, deque[str]], waiting: set[str]) -> None:
@@ -55,7 +55,7 @@ class _Schedule:
         self.sizes: Counter[str] = Counter()  # org -> tenants in its set
         self.versions: Counter[str] = Counter()
         self.heap: list[tuple[float, str, int]] = []
-        self.heaps: dict[str, list[tuple[str, str, int]]] = {}
+        self.heaps: dict[str, list[tuple[float, str, int]]] = {}
         for entry, pass_ in snap.active.items():
             if entry.startswith(ORG) or fifos.get(entry):
                 self._set_top(entry, pass_)
@@ -77,7 +77,7 @@ class _Schedule:
         self.versions[tenant] += 1
         self.sizes[org] += 1
         self.inner[tenant] = self.own[tenant] = pass_
-        heapq.heappush(self.heaps.setdefault(org, []), (pass_, tenant, self.versions[tenant]))
+        heapq.heappush(self.heaps.setdefault(org, []), (float(pass_), tenant, self.versions[tenant]))
 
     def _leave(self, tenant: str, org: str) -> None:
         if self.inner.pop(tenant, None) is not None:

@@ -112,36 +112,47 @@ end
 
 -- and, for each org with an active tenant, the entry ORG .. <encoded org> scored by the org's pass ('!' is
 -- never part of an encoded tenant, nor the '#none' of jobs without tenant). Inside an org its active tenants
--- are members "<org>\0<pass>\0<tenant>" of `orgs`, all scored 0: the first in lex order from "<org>\0" is the
--- org's min-pass tenant (passes written at a fixed width, PASS_FORMAT, sort as numbers). A tenant's pass in its
--- org lives in its record, so its member can be rebuilt; an org's own pass lives in `active` (or `kept`) like
--- a tenant's. Queues without orgs never touch `orgs`: one byte compared per pop is their cost.
+-- are members "<org>\0<pass key><tenant>" of `orgs`, all scored 0: the first in lex order from "<org>\0" is the
+-- org's min-pass tenant. The pass key is the pass as its record writes it (PASS_FORMAT: 6 decimals) packed as 8
+-- bytes of a big-endian double, which for passes >= 0 sort as the numbers do (8 bytes where the text took 20, an
+-- encoded org never holds '\0'). A tenant's pass in its org lives in its record, so its member can be rebuilt; an
+-- org's own pass lives in `active` (or `kept`) like a tenant's. Queues without orgs never touch `orgs`: one byte
+-- compared per pop is their cost.
 local ORG = '!'
-local PASS_FORMAT = '%020.6f'
+local PASS_FORMAT = '%.6f'
+local KEY_BYTES = 8
 
 local function is_org(entry)
   return string.byte(entry, 1) == 33  -- '!'
 end
 
-local function org_member(org, tenant)
-  return org.name .. '\0' .. org.pass .. '\0' .. tenant
+-- The key a pass as written (a record's text) sorts by in `orgs` (-0 as 0: its sign bit would sort it last); nil
+-- for none.
+local function pass_key(written)
+  local pass = tonumber(written)
+  if not pass then return nil end
+  return struct.pack('>d', pass > 0 and pass or 0)
 end
 
--- The min-pass active tenant of org `name`, its pass (a string), its member and whether it is the org's only
--- active tenant; nil when it has none. The pass has its fixed width (PASS_FORMAT): cut out, not matched.
+local function key_pass(key)  -- a pass key back as a number
+  return (struct.unpack('>d', key))
+end
+
+local function org_member(org, tenant)
+  return org.name .. '\0' .. pass_key(org.pass) .. tenant
+end
+
+-- The min-pass active tenant of org `name`, its pass key, its member and whether it is the org's only active
+-- tenant; nil when it has none. The key has its fixed width: cut out by position.
 local function org_first(name)
   local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', '0', '2')
   local member, n = got[1], #name
   if not member then return nil end
-  if string.byte(member, n + 22) == 0 then
-    return string.sub(member, n + 23), string.sub(member, n + 2, n + 21), member, got[2] == nil
-  end
-  local pass, tenant = string.match(member, '^[^%z]*%z([^%z]*)%z(.*)$')  -- a pass past the width (>= 1e13)
-  return tenant, pass, member, got[2] == nil
+  return string.sub(member, n + 2 + KEY_BYTES), string.sub(member, n + 2, n + 1 + KEY_BYTES), member, got[2] == nil
 end
 
 -- The tenant a top-level entry stands for: itself, or an org's min-pass tenant (nil: none), and for an org's
--- whether that tenant is its only active one, its member in `orgs` and its pass there (a string).
+-- whether that tenant is its only active one, its member in `orgs` and its pass key there.
 local function entry_tenant(entry)
   if entry and is_org(entry) then
     local tenant, pass, member, alone = org_first(string.sub(entry, 2))
@@ -152,14 +163,14 @@ end
 
 -- A pop's read of an org tenant's place (entry_tenant's) onto its record's org: whether it is alone, and its
 -- member when the record's pass is the member's (leaving the set then need not build it again).
-local function org_known(org, alone, member, pass)
+local function org_known(org, alone, member, key)
   org.alone = alone
-  if org.on and pass == org.pass then org.member = member end
+  if org.on and key == pass_key(org.pass) then org.member = member end
 end
 
 -- `tenant` of `org` enters its org's set at `pass` (a number); its record is written by the caller.
 local function org_enter(org, tenant, pass)
-  if pass < 0 then pass = 0 end
+  if not (pass > 0) then pass = 0 end  -- -0 too: written '-0...' it would not be the 0 it is
   org.pass, org.on = string.format(PASS_FORMAT, pass), true
   org.member = org_member(org, tenant)
   redis.call('ZADD', orgs, '0', org.member)
@@ -238,7 +249,7 @@ local function activate(tenant, record, waited)
   local _, first = org_first(org.name)
   local start = tonumber(org.pass)
   if first then
-    local base = tonumber(first)
+    local base = key_pass(first)
     start = math.max(base, math.min(start or base, base + 1 / (tonumber(weight) or 1)))
   end
   org_enter(org, tenant, start or 0)
@@ -849,7 +860,7 @@ local function tied_entry(field, tenant, min_pass, top, inner, alone)
       _, inner, _, alone = org_first(org.name)
       pass = tonumber(redis.call('ZSCORE', active, entry) or '')
     end
-    if not org.on or inner ~= org.pass then return nil end
+    if not org.on or inner ~= pass_key(org.pass) then return nil end
     org.alone = alone
   else
     pass = tonumber(redis.call('ZSCORE', active, tenant) or '')

@@ -64,22 +64,27 @@ redis.call('PERSIST', kept)
 redis.call('HDEL', state, 'kept_ttl')
 end
 local ORG = '!'
-local PASS_FORMAT = '%020.6f'
+local PASS_FORMAT = '%.6f'
+local KEY_BYTES = 8
 local function is_org(entry)
 return string.byte(entry, 1) == 33  -- '!'
 end
+local function pass_key(written)
+local pass = tonumber(written)
+if not pass then return nil end
+return struct.pack('>d', pass > 0 and pass or 0)
+end
+local function key_pass(key)  -- a pass key back as a number
+return (struct.unpack('>d', key))
+end
 local function org_member(org, tenant)
-return org.name .. '\0' .. org.pass .. '\0' .. tenant
+return org.name .. '\0' .. pass_key(org.pass) .. tenant
 end
 local function org_first(name)
 local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', '0', '2')
 local member, n = got[1], #name
 if not member then return nil end
-if string.byte(member, n + 22) == 0 then
-return string.sub(member, n + 23), string.sub(member, n + 2, n + 21), member, got[2] == nil
-end
-local pass, tenant = string.match(member, '^[^%z]*%z([^%z]*)%z(.*)$')  -- a pass past the width (>= 1e13)
-return tenant, pass, member, got[2] == nil
+return string.sub(member, n + 2 + KEY_BYTES), string.sub(member, n + 2, n + 1 + KEY_BYTES), member, got[2] == nil
 end
 local function entry_tenant(entry)
 if entry and is_org(entry) then
@@ -88,12 +93,12 @@ return tenant, alone, member, pass
 end
 return entry
 end
-local function org_known(org, alone, member, pass)
+local function org_known(org, alone, member, key)
 org.alone = alone
-if org.on and pass == org.pass then org.member = member end
+if org.on and key == pass_key(org.pass) then org.member = member end
 end
 local function org_enter(org, tenant, pass)
-if pass < 0 then pass = 0 end
+if not (pass > 0) then pass = 0 end  -- -0 too: written '-0...' it would not be the 0 it is
 org.pass, org.on = string.format(PASS_FORMAT, pass), true
 org.member = org_member(org, tenant)
 redis.call('ZADD', orgs, '0', org.member)
@@ -150,7 +155,7 @@ if org.on then return end
 local _, first = org_first(org.name)
 local start = tonumber(org.pass)
 if first then
-local base = tonumber(first)
+local base = key_pass(first)
 start = math.max(base, math.min(start or base, base + 1 / (tonumber(weight) or 1)))
 end
 org_enter(org, tenant, start or 0)

@@ -20,7 +20,7 @@ local function activate(tenant, record, waited)
   local _, first = org_first(org.name)
   local start = tonumber(org.pass)
   if first then
-    local base = tonumber(first)
+    local base = key_pass(first)
     start = math.max(base, math.min(start or base, base + 1 / (tonumber(weight) or 1)))
   end
   org_enter(org, tenant, start or 0)

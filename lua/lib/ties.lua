@@ -22,7 +22,7 @@ local function tied_entry(field, tenant, min_pass, top, inner, alone)
       _, inner, _, alone = org_first(org.name)
       pass = tonumber(redis.call('ZSCORE', active, entry) or '')
     end
-    if not org.on or inner ~= org.pass then return nil end
+    if not org.on or inner ~= pass_key(org.pass) then return nil end
     org.alone = alone
   else
     pass = tonumber(redis.call('ZSCORE', active, tenant) or '')

@@ -29,9 +29,10 @@ local function org_members(c, name)
   local got = redis.call('ZRANGEBYLEX', orgs, '[' .. name .. '\0', '(' .. name .. '\1', 'LIMIT', 0, room + 1)
   if #got > room then c.over = true end
   local out = {}
+  local at = #name + 2  -- the member's pass key (lib/orgs.lua org_first), then its tenant
   for i = 1, math.min(#got, room) do
-    local pass, other = string.match(got[i], '^[^%z]*%z([^%z]*)%z(.*)$')
-    out[#out + 1] = {tonumber(pass), other, redis.call('HGET', state, tenant_field(other))}
+    local other, key = string.sub(got[i], at + KEY_BYTES), string.sub(got[i], at, at + KEY_BYTES - 1)
+    out[#out + 1] = {key_pass(key), other, redis.call('HGET', state, tenant_field(other))}
   end
   c.reads = c.reads + #out
   return out
