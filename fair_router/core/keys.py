@@ -62,7 +62,7 @@ class FairQueueKeys:
     limits: str  # HASH tenant -> concurrency limit as workers last reported it (lua/lib/claims.lua)
     claims: str  # ZSET "<tenant>|<job id>" -> expiry (ms): limited tenants' jobs handed out by pops, unreleased
     claimed: str  # HASH tenant -> its claims: at its limit, a pop parks the tenant instead of serving it
-    orgs: str  # ZSET, every score 0: "<org>\0<pass>\0<tenant>" for each active tenant of an organisation, so
+    orgs: str  # ZSET, every score 0: "<org>\0<pass: 8 bytes, big-endian double><tenant>" per org's active tenant, so
     #            ZRANGEBYLEX [<org>\0 (<org>\1 LIMIT 0 1 is the org's min-pass tenant (lib/stride.lua,
     #            docs/fair-queue.md "Organisations")
 
