@@ -23,14 +23,15 @@ Cluster (either client of the pair); + a pause's own park notes its cause (contr
 + the estimate's throughput measured from where the starts began (observe/whyplace.py); - the one-level org
 causes of an approximate place (lua/why_place.lua counts both levels now); + the org's reasons (its pause, its
 limit and running jobs, a tenant's slots read under its org's tag) in explain and ``tenant why``."""
-ORG_LINES = 155 + 372 + 365 + 135 + 19 + 20 + 91
+ORG_LINES = 155 + 372 + 365 + 135 + 19 + 20 + 91 + 16
 """Organisations above tenants (fair_org=, the two-level fair pop; then the two-level listing, explain's approximate
 place, org weight overrides and ``fair-router org set|show``; then the org's limits: concurrency, rate and tier
 checked in the tenant's start call, org pause/resume, ``org set --concurrency/--rate``; then the dashboard's and
 ``/metrics``' org view (dashboard/orgread.py, OrgView, the org gauges) and charge="runtime" charging orgs; + the
 dashboard's rows counting a tenant's slots under its org's tag; then the fair queue's claim-time mirror of an org's
 limit: its limit and release reported to fair_park/fair_unpark; + the org's tier for its tenants without one, resolved
-and cached in TierBook, org set --tier, and a tenant's pause mirrored under its orgs' tags), counted apart
+and cached in TierBook, org set --tier, and a tenant's pause mirrored under its orgs' tags; + the listing's reading of
+an org member's 8-byte pass, and a tenant's profile on its org's tier built once while cached), counted apart
 likewise."""
 # The other features: 13,596 lines after the structure round's third cut, this round's capacity work and the size
 # cut (make lua's build tool to tools/, the churn scenario to bench/, docstrings restating docs/api.md), rounded up.
