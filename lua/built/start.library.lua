@@ -1,4 +1,4 @@
-#!lua name=fair_router_start_f5f3f825da493af2
+#!lua name=fair_router_start_3d095b180729e113
 local KEYS, ARGV
 -- lib/time.lua: the one clock every script decides with.
 
@@ -26,46 +26,48 @@ end
 -- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms and s.report (admissions).
 -- A control marked `reads` has its keys (strings) read for it before the checks, every such control's in one
 -- MGET (the pause flag and the rate's keys: one command, was an EXISTS and an MGET): its i-th key's value is
--- s.got[r + i] (false when missing). s[k]: a slot control's lease count, from its held pass.
+-- s.got[r + i] (false when missing). s.slots[k]: a slot control's lease count, from its held pass.
 
--- ARGV is walked once (its counts parsed once): `plan` holds, per control that runs, 5 slots: its table, k, a,
--- n and r; `reads` the keys of every `reads` control, read in one MGET after the held pass (a lease refresh
--- reads none).
+-- ARGV is walked once (its counts parsed once): s[1..] holds, per control that runs, 5 slots: its table, k, a,
+-- n and r (s made with 15 of them: three controls, the calls without an org, grow no table); `reads` the keys of
+-- every `reads` control (made with 5, as many as those calls read), read in one MGET after the held pass (a
+-- lease refresh reads none).
 local function run_start(controls)
   local now_ms = clock_ms(ARGV[1])
-  -- every field a control sets named here: the table is made at its size once, not grown as they are set
-  local s = {now_ms = now_ms, job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0, report = 0, got = false,
-             rate_n = 0, tats = false, reserved = false, pace_key = false, pace_marked = false}
-  local plan, reads, last = {}, {}, 0
+  -- every field a control sets named here too: the table is made at its size once, not grown as they are set
+  local s = {false, 0, 0, 0, 0, false, 0, 0, 0, 0, false, 0, 0, 0, 0, now_ms = now_ms, job_id = ARGV[2],
+             reclaimed = 0, at_ms = 0, next_ms = 0, report = 0, got = false, rate_n = 0, tats = false,
+             reserved = false, pace_key = false, pace_marked = false, slots = false}
+  local reads, n_reads, last = {false, false, false, false, false}, 0, 0
   local n_argv, k, a = #ARGV, 0, 2
   while a < n_argv do
     local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
     if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
     if n_keys > 0 or not control.keyed then  -- a control sent no keys (an org's, no org): nothing to decide
-      local r = #reads
-      if control.reads then
-        for i = 1, n_keys do reads[r + i] = KEYS[k + i] end
-      end
-      plan[last + 1], plan[last + 2], plan[last + 3], plan[last + 4], plan[last + 5] = control, k, a + 3, n_keys, r
+      s[last + 1], s[last + 2], s[last + 3], s[last + 4], s[last + 5] = control, k, a + 3, n_keys, n_reads
       last = last + 5
+      if control.reads then
+        for i = 1, n_keys do reads[n_reads + i] = KEYS[k + i] end
+        n_reads = n_reads + n_keys
+      end
     end
     k, a = k + n_keys, a + 3 + tonumber(ARGV[a + 3])
   end
   -- Every control's held runs (a tenant's slot and its org's are both refreshed).
   local held = false
   for i = 1, last, 5 do
-    local control = plan[i]
-    if control.held and control.held(s, plan[i + 1], plan[i + 2], plan[i + 3]) then held = true end
+    local control = s[i]
+    if control.held and control.held(s, s[i + 1], s[i + 2], s[i + 3]) then held = true end
   end
   if held then return {2, s.reclaimed, 0, now_ms, 0} end
-  if #reads > 0 then s.got = redis.call('MGET', unpack(reads)) end
+  if n_reads > 0 then s.got = redis.call('MGET', unpack(reads, 1, n_reads)) end
   for i = 1, last, 5 do
-    local refused = plan[i].check(s, plan[i + 1], plan[i + 2], plan[i + 3], plan[i + 4])
+    local refused = s[i].check(s, s[i + 1], s[i + 2], s[i + 3], s[i + 4])
     if refused then return {refused, s.reclaimed, s.at_ms, now_ms, 0} end
   end
   for i = 1, last, 5 do
-    local control = plan[i]
-    if control.take then control.take(s, plan[i + 1], plan[i + 2], plan[i + 3]) end
+    local control = s[i]
+    if control.take then control.take(s, s[i + 1], s[i + 2], s[i + 3]) end
   end
   return {1, s.reclaimed, 0, now_ms, s.next_ms, s.report}
 end
@@ -104,7 +106,7 @@ local function keep(leases, lease_ms)
 end
 -- Expired leases are dropped first (their workers died or stalled: the slot comes back), counted as reclaimed.
 -- The count read first: an empty set (a tenant with no job running, at every start under a limit of 1) has no
--- lease to drop or hold, so neither is asked (3 commands to 1). s[k]: the leases left, for check.
+-- lease to drop or hold, so neither is asked (3 commands to 1). s.slots[k]: the leases left, for check.
 function start_slot.held(s, k, a)
   local leases = KEYS[k + 1]
   local count = redis.call('ZCARD', leases)
@@ -112,7 +114,8 @@ function start_slot.held(s, k, a)
     local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', string.format('%d', s.now_ms))
     s.reclaimed, count = s.reclaimed + expired, count - expired
   end
-  s[k] = count
+  local slots = s.slots or {0}  -- (made at the size of a tenant's slot alone)
+  slots[k], s.slots = count, slots
   if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
     local lease_ms = tonumber(ARGV[a + 2])
     redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
@@ -125,7 +128,7 @@ end
 -- come sooner), so that a tenant whose slot a dead worker holds is parked no longer than that lease lives.
 function start_slot.check(s, k, a)
   local leases = KEYS[k + 1]
-  if s[k] >= tonumber(ARGV[a + 1]) then
+  if s.slots[k] >= tonumber(ARGV[a + 1]) then
     local first = redis.call('ZRANGE', leases, '0', '0', 'WITHSCORES')
     s.at_ms = tonumber(first[2]) or 0
     local queue = ARGV[a + 3]
@@ -143,7 +146,7 @@ end
 function start_slot.take(s, k, a)
   local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
   redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
-  if s[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) end
+  if s.slots[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) end
 end
 
 -- start_rate.lua: the rate control of a job start (controls/gate.py): GCRA, one timestamp per scope (its
@@ -187,7 +190,7 @@ end
 function start_rate.check(s, k, a, n_keys, o)
   local paid, now_ms = KEYS[k + 1], s.now_ms
   local paced = ARGV[a + 3] == '1'
-  local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
+  local n, tats, allowed = n_keys - (paced and 2 or 1), {0, 0, 0}, now_ms  -- (one scope: no growth)
   -- the reservation, every scope's TAT and the pace mark, read with the start's other strings (lib/start.lua)
   local got = s.got
   local reserved = tonumber(got[o + 1] or '')
@@ -243,7 +246,7 @@ end
 local START_CONTROLS = {start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,
                         start_org_pause = refusing_as(start_pause, 7), start_org_slot = refusing_as(start_slot, 6)}
 
-redis.register_function{function_name='fair_router_start_f5f3f825da493af2', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_start_3d095b180729e113', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- start.lua: decide one job start by the worker's start controls (fair_router/controls/gate.py): pause,
 -- concurrency slot, rate, those the call names, in its order (lib/start.lua runs them). One text for every

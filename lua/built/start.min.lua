@@ -7,37 +7,38 @@ return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function run_start(controls)
 local now_ms = clock_ms(ARGV[1])
-local s = {now_ms = now_ms, job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0, report = 0, got = false,
-rate_n = 0, tats = false, reserved = false, pace_key = false, pace_marked = false}
-local plan, reads, last = {}, {}, 0
+local s = {false, 0, 0, 0, 0, false, 0, 0, 0, 0, false, 0, 0, 0, 0, now_ms = now_ms, job_id = ARGV[2],
+reclaimed = 0, at_ms = 0, next_ms = 0, report = 0, got = false, rate_n = 0, tats = false,
+reserved = false, pace_key = false, pace_marked = false, slots = false}
+local reads, n_reads, last = {false, false, false, false, false}, 0, 0
 local n_argv, k, a = #ARGV, 0, 2
 while a < n_argv do
 local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
 if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
 if n_keys > 0 or not control.keyed then  -- a control sent no keys (an org's, no org): nothing to decide
-local r = #reads
-if control.reads then
-for i = 1, n_keys do reads[r + i] = KEYS[k + i] end
-end
-plan[last + 1], plan[last + 2], plan[last + 3], plan[last + 4], plan[last + 5] = control, k, a + 3, n_keys, r
+s[last + 1], s[last + 2], s[last + 3], s[last + 4], s[last + 5] = control, k, a + 3, n_keys, n_reads
 last = last + 5
+if control.reads then
+for i = 1, n_keys do reads[n_reads + i] = KEYS[k + i] end
+n_reads = n_reads + n_keys
+end
 end
 k, a = k + n_keys, a + 3 + tonumber(ARGV[a + 3])
 end
 local held = false
 for i = 1, last, 5 do
-local control = plan[i]
-if control.held and control.held(s, plan[i + 1], plan[i + 2], plan[i + 3]) then held = true end
+local control = s[i]
+if control.held and control.held(s, s[i + 1], s[i + 2], s[i + 3]) then held = true end
 end
 if held then return {2, s.reclaimed, 0, now_ms, 0} end
-if #reads > 0 then s.got = redis.call('MGET', unpack(reads)) end
+if n_reads > 0 then s.got = redis.call('MGET', unpack(reads, 1, n_reads)) end
 for i = 1, last, 5 do
-local refused = plan[i].check(s, plan[i + 1], plan[i + 2], plan[i + 3], plan[i + 4])
+local refused = s[i].check(s, s[i + 1], s[i + 2], s[i + 3], s[i + 4])
 if refused then return {refused, s.reclaimed, s.at_ms, now_ms, 0} end
 end
 for i = 1, last, 5 do
-local control = plan[i]
-if control.take then control.take(s, plan[i + 1], plan[i + 2], plan[i + 3]) end
+local control = s[i]
+if control.take then control.take(s, s[i + 1], s[i + 2], s[i + 3]) end
 end
 return {1, s.reclaimed, 0, now_ms, s.next_ms, s.report}
 end
@@ -62,7 +63,8 @@ if count > 0 then
 local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', string.format('%d', s.now_ms))
 s.reclaimed, count = s.reclaimed + expired, count - expired
 end
-s[k] = count
+local slots = s.slots or {0}  -- (made at the size of a tenant's slot alone)
+slots[k], s.slots = count, slots
 if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
 local lease_ms = tonumber(ARGV[a + 2])
 redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
@@ -73,7 +75,7 @@ return false
 end
 function start_slot.check(s, k, a)
 local leases = KEYS[k + 1]
-if s[k] >= tonumber(ARGV[a + 1]) then
+if s.slots[k] >= tonumber(ARGV[a + 1]) then
 local first = redis.call('ZRANGE', leases, '0', '0', 'WITHSCORES')
 s.at_ms = tonumber(first[2]) or 0
 local queue = ARGV[a + 3]
@@ -87,7 +89,7 @@ end
 function start_slot.take(s, k, a)
 local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
 redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
-if s[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) end
+if s.slots[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) end
 end
 local start_rate = {reads = true}  -- its keys read before the checks (lib/start.lua: s.got)
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
@@ -106,7 +108,7 @@ end
 function start_rate.check(s, k, a, n_keys, o)
 local paid, now_ms = KEYS[k + 1], s.now_ms
 local paced = ARGV[a + 3] == '1'
-local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
+local n, tats, allowed = n_keys - (paced and 2 or 1), {0, 0, 0}, now_ms  -- (one scope: no growth)
 local got = s.got
 local reserved = tonumber(got[o + 1] or '')
 s.pace_key = paced and KEYS[k + n_keys] or nil

@@ -39,7 +39,7 @@ end
 function start_rate.check(s, k, a, n_keys, o)
   local paid, now_ms = KEYS[k + 1], s.now_ms
   local paced = ARGV[a + 3] == '1'
-  local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
+  local n, tats, allowed = n_keys - (paced and 2 or 1), {0, 0, 0}, now_ms  -- (one scope: no growth)
   -- the reservation, every scope's TAT and the pace mark, read with the start's other strings (lib/start.lua)
   local got = s.got
   local reserved = tonumber(got[o + 1] or '')

@@ -18,7 +18,7 @@ local function keep(leases, lease_ms)
 end
 -- Expired leases are dropped first (their workers died or stalled: the slot comes back), counted as reclaimed.
 -- The count read first: an empty set (a tenant with no job running, at every start under a limit of 1) has no
--- lease to drop or hold, so neither is asked (3 commands to 1). s[k]: the leases left, for check.
+-- lease to drop or hold, so neither is asked (3 commands to 1). s.slots[k]: the leases left, for check.
 function start_slot.held(s, k, a)
   local leases = KEYS[k + 1]
   local count = redis.call('ZCARD', leases)
@@ -26,7 +26,8 @@ function start_slot.held(s, k, a)
     local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', string.format('%d', s.now_ms))
     s.reclaimed, count = s.reclaimed + expired, count - expired
   end
-  s[k] = count
+  local slots = s.slots or {0}  -- (made at the size of a tenant's slot alone)
+  slots[k], s.slots = count, slots
   if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
     local lease_ms = tonumber(ARGV[a + 2])
     redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
@@ -39,7 +40,7 @@ end
 -- come sooner), so that a tenant whose slot a dead worker holds is parked no longer than that lease lives.
 function start_slot.check(s, k, a)
   local leases = KEYS[k + 1]
-  if s[k] >= tonumber(ARGV[a + 1]) then
+  if s.slots[k] >= tonumber(ARGV[a + 1]) then
     local first = redis.call('ZRANGE', leases, '0', '0', 'WITHSCORES')
     s.at_ms = tonumber(first[2]) or 0
     local queue = ARGV[a + 3]
@@ -57,5 +58,5 @@ end
 function start_slot.take(s, k, a)
   local leases, lease_ms = KEYS[k + 1], tonumber(ARGV[a + 2])
   redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
-  if s[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) end
+  if s.slots[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) end
 end
