@@ -9,11 +9,12 @@ Three prices, from ``INFO commandstats`` in tight loops on a private redis-serve
 - per script, as it runs for real: its server time per call, how many commands it sends and their own time.
   ``route.lua`` records one enqueue of a tenant whose window is at its cap (``FairRouter.record_and_route``, 50
   tenants, bench/enqueue.py's rules); the fair pop is ``FairQueue.pop_fair()`` over 10 tenants; the settle is
-  ``FairQueue.settle()`` of a popped job of a ``charge="runtime"`` queue (fair_settle.lua); the start is one
-  job start with every control on (pause, a slot, the tenant's rate; ``TenantGate.queue_check`` as it rides rq's
-  job-start MULTI, an EVAL: its hashing counts), 50 tenants; the release is a slot's end as a worker sends it
-  (release.lua, then fair_unpark.lua for the job's claim in its fair queue, both EVAL on one pipeline; their
-  floors add up).
+  ``FairQueue.settle()`` of a popped job of a ``charge="runtime"`` queue (fair_settle.lua, EVALSHA; ``settle,
+  EVAL``: as a worker sends it, on rq's after-job pipeline, an EVAL of its text: its hashing counts); the start
+  is one job start with every control on (pause, a slot, the tenant's rate; ``TenantGate.queue_check`` as it
+  rides rq's job-start MULTI: an FCALL of its library, as in a worker), 50 tenants; the release is a slot's end
+  as a worker sends it (release.lua, then fair_unpark.lua for the job's claim in its fair queue, both EVAL on one
+  pipeline; their floors add up).
 
 The floor of a script is ``base + commands x bridge + the commands' own time``: the time it would take if its
 Lua logic and argument handling cost nothing. The fair pop is also shown against the floor with its own call: an
@@ -128,15 +129,26 @@ def call_price(conn: Redis, calls: int) -> float:
     return float(stats["cmdstat_fcall"]["usec_per_call"])
 
 
-def settle_cost(conn: Redis, calls: int) -> dict[str, float]:
+def settle_cost(conn: Redis, calls: int, as_worker: bool = False) -> dict[str, float]:
     """fair_settle.lua: each of ``calls`` jobs popped from a charge="runtime" queue over 10 tenants, settled with
-    its measured run time (what a worker sends as the job ends)."""
-    queue = FairQueue("lua_floor_settle", connection=conn, settings=Settings(prefix="lua_floor"), charge="runtime")
+    its measured run time (what a worker sends as the job ends): on its own (EVALSHA), or ``as_worker`` on a
+    pipeline, as rq's after-job pipeline carries it (EVAL of its text, hashed at each call)."""
+    name = "lua_floor_settle_eval" if as_worker else "lua_floor_settle"
+    queue = FairQueue(name, connection=conn, settings=Settings(prefix="lua_floor"), charge="runtime")
     for start in range(0, calls, 1000):
         queue.enqueue_many([Queue.prepare_data(noop, (i,), meta={"fair_tenant": f"t{i % 10}"})
                             for i in range(start, min(calls, start + 1000))])
     popped = [queue.pop_fair().job_id for _ in range(calls)]
-    return script_cost(stats_of(conn, calls, lambda i: queue.settle(str(popped[i]), 0.01)), calls)
+
+    def settle(i: int) -> object:
+        if not as_worker:
+            return queue.settle(str(popped[i]), 0.01)
+        with conn.pipeline() as pipe:
+            queue.settle(str(popped[i]), 0.01, pipeline=pipe)
+            return pipe.execute()
+
+    stats = stats_of(conn, calls, settle)
+    return eval_cost(stats, calls) if as_worker else script_cost(stats, calls)
 
 
 def eval_cost(stats: dict[str, Any], calls: int) -> dict[str, float]:
@@ -159,7 +171,7 @@ def limited_gate(conn: Redis) -> TenantGate:
 
 def start_cost(conn: Redis, calls: int) -> dict[str, float]:
     """start.lua deciding one job start of 50 tenants with every control on, queued on a MULTI as the worker's
-    rides rq's job-start MULTI (EVAL)."""
+    rides rq's job-start MULTI (FCALL of its library, loaded first as after a worker's first start)."""
     gate = limited_gate(conn)
     queue = FairQueue("lua_floor_start", connection=conn, settings=Settings(prefix="lua_floor"))
     jobs = [queue.create_job(noop, args=(i,), meta={"fair_tenant": f"t{i % TENANTS}"}) for i in range(calls)]
@@ -217,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
             rows.setdefault("call", []).append(call)
             for name, cost in (("route.lua", route_cost(conn, args.calls)), ("fair pop", pop_cost(conn, args.calls)),
                                ("pop, 1 org", pop_cost(conn, args.calls, org=True)),
-                               ("settle", settle_cost(conn, args.calls)), ("start", start_cost(conn, args.calls)),
+                               ("settle", settle_cost(conn, args.calls)),
+                               ("settle, EVAL", settle_cost(conn, args.calls, as_worker=True)),
+                               ("start", start_cost(conn, args.calls)),
                                ("release", release_cost(conn, args.calls))):
                 floor = base * (2 if name == "release" else 1) + cost["commands"] * bridge + cost["own_us"]
                 for key, value in (("base", base), ("bridge", bridge), (f"{name} us", cost["us"]),
@@ -237,15 +251,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_start_and_release(med: dict[str, float]) -> None:
-    """The fair pop (one level and in one org), the start, a slot's release (EVAL: hashing included; the release's
-    two scripts summed) and the settle (fair_settle.lua), each with the ratio of its server time to its floor (the
-    capacity issue's goal: 1.4x)."""
+    """The fair pop (one level and in one org), the start (FCALL), a slot's release (EVAL: hashing included; the
+    release's two scripts summed) and the settle (fair_settle.lua; EVAL as a worker sends it, then EVALSHA), each
+    with the ratio of its server time to its floor (the capacity issue's goal: 1.4x)."""
     for name in ("pop, 1 org", "fair pop"):  # the fair pop against the floor with its own call (module docstring)
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
               f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor, "
               f"{med[f'{name} us'] / med[f'{name} call floor']:.2f}x with its call "
               f"({med[f'{name} call floor']:.1f} us)")
-    for name in ("start", "release", "settle"):
+    for name in ("start", "release", "settle, EVAL", "settle"):
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
               f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor")
 

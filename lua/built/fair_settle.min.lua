@@ -257,13 +257,20 @@ redis.call('HDEL', charged, job_id)
 local tenant, weight, estimate, popped, declared, func, org = parse_charged(value)
 local cost = measured or math.max(0, (now_ms - popped) / 1000)
 if trust and tonumber(declared) then cost = tonumber(declared) end
-if measured then
-for _, field in ipairs({tenant .. '|' .. func, '*|' .. func, '*|*'}) do
-local mean = tonumber(redis.call('HGET', runtimes, field) or '')
-if mean then mean = mean + ALPHA * (measured - mean) else mean = measured end
-redis.call('HSET', runtimes, field, mean)
+local function moved(known)
+local mean = tonumber(known or '')
+if mean then return mean + ALPHA * (measured - mean) end
+return measured
 end
-if not has_waiting(tenant) then redis.call('HDEL', runtimes, tenant .. '|' .. func) end
+if measured then
+local own, of_func = tenant .. '|' .. func, '*|' .. func
+local known = redis.call('HMGET', runtimes, own, of_func, '*|*')
+if has_waiting(tenant) then
+redis.call('HSET', runtimes, own, moved(known[1]), of_func, moved(known[2]), '*|*', moved(known[3]))
+else
+redis.call('HSET', runtimes, of_func, moved(known[2]), '*|*', moved(known[3]))
+if known[1] then redis.call('HDEL', runtimes, own) end
+end
 if redis.call('HLEN', runtimes) > MAX_MEANS then
 for _, field in ipairs(redis.call('HRANDFIELD', runtimes, 2)) do
 if string.sub(field, 1, 2) ~= '*|' then redis.call('HDEL', runtimes, field) end

@@ -11,63 +11,63 @@ end
 
 -- lib/start.lua: run_start(controls): decide one job start by the controls the call names, in its order.
 -- include: time
--- controls: name -> the table of its lua/lib/start_<name>.lua piece (start.lua holds every piece; a call
--- names the ones its worker runs: fair_router/controls/gate.py). Three passes, each in the call's order:
---   held(s, k, a, n)  -> true when the job already holds what it needs (a lease refresh): admitted, HELD (2);
---   check(s, k, a, n) -> a refusal status, or nil to let the next control look (none writes but a rate's
---                        reservation, so a rate control goes last);
---   take(s, k, a, n)  -> take what the start uses (a slot, rate tokens); only once every check passed.
+-- controls: name -> the table of its lua/lib/start_<name>.lua piece (lib/start_controls.lua holds every piece,
+-- built once where the start runs as a Redis function; a call names the ones its worker runs:
+-- fair_router/controls/gate.py). Three passes, each in the call's order:
+--   held(s, k, a, n)     -> true when the job already holds what it needs (a lease refresh): admitted, HELD (2);
+--   check(s, k, a, n, r) -> a refusal status, or nil to let the next control look (none writes but a rate's
+--                           reservation, so a rate control goes last);
+--   take(s, k, a, n)     -> take what the start uses (a slot, rate tokens); only once every check passed.
 -- k, a: the control's offsets in KEYS and ARGV (its first key is KEYS[k + 1], its first arg ARGV[a + 1]);
--- n: how many keys it has. A control marked `keyed` is skipped when sent no keys (lua/start.lua's org
--- controls, for a job without an org).
+-- n: how many keys it has. A control marked `keyed` is skipped when sent no keys (lib/start_controls.lua's
+-- org controls, for a job without an org).
 -- s: now_ms, job_id; a control sets s.reclaimed, s.at_ms (refusals), s.next_ms and s.report (admissions).
 -- A control marked `reads` has its keys (strings) read for it before the checks, every such control's in one
 -- MGET (the pause flag and the rate's keys: one command, was an EXISTS and an MGET): its i-th key's value is
--- s.got[s.read_at[k] + i] (false when missing). s.slots[k]: a slot control's lease count, from its held pass.
+-- s.got[r + i] (false when missing). s.slots[k]: a slot control's lease count, from its held pass.
 
--- The keys of every `reads` control, read in one MGET (after the held pass: a lease refresh reads none).
-local function prefetch(controls, s, n_argv)
-  local keys, k, a = {}, 0, 2
+-- ARGV is walked once (its counts parsed once): s[1..] holds, per control that runs, 5 slots: its table, k, a,
+-- n and r (s made with 15 of them: three controls, the calls without an org, grow no table); `reads` the keys of
+-- every `reads` control (made with 5, as many as those calls read), read in one MGET after the held pass (a
+-- lease refresh reads none).
+local function run_start(controls)
+  local now_ms = clock_ms(ARGV[1])
+  -- every field a control sets named here too: the table is made at its size once, not grown as they are set
+  local s = {false, 0, 0, 0, 0, false, 0, 0, 0, 0, false, 0, 0, 0, 0, now_ms = now_ms, job_id = ARGV[2],
+             reclaimed = 0, at_ms = 0, next_ms = 0, report = 0, got = false, rate_n = 0, tats = false,
+             reserved = false, pace_key = false, pace_marked = false, slots = false}
+  local reads, n_reads, last = {false, false, false, false, false}, 0, 0
+  local n_argv, k, a = #ARGV, 0, 2
   while a < n_argv do
     local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
-    if control.reads and n_keys > 0 then
-      s.read_at[k] = #keys
-      for i = 1, n_keys do keys[#keys + 1] = KEYS[k + i] end
+    if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
+    if n_keys > 0 or not control.keyed then  -- a control sent no keys (an org's, no org): nothing to decide
+      s[last + 1], s[last + 2], s[last + 3], s[last + 4], s[last + 5] = control, k, a + 3, n_keys, n_reads
+      last = last + 5
+      if control.reads then
+        for i = 1, n_keys do reads[n_reads + i] = KEYS[k + i] end
+        n_reads = n_reads + n_keys
+      end
     end
     k, a = k + n_keys, a + 3 + tonumber(ARGV[a + 3])
   end
-  if #keys > 0 then s.got = redis.call('MGET', unpack(keys)) end
-end
-
-local function run_start(controls)
-  local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
-             report = 0, slots = {}, read_at = {}}
-  local n_argv = #ARGV
-  -- pass 0 (held), 1 (check), 2 (take); offsets walked again per pass: no tables built per call. Every
-  -- control's held runs (a tenant's slot and its org's are both refreshed); a control sent no keys (an org
-  -- control of a job without an org) is skipped.
+  -- Every control's held runs (a tenant's slot and its org's are both refreshed).
   local held = false
-  for pass = 0, 2 do
-    if pass == 1 then prefetch(controls, s, n_argv) end
-    local k, a = 0, 2
-    while a < n_argv do
-      local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
-      if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
-      local first = a + 3
-      if n_keys == 0 and control.keyed then  -- luacheck: ignore (nothing to decide)
-      elseif pass == 0 then
-        if control.held and control.held(s, k, first, n_keys) then held = true end
-      elseif pass == 1 then
-        local refused = control.check(s, k, first, n_keys)
-        if refused then return {refused, s.reclaimed, s.at_ms, s.now_ms, 0} end
-      elseif control.take then
-        control.take(s, k, first, n_keys)
-      end
-      k, a = k + n_keys, first + tonumber(ARGV[a + 3])
-    end
-    if held then return {2, s.reclaimed, 0, s.now_ms, 0} end
+  for i = 1, last, 5 do
+    local control = s[i]
+    if control.held and control.held(s, s[i + 1], s[i + 2], s[i + 3]) then held = true end
   end
-  return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
+  if held then return {2, s.reclaimed, 0, now_ms, 0} end
+  if n_reads > 0 then s.got = redis.call('MGET', unpack(reads, 1, n_reads)) end
+  for i = 1, last, 5 do
+    local refused = s[i].check(s, s[i + 1], s[i + 2], s[i + 3], s[i + 4])
+    if refused then return {refused, s.reclaimed, s.at_ms, now_ms, 0} end
+  end
+  for i = 1, last, 5 do
+    local control = s[i]
+    if control.take then control.take(s, s[i + 1], s[i + 2], s[i + 3]) end
+  end
+  return {1, s.reclaimed, 0, now_ms, s.next_ms, s.report}
 end
 
 -- start_pause.lua: the pause control of a job start (controls/pauses.py): refused (4) while the flag exists.
@@ -76,10 +76,10 @@ end
 -- when the worker's tier cache saw the tenant paused.
 -- The flag is read with the start's other string keys (lib/start.lua `reads`: one MGET).
 local start_pause = {reads = true}
-function start_pause.check(s, k, a, n)
+function start_pause.check(s, k, a, n, r)
   if n == 0 then
     if ARGV[a + 1] == '1' then return 4 end
-  elseif s.got[s.read_at[k] + 1] then
+  elseif s.got[r + 1] then
     return 4
   end
 end
@@ -109,10 +109,11 @@ function start_slot.held(s, k, a)
   local leases = KEYS[k + 1]
   local count = redis.call('ZCARD', leases)
   if count > 0 then
-    local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
+    local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', string.format('%d', s.now_ms))
     s.reclaimed, count = s.reclaimed + expired, count - expired
   end
-  s.slots[k] = count
+  local slots = s.slots or {0}  -- (made at the size of a tenant's slot alone)
+  slots[k], s.slots = count, slots
   if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
     local lease_ms = tonumber(ARGV[a + 2])
     redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
@@ -126,12 +127,12 @@ end
 function start_slot.check(s, k, a)
   local leases = KEYS[k + 1]
   if s.slots[k] >= tonumber(ARGV[a + 1]) then
-    local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', leases, '0', '0', 'WITHSCORES')
     s.at_ms = tonumber(first[2]) or 0
     local queue = ARGV[a + 3]
     if queue ~= '' then  -- parked there until a release: it lasts a lease at most, so does the record
       redis.call('SADD', KEYS[k + 2], queue)
-      redis.call('PEXPIRE', KEYS[k + 2], 2 * tonumber(ARGV[a + 2]))
+      redis.call('PEXPIRE', KEYS[k + 2], string.format('%d', 2 * tonumber(ARGV[a + 2])))
     end
     return 0
   end
@@ -167,29 +168,29 @@ end
 -- rate never binds sends no report and is never parked by a pop.
 local start_rate = {reads = true}  -- its keys read before the checks (lib/start.lua: s.got)
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
-local PACE_MARK_MS = 65000  -- the pace mark's life: longer than lib/claims.lua's PACED_FOR_MS
+local PACE_MARK_MS = '65000'  -- the pace mark's life (ms, as sent): longer than lib/claims.lua's PACED_FOR_MS
 
 -- Takes a token of every scope for a start at `start` (nil: now, at each scope's kept schedule); returns
--- when the first tenant_scopes allow the next.
+-- when the first tenant_scopes allow the next. s.tats: per scope its TAT, interval and tolerance (check's).
 local function rate_take(s, k, a, start)
-  local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
+  local next_ms, tenant_scopes, tats = 0, tonumber(ARGV[a + 2]), s.tats
   for i = 1, s.rate_n do
-    local interval = tonumber(ARGV[a + 2 + 2 * i])
-    local tat = math.max(s.tats[i], start or s.tats[i]) + interval
-    -- kept T past it, for a late start; integer ms sent as '%d' (a Lua number crosses redis.call as '%.14g')
+    local interval = tats[3 * i - 1]
+    local tat = math.max(tats[3 * i - 2], start or tats[3 * i - 2]) + interval
+    -- kept T past it, for a late start; integer ms sent as '%d' (a Lua number crosses redis.call as '%.17g')
     redis.call('SET', KEYS[k + 1 + i], string.format('%d', tat), 'PX', string.format('%d', tat - s.now_ms + interval))
-    local at = tat - tonumber(ARGV[a + 3 + 2 * i])
+    local at = tat - tats[3 * i]
     if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
   end
   return next_ms
 end
 
-function start_rate.check(s, k, a, n_keys)
+function start_rate.check(s, k, a, n_keys, o)
   local paid, now_ms = KEYS[k + 1], s.now_ms
   local paced = ARGV[a + 3] == '1'
-  local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
+  local n, tats, allowed = n_keys - (paced and 2 or 1), {0, 0, 0}, now_ms  -- (one scope: no growth)
   -- the reservation, every scope's TAT and the pace mark, read with the start's other strings (lib/start.lua)
-  local got, o = s.got, s.read_at[k]
+  local got = s.got
   local reserved = tonumber(got[o + 1] or '')
   s.pace_key = paced and KEYS[k + n_keys] or nil
   s.pace_marked = paced and got[o + n_keys] ~= false
@@ -201,10 +202,11 @@ function start_rate.check(s, k, a, n_keys)
     n = 0  -- its token was taken when it was deferred
   end
   for i = 1, n do
-    local tat = tonumber(got[o + 1 + i] or '0')
-    if tat <= now_ms - tonumber(ARGV[a + 2 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
-    tats[i] = tat
-    local at = tat - tonumber(ARGV[a + 3 + 2 * i])
+    local tat, interval = tonumber(got[o + 1 + i] or '0'), tonumber(ARGV[a + 2 + 2 * i])
+    local tolerance = tonumber(ARGV[a + 3 + 2 * i])
+    if tat <= now_ms - interval then tat = now_ms end  -- T late or more: a new schedule
+    tats[3 * i - 2], tats[3 * i - 1], tats[3 * i] = tat, interval, tolerance
+    local at = tat - tolerance
     if at > allowed then allowed = at end
   end
   s.rate_n, s.tats, s.reserved = n, tats, reserved
@@ -221,7 +223,7 @@ function start_rate.take(s, k, a)
   if s.reserved then redis.call('DEL', KEYS[k + 1]) end
   if not s.pace_key then return end
   if s.next_ms > s.now_ms then
-    redis.call('SET', s.pace_key, 1, 'PX', PACE_MARK_MS)
+    redis.call('SET', s.pace_key, '1', 'PX', PACE_MARK_MS)
     s.report = 1
   elseif s.pace_marked then
     redis.call('DEL', s.pace_key)
@@ -229,20 +231,28 @@ function start_rate.take(s, k, a)
   end
 end
 
--- start.lua: decide one job start by the worker's start controls (fair_router/controls/gate.py): pause,
--- concurrency slot, rate, those the call names, in its order (lib/start.lua runs them). One text for every
--- list of controls a worker may run: Redis runs this file's build, lua/built/start.min.lua (sent as EVAL on
--- rq's job-start MULTI at every start: without comments, less to hash).
+-- lib/start_controls.lua: START_CONTROLS, every control a start may name (lib/start.lua run_start), by name.
+-- Built where the pieces are defined: once per library load where the start runs as a Redis function, not at
+-- each call.
 -- include: start, start_pause, start_slot, start_rate
--- KEYS     every named control's keys, control by control (each piece's header says which).
--- ARGV     now_ms ('' = server TIME), job_id, then per control: its name (start_pause, start_org_pause,
---          start_slot, start_org_slot, start_rate), its number of keys, its number of args, its args.
--- Returns  {status, reclaimed, at_ms, now_ms, next_ms[, report]} (controls/gate.py Verdict and Admission).
 -- The org's pause and slot (controls/orglimits.py) are the tenant's pieces on the org's keys, refusing with
 -- their own statuses (7 ORG_PAUSED, 6 ORG_LIMIT); a job without an org sends them no keys: skipped.
 local function refusing_as(piece, status)
   return {keyed = true, held = piece.held, take = piece.take, reads = piece.reads,
-          check = function(s, k, a, n) if piece.check(s, k, a, n) then return status end end}
+          check = function(s, k, a, n, r) if piece.check(s, k, a, n, r) then return status end end}
 end
-return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,
-                  start_org_pause = refusing_as(start_pause, 7), start_org_slot = refusing_as(start_slot, 6)})
+local START_CONTROLS = {start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,
+                        start_org_pause = refusing_as(start_pause, 7), start_org_slot = refusing_as(start_slot, 6)}
+
+-- start.lua: decide one job start by the worker's start controls (fair_router/controls/gate.py): pause,
+-- concurrency slot, rate, those the call names, in its order (lib/start.lua runs them). One text for every
+-- list of controls a worker may run, queued on rq's job-start MULTI at every start: as FCALL of its library
+-- (lua/built/start.library.lua) where Redis has functions, else as EVAL of lua/built/start.min.lua.
+-- include: start_controls
+-- KEYS     every named control's keys, control by control (each piece's header says which).
+-- ARGV     now_ms ('' = server TIME), job_id, then per control: its name (start_pause, start_org_pause,
+--          start_slot, start_org_slot, start_rate), its number of keys, its number of args, its args.
+-- Returns  {status, reclaimed, at_ms, now_ms, next_ms[, report]} (controls/gate.py Verdict and Admission).
+-- The controls (lib/start_controls.lua) are built with the pieces: once per library load where this runs as a
+-- Redis function (lua/built/start.library.lua, FCALL: controls/gate.py), not at each call.
+return run_start(START_CONTROLS)

@@ -5,50 +5,48 @@ if now then return now end
 local t = redis.call('TIME')
 return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local function prefetch(controls, s, n_argv)
-local keys, k, a = {}, 0, 2
-while a < n_argv do
-local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
-if control.reads and n_keys > 0 then
-s.read_at[k] = #keys
-for i = 1, n_keys do keys[#keys + 1] = KEYS[k + i] end
-end
-k, a = k + n_keys, a + 3 + tonumber(ARGV[a + 3])
-end
-if #keys > 0 then s.got = redis.call('MGET', unpack(keys)) end
-end
 local function run_start(controls)
-local s = {now_ms = clock_ms(ARGV[1]), job_id = ARGV[2], reclaimed = 0, at_ms = 0, next_ms = 0,
-report = 0, slots = {}, read_at = {}}
-local n_argv = #ARGV
-local held = false
-for pass = 0, 2 do
-if pass == 1 then prefetch(controls, s, n_argv) end
-local k, a = 0, 2
+local now_ms = clock_ms(ARGV[1])
+local s = {false, 0, 0, 0, 0, false, 0, 0, 0, 0, false, 0, 0, 0, 0, now_ms = now_ms, job_id = ARGV[2],
+reclaimed = 0, at_ms = 0, next_ms = 0, report = 0, got = false, rate_n = 0, tats = false,
+reserved = false, pace_key = false, pace_marked = false, slots = false}
+local reads, n_reads, last = {false, false, false, false, false}, 0, 0
+local n_argv, k, a = #ARGV, 0, 2
 while a < n_argv do
 local control, n_keys = controls[ARGV[a + 1]], tonumber(ARGV[a + 2])
 if not control then return redis.error_reply('start.lua: no start control ' .. ARGV[a + 1]) end
-local first = a + 3
-if n_keys == 0 and control.keyed then  -- luacheck: ignore (nothing to decide)
-elseif pass == 0 then
-if control.held and control.held(s, k, first, n_keys) then held = true end
-elseif pass == 1 then
-local refused = control.check(s, k, first, n_keys)
-if refused then return {refused, s.reclaimed, s.at_ms, s.now_ms, 0} end
-elseif control.take then
-control.take(s, k, first, n_keys)
+if n_keys > 0 or not control.keyed then  -- a control sent no keys (an org's, no org): nothing to decide
+s[last + 1], s[last + 2], s[last + 3], s[last + 4], s[last + 5] = control, k, a + 3, n_keys, n_reads
+last = last + 5
+if control.reads then
+for i = 1, n_keys do reads[n_reads + i] = KEYS[k + i] end
+n_reads = n_reads + n_keys
 end
-k, a = k + n_keys, first + tonumber(ARGV[a + 3])
 end
-if held then return {2, s.reclaimed, 0, s.now_ms, 0} end
+k, a = k + n_keys, a + 3 + tonumber(ARGV[a + 3])
 end
-return {1, s.reclaimed, 0, s.now_ms, s.next_ms, s.report}
+local held = false
+for i = 1, last, 5 do
+local control = s[i]
+if control.held and control.held(s, s[i + 1], s[i + 2], s[i + 3]) then held = true end
+end
+if held then return {2, s.reclaimed, 0, now_ms, 0} end
+if n_reads > 0 then s.got = redis.call('MGET', unpack(reads, 1, n_reads)) end
+for i = 1, last, 5 do
+local refused = s[i].check(s, s[i + 1], s[i + 2], s[i + 3], s[i + 4])
+if refused then return {refused, s.reclaimed, s.at_ms, now_ms, 0} end
+end
+for i = 1, last, 5 do
+local control = s[i]
+if control.take then control.take(s, s[i + 1], s[i + 2], s[i + 3]) end
+end
+return {1, s.reclaimed, 0, now_ms, s.next_ms, s.report}
 end
 local start_pause = {reads = true}
-function start_pause.check(s, k, a, n)
+function start_pause.check(s, k, a, n, r)
 if n == 0 then
 if ARGV[a + 1] == '1' then return 4 end
-elseif s.got[s.read_at[k] + 1] then
+elseif s.got[r + 1] then
 return 4
 end
 end
@@ -62,10 +60,11 @@ function start_slot.held(s, k, a)
 local leases = KEYS[k + 1]
 local count = redis.call('ZCARD', leases)
 if count > 0 then
-local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
+local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', string.format('%d', s.now_ms))
 s.reclaimed, count = s.reclaimed + expired, count - expired
 end
-s.slots[k] = count
+local slots = s.slots or {0}  -- (made at the size of a tenant's slot alone)
+slots[k], s.slots = count, slots
 if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
 local lease_ms = tonumber(ARGV[a + 2])
 redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
@@ -77,12 +76,12 @@ end
 function start_slot.check(s, k, a)
 local leases = KEYS[k + 1]
 if s.slots[k] >= tonumber(ARGV[a + 1]) then
-local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+local first = redis.call('ZRANGE', leases, '0', '0', 'WITHSCORES')
 s.at_ms = tonumber(first[2]) or 0
 local queue = ARGV[a + 3]
 if queue ~= '' then  -- parked there until a release: it lasts a lease at most, so does the record
 redis.call('SADD', KEYS[k + 2], queue)
-redis.call('PEXPIRE', KEYS[k + 2], 2 * tonumber(ARGV[a + 2]))
+redis.call('PEXPIRE', KEYS[k + 2], string.format('%d', 2 * tonumber(ARGV[a + 2])))
 end
 return 0
 end
@@ -94,23 +93,23 @@ if s.slots[k] == 0 or s.now_ms % RENEW_EVERY == 0 then keep(leases, lease_ms) en
 end
 local start_rate = {reads = true}  -- its keys read before the checks (lib/start.lua: s.got)
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
-local PACE_MARK_MS = 65000  -- the pace mark's life: longer than lib/claims.lua's PACED_FOR_MS
+local PACE_MARK_MS = '65000'  -- the pace mark's life (ms, as sent): longer than lib/claims.lua's PACED_FOR_MS
 local function rate_take(s, k, a, start)
-local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
+local next_ms, tenant_scopes, tats = 0, tonumber(ARGV[a + 2]), s.tats
 for i = 1, s.rate_n do
-local interval = tonumber(ARGV[a + 2 + 2 * i])
-local tat = math.max(s.tats[i], start or s.tats[i]) + interval
+local interval = tats[3 * i - 1]
+local tat = math.max(tats[3 * i - 2], start or tats[3 * i - 2]) + interval
 redis.call('SET', KEYS[k + 1 + i], string.format('%d', tat), 'PX', string.format('%d', tat - s.now_ms + interval))
-local at = tat - tonumber(ARGV[a + 3 + 2 * i])
+local at = tat - tats[3 * i]
 if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
 end
 return next_ms
 end
-function start_rate.check(s, k, a, n_keys)
+function start_rate.check(s, k, a, n_keys, o)
 local paid, now_ms = KEYS[k + 1], s.now_ms
 local paced = ARGV[a + 3] == '1'
-local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
-local got, o = s.got, s.read_at[k]
+local n, tats, allowed = n_keys - (paced and 2 or 1), {0, 0, 0}, now_ms  -- (one scope: no growth)
+local got = s.got
 local reserved = tonumber(got[o + 1] or '')
 s.pace_key = paced and KEYS[k + n_keys] or nil
 s.pace_marked = paced and got[o + n_keys] ~= false
@@ -122,10 +121,11 @@ end
 n = 0  -- its token was taken when it was deferred
 end
 for i = 1, n do
-local tat = tonumber(got[o + 1 + i] or '0')
-if tat <= now_ms - tonumber(ARGV[a + 2 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
-tats[i] = tat
-local at = tat - tonumber(ARGV[a + 3 + 2 * i])
+local tat, interval = tonumber(got[o + 1 + i] or '0'), tonumber(ARGV[a + 2 + 2 * i])
+local tolerance = tonumber(ARGV[a + 3 + 2 * i])
+if tat <= now_ms - interval then tat = now_ms end  -- T late or more: a new schedule
+tats[3 * i - 2], tats[3 * i - 1], tats[3 * i] = tat, interval, tolerance
+local at = tat - tolerance
 if at > allowed then allowed = at end
 end
 s.rate_n, s.tats, s.reserved = n, tats, reserved
@@ -141,7 +141,7 @@ s.next_ms = rate_take(s, k, a, nil)
 if s.reserved then redis.call('DEL', KEYS[k + 1]) end
 if not s.pace_key then return end
 if s.next_ms > s.now_ms then
-redis.call('SET', s.pace_key, 1, 'PX', PACE_MARK_MS)
+redis.call('SET', s.pace_key, '1', 'PX', PACE_MARK_MS)
 s.report = 1
 elseif s.pace_marked then
 redis.call('DEL', s.pace_key)
@@ -150,7 +150,8 @@ end
 end
 local function refusing_as(piece, status)
 return {keyed = true, held = piece.held, take = piece.take, reads = piece.reads,
-check = function(s, k, a, n) if piece.check(s, k, a, n) then return status end end}
+check = function(s, k, a, n, r) if piece.check(s, k, a, n, r) then return status end end}
 end
-return run_start({start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,
-start_org_pause = refusing_as(start_pause, 7), start_org_slot = refusing_as(start_slot, 6)})
+local START_CONTROLS = {start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,
+start_org_pause = refusing_as(start_pause, 7), start_org_slot = refusing_as(start_slot, 6)}
+return run_start(START_CONTROLS)

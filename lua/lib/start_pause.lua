@@ -4,10 +4,10 @@
 -- when the worker's tier cache saw the tenant paused.
 -- The flag is read with the start's other string keys (lib/start.lua `reads`: one MGET).
 local start_pause = {reads = true}
-function start_pause.check(s, k, a, n)
+function start_pause.check(s, k, a, n, r)
   if n == 0 then
     if ARGV[a + 1] == '1' then return 4 end
-  elseif s.got[s.read_at[k] + 1] then
+  elseif s.got[r + 1] then
     return 4
   end
 end

@@ -19,29 +19,29 @@
 -- rate never binds sends no report and is never parked by a pop.
 local start_rate = {reads = true}  -- its keys read before the checks (lib/start.lua: s.got)
 local PAID_KEEP_MS = 3600000  -- a reservation left unused this long after its time is dropped
-local PACE_MARK_MS = 65000  -- the pace mark's life: longer than lib/claims.lua's PACED_FOR_MS
+local PACE_MARK_MS = '65000'  -- the pace mark's life (ms, as sent): longer than lib/claims.lua's PACED_FOR_MS
 
 -- Takes a token of every scope for a start at `start` (nil: now, at each scope's kept schedule); returns
--- when the first tenant_scopes allow the next.
+-- when the first tenant_scopes allow the next. s.tats: per scope its TAT, interval and tolerance (check's).
 local function rate_take(s, k, a, start)
-  local next_ms, tenant_scopes = 0, tonumber(ARGV[a + 2])
+  local next_ms, tenant_scopes, tats = 0, tonumber(ARGV[a + 2]), s.tats
   for i = 1, s.rate_n do
-    local interval = tonumber(ARGV[a + 2 + 2 * i])
-    local tat = math.max(s.tats[i], start or s.tats[i]) + interval
-    -- kept T past it, for a late start; integer ms sent as '%d' (a Lua number crosses redis.call as '%.14g')
+    local interval = tats[3 * i - 1]
+    local tat = math.max(tats[3 * i - 2], start or tats[3 * i - 2]) + interval
+    -- kept T past it, for a late start; integer ms sent as '%d' (a Lua number crosses redis.call as '%.17g')
     redis.call('SET', KEYS[k + 1 + i], string.format('%d', tat), 'PX', string.format('%d', tat - s.now_ms + interval))
-    local at = tat - tonumber(ARGV[a + 3 + 2 * i])
+    local at = tat - tats[3 * i]
     if i <= tenant_scopes and at > s.now_ms and at > next_ms then next_ms = at end
   end
   return next_ms
 end
 
-function start_rate.check(s, k, a, n_keys)
+function start_rate.check(s, k, a, n_keys, o)
   local paid, now_ms = KEYS[k + 1], s.now_ms
   local paced = ARGV[a + 3] == '1'
-  local n, tats, allowed = n_keys - (paced and 2 or 1), {}, now_ms
+  local n, tats, allowed = n_keys - (paced and 2 or 1), {0, 0, 0}, now_ms  -- (one scope: no growth)
   -- the reservation, every scope's TAT and the pace mark, read with the start's other strings (lib/start.lua)
-  local got, o = s.got, s.read_at[k]
+  local got = s.got
   local reserved = tonumber(got[o + 1] or '')
   s.pace_key = paced and KEYS[k + n_keys] or nil
   s.pace_marked = paced and got[o + n_keys] ~= false
@@ -53,10 +53,11 @@ function start_rate.check(s, k, a, n_keys)
     n = 0  -- its token was taken when it was deferred
   end
   for i = 1, n do
-    local tat = tonumber(got[o + 1 + i] or '0')
-    if tat <= now_ms - tonumber(ARGV[a + 2 + 2 * i]) then tat = now_ms end  -- T late or more: a new schedule
-    tats[i] = tat
-    local at = tat - tonumber(ARGV[a + 3 + 2 * i])
+    local tat, interval = tonumber(got[o + 1 + i] or '0'), tonumber(ARGV[a + 2 + 2 * i])
+    local tolerance = tonumber(ARGV[a + 3 + 2 * i])
+    if tat <= now_ms - interval then tat = now_ms end  -- T late or more: a new schedule
+    tats[3 * i - 2], tats[3 * i - 1], tats[3 * i] = tat, interval, tolerance
+    local at = tat - tolerance
     if at > allowed then allowed = at end
   end
   s.rate_n, s.tats, s.reserved = n, tats, reserved
@@ -73,7 +74,7 @@ function start_rate.take(s, k, a)
   if s.reserved then redis.call('DEL', KEYS[k + 1]) end
   if not s.pace_key then return end
   if s.next_ms > s.now_ms then
-    redis.call('SET', s.pace_key, 1, 'PX', PACE_MARK_MS)
+    redis.call('SET', s.pace_key, '1', 'PX', PACE_MARK_MS)
     s.report = 1
   elseif s.pace_marked then
     redis.call('DEL', s.pace_key)

@@ -23,10 +23,11 @@ function start_slot.held(s, k, a)
   local leases = KEYS[k + 1]
   local count = redis.call('ZCARD', leases)
   if count > 0 then
-    local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', s.now_ms)
+    local expired = redis.call('ZREMRANGEBYSCORE', leases, '-inf', string.format('%d', s.now_ms))
     s.reclaimed, count = s.reclaimed + expired, count - expired
   end
-  s.slots[k] = count
+  local slots = s.slots or {0}  -- (made at the size of a tenant's slot alone)
+  slots[k], s.slots = count, slots
   if count > 0 and redis.call('ZSCORE', leases, s.job_id) then
     local lease_ms = tonumber(ARGV[a + 2])
     redis.call('ZADD', leases, string.format('%d', s.now_ms + lease_ms), s.job_id)
@@ -40,12 +41,12 @@ end
 function start_slot.check(s, k, a)
   local leases = KEYS[k + 1]
   if s.slots[k] >= tonumber(ARGV[a + 1]) then
-    local first = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', leases, '0', '0', 'WITHSCORES')
     s.at_ms = tonumber(first[2]) or 0
     local queue = ARGV[a + 3]
     if queue ~= '' then  -- parked there until a release: it lasts a lease at most, so does the record
       redis.call('SADD', KEYS[k + 2], queue)
-      redis.call('PEXPIRE', KEYS[k + 2], 2 * tonumber(ARGV[a + 2]))
+      redis.call('PEXPIRE', KEYS[k + 2], string.format('%d', 2 * tonumber(ARGV[a + 2])))
     end
     return 0
   end
