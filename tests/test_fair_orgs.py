@@ -11,6 +11,7 @@ from typing import Any
 
 import fair_jobs
 import pytest
+from conftest import command_calls
 from redis import Redis
 from rq import Queue
 
@@ -366,3 +367,15 @@ def test_the_org_api_validates_and_reports_its_source(conn: Redis) -> None:
         router.set_org(1.5, weight=2)  # type: ignore[arg-type]
     conn.hset(Keys(PREFIX).org_overrides("acme"), "weight", "lots")  # by hand: ignored, logged
     assert FairRouter(conn, prefix=PREFIX).tenants.org("acme", settings.orgs).source == "settings"
+
+
+def test_a_tenant_entering_its_org_reads_the_org_set_once_and_a_pop_once(conn: Redis) -> None:
+    """Its start is its org's min pass (one ZRANGEBYLEX); its org then activates without reading the set again."""
+    queue = fair(conn)
+    fill(queue, "a1", 2, "A")
+    conn.config_resetstat()
+    fill(queue, "a2", 2, "A")
+    assert command_calls(conn, "zrangebylex") == 1
+    conn.config_resetstat()
+    assert queue.pop_job_id() is not None
+    assert command_calls(conn, "zrangebylex") == 1

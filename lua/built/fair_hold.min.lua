@@ -160,7 +160,7 @@ start = math.max(base, math.min(start or base, base + 1 / (tonumber(weight) or 1
 end
 org_enter(org, tenant, start or 0)
 redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
-org_settle(org.name)
+activate_entry(ORG .. org.name)  -- its set has an active tenant now: org_settle() need not read it again
 end
 local function org_served(org, pass)
 local entry = ORG .. org.name

@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_c64866b62088d5bf
+#!lua name=fair_router_fair_pop_25d7b75fa43a3038
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -256,7 +256,7 @@ local function activate(tenant, record, waited)
   end
   org_enter(org, tenant, start or 0)
   redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
-  org_settle(org.name)
+  activate_entry(ORG .. org.name)  -- its set has an active tenant now: org_settle() need not read it again
 end
 
 -- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
@@ -940,7 +940,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_c64866b62088d5bf', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_25d7b75fa43a3038', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

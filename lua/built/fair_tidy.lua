@@ -243,7 +243,7 @@ local function activate(tenant, record, waited)
   end
   org_enter(org, tenant, start or 0)
   redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
-  org_settle(org.name)
+  activate_entry(ORG .. org.name)  -- its set has an active tenant now: org_settle() need not read it again
 end
 
 -- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after

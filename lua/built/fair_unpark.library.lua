@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_unpark_ae059ec11412fce9
+#!lua name=fair_router_fair_unpark_b4b647460289ff1b
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -256,7 +256,7 @@ local function activate(tenant, record, waited)
   end
   org_enter(org, tenant, start or 0)
   redis.call('HSET', state, tenant_field(tenant), tenant_record(h, t, weight, n, org))
-  org_settle(org.name)
+  activate_entry(ORG .. org.name)  -- its set has an active tenant now: org_settle() need not read it again
 end
 
 -- Org `org`'s tenant whose last job a pop just took has left its set: the org goes on at `pass` (its pass after
@@ -495,7 +495,7 @@ local function sweep_claims(now_ms)
   end
 end
 
-redis.register_function{function_name='fair_router_fair_unpark_ae059ec11412fce9', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_unpark_b4b647460289ff1b', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_unpark.lua: one of a tenant's concurrency slots was released (or a pause ended). Its claim here
 -- ends (lib/claims.lua) and, if it has jobs or had that claim here, its limit is learnt; below that limit
