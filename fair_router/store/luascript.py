@@ -223,6 +223,13 @@ class Call(Generic[R]):
         pipeline.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
         return pipeline
 
+    def queue_ours(self, pipeline: Pipeline) -> Pipeline:
+        """Queue it on ``pipeline``, one :func:`execute_loaded` executes: as FCALL where its library is loaded
+        (:meth:`queue_function`), else as :meth:`queue_loaded` (EVALSHA)."""
+        if self.script.loaded_function(pipeline) is not None:
+            return self.queue_function(pipeline)
+        return self.queue_loaded(pipeline)
+
     def run_or_queue(self, pipeline: Pipeline | None, ours: bool = False) -> R | Pipeline:
         """:meth:`run`, or :meth:`queue` on ``pipeline`` when there is one (rq's convention: ``Queue.remove``);
         ``ours``: a plain pipeline we execute, resending lost calls (``execute_riding_oom``): FCALL, else EVALSHA."""
@@ -238,19 +245,25 @@ def sent_again(args: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def execute_loaded(pipe: Pipeline, run: Callable[[Pipeline], T]) -> T:
-    """``run(pipe)``, and after a NOSCRIPT (a restart, SCRIPT FLUSH) load every script the pipeline's EVALSHAs name
-    and run the same commands once more (the pipeline's other commands must be safe to run twice)."""
+    """``run(pipe)``, and after a NOSCRIPT or a "Function not found" (a restart, SCRIPT FLUSH, FUNCTION FLUSH: the call
+    did nothing) load every script the pipeline's EVALSHAs name and run the same commands once more, its FCALLs as
+    EVAL of their text (:func:`sent_again`; the libraries load again at their next use). The pipeline's other
+    commands must be safe to run twice."""
     stack = list(pipe.command_stack)
     try:
         return run(pipe)
-    except NoScriptError:
-        shas = {str(args[1]) for args, _ in stack if str(args[0]).upper() == "EVALSHA"}
-        _LOADED.pop(pipe.connection_pool, None)
-        loaded = _LOADED.setdefault(pipe.connection_pool, set())
+    except ResponseError as error:
+        if not (isinstance(error, NoScriptError) or function_lost(error)):
+            raise
+    if any(str(args[0]).upper() == "FCALL" for args, _ in stack):
+        stack = [(sent_again(args) if str(args[0]).upper() == "FCALL" else args, options) for args, options in stack]
+    shas = {str(args[1]) for args, _ in stack if str(args[0]).upper() == "EVALSHA"}
+    _LOADED.pop(pipe.connection_pool, None)
+    loaded = _LOADED.setdefault(pipe.connection_pool, set())
+    if shas:
         for sha in shas:
             pipe.script_load(_SOURCES[sha])
         pipe.execute()  # a pipeline's own SCRIPT LOADs, in its MULTI: one round trip
-        loaded.update(shas)
-        pipe.command_stack.extend(stack)
-        return run(pipe)
-
+    loaded.update(shas)
+    pipe.command_stack.extend(stack)
+    return run(pipe)

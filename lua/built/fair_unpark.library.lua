@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_unpark_df70691c37b1efcf
+#!lua name=fair_router_fair_unpark_80a36c47699b4c8f
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -28,12 +28,16 @@ end
 -- lib/time.lua: the one clock every script decides with.
 
 -- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
--- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time. The second result is the same
+-- ms as text, for redis.call (a Lua number crosses it through sprintf "%.17g"): `given` as it is, or TIME's two
+-- replies joined (its microseconds padded to six digits, their first three: no number formatted).
 local function clock_ms(given)
   local now = tonumber(given)
-  if now then return now end
+  if now then return now, given end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local ms = string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. ms
 end
 
 -- lib/records.lua: a tenant's record in a fair queue's `state` (lib/fifo.lua): its field, reading and writing it.
@@ -484,7 +488,7 @@ local function sweep_claims(now_ms)
   end
 end
 
-redis.register_function{function_name='fair_router_fair_unpark_df70691c37b1efcf', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_unpark_80a36c47699b4c8f', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_unpark.lua: one of a tenant's concurrency slots was released (or a pause ended). Its claim here
 -- ends (lib/claims.lua) and, if it has jobs or had that claim here, its limit is learnt; below that limit
