@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_unpark_80a36c47699b4c8f
+#!lua name=fair_router_fair_unpark_7e4cce49004c687e
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -488,7 +488,7 @@ local function sweep_claims(now_ms)
   end
 end
 
-redis.register_function{function_name='fair_router_fair_unpark_80a36c47699b4c8f', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_unpark_7e4cce49004c687e', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_unpark.lua: one of a tenant's concurrency slots was released (or a pause ended). Its claim here
 -- ends (lib/claims.lua) and, if it has jobs or had that claim here, its limit is learnt; below that limit
@@ -519,8 +519,9 @@ local function reenter(tenant, record, vtime, kept_ttl)
   kept_last(kept_ttl)  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
 end
 
--- its record and the virtual time, read once: whether it has jobs waiting here, and what a park's end activates
-local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl')
+-- its record and the virtual time, read once: whether it has jobs waiting here, and what a park's end activates;
+-- state.due: without it nothing is parked here (lib/stride.lua park_until sets it with every park), no ZREM
+local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl', 'due')
 local record = read[1]
 local here, known, held = record ~= false, nil, nil
 if job_id ~= '' then
@@ -551,7 +552,7 @@ else
   below = under_limit(tenant, known)
 end
 -- its park ends (lib/stride.lua end_park, with the record read above)
-if below and redis.call('ZREM', parked, tenant) == 1 and record then
+if below and read[4] and redis.call('ZREM', parked, tenant) == 1 and record then
   reenter(tenant, record, read[2], read[3])
   wake_one()
   return 1
