@@ -5,12 +5,13 @@ the push as EVAL (fair_router.store.luascript ``execute_loaded``): nothing lost,
 from __future__ import annotations
 
 import pytest
+import routed_jobs
 from conftest import command_calls
 from redis import Redis
 from rq import Queue
 from worker_jobs import noop
 
-from fair_router import FairQueue, Settings
+from fair_router import FairQueue, Rule, Settings, fair_job
 
 
 def functions(conn: Redis) -> bool:
@@ -50,3 +51,24 @@ def test_an_enqueue_after_redis_lost_its_functions_is_run_again(conn: Redis, que
                                                   for i in range(3)])]
     assert drain(queue) == [first, second, *many]
     assert queue.count == 0 and conn.llen(queue.key) == 0
+
+
+@pytest.mark.parametrize("scripts_too", [False, True])
+def test_a_routed_enqueue_after_redis_lost_its_functions_is_run_again(conn: Redis, queue: FairQueue,
+                                                                       scripts_too: bool) -> None:
+    """The one-round-trip routed enqueue's MULTI holds route.lua (EVALSHA) and the fair push (FCALL): after Redis lost
+    its functions the push answers "Function not found", after a restart route.lua also NOSCRIPT (first); either
+    way the MULTI runs again whole."""
+    echo = fair_job("default", rules=[Rule(queue="pushes_slow", threshold=1, per="1h")],
+                    tenant=lambda account, item=0: account, connection=conn, settings=Settings(prefix="pfn"))(
+                        routed_jobs.echo)
+    slow = FairQueue("pushes_slow", connection=conn, settings=Settings(prefix="pfn"))
+    first, second = echo.delay("acme", 0), echo.delay("acme", 1)  # the second goes to the rule's fair queue
+    third = echo.delay("acme", 2)  # expected there: its push rides the routed MULTI
+    if scripts_too:
+        conn.script_flush()
+    conn.function_flush()
+    fourth = echo.delay("acme", 3)
+    assert first.origin == "default" and {second.origin, third.origin, fourth.origin} == {"pushes_slow"}
+    assert conn.lrange(slow.key, 0, -1) == [job.id.encode() for job in (second, third, fourth)]  # once each
+    assert drain(slow) == [second.id, third.id, fourth.id]
