@@ -10,7 +10,8 @@ Three prices, from ``INFO commandstats`` in tight loops on a private redis-serve
   ``route.lua`` records one enqueue of a tenant whose window is at its cap (``FairRouter.record_and_route``, 50
   tenants, bench/enqueue.py's rules); the fair pop is ``FairQueue.pop_fair()`` over 10 tenants; the settle is
   ``FairQueue.settle()`` of a popped job of a ``charge="runtime"`` queue (fair_settle.lua, EVALSHA; ``settle,
-  EVAL``: as a worker sends it, on rq's after-job pipeline, an EVAL of its text: its hashing counts); the start
+  EVAL``: as a worker sends it, on rq's after-job pipeline, an EVAL of its text: its hashing counts); the push is
+  fair_push.lua adding one job of 10 tenants with jobs waiting (as an enqueue's MULTI carries it); the start
   is one job start with every control on (pause, a slot, the tenant's rate; ``TenantGate.queue_check`` as it
   rides rq's job-start MULTI: an FCALL of its library, as in a worker), 50 tenants; the release is a slot's end
   as a worker sends it (release.lua, then fair_unpark.lua for the job's claim in its fair queue, both EVAL on one
@@ -52,6 +53,7 @@ from fair_router.controls.ratelimit import RateLimiter
 from fair_router.controls.tiers import TierBook
 from fair_router.core.keys import Keys
 from fair_router.demo.redis_server import RedisServer
+from fair_router.fairqueue.scripts import FairPushScript, PushEntry
 from fair_router.workers.limiter import ConcurrencyLimiter
 
 BRIDGE_CALLS = 20
@@ -113,6 +115,17 @@ def pop_cost(conn: Redis, calls: int, org: bool = False) -> dict[str, float]:
                             for i in range(start, start + 1000)])
     queue.pop_fair()  # its function library loaded
     return script_cost(stats_of(conn, calls, lambda i: queue.pop_fair()), calls)
+
+
+def push_cost(conn: Redis, calls: int) -> dict[str, float]:
+    """fair_push.lua adding one job at a time of 10 tenants that keep jobs waiting, as ``FairQueue.enqueue``'s MULTI
+    carries it (an FCALL where the server has functions, else EVALSHA), here on its own."""
+    queue = FairQueue("lua_floor_push", connection=conn, settings=Settings(prefix="lua_floor"))
+    push = FairPushScript(conn)
+    entries = [PushEntry(f"push-{i}", f"t{i % 10}", 1.0) for i in range(-10, calls)]
+    for entry in entries[:10]:  # every tenant waiting, the script or library loaded
+        push(queue.fair_keys, [entry]).run()
+    return script_cost(stats_of(conn, calls, lambda i: push(queue.fair_keys, [entries[10 + i]]).run()), calls)
 
 
 CALL_LIBRARY = """#!lua name=lua_floor_call
@@ -229,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.setdefault("call", []).append(call)
             for name, cost in (("route.lua", route_cost(conn, args.calls)), ("fair pop", pop_cost(conn, args.calls)),
                                ("pop, 1 org", pop_cost(conn, args.calls, org=True)),
+                               ("push", push_cost(conn, args.calls)),
                                ("settle", settle_cost(conn, args.calls)),
                                ("settle, EVAL", settle_cost(conn, args.calls, as_worker=True)),
                                ("start", start_cost(conn, args.calls)),
@@ -251,10 +265,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_start_and_release(med: dict[str, float]) -> None:
-    """The fair pop (one level and in one org), the start (FCALL), a slot's release (EVAL: hashing included; the
-    release's two scripts summed) and the settle (fair_settle.lua; EVAL as a worker sends it, then EVALSHA), each
-    with the ratio of its server time to its floor (the capacity issue's goal: 1.4x)."""
-    for name in ("pop, 1 org", "fair pop"):  # the fair pop against the floor with its own call (module docstring)
+    """The fair pop (one level and in one org), the push, the start (FCALL), a slot's release (EVAL: hashing
+    included; the release's two scripts summed) and the settle (fair_settle.lua; EVAL as a worker sends it, then
+    EVALSHA), each with the ratio of its server time to its floor (the capacity issue's goal: 1.4x)."""
+    for name in ("pop, 1 org", "fair pop", "push"):  # against the floor with its own call too (module docstring)
         print(f"{name:10}{med[f'{name} us']:>7.1f} us{med[f'{name} commands']:>10.2f}{med[f'{name} own']:>8.1f} us"
               f"{med[f'{name} floor']:>6.1f} us  {med[f'{name} us'] / med[f'{name} floor']:.2f}x floor, "
               f"{med[f'{name} us'] / med[f'{name} call floor']:.2f}x with its call "

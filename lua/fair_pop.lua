@@ -14,9 +14,8 @@
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
 --          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
 bind_keys()
-local now_ms = clock_ms(ARGV[1])
-local given = ARGV[2]
-local runtime = ARGV[3] == '1'
+local now_ms, now_text = clock_ms(ARGV[1])  -- now_text: for redis.call (lib/time.lua)
+local given, runtime = ARGV[2], ARGV[3] == '1'
 local lease_ms, n_acks = tonumber(ARGV[4]), tonumber(ARGV[5])
 local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
 
@@ -46,8 +45,9 @@ if due and due <= now_ms then
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1, due = due or false,
-             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
+local pop = {now_ms = now_ms, now_text = now_text, runtime = runtime, lease_ms = lease_ms, due = due or false,
+             head = tonumber(st[1] or '0') + 1, vtime = tonumber(st[2] or '0'), limited = st[4] ~= false,
+             top_pass = tonumber(top[2]), top_text = top[2]}
 local entry = given ~= '' and given or redis.call('LPOP', rq_list)
 if not entry then
   drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
@@ -73,7 +73,7 @@ if h then first[4] = got[2] end  -- serve_choose() need not read it again
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
   redis.call('HSET', state, 'head', head)
-  redis.call('ZADD', inflight, now_ms, entry)
+  redis.call('ZADD', inflight, now_text, entry)
   return {1, entry, -1, ''}
 end
 local field, tenant = parse_member(entry_value)
@@ -95,7 +95,7 @@ for _ = 1, MAX_STALE do
     redis.call('HSET', state, 'head', head)
     local plain = plain_further_down(entry, entry_value, head)
     if plain then
-      redis.call('ZADD', inflight, now_ms, plain)
+      redis.call('ZADD', inflight, now_text, plain)
       return {1, plain, -1, ''}
     end
     break

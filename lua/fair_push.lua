@@ -87,11 +87,12 @@ for i = 1, #ARGV, GROUP do
     elseif redis.call('LINDEX', rq_list, 0) == job_id then  -- rq's LPUSH: the head moved one up
       pos = redis.call('HINCRBY', state, 'head', -1)
     end
-    local seq, record = fifo_place(tenant, at_front, nil, weight, st[2])
+    local seq, record, org = fifo_place(tenant, at_front, nil, weight, st[2])
     fifo_enter(job_id, tenant, seq, pos)
     keep_costs(job_id, declared, func)
     if not (any_parked and redis.call('ZSCORE', parked, tenant)) then
-      activate(tenant, record, st[2] ~= false)
+      -- lib/stride.lua activate, which has nothing to do for a tenant without org that waited already (active)
+      if org or not st[2] then activate(tenant, record, st[2] ~= false) end
       if any_parked then wake_one() end  -- a worker may be blocked while only parked tenants' jobs waited
     end
     added = added + 1

@@ -27,8 +27,9 @@ local function reenter(tenant, record, vtime, kept_ttl)
   kept_last(kept_ttl)  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
 end
 
--- its record and the virtual time, read once: whether it has jobs waiting here, and what a park's end activates
-local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl')
+-- its record and the virtual time, read once: whether it has jobs waiting here, and what a park's end activates;
+-- state.due: without it nothing is parked here (lib/stride.lua park_until sets it with every park), no ZREM
+local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl', 'due')
 local record = read[1]
 local here, known, held = record ~= false, nil, nil
 if job_id ~= '' then
@@ -59,7 +60,7 @@ else
   below = under_limit(tenant, known)
 end
 -- its park ends (lib/stride.lua end_park, with the record read above)
-if below and redis.call('ZREM', parked, tenant) == 1 and record then
+if below and read[4] and redis.call('ZREM', parked, tenant) == 1 and record then
   reenter(tenant, record, read[2], read[3])
   wake_one()
   return 1

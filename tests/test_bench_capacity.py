@@ -51,7 +51,7 @@ def test_capacity_breakdown_names_each_script_and_command(tmp_path: Path) -> Non
     assert plain["scripts"] == {} and plain["commands"]["exec"]["calls"] > 0
     # Every script a job runs with every control on is named by its lua/built file, however it was sent.
     scripts = limited["scripts"]
-    assert {"fair_push (EVALSHA)", "release (EVALSHA)"} <= set(scripts), scripts
+    assert {"fair_push (FCALL)", "release (EVALSHA)"} <= set(scripts), scripts
     sent = {name.split(" (")[0] for name in scripts}
     assert {"start", "fair_pop", "fair_unpark"} <= sent and "?" not in sent, scripts
     for row in scripts.values():

@@ -104,7 +104,8 @@ def test_over_maxmemory_a_new_worker_still_pops() -> None:
         again = FairQueue("pops", connection=fresh, settings=Settings(prefix="fn"))
         job_id = again.enqueue(noop, 0, fair_tenant="t0").id
         fcalls, evalshas = command_calls(admin, "fcall"), command_calls(admin, "evalsha")
-        assert again.pop_fair().job_id == job_id and len(libraries(admin)) == 1
+        assert again.pop_fair().job_id == job_id  # (the enqueue loaded the push's library: FairPushScript)
+        assert [name[:21] for name in libraries(admin)].count(b"fair_router_fair_pop_") == 1
         assert (command_calls(admin, "fcall") - fcalls, command_calls(admin, "evalsha") - evalshas) == (2, 0)
         fresh.close()
         admin.close()

@@ -48,6 +48,21 @@ def test_a_release_that_ends_a_park_at_the_limit_runs_nine_commands(conn: Redis)
     assert conn.hget(queue.fair_keys.claimed, "hog") == b"1"
 
 
+def test_a_release_with_nothing_parked_here_looks_for_no_park(conn: Redis) -> None:
+    """Without state.due nothing is parked in the queue (every park sets it): a release below the limit ends its
+    claim and checks its limit, and sends no ZREM of `parked` for a park it cannot have: 4 commands (5 before)."""
+    queue = FairQueue("unparked", connection=conn, settings=Settings(prefix=PREFIX))
+    jobs = [queue.enqueue(fair_jobs.log, "t", i, fair_tenant="t", job_id=f"t-{i}1").id for i in range(3)]
+    assert queue.unpark("t", limit=5) == 0  # its limit learnt: its pops claim
+    assert queue.pop_job_id() == jobs[0]  # claimed, below its limit: not parked
+    assert conn.hget(queue.fair_keys.state, "due") is None
+    conn.config_resetstat()
+    assert queue.unpark("t", job_id=jobs[0], limit=5) == 0
+    assert script_commands(conn) == {"hmget": 1, "zrem": 1, "hincrby": 1, "hget": 1}
+    assert conn.hget(queue.fair_keys.claimed, "t") == b"0"
+    assert queue.pop_job_id() == jobs[1]  # still active: served on
+
+
 def test_a_park_that_leaves_nothing_active_lets_the_kept_passes_expire_until_its_release(conn: Redis) -> None:
     """Parking the only active tenant leaves nothing active: the kept passes expire (state.kept_ttl says so);
     the release that ends the park makes them last again (PERSIST, and the flag goes): 11 commands then."""

@@ -22,7 +22,7 @@ _INCLUDE = re.compile(r"--\s*include:\s*(.*)")
 _DEFINES = re.compile(r"^local\s+(?:function\s+)?([A-Za-z_][\w\s,]*?)\s*(?:=|\(|$)", re.MULTILINE)
 _FUNCTION_SLOT = "@@function@@"
 """Stands for a library's function name while its text is hashed (the name is made from the hash)."""
-FUNCTIONS = ("fair_pop", "route", "start", "fair_unpark")
+FUNCTIONS = ("fair_pop", "route", "start", "fair_unpark", "fair_push")
 """The scripts that also run as a Redis function library (``lua/built/<name>.library.lua``)."""
 FUNCTION_FLAGS = {"fair_pop": "{'allow-oom'}"}
 """A library's function flags (none: ``{}``, refused upfront when Redis is out of memory, as a write should be).

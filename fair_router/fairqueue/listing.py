@@ -44,8 +44,7 @@ def snapshot(connection: Redis, keys: FairQueueKeys, runtime: bool) -> FairSnaps
 
 
 def _member_text(member: bytes) -> str:
-    """A member of ``orgs``, "<org>\\0<pass key><tenant>" (the pass as 8 bytes of a big-endian double:
-    lua/lib/orgs.lua), as the replay reads it: "<org>\\0<pass as its record writes it>\\0<tenant>"."""
+    """A member of ``orgs`` (lua/lib/orgs.lua: an 8-byte pass) as the replay reads it: "<org>\\0<pass>\\0<tenant>"."""
     org, _, rest = member.partition(b"\0")
     (pass_,) = struct.unpack(">d", rest[:8])
     return f"{as_text(org)}\0{PASS_FORMAT % pass_}\0{as_text(rest[8:])}"

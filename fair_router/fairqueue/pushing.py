@@ -124,7 +124,7 @@ class FairPushes:
         size = max(1, len(entries)) if any(caps) else PUSH_BATCH
         for start in range(0, len(entries), size):
             call = script(keys, entries[start:start + size])
-            call.queue_loaded(pipeline) if loaded else call.queue(pipeline)
+            call.queue_ours(pipeline) if loaded else call.queue(pipeline)
             self.caps.record(pipeline, caps[start:start + size])
 
 

@@ -163,7 +163,7 @@ class FairQueue(RqQueueSeam):
         with self._pushes.new_enqueue():
             entry, capped = self._pushes.entry(RqPush(job.id, job, at_front, True))
         self._pushes.mark(pipeline)
-        self.fair_script(FairPushScript)(self.fair_keys, [entry._replace(from_inflight=True)]).queue_loaded(pipeline)
+        self.fair_script(FairPushScript)(self.fair_keys, [entry._replace(from_inflight=True)]).queue_ours(pipeline)
         return capped
 
     # -- the seam's push hooks ------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ class FairQueue(RqQueueSeam):
         if pipeline is None:
             return self._pushes.run(self.fair_script(FairPushScript), self.fair_keys, entry, capped)
         call = self.fair_script(FairPushScript)(self.fair_keys, [entry])
-        call.queue_loaded(pipeline) if self.owns(pipeline) else call.queue(pipeline)
+        call.queue_ours(pipeline) if self.owns(pipeline) else call.queue(pipeline)
         self._pushes.caps.record(pipeline, [capped])
 
     def push_many(self, pushes: list[RqPush], pipeline: Pipeline) -> None:

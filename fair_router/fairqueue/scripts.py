@@ -66,6 +66,7 @@ class FairPushScript(LuaScript[int]):
     """fair_push.lua: add jobs to a fair queue (or put popped ones back after a dead worker)."""
 
     name = "fair_push"
+    as_function = True  # every enqueue: its lua/lib pieces defined once, not per call (Call.queue_ours)
 
     def __call__(self, keys: FairQueueKeys, jobs: Sequence[PushEntry]) -> Call[int]:
         """ARGV = nine per job (PushEntry's fields). Result: how many were added, or -(i + 1) when job i would

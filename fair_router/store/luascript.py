@@ -90,7 +90,7 @@ class LuaScript(Generic[R]):
     as_function: ClassVar[bool] = False
     """Run as a Redis function (FCALL) where the server has them: Redis >= 7, a standalone client, FUNCTION LOAD
     allowed; else EVALSHA (EVAL queued by :meth:`Call.queue_function`). For a hot script whose pieces cost much of
-    each call (the pop, the start)."""
+    each call (the pop, the push, the start)."""
 
     def __init__(self, connection: Redis) -> None:
         self.source = self.build_source()
@@ -98,18 +98,15 @@ class LuaScript(Generic[R]):
         self.sha: str = self._registered.sha
         _SOURCES[self.sha] = self.source
         self._connection = connection
-        self.function: str | None = None
-        self.library = ""
-        if self.as_function:
-            self.library = built(f"{self.name}.library")
-            self.function = self.library.split("\n", 1)[0].removeprefix("#!lua name=")
+        self.library = built(f"{self.name}.library") if self.as_function else ""
+        self.function: str | None = self.library.split("\n", 1)[0].removeprefix("#!lua name=") or None
+        if self.function is not None:
             _SOURCES[self.function] = self.source
 
     def ensure_loaded(self) -> None:
         """SCRIPT LOAD this script on its connection's server, once per connection pool and process (a round
         trip the first time only), so that :meth:`Call.queue_loaded` may send EVALSHA."""
-        pool = self._connection.connection_pool
-        loaded = _LOADED.setdefault(pool, set())
+        loaded = _LOADED.setdefault(self._connection.connection_pool, set())
         if self.sha not in loaded:
             self._connection.script_load(self.source)
             loaded.add(self.sha)
@@ -148,11 +145,9 @@ class LuaScript(Generic[R]):
         (FUNCTION LOAD, a round trip the first time only); None where it cannot be (not :attr:`as_function`, a
         cluster's pipeline, no functions, Redis out of memory or read-only): then EVAL or EVALSHA."""
         pool = getattr(pipeline, "connection_pool", None)
-        if self.function is None or pool is None:
+        if self.function is None or pool is None or _NO_FUNCTIONS in _LOADED.get(pool, ()):
             return None
         loaded = _LOADED.setdefault(pool, set())
-        if _NO_FUNCTIONS in loaded:
-            return None
         if self.function not in loaded:
             try:
                 self.load_function(Redis(connection_pool=pool))
@@ -223,12 +218,16 @@ class Call(Generic[R]):
         pipeline.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
         return pipeline
 
+    def queue_ours(self, pipeline: Pipeline) -> Pipeline:
+        """:meth:`queue_function` where its library is loaded, else :meth:`queue_loaded`: a pipeline ours executes."""
+        return self.queue_function(pipeline) if self.script.loaded_function(pipeline) else self.queue_loaded(pipeline)
+
     def run_or_queue(self, pipeline: Pipeline | None, ours: bool = False) -> R | Pipeline:
         """:meth:`run`, or :meth:`queue` on ``pipeline`` when there is one (rq's convention: ``Queue.remove``);
         ``ours``: a plain pipeline we execute, resending lost calls (``execute_riding_oom``): FCALL, else EVALSHA."""
         if pipeline is None or not ours:
             return self.run() if pipeline is None else self.queue(pipeline)
-        return self.queue_function(pipeline) if self.script.loaded_function(pipeline) else self.queue_loaded(pipeline)
+        return self.queue_ours(pipeline)
 
 
 def sent_again(args: Sequence[Any]) -> tuple[Any, ...]:
@@ -238,19 +237,21 @@ def sent_again(args: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def execute_loaded(pipe: Pipeline, run: Callable[[Pipeline], T]) -> T:
-    """``run(pipe)``, and after a NOSCRIPT (a restart, SCRIPT FLUSH) load every script the pipeline's EVALSHAs name
-    and run the same commands once more (the pipeline's other commands must be safe to run twice)."""
+    """``run(pipe)``; after a NOSCRIPT or "Function not found" (a restart, a flush: the call did nothing) the same
+    commands once more, its EVALSHAs' scripts loaded first, its FCALLs as EVAL (:func:`sent_again`; the libraries
+    load again at their next use). The pipeline's other commands must be safe to run twice."""
     stack = list(pipe.command_stack)
     try:
         return run(pipe)
-    except NoScriptError:
-        shas = {str(args[1]) for args, _ in stack if str(args[0]).upper() == "EVALSHA"}
-        _LOADED.pop(pipe.connection_pool, None)
-        loaded = _LOADED.setdefault(pipe.connection_pool, set())
-        for sha in shas:
-            pipe.script_load(_SOURCES[sha])
-        pipe.execute()  # a pipeline's own SCRIPT LOADs, in its MULTI: one round trip
-        loaded.update(shas)
-        pipe.command_stack.extend(stack)
-        return run(pipe)
-
+    except ResponseError as error:
+        if not (isinstance(error, NoScriptError) or function_lost(error)):
+            raise
+    stack = [(sent_again(args) if str(args[0]).upper() == "FCALL" else args, options) for args, options in stack]
+    shas = {str(args[1]) for args, _ in stack if str(args[0]).upper() == "EVALSHA"}
+    _LOADED.pop(pipe.connection_pool, None)
+    for sha in shas:
+        pipe.script_load(_SOURCES[sha])
+    pipe.execute()  # a pipeline's own SCRIPT LOADs, in its MULTI: one round trip (none: nothing sent)
+    _LOADED.setdefault(pipe.connection_pool, set()).update(shas)
+    pipe.command_stack.extend(stack)
+    return run(pipe)

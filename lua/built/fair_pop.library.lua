@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_25d7b75fa43a3038
+#!lua name=fair_router_fair_pop_051d9bd063b3e2ab
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -28,12 +28,16 @@ end
 -- lib/time.lua: the one clock every script decides with.
 
 -- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
--- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time. The second result is the same
+-- ms as text, for redis.call (a Lua number crosses it through sprintf "%.17g"): `given` as it is, or TIME's two
+-- replies joined (its microseconds padded to six digits, their first three: no number formatted).
 local function clock_ms(given)
   local now = tonumber(given)
-  if now then return now end
+  if now then return now, given end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local ms = string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. ms
 end
 
 -- lib/records.lua: a tenant's record in a fair queue's `state` (lib/fifo.lua): its field, reading and writing it.
@@ -444,7 +448,7 @@ end
 -- tenant's record, with `weight` and the job counted. `weight`: the tenant's weight, or for a tenant of an
 -- organisation "<weight>|<encoded org>|<org weight>" (a record's org stays, its weight follows the push).
 -- `record`: the tenant's record when the caller read it already (false: it has none), else nil. Returns the
--- place and the record written.
+-- place, the record written and its org (nil: none), so that a caller need not parse the record again.
 local function fifo_place(tenant, at_front, wanted, weight, record)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, _, n, org = parse_tenant(record)
@@ -469,7 +473,7 @@ local function fifo_place(tenant, at_front, wanted, weight, record)
   end
   record = tenant_record(h, t, weight, (n or 0) + 1, org)
   redis.call('HSET', state, tenant_field(tenant), record)
-  return seq, record
+  return seq, record, org
 end
 
 -- A job joins its tenant's FIFO at `seq` (from fifo_place(), which counted it); its id sits at list position
@@ -773,8 +777,9 @@ end
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
--- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due;
+-- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms (now_text: the same as text,
+-- lib/time.lua), runtime, lease_ms, head (the list head's position, written here with the virtual time), vtime
+-- (before this pop), limited and due;
 -- others: true when another entry stays active if this one leaves (lib/kept.lua stride_keep need not look).
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
@@ -797,7 +802,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
   -- The claim first: a tenant that reaches its limit (or is paced) is parked at once, never written into
   -- `active` to be read back and taken out again (state.due as the pop read it: pop.due).
-  redis.call('ZADD', inflight, pop.now_ms, job_id)
+  redis.call('ZADD', inflight, pop.now_text, job_id)
   local until_ms, org_until = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited, org and org.name)
   if org then
     if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
@@ -940,7 +945,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_25d7b75fa43a3038', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_051d9bd063b3e2ab', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice
@@ -958,9 +963,8 @@ KEYS, ARGV = keys, args
 --          3 = jobs wait, but only parked tenants' (wake_ms: when the first park ends, -1 if none). Kinds 0 and 3
 --          add now_ms, this pop's clock, so that a caller waits wake_ms - now_ms whatever its own clock says.
 bind_keys()
-local now_ms = clock_ms(ARGV[1])
-local given = ARGV[2]
-local runtime = ARGV[3] == '1'
+local now_ms, now_text = clock_ms(ARGV[1])  -- now_text: for redis.call (lib/time.lua)
+local given, runtime = ARGV[2], ARGV[3] == '1'
 local lease_ms, n_acks = tonumber(ARGV[4]), tonumber(ARGV[5])
 local MAX_STALE = 1000  -- stale members dropped per call at most; the next call goes on
 
@@ -990,8 +994,9 @@ if due and due <= now_ms then
   chosen, alone, member, inner = entry_tenant(top[1])
   first = chosen and {chosen, tonumber(top[2]), redis.call('HGET', state, tenant_field(chosen))} or nil
 end
-local pop = {now_ms = now_ms, runtime = runtime, lease_ms = lease_ms, head = tonumber(st[1] or '0') + 1, due = due or false,
-             vtime = tonumber(st[2] or '0'), limited = st[4] ~= false, top_pass = tonumber(top[2]), top_text = top[2]}
+local pop = {now_ms = now_ms, now_text = now_text, runtime = runtime, lease_ms = lease_ms, due = due or false,
+             head = tonumber(st[1] or '0') + 1, vtime = tonumber(st[2] or '0'), limited = st[4] ~= false,
+             top_pass = tonumber(top[2]), top_text = top[2]}
 local entry = given ~= '' and given or redis.call('LPOP', rq_list)
 if not entry then
   drop_all_stale()  -- nothing waits: any member left is stale (lib/stale.lua)
@@ -1017,7 +1022,7 @@ if h then first[4] = got[2] end  -- serve_choose() need not read it again
 if not entry_value then  -- not a member: an id rq's internals pushed, served as it is
   if given ~= '' then unnote_stale(given) end  -- lib/stale.lua: another pop may have taken it for stale
   redis.call('HSET', state, 'head', head)
-  redis.call('ZADD', inflight, now_ms, entry)
+  redis.call('ZADD', inflight, now_text, entry)
   return {1, entry, -1, ''}
 end
 local field, tenant = parse_member(entry_value)
@@ -1039,7 +1044,7 @@ for _ = 1, MAX_STALE do
     redis.call('HSET', state, 'head', head)
     local plain = plain_further_down(entry, entry_value, head)
     if plain then
-      redis.call('ZADD', inflight, now_ms, plain)
+      redis.call('ZADD', inflight, now_text, plain)
       return {1, plain, -1, ''}
     end
     break

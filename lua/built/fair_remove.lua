@@ -431,7 +431,7 @@ end
 -- tenant's record, with `weight` and the job counted. `weight`: the tenant's weight, or for a tenant of an
 -- organisation "<weight>|<encoded org>|<org weight>" (a record's org stays, its weight follows the push).
 -- `record`: the tenant's record when the caller read it already (false: it has none), else nil. Returns the
--- place and the record written.
+-- place, the record written and its org (nil: none), so that a caller need not parse the record again.
 local function fifo_place(tenant, at_front, wanted, weight, record)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, _, n, org = parse_tenant(record)
@@ -456,7 +456,7 @@ local function fifo_place(tenant, at_front, wanted, weight, record)
   end
   record = tenant_record(h, t, weight, (n or 0) + 1, org)
   redis.call('HSET', state, tenant_field(tenant), record)
-  return seq, record
+  return seq, record, org
 end
 
 -- A job joins its tenant's FIFO at `seq` (from fifo_place(), which counted it); its id sits at list position

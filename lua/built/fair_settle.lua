@@ -26,12 +26,16 @@ end
 -- lib/time.lua: the one clock every script decides with.
 
 -- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
--- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time. The second result is the same
+-- ms as text, for redis.call (a Lua number crosses it through sprintf "%.17g"): `given` as it is, or TIME's two
+-- replies joined (its microseconds padded to six digits, their first three: no number formatted).
 local function clock_ms(given)
   local now = tonumber(given)
-  if now then return now end
+  if now then return now, given end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local ms = string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. ms
 end
 
 -- lib/records.lua: a tenant's record in a fair queue's `state` (lib/fifo.lua): its field, reading and writing it.

@@ -26,12 +26,16 @@ end
 -- lib/time.lua: the one clock every script decides with.
 
 -- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
--- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time. The second result is the same
+-- ms as text, for redis.call (a Lua number crosses it through sprintf "%.17g"): `given` as it is, or TIME's two
+-- replies joined (its microseconds padded to six digits, their first three: no number formatted).
 local function clock_ms(given)
   local now = tonumber(given)
-  if now then return now end
+  if now then return now, given end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local ms = string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. ms
 end
 
 -- lib/records.lua: a tenant's record in a fair queue's `state` (lib/fifo.lua): its field, reading and writing it.
@@ -522,8 +526,9 @@ local function reenter(tenant, record, vtime, kept_ttl)
   kept_last(kept_ttl)  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
 end
 
--- its record and the virtual time, read once: whether it has jobs waiting here, and what a park's end activates
-local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl')
+-- its record and the virtual time, read once: whether it has jobs waiting here, and what a park's end activates;
+-- state.due: without it nothing is parked here (lib/stride.lua park_until sets it with every park), no ZREM
+local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl', 'due')
 local record = read[1]
 local here, known, held = record ~= false, nil, nil
 if job_id ~= '' then
@@ -554,7 +559,7 @@ else
   below = under_limit(tenant, known)
 end
 -- its park ends (lib/stride.lua end_park, with the record read above)
-if below and redis.call('ZREM', parked, tenant) == 1 and record then
+if below and read[4] and redis.call('ZREM', parked, tenant) == 1 and record then
   reenter(tenant, record, read[2], read[3])
   wake_one()
   return 1

@@ -20,9 +20,11 @@ orgs = KEYS[15]
 end
 local function clock_ms(given)
 local now = tonumber(given)
-if now then return now end
+if now then return now, given end
 local t = redis.call('TIME')
-return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local us = t[2]
+local ms = string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. ms
 end
 local RECORD = '='
 local function tenant_field(tenant)
@@ -323,7 +325,7 @@ if redis.call('ZADD', active, 'NX', start, tenant) == 0 then return end  -- acti
 if last then redis.call('ZREM', kept, tenant) end
 kept_last(kept_ttl)  -- an entry is active again: the kept passes no longer expire (lib/kept.lua)
 end
-local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl')
+local read = redis.call('HMGET', state, tenant_field(tenant), 'vtime', 'kept_ttl', 'due')
 local record = read[1]
 local here, known, held = record ~= false, nil, nil
 if job_id ~= '' then
@@ -351,7 +353,7 @@ below = not bound or bound == 0 or held < bound
 else
 below = under_limit(tenant, known)
 end
-if below and redis.call('ZREM', parked, tenant) == 1 and record then
+if below and read[4] and redis.call('ZREM', parked, tenant) == 1 and record then
 reenter(tenant, record, read[2], read[3])
 wake_one()
 return 1

@@ -1,9 +1,11 @@
 -- lua/built/observe_start.min.lua: lua/observe_start.lua without comments (make lua)
 local function clock_ms(given)
 local now = tonumber(given)
-if now then return now end
+if now then return now, given end
 local t = redis.call('TIME')
-return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local us = t[2]
+local ms = string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. ms
 end
 local cap, ttl, minute_slots, tick_ms, tick_slots, n_buckets, recent_ms = tonumber(ARGV[2]), tonumber(ARGV[3]),
 tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])

@@ -1,14 +1,18 @@
-#!lua name=fair_router_start_3d095b180729e113
+#!lua name=fair_router_start_42d23a9f309a406c
 local KEYS, ARGV
 -- lib/time.lua: the one clock every script decides with.
 
 -- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
--- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time. The second result is the same
+-- ms as text, for redis.call (a Lua number crosses it through sprintf "%.17g"): `given` as it is, or TIME's two
+-- replies joined (its microseconds padded to six digits, their first three: no number formatted).
 local function clock_ms(given)
   local now = tonumber(given)
-  if now then return now end
+  if now then return now, given end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local ms = string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. ms
 end
 
 -- lib/start.lua: run_start(controls): decide one job start by the controls the call names, in its order.
@@ -246,7 +250,7 @@ end
 local START_CONTROLS = {start_pause = start_pause, start_slot = start_slot, start_rate = start_rate,
                         start_org_pause = refusing_as(start_pause, 7), start_org_slot = refusing_as(start_slot, 6)}
 
-redis.register_function{function_name='fair_router_start_3d095b180729e113', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_start_42d23a9f309a406c', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- start.lua: decide one job start by the worker's start controls (fair_router/controls/gate.py): pause,
 -- concurrency slot, rate, those the call names, in its order (lib/start.lua runs them). One text for every

@@ -26,12 +26,16 @@ end
 -- lib/time.lua: the one clock every script decides with.
 
 -- Now in ms: `given` (an ARGV slot holding the injected clock's ms) when it is a number, else ('') the
--- Redis server's TIME, so that every caller sharing one Redis agrees on the time.
+-- Redis server's TIME, so that every caller sharing one Redis agrees on the time. The second result is the same
+-- ms as text, for redis.call (a Lua number crosses it through sprintf "%.17g"): `given` as it is, or TIME's two
+-- replies joined (its microseconds padded to six digits, their first three: no number formatted).
 local function clock_ms(given)
   local now = tonumber(given)
-  if now then return now end
+  if now then return now, given end
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = t[2]
+  local ms = string.sub(string.rep('0', 6 - #us) .. us, 1, 3)
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(us) / 1000), t[1] .. ms
 end
 
 -- lib/records.lua: a tenant's record in a fair queue's `state` (lib/fifo.lua): its field, reading and writing it.
@@ -442,7 +446,7 @@ end
 -- tenant's record, with `weight` and the job counted. `weight`: the tenant's weight, or for a tenant of an
 -- organisation "<weight>|<encoded org>|<org weight>" (a record's org stays, its weight follows the push).
 -- `record`: the tenant's record when the caller read it already (false: it has none), else nil. Returns the
--- place and the record written.
+-- place, the record written and its org (nil: none), so that a caller need not parse the record again.
 local function fifo_place(tenant, at_front, wanted, weight, record)
   if record == nil then record = redis.call('HGET', state, tenant_field(tenant)) end
   local h, t, _, n, org = parse_tenant(record)
@@ -467,7 +471,7 @@ local function fifo_place(tenant, at_front, wanted, weight, record)
   end
   record = tenant_record(h, t, weight, (n or 0) + 1, org)
   redis.call('HSET', state, tenant_field(tenant), record)
-  return seq, record
+  return seq, record, org
 end
 
 -- A job joins its tenant's FIFO at `seq` (from fifo_place(), which counted it); its id sits at list position

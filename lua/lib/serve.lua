@@ -47,8 +47,9 @@ end
 -- Serve the choice: it leaves its FIFO, its tenant's pass advances by 1 / weight (charge="jobs") or by
 -- its estimated run time / weight, recorded in `charged` for the settlement (charge="runtime"). A limited
 -- tenant's job is claimed (lib/claims.lua); a tenant that reached its limit is parked until a release
--- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms, runtime, lease_ms, head
--- (the list head's position, written here with the virtual time), vtime (before this pop), limited and due;
+-- or for `lease_ms`, a paced one until its start reports. `pop`: the pop's now_ms (now_text: the same as text,
+-- lib/time.lua), runtime, lease_ms, head (the list head's position, written here with the virtual time), vtime
+-- (before this pop), limited and due;
 -- others: true when another entry stays active if this one leaves (lib/kept.lua stride_keep need not look).
 -- `tail`, `stored`, `waiting`, `org`: the tenant's tail seq, weight, waiting count and org from its record
 -- (serve_choose()). A tenant of an org: `pass` is its org's, which advances by the step / the org's weight,
@@ -71,7 +72,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
   if pass > pop.vtime then redis.call('ZREMRANGEBYSCORE', kept, '-inf', pass_arg) end
   -- The claim first: a tenant that reaches its limit (or is paced) is parked at once, never written into
   -- `active` to be read back and taken out again (state.due as the pop read it: pop.due).
-  redis.call('ZADD', inflight, pop.now_ms, job_id)
+  redis.call('ZADD', inflight, pop.now_text, job_id)
   local until_ms, org_until = claim(tenant, job_id, pop.now_ms, pop.lease_ms, pop.limited, org and org.name)
   if org then
     if waiting <= 1 then  -- its org goes on at next_pass, or leaves with it (lib/stride.lua org_served)
