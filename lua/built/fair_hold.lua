@@ -93,10 +93,11 @@ end
 local KEPT_IDLE_MS = 60000
 
 -- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last).
-local function stride_keep(entry, pass)
+-- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last). `others`: the caller knows another entry stays
+-- active (no EXISTS to ask).
+local function stride_keep(entry, pass, others)
   redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then
+  if not others and redis.call('EXISTS', active) == 0 then
     redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
     redis.call('HSET', state, 'kept_ttl', 1)
   end

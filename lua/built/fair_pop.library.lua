@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_pop_051d9bd063b3e2ab
+#!lua name=fair_router_fair_pop_80c2a1b6cdbe5b2c
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -95,10 +95,11 @@ end
 local KEPT_IDLE_MS = 60000
 
 -- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last).
-local function stride_keep(entry, pass)
+-- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last). `others`: the caller knows another entry stays
+-- active (no EXISTS to ask).
+local function stride_keep(entry, pass, others)
   redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then
+  if not others and redis.call('EXISTS', active) == 0 then
     redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
     redis.call('HSET', state, 'kept_ttl', 1)
   end
@@ -832,7 +833,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
                tenant_record(seq + 1, tail, stored, waiting - 1))
     if until_ms then  -- parked: it leaves `active`, its pass kept for its return (lib/stride.lua stride_hold)
       redis.call('ZREM', active, tenant)
-      if pop.others then redis.call('ZADD', kept, next_pass, tenant) else stride_keep(tenant, next_pass) end
+      stride_keep(tenant, next_pass, pop.others)
       park_until(tenant, until_ms, true, pop.due)
     else
       redis.call('ZADD', active, next_pass, tenant)
@@ -945,7 +946,7 @@ local function drop_all_stale()
   return n
 end
 
-redis.register_function{function_name='fair_router_fair_pop_051d9bd063b3e2ab', flags={'allow-oom'}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_pop_80c2a1b6cdbe5b2c', flags={'allow-oom'}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_pop.lua: take the next job of a fair queue. rq's list head decides between the two kinds of entries: an
 -- id rq's internals pushed (not a member) is served as it is; a member's turn goes to the stride choice

@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_push_2810ef84610ae774
+#!lua name=fair_router_fair_push_4eb4a25fdf3c3d67
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -80,10 +80,11 @@ end
 local KEPT_IDLE_MS = 60000
 
 -- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last).
-local function stride_keep(entry, pass)
+-- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last). `others`: the caller knows another entry stays
+-- active (no EXISTS to ask).
+local function stride_keep(entry, pass, others)
   redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then
+  if not others and redis.call('EXISTS', active) == 0 then
     redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
     redis.call('HSET', state, 'kept_ttl', 1)
   end
@@ -637,7 +638,7 @@ local function recount(tenant)
   return left or 0, true
 end
 
-redis.register_function{function_name='fair_router_fair_push_2810ef84610ae774', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_push_4eb4a25fdf3c3d67', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_push.lua: add jobs to a fair queue: each id onto rq's list and into its tenant's FIFO. Also
 -- puts popped jobs back (recovery after a dead worker) and adopts ids rq pushed itself (unique=True).

@@ -1,4 +1,4 @@
-#!lua name=fair_router_fair_unpark_630bfd7d8264b10b
+#!lua name=fair_router_fair_unpark_a242d1716742ce52
 local KEYS, ARGV
 -- lib/fair_keys.lua: the fair queue's keys, one local each, in the order fair_router.core.keys.FairQueueKeys
 -- declares its fields (FairQueueKeys.all_for_scripts passes them in that order; tests/test_lua_files.py
@@ -95,10 +95,11 @@ end
 local KEPT_IDLE_MS = 60000
 
 -- An entry's pass is kept for its return (idle or parked); while nothing is active the kept passes expire
--- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last).
-local function stride_keep(entry, pass)
+-- after KEPT_IDLE_MS, and state.kept_ttl says so (kept_last). `others`: the caller knows another entry stays
+-- active (no EXISTS to ask).
+local function stride_keep(entry, pass, others)
   redis.call('ZADD', kept, pass, entry)
-  if redis.call('EXISTS', active) == 0 then
+  if not others and redis.call('EXISTS', active) == 0 then
     redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
     redis.call('HSET', state, 'kept_ttl', 1)
   end
@@ -499,7 +500,7 @@ local function sweep_claims(now_ms)
   end
 end
 
-redis.register_function{function_name='fair_router_fair_unpark_630bfd7d8264b10b', flags={}, callback=function(keys, args)
+redis.register_function{function_name='fair_router_fair_unpark_a242d1716742ce52', flags={}, callback=function(keys, args)
 KEYS, ARGV = keys, args
 -- fair_unpark.lua: one of a tenant's concurrency slots was released (or a pause ended). Its claim here
 -- ends (lib/claims.lua) and, if it has jobs or had that claim here, its limit is learnt; below that limit

@@ -53,9 +53,9 @@ end
 return value
 end
 local KEPT_IDLE_MS = 60000
-local function stride_keep(entry, pass)
+local function stride_keep(entry, pass, others)
 redis.call('ZADD', kept, pass, entry)
-if redis.call('EXISTS', active) == 0 then
+if not others and redis.call('EXISTS', active) == 0 then
 redis.call('PEXPIRE', kept, KEPT_IDLE_MS)
 redis.call('HSET', state, 'kept_ttl', 1)
 end

@@ -102,7 +102,7 @@ local function serve_take(job_id, seq, tenant, pass, pop, tail, stored, waiting,
                tenant_record(seq + 1, tail, stored, waiting - 1))
     if until_ms then  -- parked: it leaves `active`, its pass kept for its return (lib/stride.lua stride_hold)
       redis.call('ZREM', active, tenant)
-      if pop.others then redis.call('ZADD', kept, next_pass, tenant) else stride_keep(tenant, next_pass) end
+      stride_keep(tenant, next_pass, pop.others)
       park_until(tenant, until_ms, true, pop.due)
     else
       redis.call('ZADD', active, next_pass, tenant)
