@@ -178,3 +178,12 @@ def test_a_variable_hides_the_files_value_and_arguments_hide_both(
     assert str(info.value).splitlines()[1:] == [
         "  load_settings() arguments: prefix: prefix must be 1-100 letters, digits, '_', '.', ':' or '-' (no braces), "
         "got 'a{b}'"]
+
+
+def test_an_unknown_key_of_djangos_setting_names_the_key_meant() -> None:
+    from fair_router.config.settings import from_django
+
+    with pytest.raises(SettingsError) as info:
+        from_django({"fair_queue": ["imports"]}, "mysite.settings.FAIR_ROUTER", {})
+    assert "fair_queue: Extra inputs are not permitted" in str(info.value)
+    assert "did you mean 'fair_queues'?" in str(info.value), str(info.value)

@@ -3,11 +3,12 @@ given."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 
 class SettingsError(ValueError):
@@ -48,8 +49,37 @@ def _location(loc: Loc) -> str:
     return path or "(top level)"
 
 
-def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc], str | None] | None = None) -> str:
-    """A ValidationError as ``key.path: reason (got value)`` lines, each prefixed by its ``origin``, else ``source``."""
+def _model_at(model: Any, path: Loc) -> type[BaseModel] | None:
+    """The settings section (a pydantic model) at ``path`` under ``model``: through its fields, dict values and list
+    items; None where the path leads to no model."""
+    node = model
+    for part in path:
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            field = node.model_fields.get(str(part))
+            node = None if field is None else field.annotation
+        elif get_origin(node) in (dict, list):
+            node = get_args(node)[-1]  # a dict's value, a list's item
+        else:
+            return None
+        while get_origin(node) in (Annotated, Union):  # Annotated[T, ...] -> T; T | None -> T
+            node = next((arg for arg in get_args(node) if arg is not type(None)), None)
+    return node if isinstance(node, type) and issubclass(node, BaseModel) else None
+
+
+def _unknown_key_hint(model: type[BaseModel] | None, loc: Loc) -> str:
+    """For an unknown key: the known key it is closest to, else the keys its place takes (empty: none known)."""
+    section = _model_at(model, loc[:-1]) if model is not None and loc else None
+    if section is None:
+        return ""
+    known = list(section.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f"; the keys here are {', '.join(known)}"
+
+
+def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc], str | None] | None = None,
+                    model: type[BaseModel] | None = None) -> str:
+    """A ValidationError as ``key.path: reason (got value)`` lines, each prefixed by its ``origin``, else ``source``;
+    an unknown key also names the key of ``model`` (the settings class) it is closest to."""
     lines = []
     placed = True
     for item in error.errors():
@@ -61,7 +91,8 @@ def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc],
         where = f"{_location(loc)}: " if loc or label else ""  # a single argument has no key path
         if len(reason) > 4 * SHOWN:  # a validator's message quoting a long value
             reason = f"{reason[:4 * SHOWN]}... ({len(reason)} characters)"
-        lines.append(f"  {label + ': ' if label else ''}{where}{reason}{got}")
+        hint = _unknown_key_hint(model, loc) if item["type"] == "extra_forbidden" else ""
+        lines.append(f"  {label + ': ' if label else ''}{where}{reason}{got}{hint}")
     if len(lines) > MAX_LINES:
         lines[MAX_LINES:] = [f"  ... and {len(lines) - MAX_LINES} more"]
     heading = "invalid fair-router settings:" if placed and lines else f"invalid fair-router settings in {source}:"

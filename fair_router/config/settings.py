@@ -288,7 +288,8 @@ def from_django(values: Any, name: str, overrides: dict[str, Any]) -> Settings:
     try:
         settings = DjangoSettings(**overrides)
     except ValidationError as exc:
-        raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)")) from None
+        raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)",
+                                            model=Settings)) from None
     if first_time(name):
         logging.getLogger("fair_router.settings").info("fair-router settings: %s (Django)", name)
     return settings
@@ -315,7 +316,8 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     except yaml.YAMLError as exc:
         raise SettingsError(f"{file}: malformed YAML: {exc}") from None
     except ValidationError as exc:
-        raise SettingsError(describe_errors(exc, source, _Origins(FileSettings, file, overrides))) from None
+        raise SettingsError(describe_errors(exc, source, _Origins(FileSettings, file, overrides),
+                                            model=Settings)) from None
     except SourceError as exc:  # pydantic-settings could not read a source: an environment variable, so far
         message = _bad_json(exc)
         if message is None:
