@@ -26,6 +26,16 @@ def default_config_path(start: Path | None = None) -> Path | None:
     return None
 
 
+def not_a_file(file: Path, from_variable: bool) -> str:
+    """Why ``file``, named as the settings file (by ``$FAIR_ROUTER_CONFIG`` when ``from_variable``), cannot be read,
+    and what to do."""
+    what = "is a directory" if file.is_dir() else "not found"
+    if from_variable:
+        return (f"fair-router settings file {what}: {file} (from ${CONFIG_ENV}); point ${CONFIG_ENV} at a YAML file, "
+                f"or unset it to use the {DEFAULT_CONFIG} of the working directory or its parents")
+    return f"fair-router settings file {what}: {file}; give the path of a YAML file"
+
+
 def config_search_path(start: Path | None = None) -> list[Path]:
     """The directories :func:`default_config_path` looks in, nearest first."""
     folder = (start or Path.cwd()).resolve()

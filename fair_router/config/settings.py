@@ -24,7 +24,7 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as SourceError
 
 from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors
-from fair_router.config.location import CONFIG_ENV, announce_source, default_config_path, first_time
+from fair_router.config.location import CONFIG_ENV, announce_source, default_config_path, first_time, not_a_file
 from fair_router.config.sections import (
     Charge,
     ConcurrencyConfig,
@@ -303,7 +303,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         return from_django(*django, overrides)
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
-        raise SettingsError(f"fair-router settings file not found: {file}")
+        raise SettingsError(not_a_file(file, from_variable=path is None))
     source = f"{file} (or its FAIR_ROUTER_* environment override)" if file else "FAIR_ROUTER_* environment"
 
     class FileSettings(Settings):
