@@ -143,5 +143,6 @@ def warn_about_other_redis(worker: Any) -> None:
     url = redact_url(settings.redis_url)
     worker.log.warning("Worker %s: serves Redis %s, but the settings' redis_url is %s (%s), where @fair_job enqueues "
                        "and fair-router's commands set tenant controls: jobs enqueued there never reach this worker. "
-                       "Start it with --url %s, or set redis_url to this worker's Redis",
+                       "Serve that Redis (rq worker --url %s; django-rq: the queues' RQ_QUEUES entries), or set "
+                       "redis_url to this worker's Redis",
                        worker.name, redis_address(worker.connection), url, why, url)
