@@ -200,3 +200,14 @@ def test_a_worker_on_another_redis_than_the_settings_redis_url_warns_at_start(tm
         done = run(tmp_path, str(BIN / "rq"), "worker", "-w", "fair_router.WeightedWorker", "--burst", "--url", url,
                    "default")
         assert done.returncode == 0 and "the settings' redis_url" not in done.stderr + done.stdout, done.stderr
+
+
+@pytest.mark.usefixtures("isolated_settings")
+def test_a_variable_close_to_a_settings_name_is_logged_by_every_process(monkeypatch: pytest.MonkeyPatch,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A typo in a file's key fails at load; one in a variable's name was ignored silently outside `check`."""
+    monkeypatch.setenv("FAIR_ROUTER_FAIR_QUEUE", '["imports"]')
+    with caplog.at_level(logging.WARNING, logger="fair_router"):
+        assert load_settings().fair_queues == []
+    said = [record.getMessage() for record in caplog.records if "FAIR_ROUTER_FAIR_QUEUE" in record.getMessage()]
+    assert said and "did you mean FAIR_ROUTER_FAIR_QUEUES?" in said[0], caplog.text

@@ -24,7 +24,14 @@ from pydantic_settings import (
 from pydantic_settings import SettingsError as SourceError
 
 from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors
-from fair_router.config.location import CONFIG_ENV, announce_source, default_config_path, first_time, not_a_file
+from fair_router.config.location import (
+    CONFIG_ENV,
+    announce_mistyped_variables,
+    announce_source,
+    default_config_path,
+    first_time,
+    not_a_file,
+)
 from fair_router.config.sections import (
     Charge,
     ConcurrencyConfig,
@@ -292,6 +299,7 @@ def from_django(values: Any, name: str, overrides: dict[str, Any]) -> Settings:
                                             model=Settings)) from None
     if first_time(name):
         logging.getLogger("fair_router.settings").info("fair-router settings: %s (Django)", name)
+    announce_mistyped_variables(Settings.model_fields)
     return settings
 
 
@@ -328,5 +336,6 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None
     settings._source_file = file.resolve() if file is not None else None
     announce_source(file)
+    announce_mistyped_variables(Settings.model_fields)
     return settings
 
