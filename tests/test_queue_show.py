@@ -110,4 +110,4 @@ def test_show_names_jobs_another_serializer_wrote_instead_of_failing(conn: Redis
     shown = CliRunner().invoke(main, ["queue", "show", "qs_json", "--config", str(config)])
     assert shown.exit_code == 0, shown.output
     line = next(line for line in shown.output.splitlines() if job.id in line)
-    assert "cannot be read with rq's default serializer" in line, shown.output
+    assert "unreadable with rq's default serializer" in line, shown.output

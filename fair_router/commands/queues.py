@@ -47,12 +47,10 @@ def _list_next(queue: Queue, fair: bool, limit: int, max_bytes: int) -> None:
 
 
 def _function(job: Job) -> str:
-    """The job's function, or why it cannot be read (its data written by another serializer than rq's default)."""
     try:
         return str(job.func_name)
-    except DeserializationError:
-        return ("(its data cannot be read with rq's default serializer, pickle: it was enqueued with another, e.g. "
-                "rq's --serializer json; it is served as usual by workers given that serializer)")
+    except DeserializationError:  # written by another serializer than rq's default (rq --serializer json)
+        return "(unreadable with rq's default serializer, pickle: enqueued with another, e.g. rq's --serializer json)"
 
 
 @click.group()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable
+from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -49,31 +50,19 @@ def _location(loc: Loc) -> str:
     return path or "(top level)"
 
 
-def _model_at(model: Any, path: Loc) -> type[BaseModel] | None:
-    """The settings section (a pydantic model) at ``path`` under ``model``: through its fields, dict values and list
-    items; None where the path leads to no model."""
-    node = model
-    for part in path:
-        if isinstance(node, type) and issubclass(node, BaseModel):
-            field = node.model_fields.get(str(part))
-            node = None if field is None else field.annotation
-        elif get_origin(node) in (dict, list):
-            node = get_args(node)[-1]  # a dict's value, a list's item
-        else:
-            return None
-        while get_origin(node) in (Annotated, Union):  # Annotated[T, ...] -> T; T | None -> T
-            node = next((arg for arg in get_args(node) if arg is not type(None)), None)
-    return node if isinstance(node, type) and issubclass(node, BaseModel) else None
-
-
-def _unknown_key_hint(model: type[BaseModel] | None, loc: Loc) -> str:
-    """For an unknown key: the known key it is closest to, else the keys its place takes (empty: none known)."""
-    section = _model_at(model, loc[:-1]) if model is not None and loc else None
-    if section is None:
+def _unknown_key_hint(model: Any, loc: Loc) -> str:
+    """For an unknown key: the key of its section of ``model`` it is closest to, else the section's keys."""
+    for part in loc[:-1]:  # down fields, dict values and list items, unwrapping Annotated[T, ...] and T | None
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            model = getattr(model.model_fields.get(str(part)), "annotation", None)
+        elif get_origin(model) in (dict, list):
+            model = get_args(model)[-1]
+        while get_origin(model) in (Annotated, Union, UnionType):
+            model = next((arg for arg in get_args(model) if arg is not type(None)), None)
+    if not (loc and isinstance(model, type) and issubclass(model, BaseModel)):
         return ""
-    known = list(section.model_fields)
-    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else f"; the keys here are {', '.join(known)}"
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f"; the keys here are {', '.join(model.model_fields)}"
 
 
 def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc], str | None] | None = None,

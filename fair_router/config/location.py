@@ -32,8 +32,7 @@ def default_config_path(start: Path | None = None) -> Path | None:
 
 
 def not_a_file(file: Path, from_variable: bool) -> str:
-    """Why ``file``, named as the settings file (by ``$FAIR_ROUTER_CONFIG`` when ``from_variable``), cannot be read,
-    and what to do."""
+    """Why the settings file ``file`` (from ``$FAIR_ROUTER_CONFIG`` when ``from_variable``) cannot be read; the fix."""
     what = "is a directory" if file.is_dir() else "not found"
     if from_variable:
         return (f"fair-router settings file {what}: {file} (from ${CONFIG_ENV}); point ${CONFIG_ENV} at a YAML file, "
@@ -83,10 +82,8 @@ def announce_source(file: Path | None, log: bool = True) -> str:
     return said
 
 
-
 def meant_variable(variable: str, known: set[str]) -> str | None:
-    """The ``FAIR_ROUTER_*`` variable ``variable`` was probably meant to be, when no setting (of ``known``, upper-case
-    names) reads it but its name is close to one; else None."""
+    """The variable ``variable`` was meant to be: no setting of ``known`` (upper-case) reads it, but one is close."""
     if not variable.startswith(ENV_PREFIX):
         return None
     head = variable[len(ENV_PREFIX):].split("__", 1)[0].upper()
@@ -97,13 +94,11 @@ def meant_variable(variable: str, known: set[str]) -> str | None:
 
 
 def announce_mistyped_variables(settings: Iterable[str], log: bool = True) -> None:
-    """Log, once per process, each ``FAIR_ROUTER_*`` variable that no setting (named in ``settings``) reads but whose
-    name is close to one's (a typo that leaves the setting at its default); ``log=False`` only marks them said
-    (``fair-router check`` reports them as errors of its own)."""
+    """Log once per process each ``FAIR_ROUTER_*`` variable no setting reads, close to one's name (a typo leaving it at
+    its default); ``log=False`` only marks them said (``fair-router check`` prints them as errors)."""
     known = {name.upper() for name in settings} | OTHER_VARIABLES
     for variable in sorted(os.environ):
         meant = meant_variable(variable, known)
         if meant is not None and first_time(f"{variable} -> {meant}") and log:
-            logging.getLogger("fair_router.settings").warning(
-                "fair-router settings: %s: unknown variable, ignored by every setting; did you mean %s?", variable,
-                meant)
+            logging.getLogger("fair_router.settings").warning("fair-router settings: %s: unknown variable, ignored by "
+                                                              "every setting; did you mean %s?", variable, meant)

@@ -23,15 +23,9 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from fair_router.config import location
 from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors
-from fair_router.config.location import (
-    CONFIG_ENV,
-    announce_mistyped_variables,
-    announce_source,
-    default_config_path,
-    first_time,
-    not_a_file,
-)
+from fair_router.config.location import CONFIG_ENV, announce_source, default_config_path, first_time
 from fair_router.config.sections import (
     Charge,
     ConcurrencyConfig,
@@ -299,7 +293,7 @@ def from_django(values: Any, name: str, overrides: dict[str, Any]) -> Settings:
                                             model=Settings)) from None
     if first_time(name):
         logging.getLogger("fair_router.settings").info("fair-router settings: %s (Django)", name)
-    announce_mistyped_variables(Settings.model_fields)
+    location.announce_mistyped_variables(Settings.model_fields)
     return settings
 
 
@@ -311,7 +305,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         return from_django(*django, overrides)
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
-        raise SettingsError(not_a_file(file, from_variable=path is None))
+        raise SettingsError(location.not_a_file(file, from_variable=path is None))
     source = f"{file} (or its FAIR_ROUTER_* environment override)" if file else "FAIR_ROUTER_* environment"
 
     class FileSettings(Settings):
@@ -336,6 +330,6 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None
     settings._source_file = file.resolve() if file is not None else None
     announce_source(file)
-    announce_mistyped_variables(Settings.model_fields)
+    location.announce_mistyped_variables(Settings.model_fields)
     return settings
 

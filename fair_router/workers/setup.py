@@ -117,17 +117,15 @@ def warn_about_server_settings(worker: Any) -> None:
 
 
 def warn_about_other_redis(worker: Any) -> None:
-    """Log, once at start, a worker on another Redis server or database than the settings' ``redis_url`` (when set):
-    producers (``@fair_job``) enqueue there and the fair-router commands keep tenant controls there, so this worker
-    would see neither. Compared by server (``run_id``) and database, so one server spelt two ways is not reported."""
+    """Log, once at start, a worker on another Redis server (``run_id``) or database than the settings' ``redis_url``,
+    where ``@fair_job`` enqueues and the commands keep tenant controls."""
     settings = worker.settings
     if "redis_url" not in settings.model_fields_set or settings.shard_urls or settings.redis_cluster:
         return  # no redis_url given (producers then pass their own connection), or queues on other servers by design
     other = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)  # connects when used
     ours, theirs = worker.connection.connection_pool.connection_kwargs, other.connection_pool.connection_kwargs
     same_db = int(ours.get("db") or 0) == int(theirs.get("db") or 0)
-    spot = ("host", "port", "path")
-    if same_db and all(ours.get(key) == theirs.get(key) for key in spot):
+    if same_db and all(ours.get(key) == theirs.get(key) for key in ("host", "port", "path")):
         other.close()
         return
     try:
