@@ -66,6 +66,12 @@ CORPUS: list[tuple[str, str | bytes, list[str]]] = [
     ("huge-int", "pool: {a: 123456789012345678901234567890123456789}\n", ["integer of 39 digits", "line 1"]),
     ("unknown-key", "redis_uri: redis://x\n", ["redis_uri", "Extra inputs are not permitted", "redis://x"]),
     ("redis-url-list", "redis_url: [a]\n", ["redis_url", "valid string", "['a']"]),
+    # -- an unknown key names the key it was probably meant to be, else the keys its place takes
+    ("unknown-key-near", "redis_ur: redis://x\n", ["redis_ur", "redis://x", "did you mean 'redis_url'?"]),
+    ("unknown-nested-key", "concurrency: {enable: true}\n", ["concurrency.enable", "did you mean 'enabled'?"]),
+    ("unknown-job-key", job("{queues: [a]}"), ["app.task", "queues", "did you mean 'queue'?"]),
+    ("unknown-rule-key", rule("{queue: q, threshold: 1, per: 1h, limit: 3}"),
+     ["rules[0].limit", "the keys here are queue, threshold, per"]),
     # -- prefix
     ("prefix-braces", "prefix: 'a{b}'\n", ["prefix", "no braces", "'a{b}'"]),
     ("prefix-empty", "prefix: ''\n", ["prefix", "got ''"]),

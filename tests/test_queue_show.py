@@ -97,3 +97,17 @@ def test_show_limit(conn: Redis, redis_server: RedisServer, tmp_path: Path) -> N
 
     empty = runner.invoke(main, ["queue", "show", "qs_nothing", "--config", str(config)])
     assert empty.exit_code == 0 and empty.output == "qs_nothing: plain\n  no job waiting\n"
+
+
+def test_show_names_jobs_another_serializer_wrote_instead_of_failing(conn: Redis, redis_server: RedisServer,
+                                                                     tmp_path: Path) -> None:
+    from rq.serializers import JSONSerializer
+
+    config = write_settings(tmp_path, {"redis_url": redis_server.url})
+    queue = FairQueue("qs_json", connection=conn, serializer=JSONSerializer)
+    job = queue.enqueue("fair_jobs.log", "acme", 1, fair_tenant="acme")
+
+    shown = CliRunner().invoke(main, ["queue", "show", "qs_json", "--config", str(config)])
+    assert shown.exit_code == 0, shown.output
+    line = next(line for line in shown.output.splitlines() if job.id in line)
+    assert "unreadable with rq's default serializer" in line, shown.output

@@ -178,3 +178,29 @@ def test_a_variable_hides_the_files_value_and_arguments_hide_both(
     assert str(info.value).splitlines()[1:] == [
         "  load_settings() arguments: prefix: prefix must be 1-100 letters, digits, '_', '.', ':' or '-' (no braces), "
         "got 'a{b}'"]
+
+
+def test_an_unknown_key_of_djangos_setting_names_the_key_meant() -> None:
+    from fair_router.config.settings import from_django
+
+    with pytest.raises(SettingsError) as info:
+        from_django({"fair_queue": ["imports"]}, "mysite.settings.FAIR_ROUTER", {})
+    assert "fair_queue: Extra inputs are not permitted" in str(info.value)
+    assert "did you mean 'fair_queues'?" in str(info.value), str(info.value)
+
+
+@pytest.mark.usefixtures("isolated_settings")
+def test_a_missing_file_named_by_the_variable_names_the_variable_and_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAIR_ROUTER_CONFIG", str(tmp_path / "nope.yaml"))
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    message = str(info.value)
+    assert f"{tmp_path / 'nope.yaml'}" in message and "$FAIR_ROUTER_CONFIG" in message, message
+    assert "unset" in message, message  # the fix: point it at a file, or unset it
+
+
+def test_a_directory_given_as_the_settings_file_is_named_as_one(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as info:
+        load_settings(tmp_path)
+    assert "is a directory" in str(info.value), str(info.value)

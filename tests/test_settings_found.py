@@ -180,3 +180,34 @@ def test_a_worker_without_the_rule_queues_warns_at_start(tmp_path: Path, redis_s
     done = run(tmp_path, str(BIN / "rq"), "worker", "-w", "fair_router.WeightedWorker", "--burst", "--url",
                redis_server.url, "default", "default_throttled", "default_superslow")
     assert done.returncode == 0 and "does not serve" not in done.stderr + done.stdout
+
+
+@pytest.mark.usefixtures("isolated_settings")
+def test_a_worker_on_another_redis_than_the_settings_redis_url_warns_at_start(tmp_path: Path,
+                                                                               redis_server: RedisServer) -> None:
+    """rq's CLI takes its own --url, while the worker class reads the settings (fair queues, limits) and producers
+    enqueue into the settings' redis_url: a worker on another database never sees their jobs, nor their controls."""
+    (tmp_path / "fair_router.yaml").write_text(f"redis_url: {redis_server.url}\n")
+    other_db = redis_server.url.rsplit("/", 1)[0] + "/1"
+    done = run(tmp_path, str(BIN / "rq"), "worker", "-w", "fair_router.WeightedWorker", "--burst", "--url", other_db,
+               "default")
+    assert done.returncode == 0, done.stderr
+    output = done.stderr + done.stdout
+    assert "the settings' redis_url" in output and f"--url {redis_server.url}" in output, output
+    same = redis_server.url.replace("127.0.0.1", "localhost") if "127.0.0.1" in redis_server.url \
+        else redis_server.url.replace("localhost", "127.0.0.1")  # the same server and database, spelt otherwise
+    for url in (redis_server.url, same):
+        done = run(tmp_path, str(BIN / "rq"), "worker", "-w", "fair_router.WeightedWorker", "--burst", "--url", url,
+                   "default")
+        assert done.returncode == 0 and "the settings' redis_url" not in done.stderr + done.stdout, done.stderr
+
+
+@pytest.mark.usefixtures("isolated_settings")
+def test_a_variable_close_to_a_settings_name_is_logged_by_every_process(monkeypatch: pytest.MonkeyPatch,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A typo in a file's key fails at load; one in a variable's name was ignored silently outside `check`."""
+    monkeypatch.setenv("FAIR_ROUTER_FAIR_QUEUE", '["imports"]')
+    with caplog.at_level(logging.WARNING, logger="fair_router"):
+        assert load_settings().fair_queues == []
+    said = [record.getMessage() for record in caplog.records if "FAIR_ROUTER_FAIR_QUEUE" in record.getMessage()]
+    assert said and "did you mean FAIR_ROUTER_FAIR_QUEUES?" in said[0], caplog.text

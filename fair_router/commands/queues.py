@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 from rq import Queue
+from rq.exceptions import DeserializationError
 from rq.job import Job
 
 from fair_router.commands.common import connect, load_or_exit
@@ -42,7 +43,14 @@ def _list_next(queue: Queue, fair: bool, limit: int, max_bytes: int) -> None:
         if job is None:
             click.echo(f"  {position:>4}. {job_id:<{width}}  (job hash gone)")
         else:
-            click.echo(f"  {position:>4}. {job_id:<{width}}  tenant={tenant:<{tenant_width}}  {job.func_name}")
+            click.echo(f"  {position:>4}. {job_id:<{width}}  tenant={tenant:<{tenant_width}}  {_function(job)}")
+
+
+def _function(job: Job) -> str:
+    try:
+        return str(job.func_name)
+    except DeserializationError:  # written by another serializer than rq's default (rq --serializer json)
+        return "(unreadable with rq's default serializer, pickle: enqueued with another, e.g. rq's --serializer json)"
 
 
 @click.group()

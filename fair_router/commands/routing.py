@@ -13,6 +13,7 @@ from fair_router.commands.common import load_or_exit, router_for
 from fair_router.commands.failures import fail
 from fair_router.commands.workers import add_import_paths, path_option
 from fair_router.config.crosscheck import job_key_findings
+from fair_router.config.location import announce_mistyped_variables
 from fair_router.config.settings import Settings, announce_source, default_config_path
 from fair_router.core.durations import format_duration
 from fair_router.core.rules import window_cap
@@ -32,6 +33,7 @@ def check(config: Path | None, ping: bool, deep: bool, paths: tuple[str, ...]) -
     add_import_paths(paths)  # job keys and the tier resolver import as in the workers
     file = config if config is not None else default_config_path()
     click.echo(f"settings:  {announce_source(file, log=False)}")
+    announce_mistyped_variables(Settings.model_fields, log=False)  # reported below, as errors
     settings = load_or_exit(config)
     click.echo(f"redis_url: {redact_url(settings.redis_url)}\nprefix:    {settings.prefix}\n")
     rows = [("job key", "base queue", "#", "threshold", "per", "-> queue")]

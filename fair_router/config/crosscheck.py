@@ -11,11 +11,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal
 
+from fair_router.config.location import ENV_PREFIX, OTHER_VARIABLES, meant_variable
 from fair_router.config.settings import CONFIG_ENV, Settings
-
-ENV_PREFIX = "FAIR_ROUTER_"
-OTHER_VARIABLES = {"CONFIG", "DASHBOARD_TOKEN", "DASHBOARD_READ_TOKEN", "SKIP_RQ_CHECK"}  # not settings
-"""``FAIR_ROUTER_<name>`` variables that are not settings but are read elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -101,11 +98,10 @@ def unknown_variables(environ: Mapping[str, str]) -> list[Finding]:
         head = variable[len(ENV_PREFIX):].split("__", 1)[0].upper()
         if head in known:
             continue
-        close = difflib.get_close_matches(head, sorted(known), n=1, cutoff=0.75)
+        meant = meant_variable(variable, known)
         value = environ[variable]
         shown = value if len(value) <= 40 else value[:37] + "..."
-        if close:
-            meant = ENV_PREFIX + close[0] + variable[len(ENV_PREFIX) + len(head):]
+        if meant is not None:
             findings.append(Finding("error", variable, f"unknown variable (value {shown!r}), ignored by every "
                                     f"setting; did you mean {meant}?"))
         else:

@@ -3,11 +3,13 @@ given."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable
-from typing import TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 
 class SettingsError(ValueError):
@@ -48,8 +50,25 @@ def _location(loc: Loc) -> str:
     return path or "(top level)"
 
 
-def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc], str | None] | None = None) -> str:
-    """A ValidationError as ``key.path: reason (got value)`` lines, each prefixed by its ``origin``, else ``source``."""
+def _unknown_key_hint(model: Any, loc: Loc) -> str:
+    """For an unknown key: the key of its section of ``model`` it is closest to, else the section's keys."""
+    for part in loc[:-1]:  # down fields, dict values and list items, unwrapping Annotated[T, ...] and T | None
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            model = getattr(model.model_fields.get(str(part)), "annotation", None)
+        elif get_origin(model) in (dict, list):
+            model = get_args(model)[-1]
+        while get_origin(model) in (Annotated, Union, UnionType):
+            model = next((arg for arg in get_args(model) if arg is not type(None)), None)
+    if not (loc and isinstance(model, type) and issubclass(model, BaseModel)):
+        return ""
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else f"; the keys here are {', '.join(model.model_fields)}"
+
+
+def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc], str | None] | None = None,
+                    model: type[BaseModel] | None = None) -> str:
+    """A ValidationError as ``key.path: reason (got value)`` lines, each prefixed by its ``origin``, else ``source``;
+    an unknown key also names the key of ``model`` (the settings class) it is closest to."""
     lines = []
     placed = True
     for item in error.errors():
@@ -61,7 +80,8 @@ def describe_errors(error: ValidationError, source: str, origin: Callable[[Loc],
         where = f"{_location(loc)}: " if loc or label else ""  # a single argument has no key path
         if len(reason) > 4 * SHOWN:  # a validator's message quoting a long value
             reason = f"{reason[:4 * SHOWN]}... ({len(reason)} characters)"
-        lines.append(f"  {label + ': ' if label else ''}{where}{reason}{got}")
+        hint = _unknown_key_hint(model, loc) if item["type"] == "extra_forbidden" else ""
+        lines.append(f"  {label + ': ' if label else ''}{where}{reason}{got}{hint}")
     if len(lines) > MAX_LINES:
         lines[MAX_LINES:] = [f"  ... and {len(lines) - MAX_LINES} more"]
     heading = "invalid fair-router settings:" if placed and lines else f"invalid fair-router settings in {source}:"

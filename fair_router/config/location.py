@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 CONFIG_ENV = "FAIR_ROUTER_CONFIG"
+ENV_PREFIX = "FAIR_ROUTER_"
+OTHER_VARIABLES = {"CONFIG", "DASHBOARD_TOKEN", "DASHBOARD_READ_TOKEN", "SKIP_RQ_CHECK"}  # not settings
+"""``FAIR_ROUTER_<name>`` variables that are not settings but are read elsewhere."""
 DEFAULT_CONFIG = Path("fair_router.yaml")
 PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 """A directory holding one of these is a project's root: the search for ``fair_router.yaml`` stops there."""
@@ -24,6 +29,15 @@ def default_config_path(start: Path | None = None) -> Path | None:
         if candidate.is_file():
             return DEFAULT_CONFIG if folder == here and start is None else candidate
     return None
+
+
+def not_a_file(file: Path, from_variable: bool) -> str:
+    """Why the settings file ``file`` (from ``$FAIR_ROUTER_CONFIG`` when ``from_variable``) cannot be read; the fix."""
+    what = "is a directory" if file.is_dir() else "not found"
+    if from_variable:
+        return (f"fair-router settings file {what}: {file} (from ${CONFIG_ENV}); point ${CONFIG_ENV} at a YAML file, "
+                f"or unset it to use the {DEFAULT_CONFIG} of the working directory or its parents")
+    return f"fair-router settings file {what}: {file}; give the path of a YAML file"
 
 
 def config_search_path(start: Path | None = None) -> list[Path]:
@@ -66,3 +80,25 @@ def announce_source(file: Path | None, log: bool = True) -> str:
     logging.getLogger("fair_router.settings").log(logging.WARNING if unset else logging.INFO,
                                                   "fair-router settings: %s", said)
     return said
+
+
+def meant_variable(variable: str, known: set[str]) -> str | None:
+    """The variable ``variable`` was meant to be: no setting of ``known`` (upper-case) reads it, but one is close."""
+    if not variable.startswith(ENV_PREFIX):
+        return None
+    head = variable[len(ENV_PREFIX):].split("__", 1)[0].upper()
+    if head in known:
+        return None
+    close = difflib.get_close_matches(head, sorted(known), n=1, cutoff=0.75)
+    return ENV_PREFIX + close[0] + variable[len(ENV_PREFIX) + len(head):] if close else None
+
+
+def announce_mistyped_variables(settings: Iterable[str], log: bool = True) -> None:
+    """Log once per process each ``FAIR_ROUTER_*`` variable no setting reads, close to one's name (a typo leaving it at
+    its default); ``log=False`` only marks them said (``fair-router check`` prints them as errors)."""
+    known = {name.upper() for name in settings} | OTHER_VARIABLES
+    for variable in sorted(os.environ):
+        meant = meant_variable(variable, known)
+        if meant is not None and first_time(f"{variable} -> {meant}") and log:
+            logging.getLogger("fair_router.settings").warning("fair-router settings: %s: unknown variable, ignored by "
+                                                              "every setting; did you mean %s?", variable, meant)

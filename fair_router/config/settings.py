@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 from pydantic_settings import SettingsError as SourceError
 
+from fair_router.config import location
 from fair_router.config.errors import Loc, SettingsError, SettingsWarning, describe_errors
 from fair_router.config.location import CONFIG_ENV, announce_source, default_config_path, first_time
 from fair_router.config.sections import (
@@ -288,9 +289,11 @@ def from_django(values: Any, name: str, overrides: dict[str, Any]) -> Settings:
     try:
         settings = DjangoSettings(**overrides)
     except ValidationError as exc:
-        raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)")) from None
+        raise SettingsError(describe_errors(exc, f"{name} (or its FAIR_ROUTER_* environment override)",
+                                            model=Settings)) from None
     if first_time(name):
         logging.getLogger("fair_router.settings").info("fair-router settings: %s (Django)", name)
+    location.announce_mistyped_variables(Settings.model_fields)
     return settings
 
 
@@ -302,7 +305,7 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         return from_django(*django, overrides)
     file = Path(path) if path is not None else default_config_path()
     if file is not None and not file.is_file():
-        raise SettingsError(f"fair-router settings file not found: {file}")
+        raise SettingsError(location.not_a_file(file, from_variable=path is None))
     source = f"{file} (or its FAIR_ROUTER_* environment override)" if file else "FAIR_ROUTER_* environment"
 
     class FileSettings(Settings):
@@ -315,7 +318,8 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
     except yaml.YAMLError as exc:
         raise SettingsError(f"{file}: malformed YAML: {exc}") from None
     except ValidationError as exc:
-        raise SettingsError(describe_errors(exc, source, _Origins(FileSettings, file, overrides))) from None
+        raise SettingsError(describe_errors(exc, source, _Origins(FileSettings, file, overrides),
+                                            model=Settings)) from None
     except SourceError as exc:  # pydantic-settings could not read a source: an environment variable, so far
         message = _bad_json(exc)
         if message is None:
@@ -326,5 +330,6 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
         raise SettingsError(f"{file}: settings must be a YAML mapping of keys to values ({exc})") from None
     settings._source_file = file.resolve() if file is not None else None
     announce_source(file)
+    location.announce_mistyped_variables(Settings.model_fields)
     return settings
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter
 from redis import ConnectionPool, Redis
+from redis.exceptions import RedisError
 from rq import Queue
 
 from fair_router.config.errors import validated
@@ -22,8 +23,10 @@ from fair_router.core.validation import QueueName, QueueWeight, Weight
 from fair_router.fairqueue.combined import as_fair
 from fair_router.fairqueue.queue import FairQueue
 from fair_router.store.cluster import is_rq_slot_client, pair_of, state_of
+from fair_router.store.outage import redis_address
 from fair_router.store.serverconf import policy_readings
 from fair_router.workers.limiter import ConcurrencyLimiter, WorkerGate
+from fair_router.workers.pool import redact_url
 
 if TYPE_CHECKING:
     from fair_router.config.settings import Settings
@@ -111,3 +114,33 @@ def warn_about_server_settings(worker: Any) -> None:
     for reading in policy_readings([worker.connection, worker.state_connection, worker.gate.limiter.connection]):
         if not reading.safe:
             worker.log.warning("Worker %s: %s", worker.name, reading.describe())
+
+
+def warn_about_other_redis(worker: Any) -> None:
+    """Log, once at start, a worker on another Redis server (``run_id``) or database than the settings' ``redis_url``,
+    where ``@fair_job`` enqueues and the commands keep tenant controls."""
+    settings = worker.settings
+    if "redis_url" not in settings.model_fields_set or settings.shard_urls or settings.redis_cluster:
+        return  # no redis_url given (producers then pass their own connection), or queues on other servers by design
+    other = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)  # connects when used
+    ours, theirs = worker.connection.connection_pool.connection_kwargs, other.connection_pool.connection_kwargs
+    same_db = int(ours.get("db") or 0) == int(theirs.get("db") or 0)
+    if same_db and all(ours.get(key) == theirs.get(key) for key in ("host", "port", "path")):
+        other.close()
+        return
+    try:
+        same_server = other.info("server")["run_id"] == worker.connection.info("server")["run_id"]
+    except RedisError as exc:
+        same_server, why = False, f"which this worker cannot reach ({type(exc).__name__}: {exc})"
+    else:
+        why = "another server" if not same_server else "another database"
+    finally:
+        other.close()
+    if same_server and same_db:
+        return
+    url = redact_url(settings.redis_url)
+    worker.log.warning("Worker %s: serves Redis %s, but the settings' redis_url is %s (%s), where @fair_job enqueues "
+                       "and fair-router's commands set tenant controls: jobs enqueued there never reach this worker. "
+                       "Serve that Redis (rq worker --url %s; django-rq: the queues' RQ_QUEUES entries), or set "
+                       "redis_url to this worker's Redis",
+                       worker.name, redis_address(worker.connection), url, why, url)

@@ -91,8 +91,9 @@ class Duties:
         self.worker = worker
 
     def starting(self) -> None:
-        """Warn about a Redis that may evict keys and about rule queues left unserved."""
+        """Warn about a Redis that may evict keys, another Redis than the settings', and rule queues left unserved."""
         setup.warn_about_server_settings(self.worker)
+        setup.warn_about_other_redis(self.worker)
         setup.warn_unserved_rule_queues(self.worker)
 
     def beat(self) -> None:
