@@ -4,6 +4,7 @@ worker` processes on the real redis-server; assertions on the limiter's counters
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from redis import Redis
 from rq.job import JobStatus
 from rq.registry import FailedJobRegistry
 
-from fair_router import FairQueue, FairRouter, Settings
+from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker
 from fair_router.config.settings import ConcurrencyConfig, TiersConfig
 from fair_router.controls.pauses import TenantPauses
 from fair_router.controls.tiers import TierBook
@@ -105,6 +106,24 @@ def test_pausing_parks_the_tenant_in_its_fair_queues_before_any_pop(conn: Redis)
     assert queue.pop_job_id() is None
     assert pauses.resume("acme") == 1
     assert [queue.pop_job_id(), queue.pop_job_id()] == held
+
+
+def test_a_burst_worker_that_leaves_held_jobs_waiting_says_so(conn: Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """rq's burst ends when nothing can be fetched now; jobs a pause (or limit, or rate) holds stay, and the worker
+    says so instead of quitting as if the queue were empty."""
+    settings = Settings(prefix=PREFIX)
+    queue = FairQueue("paused", connection=conn, settings=settings)
+    held = queue.enqueue(limit_jobs.record, "x", 0, fair_tenant="acme").id
+    other = queue.enqueue(limit_jobs.record, "x", 0, fair_tenant="calm").id
+    TenantPauses(conn, KEYS).pause("acme")
+    with caplog.at_level(logging.WARNING, logger="fair_router"):
+        WeightedSimpleWorker([queue], connection=conn, settings=settings).work(burst=True)
+    assert queue.fetch_job(other).get_status() == JobStatus.FINISHED  # type: ignore[union-attr]
+    assert queue.fetch_job(held).get_status() == JobStatus.QUEUED  # type: ignore[union-attr]
+    said = [record.getMessage() for record in caplog.records if record.getMessage().startswith("burst:")]
+    assert said == ["burst: jobs still wait in paused, their tenants held back by a concurrency limit, a rate or a "
+                    "pause; the burst ends without them (as it does without rq's scheduled jobs). A worker without "
+                    "--burst serves them when they may start"]
 
 
 def test_a_tenant_held_by_its_own_rate_is_parked_until_its_next_start(

@@ -77,6 +77,16 @@ def test_the_search_stops_at_the_projects_root(tmp_path: Path, project: Path) ->
 
 
 @pytest.mark.usefixtures("isolated_settings")
+def test_a_django_project_without_the_file_is_told_where_the_commands_read_settings(project: Path) -> None:
+    """fair-router's commands do not run Django: its FAIR_ROUTER is not theirs, and the warning says so."""
+    (project / "fair_router.yaml").unlink()
+    done = run(project, str(BIN / "python"), "-c", LOAD, env={"DJANGO_SETTINGS_MODULE": "myproject.settings"})
+    assert done.returncode == 0, done.stderr
+    assert ("$DJANGO_SETTINGS_MODULE is set, but Django's FAIR_ROUTER is read only in a process that runs Django: "
+            "point $FAIR_ROUTER_CONFIG at a YAML file with the same keys") in done.stderr, done.stderr
+
+
+@pytest.mark.usefixtures("isolated_settings")
 def test_the_variable_wins_and_is_named(tmp_path: Path, project: Path) -> None:
     other = tmp_path / "elsewhere.yaml"
     other.write_text("queues: {default: 1}\n")

@@ -33,11 +33,13 @@ limit: its limit and release reported to fair_park/fair_unpark; + the org's tier
 and cached in TierBook, org set --tier, and a tenant's pause mirrored under its orgs' tags; + the listing's reading of
 an org member's 8-byte pass, and a tenant's profile on its org's tier built once while cached), counted apart
 likewise."""
-MESSAGE_LINES = 101
+MESSAGE_LINES = 101 + 19
 """Where users plug fair-router in, failures that name the problem and the fix (counted apart for the merge): an
 unknown settings key's did-you-mean (config/errors.py), a missing or directory settings file and a mistyped
 FAIR_ROUTER_* variable logged by every process (config/location.py), a worker on another Redis than redis_url
-(workers/setup.py), a job another serializer wrote in ``queue show`` (commands/queues.py)."""
+(workers/setup.py), a job another serializer wrote in ``queue show`` (commands/queues.py); + a Django project's
+commands told that Django's FAIR_ROUTER is not theirs (config/location.py), a ``--dequeue-strategy`` the weights
+replace (workers/sampling.py), django-rq's worker flag in the plain-worker advice (fairqueue/stale.py)."""
 # The other features: 13,596 lines after the structure round's third cut, this round's capacity work and the size
 # cut (make lua's build tool to tools/, the churn scenario to bench/, docstrings restating docs/api.md), rounded up.
 MAX_PACKAGE_LINES = 13600 + WHY_LINES + ORG_LINES + MESSAGE_LINES

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from redis import Redis
 from rq import Queue
 from rq.registry import FinishedJobRegistry
+from rq.worker import DequeueStrategy
 from worker_jobs import noop
 
 from fair_router import SettingsError, WeightedSimpleWorker, WeightedWorker
@@ -70,6 +72,23 @@ def test_empty_heavy_queue_is_skipped_and_the_rest_renormalise(conn: Redis) -> N
     shares = Counter(dequeue_names(worker, n))
     assert set(shares) == {"b", "c"}
     assert shares["b"] / n == pytest.approx(2 / 3, abs=tolerance(2 / 3, n))  # +-3.9 points
+
+
+def test_a_dequeue_strategy_the_weights_replace_is_warned_about_once(conn: Redis,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    for name in ("a", "b"):
+        for _ in range(2):
+            Queue(name, connection=conn).enqueue(noop)
+    worker = WeightedSimpleWorker(["a", "b"], connection=conn, weights={"a": 1, "b": 1})
+    with caplog.at_level(logging.WARNING, logger="fair_router"):
+        worker.work(burst=True, dequeue_strategy=DequeueStrategy.ROUND_ROBIN)
+    said = [record.getMessage() for record in caplog.records if "--dequeue-strategy" in record.getMessage()]
+    assert said == ["--dequeue-strategy round_robin is not applied: the queues' weights (settings' queues:, or "
+                    "weights=) draw the order of every fetch. Drop the weights of these queues to use rq's strategy, "
+                    "or drop the option"]
+    caplog.clear()
+    WeightedSimpleWorker(["a", "b"], connection=conn, weights={"a": 1, "b": 1}).work(burst=True)
+    assert not [record for record in caplog.records if "--dequeue-strategy" in record.getMessage()]
 
 
 def test_first_fetch_is_sampled_too(conn: Redis) -> None:

@@ -8,6 +8,8 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from fair_router.core.djangoenv import SETTING, django_settings
+
 CONFIG_ENV = "FAIR_ROUTER_CONFIG"
 ENV_PREFIX = "FAIR_ROUTER_"
 OTHER_VARIABLES = {"CONFIG", "DASHBOARD_TOKEN", "DASHBOARD_READ_TOKEN", "SKIP_RQ_CHECK"}  # not settings
@@ -67,8 +69,12 @@ def describe_source(file: Path | None) -> str:
     if file is not None:
         return f"{file.resolve()}" + (f" (from ${CONFIG_ENV})" if os.environ.get(CONFIG_ENV) else "")
     looked = config_search_path()
-    return (f"none found (${CONFIG_ENV} is not set, and there is no {DEFAULT_CONFIG} in {looked[0]} or its parents "
+    said = (f"none found (${CONFIG_ENV} is not set, and there is no {DEFAULT_CONFIG} in {looked[0]} or its parents "
             f"up to {looked[-1]}): defaults and FAIR_ROUTER_* variables only, so no job key has rules")
+    if os.environ.get("DJANGO_SETTINGS_MODULE") and django_settings() is None:  # fair-router's commands, say
+        said += (f"; $DJANGO_SETTINGS_MODULE is set, but Django's {SETTING} is read only in a process that runs "
+                 f"Django: point ${CONFIG_ENV} at a YAML file with the same keys")
+    return said
 
 
 def announce_source(file: Path | None, log: bool = True) -> str:

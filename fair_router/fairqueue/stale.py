@@ -18,8 +18,9 @@ logger = logging.getLogger("fair_router")
 RAN = frozenset({"started", "finished", "failed", "stopped"})
 """Job statuses that mean some worker took the job."""
 
-ADVICE = ("start every worker of this queue as a weighted worker (`fair-router worker`, or `rq worker -w "
-          "fair_router.WeightedWorker`): a plain `rq worker` takes its jobs first-in first-out, outside fair share")
+ADVICE = ("start every worker of this queue as a weighted worker (`fair-router worker`, `rq worker -w "
+          "fair_router.WeightedWorker`, or django-rq's `rqworker --worker-class fair_router.WeightedWorker`): a plain "
+          "`rq worker` takes its jobs first-in first-out, outside fair share")
 
 
 @dataclass

@@ -62,6 +62,7 @@ MEMBERS: tuple[RqMember, ...] = (
     RqMember("rq.defaults", "RQ_KEY_PREFIX", ATTRIBUTE, "feature"),
     # -- Worker side: rq_internals/worker.py (RqWorkerSeam) and turns.py
     RqMember(WORKER, "_ordered_queues", ATTRIBUTE, "feature"),
+    RqMember(WORKER, "_dequeue_strategy", ATTRIBUTE, "feature"),
     RqMember(WORKER, "dequeue_job_and_maintain_ttl", "(self, timeout, max_idle_time)", "feature"),
     RqMember(WORKER, "heartbeat", "(self, timeout, pipeline)", "feature"),
     RqMember(WORKER, "set_state", "(self, state, pipeline)", "speed-up"),

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -219,7 +220,13 @@ class RqQueueSeam(Queue):
                     job = _served(job_cls, result, queue, connection, serializer)
                     if job is not None:
                         return note_wait(job, waited), queue
-            if deadline is None:
+            if deadline is None:  # rq's burst: one look, no wait
+                if stalled:
+                    logging.getLogger("fair_router").warning(
+                        "burst: jobs still wait in %s, their tenants held back by a concurrency limit, a rate or a "
+                        "pause; the burst ends without them (as it does without rq's scheduled jobs). A worker "
+                        "without --burst serves them when they may start",
+                        ", ".join(sorted(by_key[key].name for key in stalled)))
                 return None
             left = deadline - time.monotonic()
             if left <= 0:

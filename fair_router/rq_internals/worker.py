@@ -47,7 +47,7 @@ class JobNotStarted(Exception):
 class FetchOrder(Protocol):
     """The queue order of the next fetch (:class:`fair_router.workers.sampling.WeightedOrder`)."""
 
-    def draw(self) -> list[Queue] | None: ...  # a fresh order, or None to keep rq's
+    def draw(self, strategy: str | None = None) -> list[Queue] | None: ...  # a fresh order, or None to keep rq's
 
 
 class Starts(Protocol):
@@ -154,7 +154,7 @@ class RqWorkerSeam(BaseWorker):
                                      max_idle_time: int | None = None) -> tuple[Job, Queue] | None:
         """rq's, after a fresh fetch order is drawn, with the blocking wait capped."""
         self.job_clock.fetching()
-        order = self.fetch_order.draw()
+        order = self.fetch_order.draw(self._dequeue_strategy)
         if order is not None:
             self._ordered_queues = order
         if timeout is not None and self.fetch_wait_cap is not None:

@@ -3,6 +3,7 @@ keys). Why this distribution: docs/internals.md ("Weighted fetch order")."""
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterable
 from typing import TypeVar
@@ -37,10 +38,20 @@ class WeightedOrder:
 
     def __init__(self, weights: list[tuple[Queue, QueueWeight]] | None) -> None:
         self.weights = weights
+        self.strategy_said = False
 
-    def draw(self) -> list[Queue] | None:
-        """The order of the next fetch (None: rq's)."""
-        return None if self.weights is None else weighted_order(self.weights)
+    def draw(self, strategy: str | None = None) -> list[Queue] | None:
+        """The order of the next fetch (None: rq's). rq's ``strategy`` (``--dequeue-strategy``) other than its default
+        gives way to the weights: said once, naming the fix."""
+        if self.weights is None:
+            return None
+        if strategy not in (None, "default") and not self.strategy_said:
+            self.strategy_said = True
+            logging.getLogger("fair_router").warning(
+                "--dequeue-strategy %s is not applied: the queues' weights (settings' queues:, or weights=) draw the "
+                "order of every fetch. Drop the weights of these queues to use rq's strategy, or drop the option",
+                getattr(strategy, "value", strategy))
+        return weighted_order(self.weights)
 
     def replace(self, old: Queue, new: Queue) -> None:
         """Serve ``new`` in ``old``'s place, with its weight (a queue marked fair)."""
