@@ -43,6 +43,15 @@ def fail_once(key: str) -> str:
     return "ok"
 
 
+def log_after_a_failure(tenant: str, n: int) -> None:
+    """Fails on its first run; logs as :func:`log` on the next."""
+    job = get_current_job()
+    assert job is not None
+    if int(job.connection.incr(f"test:fair:failed:{tenant}:{n}")) == 1:
+        raise RuntimeError("first run fails")
+    log(tenant, n)
+
+
 class QuickRecoverFairQueue(FairQueue):
     """A FairQueue that recovers popped-but-unstarted jobs after 0.5 s instead of 60 s."""
 

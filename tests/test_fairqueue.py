@@ -25,7 +25,7 @@ from conftest import command_calls, monitored, round_trips, terminate
 from redis import Redis
 from rq import Queue, Retry, SimpleWorker, Worker
 from rq.job import Job, JobStatus
-from rq.registry import CanceledJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
+from rq.registry import CanceledJobRegistry, FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
 from rq.scheduler import RQScheduler
 
 from fair_router import FairQueue, FairRouter, Settings, WeightedSimpleWorker, fair_job
@@ -504,6 +504,25 @@ def test_a_canceled_fair_job_requeued_by_rq_is_not_lost(conn: Redis) -> None:
     worker.work(burst=True)
     assert ran(conn) == [("B", 0), ("A", 0)] and x.get_status(refresh=True) == JobStatus.FINISHED
     assert queue.count == 0
+
+
+def test_jobs_rq_requeues_as_plain_ids_are_served_by_fair_share(conn: Redis) -> None:
+    """``rq requeue --all`` (FailedJobRegistry.requeue) pushes plain ids through a plain rq Queue: the pop that meets
+    one puts it in its tenant's FIFO, so a requeued backlog does not run ahead of a small tenant's jobs."""
+    queue = fair(conn)
+    big = fill(queue, "big", 6, fair_jobs.log_after_a_failure)
+    worker = WeightedSimpleWorker([queue], connection=conn, settings=settings())
+    worker.work(burst=True)
+    registry = FailedJobRegistry("default", connection=conn)
+    assert registry.count == 6
+    for job in big:
+        registry.requeue(job.id)
+    fill(queue, "small", 2)
+    worker.work(burst=True)
+    order = [tenant for tenant, _ in ran(conn)]
+    assert sorted(order) == ["big"] * 6 + ["small"] * 2
+    assert order[:4].count("small") == 2, order  # by turns, not after the requeued backlog
+    assert queue.count == 0 and conn.hlen(queue.fair_keys.members) == 0
 
 
 def test_a_canceled_job_behind_waiting_ones_leaves_the_count_exact(conn: Redis) -> None:

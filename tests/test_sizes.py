@@ -41,8 +41,9 @@ FAIR_ROUTER_* variable logged by every process (config/location.py), a worker on
 commands told that Django's FAIR_ROUTER is not theirs (config/location.py), a ``--dequeue-strategy`` the weights
 replace (workers/sampling.py), django-rq's worker flag in the plain-worker advice (fairqueue/stale.py)."""
 # The other features: 13,596 lines after the structure round's third cut, this round's capacity work and the size
-# cut (make lua's build tool to tools/, the churn scenario to bench/, docstrings restating docs/api.md), rounded up.
-MAX_PACKAGE_LINES = 13600 + WHY_LINES + ORG_LINES + MESSAGE_LINES
+# cut (make lua's build tool to tools/, the churn scenario to bench/, docstrings restating docs/api.md), rounded up;
+# + 16: a tenant's job rq pushed as a plain id (rq requeue, the scheduler, a retry) joins its FIFO when a pop meets it.
+MAX_PACKAGE_LINES = 13600 + 16 + WHY_LINES + ORG_LINES + MESSAGE_LINES
 
 
 def oversized(package: Path) -> list[str]:

@@ -114,6 +114,16 @@ class FairPushes:
                 raise
             raise TenantBacklogFull(capped.tenant, self.name, capped.cap) from None
 
+    def adopt(self, script: FairPushScript, keys: FairQueueKeys, job: Job) -> bool:
+        """A tenant's job rq pushed as a plain id (``rq requeue``, the scheduler, a retry, a ``RateLimit`` admission),
+        popped: it joins its tenant's FIFO rather than being served first-come. A refused push (its tenant waits
+        under another org) leaves it plain. True if it joined."""
+        entry = self.config.entry(job.id, job, bool(job.enqueue_at_front), from_inflight=True)
+        try:
+            return bool(script(keys, [entry]).run())
+        except ResponseError:
+            return False
+
     def push_many(self, script: FairPushScript, keys: FairQueueKeys, pushes: list[RqPush], pipeline: Pipeline,
                   loaded: bool) -> None:
         """An ``enqueue_many`` batch's pushes, ``PUSH_BATCH`` per call; a batch with a capped job is pushed by

@@ -200,12 +200,11 @@ class FairQueue(RqQueueSeam):
         self.fair_script(FairPushScript)(self.fair_keys, [self._config.entry(job.id, job, at_front, listed=True)]).run()
 
     def adopt(self, job: Job) -> bool:
-        """Seam hook: a job rq 3.0's ``RateLimit`` admitted by a plain push joins its tenant's FIFO (fair order)."""
-        if not job.has_rate_limit or tenant_of(job.meta, self.tenant_max_bytes) is None:
+        """Seam hook: a tenant's job rq pushed as a plain id joins its FIFO when a pop meets it (pushing.py)."""
+        if tenant_of(job.meta, self.tenant_max_bytes) is None:
             return False
         self._handed_out.pop(job.id, None)
-        entry = self._config.entry(job.id, job, bool(job.enqueue_at_front), from_inflight=True)
-        return bool(self.fair_script(FairPushScript)(self.fair_keys, [entry]).run())
+        return self._pushes.adopt(self.fair_script(FairPushScript), self.fair_keys, job)
 
     # -- pops, parks, holds and maintenance ----------------------------------------------------------------
 
