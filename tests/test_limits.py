@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -357,6 +358,20 @@ def test_expired_lease_is_reclaimed_and_counted(conn: Redis) -> None:
     assert counts.pop("refused") >= 1  # every try while the dead lease still held the slot
     assert counts == {**dict.fromkeys(set(COUNTERS) - {"refused"}, 0), "acquired": 1, "released": 1, "reclaimed": 1}
     assert conn.exists(KEYS.leases("acme")) == 0
+
+
+def test_the_stopping_flush_waits_for_counts_another_flush_has_in_flight(conn: Redis) -> None:
+    # The lease refresher's flush takes the pending counts from the tally, then sends them. A worker that stops
+    # meanwhile flushes too and exits: its flush must not return before those counts are written, or they are lost.
+    slots = limiter(conn)
+    slots.tally.add("free", "snoozed")  # not batched: due at once
+    in_flight = threading.Thread(target=slots.flush, kwargs={"due": True,
+                                                             "also": lambda pipe: pipe.blpop("test:never", 1)})
+    in_flight.start()  # its round trip (BLPOP first, the counts after it) waits a second in Redis
+    wait_for(lambda: any(client.get("cmd") == "blpop" for client in conn.client_list()), 10, "the BLPOP in flight")
+    slots.flush()  # the stopping worker's
+    assert counters(conn, "free")["snoozed"] == 1  # written by the time the stopping flush returned
+    in_flight.join()
 
 
 # -- a shutdown while the worker is taking a slot --------------------------------------------------

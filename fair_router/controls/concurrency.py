@@ -130,6 +130,7 @@ class ConcurrencySlots:
         self._held: dict[str, Lease] = {}
         self._refresher: threading.Thread | None = None
         self._lock = threading.RLock()
+        self._flushing = threading.Lock()  # a flush's counts are in Redis before the next flush returns
 
     def acquire(
         self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False,
@@ -254,8 +255,9 @@ class ConcurrencySlots:
 
     def flush(self, due: bool = False, also: Callable[[Pipeline], None] | None = None) -> None:
         """Write pending counts now (the worker calls this when it stops; ``due``: only those due), with ``also``'s
-        writes."""
-        with self.connection.pipeline(transaction=False) as pipe:
+        writes. Flushes run one at a time: the stopping worker's waits for the refresher's counts in flight (taken
+        from the tally, not yet written), which the process's exit would otherwise lose."""
+        with self._flushing, self.connection.pipeline(transaction=False) as pipe:
             if also is not None:
                 also(pipe)
             if self.tally.queue(pipe, force=not due) or len(pipe):
