@@ -98,6 +98,13 @@ def max_concurrency(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
+def wait_blocked(conn: Redis, n: int, fleet: Fleet) -> None:
+    """Until ``n`` clients wait in a blocking fetch at one instant: the workers' start-up is over, and jobs enqueued
+    next are handed to them at once (a worker still starting would leave the others' jobs to run one by one)."""
+    wait_for(lambda: sum("b" in client["flags"] for client in conn.client_list()) >= n, 30,
+             f"{n} workers waiting for jobs", fleet)
+
+
 def status(conn: Redis, job_id: str) -> JobStatus:
     return Job.fetch(job_id, connection=conn).get_status()
 
@@ -121,6 +128,7 @@ def test_limits_hold_across_worker_processes(conn: Redis, fleet: Fleet, tmp_path
     record = job_of(conn, limit_jobs.record)
     fleet.start(3)
     fleet.wait_registered(conn, 3)
+    wait_blocked(conn, 3, fleet)  # registered is not yet fetching: a slow start-up would make no contention
 
     # free tier, limit 1: six jobs of one tenant over three workers run one at a time.
     free = [record.enqueue("test:log:free", 0.3, fair_tenant="acme") for _ in range(6)]
@@ -132,11 +140,12 @@ def test_limits_hold_across_worker_processes(conn: Redis, fleet: Fleet, tmp_path
     FairRouter(conn, prefix=PREFIX).set_tier("bigco", "pro")
     fleet.start(1)
     fleet.wait_registered(conn, 4)
+    wait_blocked(conn, 4, fleet)
     pro = [record.enqueue("test:log:pro", 0.5, fair_tenant="bigco") for _ in range(9)]
     wait_for(lambda: conn.llen("test:log:pro") == 9, 60, "the nine pro-tier jobs", fleet)
     assert 1 < max_concurrency(intervals(conn, "test:log:pro")) <= 3
 
-    wait_for(lambda: all(status(conn, j.id) == JobStatus.FINISHED for j in free + pro), 10, "jobs to finish", fleet)
+    wait_for(lambda: all(status(conn, j.id) == JobStatus.FINISHED for j in free + pro), 30, "jobs to finish", fleet)
     fleet.stop_all()  # workers write their pending counters when they stop
     assert FailedJobRegistry(QUEUE, connection=conn).count == 0
     assert conn.exists(KEYS.leases("acme"), KEYS.leases("bigco")) == 0
