@@ -129,8 +129,7 @@ class ConcurrencySlots:
         self._release = ReleaseScript(connection)
         self._held: dict[str, Lease] = {}
         self._refresher: threading.Thread | None = None
-        self._lock = threading.RLock()
-        self._flushing = threading.Lock()  # a flush's counts are in Redis before the next flush returns
+        self._lock, self._flushing = threading.RLock(), threading.Lock()  # _flushing: one flush at a time
 
     def acquire(
         self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False,
@@ -254,9 +253,8 @@ class ConcurrencySlots:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
     def flush(self, due: bool = False, also: Callable[[Pipeline], None] | None = None) -> None:
-        """Write pending counts now (the worker calls this when it stops; ``due``: only those due), with ``also``'s
-        writes. Flushes run one at a time: the stopping worker's waits for the refresher's counts in flight (taken
-        from the tally, not yet written), which the process's exit would otherwise lose."""
+        """Write pending counts now (the worker's stop waits for the refresher's in flight), with ``also``'s writes;
+        ``due``: only those due."""
         with self._flushing, self.connection.pipeline(transaction=False) as pipe:
             if also is not None:
                 also(pipe)

@@ -321,8 +321,7 @@ class RqWorkerSeam(BaseWorker):
 
 
 def revive_scheduler(worker: RqWorkerSeam) -> None:
-    """Start ``worker``'s rq scheduler (``--with-scheduler``) again if its process died (not after a stop request:
-    rq stopped it then, and the worker is on its way out)."""
+    """Start ``worker``'s rq scheduler (``--with-scheduler``) again if its process died, not stopped on request."""
     scheduler = worker.scheduler
     if scheduler is None or worker._burst_scheduler or worker._stop_requested:  # a burst worker's ran once
         return
