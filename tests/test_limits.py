@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -97,6 +98,13 @@ def max_concurrency(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
+def wait_blocked(conn: Redis, n: int, fleet: Fleet) -> None:
+    """Until ``n`` clients wait in a blocking fetch at one instant: the workers' start-up is over, and jobs enqueued
+    next are handed to them at once (a worker still starting would leave the others' jobs to run one by one)."""
+    wait_for(lambda: sum("b" in client["flags"] for client in conn.client_list()) >= n, 30,
+             f"{n} workers waiting for jobs", fleet)
+
+
 def status(conn: Redis, job_id: str) -> JobStatus:
     return Job.fetch(job_id, connection=conn).get_status()
 
@@ -120,6 +128,7 @@ def test_limits_hold_across_worker_processes(conn: Redis, fleet: Fleet, tmp_path
     record = job_of(conn, limit_jobs.record)
     fleet.start(3)
     fleet.wait_registered(conn, 3)
+    wait_blocked(conn, 3, fleet)  # registered is not yet fetching: a slow start-up would make no contention
 
     # free tier, limit 1: six jobs of one tenant over three workers run one at a time.
     free = [record.enqueue("test:log:free", 0.3, fair_tenant="acme") for _ in range(6)]
@@ -131,11 +140,12 @@ def test_limits_hold_across_worker_processes(conn: Redis, fleet: Fleet, tmp_path
     FairRouter(conn, prefix=PREFIX).set_tier("bigco", "pro")
     fleet.start(1)
     fleet.wait_registered(conn, 4)
+    wait_blocked(conn, 4, fleet)
     pro = [record.enqueue("test:log:pro", 0.5, fair_tenant="bigco") for _ in range(9)]
     wait_for(lambda: conn.llen("test:log:pro") == 9, 60, "the nine pro-tier jobs", fleet)
     assert 1 < max_concurrency(intervals(conn, "test:log:pro")) <= 3
 
-    wait_for(lambda: all(status(conn, j.id) == JobStatus.FINISHED for j in free + pro), 10, "jobs to finish", fleet)
+    wait_for(lambda: all(status(conn, j.id) == JobStatus.FINISHED for j in free + pro), 30, "jobs to finish", fleet)
     fleet.stop_all()  # workers write their pending counters when they stop
     assert FailedJobRegistry(QUEUE, connection=conn).count == 0
     assert conn.exists(KEYS.leases("acme"), KEYS.leases("bigco")) == 0
@@ -357,6 +367,20 @@ def test_expired_lease_is_reclaimed_and_counted(conn: Redis) -> None:
     assert counts.pop("refused") >= 1  # every try while the dead lease still held the slot
     assert counts == {**dict.fromkeys(set(COUNTERS) - {"refused"}, 0), "acquired": 1, "released": 1, "reclaimed": 1}
     assert conn.exists(KEYS.leases("acme")) == 0
+
+
+def test_the_stopping_flush_waits_for_counts_another_flush_has_in_flight(conn: Redis) -> None:
+    # The lease refresher's flush takes the pending counts from the tally, then sends them. A worker that stops
+    # meanwhile flushes too and exits: its flush must not return before those counts are written, or they are lost.
+    slots = limiter(conn)
+    slots.tally.add("free", "snoozed")  # not batched: due at once
+    in_flight = threading.Thread(target=slots.flush, kwargs={"due": True,
+                                                             "also": lambda pipe: pipe.blpop("test:never", 1)})
+    in_flight.start()  # its round trip (BLPOP first, the counts after it) waits a second in Redis
+    wait_for(lambda: any(client.get("cmd") == "blpop" for client in conn.client_list()), 10, "the BLPOP in flight")
+    slots.flush()  # the stopping worker's
+    assert counters(conn, "free")["snoozed"] == 1  # written by the time the stopping flush returned
+    in_flight.join()
 
 
 # -- a shutdown while the worker is taking a slot --------------------------------------------------

@@ -372,6 +372,23 @@ def test_a_dead_scheduler_process_is_restarted_within_a_check(conn: Redis, fleet
     assert "its scheduler process died; restarting it" in fleet.logs()
 
 
+def test_a_warm_shutdown_does_not_start_the_scheduler_it_stopped_again(conn: Redis, fleet: Fleet,
+                                                                         tmp_path: Path) -> None:
+    """A SIGTERM stops rq's scheduler at once while the running job finishes: the recovery checks meanwhile must
+    not take that for a death and start another scheduler process in a worker that is on its way out."""
+    fleet.config = write_config(tmp_path)
+    (worker,) = fleet.start(scheduler=True)
+    wait_for(lambda: conn.exists(f"rq:scheduler-lock:{QUEUE}"), 30, "the worker's scheduler to start", fleet)
+    job = Queue(QUEUE, connection=conn).enqueue(recovery_jobs.long_job, 4, result_ttl=600)
+    wait_for(lambda: conn.llen(f"test:starts:{job.id}") == 1, 30, "the job to start", fleet)
+    worker.send_signal(signal.SIGTERM)
+    assert fleet.wait_exit(worker) == 0
+    assert status(conn, job) == JobStatus.FINISHED  # the warm shutdown let it finish, through several checks
+    logs = fleet.logs()
+    assert logs.count(f"Scheduler for {QUEUE} started") == 1, logs
+    assert "restarting it" not in logs
+
+
 def test_a_burst_workers_scheduler_is_never_revived_as_a_process(conn: Redis) -> None:
     """In burst mode rq runs the scheduler once, in the worker, and keeps its object without a process: a
     recovery check must not start one (it would outlive the burst, and the worker's stop would wait on it)."""

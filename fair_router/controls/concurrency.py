@@ -129,7 +129,7 @@ class ConcurrencySlots:
         self._release = ReleaseScript(connection)
         self._held: dict[str, Lease] = {}
         self._refresher: threading.Thread | None = None
-        self._lock = threading.RLock()
+        self._lock, self._flushing = threading.RLock(), threading.Lock()  # _flushing: one flush at a time
 
     def acquire(
         self, tenant: str, job_id: str, pipeline: Pipeline | None = None, refresh: bool = False,
@@ -253,9 +253,9 @@ class ConcurrencySlots:
                     logger.exception("refreshing the lease of job %s failed", lease.job_id)
 
     def flush(self, due: bool = False, also: Callable[[Pipeline], None] | None = None) -> None:
-        """Write pending counts now (the worker calls this when it stops; ``due``: only those due), with ``also``'s
-        writes."""
-        with self.connection.pipeline(transaction=False) as pipe:
+        """Write pending counts now (the worker's stop waits for the refresher's in flight), with ``also``'s writes;
+        ``due``: only those due."""
+        with self._flushing, self.connection.pipeline(transaction=False) as pipe:
             if also is not None:
                 also(pipe)
             if self.tally.queue(pipe, force=not due) or len(pipe):

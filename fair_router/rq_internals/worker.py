@@ -321,9 +321,9 @@ class RqWorkerSeam(BaseWorker):
 
 
 def revive_scheduler(worker: RqWorkerSeam) -> None:
-    """Start ``worker``'s rq scheduler (``--with-scheduler``) again if its process died."""
+    """Start ``worker``'s rq scheduler (``--with-scheduler``) again if its process died, not stopped on request."""
     scheduler = worker.scheduler
-    if scheduler is None or worker._burst_scheduler:  # a burst worker's scheduler ran once, as rq meant it
+    if scheduler is None or worker._burst_scheduler or worker._stop_requested:  # a burst worker's ran once
         return
     process = scheduler._process
     if process is None or not process.is_alive():
