@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal
 
-from fair_router.config.location import ENV_PREFIX, OTHER_VARIABLES, meant_variable
+from fair_router.config.location import unread_variables, variable_names
 from fair_router.config.settings import CONFIG_ENV, Settings
 
 
@@ -90,15 +90,9 @@ def _import_prefix(dotted: str) -> tuple[str | None, list[str], str]:
 
 def unknown_variables(environ: Mapping[str, str]) -> list[Finding]:
     """``FAIR_ROUTER_*`` variables no setting reads: an error when close to a setting's name (a typo), else warnings."""
-    known = {name.upper() for name in Settings.model_fields} | OTHER_VARIABLES
+    known = variable_names(Settings.model_fields)
     findings = []
-    for variable in sorted(environ):
-        if not variable.startswith(ENV_PREFIX):
-            continue
-        head = variable[len(ENV_PREFIX):].split("__", 1)[0].upper()
-        if head in known:
-            continue
-        meant = meant_variable(variable, known)
+    for variable, head, meant in unread_variables(environ, known):
         value = environ[variable]
         shown = value if len(value) <= 40 else value[:37] + "..."
         if meant is not None:

@@ -88,23 +88,29 @@ def announce_source(file: Path | None, log: bool = True) -> str:
     return said
 
 
-def meant_variable(variable: str, known: set[str]) -> str | None:
-    """The variable ``variable`` was meant to be: no setting of ``known`` (upper-case) reads it, but one is close."""
-    if not variable.startswith(ENV_PREFIX):
-        return None
-    head = variable[len(ENV_PREFIX):].split("__", 1)[0].upper()
-    if head in known:
-        return None
-    close = difflib.get_close_matches(head, sorted(known), n=1, cutoff=0.75)
-    return ENV_PREFIX + close[0] + variable[len(ENV_PREFIX) + len(head):] if close else None
+def variable_names(settings: Iterable[str]) -> set[str]:
+    """The ``<name>`` of every ``FAIR_ROUTER_<name>`` variable read: each setting's, upper-case, and the others'."""
+    return {name.upper() for name in settings} | OTHER_VARIABLES
+
+
+def unread_variables(environ: Iterable[str], known: set[str]) -> list[tuple[str, str, str | None]]:
+    """Each ``FAIR_ROUTER_*`` variable of ``environ`` whose name is not in ``known``: (the variable, the name it
+    gives, the variable meant when that name is close to a known one: a typo)."""
+    found: list[tuple[str, str, str | None]] = []
+    for variable in sorted(environ):
+        head = variable[len(ENV_PREFIX):].split("__", 1)[0].upper()
+        if not variable.startswith(ENV_PREFIX) or head in known:
+            continue
+        close = difflib.get_close_matches(head, sorted(known), n=1, cutoff=0.75)
+        meant = ENV_PREFIX + close[0] + variable[len(ENV_PREFIX) + len(head):] if close else None
+        found.append((variable, head, meant))
+    return found
 
 
 def announce_mistyped_variables(settings: Iterable[str], log: bool = True) -> None:
     """Log once per process each ``FAIR_ROUTER_*`` variable no setting reads, close to one's name (a typo leaving it at
     its default); ``log=False`` only marks them said (``fair-router check`` prints them as errors)."""
-    known = {name.upper() for name in settings} | OTHER_VARIABLES
-    for variable in sorted(os.environ):
-        meant = meant_variable(variable, known)
+    for variable, _, meant in unread_variables(os.environ, variable_names(settings)):
         if meant is not None and first_time(f"{variable} -> {meant}") and log:
             logging.getLogger("fair_router.settings").warning("fair-router settings: %s: unknown variable, ignored by "
                                                               "every setting; did you mean %s?", variable, meant)
